@@ -82,7 +82,9 @@ mod tests {
     fn refuses_bad_input_with_a_reason() {
         assert_eq!(parse_memory_limit(""), Err(MemoryLimitError::Empty));
         assert_eq!(parse_memory_limit("  "), Err(MemoryLimitError::Empty));
-        for bad in ["m", "4t", "4 m", "-1", "4.5g", "4mb", "0x10", "4m4", "g4", "4\u{e9}"] {
+        for bad in [
+            "m", "4t", "4 m", "-1", "4.5g", "4mb", "0x10", "4m4", "g4", "4\u{e9}",
+        ] {
             assert!(
                 matches!(parse_memory_limit(bad), Err(MemoryLimitError::Malformed(_))),
                 "{bad:?}"

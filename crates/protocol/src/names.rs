@@ -1,0 +1,167 @@
+//! Resource names, annotation keys, labels and env variable names (SPEC §1–§2.6), exactly
+//! as HAMi spells them so operators can mix our components with the reference's.
+
+/// The GPU vendors we slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Vendor {
+    Amd,
+    Nvidia,
+}
+
+impl Vendor {
+    pub const ALL: [Vendor; 2] = [Vendor::Amd, Vendor::Nvidia];
+
+    /// The "common word" of the vendor: a registered device type must contain it
+    /// (case-insensitive) to be considered for this vendor's requests.
+    pub const fn word(self) -> &'static str {
+        match self {
+            Vendor::Amd => "AMD",
+            Vendor::Nvidia => "NVIDIA",
+        }
+    }
+
+    /// Every name this vendor uses on the wire.
+    pub const fn names(self) -> &'static VendorNames {
+        match self {
+            Vendor::Amd => &AMD,
+            Vendor::Nvidia => &NVIDIA,
+        }
+    }
+}
+
+/// The per-vendor names of SPEC §1 and §2.
+#[derive(Debug)]
+pub struct VendorNames {
+    pub resource_count: &'static str,
+    pub resource_memory: &'static str,
+    pub resource_memory_percentage: &'static str,
+    pub resource_cores: &'static str,
+    /// NVIDIA only.
+    pub resource_priority: Option<&'static str>,
+    pub node_register: &'static str,
+    pub devices_to_allocate: &'static str,
+    pub devices_allocated: &'static str,
+    pub use_gputype: &'static str,
+    pub nouse_gputype: &'static str,
+    pub use_gpuuuid: &'static str,
+    pub nouse_gpuuuid: &'static str,
+    pub numa_bind: &'static str,
+    /// AMD only: multi-GPU containers only on XGMI peers.
+    pub link_bind: Option<&'static str>,
+}
+
+pub static AMD: VendorNames = VendorNames {
+    resource_count: "amd.com/gpu",
+    resource_memory: "amd.com/gpumem",
+    resource_memory_percentage: "amd.com/gpumem-percentage",
+    resource_cores: "amd.com/gpucores",
+    resource_priority: None,
+    node_register: "hami.io/node-amd-register",
+    devices_to_allocate: "hami.io/amd-devices-to-allocate",
+    devices_allocated: "hami.io/amd-devices-allocated",
+    use_gputype: "amd.com/use-gputype",
+    nouse_gputype: "amd.com/nouse-gputype",
+    use_gpuuuid: "amd.com/use-gpu-uuid",
+    nouse_gpuuuid: "amd.com/nouse-gpu-uuid",
+    numa_bind: "amd.com/numa-bind",
+    link_bind: Some("amd.com/link-bind"),
+};
+
+pub static NVIDIA: VendorNames = VendorNames {
+    resource_count: "nvidia.com/gpu",
+    resource_memory: "nvidia.com/gpumem",
+    resource_memory_percentage: "nvidia.com/gpumem-percentage",
+    resource_cores: "nvidia.com/gpucores",
+    resource_priority: Some("nvidia.com/priority"),
+    node_register: "hami.io/node-nvidia-register",
+    devices_to_allocate: "hami.io/vgpu-devices-to-allocate",
+    devices_allocated: "hami.io/vgpu-devices-allocated",
+    // No dash before "uuid" on the NVIDIA side: that is the reference's spelling.
+    use_gputype: "nvidia.com/use-gputype",
+    nouse_gputype: "nvidia.com/nouse-gputype",
+    use_gpuuuid: "nvidia.com/use-gpuuuid",
+    nouse_gpuuuid: "nvidia.com/nouse-gpuuuid",
+    numa_bind: "nvidia.com/numa-bind",
+    link_bind: None,
+};
+
+/// Pod annotations (SPEC §2.3).
+pub mod pod {
+    pub const VGPU_NODE: &str = "hami.io/vgpu-node";
+    pub const VGPU_TIME: &str = "hami.io/vgpu-time";
+    pub const BIND_PHASE: &str = "hami.io/bind-phase";
+    pub const BIND_TIME: &str = "hami.io/bind-time";
+    pub const AMD_CU_ALLOCATED: &str = "hami.io/amd-cu-allocated";
+    pub const GPU_SCHEDULER_POLICY: &str = "hami.io/gpu-scheduler-policy";
+    pub const NODE_SCHEDULER_POLICY: &str = "hami.io/node-scheduler-policy";
+    /// Label (and annotation) value that makes the webhook skip an object or namespace.
+    pub const WEBHOOK_LABEL: &str = "hami.io/webhook";
+    pub const WEBHOOK_IGNORE: &str = "ignore";
+}
+
+/// Node annotations (SPEC §2.1, §2.4).
+pub mod node {
+    pub const MUTEX_LOCK: &str = "hami.io/mutex.lock";
+    pub const AMD_OPERATING_MODE: &str = "hami.io/amd-operating-mode";
+    pub const AMD_COMPUTE_PARTITION: &str = "hami.io/amd-compute-partition";
+}
+
+/// Annotations only the scheduler and the plugins may write. D-4: a pod whose creator sets
+/// any of them is denied, because they would let a user pick devices or forge usage.
+pub const SCHEDULER_OWNED_ANNOTATIONS: &[&str] = &[
+    pod::VGPU_NODE,
+    pod::VGPU_TIME,
+    pod::BIND_PHASE,
+    pod::BIND_TIME,
+    pod::AMD_CU_ALLOCATED,
+    "hami.io/amd-devices-to-allocate",
+    "hami.io/amd-devices-allocated",
+    "hami.io/vgpu-devices-to-allocate",
+    "hami.io/vgpu-devices-allocated",
+    "hami.io/vgpu-mig-allocations",
+];
+
+/// Env variables set by the device plugins or read by the hooks (SPEC §2.6, §5, §6).
+pub mod env {
+    pub const ROCR_VISIBLE_DEVICES: &str = "ROCR_VISIBLE_DEVICES";
+    pub const HIP_VISIBLE_DEVICES: &str = "HIP_VISIBLE_DEVICES";
+    pub const HSA_CU_MASK: &str = "HSA_CU_MASK";
+    /// Followed by the container-local GPU index: `HIP_DEVICE_MEMORY_LIMIT_0`.
+    pub const HIP_DEVICE_MEMORY_LIMIT_PREFIX: &str = "HIP_DEVICE_MEMORY_LIMIT_";
+    pub const LD_AUDIT: &str = "LD_AUDIT";
+    pub const HIP_OVERSUBSCRIBE: &str = "HIP_OVERSUBSCRIBE";
+    pub const AMD_TASK_PRIORITY: &str = "AMD_TASK_PRIORITY";
+    pub const LIBHIP_LOG_LEVEL: &str = "LIBHIP_LOG_LEVEL";
+    pub const HIP_DEVICE_MEMORY_SHARED_CACHE: &str = "HIP_DEVICE_MEMORY_SHARED_CACHE";
+    pub const ACTIVE_OOM_KILLER: &str = "ACTIVE_OOM_KILLER";
+    pub const CUDA_DEVICE_MEMORY_LIMIT: &str = "CUDA_DEVICE_MEMORY_LIMIT";
+    pub const CUDA_DEVICE_SM_LIMIT: &str = "CUDA_DEVICE_SM_LIMIT";
+    pub const CUDA_DEVICE_MEMORY_SHARED_CACHE: &str = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
+    pub const CUDA_TASK_PRIORITY: &str = "CUDA_TASK_PRIORITY";
+
+    /// `HIP_DEVICE_MEMORY_LIMIT_<index>`.
+    pub fn hip_device_memory_limit(index: usize) -> String {
+        format!("{HIP_DEVICE_MEMORY_LIMIT_PREFIX}{index}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vendor_tables_use_the_reference_spelling() {
+        assert_eq!(Vendor::Amd.names().use_gpuuuid, "amd.com/use-gpu-uuid");
+        assert_eq!(Vendor::Nvidia.names().use_gpuuuid, "nvidia.com/use-gpuuuid");
+        assert_eq!(
+            Vendor::Nvidia.names().devices_allocated,
+            "hami.io/vgpu-devices-allocated"
+        );
+        assert_eq!(env::hip_device_memory_limit(3), "HIP_DEVICE_MEMORY_LIMIT_3");
+        for vendor in Vendor::ALL {
+            let names = vendor.names();
+            assert!(SCHEDULER_OWNED_ANNOTATIONS.contains(&names.devices_allocated));
+            assert!(SCHEDULER_OWNED_ANNOTATIONS.contains(&names.devices_to_allocate));
+        }
+    }
+}
