@@ -164,6 +164,26 @@ impl CuSet {
         false
     }
 
+    /// The ids in both sets.
+    pub fn intersection(&self, other: &CuSet) -> CuSet {
+        let mut out = CuSet::new();
+        let (mut i, mut j) = (0, 0);
+        while i < self.runs.len() && j < other.runs.len() {
+            let (a, b) = self.runs[i];
+            let (c, d) = other.runs[j];
+            let (lo, hi) = (a.max(c), b.min(d));
+            if lo <= hi {
+                out.runs.push((lo, hi));
+            }
+            if b < d {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        out
+    }
+
     /// `[0, devcore)` minus this set.
     pub fn complement(&self, devcore: u32) -> CuSet {
         let mut out = CuSet::new();
@@ -483,6 +503,8 @@ mod tests {
             prop_assert_eq!(a.complement(440).contains(id), id < 440 && !a.contains(id));
             let brute = (0..450).any(|i| a.contains(i) && b.contains(i));
             prop_assert_eq!(a.overlaps(&b), brute);
+            prop_assert_eq!(a.intersection(&b).contains(id), a.contains(id) && b.contains(id));
+            prop_assert_eq!(a.intersection(&b).is_empty(), !brute);
             let count = (0..450u32).filter(|i| a.contains(*i)).count() as u64;
             prop_assert_eq!(a.len(), count);
         }
