@@ -1,13 +1,36 @@
-//! Every wire format of hami-rs, as pure functions over plain data.
+//! Every wire format of hami-rs, as pure functions over plain data (no I/O, no async).
+//!
+//! We speak HAMi's protocol byte for byte (SPEC §2) so operators can mix our components
+//! with the reference's. No other crate parses an annotation or env value by hand.
+//!
+//! | module | format |
+//! |---|---|
+//! | [`names`] | resource names, annotation keys, env names (§1, §2) |
+//! | [`node_register`] | `hami.io/node-{amd,nvidia}-register` JSON (§2.1) — feature `json` |
+//! | [`device_list`] | `*-devices-to-allocate` / `*-devices-allocated` (§2.2) |
+//! | [`cu_allocated`] | `hami.io/amd-cu-allocated` (§2.3) — feature `json` |
+//! | [`node_lock`] | `hami.io/mutex.lock`, lock decisions, bind phases (§2.3, §2.4) |
+//! | [`cu_list`] | CU id lists and `HSA_CU_MASK` (§2.5) |
+//! | [`memory_limit`] | `HIP_DEVICE_MEMORY_LIMIT_<i>` and friends (§2.7) |
+//! | [`identity`] | AMD SMI UUID, ROCr id, partition ids, kubelet device ids (§2.8) |
+//! | [`requests`] | what a pod asks for, defaults and validation (§1) — feature `k8s` |
+//! | [`selection`] | type/uuid filters, NUMA/XGMI binding, policies (§1) |
+//!
+//! Without default features the crate needs only `thiserror`, so the hooks can link it.
 
-#[cfg(feature = "json")]
-pub mod cu_allocated;
 pub mod cu_list;
 pub mod device_list;
 pub mod identity;
 pub mod memory_limit;
 pub mod names;
 pub mod node_lock;
+pub mod quantity;
+pub mod rfc3339;
+pub mod selection;
+
+#[cfg(feature = "json")]
+pub mod cu_allocated;
 #[cfg(feature = "json")]
 pub mod node_register;
-pub mod rfc3339;
+#[cfg(feature = "k8s")]
+pub mod requests;
