@@ -1,1 +1,99 @@
-fn main() {}
+//! `hami`: the command-line tool of hami-rs.
+
+mod input;
+mod inspect;
+mod table;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::input::{InputError, parse_object, read_source};
+
+#[derive(Parser)]
+#[command(
+    name = "hami",
+    version,
+    about = "GPU sharing for Kubernetes: tools for operators"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show what a pod asked for and got, or what a node registered.
+    Inspect {
+        #[command(subcommand)]
+        what: InspectTarget,
+    },
+}
+
+#[derive(Subcommand)]
+enum InspectTarget {
+    /// Per container: the GPUs, memory and cores asked for, and what the scheduler's
+    /// annotations say it got (device, memory, CUs, CU ranges, bind phase).
+    Pod(InspectArgs),
+    /// The GPUs a node registered (hami.io/node-*-register), its lock and overrides.
+    Node(InspectArgs),
+}
+
+#[derive(clap::Args)]
+struct InspectArgs {
+    /// A Pod or Node as JSON or YAML (e.g. `kubectl get pod NAME -o yaml`); `-` reads stdin.
+    file: String,
+    #[arg(long, short, value_enum, default_value_t = Output::Table)]
+    output: Output,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<String, InputError> {
+    match cli.command {
+        Command::Inspect { what } => match what {
+            InspectTarget::Pod(args) => {
+                let pod: Pod = parse_object(&read_source(&args.file)?, "Pod")?;
+                let report = inspect::pod_report(&pod)?;
+                Ok(match args.output {
+                    Output::Table => inspect::render_pod(&report),
+                    Output::Json => to_json(&report),
+                })
+            }
+            InspectTarget::Node(args) => {
+                let node: Node = parse_object(&read_source(&args.file)?, "Node")?;
+                let report = inspect::node_report(&node)?;
+                Ok(match args.output {
+                    Output::Table => inspect::render_node(&report),
+                    Output::Json => to_json(&report),
+                })
+            }
+        },
+    }
+}
+
+fn to_json(value: &impl serde::Serialize) -> String {
+    // Reports are plain data: serialization cannot fail.
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
+    text.push('\n');
+    text
+}
