@@ -313,6 +313,14 @@ impl HsaCuMask {
         Ok(Self { entries })
     }
 
+    /// Parses a mask read as raw bytes (`/proc/1/environ`); non-UTF-8 is malformed.
+    pub fn parse_bytes(bytes: &[u8]) -> Result<Self, CuListError> {
+        let text = core::str::from_utf8(bytes).map_err(|_| CuListError::MaskEntry {
+            entry: String::from_utf8_lossy(bytes).into_owned(),
+        })?;
+        Self::parse(text)
+    }
+
     pub fn entries(&self) -> &[(u32, CuSet)] {
         &self.entries
     }
@@ -458,6 +466,8 @@ mod tests {
             assert!(HsaCuMask::parse(bad).is_err(), "{bad}");
         }
         assert!(HsaCuMask::from_sets([CuSet::new()]).is_err());
+        assert_eq!(HsaCuMask::parse_bytes(b"0:0-75;1:0-75").unwrap(), mask);
+        assert!(HsaCuMask::parse_bytes(b"0:0-7\xff5").is_err());
     }
 
     #[test]

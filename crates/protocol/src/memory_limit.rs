@@ -49,6 +49,17 @@ pub fn parse_memory_limit(text: &str) -> Result<u64, MemoryLimitError> {
         .ok_or_else(|| MemoryLimitError::Overflow(text.to_owned()))
 }
 
+/// Parses a memory-limit value read as raw bytes (an environ entry, a file): bytes that
+/// are not UTF-8 are malformed, never ignored.
+pub fn parse_memory_limit_bytes(bytes: &[u8]) -> Result<u64, MemoryLimitError> {
+    match core::str::from_utf8(bytes) {
+        Ok(text) => parse_memory_limit(text),
+        Err(_) => Err(MemoryLimitError::Malformed(
+            String::from_utf8_lossy(bytes).into_owned(),
+        )),
+    }
+}
+
 /// A memory limit in MiB as the AMD plugin writes it (`4096m`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MibLimit(pub u64);
@@ -100,6 +111,16 @@ mod tests {
         ));
         let message = parse_memory_limit("4t").unwrap_err().to_string();
         assert!(message.contains("4096m"), "{message}");
+    }
+
+    #[test]
+    fn raw_bytes() {
+        assert_eq!(parse_memory_limit_bytes(b"4096m"), Ok(4096 << 20));
+        assert!(matches!(
+            parse_memory_limit_bytes(b"40\xff96m"),
+            Err(MemoryLimitError::Malformed(_))
+        ));
+        assert_eq!(parse_memory_limit_bytes(b""), Err(MemoryLimitError::Empty));
     }
 
     #[test]
