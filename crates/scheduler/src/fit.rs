@@ -1,0 +1,443 @@
+//! The fitting core: which node, and which GPUs of it, each container of a pod gets
+//! (SPEC §3). Plain functions over plain data; the HTTP filter, the demo and the what-if
+//! planner all call [`filter`].
+//!
+//! Per node: sidecars and app containers are fitted cumulatively (they run together); each
+//! init container is fitted alone on top of the sidecars (init containers run one after
+//! another). Per container and vendor, the node's GPUs of that vendor are ordered by the
+//! GPU policy, each is checked (health, type/uuid filters, shares, mutex, memory, cores),
+//! and the first eligible ones are taken, honouring NUMA and XGMI binding. The node score
+//! counts the request (the reference's score silently ignores it).
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use hami_protocol::device_list::{ContainerDevice, ContainerDevices};
+use hami_protocol::names::Vendor;
+use hami_protocol::requests::{ContainerKind, ContainerRequest, DeviceRequest, amd_cu_count};
+use hami_protocol::selection::{DeviceSelector, GpuPolicy, GpuPolicyKind, NodePolicy};
+
+use crate::snapshot::{Gpu, GpuUsage, NodeSnapshot};
+use crate::usage::collapse;
+
+/// Why a GPU was not taken. The names are the reference's, so dashboards and runbooks
+/// keep working.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reason {
+    CardNotHealth,
+    CardTypeMismatch,
+    CardUuidMismatch,
+    CardTimeSlicingExhausted,
+    ExclusiveDeviceAllocateConflict,
+    CardInsufficientMemory,
+    CardInsufficientCore,
+    CardComputeUnitsExhausted,
+    NumaNotFit,
+    XgmiLinkNotFit,
+}
+
+impl Reason {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Reason::CardNotHealth => "CardNotHealth",
+            Reason::CardTypeMismatch => "CardTypeMismatch",
+            Reason::CardUuidMismatch => "CardUuidMismatch",
+            Reason::CardTimeSlicingExhausted => "CardTimeSlicingExhausted",
+            Reason::ExclusiveDeviceAllocateConflict => "ExclusiveDeviceAllocateConflict",
+            Reason::CardInsufficientMemory => "CardInsufficientMemory",
+            Reason::CardInsufficientCore => "CardInsufficientCore",
+            Reason::CardComputeUnitsExhausted => "CardComputeUnitsExhausted",
+            Reason::NumaNotFit => "NumaNotFit",
+            Reason::XgmiLinkNotFit => "XgmiLinkNotFit",
+        }
+    }
+}
+
+/// `"<n>/<m> <Reason>"` per reason, sorted, joined by `", "` (the reference's format).
+fn format_reasons(reasons: &BTreeMap<Reason, usize>, considered: usize) -> String {
+    let mut parts: Vec<(&str, usize)> = reasons.iter().map(|(r, n)| (r.as_str(), *n)).collect();
+    parts.sort();
+    parts
+        .iter()
+        .map(|(reason, n)| format!("{n}/{considered} {reason}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The include/exclude rules of both vendors for one pod.
+#[derive(Debug, Clone, Default)]
+pub struct Selectors {
+    pub amd: DeviceSelector,
+    pub nvidia: DeviceSelector,
+}
+
+impl Selectors {
+    pub fn get(&self, vendor: Vendor) -> &DeviceSelector {
+        match vendor {
+            Vendor::Amd => &self.amd,
+            Vendor::Nvidia => &self.nvidia,
+        }
+    }
+}
+
+/// Everything filter needs to know about the pod.
+#[derive(Debug, Clone)]
+pub struct FitRequest<'a> {
+    /// Device-list order: init containers (and sidecars) first, then app containers.
+    pub containers: &'a [ContainerRequest],
+    pub selectors: &'a Selectors,
+    pub gpu_policy: GpuPolicy,
+    pub node_policy: NodePolicy,
+}
+
+impl FitRequest<'_> {
+    pub fn vendors(&self) -> Vec<Vendor> {
+        Vendor::ALL
+            .into_iter()
+            .filter(|v| self.containers.iter().any(|c| c.get(*v).is_some()))
+            .collect()
+    }
+}
+
+/// Where the pod's containers go on one node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    /// Per requested vendor, one run per container (D-1: full padding).
+    pub runs: BTreeMap<Vendor, Vec<ContainerDevices>>,
+    /// 10 × (used/count + cores/total + mem/total) over the node's GPUs, request included.
+    pub score: f64,
+}
+
+/// Filter's answer.
+#[derive(Debug, Clone, Default)]
+pub struct FilterOutcome {
+    /// The chosen node and its placement.
+    pub chosen: Option<(String, Placement)>,
+    /// Every node that does not fit, with its reasons.
+    pub failed: BTreeMap<String, String>,
+    /// Every node that fits, with its score (for events and the what-if planner).
+    pub fitting: Vec<(String, f64)>,
+}
+
+/// Fits the pod on every node and picks one by the node policy (ties: smallest name).
+pub fn filter<'a>(
+    nodes: impl IntoIterator<Item = &'a NodeSnapshot>,
+    req: &FitRequest<'_>,
+) -> FilterOutcome {
+    let mut outcome = FilterOutcome::default();
+    for node in nodes {
+        let name = &node.devices.name;
+        match fit_node(node, req) {
+            Ok(placement) => {
+                outcome.fitting.push((name.clone(), placement.score));
+                let better = match &outcome.chosen {
+                    None => true,
+                    Some((best_name, best)) => {
+                        let order = match req.node_policy {
+                            NodePolicy::Binpack => placement.score.total_cmp(&best.score),
+                            NodePolicy::Spread => best.score.total_cmp(&placement.score),
+                        };
+                        order == Ordering::Greater || (order == Ordering::Equal && name < best_name)
+                    }
+                };
+                if better {
+                    outcome.chosen = Some((name.clone(), placement));
+                }
+            }
+            Err(reason) => {
+                outcome.failed.insert(name.clone(), reason);
+            }
+        }
+    }
+    outcome
+}
+
+/// Fits the pod on one node.
+pub fn fit_node(node: &NodeSnapshot, req: &FitRequest<'_>) -> Result<Placement, String> {
+    let vendors = req.vendors();
+    for vendor in &vendors {
+        if !node.devices.offers(*vendor) {
+            return Err(match node.devices.register_error(*vendor) {
+                Some(err) => err.to_owned(),
+                None => "node unregistered".to_owned(),
+            });
+        }
+    }
+    let n = req.containers.len();
+    let mut runs: BTreeMap<Vendor, Vec<ContainerDevices>> =
+        vendors.iter().map(|v| (*v, vec![Vec::new(); n])).collect();
+    let mut concurrent = node.usage.clone();
+    let order = |kind: ContainerKind| match kind {
+        ContainerKind::Sidecar => 0,
+        ContainerKind::Init => 1,
+        ContainerKind::App => 2,
+    };
+    let mut indices: Vec<usize> = (0..n).collect();
+    indices.sort_by_key(|i| order(req.containers[*i].kind));
+    let mut init_base: Option<Vec<GpuUsage>> = None;
+    for i in indices {
+        let container = &req.containers[i];
+        let working = if container.kind == ContainerKind::Init {
+            // Fresh copy of what runs beside it: the node plus the sidecars.
+            init_base.get_or_insert_with(|| concurrent.clone()).clone()
+        } else {
+            std::mem::take(&mut concurrent)
+        };
+        let mut working = working;
+        for vendor in &vendors {
+            let Some(request) = container.get(*vendor) else {
+                continue;
+            };
+            let picks = fit_devices(node, &working, *vendor, request, req)
+                .map_err(|reason| format!("container {}: {reason}", container.name))?;
+            for (gpu, mem, cores) in picks {
+                let u = &mut working[gpu];
+                u.used = u.used.saturating_add(1);
+                u.mem_mib = u.mem_mib.saturating_add(mem);
+                u.cores = u.cores.saturating_add(cores);
+                let info = &node.devices.gpus[gpu].info;
+                runs.get_mut(vendor).expect("vendor present")[i].push(ContainerDevice {
+                    uuid: info.id.clone(),
+                    device_type: match vendor {
+                        Vendor::Amd => info.device_type.clone(),
+                        Vendor::Nvidia => Vendor::Nvidia.word().to_owned(),
+                    },
+                    mem_mib: mem,
+                    cores: u32::try_from(cores).unwrap_or(u32::MAX),
+                });
+            }
+        }
+        if container.kind != ContainerKind::Init {
+            concurrent = working;
+        }
+    }
+    let score = placement_score(node, req, &runs);
+    Ok(Placement { runs, score })
+}
+
+fn placement_score(
+    node: &NodeSnapshot,
+    req: &FitRequest<'_>,
+    runs: &BTreeMap<Vendor, Vec<ContainerDevices>>,
+) -> f64 {
+    let kinds: Vec<ContainerKind> = req.containers.iter().map(|c| c.kind).collect();
+    let mut after = node.clone();
+    for vendor_runs in runs.values() {
+        after.charge(&collapse(&kinds, vendor_runs));
+    }
+    let (mut used, mut count, mut cores, mut total_cores, mut mem, mut total_mem) =
+        (0f64, 0f64, 0f64, 0f64, 0f64, 0f64);
+    for (gpu, u) in after.devices.gpus.iter().zip(&after.usage) {
+        used += f64::from(u.used);
+        count += f64::from(gpu.info.count);
+        cores += u.cores as f64;
+        total_cores += f64::from(gpu.info.devcore);
+        mem += u.mem_mib as f64;
+        total_mem += gpu.info.devmem as f64;
+    }
+    10.0 * (ratio(used, count) + ratio(cores, total_cores) + ratio(mem, total_mem))
+}
+
+fn ratio(part: f64, total: f64) -> f64 {
+    if total > 0.0 { part / total } else { 0.0 }
+}
+
+/// Memory (MiB) and cores (AMD: CUs, NVIDIA: percent) a request takes on `gpu`.
+pub fn demand(gpu: &Gpu, request: &DeviceRequest) -> (u64, u64) {
+    let mem = request.memory.resolve(gpu.info.devmem);
+    let cores = match gpu.vendor {
+        Vendor::Amd => u64::from(amd_cu_count(request.cores_percent, gpu.info.devcore)),
+        Vendor::Nvidia => u64::from(request.cores_percent),
+    };
+    (mem, cores)
+}
+
+fn check(
+    gpu: &Gpu,
+    u: &GpuUsage,
+    request: &DeviceRequest,
+    selector: &DeviceSelector,
+    mutex: bool,
+) -> Result<(u64, u64), Reason> {
+    let info = &gpu.info;
+    if !info.health {
+        return Err(Reason::CardNotHealth);
+    }
+    if !selector.type_allowed(&info.device_type) {
+        return Err(Reason::CardTypeMismatch);
+    }
+    if !selector.uuid_allowed(&info.id) {
+        return Err(Reason::CardUuidMismatch);
+    }
+    if u.used >= info.count {
+        return Err(Reason::CardTimeSlicingExhausted);
+    }
+    if mutex && u.used > 0 {
+        return Err(Reason::ExclusiveDeviceAllocateConflict);
+    }
+    let (mem, cores) = demand(gpu, request);
+    if info.devmem.saturating_sub(u.mem_mib) < mem || mem == 0 && info.devmem == 0 {
+        return Err(Reason::CardInsufficientMemory);
+    }
+    match gpu.vendor {
+        Vendor::Amd => {
+            if info.devcore == 0 || u64::from(info.devcore).saturating_sub(u.cores) < cores {
+                return Err(Reason::CardInsufficientCore);
+            }
+        }
+        Vendor::Nvidia => {
+            let total = u64::from(info.devcore);
+            if cores >= 100 && u.used > 0 {
+                return Err(Reason::ExclusiveDeviceAllocateConflict);
+            }
+            if cores == 0 && u.cores >= total {
+                return Err(Reason::CardComputeUnitsExhausted);
+            }
+            if total.saturating_sub(u.cores) < cores {
+                return Err(Reason::CardInsufficientCore);
+            }
+        }
+    }
+    Ok((mem, cores))
+}
+
+/// Ordering key of a GPU under the policy: the device score with the request included.
+fn device_score(gpu: &Gpu, u: &GpuUsage, mem: u64, cores: u64) -> f64 {
+    let info = &gpu.info;
+    10.0 * (ratio(f64::from(u.used) + 1.0, f64::from(info.count))
+        + ratio((u.cores + cores) as f64, f64::from(info.devcore))
+        + ratio((u.mem_mib + mem) as f64, info.devmem as f64))
+}
+
+/// Chooses `request.count` GPUs of `vendor` for one container.
+fn fit_devices(
+    node: &NodeSnapshot,
+    usage: &[GpuUsage],
+    vendor: Vendor,
+    request: &DeviceRequest,
+    req: &FitRequest<'_>,
+) -> Result<Vec<(usize, u64, u64)>, String> {
+    let gpus = &node.devices.gpus;
+    let candidates: Vec<usize> = (0..gpus.len())
+        .filter(|i| gpus[*i].vendor == vendor)
+        .collect();
+    let want = request.count as usize;
+    if want > candidates.len() {
+        return Err("NodeInsufficientDevice".to_owned());
+    }
+    let selector = req.selectors.get(vendor);
+    let mutex = req.gpu_policy.kind == GpuPolicyKind::Mutex;
+    let mut reasons: BTreeMap<Reason, usize> = BTreeMap::new();
+    // (gpu index, mem, cores, score)
+    let mut eligible: Vec<(usize, u64, u64, f64)> = Vec::with_capacity(candidates.len());
+    for &i in &candidates {
+        match check(&gpus[i], &usage[i], request, selector, mutex) {
+            Ok((mem, cores)) => {
+                eligible.push((i, mem, cores, device_score(&gpus[i], &usage[i], mem, cores)))
+            }
+            Err(reason) => *reasons.entry(reason).or_default() += 1,
+        }
+    }
+    let numa = |i: usize| gpus[i].info.numa;
+    eligible.sort_by(|a, b| {
+        let by_score = match req.gpu_policy.kind {
+            GpuPolicyKind::Binpack => b.3.total_cmp(&a.3),
+            GpuPolicyKind::Spread | GpuPolicyKind::Mutex => a.3.total_cmp(&b.3),
+        };
+        by_score.then(numa(a.0).cmp(&numa(b.0))).then(a.0.cmp(&b.0))
+    });
+    let order: Vec<usize> = eligible.iter().map(|e| e.0).collect();
+    let link = selector.link_bind && want > 1;
+    let binding_reason = if link {
+        Reason::XgmiLinkNotFit
+    } else {
+        Reason::NumaNotFit
+    };
+    let chosen = if selector.numa_bind {
+        pick_in_numa_groups(gpus, &order, want, link)
+    } else if req.gpu_policy.numa {
+        // `numa` in the policy is a preference: fall back to any GPUs.
+        pick_in_numa_groups(gpus, &order, want, link).or_else(|| pick(gpus, &order, want, link))
+    } else {
+        pick(gpus, &order, want, link)
+    };
+    match chosen {
+        Some(chosen) => Ok(chosen
+            .into_iter()
+            .filter_map(|i| eligible.iter().find(|e| e.0 == i).map(|e| (e.0, e.1, e.2)))
+            .collect()),
+        None => {
+            if order.len() >= want {
+                // Enough GPUs fit on their own; the binding constraint ruled them out.
+                *reasons.entry(binding_reason).or_default() += order.len();
+            }
+            Err(format_reasons(&reasons, candidates.len()))
+        }
+    }
+}
+
+/// The first `want` GPUs of `order`, or with `link`, the first `want` that are pairwise
+/// XGMI peers, trying each start in order.
+fn pick(gpus: &[Gpu], order: &[usize], want: usize, link: bool) -> Option<Vec<usize>> {
+    if order.len() < want {
+        return None;
+    }
+    if !link {
+        return Some(order[..want].to_vec());
+    }
+    for (s, &start) in order.iter().enumerate() {
+        let mut chosen = vec![start];
+        for &next in &order[s + 1..] {
+            if chosen.iter().all(|&c| xgmi_peers(&gpus[c], &gpus[next])) {
+                chosen.push(next);
+                if chosen.len() == want {
+                    return Some(chosen);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// All GPUs on one NUMA node: groups are tried in the order of their best GPU.
+fn pick_in_numa_groups(
+    gpus: &[Gpu],
+    order: &[usize],
+    want: usize,
+    link: bool,
+) -> Option<Vec<usize>> {
+    let mut tried = Vec::new();
+    for &first in order {
+        let numa = gpus[first].info.numa;
+        if tried.contains(&numa) {
+            continue;
+        }
+        tried.push(numa);
+        let group: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|i| gpus[*i].info.numa == numa)
+            .collect();
+        if let Some(chosen) = pick(gpus, &group, want, link) {
+            return Some(chosen);
+        }
+    }
+    None
+}
+
+fn xgmi_peers(a: &Gpu, b: &Gpu) -> bool {
+    let listed = |x: &Gpu, y: &Gpu| match &y.info.custom_info.pci_bdf {
+        Some(bdf) => x
+            .info
+            .custom_info
+            .xgmi_peers
+            .iter()
+            .any(|p| p.eq_ignore_ascii_case(bdf)),
+        None => false,
+    };
+    listed(a, b) || listed(b, a)
+}
+
+#[cfg(test)]
+#[path = "fit_tests.rs"]
+mod tests;

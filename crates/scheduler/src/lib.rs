@@ -1,0 +1,9 @@
+//! The hami-rs scheduler: a kube-scheduler extender (filter, bind) and a mutating webhook.
+//!
+//! Pure cores (no I/O): [`snapshot`] (what a node offers and what is used), [`usage`]
+//! (what a pod holds), [`fit`] (which node and GPUs), [`admission`] (webhook decisions).
+
+pub mod admission;
+pub mod fit;
+pub mod snapshot;
+pub mod usage;
