@@ -6,4 +6,5 @@
 pub mod admission;
 pub mod fit;
 pub mod snapshot;
+pub mod state;
 pub mod usage;
