@@ -4,6 +4,7 @@
 //! (what a pod holds), [`fit`] (which node and GPUs), [`admission`] (webhook decisions).
 
 pub mod admission;
+pub mod extender;
 pub mod fit;
 pub mod snapshot;
 pub mod state;
