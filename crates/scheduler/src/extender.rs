@@ -304,6 +304,12 @@ pub fn decide_filter(
     state.reserve(
         &uid,
         PodHolding {
+            namespace: pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            name: pod.metadata.name.clone().unwrap_or_default(),
             node: node.clone(),
             charges,
         },

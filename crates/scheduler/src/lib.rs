@@ -4,8 +4,15 @@
 //! (what a pod holds), [`fit`] (which node and GPUs), [`admission`] (webhook decisions).
 
 pub mod admission;
+pub mod config;
 pub mod extender;
 pub mod fit;
+pub mod http;
+pub mod leader;
+pub mod lock_client;
+pub mod metrics;
+pub mod runtime;
+pub mod server;
 pub mod snapshot;
 pub mod state;
 pub mod usage;

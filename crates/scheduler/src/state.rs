@@ -22,6 +22,8 @@ use crate::usage::{DeviceCharge, collapse};
 /// What a pod holds, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodHolding {
+    pub namespace: String,
+    pub name: String,
     pub node: String,
     pub charges: Vec<DeviceCharge>,
 }
@@ -74,6 +76,12 @@ pub fn pod_holding(pod: &Pod) -> Result<Option<PodHolding>, HoldingError> {
         charges.extend(collapse(&kinds, &runs));
     }
     Ok(Some(PodHolding {
+        namespace: pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        name: pod.metadata.name.clone().unwrap_or_default(),
         node: node.clone(),
         charges,
     }))
@@ -307,6 +315,11 @@ impl ClusterState {
         self.pods.get(uid).is_some_and(|e| e.pending.is_some())
     }
 
+    /// Every pod holding GPUs, with its uid.
+    pub fn holdings(&self) -> impl Iterator<Item = (&String, &PodHolding)> {
+        self.pods.iter().map(|(uid, e)| (uid, &e.holding))
+    }
+
     pub fn pod_count(&self) -> usize {
         self.pods.len()
     }
@@ -381,6 +394,8 @@ mod tests {
         s.reserve(
             "p1",
             PodHolding {
+                namespace: "ns".into(),
+                name: "p1".into(),
                 node: "n1".into(),
                 charges,
             },

@@ -1,0 +1,19 @@
+//! `libamvgpu.so`: the HIP memory hook, loaded with `LD_AUDIT` (SPEC §5). See README.md.
+//!
+//! - [`audit`]: the linker callbacks that hand wrappers to callers outside the HIP runtime.
+//! - `wrappers`: reserve-before-allocate, frees, limit reporting, pinned `getenv`.
+//! - [`config`], [`environ`], [`pinned_env`]: settings from the pod spec and the process.
+//! - [`sizing`], [`tracker`]: pure accounting helpers.
+
+pub mod audit;
+pub mod config;
+pub mod environ;
+mod ffi_guard;
+mod hip_abi;
+pub mod log;
+pub mod pinned_env;
+pub mod sizing;
+mod state;
+pub mod symbols;
+pub mod tracker;
+mod wrappers;

@@ -1,0 +1,214 @@
+//! The process's hook state, created on the first wrapped call (never inside the linker's
+//! callbacks) and re-created in a forked child, which must not account into its parent's slot.
+
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{
+    AtomicPtr, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
+use std::sync::{Mutex, MutexGuard};
+
+use hami_region::Session;
+use hami_region::layout::LIMIT_NONE;
+
+use crate::config::{HookConfig, resolve};
+use crate::tracker::Tracker;
+
+pub struct ProcessState {
+    pid: i32,
+    pub config: HookConfig,
+    /// `None` when the region could not be used: limited devices then fail closed.
+    pub session: Option<ManuallyDrop<Session>>,
+    tracker: Mutex<Tracker>,
+    /// Milliseconds (monotonic) of the last reclaim pass run from hipMemGetInfo.
+    last_reclaim_ms: AtomicU64,
+}
+
+static STATE: AtomicPtr<ProcessState> = AtomicPtr::new(std::ptr::null_mut());
+static INIT: Mutex<()> = Mutex::new(());
+
+/// A page the kernel zeroes in a forked child (`MADV_WIPEONFORK`): non-zero means "still the
+/// process that created STATE", without a `getpid` system call on every HIP call.
+static FORK_MARK: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
+
+fn own_pid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// Maps the fork-mark page once; null when the kernel cannot wipe on fork (then every call
+/// compares pids instead).
+fn fork_mark() -> *mut AtomicU64 {
+    let existing = FORK_MARK.load(Acquire);
+    if !existing.is_null() {
+        return existing;
+    }
+    // SAFETY: an anonymous private page, never unmapped; checked before use.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if page == libc::MAP_FAILED {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: madvise on the page just mapped.
+    if unsafe { libc::madvise(page, 4096, libc::MADV_WIPEONFORK) } != 0 {
+        // SAFETY: unmapping the page just mapped, unused.
+        unsafe { libc::munmap(page, 4096) };
+        return std::ptr::null_mut();
+    }
+    let mark = page.cast::<AtomicU64>();
+    FORK_MARK.store(mark, Release);
+    mark
+}
+
+/// The state of this process, creating it on first use.
+pub fn state() -> &'static ProcessState {
+    let current = STATE.load(Acquire);
+    let mark = FORK_MARK.load(Acquire);
+    // SAFETY: a non-null mark is our page, alive for the process's life.
+    if !mark.is_null() && unsafe { (*mark).load(Relaxed) } != 0 {
+        // SAFETY: STATE only ever holds leaked, never-freed ProcessStates, and the mark is
+        // set only after STATE.
+        if let Some(state) = unsafe { current.as_ref() } {
+            return state;
+        }
+    }
+    let pid = own_pid();
+    // SAFETY: as above.
+    if let Some(state) = unsafe { current.as_ref() }
+        && state.pid == pid
+        && mark.is_null()
+    {
+        return state;
+    }
+    let _init = INIT.lock().unwrap_or_else(|p| p.into_inner());
+    let current = STATE.load(Acquire);
+    // SAFETY: as above.
+    if let Some(state) = unsafe { current.as_ref() } {
+        if state.pid == pid {
+            return state;
+        }
+        // A forked child: leave the parent's slot to the parent. The inherited copies of its
+        // descriptors and mapping are closed; the parent's own stay as they are.
+        // SAFETY: the old state is never used again in this process (STATE is replaced
+        // below), so moving its session out once is sound.
+        if let Some(inherited) = unsafe { std::ptr::read(&state.session) } {
+            ManuallyDrop::into_inner(inherited).abandon();
+        }
+    }
+    let fresh: &'static ProcessState = Box::leak(Box::new(ProcessState::create(pid)));
+    STATE.store(std::ptr::from_ref(fresh).cast_mut(), Release);
+    let mark = fork_mark();
+    // SAFETY: a non-null mark is our page, alive for the process's life.
+    if let Some(mark) = unsafe { mark.as_ref() } {
+        mark.store(1, Release);
+    }
+    fresh
+}
+
+fn now_ms() -> u64 {
+    // SAFETY: clock_gettime into a local timespec.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: valid clock id and pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+impl ProcessState {
+    fn create(pid: i32) -> ProcessState {
+        let pod = crate::environ::pod_environ();
+        if pod.is_none() {
+            crate::log::info(format_args!(
+                "/proc/1/environ is unreadable; using this process's environment only"
+            ));
+        }
+        let from_pod = |key: &str| {
+            pod.as_deref()
+                .and_then(|pairs| crate::environ::lookup(pairs, key))
+                .map(str::to_owned)
+        };
+        let own = |key: &str| std::env::var(key).ok();
+        let config = resolve(&from_pod, &own);
+        crate::log::set_level(config.log_level);
+        for problem in &config.limit_errors {
+            crate::log::error(format_args!("{problem}"));
+        }
+        let session = match Session::attach(config.cache_path.as_ref(), &config.limits) {
+            Ok(session) => {
+                for (device, stored, wanted) in session.limit_mismatches(&config.limits) {
+                    crate::log::warn(format_args!(
+                        "device {device}: the region's limit {stored} is in force, not this process's {wanted} (the first process of the container set it)"
+                    ));
+                }
+                crate::log::debug(format_args!(
+                    "attached {} as slot {}",
+                    config.cache_path,
+                    session.slot_index()
+                ));
+                Some(ManuallyDrop::new(session))
+            }
+            Err(err) => {
+                crate::log::error(format_args!(
+                    "{err}; allocations on limited devices will be refused"
+                ));
+                None
+            }
+        };
+        ProcessState {
+            pid,
+            config,
+            session,
+            tracker: Mutex::new(Tracker::default()),
+            last_reclaim_ms: AtomicU64::new(0),
+        }
+    }
+
+    pub fn tracker(&self) -> MutexGuard<'_, Tracker> {
+        self.tracker.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The limit in force on `device`: the region's, else the configured one.
+    pub fn limit(&self, device: usize) -> u64 {
+        match &self.session {
+            Some(session) => session.device_usage(device).map_or(0, |usage| usage.limit),
+            None => self
+                .config
+                .limits
+                .bytes
+                .get(device)
+                .copied()
+                .unwrap_or(LIMIT_NONE),
+        }
+    }
+
+    /// Runs a reclaim pass at most every 100 ms (for hipMemGetInfo, so reported free memory
+    /// does not count processes that have exited).
+    pub fn reclaim_now_and_then(&self) {
+        let Some(session) = &self.session else {
+            return;
+        };
+        let now = now_ms();
+        let last = self.last_reclaim_ms.load(Relaxed);
+        if now.saturating_sub(last) >= 100
+            && self
+                .last_reclaim_ms
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            let reclaimed = session.reclaim_dead();
+            if reclaimed.slots > 0 {
+                crate::log::info(format_args!(
+                    "reclaimed {} bytes of {} exited processes",
+                    reclaimed.bytes, reclaimed.slots
+                ));
+            }
+        }
+    }
+}

@@ -1,0 +1,218 @@
+/* A HIP application for the hook's tests: runs the operations named on its command line
+ * against libamdhip64 (linked dynamically, as ROCm applications are) and prints one line
+ * per operation, "<op> <hip error> [values]". */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <hip/hip_stand_in.h>
+
+extern char **environ;
+static void *stack[4096];
+static int depth;
+static void push(void *p) { if (depth < 4096) stack[depth++] = p; }
+static void *pop(void) { return depth ? stack[--depth] : NULL; }
+static size_t num(const char *s) { return (size_t)strtoull(s, NULL, 0); }
+
+struct stress { size_t size; int iterations; long ok, oom, other; };
+static void *stress_thread(void *arg) {
+  struct stress *s = arg;
+  for (int i = 0; i < s->iterations; i++) {
+    void *p = NULL;
+    hipError_t rc = hipMalloc(&p, s->size);
+    if (rc == hipSuccess) {
+      s->ok++;
+      /* hold it briefly so that allocations overlap */
+      for (volatile int spin = 0; spin < 200; spin++) {}
+      if (hipFree(p) != hipSuccess) s->other++;
+    } else if (rc == hipErrorOutOfMemory) {
+      s->oom++;
+    } else {
+      s->other++;
+    }
+  }
+  return NULL;
+}
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  for (int i = 1; i < argc; i++) {
+    const char *op = argv[i];
+    void *p = NULL;
+    hipError_t rc;
+    if (!strcmp(op, "malloc")) {
+      rc = hipMalloc(&p, num(argv[++i]));
+      if (rc == hipSuccess) push(p);
+      printf("malloc %d\n", rc);
+    } else if (!strcmp(op, "free")) {
+      printf("free %d\n", hipFree(pop()));
+    } else if (!strcmp(op, "ext")) {
+      rc = hipExtMallocWithFlags(&p, num(argv[++i]), 0);
+      if (rc == hipSuccess) push(p);
+      printf("ext %d\n", rc);
+    } else if (!strcmp(op, "managed")) {
+      rc = hipMallocManaged(&p, num(argv[++i]), 1);
+      if (rc == hipSuccess) push(p);
+      printf("managed %d\n", rc);
+    } else if (!strcmp(op, "async")) {
+      rc = hipMallocAsync(&p, num(argv[++i]), NULL);
+      if (rc == hipSuccess) push(p);
+      printf("async %d\n", rc);
+    } else if (!strcmp(op, "freeasync")) {
+      printf("freeasync %d\n", hipFreeAsync(pop(), NULL));
+    } else if (!strcmp(op, "pool")) {
+      hipMemPool_t pool = NULL;
+      int device = (int)num(argv[++i]);
+      hipDeviceGetDefaultMemPool(&pool, device);
+      rc = hipMallocFromPoolAsync(&p, num(argv[++i]), pool, NULL);
+      if (rc == hipSuccess) push(p);
+      printf("pool %d\n", rc);
+    } else if (!strcmp(op, "pitch")) {
+      size_t pitch = 0, w = num(argv[i + 1]), h = num(argv[i + 2]);
+      i += 2;
+      rc = hipMallocPitch(&p, &pitch, w, h);
+      if (rc == hipSuccess) push(p);
+      printf("pitch %d %zu\n", rc, pitch);
+    } else if (!strcmp(op, "3d")) {
+      hipPitchedPtr pp;
+      hipExtent e = {num(argv[i + 1]), num(argv[i + 2]), num(argv[i + 3])};
+      i += 3;
+      rc = hipMalloc3D(&pp, e);
+      if (rc == hipSuccess) push(pp.ptr);
+      printf("3d %d %zu\n", rc, rc == hipSuccess ? pp.pitch : 0);
+    } else if (!strcmp(op, "array")) {
+      hipChannelFormatDesc desc = {32, 0, 0, 0, 2};
+      size_t w = num(argv[i + 1]), h = num(argv[i + 2]);
+      i += 2;
+      rc = hipMallocArray(&p, &desc, w, h, 0);
+      if (rc == hipSuccess) push(p);
+      printf("array %d\n", rc);
+    } else if (!strcmp(op, "freearray")) {
+      printf("freearray %d\n", hipFreeArray(pop()));
+    } else if (!strcmp(op, "memcreate")) {
+      hipMemAllocationProp prop;
+      memset(&prop, 0, sizeof prop);
+      prop.type = 1;
+      prop.location.type = 1;
+      prop.location.id = (int)num(argv[++i]);
+      rc = hipMemCreate(&p, num(argv[++i]), &prop, 0);
+      if (rc == hipSuccess) push(p);
+      printf("memcreate %d\n", rc);
+    } else if (!strcmp(op, "release")) {
+      printf("release %d\n", hipMemRelease(pop()));
+    } else if (!strcmp(op, "setdevice")) {
+      printf("setdevice %d\n", hipSetDevice((int)num(argv[++i])));
+    } else if (!strcmp(op, "meminfo")) {
+      size_t free = 0, total = 0;
+      rc = hipMemGetInfo(&free, &total);
+      printf("meminfo %d %zu %zu\n", rc, free, total);
+    } else if (!strcmp(op, "props")) {
+      hipDeviceProp_t props;
+      int device = (int)num(argv[++i]);
+      rc = hipGetDeviceProperties(&props, device);
+      printf("props %d %zu %d\n", rc, props.totalGlobalMem, props.multiProcessorCount);
+    } else if (!strcmp(op, "attr")) {
+      int total = 0, cus = 0;
+      int device = (int)num(argv[++i]);
+      rc = hipDeviceGetAttribute(&total, hipDeviceAttributeTotalGlobalMem, device);
+      hipDeviceGetAttribute(&cus, hipDeviceAttributeMultiprocessorCount, device);
+      printf("attr %d %d %d\n", rc, total, cus);
+    } else if (!strcmp(op, "totalmem")) {
+      size_t total = 0;
+      rc = hipDeviceTotalMem(&total, (int)num(argv[++i]));
+      printf("totalmem %d %zu\n", rc, total);
+    } else if (!strcmp(op, "procaddr")) {
+      /* hipMalloc obtained through hipGetProcAddress, as HIP-aware libraries do */
+      hipError_t (*fn)(void **, size_t) = NULL;
+      int status = -1;
+      rc = hipGetProcAddress("hipMalloc", (void **)&fn, 600, 0, &status);
+      hipError_t rc2 = fn ? fn(&p, num(argv[++i])) : -1;
+      if (rc2 == hipSuccess) push(p);
+      printf("procaddr %d %d\n", rc, rc2);
+    } else if (!strcmp(op, "dlsym")) {
+      void *lib = dlopen("libamdhip64.so.6", RTLD_NOW | RTLD_NOLOAD);
+      hipError_t (*fn)(void **, size_t) = lib ? (hipError_t (*)(void **, size_t))dlsym(lib, "hipMalloc") : NULL;
+      rc = fn ? fn(&p, num(argv[++i])) : -1;
+      if (rc == hipSuccess) push(p);
+      printf("dlsym %d\n", rc);
+    } else if (!strcmp(op, "setenv")) {
+      setenv(argv[i + 1], argv[i + 2], 1);
+      i += 2;
+      printf("setenv 0\n");
+    } else if (!strcmp(op, "wait")) {
+      /* say so, then wait for a line on stdin */
+      char line[16];
+      printf("waiting\n");
+      if (!fgets(line, sizeof line, stdin)) return 3;
+    } else if (!strcmp(op, "hold")) {
+      /* say so, then wait to be killed */
+      printf("ready\n");
+      for (;;) pause();
+    } else if (!strcmp(op, "stress")) {
+      int threads = (int)num(argv[i + 1]), iterations = (int)num(argv[i + 2]);
+      size_t size = num(argv[i + 3]);
+      i += 3;
+      pthread_t t[64];
+      struct stress s[64];
+      if (threads > 64) threads = 64;
+      for (int k = 0; k < threads; k++) {
+        s[k] = (struct stress){size, iterations, 0, 0, 0};
+        pthread_create(&t[k], NULL, stress_thread, &s[k]);
+      }
+      long ok = 0, oom = 0, other = 0;
+      for (int k = 0; k < threads; k++) {
+        pthread_join(t[k], NULL);
+        ok += s[k].ok; oom += s[k].oom; other += s[k].other;
+      }
+      printf("stress %ld %ld %ld\n", ok, oom, other);
+    } else if (!strcmp(op, "bench")) {
+      /* ns per hipMalloc+hipFree pair, single thread */
+      long iterations = (long)num(argv[++i]);
+      double start = now_ns();
+      for (long k = 0; k < iterations; k++) {
+        if (hipMalloc(&p, 4096) != hipSuccess || hipFree(p) != hipSuccess) { printf("bench failed\n"); return 1; }
+      }
+      printf("bench %.0f\n", (now_ns() - start) / iterations);
+    } else if (!strcmp(op, "fork_malloc")) {
+      /* a forked child allocates and exits without freeing */
+      size_t size = num(argv[++i]);
+      pid_t pid = fork();
+      if (pid == 0) {
+        printf("child %d\n", hipMalloc(&p, size));
+        fflush(stdout);
+        _exit(0);
+      }
+      int status = 0;
+      waitpid(pid, &status, 0);
+      printf("fork %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    } else if (!strcmp(op, "spawn_clean")) {
+      /* a child with a cleaned environment that keeps only LD_AUDIT (what vLLM engines do) */
+      char audit[4096], path[4096];
+      snprintf(audit, sizeof audit, "LD_AUDIT=%s", getenv("LD_AUDIT") ? getenv("LD_AUDIT") : "");
+      snprintf(path, sizeof path, "LD_LIBRARY_PATH=%s", getenv("LD_LIBRARY_PATH") ? getenv("LD_LIBRARY_PATH") : "");
+      char *envp[] = {audit, path, NULL};
+      char *args[] = {argv[0], "malloc", argv[++i], NULL};
+      pid_t pid = fork();
+      if (pid == 0) { execve("/proc/self/exe", args, envp); _exit(127); }
+      int status = 0;
+      waitpid(pid, &status, 0);
+      printf("spawn_clean %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    } else {
+      fprintf(stderr, "hip_probe: unknown operation %s\n", op);
+      return 2;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,12 @@
+//! A stand-in HIP runtime, `libamdhip64.so` (SONAME `libamdhip64.so.6`): `FAKE_HIP_DEVICE_COUNT`
+//! devices of `FAKE_HIP_DEVICE_MEMORY` bytes that really track allocations, exported with
+//! HIP's C names, signatures and error codes, so that the memory hook is tested through real
+//! dynamic linking. See README.md.
+
+pub mod abi;
+pub mod allocations;
+mod api;
+pub mod config;
+pub mod cu_mask;
+mod device_memory;
+mod runtime;

@@ -1,0 +1,16 @@
+//! The shared accounting region of the HIP memory hook (SPEC §5, §6): a versioned, memory-
+//! mapped file shared by every process of a container and read by the monitor.
+//!
+//! - [`layout`]: the byte layout (documented byte by byte in README.md).
+//! - [`accounting`]: the pure reserve/release/report decisions.
+//! - [`Session`]: a process's claimed slot and the operations on the mapping.
+
+pub mod accounting;
+mod file_lock;
+pub mod layout;
+mod session;
+
+pub use accounting::OverLimit;
+pub use session::{
+    DeviceLock, DeviceUsage, Limits, Reclaimed, RegionError, ReserveError, Session, SlotView,
+};

@@ -1,0 +1,246 @@
+//! Flags and the YAML config file. A flag given on the command line wins over the file,
+//! the file over the built-in defaults, so the scheduler runs with neither.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hami_protocol::requests::RequestDefaults;
+use hami_protocol::selection::{GpuPolicy, NodePolicy};
+use serde::Deserialize;
+
+use crate::admission::WebhookConfig;
+use crate::extender::FilterConfig;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SchedulerArgs {
+    /// kubeconfig file; without it, $KUBECONFIG, ~/.kube/config, then in-cluster config.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Listener for /filter, /bind, /webhook, /healthz, /readyz.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub http_bind: SocketAddr,
+    /// Prometheus metrics listener (/metrics).
+    #[arg(long, default_value = "0.0.0.0:9395")]
+    pub metrics_bind_address: SocketAddr,
+    /// TLS certificate (PEM); reloaded when the file changes. Plain HTTP without it.
+    #[arg(long, requires = "key_file")]
+    pub cert_file: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "cert_file")]
+    pub key_file: Option<PathBuf>,
+    /// YAML config file (see README).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The schedulerName pods are given (must match kube-scheduler's profile).
+    #[arg(long)]
+    pub scheduler_name: Option<String>,
+    /// GPU policy when the pod does not choose: binpack, spread or mutex (+ ",numa").
+    #[arg(long)]
+    pub gpu_scheduler_policy: Option<String>,
+    /// Node policy when the pod does not choose: binpack or spread.
+    #[arg(long)]
+    pub node_scheduler_policy: Option<String>,
+    /// Node locks older than this many seconds may be taken over (D-2).
+    #[arg(long)]
+    pub node_lock_expiry_seconds: Option<u64>,
+    /// How long bind waits for a busy node lock; keep it below kube-scheduler's extender
+    /// httpTimeout (30 s).
+    #[arg(long)]
+    pub bind_lock_wait_seconds: Option<u64>,
+    /// Run leader election on a Lease; only the leader filters and binds.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Lease name and namespace for leader election.
+    #[arg(long, default_value = "hami-scheduler")]
+    pub lease_name: String,
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    pub lease_namespace: String,
+    /// This replica's identity in the Lease (defaults to the pod name or host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+/// The YAML config file. Resource names and annotation keys are HAMi's and fixed.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FileConfig {
+    pub scheduler_name: Option<String>,
+    pub gpu_scheduler_policy: Option<String>,
+    pub node_scheduler_policy: Option<String>,
+    pub node_lock_expiry_seconds: Option<u64>,
+    pub bind_lock_wait_seconds: Option<u64>,
+    pub force_overwrite_default_scheduler: Option<bool>,
+    #[serde(default)]
+    pub defaults: FileDefaults,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FileDefaults {
+    /// NVIDIA MiB when a container gives neither gpumem nor a percentage (0 = whole card).
+    pub nvidia_default_memory: Option<u64>,
+    /// NVIDIA cores when memory is given without gpucores.
+    pub nvidia_default_cores: Option<u32>,
+    /// Count added when memory or cores come without a count.
+    pub default_gpu_num: Option<u32>,
+}
+
+/// Everything resolved.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub scheduler_name: String,
+    pub filter: FilterConfig,
+    pub webhook: WebhookConfig,
+    pub node_lock_expiry: Duration,
+    pub bind_lock_wait: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::resolve(&SchedulerArgs::defaults(), FileConfig::default())
+            .expect("defaults are valid")
+    }
+}
+
+impl SchedulerArgs {
+    /// The flags' defaults (what a bare `hami-scheduler` runs with).
+    pub fn defaults() -> Self {
+        <Self as clap::FromArgMatches>::from_arg_matches(
+            &<Self as clap::Args>::augment_args(clap::Command::new("x")).get_matches_from(["x"]),
+        )
+        .expect("defaults parse")
+    }
+}
+
+impl Settings {
+    pub fn load(args: &SchedulerArgs) -> anyhow::Result<Self> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!("cannot read config file {}: {e}", path.display())
+                })?;
+                serde_saphyr::from_str(&text).map_err(|e| {
+                    anyhow::anyhow!(
+                        "config file {}: {}",
+                        path.display(),
+                        e.to_string().lines().next().unwrap_or_default()
+                    )
+                })?
+            }
+            None => FileConfig::default(),
+        };
+        Self::resolve(args, file)
+    }
+
+    pub fn resolve(args: &SchedulerArgs, file: FileConfig) -> anyhow::Result<Self> {
+        let scheduler_name = args
+            .scheduler_name
+            .clone()
+            .or(file.scheduler_name)
+            .unwrap_or_else(|| "hami-scheduler".into());
+        let gpu_policy = match args
+            .gpu_scheduler_policy
+            .as_ref()
+            .or(file.gpu_scheduler_policy.as_ref())
+        {
+            Some(p) => {
+                GpuPolicy::parse(p).map_err(|e| anyhow::anyhow!("gpu scheduler policy: {e}"))?
+            }
+            None => GpuPolicy::default(),
+        };
+        let node_policy = match args
+            .node_scheduler_policy
+            .as_ref()
+            .or(file.node_scheduler_policy.as_ref())
+        {
+            Some(p) => {
+                NodePolicy::parse(p).map_err(|e| anyhow::anyhow!("node scheduler policy: {e}"))?
+            }
+            None => NodePolicy::Binpack,
+        };
+        let defaults = RequestDefaults {
+            nvidia_default_memory_mib: file.defaults.nvidia_default_memory.unwrap_or(0),
+            nvidia_default_cores: file.defaults.nvidia_default_cores.unwrap_or(0),
+            default_gpu_count: file.defaults.default_gpu_num.unwrap_or(1),
+        };
+        if defaults.nvidia_default_cores > 100 {
+            anyhow::bail!("defaults.nvidiaDefaultCores is a percentage: use 0 to 100");
+        }
+        if defaults.default_gpu_count == 0 {
+            anyhow::bail!("defaults.defaultGpuNum must be at least 1");
+        }
+        let expiry = args
+            .node_lock_expiry_seconds
+            .or(file.node_lock_expiry_seconds)
+            .unwrap_or(60);
+        let wait = args
+            .bind_lock_wait_seconds
+            .or(file.bind_lock_wait_seconds)
+            .unwrap_or(25);
+        if expiry == 0 {
+            anyhow::bail!("node lock expiry must be at least 1 second");
+        }
+        Ok(Settings {
+            filter: FilterConfig {
+                gpu_policy,
+                node_policy,
+                defaults: defaults.clone(),
+            },
+            webhook: WebhookConfig {
+                scheduler_name: scheduler_name.clone(),
+                force_overwrite_default_scheduler: file
+                    .force_overwrite_default_scheduler
+                    .unwrap_or(true),
+                defaults,
+            },
+            scheduler_name,
+            node_lock_expiry: Duration::from_secs(expiry),
+            bind_lock_wait: Duration::from_secs(wait),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_with_no_config() {
+        let s = Settings::default();
+        assert_eq!(s.scheduler_name, "hami-scheduler");
+        assert_eq!(s.node_lock_expiry, Duration::from_secs(60));
+        assert_eq!(s.filter.node_policy, NodePolicy::Binpack);
+    }
+
+    #[test]
+    fn flags_win_over_file() {
+        let file: FileConfig = serde_saphyr::from_str(
+            "schedulerName: from-file\ngpuSchedulerPolicy: binpack\nnodeLockExpirySeconds: 30\ndefaults:\n  nvidiaDefaultCores: 20\n",
+        )
+        .unwrap();
+        let mut args = SchedulerArgs::defaults();
+        args.scheduler_name = Some("from-flag".into());
+        let s = Settings::resolve(&args, file).unwrap();
+        assert_eq!(s.scheduler_name, "from-flag");
+        assert_eq!(s.webhook.scheduler_name, "from-flag");
+        assert_eq!(s.node_lock_expiry, Duration::from_secs(30));
+        assert_eq!(s.filter.defaults.nvidia_default_cores, 20);
+    }
+
+    #[test]
+    fn bad_config_is_refused_clearly() {
+        assert!(serde_saphyr::from_str::<FileConfig>("schedulerNmae: x\n").is_err());
+        let bad = |yaml: &str| {
+            Settings::resolve(
+                &SchedulerArgs::defaults(),
+                serde_saphyr::from_str(yaml).unwrap(),
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(bad("gpuSchedulerPolicy: fastest\n").contains("gpu scheduler policy"));
+        assert!(bad("defaults:\n  nvidiaDefaultCores: 120\n").contains("0 to 100"));
+        assert!(bad("nodeLockExpirySeconds: 0\n").contains("at least 1"));
+    }
+}
