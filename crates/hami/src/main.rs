@@ -29,6 +29,8 @@ enum Command {
         #[command(subcommand)]
         what: InspectTarget,
     },
+    /// Run the embedded Kubernetes API server (kubectl and kube-rs work against it).
+    Apiserver(hami_apiserver::ServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -55,8 +57,11 @@ enum Output {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli) {
+    let output = match Cli::parse().command {
+        Command::Apiserver(args) => return serve(args),
+        Command::Inspect { what } => inspect(what),
+    };
+    match output {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS
@@ -68,26 +73,47 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<String, InputError> {
-    match cli.command {
-        Command::Inspect { what } => match what {
-            InspectTarget::Pod(args) => {
-                let pod: Pod = parse_object(&read_source(&args.file)?, "Pod")?;
-                let report = inspect::pod_report(&pod)?;
-                Ok(match args.output {
-                    Output::Table => inspect::render_pod(&report),
-                    Output::Json => to_json(&report),
-                })
-            }
-            InspectTarget::Node(args) => {
-                let node: Node = parse_object(&read_source(&args.file)?, "Node")?;
-                let report = inspect::node_report(&node)?;
-                Ok(match args.output {
-                    Output::Table => inspect::render_node(&report),
-                    Output::Json => to_json(&report),
-                })
-            }
-        },
+/// Long-running servers: errors are operational (exit 1), not bad input.
+fn serve(args: hami_apiserver::ServeArgs) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(hami_apiserver::serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn inspect(what: InspectTarget) -> Result<String, InputError> {
+    match what {
+        InspectTarget::Pod(args) => {
+            let pod: Pod = parse_object(&read_source(&args.file)?, "Pod")?;
+            let report = inspect::pod_report(&pod)?;
+            Ok(match args.output {
+                Output::Table => inspect::render_pod(&report),
+                Output::Json => to_json(&report),
+            })
+        }
+        InspectTarget::Node(args) => {
+            let node: Node = parse_object(&read_source(&args.file)?, "Node")?;
+            let report = inspect::node_report(&node)?;
+            Ok(match args.output {
+                Output::Table => inspect::render_node(&report),
+                Output::Json => to_json(&report),
+            })
+        }
     }
 }
 

@@ -208,11 +208,23 @@ pub async fn serve(
     addr: SocketAddr,
     tls: Option<(PathBuf, PathBuf)>,
 ) -> anyhow::Result<()> {
+    let listener = std::net::TcpListener::bind(addr)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    serve_on(app, listener, tls).await
+}
+
+/// Like [`serve`], on a listener the caller bound (tests bind port 0).
+pub async fn serve_on(
+    app: Router,
+    listener: std::net::TcpListener,
+    tls: Option<(PathBuf, PathBuf)>,
+) -> anyhow::Result<()> {
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
     match tls {
         None => {
-            let listener = tokio::net::TcpListener::bind(addr).await?;
             info!(%addr, "serving plain HTTP");
-            axum::serve(listener, app).await?;
+            axum::serve(tokio::net::TcpListener::from_std(listener)?, app).await?;
         }
         Some((cert, key)) => {
             let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(&cert, &key)
@@ -244,7 +256,7 @@ pub async fn serve(
                 }
             });
             info!(%addr, "serving HTTPS");
-            axum_server::bind_rustls(addr, config)
+            axum_server::from_tcp_rustls(listener, config)?
                 .serve(app.into_make_service())
                 .await?;
         }

@@ -6,6 +6,7 @@
 pub mod admission;
 pub mod config;
 pub mod extender;
+pub mod extender_client;
 pub mod fit;
 pub mod http;
 pub mod leader;
@@ -13,6 +14,7 @@ pub mod lock_client;
 pub mod metrics;
 pub mod runtime;
 pub mod server;
+pub mod sim_kube_scheduler;
 pub mod snapshot;
 pub mod state;
 pub mod usage;

@@ -1,0 +1,605 @@
+//! Mutating admission webhooks: on pod CREATE the server calls every webhook of every
+//! `MutatingWebhookConfiguration` whose rules and selectors match, over HTTPS trusting the
+//! configured `caBundle`, with an `AdmissionReview` of the version the webhook accepts,
+//! and applies the JSONPatch it returns. Denials and failures follow `failurePolicy`.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::meta;
+use crate::resources::ResourceType;
+use crate::selector::structured_selector_matches;
+use crate::status::ApiError;
+
+/// One webhook to call, extracted from a configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Webhook {
+    pub name: String,
+    pub url: String,
+    pub ca_bundle: Vec<u8>,
+    pub timeout: Duration,
+    /// true for `failurePolicy: Fail` (the v1 default).
+    pub fail_closed: bool,
+    /// `admission.k8s.io/v1` or `admission.k8s.io/v1beta1`.
+    pub review_api_version: &'static str,
+}
+
+fn list_has(list: Option<&Value>, want: &str) -> bool {
+    list.and_then(Value::as_array).is_some_and(|a| {
+        a.iter()
+            .any(|x| x.as_str() == Some("*") || x.as_str() == Some(want))
+    })
+}
+
+fn rule_matches(rule: &Value, r: &ResourceType, operation: &str) -> bool {
+    let resources_ok = rule
+        .get("resources")
+        .and_then(Value::as_array)
+        .is_some_and(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .any(|x| x == "*" || x == r.plural)
+        });
+    let scope_ok = match rule.get("scope").and_then(Value::as_str).unwrap_or("*") {
+        "Namespaced" => r.namespaced,
+        "Cluster" => !r.namespaced,
+        _ => true,
+    };
+    list_has(rule.get("operations"), operation)
+        && list_has(rule.get("apiGroups"), r.group)
+        && list_has(rule.get("apiVersions"), r.version)
+        && resources_ok
+        && scope_ok
+}
+
+fn decode_base64(s: &str) -> Result<Vec<u8>, String> {
+    serde_json::from_value::<k8s_openapi::ByteString>(Value::String(s.to_string()))
+        .map(|b| b.0)
+        .map_err(|e| format!("invalid base64: {e}"))
+}
+
+/// The webhooks, in configuration order, that apply to this request.
+pub fn matching_webhooks(
+    configs: &[Arc<Value>],
+    r: &ResourceType,
+    operation: &str,
+    object: &Value,
+    namespace_labels: Option<&Value>,
+) -> Vec<Result<Webhook, String>> {
+    let mut out = Vec::new();
+    for cfg in configs {
+        for h in cfg
+            .get("webhooks")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let rules = h
+                .get("rules")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            if !rules.iter().any(|rule| rule_matches(rule, r, operation)) {
+                continue;
+            }
+            if r.namespaced
+                && !structured_selector_matches(h.get("namespaceSelector"), namespace_labels)
+            {
+                continue;
+            }
+            if !structured_selector_matches(
+                h.get("objectSelector"),
+                object.pointer("/metadata/labels"),
+            ) {
+                continue;
+            }
+            let name = h
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let fail_closed = h.get("failurePolicy").and_then(Value::as_str) != Some("Ignore");
+            let timeout = Duration::from_secs(
+                h.get("timeoutSeconds")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(10)
+                    .clamp(1, 30),
+            );
+            let versions: Vec<&str> = h
+                .get("admissionReviewVersions")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let review_api_version = match versions.iter().find(|v| **v == "v1" || **v == "v1beta1")
+            {
+                Some(&"v1beta1") => "admission.k8s.io/v1beta1",
+                Some(_) => "admission.k8s.io/v1",
+                None => {
+                    out.push(Err(format!(
+                        "webhook {name:?} accepts none of the AdmissionReview versions v1, v1beta1"
+                    )));
+                    continue;
+                }
+            };
+            let cc = h.get("clientConfig").cloned().unwrap_or(Value::Null);
+            let url = match (cc.get("url").and_then(Value::as_str), cc.get("service")) {
+                (Some(u), _) => u.to_string(),
+                (None, Some(svc)) => format!(
+                    "https://{}.{}.svc:{}{}",
+                    svc.get("name").and_then(Value::as_str).unwrap_or(""),
+                    svc.get("namespace").and_then(Value::as_str).unwrap_or(""),
+                    svc.get("port").and_then(Value::as_u64).unwrap_or(443),
+                    svc.get("path").and_then(Value::as_str).unwrap_or("/")
+                ),
+                (None, None) => {
+                    out.push(Err(format!("webhook {name:?} has no clientConfig")));
+                    continue;
+                }
+            };
+            let ca_bundle = match cc.get("caBundle").and_then(Value::as_str) {
+                Some(b) => match decode_base64(b) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        out.push(Err(format!("webhook {name:?}: caBundle: {e}")));
+                        continue;
+                    }
+                },
+                None => Vec::new(),
+            };
+            out.push(Ok(Webhook {
+                name,
+                url,
+                ca_bundle,
+                timeout,
+                fail_closed,
+                review_api_version,
+            }));
+        }
+    }
+    out
+}
+
+/// The AdmissionReview request sent to a webhook.
+pub fn build_review(
+    hook: &Webhook,
+    uid: &str,
+    r: &ResourceType,
+    operation: &str,
+    object: &Value,
+    namespace: &str,
+) -> Value {
+    let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
+    let gvr = json!({"group": r.group, "version": r.version, "resource": r.plural});
+    json!({
+        "apiVersion": hook.review_api_version,
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": gvk,
+            "resource": gvr,
+            "requestKind": gvk,
+            "requestResource": gvr,
+            "name": object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""),
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]},
+            "object": object,
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
+        }
+    })
+}
+
+/// What a webhook answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Allowed(Option<json_patch::Patch>),
+    Denied(ApiError),
+}
+
+/// Interprets an AdmissionReview response body. Err means the call failed (malformed answer).
+pub fn interpret_response(hook: &Webhook, uid: &str, body: &Value) -> Result<Verdict, String> {
+    let resp = body
+        .get("response")
+        .ok_or("webhook response has no \"response\"")?;
+    if hook.review_api_version == "admission.k8s.io/v1" {
+        if body.get("apiVersion").and_then(Value::as_str) != Some("admission.k8s.io/v1")
+            || body.get("kind").and_then(Value::as_str) != Some("AdmissionReview")
+        {
+            return Err(
+                "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview".into(),
+            );
+        }
+        let got = resp.get("uid").and_then(Value::as_str).unwrap_or("");
+        if got != uid {
+            return Err(format!("expected response.uid={uid:?}, got {got:?}"));
+        }
+    }
+    let allowed = resp
+        .get("allowed")
+        .and_then(Value::as_bool)
+        .ok_or("webhook response has no \"allowed\"")?;
+    if !allowed {
+        let status = resp.get("status").cloned().unwrap_or(Value::Null);
+        let code = status
+            .get("code")
+            .and_then(Value::as_u64)
+            .filter(|c| *c >= 400)
+            .unwrap_or(403) as u16;
+        let msg = status.get("message").and_then(Value::as_str).unwrap_or("");
+        let reason = status
+            .get("reason")
+            .and_then(Value::as_str)
+            .filter(|r| !r.is_empty())
+            .unwrap_or(crate::faults::reason_for(code));
+        let message = if msg.is_empty() {
+            format!(
+                "admission webhook {:?} denied the request without explanation",
+                hook.name
+            )
+        } else {
+            format!(
+                "admission webhook {:?} denied the request: {msg}",
+                hook.name
+            )
+        };
+        return Ok(Verdict::Denied(ApiError::new(code, reason, message)));
+    }
+    // Go decodes a []byte field from a base64 string or from an array of numbers; kube-rs's
+    // AdmissionResponse sends the latter, so accept both as the real server does.
+    let bytes: Option<Vec<u8>> = match resp.get("patch") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(p)) if p.is_empty() => None,
+        Some(Value::String(p)) => Some(decode_base64(p)?),
+        Some(Value::Array(a)) if a.is_empty() => None,
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .map(|x| x.as_u64().filter(|n| *n <= 255).map(|n| n as u8))
+                .collect::<Option<Vec<u8>>>()
+                .ok_or("webhook response patch is neither base64 nor an array of bytes")?,
+        ),
+        Some(_) => {
+            return Err("webhook response patch is neither base64 nor an array of bytes".into());
+        }
+    };
+    match bytes {
+        None => Ok(Verdict::Allowed(None)),
+        Some(bytes) => {
+            if let Some(pt) = resp.get("patchType").and_then(Value::as_str)
+                && pt != "JSONPatch"
+            {
+                return Err(format!("unsupported patch type {pt:?}"));
+            }
+            let patch: json_patch::Patch = serde_json::from_slice(&bytes)
+                .map_err(|e| format!("webhook returned an invalid JSON patch: {e}"))?;
+            Ok(Verdict::Allowed(Some(patch)))
+        }
+    }
+}
+
+/// Splits `https://host:port/path` into (host, port, path).
+fn split_url(url: &str) -> Result<(String, u16, String), String> {
+    let rest = url
+        .strip_prefix("https://")
+        .ok_or_else(|| format!("webhook URL {url:?} is not https"))?;
+    let (hostport, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].to_string()),
+        None => (rest, "/".to_string()),
+    };
+    let (host, port) = if let Some(h) = hostport.strip_prefix('[') {
+        let (h, p) = h.split_once(']').ok_or("bad IPv6 host")?;
+        (
+            h.to_string(),
+            p.strip_prefix(':')
+                .map(|p| p.parse().map_err(|_| "bad port"))
+                .transpose()?
+                .unwrap_or(443),
+        )
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (
+                h.to_string(),
+                p.parse().map_err(|_| format!("bad port in {url:?}"))?,
+            ),
+            None => (hostport.to_string(), 443),
+        }
+    };
+    Ok((host, port, path))
+}
+
+fn decode_chunked(mut body: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = body
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or("bad chunked body")?;
+        let size_str = std::str::from_utf8(&body[..line_end]).map_err(|_| "bad chunk size")?;
+        let size = usize::from_str_radix(size_str.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|_| "bad chunk size")?;
+        body = &body[line_end + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        if body.len() < size {
+            return Err("truncated chunk".into());
+        }
+        out.extend_from_slice(&body[..size]);
+        body = body.get(size + 2..).unwrap_or(&[]);
+    }
+}
+
+/// POSTs `body` to an https URL trusting only `ca_pem`; returns (status, body). Blocking:
+/// run it on a blocking thread. HTTP/1.1 with `Connection: close`.
+pub fn post_https(
+    url: &str,
+    ca_pem: &[u8],
+    body: &[u8],
+    timeout: Duration,
+) -> Result<(u16, Vec<u8>), String> {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    let deadline = Instant::now() + timeout;
+    let (host, port, path) = split_url(url)?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
+        let cert = cert.map_err(|e| format!("caBundle: {e}"))?;
+        roots.add(cert).map_err(|e| format!("caBundle: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err("no caBundle certificate to verify the webhook's TLS certificate with".into());
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let server_name =
+        ServerName::try_from(host.clone()).map_err(|e| format!("bad host {host:?}: {e}"))?;
+    let conn =
+        rustls::ClientConnection::new(Arc::new(config), server_name).map_err(|e| e.to_string())?;
+    let addr = (host.as_str(), port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .next()
+        .ok_or("no address")?;
+    let tcp =
+        TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("dial tcp {addr}: {e}"))?;
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    tcp.set_read_timeout(Some(left))
+        .map_err(|e| e.to_string())?;
+    tcp.set_write_timeout(Some(left))
+        .map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: {}\r\nConnection: close\r\nUser-Agent: hami-apiserver\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes())
+        .and_then(|_| tls.write_all(body))
+        .and_then(|_| tls.flush())
+        .map_err(|e| format!("write: {e}"))?;
+    let mut raw = Vec::new();
+    match tls.read_to_end(&mut raw) {
+        Ok(_) => {}
+        // Servers that close without close_notify still delivered a full response.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(format!("read: {e}")),
+    }
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or("malformed HTTP response")?;
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut payload = raw[split + 4..].to_vec();
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or("malformed status line")?;
+    let lower = head.to_ascii_lowercase();
+    if lower.contains("transfer-encoding: chunked") {
+        payload = decode_chunked(&payload)?;
+    } else if let Some(cl) = lower
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        payload.truncate(cl);
+    }
+    Ok((status, payload))
+}
+
+/// Runs mutating admission for a CREATE of `object` (already defaulted) and returns the
+/// mutated object, or the Status error to answer with.
+pub async fn admit_create(
+    configs: Vec<Arc<Value>>,
+    r: &'static ResourceType,
+    namespace: &str,
+    namespace_labels: Option<Value>,
+    mut object: Value,
+) -> Result<Value, ApiError> {
+    let hooks = matching_webhooks(&configs, r, "CREATE", &object, namespace_labels.as_ref());
+    for hook in hooks {
+        let hook = match hook {
+            Ok(h) => h,
+            Err(e) => return Err(ApiError::internal(format!("Internal error occurred: {e}"))),
+        };
+        let uid = meta::new_uid();
+        let review = build_review(&hook, &uid, r, "CREATE", &object, namespace);
+        let body = serde_json::to_vec(&review).map_err(|e| ApiError::internal(e.to_string()))?;
+        let call = {
+            let (url, ca, timeout) = (hook.url.clone(), hook.ca_bundle.clone(), hook.timeout);
+            tokio::time::timeout(
+                timeout,
+                tokio::task::spawn_blocking(move || post_https(&url, &ca, &body, timeout)),
+            )
+        };
+        let outcome: Result<Verdict, String> = match call.await {
+            Err(_) => Err(format!(
+                "context deadline exceeded (timeout {}s)",
+                hook.timeout.as_secs()
+            )),
+            Ok(Err(join)) => Err(join.to_string()),
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Ok(Ok((status, bytes)))) if status != 200 => Err(format!(
+                "received HTTP status {status}: {}",
+                String::from_utf8_lossy(&bytes)
+            )),
+            Ok(Ok(Ok((_, bytes)))) => serde_json::from_slice::<Value>(&bytes)
+                .map_err(|e| format!("the response is not JSON: {e}"))
+                .and_then(|v| interpret_response(&hook, &uid, &v)),
+        };
+        match outcome {
+            Ok(Verdict::Denied(e)) => return Err(e),
+            Ok(Verdict::Allowed(None)) => {}
+            Ok(Verdict::Allowed(Some(patch))) => {
+                let mut patched = object.clone();
+                match json_patch::patch(&mut patched, &patch) {
+                    Ok(()) => object = patched,
+                    Err(e) if hook.fail_closed => {
+                        return Err(ApiError::internal(format!(
+                            "Internal error occurred: failed calling webhook {:?}: the JSON patch failed to apply: {e}",
+                            hook.name
+                        )));
+                    }
+                    Err(e) => {
+                        tracing::warn!(webhook = %hook.name, "ignoring webhook patch that failed to apply: {e}")
+                    }
+                }
+            }
+            Err(e) if hook.fail_closed => {
+                return Err(ApiError::internal(format!(
+                    "Internal error occurred: failed calling webhook {:?}: failed to call webhook: Post {:?}: {e}",
+                    hook.name, hook.url
+                )));
+            }
+            Err(e) => {
+                tracing::warn!(webhook = %hook.name, "failed calling webhook, failurePolicy Ignore: {e}")
+            }
+        }
+    }
+    Ok(object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::lookup;
+
+    fn config(extra: Value) -> Arc<Value> {
+        let mut h = json!({
+            "name": "hami.io",
+            "clientConfig": {"url": "https://127.0.0.1:9443/mutate", "caBundle": "TFMwdExTMUNSVWRKVGlCRFJWSlVTVVpKUTBGVVJTMHRMUzB0Q2c9PQ=="},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+            "admissionReviewVersions": ["v1beta1"],
+            "sideEffects": "None",
+            "failurePolicy": "Ignore",
+            "timeoutSeconds": 3
+        });
+        if let (Some(h), Some(e)) = (h.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                h.insert(k.clone(), v.clone());
+            }
+        }
+        Arc::new(json!({"webhooks": [h]}))
+    }
+
+    #[test]
+    fn matching_honours_rules_and_selectors() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let pod = json!({"metadata": {"labels": {"gpu": "yes"}}});
+        let hooks = matching_webhooks(&[config(json!({}))], pods, "CREATE", &pod, None);
+        let h = hooks[0].as_ref().unwrap();
+        assert_eq!(h.review_api_version, "admission.k8s.io/v1beta1");
+        assert!(!h.fail_closed);
+        assert_eq!(h.timeout, Duration::from_secs(3));
+        assert!(!h.ca_bundle.is_empty());
+        assert!(matching_webhooks(&[config(json!({}))], pods, "UPDATE", &pod, None).is_empty());
+        let nodes = lookup("", "v1", "nodes").unwrap();
+        assert!(matching_webhooks(&[config(json!({}))], nodes, "CREATE", &pod, None).is_empty());
+        let sel = config(json!({"objectSelector": {"matchLabels": {"gpu": "no"}}}));
+        assert!(matching_webhooks(&[sel], pods, "CREATE", &pod, None).is_empty());
+        let nssel = config(
+            json!({"namespaceSelector": {"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]}}),
+        );
+        assert_eq!(
+            matching_webhooks(
+                std::slice::from_ref(&nssel),
+                pods,
+                "CREATE",
+                &pod,
+                Some(&json!({"hami.io/webhook": "ignore"}))
+            )
+            .len(),
+            0
+        );
+        assert_eq!(
+            matching_webhooks(&[nssel], pods, "CREATE", &pod, Some(&json!({}))).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn responses() {
+        let hook = Webhook {
+            name: "w".into(),
+            url: "https://x/".into(),
+            ca_bundle: vec![],
+            timeout: Duration::from_secs(1),
+            fail_closed: true,
+            review_api_version: "admission.k8s.io/v1",
+        };
+        // [{"op":"add","path":"/x","value":1}]
+        let patch = "W3sib3AiOiJhZGQiLCJwYXRoIjoiL3giLCJ2YWx1ZSI6MX1d";
+        let ok = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u", "allowed": true, "patchType": "JSONPatch", "patch": patch}});
+        match interpret_response(&hook, "u", &ok).unwrap() {
+            Verdict::Allowed(Some(p)) => assert_eq!(p.0.len(), 1),
+            other => panic!("{other:?}"),
+        }
+        assert!(interpret_response(&hook, "other", &ok).is_err());
+        // kube-rs serialises the patch bytes as a JSON array of numbers
+        let as_array = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u", "allowed": true, "patchType": "JSONPatch", "patch": br#"[{"op":"add","path":"/x","value":1}]"#.to_vec()}});
+        assert!(matches!(
+            interpret_response(&hook, "u", &as_array).unwrap(),
+            Verdict::Allowed(Some(_))
+        ));
+        let junk = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u", "allowed": true, "patch": 5}});
+        assert!(interpret_response(&hook, "u", &junk).is_err());
+        let deny = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u", "allowed": false, "status": {"message": "no GPUs"}}});
+        match interpret_response(&hook, "u", &deny).unwrap() {
+            Verdict::Denied(e) => {
+                assert_eq!(e.code, 403);
+                assert_eq!(
+                    e.message,
+                    "admission webhook \"w\" denied the request: no GPUs"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn urls_and_chunks() {
+        assert_eq!(
+            split_url("https://127.0.0.1:8443/m?x=1").unwrap(),
+            ("127.0.0.1".into(), 8443, "/m?x=1".into())
+        );
+        assert_eq!(
+            split_url("https://svc.ns.svc").unwrap(),
+            ("svc.ns.svc".into(), 443, "/".into())
+        );
+        assert!(split_url("http://a").is_err());
+        assert_eq!(
+            decode_chunked(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap(),
+            b"abcde"
+        );
+    }
+}

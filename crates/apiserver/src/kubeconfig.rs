@@ -1,0 +1,58 @@
+//! A kubeconfig file pointing at this server, accepted by kubectl and kube-rs.
+
+use std::path::Path;
+
+/// The kubeconfig YAML for a server at `server_url` (e.g. `http://127.0.0.1:6443`).
+/// The user entry carries a placeholder bearer token: plain HTTP on loopback needs no
+/// credentials, but some clients refuse a user with no auth method at all.
+pub fn kubeconfig_yaml(server_url: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: hami-embedded
+  cluster:
+    server: {server_url}
+contexts:
+- name: hami-embedded
+  context:
+    cluster: hami-embedded
+    user: hami-embedded
+    namespace: default
+current-context: hami-embedded
+preferences: {{}}
+users:
+- name: hami-embedded
+  user:
+    token: hami-embedded-apiserver
+"
+    )
+}
+
+/// Writes the kubeconfig atomically (temporary file, then rename), mode 0600.
+pub fn write_kubeconfig(path: &Path, server_url: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp-kubeconfig");
+    std::fs::write(&tmp, kubeconfig_yaml(server_url))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_as_yaml_with_server() {
+        let y = kubeconfig_yaml("http://127.0.0.1:1234");
+        let v: serde_json::Value = serde_saphyr::from_str(&y).unwrap();
+        assert_eq!(
+            v["clusters"][0]["cluster"]["server"],
+            "http://127.0.0.1:1234"
+        );
+        assert_eq!(v["current-context"], "hami-embedded");
+    }
+}

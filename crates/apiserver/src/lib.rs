@@ -1,0 +1,341 @@
+//! An embedded Kubernetes API server speaking the real HTTP/JSON protocol, so that stock
+//! clients (kube-rs, kubectl) run unchanged against it in tests and in `hami demo`.
+//! See README.md for what is faithful and what is not.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default()).await?;
+//! server.write_kubeconfig(std::path::Path::new("/tmp/kubeconfig"))?;
+//! server.faults().fail_next(Some("patch"), Some("pods"), 1, 500);
+//! # Ok(()) }
+//! ```
+
+pub mod admission;
+pub mod discovery;
+pub mod faults;
+pub mod http;
+pub mod kubeconfig;
+pub mod managed_fields;
+pub mod meta;
+pub mod openapi;
+pub mod patch;
+pub mod persistence;
+pub mod request_log;
+pub mod resources;
+pub mod route;
+pub mod selector;
+pub mod status;
+pub mod store;
+pub mod stored;
+pub mod strategic_merge;
+pub mod strategy;
+pub mod table;
+pub mod watch;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use request_log::RequestRecord;
+pub use status::ApiError;
+
+use crate::http::AppState;
+use crate::store::Store;
+
+/// Settings of a server.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to bind; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Keep objects in this directory across restarts.
+    pub data_dir: Option<PathBuf>,
+    /// Watch events kept for resuming watches; older resourceVersions get 410 Expired.
+    pub history_limit: usize,
+    /// Events buffered per watcher before a slow watcher is ended with 410.
+    pub watch_buffer: usize,
+    /// Interval of BOOKMARK events for watches that allow them.
+    pub bookmark_interval: Duration,
+    /// Watch duration when the client gives no `timeoutSeconds`.
+    pub default_watch_timeout: Duration,
+    /// Requests kept in the request log.
+    pub request_log_capacity: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir: None,
+            history_limit: store::DEFAULT_HISTORY,
+            watch_buffer: 16 * 1024,
+            bookmark_interval: Duration::from_secs(10),
+            default_watch_timeout: Duration::from_secs(1800),
+            request_log_capacity: 10_000,
+        }
+    }
+}
+
+/// Entry point: `ApiServer::start(config)`.
+pub struct ApiServer;
+
+impl ApiServer {
+    /// Binds, loads persisted state if any, and serves in a background task.
+    pub async fn start(config: Config) -> anyhow::Result<RunningApiServer> {
+        let mut store = Store::new(config.history_limit);
+        let persistence = match &config.data_dir {
+            Some(dir) => Some(persistence::Persistence::open(dir, &mut store)?),
+            None => None,
+        };
+        store.ensure_default_namespaces();
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let (events, _) = tokio::sync::broadcast::channel(config.watch_buffer.max(16));
+        let (closer, _) = tokio::sync::watch::channel(0u64);
+        let state = Arc::new(AppState {
+            store: Mutex::new(store),
+            events,
+            closer,
+            faults: Mutex::new(faults::FaultState::default()),
+            log: request_log::RequestLog::new(config.request_log_capacity),
+            persistence: persistence.map(Mutex::new),
+            server_address: addr.to_string(),
+            bookmark_interval: config.bookmark_interval,
+            default_watch_timeout: config.default_watch_timeout,
+        });
+        // Persist the default namespaces created above (and anything else pending).
+        state.write(|_| Ok::<(), ApiError>(()))?;
+        let app = axum::Router::new()
+            .fallback(http::handle)
+            .layer(axum::extract::DefaultBodyLimit::disable())
+            .with_state(state.clone());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stop_rx.await;
+            };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!("embedded API server stopped: {e}");
+            }
+        });
+        tracing::info!(%addr, "embedded Kubernetes API server listening");
+        Ok(RunningApiServer {
+            addr,
+            state,
+            stop: Some(stop_tx),
+            task: Some(task),
+        })
+    }
+}
+
+/// A running server. Dropping it stops it.
+pub struct RunningApiServer {
+    addr: SocketAddr,
+    state: Arc<AppState>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl RunningApiServer {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn kubeconfig_yaml(&self) -> String {
+        kubeconfig::kubeconfig_yaml(&self.url())
+    }
+
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        kubeconfig::write_kubeconfig(path, &self.url())
+    }
+
+    /// Fault injection.
+    pub fn faults(&self) -> FaultHandle {
+        FaultHandle {
+            state: self.state.clone(),
+        }
+    }
+
+    /// The requests answered so far (bounded; oldest dropped first).
+    pub fn request_log(&self) -> Vec<RequestRecord> {
+        self.state.log.records()
+    }
+
+    pub fn clear_request_log(&self) {
+        self.state.log.clear()
+    }
+
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.state.read(|s| s.resource_version())
+    }
+
+    /// Reads an object directly from the store (`api_version` like `v1` or `coordination.k8s.io/v1`).
+    pub fn get_object(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Value> {
+        let (group, version) = split_api_version(api_version);
+        let r = resources::lookup(group, version, plural)?;
+        self.state
+            .read(|s| s.get(r, namespace, name).ok())
+            .map(|v| (*v).clone())
+    }
+
+    /// Creates an object directly (seeding tests), with the same semantics as a POST
+    /// but without admission webhooks.
+    pub fn create_object(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        obj: Value,
+    ) -> Result<Value, ApiError> {
+        let (group, version) = split_api_version(api_version);
+        let r = resources::lookup(group, version, plural).ok_or_else(ApiError::no_route)?;
+        self.state
+            .write(|s| s.create(r, namespace, obj))
+            .map(|v| (*v).clone())
+    }
+
+    /// Stops serving: ends open watches, then waits for in-flight requests.
+    pub async fn shutdown(mut self) {
+        self.stop_now();
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+
+    fn stop_now(&mut self) {
+        self.state.close_all_watches();
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+impl Drop for RunningApiServer {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+fn split_api_version(av: &str) -> (&str, &str) {
+    match av.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", av),
+    }
+}
+
+/// Fault injection on a running server.
+#[derive(Clone)]
+pub struct FaultHandle {
+    state: Arc<AppState>,
+}
+
+impl FaultHandle {
+    /// Fails the next `n` requests matching `verb` (`get`, `list`, `watch`, `create`,
+    /// `update`, `patch`, `delete`, `deletecollection`) and `resource` (`pods`,
+    /// `pods/binding`, ...) with `code`. None matches anything.
+    pub fn fail_next(&self, verb: Option<&str>, resource: Option<&str>, n: u32, code: u16) {
+        let mut f = self.state.faults.lock().unwrap_or_else(|p| p.into_inner());
+        f.rules.push(faults::FailRule {
+            verb: verb.map(String::from),
+            resource: resource.map(String::from),
+            remaining: n,
+            code,
+        });
+    }
+
+    /// Adds `latency` to every request (zero to stop).
+    pub fn set_latency(&self, latency: Duration) {
+        self.state
+            .faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .latency = latency;
+    }
+
+    /// Ends every open watch stream (clients see the connection end and re-watch).
+    pub fn close_all_watches(&self) {
+        self.state.close_all_watches();
+    }
+
+    /// Drops the watch history: watches resuming from an older resourceVersion get 410 Expired.
+    pub fn expire_watch_history(&self) {
+        self.state
+            .write(|s| {
+                s.expire_history();
+                Ok::<(), ApiError>(())
+            })
+            .ok();
+    }
+
+    /// Removes all fail rules and latency.
+    pub fn clear(&self) {
+        *self.state.faults.lock().unwrap_or_else(|p| p.into_inner()) =
+            faults::FaultState::default();
+    }
+}
+
+/// Arguments of `hami apiserver`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to serve plain HTTP on; must be a loopback address (there is no authentication).
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    pub listen: SocketAddr,
+    /// Write a kubeconfig for this server here (kubectl and kube-rs accept it).
+    #[arg(long)]
+    pub kubeconfig_out: Option<PathBuf>,
+    /// Keep objects and resourceVersions in this directory across restarts.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Serves until Ctrl-C (SIGINT) or SIGTERM.
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    if !args.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "refusing to serve the unauthenticated API on {}: use a loopback address such as 127.0.0.1:{}",
+            args.listen,
+            args.listen.port()
+        );
+    }
+    let server = ApiServer::start(Config {
+        listen: args.listen,
+        data_dir: args.data_dir.clone(),
+        ..Config::default()
+    })
+    .await?;
+    if let Some(path) = &args.kubeconfig_out {
+        server
+            .write_kubeconfig(path)
+            .map_err(|e| anyhow::anyhow!("cannot write kubeconfig {}: {e}", path.display()))?;
+    }
+    eprintln!(
+        "embedded Kubernetes API server listening on {}",
+        server.url()
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    server.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,410 @@
+//! Label and field selectors: parsing the query-string syntax and matching objects.
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+use crate::status::ApiError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LabelReq {
+    Eq(String, String),
+    NotEq(String, String),
+    In(String, BTreeSet<String>),
+    NotIn(String, BTreeSet<String>),
+    Exists(String),
+    NotExists(String),
+}
+
+/// A parsed label selector: all requirements must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelSelector(pub Vec<LabelReq>);
+
+/// Splits on commas that are not inside parentheses.
+fn split_top_level(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+fn valid_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= 317
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+}
+
+fn valid_value(v: &str) -> bool {
+    v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+fn parse_set(rest: &str, whole: &str) -> Result<BTreeSet<String>, ApiError> {
+    let rest = rest.trim();
+    let inner = rest
+        .strip_prefix('(')
+        .and_then(|r| r.strip_suffix(')'))
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unable to parse requirement: found '{rest}', expected: '(' in {whole:?}"
+            ))
+        })?;
+    let mut set = BTreeSet::new();
+    for v in inner.split(',') {
+        let v = v.trim();
+        if !valid_value(v) {
+            return Err(ApiError::bad_request(format!(
+                "invalid label value: {v:?} in selector {whole:?}"
+            )));
+        }
+        set.insert(v.to_string());
+    }
+    Ok(set)
+}
+
+impl LabelSelector {
+    pub fn parse(s: &str) -> Result<Self, ApiError> {
+        let mut reqs = Vec::new();
+        if s.trim().is_empty() {
+            return Ok(LabelSelector(reqs));
+        }
+        for part in split_top_level(s) {
+            let p = part.trim();
+            let bad = || {
+                ApiError::bad_request(format!(
+                    "unable to parse requirement: {p:?} in label selector {s:?}"
+                ))
+            };
+            let req = if let Some(k) = p.strip_prefix('!') {
+                LabelReq::NotExists(k.trim().to_string())
+            } else if let Some((k, v)) = p.split_once("!=") {
+                LabelReq::NotEq(k.trim().to_string(), v.trim().to_string())
+            } else if let Some((k, v)) = p.split_once("==") {
+                LabelReq::Eq(k.trim().to_string(), v.trim().to_string())
+            } else if let Some((k, v)) = p.split_once('=') {
+                LabelReq::Eq(k.trim().to_string(), v.trim().to_string())
+            } else if let Some((k, rest)) = p.split_once(" notin ") {
+                LabelReq::NotIn(k.trim().to_string(), parse_set(rest, s)?)
+            } else if let Some((k, rest)) = p.split_once(" in ") {
+                LabelReq::In(k.trim().to_string(), parse_set(rest, s)?)
+            } else if p.contains(' ') || p.contains('(') {
+                return Err(bad());
+            } else {
+                LabelReq::Exists(p.to_string())
+            };
+            let (key, value) = match &req {
+                LabelReq::Eq(k, v) | LabelReq::NotEq(k, v) => (k, Some(v)),
+                LabelReq::In(k, _)
+                | LabelReq::NotIn(k, _)
+                | LabelReq::Exists(k)
+                | LabelReq::NotExists(k) => (k, None),
+            };
+            if !valid_key(key) || value.is_some_and(|v| !valid_value(v)) {
+                return Err(bad());
+            }
+            reqs.push(req);
+        }
+        Ok(LabelSelector(reqs))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Matches against `metadata.labels` of an object.
+    pub fn matches(&self, obj: &Value) -> bool {
+        if self.0.is_empty() {
+            return true;
+        }
+        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
+        self.matches_with(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
+    }
+
+    /// Matches against a stored object's labels.
+    pub fn matches_stored(&self, obj: &crate::stored::StoredObject) -> bool {
+        self.0.is_empty() || self.matches_with(|k| obj.label(k))
+    }
+
+    fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.0.iter().all(|r| match r {
+            LabelReq::Eq(k, v) => get(k) == Some(v.as_str()),
+            LabelReq::NotEq(k, v) => get(k) != Some(v.as_str()),
+            LabelReq::In(k, set) => get(k).is_some_and(|x| set.contains(x)),
+            LabelReq::NotIn(k, set) => get(k).is_none_or(|x| !set.contains(x)),
+            LabelReq::Exists(k) => get(k).is_some(),
+            LabelReq::NotExists(k) => get(k).is_none(),
+        })
+    }
+}
+
+/// A parsed field selector: `field=value` / `field!=value` terms, all of which must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldSelector(pub Vec<(String, bool, String)>);
+
+/// The field labels each resource supports in field selectors (as the real server does;
+/// anything else is a 400 "field label not supported").
+fn supported_fields(plural: &str) -> &'static [&'static str] {
+    match plural {
+        "pods" => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        "nodes" => &["spec.unschedulable"],
+        "namespaces" => &["status.phase"],
+        "secrets" => &["type"],
+        "events" => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "reportingController",
+        ],
+        _ => &[],
+    }
+}
+
+/// Every field label a resource supports, `metadata.name` and `metadata.namespace` first.
+pub fn field_labels(plural: &str) -> Vec<&'static str> {
+    let mut v = vec!["metadata.name", "metadata.namespace"];
+    v.extend_from_slice(supported_fields(plural));
+    v
+}
+
+/// The value of a field label on an object, formatted as the server formats it.
+pub fn field_value(obj: &Value, field: &str) -> String {
+    let mut cur = obj;
+    for seg in field.split('.') {
+        match cur.get(seg) {
+            Some(v) => cur = v,
+            None => {
+                return match field {
+                    "spec.hostNetwork" | "spec.unschedulable" => "false".into(),
+                    _ => String::new(),
+                };
+            }
+        }
+    }
+    match cur {
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+impl FieldSelector {
+    pub fn parse(s: &str, plural: &str) -> Result<Self, ApiError> {
+        let mut terms = Vec::new();
+        if s.trim().is_empty() {
+            return Ok(FieldSelector(terms));
+        }
+        for part in s.split(',') {
+            let p = part.trim();
+            let (field, eq, value) = if let Some((f, v)) = p.split_once("!=") {
+                (f, false, v)
+            } else if let Some((f, v)) = p.split_once("==") {
+                (f, true, v)
+            } else if let Some((f, v)) = p.split_once('=') {
+                (f, true, v)
+            } else {
+                return Err(ApiError::bad_request(format!(
+                    "invalid selector: '{s}'; can't understand '{p}'"
+                )));
+            };
+            let field = field.trim();
+            if field != "metadata.name"
+                && field != "metadata.namespace"
+                && !supported_fields(plural).contains(&field)
+            {
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {field}"
+                )));
+            }
+            terms.push((field.to_string(), eq, value.trim().to_string()));
+        }
+        Ok(FieldSelector(terms))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.0
+            .iter()
+            .all(|(f, eq, v)| (field_value(obj, f) == *v) == *eq)
+    }
+
+    /// Matches against a stored object's pre-extracted field values.
+    pub fn matches_stored(&self, obj: &crate::stored::StoredObject) -> bool {
+        self.0.iter().all(|(f, eq, v)| (obj.field(f) == v) == *eq)
+    }
+
+    /// The value the selector pins `field` to with `=`, if any (used to narrow a list).
+    pub fn pinned(&self, field: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(f, eq, _)| f == field && *eq)
+            .map(|(_, _, v)| v.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn obj(labels: Value) -> Value {
+        json!({"metadata": {"name": "a", "namespace": "ns", "labels": labels}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
+    }
+
+    #[test]
+    fn label_operators() {
+        let o = obj(json!({"app": "web", "tier": "fe"}));
+        let m = |s: &str| LabelSelector::parse(s).unwrap().matches(&o);
+        assert!(m("app=web"));
+        assert!(m("app==web"));
+        assert!(!m("app!=web"));
+        assert!(m("app in (web,db)"));
+        assert!(!m("app notin (web, db)"));
+        assert!(m("app,tier"));
+        assert!(!m("!app"));
+        assert!(m("!missing"));
+        assert!(m("missing notin (x)"));
+        assert!(!m("missing in (x)"));
+        assert!(m("app in (web),tier=fe"));
+        assert!(m(""));
+        assert!(LabelSelector::parse("app in web").is_err());
+        assert!(LabelSelector::parse("a b").is_err());
+        assert!(LabelSelector::parse("app=we b").is_err());
+    }
+
+    #[test]
+    fn field_selectors() {
+        let o = obj(json!({}));
+        let m = |s: &str| FieldSelector::parse(s, "pods").unwrap().matches(&o);
+        assert!(m("spec.nodeName=n1"));
+        assert!(m("spec.nodeName!=n2,status.phase=Running"));
+        assert!(m("metadata.name=a,metadata.namespace=ns"));
+        assert!(!m("spec.nodeName="));
+        assert!(FieldSelector::parse("spec.bogus=x", "pods").is_err());
+        assert!(FieldSelector::parse("spec.nodeName=x", "configmaps").is_err());
+        assert!(FieldSelector::parse("nonsense", "pods").is_err());
+        let unscheduled = json!({"metadata": {"name": "b"}, "spec": {}});
+        assert!(
+            FieldSelector::parse("spec.nodeName=", "pods")
+                .unwrap()
+                .matches(&unscheduled)
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn eq_and_noteq_are_complements(k in "[a-z]{1,5}", v in "[a-z0-9]{0,5}", w in "[a-z0-9]{0,5}") {
+            let o = obj(json!({ k.clone(): w.clone() }));
+            let eq = LabelSelector::parse(&format!("{k}={v}")).unwrap().matches(&o);
+            let ne = LabelSelector::parse(&format!("{k}!={v}")).unwrap().matches(&o);
+            prop_assert_ne!(eq, ne);
+            prop_assert_eq!(eq, v == w);
+            let inn = LabelSelector::parse(&format!("{k} in ({v})")).unwrap().matches(&o);
+            let notin = LabelSelector::parse(&format!("{k} notin ({v})")).unwrap().matches(&o);
+            prop_assert_ne!(inn, notin);
+        }
+    }
+}
+
+/// Matches a structured `metav1.LabelSelector` (`matchLabels` + `matchExpressions`, as in
+/// webhook namespace/object selectors) against a label map. An empty or absent selector
+/// matches everything.
+pub fn structured_selector_matches(selector: Option<&Value>, labels: Option<&Value>) -> bool {
+    let Some(sel) = selector.filter(|s| s.is_object()) else {
+        return true;
+    };
+    let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+    if let Some(ml) = sel.get("matchLabels").and_then(Value::as_object) {
+        for (k, v) in ml {
+            if get(k) != v.as_str() {
+                return false;
+            }
+        }
+    }
+    if let Some(exprs) = sel.get("matchExpressions").and_then(Value::as_array) {
+        for e in exprs {
+            let key = e.get("key").and_then(Value::as_str).unwrap_or("");
+            let values: Vec<&str> = e
+                .get("values")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let have = get(key);
+            let ok = match e.get("operator").and_then(Value::as_str).unwrap_or("") {
+                "In" => have.is_some_and(|h| values.contains(&h)),
+                "NotIn" => have.is_none_or(|h| !values.contains(&h)),
+                "Exists" => have.is_some(),
+                "DoesNotExist" => have.is_none(),
+                _ => false,
+            };
+            if !ok {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod structured_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn structured() {
+        let labels = json!({"a": "1", "b": "2"});
+        let m = |s: Value| structured_selector_matches(Some(&s), Some(&labels));
+        assert!(m(json!({})));
+        assert!(m(json!({"matchLabels": {"a": "1"}})));
+        assert!(!m(json!({"matchLabels": {"a": "2"}})));
+        assert!(m(
+            json!({"matchExpressions": [{"key": "b", "operator": "In", "values": ["2", "3"]}]})
+        ));
+        assert!(!m(
+            json!({"matchExpressions": [{"key": "c", "operator": "Exists"}]})
+        ));
+        assert!(m(
+            json!({"matchExpressions": [{"key": "c", "operator": "DoesNotExist"}, {"key": "a", "operator": "NotIn", "values": ["9"]}]})
+        ));
+        assert!(structured_selector_matches(None, None));
+    }
+}

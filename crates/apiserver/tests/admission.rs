@@ -1,0 +1,327 @@
+//! Mutating admission end to end: a real HTTPS webhook (rustls, a test CA from rcgen) is
+//! registered with a MutatingWebhookConfiguration and called on pod CREATE.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::routing::post;
+use common::{client, pod, start};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use serde_json::{Value, json};
+
+struct TestCa {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+}
+
+fn test_ca() -> TestCa {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca)
+        .unwrap();
+    TestCa {
+        ca_pem: ca.pem(),
+        cert_pem: leaf.pem(),
+        key_pem: leaf_key.serialize_pem(),
+    }
+}
+
+/// The v1 webhook, written with kube's own admission types: labels the pod and sets the
+/// scheduler, or denies pods labelled `deny`.
+async fn mutate_v1(
+    Json(review): Json<AdmissionReview<DynamicObject>>,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let req: AdmissionRequest<DynamicObject> =
+        review.try_into().expect("valid AdmissionReview v1 request");
+    let obj = req.object.clone().expect("object on CREATE");
+    let resp = AdmissionResponse::from(&req);
+    let labels = obj.metadata.labels.clone().unwrap_or_default();
+    if labels.contains_key("deny") {
+        return Json(resp.deny("no GPU memory left on any node").into_review());
+    }
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "add", "path": "/metadata/labels/hami.io~1mutated", "value": "v1"},
+        {"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"}
+    ]))
+    .unwrap();
+    Json(resp.with_patch(patch).unwrap().into_review())
+}
+
+/// A v1beta1 webhook in raw JSON (kube's types speak v1).
+async fn mutate_v1beta1(Json(review): Json<Value>) -> Json<Value> {
+    assert_eq!(review["apiVersion"], "admission.k8s.io/v1beta1");
+    let uid = review["request"]["uid"].clone();
+    let patch = serde_json::to_value(k8s_openapi::ByteString(
+        br#"[{"op":"add","path":"/metadata/annotations","value":{"beta":"yes"}}]"#.to_vec(),
+    ))
+    .unwrap();
+    Json(
+        json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "response": {"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": patch}}),
+    )
+}
+
+async fn slow(Json(review): Json<Value>) -> Json<Value> {
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    Json(review)
+}
+
+async fn start_webhook(ca: &TestCa) -> SocketAddr {
+    let config = axum_server::tls_rustls::RustlsConfig::from_pem(
+        ca.cert_pem.clone().into_bytes(),
+        ca.key_pem.clone().into_bytes(),
+    )
+    .await
+    .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new()
+        .route("/v1", post(mutate_v1))
+        .route("/v1beta1", post(mutate_v1beta1))
+        .route("/slow", post(slow));
+    let server = axum_server::from_tcp_rustls(listener, config).unwrap();
+    tokio::spawn(async move { server.serve(app.into_make_service()).await });
+    addr
+}
+
+fn webhook(
+    name: &str,
+    url: String,
+    ca_pem: &str,
+    versions: &[&str],
+    policy: &str,
+    timeout: i32,
+) -> Value {
+    json!({
+        "name": name,
+        "clientConfig": {"url": url, "caBundle": serde_json::to_value(k8s_openapi::ByteString(ca_pem.as_bytes().to_vec())).unwrap()},
+        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}],
+        "admissionReviewVersions": versions,
+        "sideEffects": "None",
+        "failurePolicy": policy,
+        "timeoutSeconds": timeout,
+        "objectSelector": {"matchExpressions": [{"key": "skip-webhooks", "operator": "DoesNotExist"}]}
+    })
+}
+
+async fn register(c: &kube::Client, name: &str, hooks: Vec<Value>) {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(c.clone());
+    let cfg =
+        serde_json::from_value(json!({"metadata": {"name": name}, "webhooks": hooks})).unwrap();
+    api.create(&PostParams::default(), &cfg).await.unwrap();
+}
+
+async fn delete_config(c: &kube::Client, name: &str) {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(c.clone());
+    api.delete(name, &Default::default()).await.unwrap();
+}
+
+fn status_of(e: kube::Error) -> (u16, String) {
+    match e {
+        kube::Error::Api(s) => (s.code, s.message),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn webhooks_mutate_deny_and_fail_per_policy() {
+    let ca = test_ca();
+    let hook = start_webhook(&ca).await;
+    let server = start().await;
+    let c = client(&server);
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+
+    register(
+        &c,
+        "hami",
+        vec![
+            webhook(
+                "v1.hami.io",
+                format!("https://{hook}/v1"),
+                &ca.ca_pem,
+                &["v1"],
+                "Fail",
+                5,
+            ),
+            webhook(
+                "beta.hami.io",
+                format!("https://{hook}/v1beta1"),
+                &ca.ca_pem,
+                &["v1beta1"],
+                "Fail",
+                5,
+            ),
+        ],
+    )
+    .await;
+    let created = pods
+        .create(&PostParams::default(), &pod("gpu"))
+        .await
+        .unwrap();
+    assert_eq!(
+        created.metadata.labels.as_ref().unwrap()["hami.io/mutated"],
+        "v1"
+    );
+    assert_eq!(
+        created.metadata.annotations.as_ref().unwrap()["beta"],
+        "yes"
+    );
+    assert_eq!(
+        created.spec.as_ref().unwrap().scheduler_name.as_deref(),
+        Some("hami-scheduler")
+    );
+
+    // a denial is 403 with the webhook's message; nothing is stored
+    let mut denied = pod("denied");
+    denied
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("deny".into(), "1".into());
+    let (code, msg) = status_of(
+        pods.create(&PostParams::default(), &denied)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 403);
+    assert_eq!(
+        msg,
+        "admission webhook \"v1.hami.io\" denied the request: no GPU memory left on any node"
+    );
+    assert!(
+        server
+            .get_object("v1", "pods", "default", "denied")
+            .is_none()
+    );
+
+    // objectSelector excludes pods labelled skip-webhooks
+    let mut skip = pod("skipped");
+    skip.metadata
+        .labels
+        .get_or_insert_default()
+        .insert("skip-webhooks".into(), "1".into());
+    let s = pods.create(&PostParams::default(), &skip).await.unwrap();
+    assert!(!s.metadata.labels.unwrap().contains_key("hami.io/mutated"));
+    delete_config(&c, "hami").await;
+
+    // an unreachable webhook: Fail refuses the pod, Ignore lets it through
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    register(
+        &c,
+        "dead-fail",
+        vec![webhook(
+            "dead.hami.io",
+            format!("https://{dead}/v1"),
+            &ca.ca_pem,
+            &["v1"],
+            "Fail",
+            2,
+        )],
+    )
+    .await;
+    let (code, msg) = status_of(
+        pods.create(&PostParams::default(), &pod("x1"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 500);
+    assert!(
+        msg.contains("failed calling webhook \"dead.hami.io\""),
+        "{msg}"
+    );
+    delete_config(&c, "dead-fail").await;
+    register(
+        &c,
+        "dead-ignore",
+        vec![webhook(
+            "dead.hami.io",
+            format!("https://{dead}/v1"),
+            &ca.ca_pem,
+            &["v1"],
+            "Ignore",
+            2,
+        )],
+    )
+    .await;
+    pods.create(&PostParams::default(), &pod("x2"))
+        .await
+        .unwrap();
+    delete_config(&c, "dead-ignore").await;
+
+    // a slow webhook hits its timeout
+    register(
+        &c,
+        "slow",
+        vec![webhook(
+            "slow.hami.io",
+            format!("https://{hook}/slow"),
+            &ca.ca_pem,
+            &["v1"],
+            "Fail",
+            1,
+        )],
+    )
+    .await;
+    let t = Instant::now();
+    let (code, _) = status_of(
+        pods.create(&PostParams::default(), &pod("x3"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 500);
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "timeoutSeconds=1 took {:?}",
+        t.elapsed()
+    );
+    delete_config(&c, "slow").await;
+
+    // a caBundle that did not sign the webhook's certificate fails TLS verification
+    let other = test_ca();
+    register(
+        &c,
+        "wrong-ca",
+        vec![webhook(
+            "v1.hami.io",
+            format!("https://{hook}/v1"),
+            &other.ca_pem,
+            &["v1"],
+            "Fail",
+            2,
+        )],
+    )
+    .await;
+    let (code, msg) = status_of(
+        pods.create(&PostParams::default(), &pod("x4"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 500);
+    assert!(msg.to_lowercase().contains("certificate"), "{msg}");
+}
+
+#[tokio::test]
+async fn webhook_configuration_validation() {
+    let server = start().await;
+    let c = client(&server);
+    let api: Api<MutatingWebhookConfiguration> = Api::all(c.clone());
+    let bad = serde_json::from_value(json!({"metadata": {"name": "bad"}, "webhooks": [{"name": "w.hami.io", "clientConfig": {"url": "http://127.0.0.1:1/x"}, "sideEffects": "None", "admissionReviewVersions": ["v1"]}]})).unwrap();
+    let (code, msg) = status_of(api.create(&PostParams::default(), &bad).await.unwrap_err());
+    assert_eq!(code, 422);
+    assert!(msg.contains("https"), "{msg}");
+}
