@@ -332,3 +332,66 @@ async fn lease_leader_election() {
     assert_eq!(lease["spec"]["holderIdentity"], "b");
     assert!(lease["spec"]["leaseTransitions"].as_i64().unwrap() >= 1);
 }
+
+#[tokio::test]
+async fn lease_takeover_after_holder_crash() {
+    use kube_lease_manager::LeaseManagerBuilder;
+    let server = start().await;
+    let c = client(&server);
+    let a = LeaseManagerBuilder::new(c.clone(), "takeover")
+        .with_namespace("kube-system")
+        .with_identity("a")
+        .with_duration(2)
+        .with_grace(1)
+        .build()
+        .await
+        .unwrap();
+    assert!(a.changed().await.unwrap());
+    drop(a); // "crash": no release, no renewal
+    let b = LeaseManagerBuilder::new(c.clone(), "takeover")
+        .with_namespace("kube-system")
+        .with_identity("b")
+        .with_duration(2)
+        .with_grace(1)
+        .build()
+        .await
+        .unwrap();
+    // b clears the expired lease (a strategic patch, dropping a's field ownership) and then
+    // applies itself as holder without a field-manager conflict, as on a real server.
+    let got = tokio::time::timeout(Duration::from_secs(15), b.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(got, "b takes over the expired lease");
+    let lease = server
+        .get_object(
+            "coordination.k8s.io/v1",
+            "leases",
+            "kube-system",
+            "takeover",
+        )
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "b");
+    let managers: Vec<&str> = lease["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["manager"].as_str().unwrap())
+        .collect();
+    assert!(
+        managers
+            .iter()
+            .all(|m| m.starts_with("kube-lease-manager-")),
+        "{managers:?}"
+    );
+    let patches: Vec<u16> = server
+        .request_log()
+        .iter()
+        .filter(|r| r.verb == "patch")
+        .map(|r| r.status)
+        .collect();
+    assert!(
+        patches.iter().all(|s| *s == 200),
+        "no patch was refused: {patches:?}"
+    );
+}
