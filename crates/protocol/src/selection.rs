@@ -78,6 +78,10 @@ impl DeviceSelector {
     /// Case-insensitive substring match, as the reference: included by any `use` entry
     /// (or no `use` list) and by no `nouse` entry.
     pub fn type_allowed(&self, device_type: &str) -> bool {
+        // The filter asks this for every GPU of every node: no allocation without rules.
+        if self.use_types.is_empty() && self.nouse_types.is_empty() {
+            return true;
+        }
         let ty = device_type.to_lowercase();
         let hit = |entries: &[String]| entries.iter().any(|e| ty.contains(&e.to_lowercase()));
         (self.use_types.is_empty() || hit(&self.use_types)) && !hit(&self.nouse_types)

@@ -315,16 +315,21 @@ pub fn decide_filter(
         },
         device_lists,
     );
-    let fitting: Vec<String> = outcome
-        .fitting
+    let top: Vec<String> = outcome
+        .top
         .iter()
         .map(|(n, s)| format!("{n}:{s:.2}"))
         .collect();
+    let more = if outcome.fitting > top.len() {
+        ",..."
+    } else {
+        ""
+    };
     let message = format!(
-        "find fit node({node}), {} nodes not fit, {} nodes fit({})",
+        "find fit node({node}), {} nodes not fit, {} nodes fit({}{more})",
         failed.len(),
-        fitting.len(),
-        fitting.join(",")
+        outcome.fitting,
+        top.join(",")
     );
     FilterDecision {
         result: ExtenderFilterResult {

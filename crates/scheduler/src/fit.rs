@@ -18,7 +18,6 @@ use hami_protocol::requests::{ContainerKind, ContainerRequest, DeviceRequest, am
 use hami_protocol::selection::{DeviceSelector, GpuPolicy, GpuPolicyKind, NodePolicy};
 
 use crate::snapshot::{Gpu, GpuUsage, NodeSnapshot};
-use crate::usage::collapse;
 
 /// Why a GPU was not taken. The names are the reference's, so dashboards and runbooks
 /// keep working.
@@ -115,33 +114,106 @@ pub struct FilterOutcome {
     pub chosen: Option<(String, Placement)>,
     /// Every node that does not fit, with its reasons.
     pub failed: BTreeMap<String, String>,
-    /// Every node that fits, with its score (for events and the what-if planner).
-    pub fitting: Vec<(String, f64)>,
+    /// How many nodes fit.
+    pub fitting: usize,
+    /// The best few fitting nodes in policy order, with their scores (for events).
+    pub top: Vec<(String, f64)>,
 }
+
+/// One GPU given to one container.
+#[derive(Debug, Clone, Copy)]
+struct Pick {
+    container: usize,
+    vendor: Vendor,
+    gpu: usize,
+    mem: u64,
+    cores: u64,
+}
+
+/// What is the same for every node: the vendors asked for and the fitting order of the
+/// containers (sidecars, then init containers, then app containers).
+struct Prepared {
+    vendors: Vec<Vendor>,
+    order: Vec<usize>,
+}
+
+fn prepare(req: &FitRequest<'_>) -> Prepared {
+    let rank = |kind: ContainerKind| match kind {
+        ContainerKind::Sidecar => 0,
+        ContainerKind::Init => 1,
+        ContainerKind::App => 2,
+    };
+    let mut order: Vec<usize> = (0..req.containers.len()).collect();
+    order.sort_by_key(|i| rank(req.containers[*i].kind));
+    Prepared {
+        vendors: req.vendors(),
+        order,
+    }
+}
+
+/// Fitting nodes named in [`FilterOutcome::top`].
+const TOP: usize = 5;
+
+/// Below this many nodes one thread is faster than splitting the work.
+const PARALLEL_FROM: usize = 256;
 
 /// Fits the pod on every node and picks one by the node policy (ties: smallest name).
 pub fn filter<'a>(
     nodes: impl IntoIterator<Item = &'a NodeSnapshot>,
     req: &FitRequest<'_>,
 ) -> FilterOutcome {
+    let nodes: Vec<&NodeSnapshot> = nodes.into_iter().collect();
+    let prepared = prepare(req);
+    let fit_all = |chunk: &[&NodeSnapshot]| -> Vec<Result<(Vec<Pick>, f64), String>> {
+        chunk
+            .iter()
+            .map(|node| fit_picks(node, req, &prepared))
+            .collect()
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let results: Vec<Result<(Vec<Pick>, f64), String>> =
+        if nodes.len() >= PARALLEL_FROM && threads > 1 {
+            let size = nodes.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = nodes
+                    .chunks(size)
+                    .map(|chunk| scope.spawn(move || fit_all(chunk)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| {
+                        h.join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                    })
+                    .collect()
+            })
+        } else {
+            fit_all(&nodes)
+        };
     let mut outcome = FilterOutcome::default();
-    for node in nodes {
-        let name = &node.devices.name;
-        match fit_node(node, req) {
-            Ok(placement) => {
-                outcome.fitting.push((name.clone(), placement.score));
-                let better = match &outcome.chosen {
+    let mut best: Option<(usize, Vec<Pick>, f64)> = None;
+    let mut scored: Vec<(usize, f64)> = Vec::new();
+    for (i, result) in results.into_iter().enumerate() {
+        let name = &nodes[i].devices.name;
+        match result {
+            Ok((picks, score)) => {
+                outcome.fitting += 1;
+                scored.push((i, score));
+                let better = match &best {
                     None => true,
-                    Some((best_name, best)) => {
+                    Some((b, _, best_score)) => {
                         let order = match req.node_policy {
-                            NodePolicy::Binpack => placement.score.total_cmp(&best.score),
-                            NodePolicy::Spread => best.score.total_cmp(&placement.score),
+                            NodePolicy::Binpack => score.total_cmp(best_score),
+                            NodePolicy::Spread => best_score.total_cmp(&score),
                         };
-                        order == Ordering::Greater || (order == Ordering::Equal && name < best_name)
+                        order == Ordering::Greater
+                            || (order == Ordering::Equal && name < &nodes[*b].devices.name)
                     }
                 };
                 if better {
-                    outcome.chosen = Some((name.clone(), placement));
+                    best = Some((i, picks, score));
                 }
             }
             Err(reason) => {
@@ -149,13 +221,47 @@ pub fn filter<'a>(
             }
         }
     }
+    // Only the best few are named: a partial selection, not a sort of every node.
+    let better = |a: &(usize, f64), b: &(usize, f64)| {
+        let by_score = match req.node_policy {
+            NodePolicy::Binpack => b.1.total_cmp(&a.1),
+            NodePolicy::Spread => a.1.total_cmp(&b.1),
+        };
+        by_score.then_with(|| nodes[a.0].devices.name.cmp(&nodes[b.0].devices.name))
+    };
+    if scored.len() > TOP {
+        scored.select_nth_unstable_by(TOP - 1, better);
+        scored.truncate(TOP);
+    }
+    scored.sort_by(better);
+    outcome.top = scored
+        .iter()
+        .take(TOP)
+        .map(|(i, s)| (nodes[*i].devices.name.clone(), *s))
+        .collect();
+    // Device lists are written for the chosen node only.
+    outcome.chosen = best.map(|(i, picks, score)| {
+        (
+            nodes[i].devices.name.clone(),
+            placement(nodes[i], req, &prepared, &picks, score),
+        )
+    });
     outcome
 }
 
 /// Fits the pod on one node.
 pub fn fit_node(node: &NodeSnapshot, req: &FitRequest<'_>) -> Result<Placement, String> {
-    let vendors = req.vendors();
-    for vendor in &vendors {
+    let prepared = prepare(req);
+    let (picks, score) = fit_picks(node, req, &prepared)?;
+    Ok(placement(node, req, &prepared, &picks, score))
+}
+
+fn fit_picks(
+    node: &NodeSnapshot,
+    req: &FitRequest<'_>,
+    prepared: &Prepared,
+) -> Result<(Vec<Pick>, f64), String> {
+    for vendor in &prepared.vendors {
         if !node.devices.offers(*vendor) {
             return Err(match node.devices.register_error(*vendor) {
                 Some(err) => err.to_owned(),
@@ -163,47 +269,34 @@ pub fn fit_node(node: &NodeSnapshot, req: &FitRequest<'_>) -> Result<Placement, 
             });
         }
     }
-    let n = req.containers.len();
-    let mut runs: BTreeMap<Vendor, Vec<ContainerDevices>> =
-        vendors.iter().map(|v| (*v, vec![Vec::new(); n])).collect();
+    let mut picks = Vec::new();
     let mut concurrent = node.usage.clone();
-    let order = |kind: ContainerKind| match kind {
-        ContainerKind::Sidecar => 0,
-        ContainerKind::Init => 1,
-        ContainerKind::App => 2,
-    };
-    let mut indices: Vec<usize> = (0..n).collect();
-    indices.sort_by_key(|i| order(req.containers[*i].kind));
     let mut init_base: Option<Vec<GpuUsage>> = None;
-    for i in indices {
+    for &i in &prepared.order {
         let container = &req.containers[i];
-        let working = if container.kind == ContainerKind::Init {
+        let mut working = if container.kind == ContainerKind::Init {
             // Fresh copy of what runs beside it: the node plus the sidecars.
             init_base.get_or_insert_with(|| concurrent.clone()).clone()
         } else {
             std::mem::take(&mut concurrent)
         };
-        let mut working = working;
-        for vendor in &vendors {
+        for vendor in &prepared.vendors {
             let Some(request) = container.get(*vendor) else {
                 continue;
             };
-            let picks = fit_devices(node, &working, *vendor, request, req)
+            let chosen = fit_devices(node, &working, *vendor, request, req)
                 .map_err(|reason| format!("container {}: {reason}", container.name))?;
-            for (gpu, mem, cores) in picks {
+            for (gpu, mem, cores, _) in chosen {
                 let u = &mut working[gpu];
                 u.used = u.used.saturating_add(1);
                 u.mem_mib = u.mem_mib.saturating_add(mem);
                 u.cores = u.cores.saturating_add(cores);
-                let info = &node.devices.gpus[gpu].info;
-                runs.get_mut(vendor).expect("vendor present")[i].push(ContainerDevice {
-                    uuid: info.id.clone(),
-                    device_type: match vendor {
-                        Vendor::Amd => info.device_type.clone(),
-                        Vendor::Nvidia => Vendor::Nvidia.word().to_owned(),
-                    },
-                    mem_mib: mem,
-                    cores: u32::try_from(cores).unwrap_or(u32::MAX),
+                picks.push(Pick {
+                    container: i,
+                    vendor: *vendor,
+                    gpu,
+                    mem,
+                    cores,
                 });
             }
         }
@@ -211,29 +304,84 @@ pub fn fit_node(node: &NodeSnapshot, req: &FitRequest<'_>) -> Result<Placement, 
             concurrent = working;
         }
     }
-    let score = placement_score(node, req, &runs);
-    Ok(Placement { runs, score })
+    let score = placement_score(node, req, &picks);
+    Ok((picks, score))
 }
 
-fn placement_score(
+fn placement(
     node: &NodeSnapshot,
     req: &FitRequest<'_>,
-    runs: &BTreeMap<Vendor, Vec<ContainerDevices>>,
-) -> f64 {
-    let kinds: Vec<ContainerKind> = req.containers.iter().map(|c| c.kind).collect();
-    let mut after = node.clone();
-    for vendor_runs in runs.values() {
-        after.charge(&collapse(&kinds, vendor_runs));
+    prepared: &Prepared,
+    picks: &[Pick],
+    score: f64,
+) -> Placement {
+    let n = req.containers.len();
+    let mut runs: BTreeMap<Vendor, Vec<ContainerDevices>> = prepared
+        .vendors
+        .iter()
+        .map(|v| (*v, vec![Vec::new(); n]))
+        .collect();
+    for pick in picks {
+        let info = &node.devices.gpus[pick.gpu].info;
+        if let Some(vendor_runs) = runs.get_mut(&pick.vendor) {
+            vendor_runs[pick.container].push(ContainerDevice {
+                uuid: info.id.clone(),
+                device_type: match pick.vendor {
+                    Vendor::Amd => info.device_type.clone(),
+                    Vendor::Nvidia => Vendor::Nvidia.word().to_owned(),
+                },
+                mem_mib: pick.mem,
+                cores: u32::try_from(pick.cores).unwrap_or(u32::MAX),
+            });
+        }
     }
+    Placement { runs, score }
+}
+
+/// The node score with the pod's picks charged as [`crate::usage::collapse`] would charge them: init
+/// containers at their peak, the others summed.
+fn placement_score(node: &NodeSnapshot, req: &FitRequest<'_>, picks: &[Pick]) -> f64 {
     let (mut used, mut count, mut cores, mut total_cores, mut mem, mut total_mem) =
         (0f64, 0f64, 0f64, 0f64, 0f64, 0f64);
-    for (gpu, u) in after.devices.gpus.iter().zip(&after.usage) {
+    for (gpu, u) in node.devices.gpus.iter().zip(&node.usage) {
         used += f64::from(u.used);
         count += f64::from(gpu.info.count);
         cores += u.cores as f64;
         total_cores += f64::from(gpu.info.devcore);
         mem += u.mem_mib as f64;
         total_mem += gpu.info.devmem as f64;
+    }
+    let is_init = |p: &Pick| req.containers[p.container].kind == ContainerKind::Init;
+    if !picks.iter().any(is_init) {
+        // The common case: everything runs together, charges simply add up.
+        for p in picks {
+            used += 1.0;
+            cores += p.cores as f64;
+            mem += p.mem as f64;
+        }
+    } else {
+        // Per GPU: init containers at their peak, the others summed; the larger counts.
+        let gpus = node.devices.gpus.len();
+        let mut init = vec![(0u32, 0u64, 0u64); gpus];
+        let mut conc = vec![(0u32, 0u64, 0u64); gpus];
+        for p in picks {
+            if is_init(p) {
+                let a = &mut init[p.gpu];
+                *a = (1, a.1.max(p.mem), a.2.max(p.cores));
+            } else {
+                let a = &mut conc[p.gpu];
+                *a = (
+                    a.0.saturating_add(1),
+                    a.1.saturating_add(p.mem),
+                    a.2.saturating_add(p.cores),
+                );
+            }
+        }
+        for (i, c) in init.iter().zip(&conc) {
+            used += f64::from(i.0.max(c.0));
+            mem += i.1.max(c.1) as f64;
+            cores += i.2.max(c.2) as f64;
+        }
     }
     10.0 * (ratio(used, count) + ratio(cores, total_cores) + ratio(mem, total_mem))
 }
@@ -316,21 +464,19 @@ fn fit_devices(
     vendor: Vendor,
     request: &DeviceRequest,
     req: &FitRequest<'_>,
-) -> Result<Vec<(usize, u64, u64)>, String> {
+) -> Result<Vec<(usize, u64, u64, f64)>, String> {
     let gpus = &node.devices.gpus;
-    let candidates: Vec<usize> = (0..gpus.len())
-        .filter(|i| gpus[*i].vendor == vendor)
-        .collect();
+    let candidates = gpus.iter().filter(|g| g.vendor == vendor).count();
     let want = request.count as usize;
-    if want > candidates.len() {
+    if want > candidates {
         return Err("NodeInsufficientDevice".to_owned());
     }
     let selector = req.selectors.get(vendor);
     let mutex = req.gpu_policy.kind == GpuPolicyKind::Mutex;
     let mut reasons: BTreeMap<Reason, usize> = BTreeMap::new();
     // (gpu index, mem, cores, score)
-    let mut eligible: Vec<(usize, u64, u64, f64)> = Vec::with_capacity(candidates.len());
-    for &i in &candidates {
+    let mut eligible: Vec<(usize, u64, u64, f64)> = Vec::with_capacity(candidates);
+    for i in (0..gpus.len()).filter(|i| gpus[*i].vendor == vendor) {
         match check(&gpus[i], &usage[i], request, selector, mutex) {
             Ok((mem, cores)) => {
                 eligible.push((i, mem, cores, device_score(&gpus[i], &usage[i], mem, cores)))
@@ -346,8 +492,13 @@ fn fit_devices(
         };
         by_score.then(numa(a.0).cmp(&numa(b.0))).then(a.0.cmp(&b.0))
     });
-    let order: Vec<usize> = eligible.iter().map(|e| e.0).collect();
     let link = selector.link_bind && want > 1;
+    if !link && !selector.numa_bind && !req.gpu_policy.numa && eligible.len() >= want {
+        // No binding: the first `want` in policy order (no further allocation).
+        eligible.truncate(want);
+        return Ok(eligible);
+    }
+    let order: Vec<usize> = eligible.iter().map(|e| e.0).collect();
     let binding_reason = if link {
         Reason::XgmiLinkNotFit
     } else {
@@ -364,14 +515,14 @@ fn fit_devices(
     match chosen {
         Some(chosen) => Ok(chosen
             .into_iter()
-            .filter_map(|i| eligible.iter().find(|e| e.0 == i).map(|e| (e.0, e.1, e.2)))
+            .filter_map(|i| eligible.iter().find(|e| e.0 == i).copied())
             .collect()),
         None => {
             if order.len() >= want {
                 // Enough GPUs fit on their own; the binding constraint ruled them out.
                 *reasons.entry(binding_reason).or_default() += order.len();
             }
-            Err(format_reasons(&reasons, candidates.len()))
+            Err(format_reasons(&reasons, candidates))
         }
     }
 }

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::*;
 use crate::snapshot::NodeDevices;
+use crate::usage::collapse;
 
 fn amd(id: &str, devcore: u32, devmem: u64, numa: i32) -> Gpu {
     Gpu {
@@ -204,7 +205,8 @@ fn node_policy_and_reasons_per_node() {
         "container c: 1/1 CardInsufficientMemory"
     );
     assert_eq!(out.failed["bare"], "node unregistered");
-    assert_eq!(out.fitting.len(), 2);
+    assert_eq!(out.fitting, 2);
+    assert_eq!(out.top[0].0, "busy");
     req.node_policy = NodePolicy::Spread;
     assert_eq!(filter(&nodes, &req).chosen.unwrap().0, "idle");
     // Worked example of the reference: 5/10 used, 50/100 cores, 4000/8000 MiB → 15.
@@ -434,6 +436,21 @@ proptest! {
         for (init, apps) in pods {
             let reqs = requests(json!({"initContainers": init, "containers": apps}));
             if let Ok(p) = fit_with(&n, &reqs, policy, Selectors::default()) {
+                // The score equals the node's usage ratios once the pod is charged.
+                let mut after = n.clone();
+                commit(&mut after, &reqs, &p);
+                let (mut used, mut count, mut cores, mut tc, mut mem, mut tm) = (0f64, 0f64, 0f64, 0f64, 0f64, 0f64);
+                for (g, u) in after.devices.gpus.iter().zip(&after.usage) {
+                    used += f64::from(u.used);
+                    count += f64::from(g.info.count);
+                    cores += u.cores as f64;
+                    tc += f64::from(g.info.devcore);
+                    mem += u.mem_mib as f64;
+                    tm += g.info.devmem as f64;
+                }
+                let r = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+                let expected = 10.0 * (r(used, count) + r(cores, tc) + r(mem, tm));
+                prop_assert!((p.score - expected).abs() < 1e-9, "{} vs {}", p.score, expected);
                 for (i, run) in p.runs[&Vendor::Amd].iter().enumerate() {
                     let want = reqs[i].amd.as_ref().map(|r| r.count as usize).unwrap_or(0);
                     prop_assert_eq!(run.len(), want);
