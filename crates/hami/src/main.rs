@@ -31,6 +31,9 @@ enum Command {
     },
     /// Run the embedded Kubernetes API server (kubectl and kube-rs work against it).
     Apiserver(hami_apiserver::ServeArgs),
+    /// Run a simulated kubelet: serves the device-plugin Registration API and calls
+    /// Allocate for pods bound to its node, as kubelet does (uses $KUBECONFIG).
+    KubeletSim(hami_kubelet_sim::Args),
 }
 
 #[derive(Subcommand)]
@@ -58,7 +61,8 @@ enum Output {
 
 fn main() -> ExitCode {
     let output = match Cli::parse().command {
-        Command::Apiserver(args) => return serve(args),
+        Command::Apiserver(args) => return serve(hami_apiserver::serve(args)),
+        Command::KubeletSim(args) => return serve(hami_kubelet_sim::run(args)),
         Command::Inspect { what } => inspect(what),
     };
     match output {
@@ -74,7 +78,7 @@ fn main() -> ExitCode {
 }
 
 /// Long-running servers: errors are operational (exit 1), not bad input.
-fn serve(args: hami_apiserver::ServeArgs) -> ExitCode {
+fn serve(server: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -87,7 +91,7 @@ fn serve(args: hami_apiserver::ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(hami_apiserver::serve(args)) {
+    match runtime.block_on(server) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -1,0 +1,295 @@
+//! Which CUs a slice gets (SPEC §4 "CU choice"): `count` free CUs of one GPU, never
+//! overlapping what other pods hold, made of whole WGPs when a WGP has 2 CUs (RDNA), and
+//! contiguous whenever some free run can hold the whole slice.
+//!
+//! The reference takes the lowest free CUs one by one (first fit), which splits later
+//! slices across holes. We pick the *smallest* free run that holds the slice (best fit),
+//! so big runs stay whole for big slices; only when no run is large enough do we combine
+//! runs, largest first, and best-fit the remainder. `best_fit_keeps_large_runs_whole` and
+//! `fewer_split_masks_than_first_fit` below show the difference.
+
+use hami_protocol::cu_list::CuSet;
+
+/// Why no slice could be chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CuChoiceError {
+    #[error("a slice of 0 CUs was requested: the scheduler must ask for at least 1")]
+    Zero,
+    #[error("{want} CUs were requested but the GPU has only {devcore}")]
+    MoreThanDevice { want: u32, devcore: u32 },
+    #[error(
+        "not enough free CUs: need {need}, free {free} (of {devcore}); other pods hold the rest"
+    )]
+    NotEnough { need: u32, free: u32, devcore: u32 },
+}
+
+/// The CU count a slice really gets: `count` on GCN/CDNA; on RDNA whole WGPs, rounded down
+/// (the slice never exceeds what the scheduler reserved) but at least one WGP.
+pub fn slice_size(count: u32, cu_per_wgp: u32) -> u32 {
+    let w = cu_per_wgp.max(1);
+    ((count / w).max(1)) * w
+}
+
+/// Chooses `count` CUs (see [`slice_size`]) of a GPU with `devcore` CUs, avoiding `used`.
+pub fn choose_cus(
+    used: &CuSet,
+    devcore: u32,
+    count: u32,
+    cu_per_wgp: u32,
+) -> Result<CuSet, CuChoiceError> {
+    if count == 0 {
+        return Err(CuChoiceError::Zero);
+    }
+    if count > devcore {
+        return Err(CuChoiceError::MoreThanDevice {
+            want: count,
+            devcore,
+        });
+    }
+    let w = cu_per_wgp.max(1);
+    let need_units = slice_size(count, w) / w;
+    let runs = free_unit_runs(used, devcore, w);
+    let free_units: u32 = runs.iter().map(|(_, len)| len).sum();
+    if free_units < need_units {
+        return Err(CuChoiceError::NotEnough {
+            need: need_units * w,
+            free: free_units * w,
+            devcore,
+        });
+    }
+    let picked = pick_best_fit(&runs, need_units);
+    let mut set = CuSet::new();
+    for (start, len) in picked {
+        set.insert_run(start * w, (start + len) * w - 1);
+    }
+    Ok(set)
+}
+
+/// Free runs in WGP units: `(first unit, length)`. A unit is free only if all its CUs are.
+fn free_unit_runs(used: &CuSet, devcore: u32, w: u32) -> Vec<(u32, u32)> {
+    let units = devcore / w;
+    let mut runs = Vec::new();
+    let mut start: Option<u32> = None;
+    for u in 0..units {
+        let free = (u * w..(u + 1) * w).all(|cu| !used.contains(cu));
+        match (free, start) {
+            (true, None) => start = Some(u),
+            (false, Some(s)) => {
+                runs.push((s, u - s));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        runs.push((s, units - s));
+    }
+    runs
+}
+
+/// Best fit over runs; `runs` must hold at least `need` units in total.
+fn pick_best_fit(runs: &[(u32, u32)], need: u32) -> Vec<(u32, u32)> {
+    // Smallest run that holds everything (lowest start on ties).
+    if let Some(&(start, _)) = runs
+        .iter()
+        .filter(|(_, len)| *len >= need)
+        .min_by_key(|(s, len)| (*len, *s))
+    {
+        return vec![(start, need)];
+    }
+    // Otherwise: whole runs largest first while the rest does not fit in one remaining run,
+    // then the smallest run that holds the remainder.
+    let mut remaining: Vec<(u32, u32)> = runs.to_vec();
+    remaining.sort_by_key(|(s, len)| (std::cmp::Reverse(*len), *s));
+    let mut picked = Vec::new();
+    let mut need = need;
+    while need > 0 {
+        if let Some(i) = remaining
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, len))| *len >= need)
+            .min_by_key(|(_, (s, len))| (*len, *s))
+            .map(|(i, _)| i)
+        {
+            picked.push((remaining[i].0, need));
+            break;
+        }
+        let (s, len) = remaining.remove(0);
+        picked.push((s, len));
+        need -= len;
+    }
+    picked.sort();
+    picked
+}
+
+/// The reference's lowest-first-fit, kept for comparison in tests and benchmarks.
+pub fn choose_cus_first_fit(used: &CuSet, devcore: u32, count: u32) -> Option<CuSet> {
+    let mut set = CuSet::new();
+    let mut taken = 0;
+    for cu in 0..devcore {
+        if taken == count {
+            break;
+        }
+        if !used.contains(cu) {
+            set.insert_run(cu, cu);
+            taken += 1;
+        }
+    }
+    (taken == count && count > 0).then_some(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn set(text: &str) -> CuSet {
+        CuSet::parse(text, u32::MAX).unwrap()
+    }
+
+    #[test]
+    fn spec_example_two_quarter_slices() {
+        let a = choose_cus(&CuSet::new(), 304, 76, 1).unwrap();
+        assert_eq!(a.to_string(), "0-75");
+        let b = choose_cus(&a, 304, 76, 1).unwrap();
+        assert_eq!(b.to_string(), "76-151");
+    }
+
+    #[test]
+    fn best_fit_keeps_large_runs_whole() {
+        // Free: 0-5 (6 CUs) and 10-13 (4 CUs).
+        let used = set("6-9,14-19");
+        let first = choose_cus_first_fit(&used, 20, 4).unwrap();
+        assert_eq!(first.to_string(), "0-3", "first fit breaks the 6-run");
+        let best = choose_cus(&used, 20, 4, 1).unwrap();
+        assert_eq!(best.to_string(), "10-13", "best fit uses the exact hole");
+        // A following 6-CU slice is contiguous only after best fit.
+        let after_best = choose_cus(&used.union(&best), 20, 6, 1).unwrap();
+        assert_eq!(after_best.to_string(), "0-5");
+        let after_first = choose_cus_first_fit(&used.union(&first), 20, 6).unwrap();
+        assert_eq!(after_first.to_string(), "4-5,10-13");
+    }
+
+    #[test]
+    fn wgp_alignment_on_rdna() {
+        // CU 1 taken: WGP 0 is unusable, so the slice starts at CU 2.
+        let s = choose_cus(&set("1"), 96, 24, 2).unwrap();
+        assert_eq!(s.to_string(), "2-25");
+        assert!(s.check_whole_wgps(2).is_ok());
+        // Odd counts round down to whole WGPs, at least one WGP.
+        assert_eq!(slice_size(31, 2), 30);
+        assert_eq!(slice_size(1, 2), 2);
+        assert_eq!(
+            choose_cus(&CuSet::new(), 64, 1, 2).unwrap().to_string(),
+            "0-1"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_shortage() {
+        assert_eq!(choose_cus(&CuSet::new(), 8, 0, 1), Err(CuChoiceError::Zero));
+        assert!(matches!(
+            choose_cus(&CuSet::new(), 8, 9, 1),
+            Err(CuChoiceError::MoreThanDevice { .. })
+        ));
+        let err = choose_cus(&set("0-5"), 8, 4, 1).unwrap_err();
+        assert_eq!(
+            err,
+            CuChoiceError::NotEnough {
+                need: 4,
+                free: 2,
+                devcore: 8
+            }
+        );
+        assert!(err.to_string().contains("need 4, free 2"));
+        // On RDNA a half-used WGP is not free.
+        assert!(matches!(
+            choose_cus(&set("0,3,5"), 6, 2, 2),
+            Err(CuChoiceError::NotEnough { free: 0, .. })
+        ));
+    }
+
+    /// Deterministic churn (fixed LCG): slices of random sizes come and go on a 304-CU GPU.
+    fn churn(best: bool) -> (u32, u32) {
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut rand = move |n: u32| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) % u64::from(n)) as u32
+        };
+        let mut live: Vec<CuSet> = Vec::new();
+        let (mut split, mut placed) = (0, 0);
+        for _ in 0..4000 {
+            if !live.is_empty() && rand(100) < 45 {
+                let i = rand(live.len() as u32) as usize;
+                live.swap_remove(i);
+                continue;
+            }
+            let used = live.iter().fold(CuSet::new(), |acc, s| acc.union(s));
+            let want = [16, 30, 38, 76, 100][rand(5) as usize];
+            let got = if best {
+                choose_cus(&used, 304, want, 1).ok()
+            } else {
+                choose_cus_first_fit(&used, 304, want)
+            };
+            if let Some(s) = got {
+                placed += 1;
+                if s.runs().len() > 1 {
+                    split += 1;
+                }
+                live.push(s);
+            }
+        }
+        (split, placed)
+    }
+
+    #[test]
+    fn fewer_split_masks_than_first_fit() {
+        let (best_split, best_placed) = churn(true);
+        let (first_split, first_placed) = churn(false);
+        eprintln!(
+            "best fit: {best_split}/{best_placed} split; first fit: {first_split}/{first_placed} split"
+        );
+        assert!(best_placed > 500 && first_placed > 500);
+        assert!(
+            best_split * 2 < first_split,
+            "best fit split {best_split}/{best_placed}, first fit split {first_split}/{first_placed}"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn never_overlaps_exact_and_aligned(
+            devcore in 1u32..320,
+            used_runs in prop::collection::vec((0u32..320, 1u32..40), 0..8),
+            count in 1u32..320,
+            wgp in 1u32..3,
+        ) {
+            let used = used_runs.iter().fold(CuSet::new(), |acc, &(a, n)| {
+                let a = a.min(devcore - 1);
+                acc.union(&CuSet::range(a, n.min(devcore - a)))
+            });
+            match choose_cus(&used, devcore, count, wgp) {
+                Ok(s) => {
+                    prop_assert!(!s.overlaps(&used));
+                    prop_assert_eq!(s.len(), u64::from(slice_size(count, wgp)));
+                    prop_assert!(s.check_whole_wgps(wgp).is_ok());
+                    prop_assert!(s.max().unwrap() < devcore);
+                    // Contiguous whenever a free aligned run could hold it.
+                    let runs = free_unit_runs(&used, devcore, wgp);
+                    if runs.iter().any(|(_, len)| len * wgp >= slice_size(count, wgp)) {
+                        prop_assert_eq!(s.runs().len(), 1);
+                    }
+                }
+                Err(CuChoiceError::NotEnough { need, free, .. }) => {
+                    prop_assert!(free < need);
+                    let free_units: u32 = free_unit_runs(&used, devcore, wgp).iter().map(|r| r.1).sum();
+                    prop_assert_eq!(free_units * wgp, free);
+                }
+                Err(CuChoiceError::MoreThanDevice { .. }) => prop_assert!(count > devcore),
+                Err(CuChoiceError::Zero) => prop_assert!(false),
+            }
+        }
+    }
+}

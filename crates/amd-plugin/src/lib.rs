@@ -1,0 +1,24 @@
+//! `k8s-device-plugin`: the AMD GPU device plugin of hami-rs (SPEC §4). See README.md.
+//!
+//! Pure cores: [`discovery`] (sysfs → GPUs), [`registration`] (GPUs → register entries and
+//! kubelet ids), [`cu_choice`] (which CUs a slice gets), [`allocate_plan`] (pod + request →
+//! container response and annotation updates). Shells: [`grpc_server`] (kubelet gRPC),
+//! [`kube_shell`] (API server), [`dmem`] (cgroup limits), [`plugin`] (wiring).
+
+pub mod allocate_plan;
+pub mod cli;
+pub mod cu_choice;
+pub mod cu_usage;
+pub mod discover_report;
+pub mod discovery;
+pub mod dmem;
+pub mod grpc_server;
+pub mod health;
+pub mod health_events;
+pub mod kfd_topology;
+pub mod kube_shell;
+pub mod kubelet_session;
+pub mod node_publisher;
+pub mod plugin;
+pub mod registration;
+pub mod sysfs;

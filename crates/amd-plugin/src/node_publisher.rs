@@ -1,0 +1,192 @@
+//! Publishing the node's GPUs: the register annotation every interval (removed when no GPU
+//! is offered), node capacity with `-report_node_capacity`, Events on health changes, and
+//! the device list that ListAndWatch serves. Node annotations override the operating mode
+//! and expected compute partition per node.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use hami_protocol::cu_allocated::CuAllocation;
+use hami_protocol::names::{AMD, node as node_keys, pod as pod_keys};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::discover_report::build_report;
+use crate::health::render_node_opens;
+use crate::health_events::gpu_events;
+use crate::registration::{OperatingMode, RegisteredDevice, RegistrationSettings};
+
+/// The publisher.
+pub struct NodePublisher {
+    pub client: kube::Client,
+    pub node: String,
+    pub sysfs_root: PathBuf,
+    pub dev_root: PathBuf,
+    pub settings: RegistrationSettings,
+    pub report_node_capacity: bool,
+    pub devices: watch::Sender<Vec<RegisteredDevice>>,
+    previous: Option<Vec<RegisteredDevice>>,
+}
+
+impl NodePublisher {
+    pub fn new(
+        client: kube::Client,
+        node: String,
+        sysfs_root: PathBuf,
+        dev_root: PathBuf,
+        settings: RegistrationSettings,
+        report_node_capacity: bool,
+        devices: watch::Sender<Vec<RegisteredDevice>>,
+    ) -> Self {
+        Self {
+            client,
+            node,
+            sysfs_root,
+            dev_root,
+            settings,
+            report_node_capacity,
+            devices,
+            previous: None,
+        }
+    }
+
+    /// Settings with the node's per-node overrides applied.
+    pub fn effective_settings(&self, node: &Node) -> Result<RegistrationSettings, String> {
+        let mut s = self.settings.clone();
+        let ann = node.metadata.annotations.clone().unwrap_or_default();
+        if let Some(mode) = ann.get(node_keys::AMD_OPERATING_MODE) {
+            s.mode = OperatingMode::parse(mode)
+                .map_err(|e| format!("node annotation {}: {e}", node_keys::AMD_OPERATING_MODE))?;
+        }
+        if let Some(p) = ann
+            .get(node_keys::AMD_COMPUTE_PARTITION)
+            .filter(|p| !p.trim().is_empty())
+        {
+            s.expected_compute_partition = Some(p.trim().to_ascii_uppercase());
+        }
+        Ok(s)
+    }
+
+    /// One refresh: rediscover, publish, raise events.
+    pub async fn refresh(&mut self) -> Result<(), String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = nodes
+            .get(&self.node)
+            .await
+            .map_err(|e| format!("cannot read node {}: {e}", self.node))?;
+        let settings = self.effective_settings(&node)?;
+        let report = build_report(&self.sysfs_root, &self.dev_root, &settings)?;
+        for w in report
+            .discovery
+            .warnings
+            .iter()
+            .chain(&report.registration.warnings)
+        {
+            tracing::warn!("{w}");
+        }
+        let devices = report.registration.devices.clone();
+        self.devices.send_replace(devices.clone());
+        let value = report.register_annotation.clone();
+        nodes
+            .patch(
+                &self.node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {AMD.node_register: value}}})),
+            )
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot publish {} on node {}: {e}",
+                    AMD.node_register, self.node
+                )
+            })?;
+        if self.report_node_capacity {
+            let mem: u64 = devices.iter().map(|d| d.info.devmem).sum();
+            let cores = 100 * devices.len();
+            let caps = json!({AMD.resource_memory: mem.to_string(), AMD.resource_cores: cores.to_string()});
+            nodes
+                .patch_status(
+                    &self.node,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"capacity": caps, "allocatable": caps}})),
+                )
+                .await
+                .map_err(|e| format!("cannot report node capacity: {e}"))?;
+        }
+        if let Some(previous) = &self.previous {
+            let in_use = self.ids_in_use().await;
+            for event in gpu_events(previous, &devices, &in_use) {
+                self.record(&event).await;
+            }
+        }
+        self.previous = Some(devices);
+        Ok(())
+    }
+
+    /// Re-checks the render nodes; updates the served list when health changed.
+    pub fn recheck_health(&self) {
+        self.devices.send_if_modified(|devices| {
+            let mut changed = false;
+            for d in devices.iter_mut() {
+                let now = render_node_opens(&self.dev_root, d.render);
+                if now != d.info.health {
+                    d.info.health = now;
+                    changed = true;
+                }
+            }
+            changed
+        });
+    }
+
+    async fn ids_in_use(&self) -> BTreeSet<String> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let Ok(list) = pods
+            .list(&ListParams::default().fields(&format!("spec.nodeName={}", self.node)))
+            .await
+        else {
+            return BTreeSet::new();
+        };
+        list.items
+            .iter()
+            .filter(|p| {
+                !matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                )
+            })
+            .filter_map(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()?
+                    .get(pod_keys::AMD_CU_ALLOCATED)
+            })
+            .filter_map(|t| CuAllocation::parse(t).ok())
+            .flat_map(|a| a.0.into_keys())
+            .collect()
+    }
+
+    async fn record(&self, event: &crate::health_events::GpuEvent) {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        let ev: Result<Event, _> = serde_json::from_value(json!({
+            "metadata": {"generateName": format!("{}.", self.node)},
+            "involvedObject": {"kind": "Node", "name": self.node, "apiVersion": "v1"},
+            "reason": event.reason,
+            "message": event.message,
+            "type": event.kind,
+            "source": {"component": "amd-device-plugin", "host": self.node},
+            "count": 1,
+        }));
+        let Ok(mut ev) = ev else { return };
+        ev.first_timestamp = Some(now.clone());
+        ev.last_timestamp = Some(now);
+        tracing::warn!(reason = event.reason, "{}", event.message);
+        if let Err(e) = events.create(&PostParams::default(), &ev).await {
+            tracing::warn!("cannot record event {}: {e}", event.reason);
+        }
+    }
+}

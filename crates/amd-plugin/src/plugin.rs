@@ -1,0 +1,118 @@
+//! Wiring of the running plugin: publisher loop, health loop, dmem writer, kubelet sessions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::allocate_plan::PlanSettings;
+use crate::cli::Args;
+use crate::dmem::spawn_writer;
+use crate::grpc_server::PluginService;
+use crate::kube_shell::KubeAllocator;
+use crate::kubelet_session::{SessionConfig, run_sessions};
+use crate::node_publisher::NodePublisher;
+use crate::registration::RegistrationSettings;
+
+/// Socket file name of the plugin (the reference's `amd.com_<resource>`).
+pub const ENDPOINT: &str = "amd.com_gpu";
+
+/// Runs the plugin until `shutdown` turns true.
+pub async fn serve(
+    args: Args,
+    settings: RegistrationSettings,
+    client: kube::Client,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let node = args
+        .node_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("NODE_NAME is not set: set it to the node this plugin runs on (the DaemonSet passes spec.nodeName)"))?;
+    let (devices_tx, devices_rx) = watch::channel(Vec::new());
+    let oversubscribe = settings.device_memory_scaling > 1.0;
+    let mut publisher = NodePublisher::new(
+        client.clone(),
+        node.clone(),
+        args.sysfs_root.clone(),
+        args.dev_root.clone(),
+        settings,
+        args.report_node_capacity,
+        devices_tx,
+    );
+    // First publication before serving, so kubelet never sees an empty list by mistake.
+    if let Err(e) = publisher.refresh().await {
+        tracing::warn!("first node publication failed, retrying in the background: {e}");
+    }
+    let interval = Duration::from_secs(args.register_interval.max(1));
+    let pulse = (args.pulse > 0).then(|| Duration::from_secs(args.pulse));
+    let mut stop = shutdown.clone();
+    let publisher_task = tokio::spawn(async move {
+        let mut next_publish = tokio::time::Instant::now() + interval;
+        let health_every = pulse.unwrap_or(interval);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(health_every.min(interval)) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            publisher.recheck_health();
+            if tokio::time::Instant::now() >= next_publish {
+                let wait = match publisher.refresh().await {
+                    Ok(()) => interval,
+                    Err(e) => {
+                        tracing::warn!("{e}");
+                        Duration::from_secs(5)
+                    }
+                };
+                next_publish = tokio::time::Instant::now() + wait;
+            }
+        }
+    });
+    let dmem = spawn_writer(args.cgroup_root.clone(), Duration::from_secs(60));
+    let hook = args.host_hook_path.join("vgpu/libamvgpu.so");
+    let allocator = KubeAllocator::new(
+        client,
+        node,
+        devices_rx.clone(),
+        PlanSettings {
+            hook_host_path: hook.display().to_string(),
+            oversubscribe,
+            ..Default::default()
+        },
+        Some(dmem),
+    );
+    let config = SessionConfig {
+        dir: args.device_plugin_dir.clone(),
+        endpoint: ENDPOINT.into(),
+        resource_name: hami_protocol::names::AMD.resource_count.into(),
+        poll: Duration::from_millis(500),
+    };
+    let sessions = run_sessions(
+        config,
+        move |stop| {
+            PluginService::new(devices_rx.clone(), allocator.clone() as Arc<_>, pulse, stop)
+        },
+        shutdown,
+    )
+    .await;
+    let _ = publisher_task.await;
+    sessions.map_err(|e| anyhow::anyhow!(e))
+}
+
+/// `k8s-device-plugin` without a subcommand: serve until SIGINT/SIGTERM.
+pub async fn run(args: Args, settings: RegistrationSettings) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!("cannot build a Kubernetes client (in-cluster config or KUBECONFIG): {e}")
+    })?;
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+        }
+        let _ = tx.send(true);
+    });
+    serve(args, settings, client, rx).await
+}

@@ -1,0 +1,297 @@
+//! The pure Allocate planner on fixture devices: env of SPEC §2.6, run mapping D-5,
+//! CU choice, whole cards, and each bad input of the issue.
+
+use hami_amd_plugin::allocate_plan::{
+    PlanError, PlanSettings, PodAnnotations, plan_allocate, plan_whole_cards,
+};
+use hami_amd_plugin::discover_report::build_report;
+use hami_amd_plugin::registration::{RegisteredDevice, RegistrationSettings};
+use hami_protocol::cu_allocated::CuAllocation;
+use hami_protocol::cu_list::HsaCuMask;
+use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
+use hami_sysfs_fixtures::{Rdna, mi210_xgmi, mi300x_cpx, rdna_node};
+
+fn devices(tree: &hami_sysfs_fixtures::FixtureTree) -> Vec<RegisteredDevice> {
+    build_report(
+        &tree.sysfs_root(),
+        &tree.dev_root(),
+        &RegistrationSettings::default(),
+    )
+    .unwrap()
+    .registration
+    .devices
+}
+
+fn entry(d: &RegisteredDevice, mem: u64, cores: u32) -> ContainerDevice {
+    ContainerDevice {
+        uuid: d.info.id.clone(),
+        device_type: d.info.device_type.clone(),
+        mem_mib: mem,
+        cores,
+    }
+}
+
+fn pod(runs: &[Vec<ContainerDevice>]) -> PodAnnotations {
+    PodAnnotations {
+        to_allocate: Some(encode_pod_devices(runs).unwrap()),
+        cu_allocated: None,
+    }
+}
+
+#[test]
+fn four_gpus_on_mi210_in_allocation_order() {
+    let tree = mi210_xgmi().unwrap();
+    let devs = devices(&tree);
+    // Allocation order deliberately not sysfs order.
+    let order = [3usize, 0, 2, 1];
+    let run: Vec<_> = order.iter().map(|&i| entry(&devs[i], 4096, 26)).collect();
+    let plan = plan_allocate(
+        &pod(&[run]),
+        &devs,
+        &CuAllocation::default(),
+        4,
+        &PlanSettings::default(),
+    )
+    .unwrap();
+    let env = &plan.container.envs;
+    let rocr: Vec<String> = order.iter().map(|&i| devs[i].rocr_id.clone()).collect();
+    assert_eq!(env["ROCR_VISIBLE_DEVICES"], rocr.join(","));
+    assert_eq!(env["HIP_VISIBLE_DEVICES"], "0,1,2,3");
+    assert_eq!(env["HSA_CU_MASK"], "0:0-25;1:0-25;2:0-25;3:0-25");
+    let mask = HsaCuMask::parse(&env["HSA_CU_MASK"]).unwrap();
+    assert_eq!(mask.entries().len(), 4);
+    for i in 0..4 {
+        assert_eq!(env[&format!("HIP_DEVICE_MEMORY_LIMIT_{i}")], "4096m");
+    }
+    assert_eq!(env["LD_AUDIT"], "/usr/local/vgpu/libamvgpu.so");
+    assert!(!env.contains_key("HIP_OVERSUBSCRIBE"));
+    let paths: Vec<_> = plan
+        .container
+        .devices
+        .iter()
+        .map(|d| d.path.as_str())
+        .collect();
+    assert_eq!(paths[0], "/dev/kfd");
+    assert_eq!(paths[1], format!("/dev/dri/card{}", devs[3].card));
+    assert_eq!(paths[2], format!("/dev/dri/renderD{}", devs[3].render));
+    assert_eq!(plan.container.mounts.len(), 1);
+    assert!(plan.container.mounts[0].read_only);
+    assert!(plan.last);
+    assert_eq!(plan.to_allocate, ";");
+    assert_eq!(plan.dmem.len(), 4);
+    assert_eq!(
+        plan.dmem[0].region,
+        format!("drm/{}/vram0", devs[3].pci_bdf)
+    );
+    assert_eq!(plan.dmem[0].bytes, 4096 << 20);
+    let recorded = CuAllocation::parse(&plan.cu_allocated).unwrap();
+    assert_eq!(recorded.0.len(), 4);
+}
+
+#[test]
+fn init_then_two_app_containers_map_in_order() {
+    let tree = mi300x_cpx().unwrap();
+    let devs = devices(&tree);
+    let runs = vec![
+        vec![entry(&devs[0], 1024, 19)],
+        vec![],
+        vec![entry(&devs[0], 2048, 9)],
+        vec![entry(&devs[1], 4096, 38)],
+    ];
+    let mut state = pod(&runs);
+    let settings = PlanSettings {
+        oversubscribe: true,
+        ..Default::default()
+    };
+    let mut plans = Vec::new();
+    for want in [0usize, 2, 3] {
+        let plan = plan_allocate(&state, &devs, &CuAllocation::default(), 1, &settings).unwrap();
+        assert_eq!(plan.run_index, want);
+        state.to_allocate = Some(plan.to_allocate.clone());
+        state.cu_allocated = Some(plan.cu_allocated.clone());
+        plans.push(plan);
+    }
+    assert_eq!(
+        [plans[0].last, plans[1].last, plans[2].last],
+        [false, false, true]
+    );
+    assert_eq!(plans[0].container.envs["HSA_CU_MASK"], "0:0-18");
+    assert_eq!(
+        plans[1].container.envs["HSA_CU_MASK"], "0:19-27",
+        "same pod, same device: disjoint"
+    );
+    assert_eq!(plans[0].container.envs["HIP_OVERSUBSCRIBE"], "true");
+    // cores = devcore but not all memory: still a slice (hook + limit).
+    assert_eq!(
+        plans[2].container.envs["HIP_DEVICE_MEMORY_LIMIT_0"],
+        "4096m"
+    );
+    assert_eq!(plans[2].to_allocate, ";;;;");
+    let err = plan_allocate(&state, &devs, &CuAllocation::default(), 1, &settings).unwrap_err();
+    assert!(matches!(err, PlanError::NothingLeft { .. }), "{err}");
+}
+
+#[test]
+fn two_quarter_pods_get_disjoint_masks_and_respect_others() {
+    let tree = mi300x_cpx().unwrap();
+    let devs = devices(&tree);
+    let first = plan_allocate(
+        &pod(&[vec![entry(&devs[0], 1000, 9)]]),
+        &devs,
+        &CuAllocation::default(),
+        1,
+        &PlanSettings::default(),
+    )
+    .unwrap();
+    let used = CuAllocation::parse(&first.cu_allocated).unwrap();
+    let second = plan_allocate(
+        &pod(&[vec![entry(&devs[0], 1000, 9)]]),
+        &devs,
+        &used,
+        1,
+        &PlanSettings::default(),
+    )
+    .unwrap();
+    assert_eq!(first.container.envs["HSA_CU_MASK"], "0:0-8");
+    assert_eq!(second.container.envs["HSA_CU_MASK"], "0:9-17");
+    // No room: 38 CUs, 18 used, 21 asked.
+    let both = CuAllocation::parse(&first.cu_allocated).unwrap();
+    let mut both = both;
+    both.add(&devs[0].info.id, &second.chosen[0].1).unwrap();
+    let err = plan_allocate(
+        &pod(&[vec![entry(&devs[0], 1000, 21)]]),
+        &devs,
+        &both,
+        1,
+        &PlanSettings::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("need 21, free 20"), "{err}");
+}
+
+#[test]
+fn rdna_masks_are_whole_wgps() {
+    let tree = rdna_node(&[Rdna::Gfx11]).unwrap();
+    let devs = devices(&tree);
+    let mut used = CuAllocation::default();
+    for expected in ["0:0-23", "0:24-47"] {
+        let plan = plan_allocate(
+            &pod(&[vec![entry(&devs[0], 1000, 24)]]),
+            &devs,
+            &used,
+            1,
+            &PlanSettings::default(),
+        )
+        .unwrap();
+        assert_eq!(plan.container.envs["HSA_CU_MASK"], expected);
+        plan.chosen[0].1.check_whole_wgps(2).unwrap();
+        used.add(&devs[0].info.id, &plan.chosen[0].1).unwrap();
+    }
+    // 33 % of 96 = 31 CUs: rounded down to 15 whole WGPs.
+    let plan = plan_allocate(
+        &pod(&[vec![entry(&devs[0], 1000, 31)]]),
+        &devs,
+        &used,
+        1,
+        &PlanSettings::default(),
+    )
+    .unwrap();
+    assert_eq!(plan.container.envs["HSA_CU_MASK"], "0:48-77");
+}
+
+#[test]
+fn whole_card_requests_get_devices_and_rocr_only() {
+    let tree = mi210_xgmi().unwrap();
+    let devs = devices(&tree);
+    let plan = plan_allocate(
+        &pod(&[vec![entry(&devs[0], devs[0].info.devmem, 104)]]),
+        &devs,
+        &CuAllocation::default(),
+        1,
+        &PlanSettings::default(),
+    )
+    .unwrap();
+    assert!(plan.whole_cards);
+    assert_eq!(
+        plan.container.envs.keys().collect::<Vec<_>>(),
+        vec!["ROCR_VISIBLE_DEVICES"]
+    );
+    assert!(plan.container.mounts.is_empty());
+    assert!(plan.dmem.is_empty());
+    assert_eq!(
+        plan.cu_allocated,
+        format!(r#"{{"{}":"0-103"}}"#, devs[0].info.id),
+        "whole cards still hold their CUs"
+    );
+    // Hand-over for pods the scheduler did not place.
+    let ids = vec![
+        format!("{}#3", devs[1].device_key),
+        format!("{}#7", devs[1].device_key),
+        format!("{}#0", devs[2].device_key),
+    ];
+    let plan = plan_whole_cards(&devs, &ids).unwrap();
+    assert_eq!(
+        plan.envs["ROCR_VISIBLE_DEVICES"],
+        format!("{},{}", devs[1].rocr_id, devs[2].rocr_id)
+    );
+    assert_eq!(plan.devices.len(), 5);
+    assert!(matches!(
+        plan_whole_cards(&devs, &["nope#1".into()]),
+        Err(PlanError::UnknownKubeletId(_))
+    ));
+    assert!(matches!(
+        plan_whole_cards(&devs, &[format!("{}#10", devs[1].device_key)]),
+        Err(PlanError::UnknownKubeletId(_))
+    ));
+}
+
+#[test]
+fn bad_inputs_fail_with_the_cause_named() {
+    let tree = mi210_xgmi().unwrap();
+    let devs = devices(&tree);
+    let none = CuAllocation::default();
+    let s = PlanSettings::default();
+    let check = |p: &PodAnnotations, n: usize, expected: &str| {
+        let err = plan_allocate(p, &devs, &none, n, &s)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(expected), "{expected}: {err}");
+    };
+    check(&PodAnnotations::default(), 1, "not scheduled by HAMi");
+    check(
+        &PodAnnotations {
+            to_allocate: Some("A,T,1:;".into()),
+            cu_allocated: None,
+        },
+        1,
+        "malformed",
+    );
+    check(
+        &pod(&[vec![entry(&devs[0], 10, 10), entry(&devs[1], 10, 10)]]),
+        1,
+        "holds 2 device(s) but kubelet asked for 1",
+    );
+    check(
+        &PodAnnotations {
+            to_allocate: Some("GPU-gone,AMD X,10,10:;".into()),
+            cu_allocated: None,
+        },
+        1,
+        "GPU-gone",
+    );
+    check(
+        &PodAnnotations {
+            to_allocate: pod(&[vec![entry(&devs[0], 10, 10)]]).to_allocate,
+            cu_allocated: Some("[1]".into()),
+        },
+        1,
+        "amd-cu-allocated",
+    );
+    check(&pod(&[vec![entry(&devs[0], 10, 0)]]), 1, "0 CUs");
+    check(&pod(&[vec![entry(&devs[0], 10, 105)]]), 1, "only 104");
+    check(
+        &pod(&[vec![], vec![]]),
+        1,
+        "no container of the pod is left",
+    );
+}

@@ -1,0 +1,559 @@
+//! End to end on the embedded API server: plugin + simulated kubelet over real unix
+//! sockets, with the scheduler's decision written as the HAMi scheduler writes it
+//! (device lists, bind phase, node lock).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hami_amd_plugin::cli::Args;
+use hami_amd_plugin::registration::RegisteredDevice;
+use hami_apiserver::{ApiServer, Config, RunningApiServer};
+use hami_kubelet_sim::KubeletSim;
+use hami_kubelet_sim::records::{RECORD_ANNOTATION, envs_of};
+use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
+use hami_protocol::names::{AMD, node as node_keys, pod as pod_keys};
+use hami_protocol::node_lock::{NodeLock, PodRef};
+use hami_sysfs_fixtures::FixtureTree;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+const NODE: &str = "node-a";
+
+struct Harness {
+    server: RunningApiServer,
+    client: kube::Client,
+    tree: FixtureTree,
+    sockets: PathBuf,
+    sim: Option<KubeletSim>,
+    plugin: Option<(
+        watch::Sender<bool>,
+        tokio::task::JoinHandle<anyhow::Result<()>>,
+    )>,
+    devices: Vec<RegisteredDevice>,
+}
+
+impl Harness {
+    async fn start(tree: FixtureTree) -> Self {
+        let server = ApiServer::start(Config::default()).await.unwrap();
+        let client =
+            kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+        server
+            .create_object(
+                "v1",
+                "nodes",
+                None,
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
+            )
+            .unwrap();
+        let sockets = tree.sysfs_root().parent().unwrap().join("device-plugins");
+        let devices = hami_amd_plugin::discover_report::build_report(
+            &tree.sysfs_root(),
+            &tree.dev_root(),
+            &Default::default(),
+        )
+        .unwrap()
+        .registration
+        .devices;
+        let sim = KubeletSim::start(
+            hami_kubelet_sim::Args {
+                socket_dir: sockets.clone(),
+                node_name: NODE.into(),
+                record_dir: None,
+                run_containers: false,
+                sync_interval_ms: 50,
+            },
+            client.clone(),
+        )
+        .await
+        .unwrap();
+        let mut h = Self {
+            server,
+            client,
+            tree,
+            sockets,
+            sim: Some(sim),
+            plugin: None,
+            devices,
+        };
+        h.start_plugin();
+        let shares: usize = h.devices.iter().map(|d| d.info.count as usize).sum();
+        assert!(
+            h.sim()
+                .wait_for_allocatable("amd.com/gpu", shares, Duration::from_secs(20))
+                .await,
+            "kubelet sees {} of {shares} devices",
+            h.sim().allocatable("amd.com/gpu")
+        );
+        h
+    }
+
+    fn sim(&self) -> &KubeletSim {
+        self.sim.as_ref().unwrap()
+    }
+
+    fn start_plugin(&mut self) {
+        use clap::Parser;
+        let mut args = Args::parse_from(["k8s-device-plugin"]);
+        args.sysfs_root = self.tree.sysfs_root();
+        args.dev_root = self.tree.dev_root();
+        args.device_plugin_dir = self.sockets.clone();
+        args.node_name = Some(NODE.into());
+        args.register_interval = 1;
+        args.pulse = 1;
+        args.cgroup_root = self.tree.sysfs_root().join("fs/cgroup");
+        let settings = args.registration_settings().unwrap();
+        let (tx, rx) = watch::channel(false);
+        let client = self.client.clone();
+        let task = tokio::spawn(hami_amd_plugin::plugin::serve(args, settings, client, rx));
+        self.plugin = Some((tx, task));
+    }
+
+    async fn stop_plugin(&mut self) {
+        if let Some((tx, task)) = self.plugin.take() {
+            tx.send(true).unwrap();
+            task.await.unwrap().unwrap();
+        }
+    }
+
+    /// Writes what the HAMi scheduler writes at filter + bind, with the node lock.
+    fn schedule(
+        &self,
+        name: &str,
+        containers: Value,
+        init: Value,
+        runs: &[Vec<ContainerDevice>],
+        take_lock: bool,
+    ) {
+        let list = encode_pod_devices(runs).unwrap();
+        self.server
+            .create_object(
+                "v1",
+                "pods",
+                Some("default"),
+                json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "annotations": {
+                        AMD.devices_to_allocate: list, AMD.devices_allocated: list,
+                        pod_keys::VGPU_NODE: NODE, pod_keys::BIND_PHASE: "allocating",
+                        pod_keys::BIND_TIME: "1700000000",
+                    }},
+                    "spec": {"nodeName": NODE, "schedulerName": "hami-scheduler", "initContainers": init, "containers": containers},
+                }),
+            )
+            .unwrap();
+        if take_lock {
+            let lock = NodeLock::new(1_700_000_000, PodRef::new("default", name))
+                .encode()
+                .unwrap();
+            let patch = json!({"metadata": {"annotations": {node_keys::MUTEX_LOCK: lock}}});
+            let client = self.client.clone();
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(async move {
+                    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+                    nodes
+                        .patch(
+                            NODE,
+                            &kube::api::PatchParams::default(),
+                            &kube::api::Patch::Merge(patch),
+                        )
+                        .await
+                        .unwrap();
+                })
+            });
+        }
+    }
+
+    async fn wait_phase(&self, name: &str) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let pod = self
+                .server
+                .get_object("v1", "pods", "default", name)
+                .unwrap();
+            if let Some(phase) = pod["status"]["phase"].as_str()
+                && phase != "Pending"
+            {
+                return pod;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pod {name} never left Pending: {pod}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn node_annotation(&self, key: &str) -> Option<String> {
+        self.server.get_object("v1", "nodes", "", NODE).unwrap()["metadata"]["annotations"][key]
+            .as_str()
+            .map(str::to_owned)
+    }
+}
+
+fn gpu_container(name: &str, gpus: u32) -> Value {
+    json!({"name": name, "image": "rocm/dev:latest", "resources": {"limits": {"amd.com/gpu": gpus.to_string()}}})
+}
+
+fn dev(d: &RegisteredDevice, mem: u64, cores: u32) -> ContainerDevice {
+    ContainerDevice {
+        uuid: d.info.id.clone(),
+        device_type: d.info.device_type.clone(),
+        mem_mib: mem,
+        cores,
+    }
+}
+
+fn env_of(pod: &Value, container: &str) -> serde_json::Map<String, Value> {
+    envs_of(
+        pod["metadata"]["annotations"][RECORD_ANNOTATION]
+            .as_str()
+            .unwrap(),
+        container,
+    )
+    .unwrap_or_else(|| panic!("no record for {container}: {pod}"))
+}
+
+fn ann<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
+    pod["metadata"]["annotations"][key].as_str()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_and_two_app_containers_then_quarter_pods_are_disjoint() {
+    let h = Harness::start(hami_sysfs_fixtures::mi300x_cpx().unwrap()).await;
+    let register = h.node_annotation(AMD.node_register).unwrap();
+    assert_eq!(
+        hami_protocol::node_register::decode_node_devices(&register)
+            .unwrap()
+            .len(),
+        63
+    );
+    let d0 = &h.devices[0];
+    let runs = vec![
+        vec![dev(d0, 1024, 9)],
+        vec![dev(d0, 2048, 9)],
+        vec![dev(&h.devices[1], 4096, 19)],
+    ];
+    h.schedule(
+        "p1",
+        json!([gpu_container("app1", 1), gpu_container("app2", 1)]),
+        json!([gpu_container("init", 1)]),
+        &runs,
+        true,
+    );
+    let pod = h.wait_phase("p1").await;
+    assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    let init = env_of(&pod, "init");
+    let app1 = env_of(&pod, "app1");
+    let app2 = env_of(&pod, "app2");
+    assert_eq!(init["HSA_CU_MASK"], "0:0-8");
+    assert_eq!(init["HIP_DEVICE_MEMORY_LIMIT_0"], "1024m");
+    assert_eq!(
+        app1["HSA_CU_MASK"], "0:9-17",
+        "app container sees the init container's CUs as taken"
+    );
+    assert_eq!(app1["HIP_DEVICE_MEMORY_LIMIT_0"], "2048m");
+    assert_eq!(app2["HSA_CU_MASK"], "0:0-18");
+    assert_eq!(app2["ROCR_VISIBLE_DEVICES"], h.devices[1].rocr_id);
+    assert_eq!(app2["LD_AUDIT"], "/usr/local/vgpu/libamvgpu.so");
+    assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("success"));
+    assert_eq!(ann(&pod, AMD.devices_to_allocate), Some(";;;"));
+    assert_eq!(
+        ann(&pod, pod_keys::AMD_CU_ALLOCATED).unwrap(),
+        format!(
+            r#"{{"{}":"0-17","{}":"0-18"}}"#,
+            d0.info.id, h.devices[1].info.id
+        )
+    );
+    assert_eq!(
+        h.node_annotation(node_keys::MUTEX_LOCK),
+        None,
+        "lock released after the last container"
+    );
+
+    // Two 25 % pods on one device (no lock: found as the oldest allocating pod).
+    for name in ["q1", "q2"] {
+        h.schedule(
+            name,
+            json!([gpu_container("main", 1)]),
+            json!([]),
+            &[vec![dev(&h.devices[2], 1000, 9)]],
+            false,
+        );
+        let pod = h.wait_phase(name).await;
+        assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    }
+    let m1 = env_of(
+        &h.server.get_object("v1", "pods", "default", "q1").unwrap(),
+        "main",
+    )["HSA_CU_MASK"]
+        .clone();
+    let m2 = env_of(
+        &h.server.get_object("v1", "pods", "default", "q2").unwrap(),
+        "main",
+    )["HSA_CU_MASK"]
+        .clone();
+    assert_eq!(
+        (m1.as_str().unwrap(), m2.as_str().unwrap()),
+        ("0:0-8", "0:9-17")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_gpus_on_mi210_keep_order_and_rdna_is_wgp_aligned() {
+    let h = Harness::start(hami_sysfs_fixtures::mi210_xgmi().unwrap()).await;
+    let order = [5usize, 0, 7, 2];
+    let run: Vec<_> = order
+        .iter()
+        .map(|&i| dev(&h.devices[i], 8192, 52))
+        .collect();
+    h.schedule(
+        "four",
+        json!([gpu_container("main", 4)]),
+        json!([]),
+        &[run],
+        true,
+    );
+    let pod = h.wait_phase("four").await;
+    let env = env_of(&pod, "main");
+    let rocr: Vec<&str> = order
+        .iter()
+        .map(|&i| h.devices[i].rocr_id.as_str())
+        .collect();
+    assert_eq!(env["ROCR_VISIBLE_DEVICES"], rocr.join(","));
+    assert_eq!(env["HSA_CU_MASK"], "0:0-51;1:0-51;2:0-51;3:0-51");
+    assert_eq!(env["HIP_VISIBLE_DEVICES"], "0,1,2,3");
+    drop(h);
+
+    let h = Harness::start(
+        hami_sysfs_fixtures::rdna_node(&[hami_sysfs_fixtures::Rdna::Gfx11]).unwrap(),
+    )
+    .await;
+    for (name, cores, mask) in [("r1", 24, "0:0-23"), ("r2", 31, "0:24-53")] {
+        h.schedule(
+            name,
+            json!([gpu_container("main", 1)]),
+            json!([]),
+            &[vec![dev(&h.devices[0], 1000, cores)]],
+            true,
+        );
+        let pod = h.wait_phase(name).await;
+        assert_eq!(env_of(&pod, "main")["HSA_CU_MASK"], mask);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_and_plugin_restarts_keep_allocations() {
+    let mut h = Harness::start(
+        hami_sysfs_fixtures::rdna_node(&[hami_sysfs_fixtures::Rdna::Gfx11]).unwrap(),
+    )
+    .await;
+    let d = h.devices[0].clone();
+    h.schedule(
+        "a",
+        json!([gpu_container("main", 1)]),
+        json!([]),
+        &[vec![dev(&d, 1000, 24)]],
+        true,
+    );
+    assert_eq!(
+        env_of(&h.wait_phase("a").await, "main")["HSA_CU_MASK"],
+        "0:0-23"
+    );
+
+    // kubelet restart: the socket directory is wiped and kubelet.sock re-created.
+    let before = h.sim().registrations();
+    h.sim.as_mut().unwrap().restart().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while h.sim().registrations() <= before || h.sim().allocatable("amd.com/gpu") != 10 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "plugin did not re-register"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    h.schedule(
+        "b",
+        json!([gpu_container("main", 1)]),
+        json!([]),
+        &[vec![dev(&d, 1000, 24)]],
+        true,
+    );
+    assert_eq!(
+        env_of(&h.wait_phase("b").await, "main")["HSA_CU_MASK"],
+        "0:24-47"
+    );
+
+    // Plugin restart: state lives in annotations, so the next slice is still disjoint.
+    h.stop_plugin().await;
+    let before = h.sim().registrations();
+    h.start_plugin();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while h.sim().registrations() <= before || h.sim().allocatable("amd.com/gpu") != 10 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "restarted plugin did not register"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    h.schedule(
+        "c",
+        json!([gpu_container("main", 1)]),
+        json!([]),
+        &[vec![dev(&d, 1000, 24)]],
+        true,
+    );
+    assert_eq!(
+        env_of(&h.wait_phase("c").await, "main")["HSA_CU_MASK"],
+        "0:48-71"
+    );
+    h.stop_plugin().await;
+    h.sim.take().unwrap().shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_set_failed_release_the_lock_and_leak_no_cus() {
+    let h = Harness::start(
+        hami_sysfs_fixtures::rdna_node(&[hami_sysfs_fixtures::Rdna::Gfx11]).unwrap(),
+    )
+    .await;
+    let d = h.devices[0].clone();
+    // Runs that do not match the request: the run holds 2 devices, the container asks 1.
+    h.schedule(
+        "mismatch",
+        json!([gpu_container("main", 1)]),
+        json!([]),
+        &[vec![dev(&d, 10, 2), dev(&d, 10, 2)]],
+        true,
+    );
+    let pod = h.wait_phase("mismatch").await;
+    assert_eq!(pod["status"]["phase"], "Failed");
+    assert!(
+        pod["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("holds 2 device(s) but kubelet asked for 1"),
+        "{pod}"
+    );
+    assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("failed"));
+    assert_eq!(ann(&pod, pod_keys::AMD_CU_ALLOCATED), None);
+    assert_eq!(h.node_annotation(node_keys::MUTEX_LOCK), None);
+
+    // Malformed device list.
+    h.server
+        .create_object("v1", "pods", Some("default"), json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "garbled", "annotations": {AMD.devices_to_allocate: "x,y:;", pod_keys::BIND_PHASE: "allocating", pod_keys::VGPU_NODE: NODE}},
+            "spec": {"nodeName": NODE, "containers": [gpu_container("main", 1)]},
+        }))
+        .unwrap();
+    let pod = h.wait_phase("garbled").await;
+    assert!(
+        pod["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("malformed"),
+        "{pod}"
+    );
+
+    // API server fails mid-Allocate (the pod patch): nothing recorded, failed, lock released.
+    h.server
+        .faults()
+        .fail_next(Some("patch"), Some("pods"), 1, 500);
+    h.schedule(
+        "apifail",
+        json!([gpu_container("main", 1)]),
+        json!([]),
+        &[vec![dev(&d, 1000, 24)]],
+        true,
+    );
+    let pod = h.wait_phase("apifail").await;
+    assert_eq!(pod["status"]["phase"], "Failed");
+    assert!(
+        pod["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot record the allocation"),
+        "{pod}"
+    );
+    assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("failed"));
+    assert_eq!(
+        ann(&pod, pod_keys::AMD_CU_ALLOCATED),
+        None,
+        "no CU bits leaked"
+    );
+    assert_eq!(h.node_annotation(node_keys::MUTEX_LOCK), None);
+
+    // The next pod starts from CU 0 again: nothing was leaked by the failures.
+    h.schedule(
+        "ok",
+        json!([gpu_container("main", 1)]),
+        json!([]),
+        &[vec![dev(&d, 1000, 24)]],
+        true,
+    );
+    assert_eq!(
+        env_of(&h.wait_phase("ok").await, "main")["HSA_CU_MASK"],
+        "0:0-23"
+    );
+
+    // A pod the scheduler did not place: whole-card hand-over.
+    h.server
+        .create_object(
+            "v1",
+            "pods",
+            Some("default"),
+            json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
+                "spec": {"nodeName": NODE, "containers": [gpu_container("main", 1)]},
+            }),
+        )
+        .unwrap();
+    let env = env_of(&h.wait_phase("plain").await, "main");
+    assert_eq!(env.keys().collect::<Vec<_>>(), vec!["ROCR_VISIBLE_DEVICES"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotation_removed_when_no_gpu_and_unhealthy_event() {
+    let h = Harness::start(
+        hami_sysfs_fixtures::rdna_node(&[hami_sysfs_fixtures::Rdna::Gfx11]).unwrap(),
+    )
+    .await;
+    assert!(h.node_annotation(AMD.node_register).is_some());
+    // The render node disappears: unhealthy in ListAndWatch and an Event on the node.
+    h.tree.remove_dev("dri/renderD128").unwrap();
+    assert!(
+        h.sim()
+            .wait_for_allocatable("amd.com/gpu", 0, Duration::from_secs(10))
+            .await
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+            kube::Api::namespaced(h.client.clone(), "default");
+        let list = events.list(&Default::default()).await.unwrap();
+        if list
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("AMDGPUUnhealthy"))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no AMDGPUUnhealthy event"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The GPU vanishes from sysfs: the annotation is removed.
+    h.tree
+        .remove("bus/pci/drivers/amdgpu/0000:03:00.0")
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while h.node_annotation(AMD.node_register).is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "register annotation not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,13 @@
+//! Compiles the vendored kubelet device-plugin proto with protox (pure Rust), so no system
+//! `protoc` is needed.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto/deviceplugin_v1beta1.proto");
+    let fds = protox::compile(["deviceplugin_v1beta1.proto"], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .btree_map(".")
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,332 @@
+//! Pod admission as kubelet's device manager does it: for each pod bound to the node, for
+//! each container that requests a plugin resource (init containers first, in order, then
+//! app containers), pick device ids, call the plugin's Allocate once for that container,
+//! then mark the pod Running and record what every container got.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use hami_deviceplugin_api::connect_unix;
+use hami_deviceplugin_api::v1beta1::device_plugin_client::DevicePluginClient;
+use hami_deviceplugin_api::v1beta1::{
+    AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse,
+    ContainerPreferredAllocationRequest, PreferredAllocationRequest,
+};
+use hami_protocol::quantity::parse_count;
+use hami_protocol::requests::{ContainerKind, container_slots};
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::device_state::DeviceState;
+use crate::records::{RECORD_ANNOTATION, container_record};
+
+/// Settings of the admission worker.
+#[derive(Debug, Clone)]
+pub struct AdmissionConfig {
+    pub node: String,
+    pub dir: PathBuf,
+    /// Also write `<ns>_<pod>.json` records here.
+    pub record_dir: Option<PathBuf>,
+    /// Start app containers that have a command as local processes with the returned env.
+    pub run_containers: bool,
+}
+
+/// The worker: call [`Admission::sync`] repeatedly.
+pub struct Admission {
+    pub config: AdmissionConfig,
+    pub client: kube::Client,
+    pub state: Arc<Mutex<DeviceState>>,
+    admitted: HashSet<String>,
+    pub children: Vec<std::process::Child>,
+}
+
+fn lock(state: &Mutex<DeviceState>) -> std::sync::MutexGuard<'_, DeviceState> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The plugin resources a container asks for, with counts (limits, else requests).
+pub fn container_resources(
+    container: &Container,
+    known: &BTreeSet<String>,
+) -> Result<Vec<(String, usize)>, String> {
+    let Some(res) = &container.resources else {
+        return Ok(Vec::new());
+    };
+    let mut out = BTreeMap::new();
+    for map in [&res.requests, &res.limits].into_iter().flatten() {
+        for (name, q) in map {
+            if known.contains(name) || name.ends_with("/gpu") {
+                let n = parse_count(&q.0)
+                    .map_err(|e| format!("container {}: {name} {:?}: {e}", container.name, q.0))?;
+                out.insert(name.clone(), n as usize);
+            }
+        }
+    }
+    Ok(out.into_iter().filter(|(_, n)| *n > 0).collect())
+}
+
+impl Admission {
+    pub fn new(
+        config: AdmissionConfig,
+        client: kube::Client,
+        state: Arc<Mutex<DeviceState>>,
+    ) -> Self {
+        Self {
+            config,
+            client,
+            state,
+            admitted: HashSet::new(),
+            children: Vec::new(),
+        }
+    }
+
+    /// One pass: release ids of finished or deleted pods, admit new pods.
+    pub async fn sync(&mut self) -> Result<(), kube::Error> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let list = pods
+            .list(&ListParams::default().fields(&format!("spec.nodeName={}", self.config.node)))
+            .await?;
+        let live: HashSet<String> = list
+            .items
+            .iter()
+            .filter(|p| !matches!(phase(p), Some("Succeeded" | "Failed")))
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        lock(&self.state)
+            .assigned
+            .retain(|uid, _| live.contains(uid));
+        for pod in &list.items {
+            let Some(uid) = pod.metadata.uid.clone() else {
+                continue;
+            };
+            if self.admitted.contains(&uid) || phase(pod).is_some_and(|p| p != "Pending") {
+                continue;
+            }
+            self.admitted.insert(uid.clone());
+            self.admit(pod, &uid).await?;
+        }
+        Ok(())
+    }
+
+    async fn admit(&mut self, pod: &Pod, uid: &str) -> Result<(), kube::Error> {
+        let ns = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let Some(spec) = &pod.spec else { return Ok(()) };
+        let mut records = serde_json::Map::new();
+        let mut failure: Option<String> = None;
+        let mut init_ids: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut app_envs: Vec<(String, BTreeMap<String, String>)> = Vec::new();
+        for slot in container_slots(spec) {
+            let known: BTreeSet<String> = lock(&self.state).resources.keys().cloned().collect();
+            let wants = match container_resources(slot.container, &known) {
+                Ok(w) => w,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
+            let mut container_record_entries = Vec::new();
+            let mut envs = BTreeMap::new();
+            for (resource, count) in wants {
+                match self
+                    .allocate_one(uid, &resource, count, slot.kind, &mut init_ids)
+                    .await
+                {
+                    Ok((ids, response)) => {
+                        envs.extend(response.envs.clone());
+                        container_record_entries.push(container_record(&resource, &ids, &response));
+                    }
+                    Err(e) => {
+                        failure = Some(format!("container {}: {e}", slot.container.name));
+                        break;
+                    }
+                }
+            }
+            if failure.is_some() {
+                break;
+            }
+            if !container_record_entries.is_empty() {
+                records.insert(
+                    slot.container.name.clone(),
+                    Value::Array(container_record_entries),
+                );
+            }
+            if slot.kind == ContainerKind::App {
+                app_envs.push((slot.container.name.clone(), envs));
+            }
+        }
+        let record_text = Value::Object(records).to_string();
+        if let Some(dir) = &self.config.record_dir {
+            let _ = std::fs::create_dir_all(dir);
+            let _ = std::fs::write(dir.join(format!("{ns}_{name}.json")), &record_text);
+        }
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {RECORD_ANNOTATION: record_text}}})),
+        )
+        .await?;
+        let status = match &failure {
+            None => {
+                json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+            }
+            Some(e) => {
+                tracing::warn!(pod = %format!("{ns}/{name}"), "admission failed: {e}");
+                lock(&self.state).assigned.remove(uid);
+                json!({"status": {"phase": "Failed", "reason": "UnexpectedAdmissionError",
+                    "message": format!("Allocate failed due to {e}, which is unexpected")}})
+            }
+        };
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+            .await?;
+        if failure.is_none() && self.config.run_containers {
+            self.start_processes(spec, &app_envs, &ns, &name);
+        }
+        Ok(())
+    }
+
+    async fn allocate_one(
+        &self,
+        uid: &str,
+        resource: &str,
+        count: usize,
+        kind: ContainerKind,
+        init_ids: &mut BTreeMap<String, Vec<String>>,
+    ) -> Result<(Vec<String>, ContainerAllocateResponse), String> {
+        let (endpoint, preferred, free) = {
+            let s = lock(&self.state);
+            let r = s
+                .resources
+                .get(resource)
+                .ok_or_else(|| format!("no device plugin registered {resource}"))?;
+            let held: BTreeSet<String> = s
+                .assigned
+                .get(uid)
+                .and_then(|m| m.get(resource))
+                .cloned()
+                .unwrap_or_default();
+            // Ids this pod holds for its app containers are not free for another app
+            // container; init containers' ids are reusable (kubelet reuses them).
+            let reusable: BTreeSet<&String> =
+                init_ids.get(resource).into_iter().flatten().collect();
+            let free: Vec<String> = s
+                .free_ids(resource, uid)
+                .into_iter()
+                .filter(|id| !held.contains(id) || reusable.contains(id))
+                .collect();
+            (r.endpoint.clone(), r.preferred_allocation, free)
+        };
+        if free.len() < count {
+            return Err(format!(
+                "requested {count} {resource} but only {} healthy and unallocated on this node",
+                free.len()
+            ));
+        }
+        let channel = connect_unix(&self.config.dir.join(&endpoint))
+            .await
+            .map_err(|e| format!("cannot dial device plugin {endpoint}: {e}"))?;
+        let mut client = DevicePluginClient::new(channel);
+        let ids = if preferred {
+            let resp = client
+                .get_preferred_allocation(PreferredAllocationRequest {
+                    container_requests: vec![ContainerPreferredAllocationRequest {
+                        available_device_i_ds: free.clone(),
+                        must_include_device_i_ds: Vec::new(),
+                        allocation_size: count as i32,
+                    }],
+                })
+                .await
+                .map_err(|e| format!("GetPreferredAllocation: {}", e.message()))?
+                .into_inner();
+            let mut ids = resp
+                .container_responses
+                .into_iter()
+                .next()
+                .map(|c| c.device_i_ds)
+                .unwrap_or_default();
+            ids.retain(|id| free.contains(id));
+            ids.dedup();
+            if ids.len() == count {
+                ids
+            } else {
+                free[..count].to_vec()
+            }
+        } else {
+            free[..count].to_vec()
+        };
+        let resp = client
+            .allocate(AllocateRequest {
+                container_requests: vec![ContainerAllocateRequest {
+                    devices_ids: ids.clone(),
+                }],
+            })
+            .await
+            .map_err(|e| e.message().to_owned())?
+            .into_inner();
+        let response =
+            resp.container_responses.into_iter().next().ok_or_else(|| {
+                "the plugin answered Allocate with no container response".to_owned()
+            })?;
+        let mut s = lock(&self.state);
+        let held = s
+            .assigned
+            .entry(uid.to_owned())
+            .or_default()
+            .entry(resource.to_owned())
+            .or_default();
+        held.extend(ids.iter().cloned());
+        if matches!(kind, ContainerKind::Init) {
+            init_ids
+                .entry(resource.to_owned())
+                .or_default()
+                .extend(ids.iter().cloned());
+        }
+        Ok((ids, response))
+    }
+
+    fn start_processes(
+        &mut self,
+        spec: &k8s_openapi::api::core::v1::PodSpec,
+        app_envs: &[(String, BTreeMap<String, String>)],
+        ns: &str,
+        name: &str,
+    ) {
+        for c in &spec.containers {
+            let Some(command) = c.command.as_ref().filter(|c| !c.is_empty()) else {
+                continue;
+            };
+            let mut cmd = std::process::Command::new(&command[0]);
+            cmd.args(&command[1..]).args(c.args.iter().flatten());
+            for e in c.env.iter().flatten() {
+                if let Some(v) = &e.value {
+                    cmd.env(&e.name, v);
+                }
+            }
+            if let Some((_, envs)) = app_envs.iter().find(|(n, _)| *n == c.name) {
+                cmd.envs(envs);
+            }
+            if let Some(dir) = &self.config.record_dir
+                && let Ok(log) =
+                    std::fs::File::create(dir.join(format!("{ns}_{name}_{}.log", c.name)))
+                && let Ok(err) = log.try_clone()
+            {
+                cmd.stdout(log).stderr(err);
+            }
+            match cmd.spawn() {
+                Ok(child) => self.children.push(child),
+                Err(e) => tracing::warn!(container = %c.name, "cannot start {:?}: {e}", command[0]),
+            }
+        }
+    }
+}
+
+fn phase(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref())
+}

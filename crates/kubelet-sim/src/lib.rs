@@ -1,0 +1,270 @@
+//! A simulated kubelet for tests and the demo (see README.md). It speaks the real
+//! device-plugin gRPC API over unix sockets and the real Kubernetes API, so the plugin and
+//! scheduler code under test run unchanged:
+//!
+//! - serves `Registration` on `<socket dir>/kubelet.sock`, dials back each registered
+//!   plugin and keeps allocatable per resource from ListAndWatch;
+//! - publishes capacity/allocatable of those resources on its Node;
+//! - for every pod bound to its node, calls Allocate once per container that requests a
+//!   plugin resource (init containers first, in order, then app containers), marks the pod
+//!   Running (or Failed with `UnexpectedAdmissionError`) and records what each container
+//!   got in the annotation `kubelet-sim.hami.io/allocations` (and optionally a file);
+//! - can start app containers as local processes with the returned env;
+//! - [`KubeletSim::restart`] behaves like a kubelet restart: the socket directory is wiped
+//!   and `kubelet.sock` re-created; device assignments (kubelet's checkpoint) survive.
+
+pub mod admission;
+pub mod device_state;
+pub mod records;
+pub mod registration_service;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hami_deviceplugin_api::v1beta1::registration_server::RegistrationServer;
+use hami_deviceplugin_api::{DEVICE_PLUGIN_PATH, KUBELET_SOCKET, bind_unix};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::sync::{Notify, watch};
+
+use crate::admission::{Admission, AdmissionConfig};
+use crate::device_state::DeviceState;
+use crate::registration_service::RegistrationService;
+
+/// Command-line arguments (`hami kubelet-sim`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Device-plugin socket directory (kubelet.sock is served here).
+    #[arg(long, default_value = DEVICE_PLUGIN_PATH)]
+    pub socket_dir: PathBuf,
+    /// The node this kubelet runs.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Also write `<namespace>_<pod>.json` allocation records (and container logs) here.
+    #[arg(long)]
+    pub record_dir: Option<PathBuf>,
+    /// Start app containers that have a command as local processes with the returned env.
+    #[arg(long)]
+    pub run_containers: bool,
+    /// Milliseconds between pod list passes.
+    #[arg(long, default_value_t = 200)]
+    pub sync_interval_ms: u64,
+}
+
+/// Runs until Ctrl-C, with the kubeconfig from the environment.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client (set KUBECONFIG): {e}"))?;
+    let sim = KubeletSim::start(args, client).await?;
+    tokio::signal::ctrl_c().await?;
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// A running simulated kubelet.
+pub struct KubeletSim {
+    args: Args,
+    state: Arc<Mutex<DeviceState>>,
+    changed: Arc<Notify>,
+    registration_stop: watch::Sender<bool>,
+    registration_task: tokio::task::JoinHandle<()>,
+    worker_stop: watch::Sender<bool>,
+    worker_task: tokio::task::JoinHandle<()>,
+}
+
+fn start_registration(
+    args: &Args,
+    state: Arc<Mutex<DeviceState>>,
+    changed: Arc<Notify>,
+) -> anyhow::Result<(watch::Sender<bool>, tokio::task::JoinHandle<()>)> {
+    let socket = args.socket_dir.join(KUBELET_SOCKET);
+    let incoming = bind_unix(&socket)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", socket.display()))?;
+    let service = RegistrationService {
+        dir: args.socket_dir.clone(),
+        state,
+        changed,
+    };
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        let result = tonic::transport::Server::builder()
+            .add_service(RegistrationServer::new(service))
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::error!("kubelet registration server stopped: {e}");
+        }
+    });
+    Ok((stop_tx, task))
+}
+
+impl KubeletSim {
+    /// Starts serving `kubelet.sock` and admitting pods.
+    pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&args.socket_dir)?;
+        let state = Arc::new(Mutex::new(DeviceState::default()));
+        let changed = Arc::new(Notify::new());
+        let (registration_stop, registration_task) =
+            start_registration(&args, state.clone(), changed.clone())?;
+        let (worker_stop, mut stop_rx) = watch::channel(false);
+        let mut admission = Admission::new(
+            AdmissionConfig {
+                node: args.node_name.clone(),
+                dir: args.socket_dir.clone(),
+                record_dir: args.record_dir.clone(),
+                run_containers: args.run_containers,
+            },
+            client.clone(),
+            state.clone(),
+        );
+        let interval = Duration::from_millis(args.sync_interval_ms.max(10));
+        let node_name = args.node_name.clone();
+        let worker_changed = changed.clone();
+        let worker_task = tokio::spawn(async move {
+            let mut published: Option<BTreeMap<String, usize>> = None;
+            loop {
+                let counts: BTreeMap<String, usize> = {
+                    let s = admission.state.lock().unwrap_or_else(|p| p.into_inner());
+                    s.resources
+                        .keys()
+                        .map(|r| (r.clone(), s.allocatable(r)))
+                        .collect()
+                };
+                if published.as_ref() != Some(&counts) {
+                    match publish_node(&client, &node_name, &counts).await {
+                        Ok(()) => published = Some(counts),
+                        Err(e) => tracing::warn!("cannot publish node capacity: {e}"),
+                    }
+                }
+                if let Err(e) = admission.sync().await {
+                    tracing::warn!("pod sync failed: {e}");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = worker_changed.notified() => {}
+                    _ = stop_rx.wait_for(|s| *s) => break,
+                }
+            }
+            for mut child in admission.children.drain(..) {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        });
+        Ok(Self {
+            args,
+            state,
+            changed,
+            registration_stop,
+            registration_task,
+            worker_stop,
+            worker_task,
+        })
+    }
+
+    /// The shared device state (registrations, device lists, assignments).
+    pub fn state(&self) -> Arc<Mutex<DeviceState>> {
+        self.state.clone()
+    }
+
+    /// Healthy devices of `resource` known from ListAndWatch.
+    pub fn allocatable(&self, resource: &str) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .allocatable(resource)
+    }
+
+    /// Registrations accepted so far.
+    pub fn registrations(&self) -> u64 {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .registrations
+    }
+
+    /// Waits until `resource` has `count` allocatable devices (false on timeout).
+    pub async fn wait_for_allocatable(
+        &self,
+        resource: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.allocatable(resource) == count {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::select! {
+                _ = self.changed.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+    }
+
+    /// A kubelet restart: stop serving, wipe the socket directory (kubelet removes every
+    /// plugin socket), re-create `kubelet.sock`. Assignments survive (checkpoint).
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        let _ = self.registration_stop.send(true);
+        let task = std::mem::replace(&mut self.registration_task, tokio::spawn(async {}));
+        let _ = task.await;
+        for entry in std::fs::read_dir(&self.args.socket_dir)?.flatten() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+        let (stop, task) =
+            start_registration(&self.args, self.state.clone(), self.changed.clone())?;
+        self.registration_stop = stop;
+        self.registration_task = task;
+        Ok(())
+    }
+
+    /// Stops everything (started container processes are killed).
+    pub async fn shutdown(self) {
+        let _ = self.registration_stop.send(true);
+        let _ = self.worker_stop.send(true);
+        let _ = self.registration_task.await;
+        let _ = self.worker_task.await;
+        let _ = std::fs::remove_file(self.args.socket_dir.join(KUBELET_SOCKET));
+    }
+}
+
+/// Creates the Node if needed and publishes capacity/allocatable of plugin resources.
+async fn publish_node(
+    client: &kube::Client,
+    name: &str,
+    counts: &BTreeMap<String, usize>,
+) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    if nodes.get_opt(name).await?.is_none() {
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        }))
+        .map_err(kube::Error::SerdeError)?;
+        match nodes.create(&PostParams::default(), &node).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let values: serde_json::Map<String, serde_json::Value> = counts
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v.to_string())))
+        .collect();
+    nodes
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"capacity": values, "allocatable": values}})),
+        )
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,22 @@
+//! `k8s-vgpu-monitor`: per-container GPU memory and utilization as Prometheus metrics
+//! (SPEC §6, §7, Appendix A; seed 004). See README.md.
+//!
+//! Pure cores: [`hami_core_region`], [`hip_region`] (region readers over [`region_bytes`]),
+//! [`fdinfo`], [`cgroup`], [`utilization`], [`cache_dirs`] (decisions), [`pods`] (index),
+//! [`metrics`] (exposition). Shells: [`procfs`], [`host_gpus`], [`node_monitor`] (state and
+//! passes), [`server`] (HTTP and wiring).
+
+pub mod cache_dirs;
+pub mod cgroup;
+pub mod errors;
+pub mod fdinfo;
+pub mod hami_core_region;
+pub mod hip_region;
+pub mod host_gpus;
+pub mod metrics;
+pub mod node_monitor;
+pub mod pods;
+pub mod procfs;
+pub mod region_bytes;
+pub mod server;
+pub mod utilization;

@@ -1,0 +1,215 @@
+//! The pods of this node: a pure index built from Pod objects (UID → namespace/name and
+//! every container, init and sidecar containers included, with their devices and container
+//! ids), and the node-scoped informer that keeps the objects (kube-rs reflector).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use hami_protocol::cu_allocated::CuAllocation;
+use hami_protocol::device_list::{ContainerDevices, decode_pod_devices};
+use hami_protocol::names::{AMD, NVIDIA, pod as pod_names};
+use hami_protocol::requests::container_slots;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, watcher};
+use kube::{Api, Client};
+
+use crate::cgroup::container_id_from_status;
+
+/// One container of a pod, in device-list order (init and sidecar containers first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerInfo {
+    pub name: String,
+    /// `init`, `sidecar` or `app`.
+    pub kind: &'static str,
+    /// Runtime id without the `<runtime>://` prefix, once the container started.
+    pub container_id: Option<String>,
+    /// AMD devices granted (`hami.io/amd-devices-allocated`, else `-to-allocate`).
+    pub amd: ContainerDevices,
+    /// NVIDIA devices granted (`hami.io/vgpu-devices-allocated`, else `-to-allocate`).
+    pub nvidia: ContainerDevices,
+}
+
+/// What the monitor knows of one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodInfo {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub containers: Vec<ContainerInfo>,
+    /// `hami.io/amd-cu-allocated`: device id → CU list text (pod-wide).
+    pub cu_allocated: Vec<(String, String)>,
+    /// Annotation problems, one line each (reported as errors, the pod is kept).
+    pub problems: Vec<String>,
+}
+
+impl PodInfo {
+    pub fn container(&self, name: &str) -> Option<&ContainerInfo> {
+        self.containers.iter().find(|c| c.name == name)
+    }
+}
+
+fn device_runs(pod: &Pod, keys: [&str; 2], problems: &mut Vec<String>) -> Vec<ContainerDevices> {
+    let annotations = pod.metadata.annotations.as_ref();
+    for key in keys {
+        if let Some(text) = annotations.and_then(|a| a.get(key)) {
+            match decode_pod_devices(text) {
+                Ok(runs) => return runs,
+                Err(e) => problems.push(format!("annotation {key}: {e}")),
+            }
+        }
+    }
+    Vec::new()
+}
+
+/// Builds the monitor's view of a pod. `None` without a UID.
+pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
+    let uid = pod.metadata.uid.clone()?;
+    let mut problems = Vec::new();
+    let amd_runs = device_runs(
+        pod,
+        [AMD.devices_allocated, AMD.devices_to_allocate],
+        &mut problems,
+    );
+    let nvidia_runs = device_runs(
+        pod,
+        [NVIDIA.devices_allocated, NVIDIA.devices_to_allocate],
+        &mut problems,
+    );
+    let status = pod.status.as_ref();
+    let ids: HashMap<&str, &str> = status
+        .into_iter()
+        .flat_map(|s| {
+            s.container_statuses
+                .iter()
+                .flatten()
+                .chain(s.init_container_statuses.iter().flatten())
+        })
+        .filter_map(|cs| {
+            cs.container_id
+                .as_deref()
+                .map(|id| (cs.name.as_str(), container_id_from_status(id)))
+        })
+        .collect();
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|spec| {
+            container_slots(spec)
+                .iter()
+                .enumerate()
+                .map(|(run, slot)| ContainerInfo {
+                    name: slot.container.name.clone(),
+                    kind: slot.kind.as_str(),
+                    container_id: ids.get(slot.container.name.as_str()).map(|s| s.to_string()),
+                    amd: amd_runs.get(run).cloned().unwrap_or_default(),
+                    nvidia: nvidia_runs.get(run).cloned().unwrap_or_default(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut cu_allocated = Vec::new();
+    if let Some(text) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(pod_names::AMD_CU_ALLOCATED))
+    {
+        match CuAllocation::parse(text) {
+            Ok(alloc) => {
+                cu_allocated = alloc
+                    .0
+                    .iter()
+                    .map(|(device, set)| (device.clone(), set.to_string()))
+                    .collect();
+            }
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    Some(PodInfo {
+        uid,
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        containers,
+        cu_allocated,
+        problems,
+    })
+}
+
+/// The pods of the node by UID, and containers by runtime id.
+#[derive(Debug, Default, Clone)]
+pub struct PodIndex {
+    pub by_uid: HashMap<String, Arc<PodInfo>>,
+    /// container id → (pod UID, container name).
+    pub by_container_id: HashMap<String, (String, String)>,
+}
+
+impl PodIndex {
+    pub fn from_pods<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> PodIndex {
+        let mut index = PodIndex::default();
+        for pod in pods {
+            let Some(info) = pod_info(pod) else { continue };
+            for c in &info.containers {
+                if let Some(id) = &c.container_id {
+                    index
+                        .by_container_id
+                        .insert(id.clone(), (info.uid.clone(), c.name.clone()));
+                }
+            }
+            index.by_uid.insert(info.uid.clone(), Arc::new(info));
+        }
+        index
+    }
+
+    pub fn get(&self, uid: &str) -> Option<&Arc<PodInfo>> {
+        self.by_uid.get(uid)
+    }
+}
+
+/// A node-scoped pod informer (`spec.nodeName=<node>`).
+pub struct PodInformer {
+    store: Store<Pod>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodInformer {
+    /// Starts watching the pods of `node_name`.
+    pub fn start(client: Client, node_name: &str) -> PodInformer {
+        let api: Api<Pod> = Api::all(client);
+        let config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
+        let (store, writer) = reflector::store();
+        let stream =
+            reflector::reflector(writer, watcher(api, config).default_backoff()).applied_objects();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                if let Err(e) = event {
+                    tracing::warn!("pod watch: {e}; retrying with backoff");
+                }
+            }
+        });
+        PodInformer { store, task }
+    }
+
+    /// Waits for the first complete list.
+    pub async fn wait_ready(&self) -> anyhow::Result<()> {
+        self.store
+            .wait_until_ready()
+            .await
+            .map_err(|e| anyhow::anyhow!("pod informer never became ready: {e}"))
+    }
+
+    /// A consistent copy of the pods now known.
+    pub fn index(&self) -> PodIndex {
+        let pods = self.store.state();
+        PodIndex::from_pods(pods.iter().map(|p| p.as_ref()))
+    }
+}
+
+impl Drop for PodInformer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,67 @@
+//! The thin shell over `/proc` (root overridable for tests): which host pids exist, the
+//! processes of each container (by cgroup), and their DRM clients (fdinfo). Entries that
+//! vanish while being read are normal (processes exit) and are skipped.
+
+use std::path::{Path, PathBuf};
+
+use crate::cgroup::{PodContainer, pod_container_of};
+use crate::fdinfo::{DrmClient, parse_fdinfo};
+
+#[derive(Debug, Clone)]
+pub struct ProcRoot {
+    root: PathBuf,
+}
+
+impl ProcRoot {
+    pub fn new(root: impl Into<PathBuf>) -> ProcRoot {
+        ProcRoot { root: root.into() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// Whether host pid `pid` exists (the monitor runs with hostPID).
+    pub fn pid_alive(&self, pid: i32) -> bool {
+        pid > 0 && self.root.join(pid.to_string()).exists()
+    }
+
+    /// Every numeric entry of the proc root.
+    pub fn pids(&self) -> std::io::Result<Vec<i32>> {
+        Ok(std::fs::read_dir(&self.root)?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect())
+    }
+
+    /// The pod and container of a pid; `Ok(None)` outside pods, `Err` when the entry
+    /// vanished or cannot be read.
+    pub fn pod_container(&self, pid: i32) -> std::io::Result<Option<PodContainer>> {
+        let text = std::fs::read_to_string(self.root.join(pid.to_string()).join("cgroup"))?;
+        Ok(pod_container_of(&text))
+    }
+
+    /// The DRM clients among a pid's descriptors: only descriptors whose link points into
+    /// `/dev/dri/` are read (a process may hold thousands of other descriptors).
+    pub fn drm_clients(&self, pid: i32) -> std::io::Result<Vec<DrmClient>> {
+        let base = self.root.join(pid.to_string());
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(base.join("fd"))? {
+            let Ok(entry) = entry else { continue };
+            let Ok(target) = std::fs::read_link(entry.path()) else {
+                continue;
+            };
+            if !target.starts_with("/dev/dri/") {
+                continue;
+            }
+            // A descriptor closed between readdir and read: skip it.
+            let Ok(text) = std::fs::read_to_string(base.join("fdinfo").join(entry.file_name()))
+            else {
+                continue;
+            };
+            if let Some(client) = parse_fdinfo(&text) {
+                out.push(client);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,125 @@
+//! The HTTP surface (`/metrics` only, as the reference) and the wiring of the monitor:
+//! informer → periodic refresh → scrape.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::metrics::{CONTENT_TYPE, render};
+use crate::node_monitor::{MonitorConfig, NodeMonitor};
+use crate::pods::{PodIndex, PodInformer};
+
+/// Settings of a running monitor.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub monitor: MonitorConfig,
+    pub bind: SocketAddr,
+    pub legacy_metrics: bool,
+    /// Period of the directory scan and the fdinfo sampling.
+    pub refresh_interval: Duration,
+}
+
+#[derive(Clone)]
+struct AppState {
+    monitor: Arc<NodeMonitor>,
+    legacy: bool,
+}
+
+/// The `/metrics` router over a monitor.
+pub fn router(monitor: Arc<NodeMonitor>, legacy: bool) -> Router {
+    Router::new()
+        .route("/metrics", get(scrape))
+        .with_state(AppState { monitor, legacy })
+}
+
+async fn scrape(State(state): State<AppState>) -> Response {
+    let monitor = state.monitor.clone();
+    // Region reads are memory loads and fcntl queries: short, but not async.
+    match tokio::task::spawn_blocking(move || render(&monitor.snapshot(), state.legacy)).await {
+        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("scrape failed: {e}"),
+        )
+            .into_response(),
+    }
+}
+
+/// Parses `--metrics-bind-address`: `:9394` (all interfaces, as Go writes it) or `host:port`.
+pub fn parse_bind_address(text: &str) -> Result<SocketAddr, String> {
+    let full = if text.starts_with(':') {
+        format!("0.0.0.0{text}")
+    } else {
+        text.to_owned()
+    };
+    full.parse().map_err(|e| {
+        format!("--metrics-bind-address {text:?} is not an address such as :9394 or 127.0.0.1:9394 ({e})")
+    })
+}
+
+/// Runs one refresh on a blocking thread.
+pub async fn refresh(monitor: &Arc<NodeMonitor>, index: PodIndex) {
+    let monitor = monitor.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || monitor.refresh(index)).await {
+        tracing::error!("refresh pass failed: {e}");
+    }
+}
+
+/// Runs the monitor until `shutdown` resolves.
+pub async fn serve(
+    config: ServeConfig,
+    client: kube::Client,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let containers: PathBuf = config.monitor.hook_path.join("containers");
+    if !containers.is_dir() {
+        tracing::warn!(dir = %containers.display(), "the containers directory does not exist yet; it is scanned again every {}s", config.refresh_interval.as_secs());
+    }
+    tracing::info!("{}", crate::host_gpus::nvidia_host_metrics_note());
+    let informer = PodInformer::start(client, &config.monitor.node_name);
+    informer.wait_ready().await?;
+    let monitor = Arc::new(NodeMonitor::new(config.monitor.clone()));
+    refresh(&monitor, informer.index()).await;
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.bind))?;
+    tracing::info!(address = %config.bind, "serving /metrics");
+    let ticker_monitor = monitor.clone();
+    let interval = config.refresh_interval;
+    let ticker = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            refresh(&ticker_monitor, informer.index()).await;
+        }
+    });
+    let result = axum::serve(listener, router(monitor, config.legacy_metrics))
+        .with_graceful_shutdown(shutdown)
+        .await;
+    ticker.abort();
+    result.map_err(|e| anyhow::anyhow!("metrics server: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_addresses_in_go_and_rust_forms() {
+        assert_eq!(
+            parse_bind_address(":9394").unwrap().to_string(),
+            "0.0.0.0:9394"
+        );
+        assert_eq!(parse_bind_address("127.0.0.1:1").unwrap().port(), 1);
+        assert!(parse_bind_address("9394").unwrap_err().contains(":9394"));
+    }
+}

@@ -1,0 +1,116 @@
+//! The Grafana dashboard (deploy/grafana/hami-rs-vgpu.json) only plots metrics the monitor
+//! emits: every `hami_*` name in its queries appears in a rendered scrape.
+
+use std::sync::Arc;
+
+use hami_monitor::fdinfo::DeviceUtilization;
+use hami_monitor::hami_core_region::MemoryBreakdown;
+use hami_monitor::host_gpus::HostGpu;
+use hami_monitor::metrics::render;
+use hami_monitor::node_monitor::{Allocation, ContainerMetrics, DeviceMetrics, Snapshot};
+
+fn full_snapshot() -> Snapshot {
+    Snapshot {
+        node: "n".into(),
+        containers: vec![ContainerMetrics {
+            namespace: "ns".into(),
+            pod: "p".into(),
+            container: "c".into(),
+            devices: vec![DeviceMetrics {
+                vdevice_index: Some(0),
+                device_uuid: "GPU-1".into(),
+                memory_used: Some(1),
+                memory_limit: Some(2),
+                breakdown: Some(MemoryBreakdown {
+                    context: 1,
+                    module: 0,
+                    data: 0,
+                    total: 1,
+                }),
+                utilization: Some(DeviceUtilization {
+                    percent: 5.0,
+                    clamped: false,
+                }),
+            }],
+            last_kernel_elapsed: Some(3),
+        }],
+        allocations: vec![Allocation {
+            namespace: "ns".into(),
+            pod: "p".into(),
+            container: "c".into(),
+            vendor: "AMD",
+            vdevice_index: 0,
+            device_uuid: "u".into(),
+            memory_bytes: 1,
+            cores: 2,
+            cu_mask: Some("0-3,8-11".into()),
+        }],
+        host: Arc::new(vec![HostGpu {
+            index: 1,
+            uuid: "u".into(),
+            device_type: "AMD-MI210".into(),
+            pci_bdf: "0000:01:00.0".into(),
+            memory_used: Some(1),
+            busy_percent: Some(2.0),
+        }]),
+        errors: [("cache_truncated", 1u64)].into(),
+    }
+}
+
+#[test]
+fn every_dashboard_metric_is_emitted() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/grafana/hami-rs-vgpu.json"
+    );
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let text = dashboard.to_string();
+    let body = render(&full_snapshot(), true);
+    let mut names = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("hami_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.push(tail[..end].to_owned());
+        rest = &tail[end..];
+    }
+    names.retain(|n| n != "hami_rs");
+    assert!(names.len() >= 8, "{names:?}");
+    for name in names {
+        assert!(
+            body.contains(&format!("\n{name}{{")),
+            "{name} is plotted but not emitted:\n{body}"
+        );
+    }
+}
+
+#[test]
+fn legacy_names_only_with_the_flag_and_zone_everywhere() {
+    let modern = render(&full_snapshot(), false);
+    let legacy = render(&full_snapshot(), true);
+    for name in [
+        "vGPU_device_memory_usage_in_bytes",
+        "Device_utilization_desc_of_container",
+        "HostGPUMemoryUsage",
+        "Device_memory_desc_of_container",
+    ] {
+        assert!(!modern.contains(name));
+        assert!(legacy.contains(&format!("\n{name}{{")), "{name}");
+    }
+    assert!(legacy.contains("context=\"1\",module=\"0\",data=\"0\",offset=\"0\""));
+    assert!(modern.contains("cu_mask=\"0-3,8-11\""));
+    assert!(
+        modern.contains("# HELP hami_container_device_utilization_ratio")
+            && modern.contains("clamped to 100")
+    );
+    for line in legacy
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("hami_build_info"))
+    {
+        assert!(line.contains("zone=\"vGPU\""), "{line}");
+    }
+    assert!(legacy.ends_with("# EOF\n"));
+}
