@@ -34,6 +34,10 @@ enum Command {
     /// Run a simulated kubelet: serves the device-plugin Registration API and calls
     /// Allocate for pods bound to its node, as kubelet does (uses $KUBECONFIG).
     KubeletSim(hami_kubelet_sim::Args),
+    /// Run the whole system on simulated AMD nodes (no cluster, no GPU needed): API
+    /// server, scheduler, kube-scheduler, device plugins, kubelets and monitors in one
+    /// process; submits examples/ and prints who got which slice.
+    Demo(hami_demo::DemoArgs),
 }
 
 #[derive(Subcommand)]
@@ -61,8 +65,14 @@ enum Output {
 
 fn main() -> ExitCode {
     let output = match Cli::parse().command {
-        Command::Apiserver(args) => return serve(hami_apiserver::serve(args)),
-        Command::KubeletSim(args) => return serve(hami_kubelet_sim::run(args)),
+        Command::Apiserver(args) => return serve(hami_apiserver::serve(args), "info"),
+        Command::KubeletSim(args) => return serve(hami_kubelet_sim::run(args), "info"),
+        Command::Demo(args) => {
+            return serve(
+                async move { hami_demo::run(args, &mut std::io::stdout()).await },
+                "error",
+            );
+        }
         Command::Inspect { what } => inspect(what),
     };
     match output {
@@ -78,10 +88,16 @@ fn main() -> ExitCode {
 }
 
 /// Long-running servers: errors are operational (exit 1), not bad input.
-fn serve(server: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+fn serve(
+    server: impl std::future::Future<Output = anyhow::Result<()>>,
+    default_log_level: &str,
+) -> ExitCode {
+    // Logs go to stderr so the demo's tables on stdout stay readable; RUST_LOG overrides.
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_log_level.into()),
         )
         .init();
     let runtime = match tokio::runtime::Runtime::new() {

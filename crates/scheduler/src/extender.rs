@@ -350,8 +350,8 @@ pub fn decide_filter(
     }
 }
 
-/// Groups failure reasons for the event message: `"<reason>(<nodes>)"`, at most a few
-/// nodes named per reason.
+/// Groups failure reasons for the event message: `"<reason> (on <n> nodes: <nodes>)"`, at
+/// most a few nodes named per reason.
 fn summarize(failed: &BTreeMap<String, String>) -> String {
     let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for (node, reason) in failed {
@@ -366,7 +366,12 @@ fn summarize(failed: &BTreeMap<String, String>) -> String {
             } else {
                 String::new()
             };
-            format!("{} nodes {reason} ({}{more})", nodes.len(), shown.join(","))
+            let plural = if nodes.len() == 1 { "" } else { "s" };
+            format!(
+                "{reason} (on {} node{plural}: {}{more})",
+                nodes.len(),
+                shown.join(",")
+            )
         })
         .collect::<Vec<_>>()
         .join("; ")

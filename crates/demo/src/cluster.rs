@@ -1,0 +1,469 @@
+//! Starting every component in-process and submitting the example workloads.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use hami_apiserver::{ApiServer, Config, RunningApiServer};
+use hami_kubelet_sim::KubeletSim;
+use hami_scheduler::config::Settings;
+use hami_scheduler::extender_client::{ExtenderClient, Trust};
+use hami_scheduler::leader::Leadership;
+use hami_scheduler::runtime::Scheduler;
+use hami_scheduler::sim_kube_scheduler::SimKubeScheduler;
+use hami_sysfs_fixtures::FixtureTree;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::{DemoArgs, Progress};
+
+/// A simulated GPU node: its sysfs tree, kubelet, plugin and monitor.
+pub struct SimNode {
+    pub name: String,
+    pub description: String,
+    pub tree: FixtureTree,
+    pub kubelet: KubeletSim,
+    plugin_stop: watch::Sender<bool>,
+    plugin: JoinHandle<anyhow::Result<()>>,
+    pub monitor_addr: SocketAddr,
+    monitor: JoinHandle<anyhow::Result<()>>,
+}
+
+pub struct Cluster {
+    pub api: RunningApiServer,
+    pub client: Client,
+    pub scheduler: Arc<Scheduler>,
+    pub extender_url: String,
+    pub scheduler_metrics: SocketAddr,
+    pub nodes: Vec<SimNode>,
+    pub kubeconfig: PathBuf,
+    workdir: PathBuf,
+    background: Vec<JoinHandle<()>>,
+}
+
+/// What happened to one example file.
+#[derive(Debug, Clone)]
+pub enum Submitted {
+    /// Created; the pod's name.
+    Created { file: String, pod: String },
+    /// The API server (the webhook) refused it.
+    Rejected {
+        file: String,
+        pod: String,
+        message: String,
+    },
+}
+
+fn free_local_addr() -> anyhow::Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+impl Cluster {
+    pub async fn start(args: &DemoArgs, progress: &mut Progress<'_>) -> anyhow::Result<Cluster> {
+        let workdir = std::env::temp_dir().join(format!("hami-demo-{}", std::process::id()));
+        std::fs::create_dir_all(&workdir)?;
+
+        let api = match ApiServer::start(Config {
+            listen: args.api_listen,
+            ..Config::default()
+        })
+        .await
+        {
+            Ok(api) => api,
+            Err(e) => {
+                progress.step(format!(
+                    "{} is busy ({e}); using a free port",
+                    args.api_listen
+                ));
+                ApiServer::start(Config::default()).await?
+            }
+        };
+        api.write_kubeconfig(&args.kubeconfig_out)?;
+        let client = Client::try_from(kube::Config::new(api.url().parse()?))?;
+        progress.step(format!(
+            "embedded API server at {} (kubeconfig: {})",
+            api.url(),
+            args.kubeconfig_out.display()
+        ));
+
+        // The scheduler serves the extender and the webhook over TLS, as in a cluster.
+        let cert = rcgen::generate_simple_self_signed(vec![
+            "127.0.0.1".to_string(),
+            "localhost".to_string(),
+        ])?;
+        let (cert_path, key_path) = (workdir.join("tls.crt"), workdir.join("tls.key"));
+        std::fs::write(&cert_path, cert.cert.pem())?;
+        std::fs::write(&key_path, cert.signing_key.serialize_pem())?;
+        let settings = Settings::default();
+        let scheduler = Scheduler::start(
+            client.clone(),
+            settings.clone(),
+            Arc::new(Leadership::always()),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let extender_url = format!("https://{}", listener.local_addr()?);
+        let mut background = Vec::new();
+        let router = hami_scheduler::http::router(scheduler.clone());
+        background.push(tokio::spawn(async move {
+            if let Err(e) =
+                hami_scheduler::http::serve_on(router, listener, Some((cert_path, key_path))).await
+            {
+                eprintln!("scheduler listener stopped: {e}");
+            }
+        }));
+        let metrics_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let scheduler_metrics = metrics_listener.local_addr()?;
+        let metrics_router = hami_scheduler::http::metrics_router(scheduler.clone());
+        background.push(tokio::spawn(async move {
+            let _ = hami_scheduler::http::serve_on(metrics_router, metrics_listener, None).await;
+        }));
+        let ca_bundle =
+            serde_json::to_value(k8s_openapi::ByteString(cert.cert.pem().into_bytes()))?;
+        api.create_object(
+            "admissionregistration.k8s.io/v1",
+            "mutatingwebhookconfigurations",
+            None,
+            json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": "hami-rs-webhook"},
+                "webhooks": [{
+                    "name": "vgpu.hami.io",
+                    "clientConfig": {"url": format!("{extender_url}/webhook"), "caBundle": ca_bundle},
+                    "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1", "v1beta1"],
+                    "objectSelector": {"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]},
+                    "timeoutSeconds": 10
+                }]
+            }),
+        )
+        .map_err(|e| anyhow::anyhow!("cannot register the webhook: {e:?}"))?;
+        progress.step(format!("scheduler extender + webhook at {extender_url} (TLS), metrics at http://{scheduler_metrics}/metrics"));
+        let extender = ExtenderClient::new(&extender_url, Trust::Ca(cert.cert.pem().into_bytes()))?;
+        background.push(tokio::spawn(
+            SimKubeScheduler::new(client.clone(), settings.scheduler_name.clone(), extender).run(),
+        ));
+        progress.step("simulated kube-scheduler watching pending pods");
+
+        let mut nodes = Vec::new();
+        for (name, description, tree) in [
+            (
+                "mi300x-node",
+                "8 × AMD Instinct MI300X in CPX mode (capture topo-mi300-cpx)",
+                hami_sysfs_fixtures::mi300x_cpx()?,
+            ),
+            (
+                "mi210-node",
+                "8 × AMD Instinct MI210 in two XGMI hives (capture topo-mi210-xgmi-pcie)",
+                hami_sysfs_fixtures::mi210_xgmi()?,
+            ),
+        ] {
+            nodes.push(Self::start_node(&api, &client, name, description, tree, &workdir).await?);
+            progress.step(format!(
+                "node {name}: {description}: device plugin, kubelet and monitor running"
+            ));
+        }
+        let cluster = Cluster {
+            api,
+            client,
+            scheduler,
+            extender_url,
+            scheduler_metrics,
+            nodes,
+            kubeconfig: args.kubeconfig_out.clone(),
+            workdir,
+            background,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let registered = {
+                let state = cluster.scheduler.state();
+                cluster.nodes.iter().all(|n| {
+                    state
+                        .node(&n.name)
+                        .is_some_and(|s| !s.devices.gpus.is_empty())
+                })
+            };
+            if registered && cluster.scheduler.ready() {
+                break;
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("the nodes did not register their GPUs within 20 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let gpus: usize = cluster
+            .nodes
+            .iter()
+            .map(|n| {
+                cluster
+                    .scheduler
+                    .state()
+                    .node(&n.name)
+                    .map_or(0, |s| s.devices.gpus.len())
+            })
+            .sum();
+        progress.step(format!(
+            "scheduler sees {} nodes with {gpus} registered GPUs / partitions",
+            cluster.nodes.len()
+        ));
+        Ok(cluster)
+    }
+
+    async fn start_node(
+        api: &RunningApiServer,
+        client: &Client,
+        name: &str,
+        description: &str,
+        tree: FixtureTree,
+        workdir: &Path,
+    ) -> anyhow::Result<SimNode> {
+        api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
+            .map_err(|e| anyhow::anyhow!("cannot create node {name}: {e:?}"))?;
+        let sockets = workdir.join(name).join("device-plugins");
+        let hook_path = workdir.join(name).join("hook");
+        std::fs::create_dir_all(&sockets)?;
+        std::fs::create_dir_all(hook_path.join("containers"))?;
+        let kubelet = KubeletSim::start(
+            hami_kubelet_sim::Args {
+                socket_dir: sockets.clone(),
+                node_name: name.into(),
+                record_dir: None,
+                run_containers: false,
+                sync_interval_ms: 100,
+            },
+            client.clone(),
+        )
+        .await?;
+        let mut args = hami_amd_plugin::cli::Args::parse_from(["k8s-device-plugin"]);
+        args.sysfs_root = tree.sysfs_root();
+        args.dev_root = tree.dev_root();
+        args.device_plugin_dir = sockets;
+        args.node_name = Some(name.into());
+        args.register_interval = 2;
+        args.pulse = 5;
+        args.host_hook_path = hook_path.clone();
+        args.cgroup_root = tree.sysfs_root().join("fs/cgroup");
+        let settings = args
+            .registration_settings()
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let (plugin_stop, stop_rx) = watch::channel(false);
+        let plugin = tokio::spawn(hami_amd_plugin::plugin::serve(
+            args,
+            settings,
+            client.clone(),
+            stop_rx,
+        ));
+        let monitor_addr = free_local_addr()?;
+        let proc_root = workdir.join(name).join("proc");
+        std::fs::create_dir_all(&proc_root)?;
+        let config = hami_monitor::server::ServeConfig {
+            monitor: hami_monitor::node_monitor::MonitorConfig {
+                hook_path,
+                proc_root,
+                sys_root: tree.sysfs_root(),
+                node_name: name.into(),
+                gc_grace: Duration::from_secs(60),
+            },
+            bind: monitor_addr,
+            legacy_metrics: false,
+            refresh_interval: Duration::from_secs(2),
+        };
+        let monitor = tokio::spawn(hami_monitor::server::serve(
+            config,
+            client.clone(),
+            std::future::pending(),
+        ));
+        Ok(SimNode {
+            name: name.into(),
+            description: description.into(),
+            tree,
+            kubelet,
+            plugin_stop,
+            plugin,
+            monitor_addr,
+            monitor,
+        })
+    }
+
+    /// Creates every pod of `dir` (YAML, file-name order) through the API, so the webhook
+    /// sees them as a user's pods.
+    pub async fn submit_examples(
+        &self,
+        dir: &Path,
+        progress: &mut Progress<'_>,
+    ) -> anyhow::Result<Vec<Submitted>> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| anyhow::anyhow!("cannot read the examples directory {}: {e} (run from the repository root or pass --examples DIR)", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+            .collect();
+        files.sort();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        let mut submitted = Vec::new();
+        for path in files {
+            let file = path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let text = std::fs::read_to_string(&path)?;
+            let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "{file}: not valid YAML: {}",
+                    e.to_string().lines().next().unwrap_or_default()
+                )
+            })?;
+            let pod: Pod = serde_json::from_value(value)
+                .map_err(|e| anyhow::anyhow!("{file}: not a Pod: {e}"))?;
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            match pods.create(&PostParams::default(), &pod).await {
+                Ok(_) => {
+                    progress.step(format!("submitted {file} (pod {name})"));
+                    submitted.push(Submitted::Created { file, pod: name });
+                }
+                Err(kube::Error::Api(status)) => {
+                    progress.step(format!(
+                        "{file}: rejected by the API server: {}",
+                        status.message
+                    ));
+                    submitted.push(Submitted::Rejected {
+                        file,
+                        pod: name,
+                        message: status.message,
+                    });
+                }
+                Err(e) => return Err(anyhow::anyhow!("{file}: cannot create pod {name}: {e}")),
+            }
+        }
+        Ok(submitted)
+    }
+
+    /// Waits until each created pod runs or the scheduler has said why it cannot.
+    pub async fn settle(
+        &self,
+        submitted: &[Submitted],
+        limit: Duration,
+        progress: &mut Progress<'_>,
+    ) {
+        let deadline = Instant::now() + limit;
+        let names: Vec<&str> = submitted
+            .iter()
+            .filter_map(|s| match s {
+                Submitted::Created { pod, .. } => Some(pod.as_str()),
+                Submitted::Rejected { .. } => None,
+            })
+            .collect();
+        let mut reported: BTreeMap<String, &'static str> = BTreeMap::new();
+        loop {
+            let (running, unschedulable) = self.pod_states(&names).await;
+            for name in &running {
+                if reported.insert(name.clone(), "running").is_none() {
+                    progress.step(format!("pod {name} is Running"));
+                }
+            }
+            for (name, why) in &unschedulable {
+                if reported.insert(name.clone(), "unschedulable").is_none() {
+                    progress.step(format!("pod {name} cannot be scheduled: {why}"));
+                }
+            }
+            if running.len() + unschedulable.len() >= names.len() {
+                return;
+            }
+            if Instant::now() > deadline {
+                progress.step("some pods have not settled yet; showing the current state");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Running pods, and pods the scheduler refused with its reason.
+    pub async fn pod_states(&self, names: &[&str]) -> (Vec<String>, BTreeMap<String, String>) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        let list = pods
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let running = list
+            .iter()
+            .filter(|p| names.contains(&p.metadata.name.as_deref().unwrap_or("")))
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        (running, self.scheduling_failures(names).await)
+    }
+
+    /// The scheduler's `FilteringFailed` reasons, per pod.
+    pub async fn scheduling_failures(&self, names: &[&str]) -> BTreeMap<String, String> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        let list = events
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let mut out = BTreeMap::new();
+        for e in list {
+            let pod = e
+                .regarding
+                .as_ref()
+                .and_then(|r| r.name.clone())
+                .unwrap_or_default();
+            if e.reason.as_deref() == Some("FilteringFailed") && names.contains(&pod.as_str()) {
+                out.insert(pod, e.note.unwrap_or_default());
+            }
+        }
+        out
+    }
+
+    pub fn hints(&self, args: &DemoArgs) -> String {
+        let kc = self.kubeconfig.display();
+        let mut text = String::new();
+        text.push_str("\nTry it:\n");
+        text.push_str(&format!("  export KUBECONFIG={kc}\n"));
+        text.push_str("  kubectl get nodes,pods -o wide\n");
+        text.push_str("  kubectl get pod share-a -o yaml | hami inspect pod -      # what each container asked for and got\n");
+        text.push_str("  kubectl get node mi210-node -o yaml | hami inspect node -  # the GPUs a node registered\n");
+        text.push_str("  kubectl get events.events.k8s.io -o custom-columns=POD:.regarding.name,REASON:.reason,NOTE:.note\n");
+        text.push_str(&format!(
+            "  kubectl apply -f {}/01-share-a.yaml   # edit and submit your own pods\n",
+            args.examples.display()
+        ));
+        text.push_str(&format!("API server: {}\n", self.api.url()));
+        text.push_str(&format!(
+            "Scheduler metrics: http://{}/metrics\n",
+            self.scheduler_metrics
+        ));
+        for node in &self.nodes {
+            text.push_str(&format!(
+                "Monitor of {}: http://{}/metrics\n",
+                node.name, node.monitor_addr
+            ));
+        }
+        text
+    }
+
+    pub async fn shutdown(self) {
+        for node in self.nodes {
+            let _ = node.plugin_stop.send(true);
+            let _ = node.plugin.await;
+            node.monitor.abort();
+            node.kubelet.shutdown().await;
+        }
+        for task in self.background {
+            task.abort();
+        }
+        self.api.shutdown().await;
+        let _ = std::fs::remove_dir_all(&self.workdir);
+    }
+}

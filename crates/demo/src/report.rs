@@ -1,0 +1,258 @@
+//! The per-node tables: GPU, pod/container, memory, CUs and CU range, utilization.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+
+use hami_protocol::cu_list::HsaCuMask;
+use hami_protocol::device_list::decode_pod_devices;
+use hami_protocol::names::{AMD, env};
+use hami_protocol::requests::container_slots;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+use crate::cluster::{Cluster, Submitted};
+
+/// `(namespace, pod, container, vdevice index)` → utilization percent, from a monitor.
+type Utilization = BTreeMap<(String, String, String, String), f64>;
+
+fn scrape(addr: SocketAddr) -> Utilization {
+    let mut out = Utilization::new();
+    let Ok(mut stream) =
+        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2))
+    else {
+        return out;
+    };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+    let _ =
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("hami_container_device_utilization_ratio{"))
+    {
+        let Some((labels, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let label = |key: &str| {
+            labels
+                .split(&format!("{key}=\""))
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        if let Ok(v) = value.parse::<f64>() {
+            out.insert(
+                (
+                    label("namespace"),
+                    label("pod"),
+                    label("container"),
+                    label("vdevice_index"),
+                ),
+                v,
+            );
+        }
+    }
+    out
+}
+
+struct Row {
+    gpu: String,
+    who: String,
+    memory: String,
+    cus: String,
+    range: String,
+    util: String,
+}
+
+pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Result<String> {
+    let pods: Api<Pod> = Api::all(cluster.client.clone());
+    let all = pods.list(&ListParams::default()).await?.items;
+    let mut text = String::new();
+    for node in &cluster.nodes {
+        let addr = node.monitor_addr;
+        let util = tokio::task::spawn_blocking(move || scrape(addr))
+            .await
+            .unwrap_or_default();
+        let (gpus, devcore_of) = {
+            let state = cluster.scheduler.state();
+            let snapshot = state.node(&node.name).cloned();
+            let gpus: Vec<(String, String, u64, u32)> = snapshot
+                .as_ref()
+                .map(|s| {
+                    s.devices
+                        .gpus
+                        .iter()
+                        .map(|g| {
+                            (
+                                g.info.id.clone(),
+                                g.info.device_type.clone(),
+                                g.info.devmem,
+                                g.info.devcore,
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let devcore_of: BTreeMap<String, u32> =
+                gpus.iter().map(|g| (g.0.clone(), g.3)).collect();
+            (gpus, devcore_of)
+        };
+        let mut rows = Vec::new();
+        let mut busy: BTreeMap<String, ()> = BTreeMap::new();
+        for pod in all.iter().filter(|p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.name.as_str())
+        }) {
+            let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+            let Some(runs) = annotations
+                .get(AMD.devices_allocated)
+                .and_then(|t| decode_pod_devices(t).ok())
+            else {
+                continue;
+            };
+            let namespace = pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let record = annotations
+                .get(hami_kubelet_sim::records::RECORD_ANNOTATION)
+                .cloned()
+                .unwrap_or_default();
+            let slots = pod.spec.as_ref().map(container_slots).unwrap_or_default();
+            for (slot, run) in slots.iter().zip(&runs) {
+                let container = &slot.container.name;
+                let envs =
+                    hami_kubelet_sim::records::envs_of(&record, container).unwrap_or_default();
+                let mask = envs
+                    .get(env::HSA_CU_MASK)
+                    .and_then(|m| m.as_str())
+                    .and_then(|m| HsaCuMask::parse(m).ok());
+                for (i, dev) in run.iter().enumerate() {
+                    busy.insert(dev.uuid.clone(), ());
+                    let devcore = devcore_of.get(&dev.uuid).copied().unwrap_or(0);
+                    let range = match &mask {
+                        Some(mask) => mask
+                            .get(i as u32)
+                            .map(ToString::to_string)
+                            .unwrap_or_else(|| "all".into()),
+                        None if envs.is_empty() => "(pending Allocate)".into(),
+                        None => "all (whole card)".into(),
+                    };
+                    let key = (
+                        namespace.clone(),
+                        name.clone(),
+                        container.clone(),
+                        i.to_string(),
+                    );
+                    rows.push(Row {
+                        gpu: dev.uuid.clone(),
+                        who: format!(
+                            "{namespace}/{name}/{container}{}",
+                            if slot.kind == hami_protocol::requests::ContainerKind::App {
+                                ""
+                            } else {
+                                " (init)"
+                            }
+                        ),
+                        memory: format!("{} MiB", dev.mem_mib),
+                        cus: format!("{}/{devcore}", dev.cores),
+                        range,
+                        util: util
+                            .get(&key)
+                            .map(|u| format!("{u:.0}%"))
+                            .unwrap_or_else(|| "-".into()),
+                    });
+                }
+            }
+        }
+        rows.sort_by(|a, b| a.gpu.cmp(&b.gpu).then(a.who.cmp(&b.who)));
+        let model = gpus.first().map(|g| g.1.clone()).unwrap_or_default();
+        text.push_str(&format!(
+            "\nNode {} — {} ({} GPUs/partitions registered as {model:?}, {} in use)\n",
+            node.name,
+            node.description,
+            gpus.len(),
+            busy.len()
+        ));
+        let mut table = vec![
+            ["GPU", "POD/CONTAINER", "MEMORY", "CUS", "CU RANGE", "UTIL"]
+                .map(String::from)
+                .to_vec(),
+        ];
+        for r in &rows {
+            table.push(vec![
+                r.gpu.clone(),
+                r.who.clone(),
+                r.memory.clone(),
+                r.cus.clone(),
+                r.range.clone(),
+                r.util.clone(),
+            ]);
+        }
+        if rows.is_empty() {
+            text.push_str("  no slices on this node\n");
+        } else {
+            text.push_str(&align(&table));
+        }
+    }
+    let failures = cluster
+        .scheduling_failures(
+            &submitted
+                .iter()
+                .filter_map(|s| match s {
+                    Submitted::Created { pod, .. } => Some(pod.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await;
+    let mut pending = String::new();
+    for (pod, why) in &failures {
+        let placed = all.iter().any(|p| {
+            p.metadata.name.as_deref() == Some(pod.as_str())
+                && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+        });
+        if !placed {
+            pending.push_str(&format!("  {pod}: {why}\n"));
+        }
+    }
+    for s in submitted {
+        if let Submitted::Rejected { pod, message, file } = s {
+            pending.push_str(&format!(
+                "  {pod} ({file}) rejected at admission: {message}\n"
+            ));
+        }
+    }
+    if !pending.is_empty() {
+        text.push_str("\nNot placed:\n");
+        text.push_str(&pending);
+    }
+    Ok(text)
+}
+
+fn align(rows: &[Vec<String>]) -> String {
+    let columns = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::from("  ");
+        for (c, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if c + 1 < columns {
+                line.extend(std::iter::repeat_n(
+                    ' ',
+                    widths[c] - cell.chars().count() + 2,
+                ));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
