@@ -2,6 +2,7 @@
 
 mod input;
 mod inspect;
+mod status;
 mod table;
 
 use std::process::ExitCode;
@@ -38,6 +39,10 @@ enum Command {
     /// server, scheduler, kube-scheduler, device plugins, kubelets and monitors in one
     /// process; submits examples/ and prints who got which slice.
     Demo(hami_demo::DemoArgs),
+    /// Per node and GPU: who holds which slice, what is free, and why pending GPU pods
+    /// wait. Also works as a kubectl plugin: link this binary as `kubectl-hami` and run
+    /// `kubectl hami status`.
+    Status(status::StatusArgs),
 }
 
 #[derive(Subcommand)]
@@ -58,7 +63,7 @@ struct InspectArgs {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum Output {
+pub enum Output {
     Table,
     Json,
 }
@@ -74,6 +79,7 @@ fn main() -> ExitCode {
             );
         }
         Command::Inspect { what } => inspect(what),
+        Command::Status(args) => return show_status(args),
     };
     match output {
         Ok(text) => {
@@ -109,6 +115,29 @@ fn serve(
     };
     match runtime.block_on(server) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn show_status(args: status::StatusArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(status::collect(&args)) {
+        Ok(report) => {
+            match args.output {
+                Output::Table => print!("{}", status::render(&report, args.all)),
+                Output::Json => print!("{}", to_json(&report)),
+            }
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)

@@ -1,0 +1,97 @@
+//! `hami status` against an API server: slices per GPU, free capacity, pending pods and
+//! the scheduler's reason.
+
+use std::process::Command;
+
+use hami_apiserver::{ApiServer, Config};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_holders_free_capacity_and_why_pods_wait() {
+    let api = ApiServer::start(Config::default()).await.unwrap();
+    let register = r#"[{"id":"G1","index":1,"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":true},{"id":"G2","index":2,"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":false}]"#;
+    api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "annotations": {"hami.io/node-amd-register": register}}}))
+        .unwrap();
+    api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "broken", "annotations": {"hami.io/node-amd-register": "[{\"id\":1}]"}}}))
+        .unwrap();
+    let placed = |name: &str, list: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ml", "annotations": {
+            "hami.io/vgpu-node": "n1", "hami.io/amd-devices-allocated": list}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x", "resources": {"limits": {"amd.com/gpu": "1"}}}]},
+            "status": {"phase": "Running"}})
+    };
+    api.create_object(
+        "v1",
+        "namespaces",
+        None,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}),
+    )
+    .unwrap();
+    api.create_object(
+        "v1",
+        "pods",
+        Some("ml"),
+        placed("a", "G1,AMD Instinct MI210,8192,26:;"),
+    )
+    .unwrap();
+    api.create_object(
+        "v1",
+        "pods",
+        Some("ml"),
+        placed("b", "G1,AMD Instinct MI210,4096,52:;"),
+    )
+    .unwrap();
+    api.create_object("v1", "pods", Some("ml"), json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waiting", "namespace": "ml"},
+        "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "x", "resources": {"limits": {"amd.com/gpu": "4"}}}]}}))
+        .unwrap();
+    api.create_object("events.k8s.io/v1", "events", Some("ml"), json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "waiting.1", "namespace": "ml"}, "eventTime": "2026-11-29T10:00:00.000000Z", "reason": "FilteringFailed",
+        "action": "Filtering", "reportingController": "hami-scheduler", "reportingInstance": "x", "type": "Warning",
+        "regarding": {"kind": "Pod", "namespace": "ml", "name": "waiting"}, "note": "no available node, 1 nodes do not meet: NodeInsufficientDevice"}))
+        .unwrap();
+    let kubeconfig =
+        std::env::temp_dir().join(format!("hami-status-{}.kubeconfig", std::process::id()));
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_hami"))
+            .args(["status", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("Node n1 (2 GPUs, 1 idle)"), "{text}");
+    let g1 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("G1 "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        g1.contains("2/10") && g1.contains("12288/65536 MiB") && g1.contains("53248 MiB"),
+        "{g1}"
+    );
+    assert!(
+        g1.contains("78/104 CUs") && g1.contains("26 CUs") && g1.contains("ml/a, ml/b"),
+        "{g1}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("G2 ") && l.contains("UNHEALTHY")),
+        "an unhealthy GPU is listed: {text}"
+    );
+    assert!(
+        text.contains("Node broken")
+            && text.contains("problem: annotation hami.io/node-amd-register does not decode"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ml/waiting: no available node, 1 nodes do not meet: NodeInsufficientDevice"),
+        "{text}"
+    );
+}
