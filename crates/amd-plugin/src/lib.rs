@@ -5,20 +5,20 @@
 //! container response and annotation updates). Shells: [`grpc_server`] (kubelet gRPC),
 //! [`kube_shell`] (API server), [`dmem`] (cgroup limits), [`plugin`] (wiring).
 
+// Discovery and registration live in their own crate (shared with the monitor, the
+// labeller and the planner); re-exported so `crate::discovery` etc. keep their paths.
+pub use hami_amd_discovery::{discovery, kfd_topology, registration, sysfs};
+
 pub mod allocate_plan;
 pub mod cli;
 pub mod cu_choice;
 pub mod cu_usage;
 pub mod discover_report;
-pub mod discovery;
 pub mod dmem;
 pub mod grpc_server;
 pub mod health;
 pub mod health_events;
-pub mod kfd_topology;
 pub mod kube_shell;
 pub mod kubelet_session;
 pub mod node_publisher;
 pub mod plugin;
-pub mod registration;
-pub mod sysfs;

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use hami_amd_plugin::discovery::discover;
-use hami_amd_plugin::registration::{RegistrationSettings, register};
+use hami_amd_discovery::discovery::discover;
+use hami_amd_discovery::registration::{RegistrationSettings, register};
 
 /// One host GPU (or partition) as the monitor reports it.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use hami_amd_plugin::discovery::{Discovery, Gpu};
+use hami_amd_discovery::discovery::{Discovery, Gpu};
 
 /// Every label kind we manage (`amd.com/gpu.<kind>` and `amd.com/gpu.<kind>.<value>`).
 pub const KINDS: &[&str] = &[

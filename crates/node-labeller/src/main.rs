@@ -26,7 +26,7 @@ struct Args {
 }
 
 async fn refresh(nodes: &Api<Node>, args: &Args) -> anyhow::Result<()> {
-    let discovery = hami_amd_plugin::discovery::discover(&args.sysfs_root)?;
+    let discovery = hami_amd_discovery::discovery::discover(&args.sysfs_root)?;
     for w in &discovery.warnings {
         tracing::warn!("{w}");
     }

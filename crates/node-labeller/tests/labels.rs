@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use hami_amd_plugin::discovery::discover;
+use hami_amd_discovery::discovery::discover;
 use hami_node_labeller::{label_patch, label_value, labels};
 use hami_sysfs_fixtures::{Rdna, mi300x_cpx, rdna_node};
 
