@@ -19,6 +19,14 @@ use crate::registration::RegisteredDevice;
 /// Where the hook lives inside containers (the reference's path).
 pub const HOOK_CONTAINER_PATH: &str = "/usr/local/vgpu/libamvgpu.so";
 
+/// Where a sliced container sees its own accounting directory; the hook's shared region
+/// (`HIP_DEVICE_MEMORY_SHARED_CACHE`) lives in it, so the monitor finds it on the host at
+/// `<cache_host_root>/<pod uid>_<container>/` (SPEC §7).
+pub const CACHE_CONTAINER_DIR: &str = "/usr/local/vgpu/cache";
+
+/// File name of the region inside that directory (`.cache`, as the monitor expects).
+pub const CACHE_FILE: &str = "hipdevshr.cache";
+
 /// Settings of the planner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanSettings {
@@ -28,6 +36,9 @@ pub struct PlanSettings {
     pub hook_container_path: String,
     /// `-device_memory_scaling` > 1: set `HIP_OVERSUBSCRIBE`.
     pub oversubscribe: bool,
+    /// Host directory holding one accounting directory per sliced container
+    /// (`$HOST_HOOK_PATH/vgpu/containers`), read by the monitor.
+    pub cache_host_root: String,
 }
 
 impl Default for PlanSettings {
@@ -36,6 +47,7 @@ impl Default for PlanSettings {
             hook_host_path: "/usr/local/vgpu/libamvgpu.so".into(),
             hook_container_path: HOOK_CONTAINER_PATH.into(),
             oversubscribe: false,
+            cache_host_root: "/usr/local/vgpu/containers".into(),
         }
     }
 }
@@ -77,6 +89,10 @@ pub struct PodAnnotations {
     pub to_allocate: Option<String>,
     /// This pod's own `hami.io/amd-cu-allocated` (earlier containers).
     pub cu_allocated: Option<String>,
+    /// The pod's uid and its container names in device-list order (init first), to name
+    /// each sliced container's accounting directory; without them no directory is given.
+    pub pod_uid: Option<String>,
+    pub containers: Vec<String>,
 }
 
 /// The full outcome of one container's Allocate.
@@ -89,6 +105,9 @@ pub struct AllocatePlan {
     pub to_allocate: String,
     /// New `hami.io/amd-cu-allocated` of the pod.
     pub cu_allocated: String,
+    /// Host directory to create (mode 0777) before answering: the container's accounting
+    /// directory, mounted read-write.
+    pub cache_dir: Option<String>,
     /// CUs chosen per device id, in allocation order.
     pub chosen: Vec<(String, CuSet)>,
     /// True when no run is left: the pod is fully allocated (`bind-phase=success`).
@@ -209,6 +228,7 @@ pub fn plan_allocate(
         }
     }
 
+    let mut cache_dir = None;
     let mut container = ContainerPlan::default();
     container.devices.push(DevicePath {
         path: "/dev/kfd".into(),
@@ -262,6 +282,22 @@ pub fn plan_allocate(
             host_path: settings.hook_host_path.clone(),
             read_only: true,
         });
+        if let (Some(uid), Some(name)) = (&pod.pod_uid, pod.containers.get(run_index)) {
+            let host = format!(
+                "{}/{uid}_{name}",
+                settings.cache_host_root.trim_end_matches('/')
+            );
+            container.mounts.push(MountPlan {
+                container_path: CACHE_CONTAINER_DIR.into(),
+                host_path: host.clone(),
+                read_only: false,
+            });
+            container.envs.insert(
+                env::HIP_DEVICE_MEMORY_SHARED_CACHE.into(),
+                format!("{CACHE_CONTAINER_DIR}/{CACHE_FILE}"),
+            );
+            cache_dir = Some(host);
+        }
     }
     let last = first_non_empty_run(&runs).is_none();
     Ok(AllocatePlan {
@@ -269,6 +305,7 @@ pub fn plan_allocate(
         run_index,
         to_allocate: encode_pod_devices(&runs)?,
         cu_allocated: pod_cus.encode(),
+        cache_dir,
         chosen,
         last,
         dmem,

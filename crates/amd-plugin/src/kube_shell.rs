@@ -8,6 +8,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use hami_protocol::names::{AMD, node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::{BindPhase, NodeLock, PodRef};
+use hami_protocol::requests::container_slots;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
@@ -197,9 +198,25 @@ impl KubeAllocator {
         let state = PodAnnotations {
             to_allocate: annotation(pod, AMD.devices_to_allocate).map(str::to_owned),
             cu_allocated: annotation(pod, pod_keys::AMD_CU_ALLOCATED).map(str::to_owned),
+            pod_uid: pod.metadata.uid.clone(),
+            containers: pod
+                .spec
+                .as_ref()
+                .map(|s| {
+                    container_slots(s)
+                        .iter()
+                        .map(|c| c.container.name.clone())
+                        .collect()
+                })
+                .unwrap_or_default(),
         };
         let plan = plan_allocate(&state, devices, &usage, requested, &self.settings)
             .map_err(|e| e.to_string())?;
+        if let Some(dir) = &plan.cache_dir {
+            create_cache_dir(dir).map_err(|e| {
+                format!("cannot create the container's accounting directory {dir}: {e}")
+            })?;
+        }
         // One patch: CU bits, the consumed run and (last container) the bind phase.
         let mut annotations = serde_json::Map::new();
         annotations.insert(AMD.devices_to_allocate.into(), json!(plan.to_allocate));
@@ -243,6 +260,14 @@ impl KubeAllocator {
         }
         release_lock(&self.client, &self.node, target).await;
     }
+}
+
+/// The container's accounting directory, writable by any container user (mode 0777, as
+/// the reference), since the application inside runs as whoever the image says.
+fn create_cache_dir(dir: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
 }
 
 /// Removes the node lock if `owner` holds it (a few tries on conflicts).

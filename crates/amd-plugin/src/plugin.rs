@@ -77,6 +77,11 @@ pub async fn serve(
         PlanSettings {
             hook_host_path: hook.display().to_string(),
             oversubscribe,
+            cache_host_root: args
+                .host_hook_path
+                .join("vgpu/containers")
+                .display()
+                .to_string(),
             ..Default::default()
         },
         Some(dmem),

@@ -34,7 +34,7 @@ fn entry(d: &RegisteredDevice, mem: u64, cores: u32) -> ContainerDevice {
 fn pod(runs: &[Vec<ContainerDevice>]) -> PodAnnotations {
     PodAnnotations {
         to_allocate: Some(encode_pod_devices(runs).unwrap()),
-        cu_allocated: None,
+        ..Default::default()
     }
 }
 
@@ -261,7 +261,7 @@ fn bad_inputs_fail_with_the_cause_named() {
     check(
         &PodAnnotations {
             to_allocate: Some("A,T,1:;".into()),
-            cu_allocated: None,
+            ..Default::default()
         },
         1,
         "malformed",
@@ -274,7 +274,7 @@ fn bad_inputs_fail_with_the_cause_named() {
     check(
         &PodAnnotations {
             to_allocate: Some("GPU-gone,AMD X,10,10:;".into()),
-            cu_allocated: None,
+            ..Default::default()
         },
         1,
         "GPU-gone",
@@ -283,6 +283,7 @@ fn bad_inputs_fail_with_the_cause_named() {
         &PodAnnotations {
             to_allocate: pod(&[vec![entry(&devs[0], 10, 10)]]).to_allocate,
             cu_allocated: Some("[1]".into()),
+            ..Default::default()
         },
         1,
         "amd-cu-allocated",
@@ -293,5 +294,51 @@ fn bad_inputs_fail_with_the_cause_named() {
         &pod(&[vec![], vec![]]),
         1,
         "no container of the pod is left",
+    );
+}
+
+#[test]
+fn sliced_containers_get_their_own_accounting_directory() {
+    let tree = mi210_xgmi().unwrap();
+    let devs = devices(&tree);
+    let none = CuAllocation::default();
+    let settings = PlanSettings {
+        cache_host_root: "/var/lib/hami/vgpu/containers".into(),
+        ..PlanSettings::default()
+    };
+    let mut annotations = pod(&[vec![], vec![entry(&devs[0], 1024, 26)]]);
+    annotations.pod_uid = Some("uid-1".into());
+    annotations.containers = vec!["init".into(), "main".into()];
+    let plan = plan_allocate(&annotations, &devs, &none, 1, &settings).unwrap();
+    assert_eq!(
+        plan.cache_dir.as_deref(),
+        Some("/var/lib/hami/vgpu/containers/uid-1_main")
+    );
+    assert_eq!(
+        plan.container
+            .envs
+            .get("HIP_DEVICE_MEMORY_SHARED_CACHE")
+            .map(String::as_str),
+        Some("/usr/local/vgpu/cache/hipdevshr.cache")
+    );
+    assert!(plan.container.mounts.iter().any(|m| m.host_path
+        == "/var/lib/hami/vgpu/containers/uid-1_main"
+        && m.container_path == "/usr/local/vgpu/cache"
+        && !m.read_only));
+    // A whole card gets no hook and so no accounting directory.
+    let mut whole = pod(&[vec![entry(
+        &devs[0],
+        devs[0].info.devmem,
+        devs[0].info.devcore,
+    )]]);
+    whole.pod_uid = Some("uid-2".into());
+    whole.containers = vec!["main".into()];
+    let plan = plan_allocate(&whole, &devs, &none, 1, &settings).unwrap();
+    assert_eq!(plan.cache_dir, None);
+    assert!(
+        !plan
+            .container
+            .envs
+            .contains_key("HIP_DEVICE_MEMORY_SHARED_CACHE")
     );
 }
