@@ -233,7 +233,7 @@ impl Cluster {
         let sockets = workdir.join(name).join("device-plugins");
         let hook_path = workdir.join(name).join("hook");
         std::fs::create_dir_all(&sockets)?;
-        std::fs::create_dir_all(hook_path.join("containers"))?;
+        std::fs::create_dir_all(hook_path.join("vgpu/containers"))?;
         let kubelet = KubeletSim::start(
             hami_kubelet_sim::Args {
                 socket_dir: sockets.clone(),
@@ -269,7 +269,8 @@ impl Cluster {
         std::fs::create_dir_all(&proc_root)?;
         let config = hami_monitor::server::ServeConfig {
             monitor: hami_monitor::node_monitor::MonitorConfig {
-                hook_path,
+                // The plugin's `$HOST_HOOK_PATH/vgpu` is the monitor's `$HOOK_PATH`.
+                hook_path: hook_path.join("vgpu"),
                 proc_root,
                 sys_root: tree.sysfs_root(),
                 node_name: name.into(),
