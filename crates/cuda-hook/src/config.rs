@@ -1,0 +1,159 @@
+//! The hook's settings, from the process environment (names as HAMi-core's).
+
+use hami_cuda_region::MAX_DEVICES;
+use hami_protocol::memory_limit::parse_memory_limit;
+use hami_protocol::names::env;
+
+pub const DEFAULT_CACHE: &str = "/tmp/cudevshr.cache";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookConfig {
+    /// Bytes per container device, 0 = no limit.
+    pub limits: [u64; MAX_DEVICES],
+    /// Devices whose limit variable could not be read: they refuse every allocation (D-3).
+    pub fail_closed: [bool; MAX_DEVICES],
+    pub limit_errors: Vec<String>,
+    /// Percent per device (1..=100).
+    pub sm_limits: [u64; MAX_DEVICES],
+    pub cache_path: String,
+    pub priority: i32,
+    pub log_level: u8,
+    /// `GPU_CORE_UTILIZATION_POLICY`: Some(true) force, Some(false) disable, None = region.
+    pub utilization_policy: Option<bool>,
+}
+
+/// Builds the settings from `get` (the environment in production).
+pub fn resolve(get: &dyn Fn(&str) -> Option<String>) -> HookConfig {
+    let mut limits = [0u64; MAX_DEVICES];
+    let mut fail_closed = [false; MAX_DEVICES];
+    let mut limit_errors = Vec::new();
+    let mut sm_limits = [100u64; MAX_DEVICES];
+    let all = get(env::CUDA_DEVICE_MEMORY_LIMIT).filter(|t| !t.trim().is_empty());
+    let all_sm = get(env::CUDA_DEVICE_SM_LIMIT);
+    for device in 0..MAX_DEVICES {
+        let key = format!("{}_{device}", env::CUDA_DEVICE_MEMORY_LIMIT);
+        let chosen = match get(&key).filter(|t| !t.trim().is_empty()) {
+            Some(text) => Some((key, text)),
+            None => all
+                .clone()
+                .map(|t| (env::CUDA_DEVICE_MEMORY_LIMIT.to_owned(), t)),
+        };
+        if let Some((name, text)) = chosen {
+            match parse_memory_limit(&text) {
+                Ok(0) => {
+                    fail_closed[device] = true;
+                    limit_errors.push(format!(
+                        "{name}=0: a limit of 0 bytes refuses every allocation of device {device}; unset the variable for no limit"
+                    ));
+                }
+                Ok(bytes) => limits[device] = bytes,
+                Err(err) => {
+                    fail_closed[device] = true;
+                    limit_errors.push(format!(
+                        "{name}: {err}; device {device} refuses every allocation until it is fixed"
+                    ));
+                }
+            }
+        }
+        let sm_key = format!("{}_{device}", env::CUDA_DEVICE_SM_LIMIT);
+        if let Some(text) = get(&sm_key).or_else(|| all_sm.clone()) {
+            match text.trim().parse::<u64>() {
+                Ok(0) => {}
+                Ok(pct) if pct <= 100 => sm_limits[device] = pct,
+                _ => limit_errors.push(format!(
+                    "{sm_key}={text:?}: write a percentage from 1 to 100; device {device} runs without a compute limit"
+                )),
+            }
+        }
+    }
+    let utilization_policy = match get("GPU_CORE_UTILIZATION_POLICY")
+        .map(|p| p.trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        Some("force") => Some(true),
+        Some("disable") => Some(false),
+        _ => None,
+    };
+    HookConfig {
+        limits,
+        fail_closed,
+        limit_errors,
+        sm_limits,
+        cache_path: get(env::CUDA_DEVICE_MEMORY_SHARED_CACHE)
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| DEFAULT_CACHE.to_owned()),
+        priority: get(env::CUDA_TASK_PRIORITY)
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or(1),
+        log_level: crate::log::parse_level(get("LIBCUDA_LOG_LEVEL").as_deref()),
+        utilization_policy,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn per_device_limits_then_the_global_one() {
+        let c = resolve(&env(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "1024m"),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "2g"),
+            ("CUDA_DEVICE_SM_LIMIT", "30"),
+        ]));
+        assert_eq!(c.limits[0], 1 << 30);
+        assert_eq!(c.limits[1], 2 << 30);
+        assert_eq!(c.sm_limits[3], 30);
+        assert_eq!(c.cache_path, DEFAULT_CACHE);
+        assert!(c.limit_errors.is_empty());
+        let none = resolve(&env(&[]));
+        assert_eq!(none.limits, [0; MAX_DEVICES]);
+        assert_eq!(none.sm_limits, [100; MAX_DEVICES]);
+        assert_eq!(none.priority, 1);
+    }
+
+    #[test]
+    fn bad_limits_fail_closed_with_a_reason() {
+        // The reference reads "4gb" as 4 bytes and "0" as unlimited; both are refused here.
+        let c = resolve(&env(&[
+            ("CUDA_DEVICE_MEMORY_LIMIT_0", "4gb"),
+            ("CUDA_DEVICE_MEMORY_LIMIT_1", "0"),
+            ("CUDA_DEVICE_SM_LIMIT", "150"),
+        ]));
+        assert!(c.fail_closed[0] && c.fail_closed[1] && !c.fail_closed[2]);
+        assert_eq!(
+            c.limit_errors
+                .iter()
+                .filter(|e| e.contains("CUDA_DEVICE_SM_LIMIT"))
+                .count(),
+            16
+        );
+        assert!(c.limit_errors[0].contains("CUDA_DEVICE_MEMORY_LIMIT_0"));
+        assert_eq!(c.sm_limits[0], 100);
+    }
+
+    #[test]
+    fn policy_switch() {
+        assert_eq!(
+            resolve(&env(&[("GPU_CORE_UTILIZATION_POLICY", "FORCE")])).utilization_policy,
+            Some(true)
+        );
+        assert_eq!(
+            resolve(&env(&[("GPU_CORE_UTILIZATION_POLICY", "disable")])).utilization_policy,
+            Some(false)
+        );
+        assert_eq!(
+            resolve(&env(&[("GPU_CORE_UTILIZATION_POLICY", "default")])).utilization_policy,
+            None
+        );
+    }
+}

@@ -1,0 +1,19 @@
+//! `libvgpu.so`: the CUDA hook, loaded with `LD_PRELOAD` (SPEC §6, Appendix A). See README.md.
+//!
+//! - `symbols`: the real functions (libcuda.so.1, libnvidia-ml.so.1) and the real `dlsym`.
+//! - `exports`: the exported wrappers, `dlsym`, `cuGetProcAddress[_v2]`.
+//! - `state`: per-process state (settings, region, allocations, device map), fork-aware.
+//! - [`config`], [`host_pid`], [`limiter`], [`sizing`]: pure cores.
+//! - `sampler`: the utilization thread feeding the region and the limiter.
+
+pub mod config;
+mod cuda_abi;
+mod exports;
+mod ffi_guard;
+pub mod host_pid;
+pub mod limiter;
+pub mod log;
+mod sampler;
+pub mod sizing;
+mod state;
+mod symbols;

@@ -1,0 +1,323 @@
+//! Per-process state, built on first use and rebuilt in a forked child (which needs its own
+//! slot): settings, the region, the allocations, the CUDA→container device map, the limiter.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::Mutex;
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicUsize,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
+
+use hami_cuda_region::{InitValues, MAX_DEVICES, Region};
+
+use crate::config::{HookConfig, resolve};
+use crate::cuda_abi::*;
+use crate::symbols::{Sym, real_fn};
+
+/// What a tracked allocation is keyed by: pointers, VMM handles and arrays live in
+/// different name spaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Pointer,
+    Handle,
+    Array,
+}
+
+pub struct DeviceLimiter {
+    pub tokens: AtomicI64,
+    /// 0 = unlimited, else tokens per tick.
+    pub refill: AtomicU64,
+    pub consumed: AtomicU64,
+}
+
+pub struct State {
+    pub config: HookConfig,
+    pub region: Option<Region>,
+    pub allocations: Mutex<HashMap<(Kind, u64), (usize, u64)>>,
+    /// CUDA ordinal → container (NVML) index; identity until mapped.
+    pub device_map: [AtomicUsize; MAX_DEVICES],
+    pub mapped: AtomicBool,
+    pub limiters: [DeviceLimiter; MAX_DEVICES],
+    /// Average blocks of a kernel launch (cost of graph launches), ×16 fixed point.
+    pub average_blocks_x16: AtomicU64,
+    pub sampler_started: AtomicBool,
+    pub last_kernel_second: AtomicU64,
+}
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static CURRENT_PID: AtomicI32 = AtomicI32::new(0);
+static BUILD: Mutex<()> = Mutex::new(());
+
+fn own_pid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// The state of this process (built on first call; a forked child builds its own).
+pub fn state() -> &'static State {
+    let pid = own_pid();
+    if CURRENT_PID.load(Acquire) == pid {
+        // SAFETY: CURRENT holds a leaked &'static State built for this pid.
+        return unsafe { &*(CURRENT.load(Acquire) as *const State) };
+    }
+    let _guard = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    if CURRENT_PID.load(Acquire) == pid {
+        // SAFETY: as above.
+        return unsafe { &*(CURRENT.load(Acquire) as *const State) };
+    }
+    // A parent's state (after fork) is left alone: its slot belongs to the parent.
+    let built: &'static State = Box::leak(Box::new(State::build()));
+    CURRENT.store(built as *const State as usize, Release);
+    CURRENT_PID.store(pid, Release);
+    built
+}
+
+impl State {
+    fn build() -> State {
+        let config = resolve(&|k| std::env::var(k).ok());
+        crate::log::set_level(config.log_level);
+        for error in &config.limit_errors {
+            crate::log::error(format_args!("{error}"));
+        }
+        let init = InitValues {
+            limits: config.limits,
+            sm_limits: config.sm_limits,
+            priority: config.priority,
+        };
+        let region = match Region::attach(std::path::Path::new(&config.cache_path), &init) {
+            Ok(region) => {
+                for (device, stored, ours) in region.limit_mismatches(&init) {
+                    crate::log::warn(format_args!(
+                        "device {device}: the region keeps the limit {stored} of its creator (this process asked for {ours}); delete {} with no GPU process running to change it",
+                        config.cache_path
+                    ));
+                }
+                Some(region)
+            }
+            Err(err) => {
+                crate::log::error(format_args!(
+                    "{err}; limited devices refuse allocations (fail closed)"
+                ));
+                None
+            }
+        };
+        let hostpid = crate::host_pid::own().unwrap_or(0);
+        if let Some(region) = &region {
+            region.set_hostpid(hostpid);
+        }
+        State {
+            config,
+            region,
+            allocations: Mutex::new(HashMap::new()),
+            device_map: std::array::from_fn(AtomicUsize::new),
+            mapped: AtomicBool::new(false),
+            limiters: std::array::from_fn(|_| DeviceLimiter {
+                tokens: AtomicI64::new(0),
+                refill: AtomicU64::new(0),
+                consumed: AtomicU64::new(0),
+            }),
+            average_blocks_x16: AtomicU64::new(16),
+            sampler_started: AtomicBool::new(false),
+            last_kernel_second: AtomicU64::new(0),
+        }
+    }
+
+    /// Maps CUDA ordinals to container devices by UUID (once the driver is initialised) and
+    /// records the container's devices in the region; starts the sampler.
+    pub fn after_init(&'static self) {
+        if self.mapped.swap(true, AcqRel) {
+            return;
+        }
+        let nvml = nvml_uuids();
+        let cuda = cuda_uuids();
+        if let (Some(nvml), Some(cuda)) = (&nvml, &cuda) {
+            for (ordinal, uuid) in cuda.iter().enumerate().take(MAX_DEVICES) {
+                match nvml.iter().position(|n| n == uuid) {
+                    Some(index) => self.device_map[ordinal].store(index, Relaxed),
+                    None => crate::log::warn(format_args!(
+                        "CUDA device {ordinal} ({uuid}) is not among the NVML devices; it is accounted as device {ordinal}"
+                    )),
+                }
+            }
+        }
+        if let (Some(region), Some(nvml)) = (&self.region, &nvml) {
+            region.set_devices(nvml);
+        }
+        crate::sampler::start(self);
+    }
+
+    /// Container device index of CUDA ordinal `ordinal`.
+    pub fn index_of(&self, ordinal: c_int) -> Option<usize> {
+        let o = usize::try_from(ordinal).ok().filter(|o| *o < MAX_DEVICES)?;
+        Some(self.device_map[o].load(Relaxed))
+    }
+
+    /// Container device index of the current context.
+    pub fn current_index(&'static self) -> Result<usize, CuResult> {
+        self.after_init();
+        let get = real_fn!(
+            Sym::CuCtxGetDevice,
+            unsafe extern "C" fn(*mut c_int) -> CuResult
+        )
+        .ok_or(CUDA_ERROR_NOT_FOUND)?;
+        let mut ordinal: c_int = -1;
+        // SAFETY: the real cuCtxGetDevice with a valid out pointer.
+        let rc = unsafe { get(&mut ordinal) };
+        if rc != CUDA_SUCCESS {
+            return Err(rc);
+        }
+        self.index_of(ordinal).ok_or(CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// Limit of container device `index` (0 = none), and whether it must refuse everything.
+    pub fn limit(&self, index: usize) -> u64 {
+        match &self.region {
+            Some(region) => region.limit(index),
+            None => self.config.limits.get(index).copied().unwrap_or(0),
+        }
+    }
+
+    fn fail_closed(&self, index: usize) -> bool {
+        self.config.fail_closed.get(index).copied().unwrap_or(true)
+            || (self.region.is_none() && self.limit(index) != 0)
+    }
+
+    pub fn usage(&self, index: usize) -> u64 {
+        self.region.as_ref().map_or(0, |r| r.device_usage(index))
+    }
+
+    /// Reserves `bytes` on container device `index` before the real allocation.
+    pub fn reserve(&self, index: usize, bytes: u64) -> Result<(), CuResult> {
+        if self.fail_closed(index) {
+            crate::log::info(format_args!(
+                "device {index}: allocation of {bytes} bytes refused (fail closed: see the error above)"
+            ));
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        match &self.region {
+            None => Ok(()),
+            Some(region) => region.reserve(index, bytes).map_err(|refusal| {
+                crate::log::info(format_args!("allocation refused: {refusal}"));
+                CUDA_ERROR_OUT_OF_MEMORY
+            }),
+        }
+    }
+
+    pub fn release(&self, index: usize, bytes: u64) {
+        if let Some(region) = &self.region {
+            region.release(index, bytes);
+        }
+    }
+
+    pub fn track(&self, kind: Kind, key: u64, index: usize, bytes: u64) {
+        self.allocations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((kind, key), (index, bytes));
+    }
+
+    /// Forgets `key` and returns its bytes to the device it was allocated on.
+    pub fn untrack(&self, kind: Kind, key: u64) {
+        let entry = self
+            .allocations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(kind, key));
+        if let Some((index, bytes)) = entry {
+            self.release(index, bytes);
+        }
+    }
+}
+
+fn cuda_uuids() -> Option<Vec<String>> {
+    let count_fn = real_fn!(
+        Sym::CuDeviceGetCount,
+        unsafe extern "C" fn(*mut c_int) -> CuResult
+    )?;
+    let uuid_fn = real_fn!(
+        Sym::CuDeviceGetUuid,
+        unsafe extern "C" fn(*mut [u8; 16], c_int) -> CuResult
+    )?;
+    let mut count: c_int = 0;
+    // SAFETY: real driver call with a valid out pointer.
+    if unsafe { count_fn(&mut count) } != CUDA_SUCCESS {
+        return None;
+    }
+    let mut out = Vec::new();
+    for ordinal in 0..count {
+        let mut b = [0u8; 16];
+        // SAFETY: real driver call with a 16-byte out buffer.
+        if unsafe { uuid_fn(&mut b, ordinal) } != CUDA_SUCCESS {
+            return None;
+        }
+        let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        out.push(format!(
+            "GPU-{}-{}-{}-{}-{}",
+            &hex[0..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..32]
+        ));
+    }
+    Some(out)
+}
+
+/// NVML handle of container device `index`.
+pub fn nvml_handle(index: usize) -> Option<*mut c_void> {
+    let get = real_fn!(
+        Sym::NvmlDeviceGetHandleByIndexV2,
+        unsafe extern "C" fn(c_uint, *mut *mut c_void) -> c_int
+    )?;
+    let mut handle = std::ptr::null_mut();
+    // SAFETY: real NVML call with a valid out pointer.
+    (unsafe { get(index as c_uint, &mut handle) } == NVML_SUCCESS).then_some(handle)
+}
+
+pub fn nvml_init() -> bool {
+    if !crate::symbols::nvml_available() {
+        return false;
+    }
+    real_fn!(Sym::NvmlInitV2, unsafe extern "C" fn() -> c_int)
+        // SAFETY: real nvmlInit_v2, no arguments; it is reference counted.
+        .is_some_and(|init| unsafe { init() } == NVML_SUCCESS)
+}
+
+fn nvml_uuids() -> Option<Vec<String>> {
+    if !nvml_init() {
+        crate::log::warn(format_args!(
+            "libnvidia-ml.so.1 is not usable: no device UUIDs, no utilization sampling, no compute limit"
+        ));
+        return None;
+    }
+    let count_fn = real_fn!(
+        Sym::NvmlDeviceGetCountV2,
+        unsafe extern "C" fn(*mut c_uint) -> c_int
+    )?;
+    let uuid_fn = real_fn!(
+        Sym::NvmlDeviceGetUuid,
+        unsafe extern "C" fn(*mut c_void, *mut c_char, c_uint) -> c_int
+    )?;
+    let mut count: c_uint = 0;
+    // SAFETY: real NVML call with a valid out pointer.
+    if unsafe { count_fn(&mut count) } != NVML_SUCCESS {
+        return None;
+    }
+    let mut out = Vec::new();
+    for index in 0..(count as usize).min(MAX_DEVICES) {
+        let handle = nvml_handle(index)?;
+        let mut buf = [0 as c_char; 96];
+        // SAFETY: real NVML call with a 96-byte buffer.
+        if unsafe { uuid_fn(handle, buf.as_mut_ptr(), 96) } != NVML_SUCCESS {
+            return None;
+        }
+        // SAFETY: NVML NUL-terminates within the buffer on success.
+        out.push(
+            unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    Some(out)
+}

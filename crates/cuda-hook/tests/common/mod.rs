@@ -1,0 +1,139 @@
+//! Shared by the process tests: finds the built libraries (`cargo test` builds the hook — an
+//! rlib the tests link — and the stand-ins — dev-dependencies — into `target/<profile>/deps/`),
+//! lays them out like a driver install (`libcuda.so.1`, `libnvidia-ml.so.1`: the NVML
+//! stand-in's file is `libnvidia_ml.so` since Rust names cannot hold '-'), compiles the C
+//! probe with `cc -lcuda`, and runs it under `LD_PRELOAD`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub fn deps_dir() -> PathBuf {
+    std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn built(name: &str) -> PathBuf {
+    let path = deps_dir().join(name);
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+pub fn hook_library() -> PathBuf {
+    built("libvgpu.so")
+}
+
+/// A directory laid out like the driver's lib dir.
+pub fn driver_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+        let dir = deps_dir().join(format!("cuda-tests-{name}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for link in ["libcuda.so.1", "libcuda.so"] {
+            std::os::unix::fs::symlink(built("libcuda.so"), dir.join(link)).unwrap();
+        }
+        for link in ["libnvidia-ml.so.1", "libnvidia-ml.so"] {
+            std::os::unix::fs::symlink(built("libnvidia_ml.so"), dir.join(link)).unwrap();
+        }
+        dir
+    })
+    .clone()
+}
+
+/// The C probe, linked against the stand-in driver like a CUDA application.
+pub fn probe() -> PathBuf {
+    static PROBE: OnceLock<PathBuf> = OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cuda_probe.c");
+            let dir = driver_dir();
+            let out = dir.join("cuda_probe");
+            let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+                .args(["-O1", "-o"])
+                .arg(&out)
+                .arg(&source)
+                .arg(format!("-L{}", dir.display()))
+                .args(["-lcuda", "-ldl", "-lpthread"])
+                .status()
+                .unwrap_or_else(|e| {
+                    panic!("a C compiler (cc) is needed for the process tests: {e}")
+                });
+            assert!(status.success(), "compiling {} failed", source.display());
+            out
+        })
+        .clone()
+}
+
+/// A fresh directory per test (region file, stand-in device state).
+pub fn scratch(name: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "vgpu-{}-{name}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The probe under the hook, with the stand-in devices of `scratch` and `env`.
+pub fn command(scratch: &Path, env: &[(&str, String)], args: &[&str]) -> Command {
+    let mut cmd = Command::new(probe());
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("LD_LIBRARY_PATH", driver_dir())
+        .env("LD_PRELOAD", hook_library())
+        .env("FAKE_CUDA_SHARED_STATE", scratch.join("devices.state"))
+        .env(
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+            scratch.join("cudevshr.cache"),
+        )
+        .env("FAKE_CUDA_DEVICE_MEMORY", "1g")
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+pub fn run(scratch: &Path, env: &[(&str, String)], args: &[&str]) -> (String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = command(scratch, env, args).output().unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    );
+    assert!(
+        status.success(),
+        "probe {args:?} failed: {status}\n{out}\n{err}"
+    );
+    (out, err)
+}
+
+/// Bytes the stand-in device 0 has in use (its own counter, not the hook's).
+pub fn device_used(scratch: &Path) -> u64 {
+    let bytes = std::fs::read(scratch.join("devices.state")).unwrap_or_default();
+    bytes
+        .get(0..8)
+        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
+}
+
+pub fn device_peak(scratch: &Path) -> u64 {
+    let bytes = std::fs::read(scratch.join("devices.state")).unwrap_or_default();
+    bytes
+        .get(8..16)
+        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
+}

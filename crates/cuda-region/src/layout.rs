@@ -1,0 +1,187 @@
+//! The region's bytes, as HAMi-core 1.2 lays them out (`shared_region_t`, SPEC Appendix A).
+//! Little-endian, natural C alignment, `sem_t` = 32 bytes. Every offset below is checked at
+//! compile time, so a change that would move a field does not build.
+//!
+//! Fields other processes write concurrently are atomics; the two semaphores are opaque
+//! `sem_t` cells that only `sem_init` touches (our writer locks with kernel record locks,
+//! see `region.rs`, and initialises the semaphores so HAMi-core tools find them valid).
+
+use std::cell::UnsafeCell;
+use std::mem::{offset_of, size_of};
+use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU32, AtomicU64};
+
+/// `initialized_flag` of an initialised region (`MULTIPROCESS_SHARED_REGION_MAGIC_FLAG`).
+pub const MAGIC: i32 = 19_920_718;
+pub const MAJOR_VERSION: u32 = 1;
+pub const MINOR_VERSION: u32 = 2;
+/// Device slots (`CUDA_DEVICE_MAX_COUNT`).
+pub const MAX_DEVICES: usize = 16;
+/// Process slots (`SHARED_REGION_MAX_PROCESS_NUM`).
+pub const MAX_PROCS: usize = 1024;
+/// Bytes of each NVML UUID buffer.
+pub const UUID_LEN: usize = 96;
+/// `sizeof(shared_region_t)`; the file is one byte longer (HAMi-core writes a NUL there).
+pub const REGION_SIZE: usize = 2_008_952;
+/// Length of the region file.
+pub const FILE_SIZE: usize = REGION_SIZE + 1;
+
+/// Slot `status` values.
+pub const STATUS_FREE: i32 = 0;
+pub const STATUS_RUNNING: i32 = 1;
+
+/// `device_memory_t` (64 B): per-process usage of one device.
+#[repr(C)]
+pub struct DeviceMemory {
+    pub context_size: AtomicU64,
+    pub module_size: AtomicU64,
+    pub data_size: AtomicU64,
+    pub offset: AtomicU64,
+    /// Sum of the above; what limits are checked against.
+    pub total: AtomicU64,
+    pub unused: [AtomicU64; 3],
+}
+
+/// `device_util_t` (48 B).
+#[repr(C)]
+pub struct DeviceUtil {
+    pub dec_util: AtomicU64,
+    pub enc_util: AtomicU64,
+    pub sm_util: AtomicU64,
+    pub unused: [AtomicU64; 3],
+}
+
+/// `shrreg_proc_slot_t` (1,960 B).
+#[repr(C)]
+pub struct ProcSlot {
+    /// Container-namespace pid (0 = free).
+    pub pid: AtomicI32,
+    /// Host pid (0 = unknown).
+    pub hostpid: AtomicI32,
+    /// Indexed by container device index (NVML order inside the container).
+    pub used: [DeviceMemory; MAX_DEVICES],
+    pub monitorused: [AtomicU64; MAX_DEVICES],
+    pub device_util: [DeviceUtil; MAX_DEVICES],
+    pub status: AtomicI32,
+    _pad: u32,
+    /// Even = stable. Bumped before and after each update of `used`, as HAMi-core does, so its
+    /// readers see consistent values.
+    pub seqlock: AtomicU64,
+    /// `unused[0]` of the reference: we store the owner's start time (clock ticks since boot,
+    /// `/proc/self/stat` field 22) here for diagnostics; readers ignore it.
+    pub start_time: AtomicU64,
+    pub unused: AtomicU64,
+}
+
+/// `shared_region_t` (2,008,952 B).
+#[repr(C)]
+pub struct SharedRegion {
+    pub initialized_flag: AtomicI32,
+    pub major_version: AtomicU32,
+    pub minor_version: AtomicU32,
+    pub sm_init_flag: AtomicI32,
+    pub owner_pid: AtomicU64,
+    pub sem: UnsafeCell<libc::sem_t>,
+    pub device_num: AtomicU64,
+    pub uuids: [[AtomicU8; UUID_LEN]; MAX_DEVICES],
+    pub limit: [AtomicU64; MAX_DEVICES],
+    pub sm_limit: [AtomicU64; MAX_DEVICES],
+    pub procs: [ProcSlot; MAX_PROCS],
+    pub proc_num: AtomicI32,
+    pub utilization_switch: AtomicI32,
+    pub recent_kernel: AtomicI32,
+    pub priority: AtomicI32,
+    pub last_kernel_time: AtomicU64,
+    pub sem_postinit: UnsafeCell<libc::sem_t>,
+}
+
+// SAFETY: every field is an atomic except the two `sem_t` cells, which are touched only by
+// `sem_init` while the region is being created under the init lock (process-shared
+// semaphores are designed to be used from any thread of any process).
+unsafe impl Sync for SharedRegion {}
+
+// Appendix A, pinned.
+const _: () = {
+    assert!(size_of::<libc::sem_t>() == 32);
+    assert!(size_of::<DeviceMemory>() == 64);
+    assert!(size_of::<DeviceUtil>() == 48);
+    assert!(size_of::<ProcSlot>() == 1960);
+    assert!(offset_of!(ProcSlot, pid) == 0);
+    assert!(offset_of!(ProcSlot, hostpid) == 4);
+    assert!(offset_of!(ProcSlot, used) == 8);
+    assert!(offset_of!(ProcSlot, monitorused) == 1032);
+    assert!(offset_of!(ProcSlot, device_util) == 1160);
+    assert!(offset_of!(ProcSlot, status) == 1928);
+    assert!(offset_of!(ProcSlot, seqlock) == 1936);
+    assert!(offset_of!(ProcSlot, start_time) == 1944);
+    assert!(offset_of!(DeviceMemory, total) == 32);
+    assert!(offset_of!(DeviceUtil, sm_util) == 16);
+    assert!(offset_of!(SharedRegion, initialized_flag) == 0);
+    assert!(offset_of!(SharedRegion, major_version) == 4);
+    assert!(offset_of!(SharedRegion, minor_version) == 8);
+    assert!(offset_of!(SharedRegion, sm_init_flag) == 12);
+    assert!(offset_of!(SharedRegion, owner_pid) == 16);
+    assert!(offset_of!(SharedRegion, sem) == 24);
+    assert!(offset_of!(SharedRegion, device_num) == 56);
+    assert!(offset_of!(SharedRegion, uuids) == 64);
+    assert!(offset_of!(SharedRegion, limit) == 1600);
+    assert!(offset_of!(SharedRegion, sm_limit) == 1728);
+    assert!(offset_of!(SharedRegion, procs) == 1856);
+    assert!(offset_of!(SharedRegion, proc_num) == 2_008_896);
+    assert!(offset_of!(SharedRegion, utilization_switch) == 2_008_900);
+    assert!(offset_of!(SharedRegion, recent_kernel) == 2_008_904);
+    assert!(offset_of!(SharedRegion, priority) == 2_008_908);
+    assert!(offset_of!(SharedRegion, last_kernel_time) == 2_008_912);
+    assert!(offset_of!(SharedRegion, sem_postinit) == 2_008_920);
+    assert!(size_of::<SharedRegion>() == REGION_SIZE);
+};
+
+/// Byte offsets for readers that work on raw bytes (the monitor).
+pub mod offsets {
+    use super::*;
+    pub const DEVICE_NUM: usize = offset_of!(SharedRegion, device_num);
+    pub const UUIDS: usize = offset_of!(SharedRegion, uuids);
+    pub const LIMIT: usize = offset_of!(SharedRegion, limit);
+    pub const SM_LIMIT: usize = offset_of!(SharedRegion, sm_limit);
+    pub const PROCS: usize = offset_of!(SharedRegion, procs);
+    pub const PROC_NUM: usize = offset_of!(SharedRegion, proc_num);
+    pub const UTILIZATION_SWITCH: usize = offset_of!(SharedRegion, utilization_switch);
+    pub const RECENT_KERNEL: usize = offset_of!(SharedRegion, recent_kernel);
+    pub const PRIORITY: usize = offset_of!(SharedRegion, priority);
+    pub const LAST_KERNEL_TIME: usize = offset_of!(SharedRegion, last_kernel_time);
+    pub const SLOT_SIZE: usize = size_of::<ProcSlot>();
+    pub const SLOT_PID: usize = offset_of!(ProcSlot, pid);
+    pub const SLOT_HOSTPID: usize = offset_of!(ProcSlot, hostpid);
+    pub const SLOT_USED: usize = offset_of!(ProcSlot, used);
+    pub const USED_STRIDE: usize = size_of::<DeviceMemory>();
+    pub const SLOT_MONITORUSED: usize = offset_of!(ProcSlot, monitorused);
+    pub const SLOT_UTIL: usize = offset_of!(ProcSlot, device_util);
+    pub const UTIL_STRIDE: usize = size_of::<DeviceUtil>();
+    pub const SLOT_STATUS: usize = offset_of!(ProcSlot, status);
+}
+
+impl SharedRegion {
+    /// A zeroed region on the heap (tests and tools; the hook maps a file instead).
+    pub fn boxed_zeroed() -> Box<SharedRegion> {
+        let layout = std::alloc::Layout::new::<SharedRegion>();
+        // SAFETY: every field of SharedRegion (atomics, integers, sem_t bytes) is valid when
+        // all-zero; the pointer comes from the global allocator with SharedRegion's layout,
+        // which is what Box::from_raw requires. A null pointer is handled.
+        unsafe {
+            let ptr = std::alloc::alloc_zeroed(layout).cast::<SharedRegion>();
+            if ptr.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            Box::from_raw(ptr)
+        }
+    }
+
+    /// The UUID stored for `device` (up to the first NUL).
+    pub fn uuid(&self, device: usize) -> String {
+        let bytes: Vec<u8> = self.uuids[device]
+            .iter()
+            .map(|b| b.load(std::sync::atomic::Ordering::Relaxed))
+            .take_while(|b| *b != 0)
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
