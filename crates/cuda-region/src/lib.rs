@@ -6,7 +6,6 @@
 //! - [`region`]: the file shell: create or attach, map, lock, liveness by record locks.
 
 pub mod accounting;
-mod file_lock;
 pub mod layout;
 pub mod region;
 

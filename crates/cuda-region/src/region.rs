@@ -9,8 +9,8 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
 use crate::accounting::{self, Refusal, SlotError};
-use crate::file_lock::{flock, record_locked_elsewhere, try_lock_record};
 use crate::layout::{FILE_SIZE, MAGIC, MAX_DEVICES, MAX_PROCS, REGION_SIZE, SharedRegion};
+use hami_kernel_locks::file_lock::{flock, record_locked_elsewhere, try_lock_record};
 
 /// First byte of the per-slot liveness locks: past the end of the file, so the reference's
 /// `lockf(fd, F_LOCK, sizeof)` range never overlaps them.

@@ -1,71 +1,22 @@
-//! Logging to stderr at `LIBHIP_LOG_LEVEL` (1 error, 2 warning, 3 info, 4 debug; default 2).
-//! Writes with one `write(2)` per line so that lines of concurrent processes do not mix.
+//! Logging to stderr at `LIBHIP_LOG_LEVEL` (1 error, 2 warning, 3 info, 4 debug; default 2), through
+//! `hami_kernel_locks::hook_log`, tagged `amvgpu`.
 
-use std::fmt::{Arguments, Write as _};
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::fmt::Arguments;
 
-static LEVEL: AtomicU8 = AtomicU8::new(2);
+use hami_kernel_locks::hook_log::emit;
+pub use hami_kernel_locks::hook_log::{DEBUG, ERROR, INFO, WARN, enabled, parse_level, set_level};
 
-pub const ERROR: u8 = 1;
-pub const WARN: u8 = 2;
-pub const INFO: u8 = 3;
-pub const DEBUG: u8 = 4;
-
-/// Parses a `LIBHIP_LOG_LEVEL` value; anything unreadable keeps the default.
-pub fn parse_level(text: Option<&str>) -> u8 {
-    text.and_then(|t| t.trim().parse::<u8>().ok())
-        .map_or(WARN, |level| level.clamp(ERROR, DEBUG))
-}
-
-pub fn set_level(level: u8) {
-    LEVEL.store(level, Relaxed);
-}
-
-pub fn enabled(level: u8) -> bool {
-    level <= LEVEL.load(Relaxed)
-}
-
-fn emit(level: u8, args: Arguments<'_>) {
-    if !enabled(level) {
-        return;
-    }
-    let name = match level {
-        ERROR => "ERROR",
-        WARN => "WARN",
-        INFO => "INFO",
-        _ => "DEBUG",
-    };
-    let mut line = String::with_capacity(160);
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    let _ = writeln!(line, "[amvgpu {name} pid {pid}] {args}");
-    // SAFETY: writes our own buffer to fd 2; a failed write is ignored (nowhere to report it).
-    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
-}
+const TAG: &str = "amvgpu";
 
 pub fn error(args: Arguments<'_>) {
-    emit(ERROR, args);
+    emit(TAG, ERROR, args);
 }
 pub fn warn(args: Arguments<'_>) {
-    emit(WARN, args);
+    emit(TAG, WARN, args);
 }
 pub fn info(args: Arguments<'_>) {
-    emit(INFO, args);
+    emit(TAG, INFO, args);
 }
 pub fn debug(args: Arguments<'_>) {
-    emit(DEBUG, args);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn levels_parse_and_clamp() {
-        assert_eq!(parse_level(None), WARN);
-        assert_eq!(parse_level(Some("4")), DEBUG);
-        assert_eq!(parse_level(Some("9")), DEBUG);
-        assert_eq!(parse_level(Some("0")), ERROR);
-        assert_eq!(parse_level(Some("loud")), WARN);
-    }
+    emit(TAG, DEBUG, args);
 }

@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -200,16 +199,7 @@ fn load_region(path: &Path) -> Result<Region, LoadError> {
 /// Whether another open file description holds a record lock on byte `offset` (hami-region's
 /// liveness signal for a slot). A failing probe counts as alive: never hide usage on doubt.
 fn record_locked(file: &File, offset: usize) -> bool {
-    // SAFETY: `flock` is a plain C struct for which all-zero is valid.
-    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = libc::F_WRLCK as libc::c_short;
-    lock.l_whence = libc::SEEK_SET as libc::c_short;
-    lock.l_start = offset as libc::off_t;
-    lock.l_len = 1;
-    // SAFETY: F_OFD_GETLK writes into the struct we pass, which lives across the call; it
-    // only queries and never blocks.
-    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut lock) };
-    rc == -1 || lock.l_type != libc::F_UNLCK as libc::c_short
+    hami_kernel_locks::file_lock::record_locked_elsewhere(file, offset).unwrap_or(true)
 }
 
 impl NodeMonitor {

@@ -6,7 +6,6 @@
 //! - [`Session`]: a process's claimed slot and the operations on the mapping.
 
 pub mod accounting;
-mod file_lock;
 pub mod layout;
 mod session;
 

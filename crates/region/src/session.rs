@@ -11,11 +11,13 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use crate::accounting::{self, OverLimit};
-use crate::file_lock::{flock_exclusive, flock_unlock, record_locked_elsewhere, try_lock_record};
 use crate::layout::{
     DeviceAccount, LIMIT_NONE, MAGIC, MAJOR_VERSION, MAX_DEVICES, MAX_PROCS, MINOR_VERSION,
     ProcSlot, REGION_SIZE, RegionLayout, SLOT_ACTIVE, SLOT_FREE, SLOT_SIZE, lock_holder, lock_word,
     slot_offset,
+};
+use hami_kernel_locks::file_lock::{
+    flock_exclusive, flock_unlock, record_locked_elsewhere, try_lock_record,
 };
 
 /// Per-device limits a creator writes into a new region.

@@ -1,5 +1,6 @@
-//! Kernel-held locks on the region file. Both kinds are released by the kernel when the
-//! holder dies, which is what makes SIGKILL harmless:
+//! Kernel-held locks on a region file. Both kinds are released by the kernel when the
+//! holder dies, which is what makes SIGKILL harmless (unlike a `sem_t` in shared memory,
+//! HAMi #2500):
 //! - `flock` on the whole file serialises slot claims and reclaims;
 //! - an open-file-description (OFD) record lock on one byte per slot is held by the slot's
 //!   owner for life: "the byte is locked" is the liveness signal. It needs no PID, so PID
@@ -22,18 +23,21 @@ fn retry_eintr(mut call: impl FnMut() -> libc::c_int) -> io::Result<libc::c_int>
     }
 }
 
-/// Takes the whole-file exclusive `flock`, waiting for it.
-pub(crate) fn flock_exclusive(file: &File) -> io::Result<()> {
+/// `flock(2)` with `operation` (`LOCK_EX`, `LOCK_SH`, `LOCK_UN`, optionally `| LOCK_NB`).
+pub fn flock(file: &File, operation: libc::c_int) -> io::Result<()> {
     let fd = file.as_raw_fd();
     // SAFETY: flock on an fd we own; no memory is passed.
-    retry_eintr(|| unsafe { libc::flock(fd, libc::LOCK_EX) }).map(drop)
+    retry_eintr(|| unsafe { libc::flock(fd, operation) }).map(drop)
+}
+
+/// Takes the whole-file exclusive `flock`, waiting for it.
+pub fn flock_exclusive(file: &File) -> io::Result<()> {
+    flock(file, libc::LOCK_EX)
 }
 
 /// Drops the whole-file `flock`.
-pub(crate) fn flock_unlock(file: &File) -> io::Result<()> {
-    let fd = file.as_raw_fd();
-    // SAFETY: flock on an fd we own; no memory is passed.
-    retry_eintr(|| unsafe { libc::flock(fd, libc::LOCK_UN) }).map(drop)
+pub fn flock_unlock(file: &File) -> io::Result<()> {
+    flock(file, libc::LOCK_UN)
 }
 
 fn record(kind: libc::c_int, offset: usize) -> libc::flock {
@@ -49,7 +53,7 @@ fn record(kind: libc::c_int, offset: usize) -> libc::flock {
 
 /// Tries to take the write record lock on byte `offset` through this file's OFD, without
 /// waiting. `Ok(false)` when another OFD holds it.
-pub(crate) fn try_lock_record(file: &File, offset: usize) -> io::Result<bool> {
+pub fn try_lock_record(file: &File, offset: usize) -> io::Result<bool> {
     let fd = file.as_raw_fd();
     let lock = record(libc::F_WRLCK, offset);
     // SAFETY: F_OFD_SETLK reads the struct we pass; it lives across the call.
@@ -64,7 +68,7 @@ pub(crate) fn try_lock_record(file: &File, offset: usize) -> io::Result<bool> {
 
 /// Whether some other OFD holds a record lock on byte `offset` (as seen from this OFD:
 /// locks this OFD holds itself do not count).
-pub(crate) fn record_locked_elsewhere(file: &File, offset: usize) -> io::Result<bool> {
+pub fn record_locked_elsewhere(file: &File, offset: usize) -> io::Result<bool> {
     let fd = file.as_raw_fd();
     let mut lock = record(libc::F_WRLCK, offset);
     // SAFETY: F_OFD_GETLK writes into the struct we pass; it lives across the call.

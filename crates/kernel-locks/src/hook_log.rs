@@ -1,0 +1,61 @@
+//! Logging to stderr for code running inside users' processes (the hooks): levels 1 error,
+//! 2 warning (default), 3 info, 4 debug, read from each hook's own variable
+//! (`LIBHIP_LOG_LEVEL`, `LIBCUDA_LOG_LEVEL`). One `write(2)` per line so that lines of
+//! concurrent processes do not mix; no allocation failure or write error is ever reported.
+
+use std::fmt::{Arguments, Write as _};
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+static LEVEL: AtomicU8 = AtomicU8::new(WARN);
+
+pub const ERROR: u8 = 1;
+pub const WARN: u8 = 2;
+pub const INFO: u8 = 3;
+pub const DEBUG: u8 = 4;
+
+/// Parses a log-level value; anything unreadable keeps the default.
+pub fn parse_level(text: Option<&str>) -> u8 {
+    text.and_then(|t| t.trim().parse::<u8>().ok())
+        .map_or(WARN, |level| level.clamp(ERROR, DEBUG))
+}
+
+pub fn set_level(level: u8) {
+    LEVEL.store(level, Relaxed);
+}
+
+pub fn enabled(level: u8) -> bool {
+    level <= LEVEL.load(Relaxed)
+}
+
+/// Writes one line `[<tag> <LEVEL> pid <pid>] <message>` when `level` is enabled.
+pub fn emit(tag: &str, level: u8, args: Arguments<'_>) {
+    if !enabled(level) {
+        return;
+    }
+    let name = match level {
+        ERROR => "ERROR",
+        WARN => "WARN",
+        INFO => "INFO",
+        _ => "DEBUG",
+    };
+    let mut line = String::with_capacity(160);
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let _ = writeln!(line, "[{tag} {name} pid {pid}] {args}");
+    // SAFETY: writes our own buffer to fd 2; a failed write is ignored (nowhere to report it).
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_parse_and_clamp() {
+        assert_eq!(parse_level(None), WARN);
+        assert_eq!(parse_level(Some("4")), DEBUG);
+        assert_eq!(parse_level(Some("9")), DEBUG);
+        assert_eq!(parse_level(Some("0")), ERROR);
+        assert_eq!(parse_level(Some("loud")), WARN);
+    }
+}

@@ -1,0 +1,7 @@
+//! What the hooks and the shared regions need from the kernel, written once: locks that
+//! the kernel releases when their holder dies (so SIGKILL never leaves one behind), and
+//! one-`write(2)`-per-line logging for code that runs inside users' processes.
+//! std + libc only: both hooks (`libamvgpu.so`, `libvgpu.so`) link it.
+
+pub mod file_lock;
+pub mod hook_log;
