@@ -47,6 +47,8 @@ pub struct AppState {
     pub server_address: String,
     pub bookmark_interval: Duration,
     pub default_watch_timeout: Duration,
+    /// Authentication + RBAC; None: every request is allowed.
+    pub auth: Option<crate::authn::AuthConfig>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -247,6 +249,10 @@ pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
         p.user_agent = user_agent.clone();
         p
     });
+    let api_group = match &route {
+        Route::Resource(rr) => rr.resource.group.to_string(),
+        _ => String::new(),
+    };
     let (verb, resource, namespace, name) = match (&route, &params) {
         (Route::Resource(rr), Ok(p)) => (
             verb_of(&method, rr, p.watch),
@@ -262,8 +268,19 @@ pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
         ),
         _ => ("discovery", String::new(), None, None),
     };
+    let authorization = header_str(&parts.headers, header::AUTHORIZATION);
+    let (user, access) = check_access(&st, authorization.as_deref(), &route, verb);
     let body = axum::body::to_bytes(body, MAX_BODY + 1).await;
     let (resp, body_text) = match body {
+        Ok(_) if access.is_err() => (
+            error_response(
+                &access
+                    .clone()
+                    .err()
+                    .unwrap_or_else(crate::authn::unauthorized),
+            ),
+            String::new(),
+        ),
         Err(_) => (error_response(&ApiError::too_large()), String::new()),
         Ok(b) if b.len() > MAX_BODY => (error_response(&ApiError::too_large()), String::new()),
         Ok(b) => {
@@ -294,15 +311,59 @@ pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
         path,
         query,
         verb: verb.to_string(),
+        api_group,
         resource,
         namespace,
         name,
         content_type: ct,
         user_agent,
+        user,
         body: body_text,
         status: resp.status().as_u16(),
     });
     resp
+}
+
+/// Authentication and authorization (when on): the user's name (if authenticated), and
+/// the 401/403 to answer instead of serving.
+fn check_access(
+    st: &AppState,
+    authorization: Option<&str>,
+    route: &Route,
+    verb: &str,
+) -> (Option<String>, Result<(), ApiError>) {
+    let Some(auth) = &st.auth else {
+        return (None, Ok(()));
+    };
+    let outcome = st.read(|s| {
+        let user = crate::authn::authenticate(s, auth, authorization)?;
+        let decision = match route {
+            Route::Resource(rr) => {
+                let attrs = crate::rbac::ResourceAttributes {
+                    verb: verb.to_string(),
+                    api_group: rr.resource.group.to_string(),
+                    resource: rr.resource.plural.to_string(),
+                    subresource: rr.subresource.clone(),
+                    namespace: rr.namespace.clone(),
+                    name: rr.name.clone(),
+                };
+                crate::rbac::authorize(&crate::rbac::policy_from_store(s), &user, &attrs)
+            }
+            // Health and version are public; discovery and OpenAPI need authentication
+            // (the bootstrap system:public-info-viewer and system:discovery roles).
+            Route::Health | Route::Version => Ok(()),
+            _ if user.name == crate::rbac::ANONYMOUS => Err(format!(
+                "forbidden: User \"{}\" cannot get path \"discovery\"",
+                user.name
+            )),
+            _ => Ok(()),
+        };
+        Ok::<_, ApiError>((user, decision))
+    });
+    match outcome {
+        Err(e) => (None, Err(e)),
+        Ok((user, decision)) => (Some(user.name), decision.map_err(ApiError::forbidden)),
+    }
 }
 
 async fn dispatch(

@@ -6,6 +6,15 @@ use std::path::Path;
 /// The user entry carries a placeholder bearer token: plain HTTP on loopback needs no
 /// credentials, but some clients refuse a user with no auth method at all.
 pub fn kubeconfig_yaml(server_url: &str) -> String {
+    kubeconfig_yaml_with_token(server_url, PLACEHOLDER_TOKEN)
+}
+
+/// The token of the default kubeconfig; with authentication on it is the admin token.
+pub const PLACEHOLDER_TOKEN: &str = "hami-embedded-apiserver";
+
+/// A kubeconfig whose user authenticates with `token` (a service account's, with
+/// authentication on).
+pub fn kubeconfig_yaml_with_token(server_url: &str, token: &str) -> String {
     format!(
         "apiVersion: v1
 kind: Config
@@ -24,7 +33,7 @@ preferences: {{}}
 users:
 - name: hami-embedded
   user:
-    token: hami-embedded-apiserver
+    token: {token}
 "
     )
 }

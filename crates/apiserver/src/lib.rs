@@ -11,6 +11,7 @@
 //! ```
 
 pub mod admission;
+pub mod authn;
 pub mod discovery;
 pub mod faults;
 pub mod http;
@@ -20,6 +21,7 @@ pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod persistence;
+pub mod rbac;
 pub mod request_log;
 pub mod resources;
 pub mod route;
@@ -62,6 +64,9 @@ pub struct Config {
     pub default_watch_timeout: Duration,
     /// Requests kept in the request log.
     pub request_log_capacity: usize,
+    /// Authenticate bearer tokens and enforce RBAC. None (the default): no authentication,
+    /// every request is allowed.
+    pub auth: Option<authn::AuthConfig>,
 }
 
 impl Default for Config {
@@ -74,6 +79,7 @@ impl Default for Config {
             bookmark_interval: Duration::from_secs(10),
             default_watch_timeout: Duration::from_secs(1800),
             request_log_capacity: 10_000,
+            auth: None,
         }
     }
 }
@@ -106,6 +112,7 @@ impl ApiServer {
             server_address: addr.to_string(),
             bookmark_interval: config.bookmark_interval,
             default_watch_timeout: config.default_watch_timeout,
+            auth: config.auth.clone(),
         });
         // Persist the default namespaces created above (and anything else pending).
         state.write(|_| Ok::<(), ApiError>(()))?;
@@ -211,6 +218,46 @@ impl RunningApiServer {
         self.state
             .write(|s| s.create(r, namespace, obj))
             .map(|v| (*v).clone())
+    }
+
+    /// With authentication on: a token for the service account `namespace/name`, through
+    /// the path Kubernetes offers (the service account, then a token Secret
+    /// `<name>-token` that the token controller fills). Both are created if missing.
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> Result<String, ApiError> {
+        let ignore_exists = |r: Result<Value, ApiError>| match r {
+            Err(e) if e.code != 409 => Err(e),
+            _ => Ok(()),
+        };
+        ignore_exists(self.create_object(
+            "v1",
+            "serviceaccounts",
+            Some(namespace),
+            serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}}),
+        ))?;
+        let secret_name = format!("{name}-token");
+        ignore_exists(self.create_object(
+            "v1",
+            "secrets",
+            Some(namespace),
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret", "type": authn::SA_TOKEN_TYPE,
+                "metadata": {"name": secret_name, "namespace": namespace,
+                             "annotations": {authn::SA_NAME_ANNOTATION: name}}
+            }),
+        ))?;
+        let secret = self
+            .get_object("v1", "secrets", namespace, &secret_name)
+            .ok_or_else(|| ApiError::internal("the token Secret vanished"))?;
+        let token: k8s_openapi::ByteString =
+            serde_json::from_value(secret["data"]["token"].clone()).map_err(|e| {
+                ApiError::internal(format!("token Secret {namespace}/{secret_name}: {e}"))
+            })?;
+        String::from_utf8(token.0).map_err(|_| ApiError::internal("the token is not UTF-8"))
+    }
+
+    /// A kubeconfig for this server whose user authenticates with `token`.
+    pub fn kubeconfig_yaml_with_token(&self, token: &str) -> String {
+        kubeconfig::kubeconfig_yaml_with_token(&self.url(), token)
     }
 
     /// Stops serving: ends open watches, then waits for in-flight requests.

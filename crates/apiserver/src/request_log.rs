@@ -11,12 +11,17 @@ pub struct RequestRecord {
     pub query: String,
     /// Kubernetes verb (`get`, `list`, `watch`, `create`, ...) or `discovery`/`other`.
     pub verb: String,
+    /// API group of the resource (`""` for core, and for non-resource paths).
+    pub api_group: String,
     /// Resource plural with subresource (`pods/binding`), empty for non-resource paths.
     pub resource: String,
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub content_type: Option<String>,
     pub user_agent: Option<String>,
+    /// The authenticated user (`system:serviceaccount:<ns>:<name>`, ...); None when
+    /// authentication is off.
+    pub user: Option<String>,
     /// The request body, cut to the first 16 KiB.
     pub body: String,
     pub status: u16,

@@ -141,6 +141,42 @@ pub static RESOURCES: &[ResourceType] = &[
         &[],
     ),
     rt(
+        ("rbac.authorization.k8s.io", "v1"),
+        "clusterroles",
+        "clusterrole",
+        "ClusterRole",
+        false,
+        &[],
+        &[],
+    ),
+    rt(
+        ("rbac.authorization.k8s.io", "v1"),
+        "clusterrolebindings",
+        "clusterrolebinding",
+        "ClusterRoleBinding",
+        false,
+        &[],
+        &[],
+    ),
+    rt(
+        ("rbac.authorization.k8s.io", "v1"),
+        "roles",
+        "role",
+        "Role",
+        true,
+        &[],
+        &[],
+    ),
+    rt(
+        ("rbac.authorization.k8s.io", "v1"),
+        "rolebindings",
+        "rolebinding",
+        "RoleBinding",
+        true,
+        &[],
+        &[],
+    ),
+    rt(
         ("admissionregistration.k8s.io", "v1"),
         "mutatingwebhookconfigurations",
         "mutatingwebhookconfiguration",
@@ -211,6 +247,6 @@ mod tests {
                 .group_resource(),
             "events.events.k8s.io"
         );
-        assert_eq!(named_groups().len(), 3);
+        assert_eq!(named_groups().len(), 4);
     }
 }

@@ -286,6 +286,11 @@ impl Store {
         self.compacted_rv = self.rv;
     }
 
+    /// Every object of one type (authentication and authorization read Secrets and RBAC).
+    pub fn objects_of(&self, r: &ResourceType) -> Vec<Arc<StoredObject>> {
+        self.objects[resource_index(r)].values().cloned().collect()
+    }
+
     /// Every object of every type (for persistence snapshots).
     pub fn all_objects(&self) -> Vec<(&'static ResourceType, Arc<StoredObject>)> {
         RESOURCES
@@ -570,6 +575,9 @@ impl Store {
         let key = Self::key(r, ns, &name);
         if self.objects[resource_index(r)].contains_key(&key) {
             return Err(ApiError::already_exists(r.group, r.plural, &name));
+        }
+        if r.plural == "secrets" {
+            crate::authn::fill_token_secret(&mut obj, ns.unwrap_or_default());
         }
         strategy::prepare_for_create(r, &mut obj);
         let causes = strategy::validate(r, &obj);

@@ -43,6 +43,9 @@ enum Command {
     /// wait. Also works as a kubectl plugin: link this binary as `kubectl-hami` and run
     /// `kubectl hami status`.
     Status(status::StatusArgs),
+    /// Print the installation manifests (the same objects as the Helm chart), typed and
+    /// checked at build time; flags name the chart values they correspond to.
+    Manifests(hami_manifests::ManifestsArgs),
 }
 
 #[derive(Subcommand)]
@@ -80,6 +83,15 @@ fn main() -> ExitCode {
         }
         Command::Inspect { what } => inspect(what),
         Command::Status(args) => return show_status(args),
+        Command::Manifests(args) => {
+            return match hami_manifests::args::run(&args, &mut std::io::stdout().lock()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(2)
+                }
+            };
+        }
     };
     match output {
         Ok(text) => {

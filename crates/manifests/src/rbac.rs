@@ -1,0 +1,102 @@
+//! Least privilege: the API calls each component's code makes, as RBAC rules. Each rule
+//! names the code that needs it; the end-to-end test (`tests/least_privilege.rs`) runs the
+//! components under these rules on the embedded API server and checks both directions:
+//! nothing is denied, and every verb granted was used.
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+use crate::names;
+use crate::settings::Settings;
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str], names: &[&str]) -> PolicyRule {
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(strings(resources)),
+        verbs: strings(verbs),
+        resource_names: (!names.is_empty()).then(|| strings(names)),
+        non_resource_urls: None,
+    }
+}
+
+/// Cluster-wide rules of the scheduler extender + webhook (`hami-scheduler`).
+pub fn scheduler_cluster_rules() -> Vec<PolicyRule> {
+    vec![
+        // runtime.rs: node informer (list/watch); lock_client.rs: node lock get + patch.
+        rule("", &["nodes"], &["get", "list", "watch", "patch"], &[]),
+        // runtime.rs: pod informer (list/watch), filter annotations + bind-phase (patch),
+        // a pod missing from the informer at bind (get); lock_client.rs: lock owner (get).
+        rule("", &["pods"], &["get", "list", "watch", "patch"], &[]),
+        // runtime.rs: bind.
+        rule("", &["pods/binding"], &["create"], &[]),
+        // runtime.rs: kube-runtime Recorder (FilteringSucceed/Failed, BindingFailed).
+        rule("events.k8s.io", &["events"], &["create", "patch"], &[]),
+    ]
+}
+
+/// Leader election in the release namespace: the extender's Lease (leader.rs) and the
+/// kube-scheduler sidecar's (same pod, same service account; its other rights come from the
+/// built-in `system:kube-scheduler` and `system:volume-scheduler` ClusterRoles, which only
+/// cover a Lease named `kube-scheduler`).
+pub fn scheduler_lease_rules() -> Vec<PolicyRule> {
+    vec![
+        // create cannot be limited by name (the name is in the body).
+        rule("coordination.k8s.io", &["leases"], &["create"], &[]),
+        rule(
+            "coordination.k8s.io",
+            &["leases"],
+            &["get", "update"],
+            &[names::SCHEDULER_LEASE, names::KUBE_SCHEDULER_LEASE],
+        ),
+    ]
+}
+
+/// Cluster-wide rules of the AMD device plugin (`k8s-device-plugin`).
+pub fn device_plugin_cluster_rules(settings: &Settings) -> Vec<PolicyRule> {
+    let mut rules = vec![
+        // node_publisher.rs: read + annotate its Node; kube_shell.rs: node lock get + release.
+        rule("", &["nodes"], &["get", "patch"], &[]),
+        // kube_shell.rs: pods of this node (list with spec.nodeName), the pending pod (get),
+        // cu-allocated + bind-phase (patch); node_publisher.rs: CUs in use (list).
+        rule("", &["pods"], &["get", "list", "patch"], &[]),
+    ];
+    if settings.device_plugin.report_node_capacity {
+        // node_publisher.rs: -report_node_capacity writes capacity/allocatable.
+        rules.push(rule("", &["nodes/status"], &["patch"], &[]));
+    }
+    rules
+}
+
+/// node_publisher.rs records AMDGPU* Events in `default` (they concern Nodes, which have no
+/// namespace; `default` is where kubectl looks for them). A Role there, not cluster-wide.
+pub fn device_plugin_event_rules() -> Vec<PolicyRule> {
+    vec![rule("", &["events"], &["create"], &[])]
+}
+
+/// Cluster-wide rules of the monitor: pods.rs watches the pods of its node.
+pub fn monitor_cluster_rules() -> Vec<PolicyRule> {
+    vec![rule("", &["pods"], &["list", "watch"], &[])]
+}
+
+/// Cluster-wide rules of the node labeller: main.rs reads and labels its Node.
+pub fn node_labeller_cluster_rules() -> Vec<PolicyRule> {
+    vec![rule("", &["nodes"], &["get", "patch"], &[])]
+}
+
+/// kube-webhook-certgen `create` (the TLS Secret) in the release namespace.
+pub fn certgen_namespace_rules() -> Vec<PolicyRule> {
+    vec![
+        rule("", &["secrets"], &["create"], &[]),
+        rule("", &["secrets"], &["get"], &[names::TLS_SECRET]),
+    ]
+}
+
+/// kube-webhook-certgen `patch` (the caBundle of our webhook configuration only).
+pub fn certgen_cluster_rules() -> Vec<PolicyRule> {
+    vec![rule(
+        "admissionregistration.k8s.io",
+        &["mutatingwebhookconfigurations"],
+        &["get", "update"],
+        &[names::WEBHOOK],
+    )]
+}
