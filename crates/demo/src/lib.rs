@@ -34,6 +34,10 @@ pub struct DemoArgs {
     /// Longest wait for the example pods to settle before printing the tables.
     #[arg(long, default_value_t = 25)]
     pub settle_seconds: u64,
+    /// Plan a described fleet and workload instead (same engine, no processes; see
+    /// `hami plan --help` and examples/scenarios/).
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
 }
 
 /// Progress lines with the time since the start.

@@ -46,6 +46,10 @@ enum Command {
     /// Print the installation manifests (the same objects as the Helm chart), typed and
     /// checked at build time; flags name the chart values they correspond to.
     Manifests(hami_manifests::ManifestsArgs),
+    /// What-if planning without processes: place a workload list on a described fleet
+    /// (nodes from real captures or inline GPU models) with the scheduler's own engine and
+    /// compare GPU and node policies (placed/unplaceable, fragmentation, utilization).
+    Plan(hami_planner::PlanArgs),
 }
 
 #[derive(Subcommand)]
@@ -75,6 +79,11 @@ fn main() -> ExitCode {
     let output = match Cli::parse().command {
         Command::Apiserver(args) => return serve(hami_apiserver::serve(args), "info"),
         Command::KubeletSim(args) => return serve(hami_kubelet_sim::run(args), "info"),
+        Command::Plan(args) => return plan(&args),
+        Command::Demo(args) if args.scenario.is_some() => {
+            let scenario = args.scenario.clone().unwrap_or_default();
+            return plan(&hami_planner::PlanArgs::for_scenario(scenario));
+        }
         Command::Demo(args) => {
             return serve(
                 async move { hami_demo::run(args, &mut std::io::stdout()).await },
@@ -130,6 +139,19 @@ fn serve(
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
+        }
+    }
+}
+
+fn plan(args: &hami_planner::PlanArgs) -> ExitCode {
+    match hami_planner::run(args) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code() as u8)
         }
     }
 }
