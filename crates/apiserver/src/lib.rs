@@ -13,6 +13,7 @@
 pub mod admission;
 pub mod authn;
 pub mod discovery;
+pub mod event_mirror;
 pub mod faults;
 pub mod http;
 pub mod kubeconfig;

@@ -443,7 +443,41 @@ impl Store {
             }
         }
         self.pending.push(ev);
+        if r.group == "events.k8s.io" && r.plural == "events" {
+            self.mirror_event(ty, &obj);
+        }
         obj
+    }
+
+    /// Keeps the core `v1` copy of an `events.k8s.io/v1` Event (see `event_mirror`).
+    fn mirror_event(&mut self, ty: EventType, event: &Value) {
+        let Some(core) = crate::resources::lookup("", "v1", "events") else {
+            return;
+        };
+        let ns = event.pointer("/metadata/namespace").and_then(Value::as_str);
+        let name = event
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let key = Self::key(core, ns, name);
+        let prev = self.stored_at(core, &key);
+        match ty {
+            EventType::Deleted => {
+                if let Some(prev) = prev {
+                    let last = prev.to_value();
+                    self.commit(core, key, last, Some(prev), EventType::Deleted);
+                }
+            }
+            _ => {
+                let mirrored = crate::event_mirror::to_core(event);
+                let kind = if prev.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                };
+                self.commit(core, key, mirrored, prev, kind);
+            }
+        }
     }
 
     /// Checks apiVersion and kind of a request body against the endpoint; fills them if absent.

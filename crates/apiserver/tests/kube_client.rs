@@ -726,3 +726,50 @@ async fn discovery_serves_kube_discovery() {
     assert_eq!(ar.plural, "pods");
     assert!(caps.subresources.iter().any(|(s, _)| s.plural == "binding"));
 }
+
+/// kube-rs records `events.k8s.io/v1` Events; kubectl reads core `v1` ones. A real server
+/// shows one event through both APIs, and so does this one.
+#[tokio::test]
+async fn recorder_events_show_as_core_events() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let server = common::start().await;
+    let client = common::client(&server);
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), "default");
+    let pod = pods
+        .create(&Default::default(), &common::pod("evented"))
+        .await
+        .unwrap();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "hami-scheduler".into(),
+            instance: None,
+        },
+    );
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "FilteringFailed".into(),
+        note: Some("no available node".into()),
+        action: "Filtering".into(),
+        secondary: None,
+    };
+    recorder
+        .publish(&event, &kube::Resource::object_ref(&pod, &()))
+        .await
+        .unwrap();
+    let core: kube::Api<CoreEvent> = kube::Api::namespaced(client, "default");
+    let list = core
+        .list(&kube::api::ListParams::default().fields("involvedObject.name=evented"))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1, "{list:?}");
+    let e = &list.items[0];
+    assert_eq!(e.reason.as_deref(), Some("FilteringFailed"));
+    assert_eq!(e.message.as_deref(), Some("no available node"));
+    assert_eq!(
+        e.source.as_ref().and_then(|s| s.component.as_deref()),
+        Some("hami-scheduler")
+    );
+}

@@ -435,7 +435,7 @@ impl Cluster {
         text.push_str("  kubectl get nodes,pods -o wide\n");
         text.push_str("  kubectl get pod share-a -o yaml | hami inspect pod -      # what each container asked for and got\n");
         text.push_str("  kubectl get node mi210-node -o yaml | hami inspect node -  # the GPUs a node registered\n");
-        text.push_str("  kubectl get events.events.k8s.io -o custom-columns=POD:.regarding.name,REASON:.reason,NOTE:.note\n");
+        text.push_str("  kubectl describe pod cannot-fit                          # the scheduler's events say why it waits\n");
         text.push_str(&format!(
             "  kubectl apply -f {}/01-share-a.yaml   # edit and submit your own pods\n",
             args.examples.display()
