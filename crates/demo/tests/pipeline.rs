@@ -57,7 +57,6 @@ async fn init_and_two_app_containers_get_their_own_env() {
     cluster
         .settle(&submitted, Duration::from_secs(20), &mut progress)
         .await;
-    drop(progress);
     let pod = Api::<Pod>::namespaced(cluster.client.clone(), "default")
         .get("three")
         .await
