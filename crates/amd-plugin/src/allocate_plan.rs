@@ -2,15 +2,13 @@
 //! annotations, the node's devices, the CUs other pods hold and kubelet's request, to the
 //! container response and the annotation updates. No I/O: the shell reads and writes.
 
-use std::collections::BTreeMap;
-
+use hami_plugin_core::run_mapping::{RunError, take_next_run};
 use hami_protocol::cu_allocated::{CuAllocatedError, CuAllocation};
 use hami_protocol::cu_list::{CuListError, CuSet, HsaCuMask};
-use hami_protocol::device_list::{
-    ContainerDevices, DeviceListError, decode_pod_devices, encode_pod_devices, first_non_empty_run,
-};
+use hami_protocol::device_list::DeviceListError;
 use hami_protocol::identity::KubeletDeviceId;
 use hami_protocol::memory_limit::MibLimit;
+use hami_protocol::names::AMD;
 use hami_protocol::names::env;
 
 use crate::cu_choice::{CuChoiceError, choose_cus};
@@ -52,28 +50,8 @@ impl Default for PlanSettings {
     }
 }
 
-/// A device node for the container (host path = container path).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DevicePath {
-    pub path: String,
-    pub permissions: String,
-}
-
-/// A bind mount for the container.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MountPlan {
-    pub container_path: String,
-    pub host_path: String,
-    pub read_only: bool,
-}
-
-/// What one container gets.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ContainerPlan {
-    pub envs: BTreeMap<String, String>,
-    pub devices: Vec<DevicePath>,
-    pub mounts: Vec<MountPlan>,
-}
+// The container plan is vendor-neutral (shared with the NVIDIA plugin).
+pub use hami_plugin_core::container_plan::{ContainerPlan, DevicePath, MountPlan};
 
 /// A dmem limit to apply to the container's cgroup once it exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,17 +146,26 @@ pub fn plan_allocate(
     requested: usize,
     settings: &PlanSettings,
 ) -> Result<AllocatePlan, PlanError> {
-    let text = pod.to_allocate.as_deref().ok_or(PlanError::NoDecision)?;
-    let mut runs: Vec<ContainerDevices> = decode_pod_devices(text)?;
-    let run_index = first_non_empty_run(&runs).ok_or(PlanError::NothingLeft { requested })?;
-    let run = std::mem::take(&mut runs[run_index]);
-    if run.len() != requested {
-        return Err(PlanError::CountMismatch {
-            run: run_index,
-            in_run: run.len(),
+    let next = take_next_run(
+        AMD.devices_to_allocate,
+        pod.to_allocate.as_deref(),
+        requested,
+    )
+    .map_err(|e| match e {
+        RunError::NoDecision { .. } => PlanError::NoDecision,
+        RunError::DeviceList { source, .. } => PlanError::DeviceList(source),
+        RunError::NothingLeft { requested } => PlanError::NothingLeft { requested },
+        RunError::CountMismatch {
+            run,
+            in_run,
             requested,
-        });
-    }
+        } => PlanError::CountMismatch {
+            run,
+            in_run,
+            requested,
+        },
+    })?;
+    let (run_index, run) = (next.run_index, next.run);
     let mut pod_cus = match pod.cu_allocated.as_deref() {
         Some(t) if !t.trim().is_empty() => CuAllocation::parse(t)?,
         _ => CuAllocation::default(),
@@ -299,15 +286,14 @@ pub fn plan_allocate(
             cache_dir = Some(host);
         }
     }
-    let last = first_non_empty_run(&runs).is_none();
     Ok(AllocatePlan {
         container,
         run_index,
-        to_allocate: encode_pod_devices(&runs)?,
+        to_allocate: next.remaining,
         cu_allocated: pod_cus.encode(),
         cache_dir,
         chosen,
-        last,
+        last: next.last,
         dmem,
         whole_cards,
     })

@@ -2,17 +2,24 @@
 //! the pure planner, write the result in one pod patch (so nothing is half-written), and
 //! release the node lock. Failures set `bind-phase=failed` and release the lock.
 
-use hami_protocol::device_list::{decode_pod_devices, first_non_empty_run};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use hami_plugin_core::pod_choice::{annotation, pod_ref};
+use hami_plugin_core::pod_commit::{
+    check_lock_owner, commit_allocation, create_cache_dir, mark_failed,
+};
 use hami_protocol::names::{AMD, node as node_keys, pod as pod_keys};
-use hami_protocol::node_lock::{BindPhase, NodeLock, PodRef};
+use hami_protocol::node_lock::PodRef;
 use hami_protocol::requests::container_slots;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use serde_json::json;
 use tokio::sync::{Mutex, watch};
+
+// Vendor-neutral pieces (shared with the NVIDIA plugin), kept at their old paths.
+pub use hami_plugin_core::pod_choice::PodChoice;
+pub use hami_plugin_core::pod_commit::release_lock;
 
 use crate::allocate_plan::{
     ContainerPlan, PlanSettings, PodAnnotations, plan_allocate, plan_whole_cards,
@@ -22,64 +29,12 @@ use crate::dmem::DmemJob;
 use crate::grpc_server::Allocator;
 use crate::registration::RegisteredDevice;
 
-/// The pod an Allocate belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PodChoice {
-    /// HAMi tracks it: the lock owner, or the oldest allocating pod on the node.
-    Tracked(PodRef),
-    /// No pending HAMi pod: hand the kubelet-chosen devices over as whole cards.
-    None,
-}
-
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
-
-fn pod_ref(pod: &Pod) -> PodRef {
-    PodRef::new(
-        pod.metadata.namespace.clone().unwrap_or_default(),
-        pod.metadata.name.clone().unwrap_or_default(),
-    )
-}
-
 /// Picks the pod among the pods of the node (pure): the lock owner when the lock names
 /// one, else the oldest (by `hami.io/bind-time`, then name) pod with
 /// `bind-phase=allocating` whose `vgpu-node` is this node and that still has AMD devices
 /// to allocate.
 pub fn choose_pod(lock: Option<&str>, node: &str, pods: &[Pod]) -> Result<PodChoice, String> {
-    if let Some(value) = lock {
-        let lock = NodeLock::parse(value).map_err(|e| format!("node {node}: {e}"))?;
-        if let Some(owner) = lock.owner {
-            return Ok(PodChoice::Tracked(owner));
-        }
-    }
-    let mut candidates: Vec<(&str, PodRef)> = pods
-        .iter()
-        .filter(|p| annotation(p, pod_keys::BIND_PHASE) == Some(BindPhase::Allocating.as_str()))
-        .filter(|p| annotation(p, pod_keys::VGPU_NODE) == Some(node))
-        .filter(|p| {
-            annotation(p, AMD.devices_to_allocate)
-                // A list that does not decode still names this pod: Allocate then
-                // fails with the decoding error instead of "no pod".
-                .is_some_and(|t| {
-                    !decode_pod_devices(t).is_ok_and(|runs| first_non_empty_run(&runs).is_none())
-                })
-        })
-        .map(|p| (annotation(p, pod_keys::BIND_TIME).unwrap_or(""), pod_ref(p)))
-        .collect();
-    candidates.sort_by(|a, b| {
-        let ta: i64 = a.0.parse().unwrap_or(i64::MAX);
-        let tb: i64 = b.0.parse().unwrap_or(i64::MAX);
-        ta.cmp(&tb).then_with(|| a.1.cmp(&b.1))
-    });
-    Ok(candidates
-        .into_iter()
-        .next()
-        .map_or(PodChoice::None, |(_, p)| PodChoice::Tracked(p)))
+    hami_plugin_core::pod_choice::choose_pod(lock, node, pods, AMD.devices_to_allocate)
 }
 
 /// Allocate against the API server.
@@ -148,21 +103,13 @@ impl KubeAllocator {
                 .map_err(|e| format!("pod {target} named by the node lock cannot be read: {e}"))?,
         };
         let result = self
-            .plan_and_commit(
-                &api,
-                &pod,
-                &target,
-                &pods,
-                &devices,
-                ids.len(),
-                lock.as_deref(),
-            )
+            .plan_and_commit(&pod, &target, &pods, &devices, ids.len(), lock.as_deref())
             .await;
         match result {
             Ok(plan) => Ok(plan),
             Err(e) => {
                 let message = format!("pod {target}: {e}");
-                self.fail(&api, &target).await;
+                self.fail(&target).await;
                 Err(message)
             }
         }
@@ -171,7 +118,6 @@ impl KubeAllocator {
     #[allow(clippy::too_many_arguments)]
     async fn plan_and_commit(
         &self,
-        api: &Api<Pod>,
         pod: &Pod,
         target: &PodRef,
         pods: &[Pod],
@@ -179,12 +125,7 @@ impl KubeAllocator {
         requested: usize,
         lock: Option<&str>,
     ) -> Result<ContainerPlan, String> {
-        if let Some(value) = lock
-            && let Ok(l) = NodeLock::parse(value)
-            && l.owner.as_ref().is_some_and(|o| o != target)
-        {
-            return Err(format!("the node lock is held by another pod ({value})"));
-        }
+        check_lock_owner(lock, target)?;
         let refs: Vec<PodRef> = pods.iter().map(pod_ref).collect();
         let usage = cus_in_use(
             pods.iter().zip(&refs).map(|(p, r)| PodCus {
@@ -221,22 +162,7 @@ impl KubeAllocator {
         let mut annotations = serde_json::Map::new();
         annotations.insert(AMD.devices_to_allocate.into(), json!(plan.to_allocate));
         annotations.insert(pod_keys::AMD_CU_ALLOCATED.into(), json!(plan.cu_allocated));
-        if plan.last {
-            annotations.insert(
-                pod_keys::BIND_PHASE.into(),
-                json!(BindPhase::Success.as_str()),
-            );
-        }
-        api.patch(
-            &target.name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
-        )
-        .await
-        .map_err(|e| format!("cannot record the allocation on the pod: {e}"))?;
-        if plan.last {
-            release_lock(&self.client, &self.node, target).await;
-        }
+        commit_allocation(&self.client, &self.node, target, annotations, plan.last).await?;
         if let (Some(tx), Some(uid)) = (&self.dmem, pod.metadata.uid.as_ref())
             && !plan.dmem.is_empty()
         {
@@ -250,55 +176,8 @@ impl KubeAllocator {
         Ok(plan.container)
     }
 
-    async fn fail(&self, api: &Api<Pod>, target: &PodRef) {
-        let patch = json!({"metadata": {"annotations": {pod_keys::BIND_PHASE: BindPhase::Failed.as_str()}}});
-        if let Err(e) = api
-            .patch(&target.name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            tracing::warn!(pod = %target, "cannot set bind-phase=failed: {e}");
-        }
-        release_lock(&self.client, &self.node, target).await;
-    }
-}
-
-/// The container's accounting directory, writable by any container user (mode 0777, as
-/// the reference), since the application inside runs as whoever the image says.
-fn create_cache_dir(dir: &str) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
-}
-
-/// Removes the node lock if `owner` holds it (a few tries on conflicts).
-pub async fn release_lock(client: &kube::Client, node: &str, owner: &PodRef) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    for _ in 0..5 {
-        let Ok(n) = nodes.get(node).await else {
-            continue;
-        };
-        let Some(value) = n
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(node_keys::MUTEX_LOCK))
-        else {
-            return;
-        };
-        if !NodeLock::parse(value).is_ok_and(|l| l.is_owned_by(owner)) {
-            return;
-        }
-        let patch = json!({"metadata": {
-            "resourceVersion": n.metadata.resource_version,
-            "annotations": {node_keys::MUTEX_LOCK: null},
-        }});
-        match nodes
-            .patch(node, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(_) => return,
-            Err(e) => tracing::warn!(%node, "releasing the node lock failed, retrying: {e}"),
-        }
+    async fn fail(&self, target: &PodRef) {
+        mark_failed(&self.client, &self.node, target).await;
     }
 }
 

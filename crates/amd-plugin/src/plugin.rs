@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use crate::allocate_plan::PlanSettings;
 use crate::cli::Args;
 use crate::dmem::spawn_writer;
-use crate::grpc_server::PluginService;
+use crate::grpc_server::{PluginService, kubelet_devices};
 use crate::kube_shell::KubeAllocator;
 use crate::kubelet_session::{SessionConfig, run_sessions};
 use crate::node_publisher::NodePublisher;
@@ -95,7 +95,13 @@ pub async fn serve(
     let sessions = run_sessions(
         config,
         move |stop| {
-            PluginService::new(devices_rx.clone(), allocator.clone() as Arc<_>, pulse, stop)
+            PluginService::new(
+                devices_rx.clone(),
+                |d: &Vec<_>| kubelet_devices(d),
+                allocator.clone() as Arc<_>,
+                pulse,
+                stop,
+            )
         },
         shutdown,
     )

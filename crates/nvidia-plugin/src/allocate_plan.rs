@@ -1,0 +1,231 @@
+//! The Allocate decision as a pure function (SPEC §2.2, reference §5.4-§5.6): from the
+//! pod's device list and containers, the node's GPUs and kubelet's request, to the
+//! container response and the new device list. No I/O: the shell reads and writes.
+
+use hami_plugin_core::container_plan::{ContainerPlan, MountPlan};
+use hami_plugin_core::run_mapping::{RunError, take_next_run};
+use hami_protocol::identity::KubeletDeviceId;
+use hami_protocol::memory_limit::MibLimit;
+use hami_protocol::names::{NVIDIA, env};
+
+use crate::registration::RegisteredGpu;
+
+/// The GPUs the NVIDIA container runtime exposes to the container (UUIDs).
+pub const NVIDIA_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
+/// Lets HAMi-core spill to host memory when memory is oversubscribed.
+pub const CUDA_OVERSUBSCRIBE: &str = "CUDA_OVERSUBSCRIBE";
+/// A container env that, when true, asks for no hook (`/etc/ld.so.preload` not mounted).
+pub const CUDA_DISABLE_CONTROL: &str = "CUDA_DISABLE_CONTROL";
+
+/// Where the hook lives inside containers (the reference's path).
+pub const HOOK_CONTAINER_PATH: &str = "/usr/local/vgpu/libvgpu.so";
+/// Where a sliced container sees its own accounting directory (the hook's region lives in
+/// it; the monitor finds it on the host at `<cache_host_root>/<pod uid>_<container>/`).
+pub const CACHE_CONTAINER_DIR: &str = "/usr/local/vgpu/cache";
+/// File name of the region in that directory (`.cache`, as the monitor expects).
+pub const CACHE_FILE: &str = "cudevshr.cache";
+/// The dynamic linker's preload list inside the container.
+pub const LD_SO_PRELOAD: &str = "/etc/ld.so.preload";
+
+/// Settings of the planner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanSettings {
+    /// Host path of `libvgpu.so` (`$HOOK_PATH/vgpu/libvgpu.so`).
+    pub hook_host_path: String,
+    /// Host file listing the hook's container path, mounted at `/etc/ld.so.preload`
+    /// (`$HOOK_PATH/vgpu/ld.so.preload`, written by the plugin at start).
+    pub ld_so_preload_host_path: String,
+    /// Host directory holding one accounting directory per sliced container
+    /// (`$HOOK_PATH/vgpu/containers`), read by the monitor.
+    pub cache_host_root: String,
+    /// `--device-memory-scaling` > 1: set `CUDA_OVERSUBSCRIBE=true`.
+    pub oversubscribe: bool,
+}
+
+impl Default for PlanSettings {
+    fn default() -> Self {
+        Self {
+            hook_host_path: "/usr/local/vgpu/libvgpu.so".into(),
+            ld_so_preload_host_path: "/usr/local/vgpu/ld.so.preload".into(),
+            cache_host_root: "/usr/local/vgpu/containers".into(),
+            oversubscribe: false,
+        }
+    }
+}
+
+/// A container of the pod, in device-list order (init containers first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerInfo {
+    pub name: String,
+    /// The container's env sets `CUDA_DISABLE_CONTROL` to a true value.
+    pub disable_control: bool,
+}
+
+/// What Allocate reads of the pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodState {
+    /// `hami.io/vgpu-devices-to-allocate`.
+    pub to_allocate: Option<String>,
+    pub pod_uid: Option<String>,
+    pub containers: Vec<ContainerInfo>,
+}
+
+/// The full outcome of one container's Allocate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocatePlan {
+    pub container: ContainerPlan,
+    /// Which run (container in device-list order) this request was mapped to.
+    pub run_index: usize,
+    /// New `hami.io/vgpu-devices-to-allocate` (this run emptied, padding kept).
+    pub to_allocate: String,
+    /// Host directory to create (mode 0777) before answering.
+    pub cache_dir: Option<String>,
+    /// True when no run is left: the pod is fully allocated (`bind-phase=success`).
+    pub last: bool,
+}
+
+/// Why Allocate must fail; each names what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error(
+        "GPU {id} of the scheduler's decision is not offered on this node (stale decision or GPU gone)"
+    )]
+    UnknownDevice { id: String },
+    #[error("GPU {id} of the scheduler's decision is unhealthy")]
+    Unhealthy { id: String },
+    #[error(
+        "the scheduler's decision gives the container {mem} MiB of GPU {id}, which registers only {devmem} MiB"
+    )]
+    TooMuchMemory { id: String, mem: u64, devmem: u64 },
+    #[error("kubelet device id {0:?} is not offered by this plugin")]
+    UnknownKubeletId(String),
+    #[error("kubelet asked for no device")]
+    EmptyRequest,
+}
+
+/// Go's `strconv.ParseBool` truth values (the reference reads `CUDA_DISABLE_CONTROL` so).
+pub fn env_is_true(value: &str) -> bool {
+    matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
+/// Plans the Allocate of the pod's next container (D-5).
+pub fn plan_allocate(
+    pod: &PodState,
+    devices: &[RegisteredGpu],
+    requested: usize,
+    settings: &PlanSettings,
+) -> Result<AllocatePlan, PlanError> {
+    let next = take_next_run(
+        NVIDIA.devices_to_allocate,
+        pod.to_allocate.as_deref(),
+        requested,
+    )?;
+    for entry in &next.run {
+        let dev = devices
+            .iter()
+            .find(|d| d.info.id == entry.uuid)
+            .ok_or_else(|| PlanError::UnknownDevice {
+                id: entry.uuid.clone(),
+            })?;
+        if !dev.info.health {
+            return Err(PlanError::Unhealthy {
+                id: entry.uuid.clone(),
+            });
+        }
+        if entry.mem_mib > dev.info.devmem {
+            return Err(PlanError::TooMuchMemory {
+                id: entry.uuid.clone(),
+                mem: entry.mem_mib,
+                devmem: dev.info.devmem,
+            });
+        }
+    }
+    let mut container = ContainerPlan::default();
+    let uuids: Vec<&str> = next.run.iter().map(|e| e.uuid.as_str()).collect();
+    container
+        .envs
+        .insert(NVIDIA_VISIBLE_DEVICES.into(), uuids.join(","));
+    for (i, entry) in next.run.iter().enumerate() {
+        container.envs.insert(
+            format!("{}_{i}", env::CUDA_DEVICE_MEMORY_LIMIT),
+            MibLimit(entry.mem_mib).to_string(),
+        );
+    }
+    // HAMi-core reads one SM limit for the container: the first device's (reference).
+    container.envs.insert(
+        env::CUDA_DEVICE_SM_LIMIT.into(),
+        next.run[0].cores.to_string(),
+    );
+    if settings.oversubscribe {
+        container
+            .envs
+            .insert(CUDA_OVERSUBSCRIBE.into(), "true".into());
+    }
+    container.mounts.push(MountPlan {
+        container_path: HOOK_CONTAINER_PATH.into(),
+        host_path: settings.hook_host_path.clone(),
+        read_only: true,
+    });
+    let info = pod.containers.get(next.run_index);
+    if !info.is_some_and(|c| c.disable_control) {
+        container.mounts.push(MountPlan {
+            container_path: LD_SO_PRELOAD.into(),
+            host_path: settings.ld_so_preload_host_path.clone(),
+            read_only: true,
+        });
+    }
+    let mut cache_dir = None;
+    if let (Some(uid), Some(info)) = (&pod.pod_uid, info) {
+        let host = format!(
+            "{}/{uid}_{}",
+            settings.cache_host_root.trim_end_matches('/'),
+            info.name
+        );
+        container.mounts.push(MountPlan {
+            container_path: CACHE_CONTAINER_DIR.into(),
+            host_path: host.clone(),
+            read_only: false,
+        });
+        container.envs.insert(
+            env::CUDA_DEVICE_MEMORY_SHARED_CACHE.into(),
+            format!("{CACHE_CONTAINER_DIR}/{CACHE_FILE}"),
+        );
+        cache_dir = Some(host);
+    }
+    Ok(AllocatePlan {
+        container,
+        run_index: next.run_index,
+        to_allocate: next.remaining,
+        cache_dir,
+        last: next.last,
+    })
+}
+
+/// Whole-card hand-over for a pod HAMi did not place: the kubelet-chosen ids name the
+/// GPUs; the container gets `NVIDIA_VISIBLE_DEVICES` only (no hook, no limits).
+pub fn plan_whole_cards(
+    devices: &[RegisteredGpu],
+    kubelet_ids: &[String],
+) -> Result<ContainerPlan, PlanError> {
+    if kubelet_ids.is_empty() {
+        return Err(PlanError::EmptyRequest);
+    }
+    let mut chosen: Vec<&str> = Vec::new();
+    for text in kubelet_ids {
+        let id =
+            KubeletDeviceId::parse(text).map_err(|_| PlanError::UnknownKubeletId(text.clone()))?;
+        let dev = devices
+            .iter()
+            .find(|d| d.info.id == id.device_key && id.share < d.info.count)
+            .ok_or_else(|| PlanError::UnknownKubeletId(text.clone()))?;
+        if !chosen.contains(&dev.info.id.as_str()) {
+            chosen.push(&dev.info.id);
+        }
+    }
+    let mut plan = ContainerPlan::default();
+    plan.envs
+        .insert(NVIDIA_VISIBLE_DEVICES.into(), chosen.join(","));
+    Ok(plan)
+}

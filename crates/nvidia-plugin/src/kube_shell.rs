@@ -1,0 +1,166 @@
+//! The Kubernetes side of Allocate: find the pod, run the pure planner, write the result in
+//! one pod patch and release the node lock (the shared `hami-plugin-core` protocol, as the
+//! AMD plugin). Failures set `bind-phase=failed` and release the lock.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use hami_plugin_core::container_plan::ContainerPlan;
+use hami_plugin_core::grpc_server::Allocator;
+use hami_plugin_core::pod_choice::{PodChoice, annotation, choose_pod, pod_ref};
+use hami_plugin_core::pod_commit::{
+    check_lock_owner, commit_allocation, create_cache_dir, mark_failed,
+};
+use hami_protocol::names::{NVIDIA, node as node_keys};
+use hami_protocol::node_lock::PodRef;
+use hami_protocol::requests::container_slots;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use serde_json::json;
+use tokio::sync::{Mutex, watch};
+
+use crate::allocate_plan::{
+    CUDA_DISABLE_CONTROL, ContainerInfo, PlanSettings, PodState, env_is_true, plan_allocate,
+    plan_whole_cards,
+};
+use crate::registration::RegisteredGpu;
+
+/// What Allocate reads of a pod (device list, uid, containers in device-list order).
+pub fn pod_state(pod: &Pod) -> PodState {
+    PodState {
+        to_allocate: annotation(pod, NVIDIA.devices_to_allocate).map(str::to_owned),
+        pod_uid: pod.metadata.uid.clone(),
+        containers: pod
+            .spec
+            .as_ref()
+            .map(|s| {
+                container_slots(s)
+                    .iter()
+                    .map(|c| ContainerInfo {
+                        name: c.container.name.clone(),
+                        disable_control: c.container.env.iter().flatten().any(|e| {
+                            e.name == CUDA_DISABLE_CONTROL
+                                && e.value.as_deref().is_some_and(env_is_true)
+                        }),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// Allocate against the API server.
+pub struct KubeAllocator {
+    pub client: kube::Client,
+    pub node: String,
+    pub devices: watch::Receiver<Vec<RegisteredGpu>>,
+    pub settings: PlanSettings,
+    /// Allocations of one node are serialized (each sees the previous one's patch).
+    pub serial: Mutex<()>,
+}
+
+impl KubeAllocator {
+    pub fn new(
+        client: kube::Client,
+        node: String,
+        devices: watch::Receiver<Vec<RegisteredGpu>>,
+        settings: PlanSettings,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            client,
+            node,
+            devices,
+            settings,
+            serial: Mutex::new(()),
+        })
+    }
+
+    async fn allocate_inner(&self, ids: Vec<String>) -> Result<ContainerPlan, String> {
+        let _serial = self.serial.lock().await;
+        let devices = self.devices.borrow().clone();
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = nodes
+            .get(&self.node)
+            .await
+            .map_err(|e| format!("cannot read node {}: {e}", self.node))?;
+        let lock = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(node_keys::MUTEX_LOCK))
+            .cloned();
+        let all: Api<Pod> = Api::all(self.client.clone());
+        let pods = all
+            .list(&ListParams::default().fields(&format!("spec.nodeName={}", self.node)))
+            .await
+            .map_err(|e| format!("cannot list pods of node {}: {e}", self.node))?
+            .items;
+        let target = match choose_pod(
+            lock.as_deref(),
+            &self.node,
+            &pods,
+            NVIDIA.devices_to_allocate,
+        )? {
+            PodChoice::None => {
+                tracing::info!(ids = ?ids, "no pending HAMi pod: handing the GPUs over as whole cards");
+                return plan_whole_cards(&devices, &ids).map_err(|e| e.to_string());
+            }
+            PodChoice::Tracked(p) => p,
+        };
+        let pod = match pods.iter().find(|p| pod_ref(p) == target) {
+            Some(p) => p.clone(),
+            None => {
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), &target.namespace);
+                match api.get(&target.name).await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        mark_failed(&self.client, &self.node, &target).await;
+                        return Err(format!(
+                            "pod {target} named by the node lock cannot be read: {e}"
+                        ));
+                    }
+                }
+            }
+        };
+        match self
+            .plan_and_commit(&pod, &target, &devices, ids.len(), lock.as_deref())
+            .await
+        {
+            Ok(plan) => Ok(plan),
+            Err(e) => {
+                mark_failed(&self.client, &self.node, &target).await;
+                Err(format!("pod {target}: {e}"))
+            }
+        }
+    }
+
+    async fn plan_and_commit(
+        &self,
+        pod: &Pod,
+        target: &PodRef,
+        devices: &[RegisteredGpu],
+        requested: usize,
+        lock: Option<&str>,
+    ) -> Result<ContainerPlan, String> {
+        check_lock_owner(lock, target)?;
+        let plan = plan_allocate(&pod_state(pod), devices, requested, &self.settings)
+            .map_err(|e| e.to_string())?;
+        if let Some(dir) = &plan.cache_dir {
+            create_cache_dir(dir).map_err(|e| {
+                format!("cannot create the container's accounting directory {dir}: {e}")
+            })?;
+        }
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(NVIDIA.devices_to_allocate.into(), json!(plan.to_allocate));
+        commit_allocation(&self.client, &self.node, target, annotations, plan.last).await?;
+        tracing::info!(pod = %target, run = plan.run_index, last = plan.last,
+            visible = ?plan.container.envs.get(crate::allocate_plan::NVIDIA_VISIBLE_DEVICES), "allocated");
+        Ok(plan.container)
+    }
+}
+
+impl Allocator for KubeAllocator {
+    fn allocate(&self, kubelet_ids: Vec<String>) -> BoxFuture<'_, Result<ContainerPlan, String>> {
+        Box::pin(self.allocate_inner(kubelet_ids))
+    }
+}

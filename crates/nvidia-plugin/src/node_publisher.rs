@@ -1,0 +1,81 @@
+//! Publishing the node's GPUs: rediscover through NVML every interval, feed the device list
+//! that ListAndWatch serves, and write `hami.io/node-nvidia-register` (removed when no GPU
+//! is offered); with `--report-node-capacity` also `nvidia.com/gpumem` (MiB) and
+//! `nvidia.com/gpucores` as node capacity.
+
+use hami_protocol::names::NVIDIA;
+use hami_protocol::node_register::{DeviceInfo, encode_node_devices};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::nvml::Nvml;
+use crate::registration::{NvidiaSettings, RegisteredGpu, register};
+
+/// The publisher.
+pub struct NodePublisher {
+    pub client: kube::Client,
+    pub node: String,
+    pub nvml: Nvml,
+    pub settings: NvidiaSettings,
+    pub report_node_capacity: bool,
+    pub devices: watch::Sender<Vec<RegisteredGpu>>,
+}
+
+impl NodePublisher {
+    /// One refresh: rediscover, serve, publish.
+    pub async fn refresh(&mut self) -> Result<(), String> {
+        let nvml = self.nvml;
+        let found = tokio::task::spawn_blocking(move || nvml.discover())
+            .await
+            .map_err(|e| format!("NVML discovery did not finish: {e}"))?
+            .map_err(|e| e.to_string())?;
+        let registration = register(&found.gpus, &self.settings);
+        for w in found.warnings.iter().chain(&registration.warnings) {
+            tracing::warn!("{w}");
+        }
+        let devices = registration.devices;
+        self.devices.send_if_modified(|current| {
+            let changed = *current != devices;
+            if changed {
+                current.clone_from(&devices);
+            }
+            changed
+        });
+        let infos: Vec<DeviceInfo> = devices.iter().map(|d| d.info.clone()).collect();
+        let value = if infos.is_empty() {
+            serde_json::Value::Null
+        } else {
+            json!(encode_node_devices(&infos).map_err(|e| e.to_string())?)
+        };
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        nodes
+            .patch(
+                &self.node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {NVIDIA.node_register: value}}})),
+            )
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot publish {} on node {}: {e}",
+                    NVIDIA.node_register, self.node
+                )
+            })?;
+        if self.report_node_capacity {
+            let mem: u64 = infos.iter().map(|d| d.devmem).sum();
+            let cores: u64 = infos.iter().map(|d| u64::from(d.devcore)).sum();
+            let caps = json!({NVIDIA.resource_memory: mem.to_string(), NVIDIA.resource_cores: cores.to_string()});
+            nodes
+                .patch_status(
+                    &self.node,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"capacity": caps, "allocatable": caps}})),
+                )
+                .await
+                .map_err(|e| format!("cannot report node capacity: {e}"))?;
+        }
+        Ok(())
+    }
+}

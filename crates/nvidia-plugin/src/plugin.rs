@@ -1,0 +1,193 @@
+//! Wiring of the running plugin: NVML, the publisher loop, the hook's preload file, kubelet
+//! sessions.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hami_deviceplugin_api::HEALTHY;
+use hami_plugin_core::grpc_server::PluginService;
+use hami_plugin_core::kubelet_session::{SessionConfig, run_sessions};
+use tokio::sync::watch;
+
+use crate::allocate_plan::{HOOK_CONTAINER_PATH, PlanSettings};
+use crate::cli::Args;
+use crate::kube_shell::KubeAllocator;
+use crate::node_publisher::NodePublisher;
+use crate::nvml::Nvml;
+use crate::registration::{NvidiaSettings, RegisteredGpu};
+
+/// Socket file name of the plugin (the reference's `nvidia-<resource>.sock`).
+pub const ENDPOINT: &str = "nvidia-gpu.sock";
+
+/// The kubelet device list: `count` ids per GPU (`<UUID>#<k>`), with the GPU's health.
+pub fn kubelet_devices(devices: &[RegisteredGpu]) -> Vec<hami_deviceplugin_api::v1beta1::Device> {
+    devices
+        .iter()
+        .flat_map(|d| {
+            let health = if d.info.health {
+                HEALTHY
+            } else {
+                hami_deviceplugin_api::UNHEALTHY
+            };
+            d.kubelet_ids()
+                .map(move |id| hami_deviceplugin_api::v1beta1::Device {
+                    id: id.to_string(),
+                    health: health.to_owned(),
+                    topology: None,
+                })
+        })
+        .collect()
+}
+
+/// Writes `<hook dir>/ld.so.preload` naming the hook's container path, unless it already
+/// does: mounted at `/etc/ld.so.preload`, it makes the dynamic linker load the hook into
+/// every process of a sliced container.
+pub fn write_ld_so_preload(path: &Path) -> std::io::Result<()> {
+    let wanted = format!("{HOOK_CONTAINER_PATH}\n");
+    if std::fs::read_to_string(path).is_ok_and(|t| t == wanted) {
+        return Ok(());
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    // Write then rename, so a container never mounts a half-written file.
+    let tmp = path.with_extension("preload.tmp");
+    std::fs::write(&tmp, wanted)?;
+    std::fs::rename(tmp, path)
+}
+
+/// Runs the plugin until `shutdown` turns true.
+pub async fn serve(
+    args: Args,
+    settings: NvidiaSettings,
+    client: kube::Client,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let node = args
+        .node_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("NODE_NAME is not set: set it to the node this plugin runs on (the DaemonSet passes spec.nodeName)"))?;
+    let nvml = Nvml::load(&args.nvml_library)?;
+    let vgpu = args.hook_path.join("vgpu");
+    let preload = vgpu.join("ld.so.preload");
+    write_ld_so_preload(&preload).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot write {}: {e}; the plugin needs the host hook directory (HOOK_PATH) mounted read-write",
+            preload.display()
+        )
+    })?;
+    let (devices_tx, devices_rx) = watch::channel(Vec::new());
+    let oversubscribe = settings.memory_scaling > 1.0;
+    let mut publisher = NodePublisher {
+        client: client.clone(),
+        node: node.clone(),
+        nvml,
+        settings,
+        report_node_capacity: args.report_node_capacity,
+        devices: devices_tx,
+    };
+    // First publication before serving, so kubelet never sees an empty list by mistake.
+    if let Err(e) = publisher.refresh().await {
+        tracing::warn!("first node publication failed, retrying in the background: {e}");
+    }
+    let interval = Duration::from_secs(args.register_interval.max(1));
+    let mut stop = shutdown.clone();
+    let publisher_task = tokio::spawn(async move {
+        let mut wait = interval;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            wait = match publisher.refresh().await {
+                Ok(()) => interval,
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    Duration::from_secs(5).min(interval)
+                }
+            };
+        }
+    });
+    let allocator = KubeAllocator::new(
+        client,
+        node,
+        devices_rx.clone(),
+        PlanSettings {
+            hook_host_path: vgpu.join("libvgpu.so").display().to_string(),
+            ld_so_preload_host_path: preload.display().to_string(),
+            cache_host_root: vgpu.join("containers").display().to_string(),
+            oversubscribe,
+        },
+    );
+    let pulse = (args.pulse > 0).then(|| Duration::from_secs(args.pulse));
+    let config = SessionConfig {
+        dir: args.device_plugin_dir.clone(),
+        endpoint: ENDPOINT.into(),
+        resource_name: hami_protocol::names::NVIDIA.resource_count.into(),
+        poll: Duration::from_millis(500),
+    };
+    let sessions = run_sessions(
+        config,
+        move |stop| {
+            PluginService::new(
+                devices_rx.clone(),
+                |d: &Vec<RegisteredGpu>| kubelet_devices(d),
+                allocator.clone() as Arc<_>,
+                pulse,
+                stop,
+            )
+        },
+        shutdown,
+    )
+    .await;
+    let _ = publisher_task.await;
+    sessions.map_err(|e| anyhow::anyhow!(e))
+}
+
+/// `nvidia-device-plugin` without a subcommand: serve until SIGINT/SIGTERM.
+pub async fn run(args: Args, settings: NvidiaSettings) -> anyhow::Result<()> {
+    if args.node_name.as_deref().is_none_or(str::is_empty) {
+        anyhow::bail!(
+            "NODE_NAME is not set: set it to the node this plugin runs on (the DaemonSet passes spec.nodeName)"
+        );
+    }
+    let client = kube::Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!("cannot build a Kubernetes client (in-cluster config or KUBECONFIG): {e}")
+    })?;
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+        }
+        let _ = tx.send(true);
+    });
+    serve(args, settings, client, rx).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preload_file_names_the_hook_and_is_rewritten_when_wrong() {
+        let dir = std::env::temp_dir().join(format!("nv-preload-{}", std::process::id()));
+        let path = dir.join("vgpu/ld.so.preload");
+        write_ld_so_preload(&path).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "/usr/local/vgpu/libvgpu.so\n"
+        );
+        std::fs::write(&path, "/other.so\n").unwrap();
+        write_ld_so_preload(&path).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "/usr/local/vgpu/libvgpu.so\n"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,564 @@
+//! End to end on the embedded API server: the `nvidia-device-plugin` binary (a real
+//! process, loading the stand-in `libnvidia-ml.so.1` through `LD_LIBRARY_PATH` as on a node)
+//! and the simulated kubelet over real unix sockets, with the scheduler's decision written
+//! as the HAMi scheduler writes it (device lists, bind phase, node lock).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use hami_apiserver::{ApiServer, Config, RunningApiServer};
+use hami_kubelet_sim::KubeletSim;
+use hami_kubelet_sim::records::{RECORD_ANNOTATION, envs_of};
+use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
+use hami_protocol::names::{NVIDIA, node as node_keys, pod as pod_keys};
+use hami_protocol::node_lock::{NodeLock, PodRef};
+use hami_protocol::node_register::{DeviceInfo, decode_node_devices};
+use serde_json::{Value, json};
+
+const NODE: &str = "node-nv";
+
+fn deps_dir() -> PathBuf {
+    std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A directory laid out like the driver's lib dir: `libnvidia-ml.so.1` → the stand-in
+/// (Rust names the file `libnvidia_ml.so`; its SONAME is the real one).
+fn driver_dir(scratch: &Path) -> PathBuf {
+    let built = deps_dir().join("libnvidia_ml.so");
+    assert!(built.exists(), "{} was not built", built.display());
+    let dir = scratch.join("driver");
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libnvidia-ml.so.1");
+    if !link.exists() {
+        std::os::unix::fs::symlink(&built, link).unwrap();
+    }
+    dir
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("nv-e2e-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The plugin binary with the stand-in NVML modelling `gpus` GPUs of 16 GiB.
+fn plugin_command(scratch: &Path, gpus: u32) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nvidia-device-plugin"));
+    cmd.env("LD_LIBRARY_PATH", driver_dir(scratch))
+        .env("FAKE_CUDA_DEVICE_COUNT", gpus.to_string())
+        .env("FAKE_CUDA_DEVICE_MEMORY", "16g")
+        .env("FAKE_CUDA_SHARED_STATE", scratch.join("fake-cuda.state"))
+        .env_remove("NVML_LIBRARY");
+    cmd
+}
+
+struct Harness {
+    server: RunningApiServer,
+    client: kube::Client,
+    scratch: PathBuf,
+    sim: KubeletSim,
+    plugin: Child,
+    gpus: Vec<DeviceInfo>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.plugin.kill();
+        let _ = self.plugin.wait();
+    }
+}
+
+impl Harness {
+    async fn start(name: &str, gpus: u32) -> Self {
+        let server = ApiServer::start(Config::default()).await.unwrap();
+        let client =
+            kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+        server
+            .create_object(
+                "v1",
+                "nodes",
+                None,
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
+            )
+            .unwrap();
+        let scratch = scratch(name);
+        let sockets = scratch.join("device-plugins");
+        std::fs::create_dir_all(&sockets).unwrap();
+        let kubeconfig = scratch.join("kubeconfig");
+        server.write_kubeconfig(&kubeconfig).unwrap();
+        let sim = KubeletSim::start(
+            hami_kubelet_sim::Args {
+                socket_dir: sockets.clone(),
+                node_name: NODE.into(),
+                record_dir: None,
+                run_containers: false,
+                sync_interval_ms: 50,
+            },
+            client.clone(),
+        )
+        .await
+        .unwrap();
+        let log = std::fs::File::create(scratch.join("plugin.log")).unwrap();
+        let plugin = plugin_command(&scratch, gpus)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("NODE_NAME", NODE)
+            .env("HOOK_PATH", scratch.join("hook"))
+            .args(["--device-plugin-dir".as_ref(), sockets.as_os_str()])
+            .args(["--register-interval", "1", "--pulse", "1"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut h = Self {
+            server,
+            client,
+            scratch,
+            sim,
+            plugin,
+            gpus: Vec::new(),
+        };
+        let shares = 10 * gpus as usize;
+        assert!(
+            h.sim
+                .wait_for_allocatable("nvidia.com/gpu", shares, Duration::from_secs(30))
+                .await,
+            "kubelet sees {} of {shares} devices; plugin log:\n{}",
+            h.sim.allocatable("nvidia.com/gpu"),
+            std::fs::read_to_string(h.scratch.join("plugin.log")).unwrap_or_default()
+        );
+        h.gpus = decode_node_devices(&h.node_annotation(NVIDIA.node_register).unwrap()).unwrap();
+        h
+    }
+
+    /// Writes what the HAMi scheduler writes at filter + bind, with the node lock.
+    async fn schedule(
+        &self,
+        name: &str,
+        containers: Value,
+        init: Value,
+        runs: &[Vec<ContainerDevice>],
+        take_lock: bool,
+    ) {
+        let list = encode_pod_devices(runs).unwrap();
+        self.server
+            .create_object(
+                "v1",
+                "pods",
+                Some("default"),
+                json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "annotations": {
+                        NVIDIA.devices_to_allocate: list, NVIDIA.devices_allocated: list,
+                        pod_keys::VGPU_NODE: NODE, pod_keys::BIND_PHASE: "allocating",
+                        pod_keys::BIND_TIME: "1700000000",
+                    }},
+                    "spec": {"nodeName": NODE, "schedulerName": "hami-scheduler", "initContainers": init, "containers": containers},
+                }),
+            )
+            .unwrap();
+        if take_lock {
+            let lock = NodeLock::new(1_700_000_000, PodRef::new("default", name))
+                .encode()
+                .unwrap();
+            let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
+                kube::Api::all(self.client.clone());
+            nodes
+                .patch(
+                    NODE,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(
+                        json!({"metadata": {"annotations": {node_keys::MUTEX_LOCK: lock}}}),
+                    ),
+                )
+                .await
+                .unwrap();
+        }
+    }
+
+    async fn wait_phase(&self, name: &str) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let pod = self
+                .server
+                .get_object("v1", "pods", "default", name)
+                .unwrap();
+            if let Some(phase) = pod["status"]["phase"].as_str()
+                && phase != "Pending"
+            {
+                return pod;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pod {name} never left Pending: {pod}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn node_annotation(&self, key: &str) -> Option<String> {
+        self.server.get_object("v1", "nodes", "", NODE).unwrap()["metadata"]["annotations"][key]
+            .as_str()
+            .map(str::to_owned)
+    }
+
+    fn hook_dir(&self) -> PathBuf {
+        self.scratch.join("hook/vgpu")
+    }
+}
+
+fn gpu_container(name: &str, gpus: u32) -> Value {
+    json!({"name": name, "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}})
+}
+
+fn dev(d: &DeviceInfo, mem: u64, cores: u32) -> ContainerDevice {
+    ContainerDevice {
+        uuid: d.id.clone(),
+        device_type: "NVIDIA".into(),
+        mem_mib: mem,
+        cores,
+    }
+}
+
+fn record(pod: &Value) -> Value {
+    serde_json::from_str(
+        pod["metadata"]["annotations"][RECORD_ANNOTATION]
+            .as_str()
+            .unwrap_or_else(|| panic!("no kubelet record: {pod}")),
+    )
+    .unwrap()
+}
+
+fn env_of(pod: &Value, container: &str) -> serde_json::Map<String, Value> {
+    envs_of(
+        pod["metadata"]["annotations"][RECORD_ANNOTATION]
+            .as_str()
+            .unwrap(),
+        container,
+    )
+    .unwrap_or_else(|| panic!("no record for {container}: {pod}"))
+}
+
+/// `container path → (host path, read only)` of a container's mounts.
+fn mounts_of(pod: &Value, container: &str) -> std::collections::BTreeMap<String, (String, bool)> {
+    record(pod)[container]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["mounts"].as_array().unwrap().clone())
+        .map(|m| {
+            (
+                m["containerPath"].as_str().unwrap().to_owned(),
+                (
+                    m["hostPath"].as_str().unwrap().to_owned(),
+                    m["readOnly"].as_bool().unwrap(),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn ann<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
+    pod["metadata"]["annotations"][key].as_str()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_and_two_app_containers_then_two_30_percent_pods_share_a_gpu() {
+    let h = Harness::start("slices", 2).await;
+    assert_eq!(h.gpus.len(), 2);
+    let (g0, g1) = (h.gpus[0].clone(), h.gpus[1].clone());
+    assert_eq!(g0.device_type, "NVIDIA-Stand-in NVIDIA GPU 0");
+    assert_eq!((g0.count, g0.devmem, g0.devcore), (10, 16384, 100));
+    assert!(g0.health);
+    let preload = h.hook_dir().join("ld.so.preload");
+    assert_eq!(
+        std::fs::read_to_string(&preload).unwrap(),
+        "/usr/local/vgpu/libvgpu.so\n"
+    );
+
+    // Init container on g0, app1 on g0, app2 on g1 then g0 (allocation order kept).
+    h.schedule(
+        "p1",
+        json!([gpu_container("app1", 1), gpu_container("app2", 2)]),
+        json!([gpu_container("init", 1)]),
+        &[
+            vec![dev(&g0, 1024, 30)],
+            vec![dev(&g0, 2048, 40)],
+            vec![dev(&g1, 3000, 50), dev(&g0, 4000, 60)],
+        ],
+        true,
+    )
+    .await;
+    let pod = h.wait_phase("p1").await;
+    assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+    let init = env_of(&pod, "init");
+    let app1 = env_of(&pod, "app1");
+    let app2 = env_of(&pod, "app2");
+    assert_eq!(init["NVIDIA_VISIBLE_DEVICES"], g0.id.as_str());
+    assert_eq!(init["CUDA_DEVICE_MEMORY_LIMIT_0"], "1024m");
+    assert_eq!(init["CUDA_DEVICE_SM_LIMIT"], "30");
+    assert_eq!(app1["CUDA_DEVICE_MEMORY_LIMIT_0"], "2048m");
+    assert_eq!(app1["CUDA_DEVICE_SM_LIMIT"], "40");
+    assert_eq!(
+        app2["NVIDIA_VISIBLE_DEVICES"],
+        format!("{},{}", g1.id, g0.id)
+    );
+    assert_eq!(app2["CUDA_DEVICE_MEMORY_LIMIT_0"], "3000m");
+    assert_eq!(app2["CUDA_DEVICE_MEMORY_LIMIT_1"], "4000m");
+    assert_eq!(app2["CUDA_DEVICE_SM_LIMIT"], "50");
+    assert!(!app2.contains_key("CUDA_OVERSUBSCRIBE"));
+    for (name, env) in [("init", &init), ("app1", &app1), ("app2", &app2)] {
+        assert_eq!(
+            env["CUDA_DEVICE_MEMORY_SHARED_CACHE"], "/usr/local/vgpu/cache/cudevshr.cache",
+            "{name}"
+        );
+        let mounts = mounts_of(&pod, name);
+        let host_dir = h.hook_dir().join(format!("containers/{uid}_{name}"));
+        assert_eq!(
+            mounts["/usr/local/vgpu/cache"],
+            (host_dir.display().to_string(), false),
+            "{name}"
+        );
+        assert_eq!(
+            std::fs::metadata(&host_dir).unwrap().permissions().mode() & 0o777,
+            0o777,
+            "{name}: the accounting directory is writable by any container user"
+        );
+        assert_eq!(
+            mounts["/usr/local/vgpu/libvgpu.so"],
+            (h.hook_dir().join("libvgpu.so").display().to_string(), true)
+        );
+        assert_eq!(
+            mounts["/etc/ld.so.preload"],
+            (preload.display().to_string(), true)
+        );
+    }
+    assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("success"));
+    assert_eq!(ann(&pod, NVIDIA.devices_to_allocate), Some(";;;"));
+    assert_eq!(
+        h.node_annotation(node_keys::MUTEX_LOCK),
+        None,
+        "lock released after the last container"
+    );
+
+    // Two 30 % pods share g1 (no lock: found as the oldest allocating pod).
+    for name in ["q1", "q2"] {
+        h.schedule(
+            name,
+            json!([gpu_container("main", 1)]),
+            json!([]),
+            &[vec![dev(&g1, 4096, 30)]],
+            false,
+        )
+        .await;
+        let pod = h.wait_phase(name).await;
+        assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+        let env = env_of(&pod, "main");
+        assert_eq!(env["NVIDIA_VISIBLE_DEVICES"], g1.id.as_str());
+        assert_eq!(env["CUDA_DEVICE_SM_LIMIT"], "30");
+        assert_eq!(env["CUDA_DEVICE_MEMORY_LIMIT_0"], "4096m");
+        assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("success"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_set_failed_and_release_the_lock_and_foreign_pods_get_whole_cards() {
+    let h = Harness::start("failures", 1).await;
+    let g = h.gpus[0].clone();
+    // The run holds 2 devices, the container asks for 1.
+    h.schedule(
+        "mismatch",
+        json!([gpu_container("main", 1)]),
+        json!([]),
+        &[vec![dev(&g, 10, 20), dev(&g, 10, 20)]],
+        true,
+    )
+    .await;
+    let pod = h.wait_phase("mismatch").await;
+    assert_eq!(pod["status"]["phase"], "Failed");
+    assert!(
+        pod["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("holds 2 device(s) but kubelet asked for 1"),
+        "{pod}"
+    );
+    assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("failed"));
+    assert_eq!(h.node_annotation(node_keys::MUTEX_LOCK), None);
+
+    // A GPU this node does not have.
+    let ghost = DeviceInfo {
+        id: "GPU-00000000-dead-beef-0000-000000000000".into(),
+        ..g.clone()
+    };
+    h.schedule(
+        "ghost",
+        json!([gpu_container("main", 1)]),
+        json!([]),
+        &[vec![dev(&ghost, 10, 20)]],
+        true,
+    )
+    .await;
+    let pod = h.wait_phase("ghost").await;
+    assert_eq!(pod["status"]["phase"], "Failed");
+    assert!(
+        pod["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is not offered on this node"),
+        "{pod}"
+    );
+    assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("failed"));
+    assert_eq!(h.node_annotation(node_keys::MUTEX_LOCK), None);
+
+    // Malformed device list.
+    h.server
+        .create_object("v1", "pods", Some("default"), json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "garbled", "annotations": {NVIDIA.devices_to_allocate: "x,y:;", pod_keys::BIND_PHASE: "allocating", pod_keys::VGPU_NODE: NODE}},
+            "spec": {"nodeName": NODE, "containers": [gpu_container("main", 1)]},
+        }))
+        .unwrap();
+    let pod = h.wait_phase("garbled").await;
+    assert!(
+        pod["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("malformed"),
+        "{pod}"
+    );
+    assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("failed"));
+
+    // The API server fails the pod patch mid-Allocate: failed, lock released, list kept.
+    h.server
+        .faults()
+        .fail_next(Some("patch"), Some("pods"), 1, 500);
+    h.schedule(
+        "apifail",
+        json!([gpu_container("main", 1)]),
+        json!([]),
+        &[vec![dev(&g, 1000, 20)]],
+        true,
+    )
+    .await;
+    let pod = h.wait_phase("apifail").await;
+    assert_eq!(pod["status"]["phase"], "Failed");
+    assert!(
+        pod["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot record the allocation"),
+        "{pod}"
+    );
+    assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("failed"));
+    assert_ne!(ann(&pod, NVIDIA.devices_to_allocate), Some(";"));
+    assert_eq!(h.node_annotation(node_keys::MUTEX_LOCK), None);
+
+    // A container with CUDA_DISABLE_CONTROL=true gets no /etc/ld.so.preload.
+    h.schedule(
+        "nocontrol",
+        json!([{"name": "main", "image": "cuda:12", "env": [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}],
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]),
+        json!([]),
+        &[vec![dev(&g, 1000, 20)]],
+        true,
+    )
+    .await;
+    let pod = h.wait_phase("nocontrol").await;
+    assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    let mounts = mounts_of(&pod, "main");
+    assert!(!mounts.contains_key("/etc/ld.so.preload"), "{mounts:?}");
+    assert!(mounts.contains_key("/usr/local/vgpu/libvgpu.so"));
+
+    // A pod the scheduler did not place: whole-card hand-over, no hook.
+    h.server
+        .create_object(
+            "v1",
+            "pods",
+            Some("default"),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
+                "spec": {"nodeName": NODE, "containers": [gpu_container("main", 1)]}}),
+        )
+        .unwrap();
+    let pod = h.wait_phase("plain").await;
+    assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    let env = env_of(&pod, "main");
+    assert_eq!(env["NVIDIA_VISIBLE_DEVICES"], g.id.as_str());
+    assert!(!env.contains_key("CUDA_DEVICE_MEMORY_LIMIT_0"), "{env:?}");
+    assert!(mounts_of(&pod, "main").is_empty());
+}
+
+#[test]
+fn discover_prints_the_annotation_and_absent_nvml_is_a_clear_error() {
+    let dir = scratch("discover");
+    let out = plugin_command(&dir, 3)
+        .args(["--device-split-count", "4", "discover"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("hami.io/node-nvidia-register: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let devices = decode_node_devices(line).unwrap();
+    assert_eq!(devices.len(), 3);
+    assert!(devices.iter().all(|d| d.count == 4 && d.devmem == 16384));
+
+    let out = plugin_command(&dir, 1)
+        .args([
+            "--nvml-library",
+            "/nonexistent/libnvidia-ml.so.1",
+            "discover",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("cannot load NVML"), "{err}");
+    assert!(err.contains("--nvml-library"), "{err}");
+
+    // A library that is not NVML.
+    let not_nvml = deps_dir().join("libnvidia_ml.so");
+    let libc_path = "libc.so.6";
+    let out = plugin_command(&dir, 1)
+        .args(["--nvml-library", libc_path, "discover"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("is not NVML"), "{err}");
+    assert!(not_nvml.exists());
+
+    let out = plugin_command(&dir, 1)
+        .args(["--device-split-count", "0", "discover"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("at least 1")
+    );
+
+    // Serving without NODE_NAME says what to set.
+    let out = plugin_command(&dir, 1)
+        .env_remove("NODE_NAME")
+        .env("KUBECONFIG", dir.join("missing-kubeconfig"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("NODE_NAME is not set")
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,234 @@
+//! The whole NVIDIA path on the embedded API server: pods created through the API go
+//! through the HAMi webhook and the simulated kube-scheduler to the scheduler's filter and
+//! bind (real `hami-scheduler` over TLS), then the simulated kubelet calls the real
+//! `nvidia-device-plugin` process (stand-in NVML), which allocates and releases the lock.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hami_apiserver::{ApiServer, Config};
+use hami_kubelet_sim::KubeletSim;
+use hami_kubelet_sim::records::{RECORD_ANNOTATION, envs_of};
+use hami_protocol::names::{NVIDIA, node as node_keys, pod as pod_keys};
+use hami_protocol::node_register::decode_node_devices;
+use hami_scheduler::config::Settings;
+use hami_scheduler::extender_client::{ExtenderClient, Trust};
+use hami_scheduler::leader::Leadership;
+use hami_scheduler::runtime::Scheduler;
+use hami_scheduler::sim_kube_scheduler::SimKubeScheduler;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+const NODE: &str = "gpu-node";
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn stand_in_dir(scratch: &Path) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let built = exe.parent().unwrap().join("libnvidia_ml.so");
+    assert!(built.exists(), "{} was not built", built.display());
+    let dir = scratch.join("driver");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(&built, dir.join("libnvidia-ml.so.1")).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduler_plugin_and_kubelet_place_and_start_nvidia_slices() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let api = ApiServer::start(Config::default()).await.unwrap();
+    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+    let scratch = std::env::temp_dir().join(format!("nv-full-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    api.create_object(
+        "v1",
+        "nodes",
+        None,
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
+    )
+    .unwrap();
+
+    // Scheduler: extender + webhook over TLS, webhook registered as the chart does.
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .unwrap();
+    let (cert_path, key_path) = (scratch.join("tls.crt"), scratch.join("tls.key"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
+    let settings = Settings::default();
+    let scheduler = Scheduler::start(
+        client.clone(),
+        settings.clone(),
+        Arc::new(Leadership::always()),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!(
+        "https://127.0.0.1:{}",
+        listener.local_addr().unwrap().port()
+    );
+    tokio::spawn(hami_scheduler::http::serve_on(
+        hami_scheduler::http::router(scheduler.clone()),
+        listener,
+        Some((cert_path, key_path)),
+    ));
+    let ca_bundle =
+        serde_json::to_value(k8s_openapi::ByteString(cert.cert.pem().into_bytes())).unwrap();
+    api.create_object(
+        "admissionregistration.k8s.io/v1",
+        "mutatingwebhookconfigurations",
+        None,
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "hami-webhook"},
+            "webhooks": [{
+                "name": "vgpu.hami.io",
+                "clientConfig": {"url": format!("{base}/webhook"), "caBundle": ca_bundle},
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1beta1"],
+                "timeoutSeconds": 10
+            }]
+        }),
+    )
+    .unwrap();
+    let extender = ExtenderClient::new(&base, Trust::Ca(cert.cert.pem().into_bytes())).unwrap();
+    tokio::spawn(
+        SimKubeScheduler::new(client.clone(), settings.scheduler_name.clone(), extender).run(),
+    );
+
+    // Node: simulated kubelet + the plugin process over the stand-in NVML (2 GPUs).
+    let sockets = scratch.join("device-plugins");
+    std::fs::create_dir_all(&sockets).unwrap();
+    let kubeconfig = scratch.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let sim = KubeletSim::start(
+        hami_kubelet_sim::Args {
+            socket_dir: sockets.clone(),
+            node_name: NODE.into(),
+            record_dir: None,
+            run_containers: false,
+            sync_interval_ms: 50,
+        },
+        client.clone(),
+    )
+    .await
+    .unwrap();
+    let log = std::fs::File::create(scratch.join("plugin.log")).unwrap();
+    let _plugin = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_nvidia-device-plugin"))
+            .env("LD_LIBRARY_PATH", stand_in_dir(&scratch))
+            .env("FAKE_CUDA_DEVICE_COUNT", "2")
+            .env("FAKE_CUDA_DEVICE_MEMORY", "16g")
+            .env("FAKE_CUDA_SHARED_STATE", scratch.join("fake-cuda.state"))
+            .env("KUBECONFIG", &kubeconfig)
+            .env("NODE_NAME", NODE)
+            .env("HOOK_PATH", scratch.join("hook"))
+            .env_remove("NVML_LIBRARY")
+            .args(["--device-plugin-dir".as_ref(), sockets.as_os_str()])
+            .args(["--register-interval", "1", "--pulse", "1"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    assert!(
+        sim.wait_for_allocatable("nvidia.com/gpu", 20, Duration::from_secs(30))
+            .await,
+        "plugin log:\n{}",
+        std::fs::read_to_string(scratch.join("plugin.log")).unwrap_or_default()
+    );
+    let node = api.get_object("v1", "nodes", "", NODE).unwrap();
+    let gpus = decode_node_devices(
+        node["metadata"]["annotations"][NVIDIA.node_register]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen = {
+            let state = scheduler.state();
+            state.nodes().next().is_some()
+        };
+        if seen && scheduler.ready() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "scheduler never saw the node");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Two 30 % / 2 GiB slices and one whole-card-memory container; the pods carry no
+    // scheduler name: the webhook routes them to HAMi.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    for name in ["s1", "s2"] {
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "cuda", "image": "cuda:12", "resources": {"limits": {
+                "nvidia.com/gpu": "1", "nvidia.com/gpumem": "2048", "nvidia.com/gpucores": "30"}}}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    for name in ["s1", "s2"] {
+        let pod = wait_running(&api, name).await;
+        let env = envs_of(
+            pod["metadata"]["annotations"][RECORD_ANNOTATION]
+                .as_str()
+                .unwrap(),
+            "cuda",
+        )
+        .unwrap();
+        assert_eq!(env["CUDA_DEVICE_MEMORY_LIMIT_0"], "2048m", "{name}");
+        assert_eq!(env["CUDA_DEVICE_SM_LIMIT"], "30", "{name}");
+        let visible = env["NVIDIA_VISIBLE_DEVICES"].as_str().unwrap();
+        assert!(gpus.iter().any(|g| g.id == visible), "{visible}");
+        assert_eq!(
+            pod["metadata"]["annotations"][pod_keys::BIND_PHASE],
+            "success"
+        );
+        assert_eq!(
+            pod["metadata"]["annotations"][NVIDIA.devices_to_allocate],
+            ";"
+        );
+    }
+    assert!(
+        node_annotation(&api, node_keys::MUTEX_LOCK).is_none(),
+        "the plugin released the lock"
+    );
+    sim.shutdown().await;
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+fn node_annotation(api: &hami_apiserver::RunningApiServer, key: &str) -> Option<String> {
+    api.get_object("v1", "nodes", "", NODE).unwrap()["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_owned)
+}
+
+async fn wait_running(api: &hami_apiserver::RunningApiServer, name: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let pod = api.get_object("v1", "pods", "default", name).unwrap();
+        match pod["status"]["phase"].as_str() {
+            Some("Running") => return pod,
+            Some("Failed") => panic!("pod {name} failed: {pod}"),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "pod {name} never ran: {pod}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,26 @@
+//! What one container gets from Allocate, vendor-neutral (plain data).
+
+use std::collections::BTreeMap;
+
+/// A device node for the container (host path = container path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevicePath {
+    pub path: String,
+    pub permissions: String,
+}
+
+/// A bind mount for the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountPlan {
+    pub container_path: String,
+    pub host_path: String,
+    pub read_only: bool,
+}
+
+/// What one container gets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerPlan {
+    pub envs: BTreeMap<String, String>,
+    pub devices: Vec<DevicePath>,
+    pub mounts: Vec<MountPlan>,
+}

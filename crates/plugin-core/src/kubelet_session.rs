@@ -1,0 +1,131 @@
+//! Serving kubelet: bind the plugin socket, register with `kubelet.sock`, and start over
+//! when kubelet restarts (it re-creates `kubelet.sock` and wipes the directory) or our
+//! socket disappears. Open ListAndWatch streams of an ended session finish cleanly.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hami_deviceplugin_api::v1beta1::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use hami_deviceplugin_api::v1beta1::registration_client::RegistrationClient;
+use hami_deviceplugin_api::v1beta1::{DevicePluginOptions, RegisterRequest};
+use hami_deviceplugin_api::{KUBELET_SOCKET, VERSION, bind_unix, connect_unix};
+use tokio::sync::watch;
+
+/// Where and as what the plugin registers.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// kubelet's device-plugin directory.
+    pub dir: PathBuf,
+    /// Our socket's file name (the `endpoint`), e.g. `amd.com_gpu`, `nvidia-gpu.sock`.
+    pub endpoint: String,
+    /// e.g. `amd.com/gpu`, `nvidia.com/gpu`.
+    pub resource_name: String,
+    /// How often kubelet.sock and our socket are checked.
+    pub poll: Duration,
+}
+
+/// Identity of a socket file (inode + change time), `None` when absent.
+fn socket_identity(path: &Path) -> Option<(u64, i64, i64)> {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.ino(), m.ctime(), m.ctime_nsec()))
+}
+
+/// Registers once with kubelet.
+pub async fn register_once(config: &SessionConfig) -> Result<(), String> {
+    let kubelet = config.dir.join(KUBELET_SOCKET);
+    let channel = connect_unix(&kubelet)
+        .await
+        .map_err(|e| format!("cannot reach kubelet at {}: {e}", kubelet.display()))?;
+    RegistrationClient::new(channel)
+        .register(RegisterRequest {
+            version: VERSION.into(),
+            endpoint: config.endpoint.clone(),
+            resource_name: config.resource_name.clone(),
+            options: Some(DevicePluginOptions {
+                pre_start_required: false,
+                get_preferred_allocation_available: true,
+            }),
+        })
+        .await
+        .map_err(|e| format!("kubelet refused the registration: {}", e.message()))?;
+    Ok(())
+}
+
+/// Serves until `shutdown` turns true. `make_service(stop)` builds the service of one
+/// session; `stop` flips when that session ends.
+pub async fn run_sessions<S: DevicePlugin>(
+    config: SessionConfig,
+    make_service: impl Fn(watch::Receiver<bool>) -> S,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let kubelet = config.dir.join(KUBELET_SOCKET);
+    let ours = config.dir.join(&config.endpoint);
+    loop {
+        if *shutdown.borrow() {
+            return Ok(());
+        }
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let incoming =
+            bind_unix(&ours).map_err(|e| format!("cannot listen on {}: {e}", ours.display()))?;
+        let service = DevicePluginServer::new(make_service(stop_rx.clone()));
+        let mut server_stop = stop_rx.clone();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = server_stop.wait_for(|s| *s).await;
+                }),
+        );
+        let our_identity = socket_identity(&ours);
+        // Register (kubelet may not be up yet: retry).
+        let kubelet_identity = loop {
+            if *shutdown.borrow() {
+                let _ = stop_tx.send(true);
+                let _ = server.await;
+                return Ok(());
+            }
+            let identity = socket_identity(&kubelet);
+            if identity.is_some() {
+                match register_once(&config).await {
+                    Ok(()) => {
+                        tracing::info!(resource = %config.resource_name, socket = %ours.display(), "registered with kubelet");
+                        break identity;
+                    }
+                    Err(e) => tracing::warn!("{e}; retrying"),
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(config.poll) => {}
+                _ = shutdown.changed() => {}
+            }
+        };
+        // Watch for a kubelet restart or our socket being removed.
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(config.poll) => {}
+                _ = shutdown.changed() => {}
+            }
+            if *shutdown.borrow() {
+                let _ = stop_tx.send(true);
+                let _ = server.await;
+                let _ = std::fs::remove_file(&ours);
+                return Ok(());
+            }
+            if socket_identity(&kubelet) != kubelet_identity {
+                tracing::info!("kubelet.sock was re-created: serving and registering again");
+                break;
+            }
+            if socket_identity(&ours) != our_identity {
+                tracing::info!(
+                    "our socket {} disappeared: serving and registering again",
+                    ours.display()
+                );
+                break;
+            }
+        }
+        let _ = stop_tx.send(true);
+        let _ = server.await;
+    }
+}
