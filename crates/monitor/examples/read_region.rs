@@ -16,7 +16,10 @@ fn main() -> std::process::ExitCode {
     let alive = |pid: i32| std::path::Path::new(&format!("/proc/{pid}")).exists();
     match hami_monitor::hami_core_region::read_region(&bytes, &alive) {
         Ok(reading) => {
-            println!("layout={} version={}.{} live_processes={}", reading.layout, reading.major, reading.minor, reading.live_processes);
+            println!(
+                "layout={} version={}.{} live_processes={}",
+                reading.layout, reading.major, reading.minor, reading.live_processes
+            );
             for d in &reading.devices {
                 println!(
                     "device={} uuid={} limit={} used={} sm_util_sum={}",
