@@ -11,11 +11,11 @@ use hami_plugin_core::pod_choice::{PodChoice, annotation, choose_pod, pod_ref};
 use hami_plugin_core::pod_commit::{
     check_lock_owner, commit_allocation, create_cache_dir, mark_failed,
 };
-use hami_protocol::names::{NVIDIA, node as node_keys};
+use hami_protocol::names::NVIDIA;
 use hami_protocol::node_lock::PodRef;
 use hami_protocol::requests::container_slots;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
 use serde_json::json;
 use tokio::sync::{Mutex, watch};
 
@@ -78,23 +78,8 @@ impl KubeAllocator {
     async fn allocate_inner(&self, ids: Vec<String>) -> Result<ContainerPlan, String> {
         let _serial = self.serial.lock().await;
         let devices = self.devices.borrow().clone();
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = nodes
-            .get(&self.node)
-            .await
-            .map_err(|e| format!("cannot read node {}: {e}", self.node))?;
-        let lock = node
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(node_keys::MUTEX_LOCK))
-            .cloned();
-        let all: Api<Pod> = Api::all(self.client.clone());
-        let pods = all
-            .list(&ListParams::default().fields(&format!("spec.nodeName={}", self.node)))
-            .await
-            .map_err(|e| format!("cannot list pods of node {}: {e}", self.node))?
-            .items;
+        let (lock, pods) =
+            hami_plugin_core::pod_commit::node_lock_and_pods(&self.client, &self.node).await?;
         let target = match choose_pod(
             lock.as_deref(),
             &self.node,

@@ -6,8 +6,33 @@
 use hami_protocol::names::{node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::{BindPhase, NodeLock, PodRef};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Map, Value, json};
+
+/// What an Allocate reads first, the same for every vendor: the node's lock value (fresh
+/// from the API server, as the lock protocol needs) and the pods bound to the node.
+pub async fn node_lock_and_pods(
+    client: &kube::Client,
+    node: &str,
+) -> Result<(Option<String>, Vec<Pod>), String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let current = nodes
+        .get(node)
+        .await
+        .map_err(|e| format!("cannot read node {node}: {e}"))?;
+    let lock = current
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(node_keys::MUTEX_LOCK))
+        .cloned();
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .map_err(|e| format!("cannot list pods of node {node}: {e}"))?
+        .items;
+    Ok((lock, pods))
+}
 
 /// Patches the pod's `annotations` in one merge patch; with `last`, also
 /// `bind-phase=success` and then releases the node lock held by the pod.
