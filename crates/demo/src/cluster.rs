@@ -62,6 +62,27 @@ pub enum Submitted {
     },
 }
 
+/// The stand-in NVML built with the workspace (`libnvidia_ml.so` in the binary's `deps/`
+/// or beside it), linked into a driver-like directory as `libnvidia-ml.so.1`.
+fn nvml_stand_in(workdir: &Path) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    let built = [
+        dir.join("deps/libnvidia_ml.so"),
+        dir.join("libnvidia_ml.so"),
+        dir.join("../libnvidia_ml.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())?;
+    let driver = workdir.join("nvidia-driver");
+    std::fs::create_dir_all(&driver).ok()?;
+    let link = driver.join("libnvidia-ml.so.1");
+    if !link.exists() {
+        std::os::unix::fs::symlink(&built, &link).ok()?;
+    }
+    Some(driver)
+}
+
 fn free_local_addr() -> anyhow::Result<SocketAddr> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
@@ -156,6 +177,14 @@ impl Cluster {
         progress.step("simulated kube-scheduler watching pending pods");
 
         let mut nodes = Vec::new();
+        match nvml_stand_in(&workdir) {
+            Some(driver_dir) => {
+                let node = Self::start_nvidia_node(&api, &client, &workdir, &driver_dir).await?;
+                progress.step(format!("node {}: {}: device plugin, kubelet and monitor running", node.name, node.description));
+                nodes.push(node);
+            }
+            None => progress.step("no stand-in NVML library next to this binary (build the workspace to get one): skipping the NVIDIA node"),
+        }
         for (name, description, tree) in [
             (
                 "mi300x-node",
@@ -288,6 +317,79 @@ impl Cluster {
         Ok(SimNode {
             name: name.into(),
             description: description.into(),
+            tree,
+            kubelet,
+            plugin_stop,
+            plugin,
+            monitor_addr,
+            monitor,
+        })
+    }
+
+    /// An NVIDIA node whose driver is the workspace's stand-in NVML (one 16 GiB GPU).
+    async fn start_nvidia_node(
+        api: &RunningApiServer,
+        client: &Client,
+        workdir: &Path,
+        driver_dir: &Path,
+    ) -> anyhow::Result<SimNode> {
+        let name = "nvidia-node";
+        api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
+            .map_err(|e| anyhow::anyhow!("cannot create node {name}: {e:?}"))?;
+        let tree = FixtureTree::empty()?;
+        let sockets = workdir.join(name).join("device-plugins");
+        let hook_path = workdir.join(name).join("hook");
+        std::fs::create_dir_all(&sockets)?;
+        std::fs::create_dir_all(hook_path.join("vgpu/containers"))?;
+        let kubelet = KubeletSim::start(
+            hami_kubelet_sim::Args {
+                socket_dir: sockets.clone(),
+                node_name: name.into(),
+                record_dir: None,
+                run_containers: false,
+                sync_interval_ms: 100,
+            },
+            client.clone(),
+        )
+        .await?;
+        let mut args = hami_nvidia_plugin::cli::Args::parse_from(["nvidia-device-plugin"]);
+        args.nvml_library = driver_dir.join("libnvidia-ml.so.1").display().to_string();
+        args.device_plugin_dir = sockets;
+        args.node_name = Some(name.into());
+        args.hook_path = hook_path.clone();
+        args.register_interval = 2;
+        args.pulse = 5;
+        let settings = args.settings().map_err(|e| anyhow::anyhow!(e))?;
+        let (plugin_stop, stop_rx) = watch::channel(false);
+        let plugin = tokio::spawn(hami_nvidia_plugin::plugin::serve(
+            args,
+            settings,
+            client.clone(),
+            stop_rx,
+        ));
+        let monitor_addr = free_local_addr()?;
+        let proc_root = workdir.join(name).join("proc");
+        std::fs::create_dir_all(&proc_root)?;
+        let config = hami_monitor::server::ServeConfig {
+            monitor: hami_monitor::node_monitor::MonitorConfig {
+                hook_path: hook_path.join("vgpu"),
+                proc_root,
+                sys_root: tree.sysfs_root(),
+                node_name: name.into(),
+                gc_grace: Duration::from_secs(60),
+            },
+            bind: monitor_addr,
+            legacy_metrics: false,
+            refresh_interval: Duration::from_secs(2),
+        };
+        let monitor = tokio::spawn(hami_monitor::server::serve(
+            config,
+            client.clone(),
+            std::future::pending(),
+        ));
+        Ok(SimNode {
+            name: name.into(),
+            description: "1 × NVIDIA GPU from the stand-in driver (16 GiB)".into(),
             tree,
             kubelet,
             plugin_stop,
@@ -437,7 +539,7 @@ impl Cluster {
         text.push_str("  kubectl get node mi210-node -o yaml | hami inspect node -  # the GPUs a node registered\n");
         text.push_str("  kubectl describe pod cannot-fit                          # the scheduler's events say why it waits\n");
         text.push_str(&format!(
-            "  kubectl apply -f {}/01-share-a.yaml   # edit and submit your own pods\n",
+            "  sed 's/share-a/share-c/' {}/01-share-a.yaml | kubectl create -f -   # submit your own pods\n",
             args.examples.display()
         ));
         text.push_str(&format!("API server: {}\n", self.api.url()));

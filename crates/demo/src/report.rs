@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use hami_protocol::cu_list::HsaCuMask;
 use hami_protocol::device_list::decode_pod_devices;
-use hami_protocol::names::{AMD, env};
+use hami_protocol::names::{AMD, NVIDIA, env};
 use hami_protocol::requests::container_slots;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -106,8 +106,14 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
             p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.name.as_str())
         }) {
             let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+            let nvidia = annotations.contains_key(NVIDIA.devices_allocated);
+            let key = if nvidia {
+                NVIDIA.devices_allocated
+            } else {
+                AMD.devices_allocated
+            };
             let Some(runs) = annotations
-                .get(AMD.devices_allocated)
+                .get(key)
                 .and_then(|t| decode_pod_devices(t).ok())
             else {
                 continue;
@@ -135,6 +141,8 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
                     busy.insert(dev.uuid.clone(), ());
                     let devcore = devcore_of.get(&dev.uuid).copied().unwrap_or(0);
                     let range = match &mask {
+                        // NVIDIA slices are limited by SM share, not by a CU mask.
+                        _ if nvidia => format!("SM limit {}%", dev.cores),
                         Some(mask) => mask
                             .get(i as u32)
                             .map(ToString::to_string)
@@ -159,7 +167,11 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
                             }
                         ),
                         memory: format!("{} MiB", dev.mem_mib),
-                        cus: format!("{}/{devcore}", dev.cores),
+                        cus: if nvidia {
+                            format!("{}%", dev.cores)
+                        } else {
+                            format!("{}/{devcore}", dev.cores)
+                        },
                         range,
                         util: util
                             .get(&key)

@@ -87,7 +87,8 @@ fn main() -> ExitCode {
         Command::Demo(args) => {
             return serve(
                 async move { hami_demo::run(args, &mut std::io::stdout()).await },
-                "error",
+                // Watchers report the API server going away at shutdown; not news here.
+                "error,kube_client=off,kube_runtime=off",
             );
         }
         Command::Inspect { what } => inspect(what),

@@ -44,6 +44,15 @@ fn demo_places_the_examples_and_explains_the_rest() {
     let pair = rows("xgmi-pair");
     assert_eq!(pair.len(), 2, "{text}");
     assert_ne!(pair[0][0], pair[1][0]);
+    // The NVIDIA node (stand-in driver, real NVIDIA plugin) runs the NVIDIA slice.
+    let nvidia = rows("nvidia-share");
+    assert_eq!(nvidia.len(), 1, "{text}");
+    assert_eq!(
+        (nvidia[0][2].as_str(), nvidia[0][4].as_str()),
+        ("4096", "30%"),
+        "{text}"
+    );
+    assert!(text.contains("Node nvidia-node"), "{text}");
     // The init container and the app container each got their own slice.
     assert!(
         text.contains("default/staged/prepare (init)") && text.contains("default/staged/worker"),

@@ -265,6 +265,10 @@ fn fit_picks(
         if !node.devices.offers(*vendor) {
             return Err(match node.devices.register_error(*vendor) {
                 Some(err) => err.to_owned(),
+                // Registered for another vendor only: say which GPUs are missing.
+                None if !node.devices.gpus.is_empty() => {
+                    format!("no {} GPU on this node", vendor.word())
+                }
                 None => "node unregistered".to_owned(),
             });
         }

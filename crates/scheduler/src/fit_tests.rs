@@ -355,7 +355,7 @@ fn bad_devices_and_oversized_requests_give_reasons() {
     // NVIDIA request on an AMD-only node.
     assert_eq!(
         fit(&n, &app(json!({"nvidia.com/gpu": "1"}))).unwrap_err(),
-        "node unregistered"
+        "no NVIDIA GPU on this node"
     );
 }
 
