@@ -8,11 +8,11 @@ use tokio::sync::watch;
 use crate::allocate_plan::PlanSettings;
 use crate::cli::Args;
 use crate::dmem::spawn_writer;
-use crate::grpc_server::{PluginService, kubelet_devices};
+use crate::grpc_server::kubelet_devices;
 use crate::kube_shell::KubeAllocator;
-use crate::kubelet_session::{SessionConfig, run_sessions};
 use crate::node_publisher::NodePublisher;
 use crate::registration::RegistrationSettings;
+use hami_plugin_core::kubelet_session::{SessionConfig, serve_devices, shutdown_on_signal};
 
 /// Socket file name of the plugin (the reference's `amd.com_<resource>`).
 pub const ENDPOINT: &str = "amd.com_gpu";
@@ -92,17 +92,12 @@ pub async fn serve(
         resource_name: hami_protocol::names::AMD.resource_count.into(),
         poll: Duration::from_millis(500),
     };
-    let sessions = run_sessions(
+    let sessions = serve_devices(
         config,
-        move |stop| {
-            PluginService::new(
-                devices_rx.clone(),
-                |d: &Vec<_>| kubelet_devices(d),
-                allocator.clone() as Arc<_>,
-                pulse,
-                stop,
-            )
-        },
+        devices_rx,
+        |d: &Vec<_>| kubelet_devices(d),
+        allocator as Arc<_>,
+        pulse,
         shutdown,
     )
     .await;
@@ -115,15 +110,6 @@ pub async fn run(args: Args, settings: RegistrationSettings) -> anyhow::Result<(
     let client = kube::Client::try_default().await.map_err(|e| {
         anyhow::anyhow!("cannot build a Kubernetes client (in-cluster config or KUBECONFIG): {e}")
     })?;
-    let (tx, rx) = watch::channel(false);
-    tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
-        }
-        let _ = tx.send(true);
-    });
+    let rx = shutdown_on_signal();
     serve(args, settings, client, rx).await
 }

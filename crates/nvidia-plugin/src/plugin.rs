@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hami_deviceplugin_api::HEALTHY;
-use hami_plugin_core::grpc_server::PluginService;
-use hami_plugin_core::kubelet_session::{SessionConfig, run_sessions};
+use hami_plugin_core::kubelet_session::{SessionConfig, serve_devices, shutdown_on_signal};
 use tokio::sync::watch;
 
 use crate::allocate_plan::{HOOK_CONTAINER_PATH, PlanSettings};
@@ -128,17 +127,12 @@ pub async fn serve(
         resource_name: hami_protocol::names::NVIDIA.resource_count.into(),
         poll: Duration::from_millis(500),
     };
-    let sessions = run_sessions(
+    let sessions = serve_devices(
         config,
-        move |stop| {
-            PluginService::new(
-                devices_rx.clone(),
-                |d: &Vec<RegisteredGpu>| kubelet_devices(d),
-                allocator.clone() as Arc<_>,
-                pulse,
-                stop,
-            )
-        },
+        devices_rx,
+        |d: &Vec<RegisteredGpu>| kubelet_devices(d),
+        allocator as Arc<_>,
+        pulse,
         shutdown,
     )
     .await;
@@ -156,16 +150,7 @@ pub async fn run(args: Args, settings: NvidiaSettings) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await.map_err(|e| {
         anyhow::anyhow!("cannot build a Kubernetes client (in-cluster config or KUBECONFIG): {e}")
     })?;
-    let (tx, rx) = watch::channel(false);
-    tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
-        }
-        let _ = tx.send(true);
-    });
+    let rx = shutdown_on_signal();
     serve(args, settings, client, rx).await
 }
 

@@ -129,3 +129,53 @@ pub async fn run_sessions<S: DevicePlugin>(
         let _ = server.await;
     }
 }
+
+/// Serves kubelet a device list with one allocator until `shutdown`: the socket and
+/// registration loop of [`run_sessions`] around a [`crate::grpc_server::PluginService`]
+/// built anew for every kubelet session. Both plugins end `serve` with this.
+pub async fn serve_devices<T: Send + Sync + 'static>(
+    config: SessionConfig,
+    devices: watch::Receiver<T>,
+    lister: crate::grpc_server::DeviceLister<T>,
+    allocator: std::sync::Arc<dyn crate::grpc_server::Allocator>,
+    pulse: Option<Duration>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), String> {
+    run_sessions(
+        config,
+        move |stop| {
+            crate::grpc_server::PluginService::new(
+                devices.clone(),
+                lister,
+                allocator.clone(),
+                pulse,
+                stop,
+            )
+        },
+        shutdown,
+    )
+    .await
+}
+
+/// A shutdown signal that turns true on SIGINT or SIGTERM (what a DaemonSet pod gets).
+pub fn shutdown_on_signal() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let terminated = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminated => {}
+        }
+        let _ = tx.send(true);
+    });
+    rx
+}
