@@ -37,6 +37,37 @@ pub struct SimNode {
     monitor: JoinHandle<anyhow::Result<()>>,
 }
 
+/// The vendor-independent parts of a simulated node, before its plugin starts.
+struct NodePlumbing {
+    sockets: PathBuf,
+    hook_path: PathBuf,
+    kubelet: KubeletSim,
+    monitor_addr: SocketAddr,
+    monitor: JoinHandle<anyhow::Result<()>>,
+}
+
+impl NodePlumbing {
+    fn into_node(
+        self,
+        name: &str,
+        description: &str,
+        tree: FixtureTree,
+        plugin_stop: watch::Sender<bool>,
+        plugin: JoinHandle<anyhow::Result<()>>,
+    ) -> SimNode {
+        SimNode {
+            name: name.into(),
+            description: description.into(),
+            tree,
+            kubelet: self.kubelet,
+            plugin_stop,
+            plugin,
+            monitor_addr: self.monitor_addr,
+            monitor: self.monitor,
+        }
+    }
+}
+
 pub struct Cluster {
     pub api: RunningApiServer,
     pub client: Client,
@@ -249,20 +280,23 @@ impl Cluster {
         Ok(cluster)
     }
 
-    async fn start_node(
+    /// What every simulated node has whatever its vendor: the Node object, the kubelet's
+    /// device-plugin directory and simulated kubelet, the host hook directory, the monitor.
+    async fn node_plumbing(
         api: &RunningApiServer,
         client: &Client,
         name: &str,
-        description: &str,
-        tree: FixtureTree,
         workdir: &Path,
-    ) -> anyhow::Result<SimNode> {
+        sys_root: PathBuf,
+    ) -> anyhow::Result<NodePlumbing> {
         api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
             .map_err(|e| anyhow::anyhow!("cannot create node {name}: {e:?}"))?;
         let sockets = workdir.join(name).join("device-plugins");
         let hook_path = workdir.join(name).join("hook");
+        let proc_root = workdir.join(name).join("proc");
         std::fs::create_dir_all(&sockets)?;
         std::fs::create_dir_all(hook_path.join("vgpu/containers"))?;
+        std::fs::create_dir_all(&proc_root)?;
         let kubelet = KubeletSim::start(
             hami_kubelet_sim::Args {
                 socket_dir: sockets.clone(),
@@ -274,14 +308,52 @@ impl Cluster {
             client.clone(),
         )
         .await?;
+        let monitor_addr = free_local_addr()?;
+        let config = hami_monitor::server::ServeConfig {
+            monitor: hami_monitor::node_monitor::MonitorConfig {
+                // The plugin's `$HOST_HOOK_PATH/vgpu` is the monitor's `$HOOK_PATH`.
+                hook_path: hook_path.join("vgpu"),
+                proc_root,
+                sys_root,
+                node_name: name.into(),
+                gc_grace: Duration::from_secs(60),
+            },
+            bind: monitor_addr,
+            legacy_metrics: false,
+            refresh_interval: Duration::from_secs(2),
+        };
+        let monitor = tokio::spawn(hami_monitor::server::serve(
+            config,
+            client.clone(),
+            std::future::pending(),
+        ));
+        Ok(NodePlumbing {
+            sockets,
+            hook_path,
+            kubelet,
+            monitor_addr,
+            monitor,
+        })
+    }
+
+    /// An AMD node from a sysfs tree, with the real AMD device plugin.
+    async fn start_node(
+        api: &RunningApiServer,
+        client: &Client,
+        name: &str,
+        description: &str,
+        tree: FixtureTree,
+        workdir: &Path,
+    ) -> anyhow::Result<SimNode> {
+        let base = Self::node_plumbing(api, client, name, workdir, tree.sysfs_root()).await?;
         let mut args = hami_amd_plugin::cli::Args::parse_from(["k8s-device-plugin"]);
         args.sysfs_root = tree.sysfs_root();
         args.dev_root = tree.dev_root();
-        args.device_plugin_dir = sockets;
+        args.device_plugin_dir = base.sockets.clone();
         args.node_name = Some(name.into());
         args.register_interval = 2;
         args.pulse = 5;
-        args.host_hook_path = hook_path.clone();
+        args.host_hook_path = base.hook_path.clone();
         args.cgroup_root = tree.sysfs_root().join("fs/cgroup");
         let settings = args
             .registration_settings()
@@ -293,37 +365,7 @@ impl Cluster {
             client.clone(),
             stop_rx,
         ));
-        let monitor_addr = free_local_addr()?;
-        let proc_root = workdir.join(name).join("proc");
-        std::fs::create_dir_all(&proc_root)?;
-        let config = hami_monitor::server::ServeConfig {
-            monitor: hami_monitor::node_monitor::MonitorConfig {
-                // The plugin's `$HOST_HOOK_PATH/vgpu` is the monitor's `$HOOK_PATH`.
-                hook_path: hook_path.join("vgpu"),
-                proc_root,
-                sys_root: tree.sysfs_root(),
-                node_name: name.into(),
-                gc_grace: Duration::from_secs(60),
-            },
-            bind: monitor_addr,
-            legacy_metrics: false,
-            refresh_interval: Duration::from_secs(2),
-        };
-        let monitor = tokio::spawn(hami_monitor::server::serve(
-            config,
-            client.clone(),
-            std::future::pending(),
-        ));
-        Ok(SimNode {
-            name: name.into(),
-            description: description.into(),
-            tree,
-            kubelet,
-            plugin_stop,
-            plugin,
-            monitor_addr,
-            monitor,
-        })
+        Ok(base.into_node(name, description, tree, plugin_stop, plugin))
     }
 
     /// An NVIDIA node whose driver is the workspace's stand-in NVML (one 16 GiB GPU).
@@ -334,29 +376,13 @@ impl Cluster {
         driver_dir: &Path,
     ) -> anyhow::Result<SimNode> {
         let name = "nvidia-node";
-        api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
-            .map_err(|e| anyhow::anyhow!("cannot create node {name}: {e:?}"))?;
         let tree = FixtureTree::empty()?;
-        let sockets = workdir.join(name).join("device-plugins");
-        let hook_path = workdir.join(name).join("hook");
-        std::fs::create_dir_all(&sockets)?;
-        std::fs::create_dir_all(hook_path.join("vgpu/containers"))?;
-        let kubelet = KubeletSim::start(
-            hami_kubelet_sim::Args {
-                socket_dir: sockets.clone(),
-                node_name: name.into(),
-                record_dir: None,
-                run_containers: false,
-                sync_interval_ms: 100,
-            },
-            client.clone(),
-        )
-        .await?;
+        let base = Self::node_plumbing(api, client, name, workdir, tree.sysfs_root()).await?;
         let mut args = hami_nvidia_plugin::cli::Args::parse_from(["nvidia-device-plugin"]);
         args.nvml_library = driver_dir.join("libnvidia-ml.so.1").display().to_string();
-        args.device_plugin_dir = sockets;
+        args.device_plugin_dir = base.sockets.clone();
         args.node_name = Some(name.into());
-        args.hook_path = hook_path.clone();
+        args.hook_path = base.hook_path.clone();
         args.register_interval = 2;
         args.pulse = 5;
         let settings = args.settings().map_err(|e| anyhow::anyhow!(e))?;
@@ -367,36 +393,8 @@ impl Cluster {
             client.clone(),
             stop_rx,
         ));
-        let monitor_addr = free_local_addr()?;
-        let proc_root = workdir.join(name).join("proc");
-        std::fs::create_dir_all(&proc_root)?;
-        let config = hami_monitor::server::ServeConfig {
-            monitor: hami_monitor::node_monitor::MonitorConfig {
-                hook_path: hook_path.join("vgpu"),
-                proc_root,
-                sys_root: tree.sysfs_root(),
-                node_name: name.into(),
-                gc_grace: Duration::from_secs(60),
-            },
-            bind: monitor_addr,
-            legacy_metrics: false,
-            refresh_interval: Duration::from_secs(2),
-        };
-        let monitor = tokio::spawn(hami_monitor::server::serve(
-            config,
-            client.clone(),
-            std::future::pending(),
-        ));
-        Ok(SimNode {
-            name: name.into(),
-            description: "1 × NVIDIA GPU from the stand-in driver (16 GiB)".into(),
-            tree,
-            kubelet,
-            plugin_stop,
-            plugin,
-            monitor_addr,
-            monitor,
-        })
+        let description = "1 × NVIDIA GPU from the stand-in driver (16 GiB)";
+        Ok(base.into_node(name, description, tree, plugin_stop, plugin))
     }
 
     /// Creates every pod of `dir` (YAML, file-name order) through the API, so the webhook
