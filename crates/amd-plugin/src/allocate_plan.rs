@@ -5,7 +5,6 @@
 use hami_plugin_core::run_mapping::{RunError, take_next_run};
 use hami_protocol::cu_allocated::{CuAllocatedError, CuAllocation};
 use hami_protocol::cu_list::{CuListError, CuSet, HsaCuMask};
-use hami_protocol::device_list::DeviceListError;
 use hami_protocol::identity::KubeletDeviceId;
 use hami_protocol::memory_limit::MibLimit;
 use hami_protocol::names::AMD;
@@ -98,24 +97,11 @@ pub struct AllocatePlan {
 /// Why Allocate must fail; each names what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
-    #[error("pod has no hami.io/amd-devices-to-allocate annotation: it was not scheduled by HAMi")]
-    NoDecision,
-    #[error("hami.io/amd-devices-to-allocate is malformed: {0}")]
-    DeviceList(#[from] DeviceListError),
+    /// No run to take (not scheduled, malformed list, nothing left, count mismatch).
+    #[error(transparent)]
+    Run(#[from] RunError),
     #[error("hami.io/amd-cu-allocated of the pod is malformed: {0}")]
     CuAllocated(#[from] CuAllocatedError),
-    #[error(
-        "no container of the pod is left to allocate, but kubelet asked for {requested} device(s)"
-    )]
-    NothingLeft { requested: usize },
-    #[error(
-        "container run {run} of the pod holds {in_run} device(s) but kubelet asked for {requested}: the request does not match the scheduler's decision"
-    )]
-    CountMismatch {
-        run: usize,
-        in_run: usize,
-        requested: usize,
-    },
     #[error(
         "device {id} of the scheduler's decision is not offered on this node (stale decision or GPU gone)"
     )]
@@ -150,21 +136,7 @@ pub fn plan_allocate(
         AMD.devices_to_allocate,
         pod.to_allocate.as_deref(),
         requested,
-    )
-    .map_err(|e| match e {
-        RunError::NoDecision { .. } => PlanError::NoDecision,
-        RunError::DeviceList { source, .. } => PlanError::DeviceList(source),
-        RunError::NothingLeft { requested } => PlanError::NothingLeft { requested },
-        RunError::CountMismatch {
-            run,
-            in_run,
-            requested,
-        } => PlanError::CountMismatch {
-            run,
-            in_run,
-            requested,
-        },
-    })?;
+    )?;
     let (run_index, run) = (next.run_index, next.run);
     let mut pod_cus = match pod.cu_allocated.as_deref() {
         Some(t) if !t.trim().is_empty() => CuAllocation::parse(t)?,

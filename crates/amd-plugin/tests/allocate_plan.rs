@@ -6,6 +6,7 @@ use hami_amd_plugin::allocate_plan::{
 };
 use hami_amd_plugin::discover_report::build_report;
 use hami_amd_plugin::registration::{RegisteredDevice, RegistrationSettings};
+use hami_plugin_core::run_mapping::RunError;
 use hami_protocol::cu_allocated::CuAllocation;
 use hami_protocol::cu_list::HsaCuMask;
 use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
@@ -128,7 +129,10 @@ fn init_then_two_app_containers_map_in_order() {
     );
     assert_eq!(plans[2].to_allocate, ";;;;");
     let err = plan_allocate(&state, &devs, &CuAllocation::default(), 1, &settings).unwrap_err();
-    assert!(matches!(err, PlanError::NothingLeft { .. }), "{err}");
+    assert!(
+        matches!(err, PlanError::Run(RunError::NothingLeft { .. })),
+        "{err}"
+    );
 }
 
 #[test]
