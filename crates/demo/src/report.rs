@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use hami_protocol::cu_list::HsaCuMask;
 use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::names::{AMD, NVIDIA, env};
-use hami_protocol::requests::container_slots;
+use hami_protocol::requests::{container_slots, pod_ref};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
@@ -118,12 +118,8 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
             else {
                 continue;
             };
-            let namespace = pod
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into());
-            let name = pod.metadata.name.clone().unwrap_or_default();
+            let owner = pod_ref(pod);
+            let (namespace, name) = (owner.namespace, owner.name);
             let record = annotations
                 .get(hami_kubelet_sim::records::RECORD_ANNOTATION)
                 .cloned()

@@ -9,7 +9,9 @@ use hami_protocol::device_list::{ContainerDevices, decode_pod_devices};
 use hami_protocol::names::{Vendor, node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::NodeLock;
 use hami_protocol::node_register::decode_node_devices;
-use hami_protocol::requests::{ContainerKind, MemoryRequest, RequestDefaults, pod_requests};
+use hami_protocol::requests::{
+    ContainerKind, MemoryRequest, RequestDefaults, pod_ref, pod_requests,
+};
 use hami_protocol::rfc3339;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Serialize;
@@ -199,13 +201,10 @@ pub fn pod_report(pod: &Pod) -> Result<PodReport, InputError> {
             waiting_for_allocate,
         })
         .collect();
+    let owner = pod_ref(pod);
     Ok(PodReport {
-        namespace: pod
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-        name: pod.metadata.name.clone().unwrap_or_default(),
+        namespace: owner.namespace,
+        name: owner.name,
         node: annotations
             .get(pod_keys::VGPU_NODE)
             .cloned()

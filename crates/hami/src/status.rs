@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use hami_protocol::names::Vendor;
-use hami_protocol::requests::{RequestDefaults, pod_requests};
+use hami_protocol::requests::{RequestDefaults, pod_ref, pod_requests};
 use hami_scheduler::state::ClusterState;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
@@ -140,12 +140,8 @@ pub fn build(nodes: &[Node], pods: &[Pod], events: &[(String, String, String)]) 
         if !unbound || terminal || !wants_gpu {
             continue;
         }
-        let namespace = pod
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let name = pod.metadata.name.clone().unwrap_or_default();
+        let owner = pod_ref(pod);
+        let (namespace, name) = (owner.namespace, owner.name);
         let reason = events
             .iter()
             .rev()

@@ -24,13 +24,7 @@ pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// `namespace/name` of a pod.
-pub fn pod_ref(pod: &Pod) -> PodRef {
-    PodRef::new(
-        pod.metadata.namespace.clone().unwrap_or_default(),
-        pod.metadata.name.clone().unwrap_or_default(),
-    )
-}
+pub use hami_protocol::requests::pod_ref;
 
 /// Picks the pod among the pods of the node: the lock owner when the lock names one, else
 /// the oldest (by `hami.io/bind-time`, then name) pod with `bind-phase=allocating` whose

@@ -12,7 +12,20 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Serialize;
 
 use crate::names::Vendor;
+use crate::node_lock::PodRef;
 use crate::quantity::{CountProblem, parse_count};
+
+/// `namespace/name` of a pod; a pod without a namespace is in `default`, as the API
+/// server places it.
+pub fn pod_ref(pod: &Pod) -> PodRef {
+    PodRef::new(
+        pod.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
+}
 
 /// Most GPUs one container can use: the accounting regions have 64 AMD and 16 NVIDIA
 /// device slots.
@@ -456,6 +469,17 @@ mod tests {
             (2, MemoryRequest::Whole, 100)
         );
         assert!(b.added_limits.is_empty());
+    }
+
+    #[test]
+    fn pod_refs_default_the_namespace() {
+        assert_eq!(
+            pod_ref(&pod(json!({"containers": []}))).to_string(),
+            "default/p"
+        );
+        let mut p = pod(json!({"containers": []}));
+        p.metadata.namespace = Some("ml".into());
+        assert_eq!(pod_ref(&p), PodRef::new("ml", "p"));
     }
 
     #[test]

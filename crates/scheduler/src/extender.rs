@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use hami_protocol::device_list::encode_pod_devices;
 use hami_protocol::names::{Vendor, pod as pod_keys};
-use hami_protocol::requests::{RequestDefaults, pod_requests};
+use hami_protocol::requests::{RequestDefaults, pod_ref, pod_requests};
 use hami_protocol::selection::{DeviceSelector, GpuPolicy, NodePolicy, PodPolicies};
 use k8s_openapi::api::core::v1::Pod;
 use serde::de::DeserializeOwned;
@@ -303,15 +303,14 @@ pub fn decide_filter(
     }
     state.reserve(
         &uid,
-        PodHolding {
-            namespace: pod
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            node: node.clone(),
-            charges,
+        {
+            let owner = pod_ref(pod);
+            PodHolding {
+                namespace: owner.namespace,
+                name: owner.name,
+                node: node.clone(),
+                charges,
+            }
         },
         device_lists,
     );

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::names::{Vendor, pod as pod_keys};
-use hami_protocol::requests::container_slots;
+use hami_protocol::requests::{container_slots, pod_ref};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::snapshot::{NodeDevices, NodeSnapshot};
@@ -75,24 +75,17 @@ pub fn pod_holding(pod: &Pod) -> Result<Option<PodHolding>, HoldingError> {
         })?;
         charges.extend(collapse(&kinds, &runs));
     }
+    let owner = pod_ref(pod);
     Ok(Some(PodHolding {
-        namespace: pod
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-        name: pod.metadata.name.clone().unwrap_or_default(),
+        namespace: owner.namespace,
+        name: owner.name,
         node: node.clone(),
         charges,
     }))
 }
 
 pub fn pod_name(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or("")
-    )
+    pod_ref(pod).to_string()
 }
 
 #[derive(Debug, Clone)]
