@@ -123,7 +123,8 @@ fn known_market_name(device_id: u16) -> Option<&'static str> {
 /// a known market name, else `AMD GPU <device id>`. Characters the device-list format
 /// reserves (`,` `:` `;`) are replaced by spaces.
 pub fn market_name(product_name: Option<&str>, device_id: u16) -> String {
-    let name = match product_name.map(str::trim).filter(|n| !n.is_empty()) {
+    let cleaned = product_name.map(sanitize_name);
+    let name = match cleaned.as_deref().filter(|n| !n.is_empty()) {
         Some(n) if n.to_ascii_uppercase().contains("AMD") => n.to_owned(),
         Some(n) => format!("AMD {n}"),
         None => known_market_name(device_id)
@@ -132,6 +133,38 @@ pub fn market_name(product_name: Option<&str>, device_id: u16) -> String {
     };
     name.replace([',', ':', ';'], " ")
 }
+
+/// Longest registered type kept (real market names are under 40 characters).
+pub const MAX_NAME_CHARS: usize = 64;
+
+/// A name as it may be published: printable ASCII only (newlines, NUL, ESC and other
+/// control or non-ASCII bytes become spaces), runs of spaces collapsed, trimmed, and cut to
+/// [`MAX_NAME_CHARS`].
+pub fn sanitize_name(raw: &str) -> String {
+    let mut out = String::new();
+    for c in raw.chars() {
+        let c = if c.is_ascii_graphic() { c } else { ' ' };
+        if c == ' ' && (out.is_empty() || out.ends_with(' ')) {
+            continue;
+        }
+        if out.len() >= MAX_NAME_CHARS {
+            break;
+        }
+        out.push(c);
+    }
+    out.trim_end().to_owned()
+}
+
+/// Largest CU count of one device (partition or card) taken as real: the largest parts
+/// have 304 CUs; anything beyond this is a broken `simd_count`/`simd_per_cu`.
+pub const MAX_COMPUTE_UNITS: u32 = 1024;
+
+/// Smallest VRAM of a card taken as real (64 MiB); a smaller `mem_info_vram_total` would
+/// publish 0 MiB.
+pub const MIN_VRAM_BYTES: u64 = 64 << 20;
+
+/// Largest VRAM of a card taken as real (64 TiB).
+pub const MAX_VRAM_BYTES: u64 = 64 << 40;
 
 struct PciFunction {
     bdf: String,
@@ -171,18 +204,48 @@ fn read_pci_function(
     let vram_bytes = read_int(&dir.join("mem_info_vram_total"))
         .ok()
         .and_then(|v| u64::try_from(v).ok());
-    let opt = |name: &str| read_optional(&dir.join(name)).ok().flatten();
+    let numa = if numa > 4095 {
+        warnings.push(format!(
+            "GPU {bdf}: numa_node {numa} is out of range; reporting -1"
+        ));
+        -1
+    } else {
+        numa
+    };
+    let opt = |name: &str, warnings: &mut Vec<String>| match read_optional(&dir.join(name)) {
+        Ok(v) => v,
+        Err(e) => {
+            warnings.push(format!("GPU {bdf}: {e}; ignored"));
+            None
+        }
+    };
+    let product_name = opt("product_name", warnings);
+    if let Some(raw) = &product_name
+        && sanitize_name(raw) != raw.trim()
+    {
+        warnings.push(format!(
+            "GPU {bdf}: product_name has control characters or is too long; published as {:?}",
+            market_name(Some(raw), device_id)
+        ));
+    }
     let (card, render) = drm_minors(dir).map_err(|e| e.to_string())?;
     Ok(PciFunction {
         bdf: bdf.to_ascii_lowercase(),
         device_id,
         numa,
         vram_bytes,
-        product_name: opt("product_name"),
-        compute_partition: opt("current_compute_partition").map(|s| s.to_ascii_uppercase()),
-        memory_partition: opt("current_memory_partition").map(|s| s.to_ascii_uppercase()),
+        product_name,
+        compute_partition: opt("current_compute_partition", warnings)
+            .map(|s| sanitize_name(&s).to_ascii_uppercase())
+            .filter(|s| !s.is_empty()),
+        memory_partition: opt("current_memory_partition", warnings)
+            .map(|s| sanitize_name(&s).to_ascii_uppercase())
+            .filter(|s| !s.is_empty()),
         partitioning_supported: dir.join("available_compute_partition").exists(),
-        driver_version: read_trimmed(&dir.join("driver/module/version")).ok(),
+        driver_version: read_trimmed(&dir.join("driver/module/version"))
+            .ok()
+            .map(|v| sanitize_name(&v))
+            .filter(|v| !v.is_empty()),
         card,
         render,
     })
@@ -307,7 +370,45 @@ pub fn discover(sysfs_root: &Path) -> Result<Discovery, TopologyError> {
             ));
             continue;
         };
-        let gfx = first.u64("gfx_target_version").unwrap_or(0) as u32;
+        if !(MIN_VRAM_BYTES..=MAX_VRAM_BYTES).contains(&vram_bytes) {
+            warnings.push(format!(
+                "GPU {} skipped: mem_info_vram_total {vram_bytes} bytes is outside {MIN_VRAM_BYTES}..={MAX_VRAM_BYTES} (not a real GPU's memory)",
+                pci.bdf
+            ));
+            continue;
+        }
+        // A partition's own memory must fit in the card; otherwise use an even share.
+        for p in &mut parts {
+            if let Some(bytes) = p.mem_bytes
+                && (bytes < (16 << 20) || bytes > vram_bytes)
+            {
+                warnings.push(format!(
+                    "GPU {} partition {}: KFD mem_banks report {bytes} bytes, not within the card's {vram_bytes}; using an even share",
+                    pci.bdf, p.index
+                ));
+                p.mem_bytes = None;
+            }
+        }
+        let gfx = match first.u64("gfx_target_version").unwrap_or(0) {
+            g if g < 1_000_000 => g as u32,
+            g => {
+                warnings.push(format!(
+                    "GPU {}: gfx_target_version {g} is out of range; treated as unknown",
+                    pci.bdf
+                ));
+                0
+            }
+        };
+        let queues = match first.u64("num_cp_queues").unwrap_or(0) {
+            q if q <= 1024 => q as u32,
+            q => {
+                warnings.push(format!(
+                    "GPU {}: num_cp_queues {q} is out of range; reported as 0",
+                    pci.bdf
+                ));
+                0
+            }
+        };
         if let (Some(mode), n) = (&pci.compute_partition, parts.len())
             && expected_partitions(mode).is_some_and(|want| want != n)
         {
@@ -338,8 +439,8 @@ pub fn discover(sysfs_root: &Path) -> Result<Discovery, TopologyError> {
             gfx_target_version: gfx,
             unique_id,
             cu_per_wgp: cu_per_wgp(gfx),
-            compute_queues: first.u64("num_cp_queues").unwrap_or(0) as u32,
-            simd_count: first.u64("simd_count").unwrap_or(0) as u32,
+            compute_queues: queues,
+            simd_count: u32::try_from(first.u64("simd_count").unwrap_or(0)).unwrap_or(0),
             xgmi_peers: peers,
             driver_version: pci.driver_version,
             partitions: parts,
@@ -368,6 +469,14 @@ fn partition_of(
     render: u32,
 ) -> Result<Partition, String> {
     let compute_units = node.compute_units();
+    if compute_units > MAX_COMPUTE_UNITS {
+        return Err(format!(
+            "KFD node {} reports {compute_units} compute units (simd_count {:?} / simd_per_cu {:?}), more than any GPU has ({MAX_COMPUTE_UNITS})",
+            node.id,
+            node.properties.get("simd_count"),
+            node.properties.get("simd_per_cu")
+        ));
+    }
     if compute_units == 0 {
         return Err(format!(
             "KFD node {} reports 0 compute units (simd_count {:?} / simd_per_cu {:?})",
@@ -409,6 +518,16 @@ mod tests {
         assert_eq!(market_name(None, 0x740f), "AMD Instinct MI210");
         assert_eq!(market_name(None, 0x1234), "AMD GPU 1234");
         assert_eq!(market_name(Some("AMD X, rev: 2; b"), 1), "AMD X  rev  2  b");
+        assert_eq!(
+            market_name(Some("AMD Evil\n\u{1b}[31mRed\0\tX"), 1),
+            "AMD Evil [31mRed X"
+        );
+        let long = "AMD ".to_owned() + &"Z".repeat(1 << 20);
+        assert_eq!(market_name(Some(&long), 1).len(), MAX_NAME_CHARS);
+        assert_eq!(
+            market_name(Some("\n\0\u{7f}"), 0x740f),
+            "AMD Instinct MI210"
+        );
         assert_eq!(cu_per_wgp(90402), 1);
         assert_eq!(cu_per_wgp(110000), 2);
         assert_eq!(cu_per_wgp(120001), 2);

@@ -40,9 +40,12 @@ impl KfdNode {
     }
 
     /// Effective (active) CUs: `simd_count / simd_per_cu`; 0 when either is missing.
+    /// Saturates at `u32::MAX` (discovery refuses anything above a real GPU's count).
     pub fn compute_units(&self) -> u32 {
         match (self.u64("simd_count"), self.u64("simd_per_cu")) {
-            (Some(simds), Some(per_cu)) if per_cu > 0 => (simds / per_cu) as u32,
+            (Some(simds), Some(per_cu)) if per_cu > 0 => {
+                u32::try_from(simds / per_cu).unwrap_or(u32::MAX)
+            }
             _ => 0,
         }
     }

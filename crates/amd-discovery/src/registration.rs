@@ -13,7 +13,9 @@ use crate::discovery::{Discovery, Gpu, Partition};
 /// `hami.io/amd-operating-mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OperatingMode {
-    /// Cards (or the partitions they run) are sliced by CU masks; count = share count.
+    /// Whole cards are sliced by CU masks (count = share count); a hard partition of a
+    /// partitioned card is one device of count 1, mode `xcp` (seed: "一个硬分区条目只计一次"),
+    /// unless [`RegistrationSettings::slice_partitions`] opts in to slicing it too.
     #[default]
     Cu,
     /// Every hardware compute partition is one device of count 1.
@@ -49,6 +51,10 @@ pub struct RegistrationSettings {
     pub device_memory_scaling: f64,
     /// The compute partition mode the node should run (`COMPUTE_PARTITION`), e.g. `CPX`.
     pub expected_compute_partition: Option<String>,
+    /// Opt-in (`--slice-partitions`, env `SLICE_PARTITIONS`): in `cu` mode, slice hard
+    /// partitions by CU masks like whole cards (count = share count, mode `hami-core`).
+    /// Off by default: the seed counts a partition entry once.
+    pub slice_partitions: bool,
 }
 
 impl Default for RegistrationSettings {
@@ -58,6 +64,7 @@ impl Default for RegistrationSettings {
             split_count: None,
             device_memory_scaling: 1.0,
             expected_compute_partition: None,
+            slice_partitions: false,
         }
     }
 }
@@ -78,6 +85,12 @@ pub struct RegisteredDevice {
     pub cu_per_wgp: u32,
     /// Unscaled memory of the device in bytes (dmem limits are real bytes).
     pub mem_bytes: u64,
+    /// Unscaled memory of the whole card in bytes (its dmem region's size).
+    pub card_mem_bytes: u64,
+    /// KFD topology node of this device (ROCr enumerates visible GPUs in this order).
+    pub kfd_node: u32,
+    /// Hard partition index (0 for a whole card).
+    pub partition_index: u8,
 }
 
 impl RegisteredDevice {
@@ -95,7 +108,22 @@ impl RegisteredDevice {
 pub struct Registration {
     pub devices: Vec<RegisteredDevice>,
     pub warnings: Vec<String>,
+    /// What the plugin also reports as a Node Event (each also in `warnings`).
+    pub notices: Vec<Notice>,
 }
+
+/// Something about the node's GPUs an operator must see (a Node Event), not only a log line.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Notice {
+    /// Event reason, e.g. [`PARTITION_MISMATCH`].
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// A card runs another compute partition mode than the node expects.
+pub const PARTITION_MISMATCH: &str = "AMDGPUPartitionMismatch";
+/// Two cards report one KFD `unique_id`; their registered ids are disambiguated.
+pub const DUPLICATE_UNIQUE_ID: &str = "AMDGPUDuplicateUniqueId";
 
 /// Builds the registered devices. `healthy(render_minor)` says whether a render node opens.
 pub fn register(
@@ -110,23 +138,53 @@ pub fn register(
             gpu.compute_partition.as_deref(),
         ) && !want.eq_ignore_ascii_case(have)
         {
-            out.warnings.push(format!(
+            let message = format!(
                 "GPU {} runs compute partition {have} but the node expects {want}: offering it as found",
                 gpu.bdf
-            ));
+            );
+            out.warnings.push(message.clone());
+            out.notices.push(Notice {
+                reason: PARTITION_MISMATCH,
+                message,
+            });
         }
+        let twins: Vec<&str> = discovery
+            .gpus
+            .iter()
+            .filter(|g| g.unique_id == gpu.unique_id && g.bdf != gpu.bdf)
+            .map(|g| g.bdf.as_str())
+            .collect();
         let partitioned = gpu.is_partitioned();
         for part in &gpu.partitions {
-            out.devices.push(device(
-                gpu,
-                part,
-                partitioned,
-                settings,
-                healthy(part.render),
-            ));
+            let mut dev = device(gpu, part, partitioned, settings, healthy(part.render));
+            if !twins.is_empty() {
+                // Keep every card, with an id that names it: the plain id would be the same
+                // for all of them (the node annotation refuses duplicates).
+                dev.info.id = format!("{}-{}", dev.info.id, bdf_tag(&gpu.bdf));
+            }
+            out.devices.push(dev);
+        }
+        if !twins.is_empty() {
+            let message = format!(
+                "GPU {} reports KFD unique_id {} like {}: registered as {} (ids suffixed with the PCI address); the hardware or firmware reports a wrong serial",
+                gpu.bdf,
+                gpu.unique_id,
+                twins.join(", "),
+                out.devices.last().map(|d| d.info.id.as_str()).unwrap_or("")
+            );
+            out.warnings.push(message.clone());
+            out.notices.push(Notice {
+                reason: DUPLICATE_UNIQUE_ID,
+                message,
+            });
         }
     }
     out
+}
+
+/// A PCI address usable inside an id (no `:` or `.`): `0000:05:00.0` → `0000-05-00-0`.
+fn bdf_tag(bdf: &str) -> String {
+    bdf.replace([':', '.'], "-")
 }
 
 fn device(
@@ -157,6 +215,7 @@ fn device(
         };
     let devmem = ((mem_bytes >> 20) as f64 * scaling).floor() as u64;
     let (count, mode) = match settings.mode {
+        OperatingMode::Cu if partitioned && !settings.slice_partitions => (1, DeviceMode::Xcp),
         OperatingMode::Cu => (
             settings
                 .split_count
@@ -182,7 +241,7 @@ fn device(
                 pci_bdf: Some(gpu.bdf.clone()),
                 cu_per_wgp: Some(gpu.cu_per_wgp),
                 compute_queues: Some(gpu.compute_queues),
-                xgmi_peers: gpu.xgmi_peers.clone(),
+                xgmi_peers: registered_peers(gpu, partitioned),
                 compute_partition: gpu.compute_partition.clone(),
                 memory_partition: gpu.memory_partition.clone(),
             },
@@ -194,5 +253,21 @@ fn device(
         pci_bdf: gpu.bdf.clone(),
         cu_per_wgp: gpu.cu_per_wgp,
         mem_bytes,
+        card_mem_bytes: gpu.vram_bytes,
+        kfd_node: part.kfd_node,
+        partition_index: part.index,
     }
+}
+
+/// `custominfo.xgmiPeers`: the cards reachable over XGMI and, for a partitioned card, the
+/// card itself: its partitions share one die (and its fabric), so `amd.com/link-bind`
+/// must treat two partitions of one card as peers. The scheduler's peer test is "the other
+/// device's `pciBDF` is listed", and partitions of one card share their `pciBDF`.
+fn registered_peers(gpu: &Gpu, partitioned: bool) -> Vec<String> {
+    let mut peers = gpu.xgmi_peers.clone();
+    if partitioned && !peers.contains(&gpu.bdf) {
+        peers.push(gpu.bdf.clone());
+        peers.sort();
+    }
+    peers
 }

@@ -42,10 +42,14 @@ async fn bench() {
         )
         .unwrap();
     let tree = hami_sysfs_fixtures::mi300x_cpx().unwrap();
+    // Slices of CPX partitions: the opt-in (partitions are whole devices by default).
     let devices = hami_amd_plugin::discover_report::build_report(
         &tree.sysfs_root(),
         &tree.dev_root(),
-        &Default::default(),
+        &hami_amd_plugin::registration::RegistrationSettings {
+            slice_partitions: true,
+            ..Default::default()
+        },
     )
     .unwrap()
     .registration
@@ -57,6 +61,7 @@ async fn bench() {
     args.device_plugin_dir = sockets.clone();
     args.node_name = Some("n1".into());
     args.cgroup_root = tree.sysfs_root().join("fs/cgroup");
+    args.slice_partitions = true;
     let settings = args.registration_settings().unwrap();
     let (stop, rx) = tokio::sync::watch::channel(false);
     let plugin = tokio::spawn(hami_amd_plugin::plugin::serve(

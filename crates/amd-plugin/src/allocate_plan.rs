@@ -2,16 +2,24 @@
 //! annotations, the node's devices, the CUs other pods hold and kubelet's request, to the
 //! container response and the annotation updates. No I/O: the shell reads and writes.
 
+use std::collections::BTreeSet;
+
 use hami_plugin_core::run_mapping::{RunError, take_next_run};
 use hami_protocol::cu_allocated::{CuAllocatedError, CuAllocation};
 use hami_protocol::cu_list::{CuListError, CuSet, HsaCuMask};
+use hami_protocol::device_list::{ContainerDevice, decode_pod_devices};
+use hami_protocol::hook_config::{self, HookConfig};
 use hami_protocol::identity::KubeletDeviceId;
 use hami_protocol::memory_limit::MibLimit;
 use hami_protocol::names::AMD;
 use hami_protocol::names::env;
+use hami_protocol::node_register::DeviceMode;
+use hami_protocol::requests::ContainerKind;
 
 use crate::cu_choice::{CuChoiceError, choose_cus};
+pub use crate::dmem_plan::{DmemLimit, container_dmem};
 use crate::registration::RegisteredDevice;
+pub use crate::rocr_visible::rocr_visible_devices;
 
 /// Where the hook lives inside containers (the reference's path).
 pub const HOOK_CONTAINER_PATH: &str = "/usr/local/vgpu/libamvgpu.so";
@@ -23,6 +31,11 @@ pub const CACHE_CONTAINER_DIR: &str = "/usr/local/vgpu/cache";
 
 /// File name of the region inside that directory (`.cache`, as the monitor expects).
 pub const CACHE_FILE: &str = "hipdevshr.cache";
+
+/// Directory under the cache root holding each sliced container's hook config
+/// (`<uid>_<container>.conf`), mounted read-only at `hook_config::CONTAINER_PATH`. Not inside
+/// the container's own directory, which is mounted read-write.
+pub const HOOK_CONFIG_DIR: &str = ".hook-config";
 
 /// Settings of the planner.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +49,8 @@ pub struct PlanSettings {
     /// Host directory holding one accounting directory per sliced container
     /// (`$HOST_HOOK_PATH/vgpu/containers`), read by the monitor.
     pub cache_host_root: String,
+    /// `--cdi`: answer with CDI device names instead of device nodes (`cdi.rs`).
+    pub cdi: bool,
 }
 
 impl Default for PlanSettings {
@@ -45,20 +60,13 @@ impl Default for PlanSettings {
             hook_container_path: HOOK_CONTAINER_PATH.into(),
             oversubscribe: false,
             cache_host_root: "/usr/local/vgpu/containers".into(),
+            cdi: false,
         }
     }
 }
 
 // The container plan is vendor-neutral (shared with the NVIDIA plugin).
 pub use hami_plugin_core::container_plan::{ContainerPlan, DevicePath, MountPlan};
-
-/// A dmem limit to apply to the container's cgroup once it exists.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DmemLimit {
-    /// `drm/<pci bdf>/vram0`.
-    pub region: String,
-    pub bytes: u64,
-}
 
 /// The annotations of the pod that Allocate reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -70,6 +78,31 @@ pub struct PodAnnotations {
     /// each sliced container's accounting directory; without them no directory is given.
     pub pod_uid: Option<String>,
     pub containers: Vec<String>,
+    /// The kinds of those containers, and the pod's whole decision
+    /// (`hami.io/amd-devices-allocated`): an app container may reuse the CUs of the pod's
+    /// init containers (they have finished), as the scheduler charges them at their peak.
+    pub kinds: Vec<ContainerKind>,
+    pub allocated: Option<String>,
+}
+
+/// Whether the pod's CUs on `device` are all its init containers' (finished before this
+/// app container starts), so this container may reuse them: the container is an app
+/// container and no earlier app container or sidecar of the pod uses the device.
+fn own_cus_reusable(pod: &PodAnnotations, run_index: usize, device: &str) -> bool {
+    let Some(runs) = pod
+        .allocated
+        .as_deref()
+        .and_then(|t| decode_pod_devices(t).ok())
+    else {
+        return false;
+    };
+    if runs.len() != pod.kinds.len() || pod.kinds.get(run_index) != Some(&ContainerKind::App) {
+        return false;
+    }
+    runs.iter()
+        .zip(&pod.kinds)
+        .take(run_index)
+        .all(|(run, kind)| *kind == ContainerKind::Init || run.iter().all(|d| d.uuid != device))
 }
 
 /// The full outcome of one container's Allocate.
@@ -85,6 +118,9 @@ pub struct AllocatePlan {
     /// Host directory to create (mode 0777) before answering: the container's accounting
     /// directory, mounted read-write.
     pub cache_dir: Option<String>,
+    /// Host path of the container's hook config and its contents (issue 14 item 7): the
+    /// shell writes it (read-only) before answering; the hook reads it before any variable.
+    pub hook_config: Option<(String, HookConfig)>,
     /// CUs chosen per device id, in allocation order.
     pub chosen: Vec<(String, CuSet)>,
     /// True when no run is left: the pod is fully allocated (`bind-phase=success`).
@@ -122,6 +158,18 @@ pub enum PlanError {
     UnknownKubeletId(String),
     #[error("kubelet asked for no device")]
     EmptyRequest,
+    #[error(
+        "kubelet id {kubelet_id} is a share of {device}, which holds slices of HAMi pods: a pod not placed by HAMi gets whole cards only, and only free ones; schedule it with HAMi (amd.com/gpucores/gpumem) or free the card"
+    )]
+    WholeCardBusy { kubelet_id: String, device: String },
+    #[error(
+        "kubelet chose {ids}: {asked} device(s) asked, but they are shares of only {cards} card(s); a pod not placed by HAMi gets one whole card per amd.com/gpu, so retry (kubelet's preferred allocation spreads over cards) or schedule the pod with HAMi"
+    )]
+    WholeCardShares {
+        ids: String,
+        asked: usize,
+        cards: usize,
+    },
 }
 
 /// Plans the Allocate of the pod's next container (D-5).
@@ -153,18 +201,38 @@ pub fn plan_allocate(
                 })
         })
         .collect::<Result<_, _>>()?;
+    // A hard partition (mode xcp) is one device of count 1: its pod owns all of it, so it
+    // is handed over whole whatever share the scheduler wrote (no mask, no hook limit).
+    let run: Vec<ContainerDevice> = run
+        .iter()
+        .zip(&resolved)
+        .map(|(entry, dev)| {
+            let mut e = entry.clone();
+            if dev.info.mode == DeviceMode::Xcp {
+                e.cores = dev.info.devcore;
+                e.mem_mib = dev.info.devmem;
+            }
+            e
+        })
+        .collect();
     let whole_cards = run
         .iter()
         .zip(&resolved)
         .all(|(entry, dev)| entry.cores >= dev.info.devcore && entry.mem_mib >= dev.info.devmem);
 
     let mut chosen = Vec::new();
-    let mut dmem = Vec::new();
     for (entry, dev) in run.iter().zip(&resolved) {
         let id = &dev.info.id;
         // Other pods' CUs plus what this pod's earlier containers (or devices) already hold.
         let mut used = others_used.0.get(id).cloned().unwrap_or_default();
-        if let Some(own) = pod_cus.0.get(id) {
+        let own = pod_cus.0.get(id).cloned();
+        // A whole hard partition belongs to the pod: its init container and a later app
+        // container may both use it (the scheduler charges init containers at their peak).
+        let whole_partition = dev.info.mode == DeviceMode::Xcp;
+        let reuse = whole_partition || own_cus_reusable(pod, run_index, id);
+        if let Some(own) = &own
+            && !reuse
+        {
             used = used.union(own);
         }
         let cus =
@@ -174,20 +242,22 @@ pub fn plan_allocate(
                     source,
                 }
             })?;
-        pod_cus.add(id, &cus)?;
-        chosen.push((id.clone(), cus));
-        if !whole_cards {
-            let bytes = (entry.mem_mib << 20).min(dev.mem_bytes);
-            if bytes < dev.mem_bytes {
-                dmem.push(DmemLimit {
-                    region: format!("drm/{}/vram0", dev.pci_bdf),
-                    bytes,
-                });
+        match own {
+            Some(own) if reuse => {
+                pod_cus.0.insert(id.clone(), own.union(&cus));
             }
+            _ => pod_cus.add(id, &cus)?,
         }
+        chosen.push((id.clone(), cus));
     }
+    let dmem = if whole_cards {
+        Vec::new()
+    } else {
+        container_dmem(&run, &resolved)
+    };
 
     let mut cache_dir = None;
+    let mut hook = None;
     let mut container = ContainerPlan::default();
     container.devices.push(DevicePath {
         path: "/dev/kfd".into(),
@@ -203,10 +273,10 @@ pub fn plan_allocate(
             permissions: "rw".into(),
         });
     }
-    let rocr: Vec<&str> = resolved.iter().map(|d| d.rocr_id.as_str()).collect();
-    container
-        .envs
-        .insert(env::ROCR_VISIBLE_DEVICES.into(), rocr.join(","));
+    container.envs.insert(
+        env::ROCR_VISIBLE_DEVICES.into(),
+        rocr_visible_devices(&resolved),
+    );
     if !whole_cards {
         let visible: Vec<String> = (0..resolved.len()).map(|i| i.to_string()).collect();
         container
@@ -251,11 +321,54 @@ pub fn plan_allocate(
                 host_path: host.clone(),
                 read_only: false,
             });
+            // The region file itself too (the shell creates it): a mount point cannot be
+            // unlinked or renamed from inside, so the container cannot start fresh books.
+            container.mounts.push(MountPlan {
+                container_path: format!("{CACHE_CONTAINER_DIR}/{CACHE_FILE}"),
+                host_path: format!("{host}/{CACHE_FILE}"),
+                read_only: false,
+            });
             container.envs.insert(
                 env::HIP_DEVICE_MEMORY_SHARED_CACHE.into(),
                 format!("{CACHE_CONTAINER_DIR}/{CACHE_FILE}"),
             );
             cache_dir = Some(host);
+            // The same settings as a read-only file the hook trusts over the environment.
+            // ROCm 5.x enforces CUs only through ROC_GLOBAL_CU_MASK, one mask for every
+            // device: expressible when all of the container's devices got the same CUs.
+            let global = hook_config::shared_cu_set(chosen.iter().map(|(_, s)| s))
+                .and_then(hook_config::global_cu_mask);
+            if let Some(global) = &global {
+                container
+                    .envs
+                    .insert(hook_config::ROC_GLOBAL_CU_MASK.into(), global.clone());
+            }
+            let mut config = HookConfig {
+                shared_cache: Some(format!("{CACHE_CONTAINER_DIR}/{CACHE_FILE}")),
+                hsa_cu_mask: Some(mask.to_string()),
+                roc_global_cu_mask: global,
+                ..HookConfig::default()
+            };
+            for (i, entry) in run.iter().enumerate() {
+                config
+                    .memory_limits
+                    .insert(i as u32, entry.mem_mib.saturating_mul(1 << 20));
+            }
+            if settings.oversubscribe {
+                config
+                    .pinned
+                    .insert(env::HIP_OVERSUBSCRIBE.into(), "true".into());
+            }
+            let path = format!(
+                "{}/{HOOK_CONFIG_DIR}/{uid}_{name}.conf",
+                settings.cache_host_root.trim_end_matches('/')
+            );
+            container.mounts.push(MountPlan {
+                container_path: hook_config::CONTAINER_PATH.into(),
+                host_path: path.clone(),
+                read_only: true,
+            });
+            hook = Some((path, config));
         }
     }
     Ok(AllocatePlan {
@@ -264,6 +377,7 @@ pub fn plan_allocate(
         to_allocate: next.remaining,
         cu_allocated: pod_cus.encode(),
         cache_dir,
+        hook_config: hook,
         chosen,
         last: next.last,
         dmem,
@@ -271,11 +385,14 @@ pub fn plan_allocate(
     })
 }
 
-/// Whole-card hand-over for a pod HAMi did not place: the kubelet-chosen ids name the
-/// devices; the container gets their nodes and `ROCR_VISIBLE_DEVICES`, no hook, no mask.
+/// Whole-card hand-over for a pod HAMi did not place: each kubelet id names one share of a
+/// card, and the container gets one whole card per id (no hook, no mask) — exactly as many
+/// cards as kubelet asked for, or an error. A card holding slices (`busy`: device ids with
+/// CUs of live pods or in a pending run of a HAMi pod) is never handed out.
 pub fn plan_whole_cards(
     devices: &[RegisteredDevice],
     kubelet_ids: &[String],
+    busy: &BTreeSet<String>,
 ) -> Result<ContainerPlan, PlanError> {
     if kubelet_ids.is_empty() {
         return Err(PlanError::EmptyRequest);
@@ -288,9 +405,22 @@ pub fn plan_whole_cards(
             .iter()
             .find(|d| d.device_key == id.device_key && id.share < d.info.count)
             .ok_or_else(|| PlanError::UnknownKubeletId(text.clone()))?;
+        if busy.contains(&dev.info.id) {
+            return Err(PlanError::WholeCardBusy {
+                kubelet_id: text.clone(),
+                device: dev.info.id.clone(),
+            });
+        }
         if !chosen.iter().any(|c| c.device_key == dev.device_key) {
             chosen.push(dev);
         }
+    }
+    if chosen.len() != kubelet_ids.len() {
+        return Err(PlanError::WholeCardShares {
+            ids: kubelet_ids.join(","),
+            asked: kubelet_ids.len(),
+            cards: chosen.len(),
+        });
     }
     let mut plan = ContainerPlan::default();
     plan.devices.push(DevicePath {
@@ -309,11 +439,7 @@ pub fn plan_whole_cards(
     }
     plan.envs.insert(
         env::ROCR_VISIBLE_DEVICES.into(),
-        chosen
-            .iter()
-            .map(|d| d.rocr_id.as_str())
-            .collect::<Vec<_>>()
-            .join(","),
+        rocr_visible_devices(&chosen),
     );
     Ok(plan)
 }

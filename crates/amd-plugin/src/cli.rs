@@ -45,6 +45,33 @@ pub struct Args {
         global = true
     )]
     pub operating_mode: String,
+    /// Opt-in: in cu mode, also slice hard compute partitions (CPX, QPX…) by CU masks, as
+    /// whole cards are (count = share count). Off: a partition is one device of count 1.
+    #[arg(
+        long = "slice-partitions",
+        env = "SLICE_PARTITIONS",
+        global = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub slice_partitions: bool,
+    /// Answer Allocate with CDI device names (amd.com/gpu=card<N>) and keep a CDI spec in
+    /// --cdi-spec-dir; the container runtime must have CDI enabled (kubelet >= 1.28).
+    #[arg(
+        long = "cdi",
+        env = "USE_CDI",
+        global = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub cdi: bool,
+    /// Where the CDI spec (amd.com-gpu.json) is written.
+    #[arg(long = "cdi-spec-dir", default_value = "/var/run/cdi", global = true)]
+    pub cdi_spec_dir: PathBuf,
     /// Compute partition mode the node is expected to run (e.g. CPX).
     #[arg(long = "compute-partition", env = "COMPUTE_PARTITION", global = true)]
     pub compute_partition: Option<String>,
@@ -127,6 +154,7 @@ impl Args {
                 .compute_partition
                 .clone()
                 .filter(|s| !s.trim().is_empty()),
+            slice_partitions: self.slice_partitions,
         })
     }
 }
@@ -155,6 +183,16 @@ mod tests {
         assert_eq!(args.pulse, 5);
         assert_eq!(args.split_count, Some(4));
         assert!(args.report_node_capacity);
+    }
+
+    #[test]
+    fn slicing_partitions_is_an_explicit_opt_in() {
+        let off = Args::try_parse_from(["p"]).unwrap();
+        assert!(!off.registration_settings().unwrap().slice_partitions);
+        let on = Args::try_parse_from(["p", "--slice-partitions"]).unwrap();
+        assert!(on.registration_settings().unwrap().slice_partitions);
+        let explicit = Args::try_parse_from(["p", "--slice-partitions=false"]).unwrap();
+        assert!(!explicit.slice_partitions);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use hami_protocol::node_register::encode_node_devices;
 use serde_json::{Value, json};
 
 use crate::discovery::{Discovery, discover};
-use crate::health::render_node_opens;
+use crate::health::render_node_healthy;
 use crate::registration::{Registration, RegistrationSettings, register};
 
 /// Everything `discover` found.
@@ -29,7 +29,7 @@ pub fn build_report(
 ) -> Result<Report, String> {
     let discovery = discover(sysfs_root).map_err(|e| e.to_string())?;
     let registration = register(&discovery, settings, |render| {
-        render_node_opens(dev_root, render)
+        render_node_healthy(sysfs_root, dev_root, render)
     });
     let infos: Vec<_> = registration
         .devices

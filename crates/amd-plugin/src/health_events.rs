@@ -38,7 +38,7 @@ pub fn gpu_events(
                         reason: "AMDGPUUnhealthy",
                         kind: "Warning",
                         message: format!(
-                            "GPU {} ({}): /dev/dri/renderD{} cannot be opened",
+                            "GPU {} ({}) is unhealthy: /dev/dri/renderD{} cannot be opened, or the AMD device-metrics exporter reports it unhealthy",
                             new.info.id, new.pci_bdf, new.render
                         ),
                     });
@@ -79,4 +79,80 @@ pub fn gpu_events(
         }
     }
     events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discover_report::build_report;
+    use crate::registration::RegistrationSettings;
+
+    fn devices(tree: &hami_sysfs_fixtures::FixtureTree) -> Vec<RegisteredDevice> {
+        build_report(
+            &tree.sysfs_root(),
+            &tree.dev_root(),
+            &RegistrationSettings::default(),
+        )
+        .unwrap()
+        .registration
+        .devices
+    }
+
+    #[test]
+    fn missing_recovered_unhealthy_and_mode_changed_in_use() {
+        let tree = hami_sysfs_fixtures::mi210_xgmi().unwrap();
+        let before = devices(&tree);
+        let none = BTreeSet::new();
+        assert!(gpu_events(&before, &before, &none).is_empty());
+
+        // A card vanishes: AMDGPUMissing naming it.
+        let gone = before[2].clone();
+        let after: Vec<_> = before
+            .iter()
+            .filter(|d| d.info.id != gone.info.id)
+            .cloned()
+            .collect();
+        let events = gpu_events(&before, &after, &none);
+        assert_eq!(events.len(), 1);
+        assert_eq!(
+            (events[0].reason, events[0].kind),
+            ("AMDGPUMissing", "Warning")
+        );
+        assert!(
+            events[0].message.contains(&gone.info.id) && events[0].message.contains(&gone.pci_bdf)
+        );
+
+        // Unhealthy, then healthy again: AMDGPUUnhealthy, then AMDGPURecovered.
+        let mut sick = before.clone();
+        sick[1].info.health = false;
+        let events = gpu_events(&before, &sick, &none);
+        assert_eq!(
+            events.iter().map(|e| e.reason).collect::<Vec<_>>(),
+            ["AMDGPUUnhealthy"]
+        );
+        let events = gpu_events(&sick, &before, &none);
+        assert_eq!(events.len(), 1);
+        assert_eq!(
+            (events[0].reason, events[0].kind),
+            ("AMDGPURecovered", "Normal")
+        );
+        assert!(events[0].message.contains(&before[1].info.id));
+
+        // The compute partition changes under a card in use: one event for that card;
+        // the same change on a card nobody uses is not an event.
+        let mut changed = before.clone();
+        for d in changed.iter_mut().take(2) {
+            d.info.custom_info.compute_partition = Some("CPX".into());
+        }
+        let in_use: BTreeSet<String> = [before[0].info.id.clone()].into();
+        let events = gpu_events(&before, &changed, &in_use);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].reason, "AMDGPUModeChangedInUse");
+        assert!(events[0].message.contains(&before[0].pci_bdf));
+        assert!(
+            events[0].message.contains("none to CPX"),
+            "{}",
+            events[0].message
+        );
+    }
 }

@@ -2,12 +2,17 @@
 //! the pure planner, write the result in one pod patch (so nothing is half-written), and
 //! release the node lock. Failures set `bind-phase=failed` and release the lock.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+
+use hami_protocol::cu_allocated::CuAllocation;
+use k8s_openapi::api::core::v1::Event;
+use kube::api::PostParams;
 
 use futures::future::BoxFuture;
 use hami_plugin_core::pod_choice::{annotation, pod_ref};
 use hami_plugin_core::pod_commit::{
-    check_lock_owner, commit_allocation, create_cache_dir, mark_failed,
+    check_lock_owner, commit_allocation, create_cache_dir, mark_failed, write_hook_config,
 };
 use hami_protocol::names::{AMD, pod as pod_keys};
 use hami_protocol::node_lock::PodRef;
@@ -24,17 +29,80 @@ pub use hami_plugin_core::pod_commit::release_lock;
 use crate::allocate_plan::{
     ContainerPlan, PlanSettings, PodAnnotations, plan_allocate, plan_whole_cards,
 };
-use crate::cu_usage::{PodCus, cus_in_use};
+use crate::cu_usage::{PodCus, Usage, cus_in_use};
 use crate::dmem::DmemJob;
+use crate::dmem_plan::{DmemLimit, pod_dmem};
 use crate::grpc_server::Allocator;
 use crate::registration::RegisteredDevice;
+use hami_protocol::device_list::decode_pod_devices;
 
 /// Picks the pod among the pods of the node (pure): the lock owner when the lock names
 /// one, else the oldest (by `hami.io/bind-time`, then name) pod with
 /// `bind-phase=allocating` whose `vgpu-node` is this node and that still has AMD devices
 /// to allocate.
-pub fn choose_pod(lock: Option<&str>, node: &str, pods: &[Pod]) -> Result<PodChoice, String> {
-    hami_plugin_core::pod_choice::choose_pod(lock, node, pods, AMD.devices_to_allocate)
+pub fn choose_pod(
+    lock: Option<&str>,
+    node: &str,
+    pods: &[Pod],
+    requested: usize,
+) -> Result<PodChoice, String> {
+    hami_plugin_core::pod_choice::choose_pod_for_request(
+        lock,
+        node,
+        pods,
+        AMD.devices_to_allocate,
+        requested,
+    )
+}
+
+/// Event reason for a pod whose `hami.io/amd-cu-allocated` cannot be read.
+pub const MALFORMED_CU_ALLOCATED: &str = "AMDCuAllocatedMalformed";
+
+/// Devices a whole-card hand-over must not take: those with CUs held by live pods, and
+/// those named in a pending run of a pod still being allocated (reserved by the scheduler).
+pub fn busy_devices(used: &CuAllocation, pods: &[Pod]) -> BTreeSet<String> {
+    let mut busy: BTreeSet<String> = used
+        .0
+        .iter()
+        .filter(|(_, set)| !set.is_empty())
+        .map(|(id, _)| id.clone())
+        .collect();
+    for p in pods {
+        if matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        ) {
+            continue;
+        }
+        if let Some(runs) =
+            annotation(p, AMD.devices_to_allocate).and_then(|t| decode_pod_devices(t).ok())
+        {
+            busy.extend(runs.into_iter().flatten().map(|d| d.uuid));
+        }
+    }
+    busy
+}
+
+/// Records a Warning Event on a pod (core v1, the pod's namespace).
+pub async fn record_pod_event(client: &kube::Client, pod: &PodRef, reason: &str, message: &str) {
+    let events: Api<Event> = Api::namespaced(client.clone(), &pod.namespace);
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let ev: Result<Event, _> = serde_json::from_value(json!({
+        "metadata": {"generateName": format!("{}.", pod.name)},
+        "involvedObject": {"kind": "Pod", "name": pod.name, "namespace": pod.namespace, "apiVersion": "v1"},
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "source": {"component": "amd-device-plugin"},
+        "count": 1,
+    }));
+    let Ok(mut ev) = ev else { return };
+    ev.first_timestamp = Some(now.clone());
+    ev.last_timestamp = Some(now);
+    if let Err(e) = events.create(&PostParams::default(), &ev).await {
+        tracing::warn!("cannot record event {reason} on pod {pod}: {e}");
+    }
 }
 
 /// Allocate against the API server.
@@ -47,6 +115,8 @@ pub struct KubeAllocator {
     pub dmem: Option<tokio::sync::mpsc::UnboundedSender<DmemJob>>,
     /// Allocations of one node are serialized so CU choices never race.
     pub serial: Mutex<()>,
+    /// Unreadable annotations already reported (pod, value), so each gets one Event.
+    pub reported: Mutex<BTreeSet<(PodRef, String)>>,
 }
 
 impl KubeAllocator {
@@ -64,18 +134,36 @@ impl KubeAllocator {
             settings,
             dmem,
             serial: Mutex::new(()),
+            reported: Mutex::new(BTreeSet::new()),
         })
     }
 
     async fn allocate_inner(&self, ids: Vec<String>) -> Result<ContainerPlan, String> {
+        let mut plan = self.allocate_plan(ids).await?;
+        if self.settings.cdi {
+            crate::cdi::to_cdi(&mut plan, &self.devices.borrow());
+        }
+        Ok(plan)
+    }
+
+    async fn allocate_plan(&self, ids: Vec<String>) -> Result<ContainerPlan, String> {
         let _serial = self.serial.lock().await;
         let devices = self.devices.borrow().clone();
         let (lock, pods) =
             hami_plugin_core::pod_commit::node_lock_and_pods(&self.client, &self.node).await?;
-        let target = match choose_pod(lock.as_deref(), &self.node, &pods)? {
+        let target = match choose_pod(lock.as_deref(), &self.node, &pods, ids.len())? {
             PodChoice::None => {
                 tracing::info!(ids = ?ids, "no pending HAMi pod: handing the devices over as whole cards");
-                return plan_whole_cards(&devices, &ids).map_err(|e| e.to_string());
+                let usage = self
+                    .usage(
+                        &pods,
+                        &devices,
+                        None,
+                        hami_protocol::names::DEFAULT_SCHEDULER_NAME,
+                    )
+                    .await?;
+                let busy = busy_devices(&usage.used, &pods);
+                return plan_whole_cards(&devices, &ids, &busy).map_err(|e| e.to_string());
             }
             PodChoice::Tracked(p) => p,
         };
@@ -110,17 +198,25 @@ impl KubeAllocator {
         requested: usize,
         lock: Option<&str>,
     ) -> Result<ContainerPlan, String> {
-        check_lock_owner(lock, target)?;
-        let refs: Vec<PodRef> = pods.iter().map(pod_ref).collect();
-        let usage = cus_in_use(
-            pods.iter().zip(&refs).map(|(p, r)| PodCus {
-                pod: r,
-                phase: p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                cu_allocated: annotation(p, pod_keys::AMD_CU_ALLOCATED),
-            }),
-            Some(target),
-        )
-        .map_err(|e| e.to_string())?;
+        // The pod was verified against the request (bound here, allocating, next run of the
+        // requested size); a lock held by another pod then means it took over an expired
+        // lock: this pod's allocation still stands, and the new owner's lock is not ours.
+        if check_lock_owner(lock, target).is_err() {
+            tracing::warn!(pod = %target, lock = ?lock, "allocating a pod whose node lock expired and was taken over");
+        }
+        // D-4: CUs count only on pods our scheduler placed; the pod being allocated was
+        // bound by it, so its schedulerName is the scheduler's.
+        let scheduler = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .filter(|n| !n.is_empty())
+            .unwrap_or(hami_protocol::names::DEFAULT_SCHEDULER_NAME)
+            .to_owned();
+        let usage = self
+            .usage(pods, devices, Some(target), &scheduler)
+            .await?
+            .used;
         let state = PodAnnotations {
             to_allocate: annotation(pod, AMD.devices_to_allocate).map(str::to_owned),
             cu_allocated: annotation(pod, pod_keys::AMD_CU_ALLOCATED).map(str::to_owned),
@@ -135,6 +231,12 @@ impl KubeAllocator {
                         .collect()
                 })
                 .unwrap_or_default(),
+            kinds: pod
+                .spec
+                .as_ref()
+                .map(|s| container_slots(s).iter().map(|c| c.kind).collect())
+                .unwrap_or_default(),
+            allocated: annotation(pod, AMD.devices_allocated).map(str::to_owned),
         };
         let plan = plan_allocate(&state, devices, &usage, requested, &self.settings)
             .map_err(|e| e.to_string())?;
@@ -143,22 +245,87 @@ impl KubeAllocator {
                 format!("cannot create the container's accounting directory {dir}: {e}")
             })?;
         }
+        if let Some((path, config)) = &plan.hook_config {
+            let mut config = config.clone();
+            if let Some(dir) = &plan.cache_dir {
+                config.shared_cache_inode = Some(prepare_region(dir, &config)?);
+            }
+            let text = config
+                .encode()
+                .map_err(|e| format!("the container's hook config is invalid: {e}"))?;
+            write_hook_config(path, &text)
+                .map_err(|e| format!("cannot write the container's hook config {path}: {e}"))?;
+        }
         // One patch: CU bits, the consumed run and (last container) the bind phase.
         let mut annotations = serde_json::Map::new();
         annotations.insert(AMD.devices_to_allocate.into(), json!(plan.to_allocate));
         annotations.insert(pod_keys::AMD_CU_ALLOCATED.into(), json!(plan.cu_allocated));
         commit_allocation(&self.client, &self.node, target, annotations, plan.last).await?;
-        if let (Some(tx), Some(uid)) = (&self.dmem, pod.metadata.uid.as_ref())
-            && !plan.dmem.is_empty()
-        {
-            let _ = tx.send(DmemJob {
-                pod_uid: uid.clone(),
-                limits: plan.dmem.clone(),
-                existing: Vec::new(),
-            });
+        if let (Some(tx), Some(uid)) = (&self.dmem, pod.metadata.uid.as_ref()) {
+            let limits = pod_limits(pod, devices).unwrap_or_else(|| plan.dmem.clone());
+            if !limits.is_empty() {
+                let _ = tx.send(DmemJob {
+                    pod_uid: uid.clone(),
+                    limits,
+                });
+            }
         }
         tracing::info!(pod = %target, run = plan.run_index, last = plan.last, mask = ?plan.container.envs.get("HSA_CU_MASK"), "allocated");
         Ok(plan.container)
+    }
+
+    /// The node's CU usage; pods whose annotation is unreadable are skipped, each named once
+    /// in a Warning Event on the pod.
+    async fn usage(
+        &self,
+        pods: &[Pod],
+        devices: &[RegisteredDevice],
+        exclude: Option<&PodRef>,
+        scheduler: &str,
+    ) -> Result<Usage, String> {
+        let refs: Vec<PodRef> = pods.iter().map(pod_ref).collect();
+        let usage = cus_in_use(
+            pods.iter()
+                .zip(&refs)
+                .map(|(p, r)| PodCus::of(p, r, scheduler)),
+            exclude,
+            |id| {
+                devices
+                    .iter()
+                    .find(|d| d.info.id == id)
+                    .map(|d| d.info.devcore)
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        for skipped in &usage.skipped {
+            let value = pods
+                .iter()
+                .find(|p| pod_ref(p) == skipped.pod)
+                .and_then(|p| annotation(p, pod_keys::AMD_CU_ALLOCATED))
+                .unwrap_or_default()
+                .to_owned();
+            if self
+                .reported
+                .lock()
+                .await
+                .insert((skipped.pod.clone(), value))
+            {
+                tracing::warn!(pod = %skipped.pod, "{}", skipped.reason);
+                record_pod_event(
+                    &self.client,
+                    &skipped.pod,
+                    MALFORMED_CU_ALLOCATED,
+                    &format!(
+                        "{} of pod {} is skipped: {}",
+                        pod_keys::AMD_CU_ALLOCATED,
+                        skipped.pod,
+                        skipped.reason
+                    ),
+                )
+                .await;
+            }
+        }
+        Ok(usage)
     }
 
     async fn fail(&self, target: &PodRef) {
@@ -166,9 +333,88 @@ impl KubeAllocator {
     }
 }
 
+/// The pod-level dmem limits from the pod's whole decision (`hami.io/amd-devices-allocated`)
+/// and its container kinds; `None` when the pod has no readable decision.
+pub fn pod_limits(pod: &Pod, devices: &[RegisteredDevice]) -> Option<Vec<DmemLimit>> {
+    let runs = decode_pod_devices(annotation(pod, AMD.devices_allocated)?).ok()?;
+    let kinds: Vec<_> = pod
+        .spec
+        .as_ref()
+        .map(|s| container_slots(s).iter().map(|c| c.kind).collect())
+        .unwrap_or_default();
+    Some(pod_dmem(&runs, &kinds, devices))
+}
+
 impl Allocator for KubeAllocator {
     fn allocate(&self, kubelet_ids: Vec<String>) -> BoxFuture<'_, Result<ContainerPlan, String>> {
         Box::pin(self.allocate_inner(kubelet_ids))
+    }
+
+    /// Cards holding slices or reserved by a pending run: kubelet's preferred allocation
+    /// takes them last, so a pod HAMi did not place gets free whole cards.
+    fn avoid_keys(&self) -> BoxFuture<'_, Vec<String>> {
+        Box::pin(async move {
+            let devices = self.devices.borrow().clone();
+            let Ok((_, pods)) =
+                hami_plugin_core::pod_commit::node_lock_and_pods(&self.client, &self.node).await
+            else {
+                return Vec::new();
+            };
+            let Ok(usage) = self
+                .usage(
+                    &pods,
+                    &devices,
+                    None,
+                    hami_protocol::names::DEFAULT_SCHEDULER_NAME,
+                )
+                .await
+            else {
+                return Vec::new();
+            };
+            let busy = busy_devices(&usage.used, &pods);
+            devices
+                .iter()
+                .filter(|d| busy.contains(&d.info.id))
+                .map(|d| d.device_key.clone())
+                .collect()
+        })
+    }
+}
+
+/// Creates the container's region file with the plugin's limits (or finds the one an
+/// earlier try of this Allocate made) and returns its inode for the hook config: the hook
+/// then uses only that file (issue 14 items 7, 8).
+fn prepare_region(
+    dir: &str,
+    config: &hami_protocol::hook_config::HookConfig,
+) -> Result<u64, String> {
+    use std::os::unix::fs::MetadataExt;
+    let path = std::path::Path::new(dir).join(crate::allocate_plan::CACHE_FILE);
+    let mut limits = hami_region::Limits::default();
+    for (device, slot) in limits.bytes.iter_mut().enumerate() {
+        if let Some(bytes) = u32::try_from(device)
+            .ok()
+            .and_then(|d| config.memory_limit(d))
+        {
+            *slot = bytes;
+        }
+    }
+    match hami_region::prepare_file(&path, &limits) {
+        Ok(inode) => Ok(inode),
+        Err(hami_region::RegionError::Open { source, .. })
+            if source.kind() == std::io::ErrorKind::AlreadyExists =>
+        {
+            let meta = std::fs::symlink_metadata(&path).map_err(|e| e.to_string())?;
+            if meta.is_file() && meta.len() == hami_region::layout::REGION_SIZE as u64 {
+                Ok(meta.ino())
+            } else {
+                Err(format!(
+                    "{} exists and is not a region file; remove it",
+                    path.display()
+                ))
+            }
+        }
+        Err(e) => Err(format!("cannot create the container's region file: {e}")),
     }
 }
 
@@ -179,8 +425,28 @@ mod tests {
     fn pod(name: &str, ann: &[(&str, &str)]) -> Pod {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "ns", "annotations": ann.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>()},
+            "spec": {"nodeName": "n1", "containers": []},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn whole_cards_avoid_slices_and_pending_runs() {
+        let mut running = pod("s", &[(pod_keys::AMD_CU_ALLOCATED, r#"{"A":"0-3"}"#)]);
+        running.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        });
+        let pending = pod(
+            "locked",
+            &[
+                (pod_keys::BIND_PHASE, "allocating"),
+                (AMD.devices_to_allocate, ";B,AMD X,10,4:;"),
+            ],
+        );
+        let used = CuAllocation::parse(r#"{"A":"0-3"}"#).unwrap();
+        let busy = busy_devices(&used, &[running, pending]);
+        assert_eq!(busy.into_iter().collect::<Vec<_>>(), vec!["A", "B"]);
     }
 
     #[test]
@@ -208,21 +474,21 @@ mod tests {
             ),
         ];
         assert_eq!(
-            choose_pod(None, "n1", &pods),
+            choose_pod(None, "n1", &pods, 1),
             Ok(PodChoice::Tracked(PodRef::new("ns", "early")))
         );
         assert_eq!(
-            choose_pod(Some("2026-08-04T10:00:00Z,ns,late"), "n1", &pods),
+            choose_pod(Some("2026-08-04T10:00:00Z,ns,late"), "n1", &pods, 1),
             Ok(PodChoice::Tracked(PodRef::new("ns", "late")))
         );
         // Legacy lock (no owner): fall back to the search.
         assert_eq!(
-            choose_pod(Some("2026-08-04T10:00:00Z"), "n1", &pods),
+            choose_pod(Some("2026-08-04T10:00:00Z"), "n1", &pods, 1),
             Ok(PodChoice::Tracked(PodRef::new("ns", "early")))
         );
-        assert_eq!(choose_pod(None, "n2", &pods), Ok(PodChoice::None));
+        assert_eq!(choose_pod(None, "n2", &pods, 1), Ok(PodChoice::None));
         assert!(
-            choose_pod(Some("garbage,x"), "n1", &pods)
+            choose_pod(Some("garbage,x"), "n1", &pods, 1)
                 .unwrap_err()
                 .contains("node n1")
         );
@@ -235,6 +501,6 @@ mod tests {
                 (AMD.devices_to_allocate, ";;"),
             ],
         )];
-        assert_eq!(choose_pod(None, "n1", &empty), Ok(PodChoice::None));
+        assert_eq!(choose_pod(None, "n1", &empty, 1), Ok(PodChoice::None));
     }
 }

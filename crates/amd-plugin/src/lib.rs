@@ -10,11 +10,14 @@
 pub use hami_amd_discovery::{discovery, kfd_topology, registration, sysfs};
 
 pub mod allocate_plan;
+pub mod cdi;
 pub mod cli;
 pub mod cu_choice;
 pub mod cu_usage;
 pub mod discover_report;
 pub mod dmem;
+pub mod dmem_plan;
+pub mod exporter;
 pub mod grpc_server;
 pub mod health;
 pub mod health_events;
@@ -22,3 +25,4 @@ pub mod kube_shell;
 pub mod kubelet_session;
 pub mod node_publisher;
 pub mod plugin;
+pub mod rocr_visible;

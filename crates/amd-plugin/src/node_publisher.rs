@@ -1,22 +1,26 @@
 //! Publishing the node's GPUs: the register annotation every interval (removed when no GPU
 //! is offered), node capacity with `-report_node_capacity`, Events on health changes, and
 //! the device list that ListAndWatch serves. Node annotations override the operating mode
-//! and expected compute partition per node.
+//! and expected compute partition per node. The register patch also writes the heartbeat
+//! `hami.io/node-handshake-amd` (`hami_protocol::handshake`), a value that changes at every
+//! refresh, so the scheduler can tell a live plugin from a dead one's leftovers.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use hami_protocol::cu_allocated::CuAllocation;
-use hami_protocol::names::{AMD, node as node_keys, pod as pod_keys};
+use hami_protocol::handshake;
+use hami_protocol::names::{AMD, Vendor, node as node_keys, pod as pod_keys};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::watch;
 
 use crate::discover_report::build_report;
-use crate::health::render_node_opens;
+use crate::exporter::{ExporterGpu, query, reported_unhealthy};
+use crate::health::render_node_healthy;
 use crate::health_events::gpu_events;
-use crate::registration::{OperatingMode, RegisteredDevice, RegistrationSettings};
+use crate::registration::{Notice, OperatingMode, RegisteredDevice, RegistrationSettings};
 
 /// The publisher.
 pub struct NodePublisher {
@@ -28,6 +32,12 @@ pub struct NodePublisher {
     pub report_node_capacity: bool,
     pub devices: watch::Sender<Vec<RegisteredDevice>>,
     previous: Option<Vec<RegisteredDevice>>,
+    /// Notices already recorded as Events (each once while it holds).
+    noticed: BTreeSet<Notice>,
+    /// AMD device-metrics exporter socket (`--exporter-socket`); health source when present.
+    pub exporter_socket: Option<PathBuf>,
+    /// Seconds between refreshes, announced in the heartbeat (`--register-interval`).
+    pub handshake_period_secs: u64,
 }
 
 impl NodePublisher {
@@ -49,6 +59,9 @@ impl NodePublisher {
             report_node_capacity,
             devices,
             previous: None,
+            noticed: BTreeSet::new(),
+            exporter_socket: None,
+            handshake_period_secs: 30,
         }
     }
 
@@ -86,14 +99,53 @@ impl NodePublisher {
         {
             tracing::warn!("{w}");
         }
-        let devices = report.registration.devices.clone();
+        // Partition-mode mismatches and duplicate unique_ids are Events, once each while
+        // they last (a notice that goes away and comes back is reported again).
+        let current: BTreeSet<Notice> = report.registration.notices.iter().cloned().collect();
+        for notice in current.difference(&self.noticed) {
+            record_node_event(
+                &self.client,
+                &self.node,
+                &crate::health_events::GpuEvent {
+                    reason: notice.reason,
+                    kind: "Warning",
+                    message: notice.message.clone(),
+                },
+            )
+            .await;
+        }
+        self.noticed = current;
+        let mut devices = report.registration.devices.clone();
+        let states = self.exporter_states().await;
+        for d in &mut devices {
+            d.info.health = d.info.health && !reported_unhealthy(d, &states);
+        }
         self.devices.send_replace(devices.clone());
-        let value = report.register_annotation.clone();
+        // The annotation carries the exporter's verdict too (health false).
+        let infos: Vec<_> = devices.iter().map(|d| d.info.clone()).collect();
+        let value = if infos.is_empty() {
+            None
+        } else {
+            Some(
+                hami_protocol::node_register::encode_node_devices(&infos)
+                    .map_err(|e| e.to_string())?,
+            )
+        };
+        // Removed with the register annotation: nothing offered, nothing to keep alive.
+        let beat = value.as_ref().map(|_| {
+            handshake::format(
+                hami_plugin_core::node_lock_client::unix_now(),
+                self.handshake_period_secs,
+            )
+        });
         nodes
             .patch(
                 &self.node,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {AMD.node_register: value}}})),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    AMD.node_register: value,
+                    handshake::key(Vendor::Amd): beat,
+                }}})),
             )
             .await
             .map_err(|e| {
@@ -125,12 +177,31 @@ impl NodePublisher {
         Ok(())
     }
 
-    /// Re-checks the render nodes; updates the served list when health changed.
-    pub fn recheck_health(&self) {
+    /// The exporter's view, empty when it is not configured, absent or not answering.
+    async fn exporter_states(&self) -> Vec<ExporterGpu> {
+        let Some(socket) = &self.exporter_socket else {
+            return Vec::new();
+        };
+        match query(socket).await {
+            Ok(states) => states.unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(
+                    "AMD device-metrics exporter: {e}; using the render-node check only"
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// Re-checks the render nodes and the exporter; updates the served list when health
+    /// changed.
+    pub async fn recheck_health(&self) {
+        let states = self.exporter_states().await;
         self.devices.send_if_modified(|devices| {
             let mut changed = false;
             for d in devices.iter_mut() {
-                let now = render_node_opens(&self.dev_root, d.render);
+                let now = render_node_healthy(&self.sysfs_root, &self.dev_root, d.render)
+                    && !reported_unhealthy(d, &states);
                 if now != d.info.health {
                     d.info.health = now;
                     changed = true;
@@ -168,25 +239,33 @@ impl NodePublisher {
     }
 
     async fn record(&self, event: &crate::health_events::GpuEvent) {
-        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
-        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::now(),
-        );
-        let ev: Result<Event, _> = serde_json::from_value(json!({
-            "metadata": {"generateName": format!("{}.", self.node)},
-            "involvedObject": {"kind": "Node", "name": self.node, "apiVersion": "v1"},
-            "reason": event.reason,
-            "message": event.message,
-            "type": event.kind,
-            "source": {"component": "amd-device-plugin", "host": self.node},
-            "count": 1,
-        }));
-        let Ok(mut ev) = ev else { return };
-        ev.first_timestamp = Some(now.clone());
-        ev.last_timestamp = Some(now);
-        tracing::warn!(reason = event.reason, "{}", event.message);
-        if let Err(e) = events.create(&PostParams::default(), &ev).await {
-            tracing::warn!("cannot record event {}: {e}", event.reason);
-        }
+        record_node_event(&self.client, &self.node, event).await;
+    }
+}
+
+/// Records a Node event (core v1, namespace `default`, as kubelet does for nodes) and logs it.
+pub async fn record_node_event(
+    client: &kube::Client,
+    node: &str,
+    event: &crate::health_events::GpuEvent,
+) {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let ev: Result<Event, _> = serde_json::from_value(json!({
+        "metadata": {"generateName": format!("{node}.")},
+        "involvedObject": {"kind": "Node", "name": node, "apiVersion": "v1"},
+        "reason": event.reason,
+        "message": event.message,
+        "type": event.kind,
+        "source": {"component": "amd-device-plugin", "host": node},
+        "count": 1,
+    }));
+    let Ok(mut ev) = ev else { return };
+    ev.first_timestamp = Some(now.clone());
+    ev.last_timestamp = Some(now);
+    tracing::warn!(reason = event.reason, "{}", event.message);
+    if let Err(e) = events.create(&PostParams::default(), &ev).await {
+        tracing::warn!("cannot record event {}: {e}", event.reason);
     }
 }

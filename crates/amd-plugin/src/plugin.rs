@@ -7,12 +7,17 @@ use tokio::sync::watch;
 
 use crate::allocate_plan::PlanSettings;
 use crate::cli::Args;
-use crate::dmem::spawn_writer;
+use crate::dmem::{absent_message, dmem_available, spawn_writer};
 use crate::grpc_server::kubelet_devices;
+use crate::health_events::GpuEvent;
 use crate::kube_shell::KubeAllocator;
 use crate::node_publisher::NodePublisher;
+use crate::node_publisher::record_node_event;
 use crate::registration::RegistrationSettings;
 use hami_plugin_core::kubelet_session::{SessionConfig, serve_devices, shutdown_on_signal};
+
+/// Node event reason when the dmem controller is absent.
+pub const DMEM_UNAVAILABLE: &str = "AMDGPUDmemUnavailable";
 
 /// Socket file name of the plugin (the reference's `amd.com_<resource>`).
 pub const ENDPOINT: &str = "amd.com_gpu";
@@ -40,6 +45,8 @@ pub async fn serve(
         args.report_node_capacity,
         devices_tx,
     );
+    publisher.exporter_socket = Some(args.exporter_socket.clone());
+    publisher.handshake_period_secs = args.register_interval.max(1);
     // First publication before serving, so kubelet never sees an empty list by mistake.
     if let Err(e) = publisher.refresh().await {
         tracing::warn!("first node publication failed, retrying in the background: {e}");
@@ -55,7 +62,7 @@ pub async fn serve(
                 _ = tokio::time::sleep(health_every.min(interval)) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
-            publisher.recheck_health();
+            publisher.recheck_health().await;
             if tokio::time::Instant::now() >= next_publish {
                 let wait = match publisher.refresh().await {
                     Ok(()) => interval,
@@ -68,6 +75,19 @@ pub async fn serve(
             }
         }
     });
+    if !dmem_available(&args.cgroup_root) {
+        // Once per plugin start (= once per node and DaemonSet pod), not per Allocate.
+        record_node_event(
+            &client,
+            &node,
+            &GpuEvent {
+                reason: DMEM_UNAVAILABLE,
+                kind: "Warning",
+                message: absent_message(&args.cgroup_root),
+            },
+        )
+        .await;
+    }
     let dmem = spawn_writer(args.cgroup_root.clone(), Duration::from_secs(60));
     let hook = args.host_hook_path.join("vgpu/libamvgpu.so");
     let allocator = KubeAllocator::new(
@@ -82,10 +102,34 @@ pub async fn serve(
                 .join("vgpu/containers")
                 .display()
                 .to_string(),
+            cdi: args.cdi,
             ..Default::default()
         },
         Some(dmem),
     );
+    if args.cdi {
+        // The spec follows the device list (a GPU gone or back rewrites it).
+        let mut watch_devices = devices_rx.clone();
+        let dir = args.cdi_spec_dir.clone();
+        let mut stop = shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                let devices = watch_devices.borrow_and_update().clone();
+                match crate::cdi::write_spec(&dir, &devices) {
+                    Ok(()) => {
+                        tracing::info!(dir = %dir.display(), devices = devices.len(), "CDI spec written")
+                    }
+                    Err(e) => {
+                        tracing::warn!(dir = %dir.display(), "cannot write the CDI spec: {e}")
+                    }
+                }
+                tokio::select! {
+                    changed = watch_devices.changed() => if changed.is_err() { return },
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
+        });
+    }
     let config = SessionConfig {
         dir: args.device_plugin_dir.clone(),
         endpoint: ENDPOINT.into(),

@@ -13,14 +13,28 @@ use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
 use hami_sysfs_fixtures::{Rdna, mi210_xgmi, mi300x_cpx, rdna_node};
 
 fn devices(tree: &hami_sysfs_fixtures::FixtureTree) -> Vec<RegisteredDevice> {
-    build_report(
-        &tree.sysfs_root(),
-        &tree.dev_root(),
-        &RegistrationSettings::default(),
+    devices_with(tree, &RegistrationSettings::default())
+}
+
+fn devices_with(
+    tree: &hami_sysfs_fixtures::FixtureTree,
+    settings: &RegistrationSettings,
+) -> Vec<RegisteredDevice> {
+    build_report(&tree.sysfs_root(), &tree.dev_root(), settings)
+        .unwrap()
+        .registration
+        .devices
+}
+
+/// Partitions sliced by CU masks: only with the explicit opt-in.
+fn sliced_partitions(tree: &hami_sysfs_fixtures::FixtureTree) -> Vec<RegisteredDevice> {
+    devices_with(
+        tree,
+        &RegistrationSettings {
+            slice_partitions: true,
+            ..Default::default()
+        },
     )
-    .unwrap()
-    .registration
-    .devices
 }
 
 fn entry(d: &RegisteredDevice, mem: u64, cores: u32) -> ContainerDevice {
@@ -80,11 +94,9 @@ fn four_gpus_on_mi210_in_allocation_order() {
     assert!(plan.last);
     assert_eq!(plan.to_allocate, ";");
     assert_eq!(plan.dmem.len(), 4);
-    assert_eq!(
-        plan.dmem[0].region,
-        format!("drm/{}/vram0", devs[3].pci_bdf)
-    );
-    assert_eq!(plan.dmem[0].bytes, 4096 << 20);
+    let region = format!("drm/{}/vram0", devs[3].pci_bdf);
+    let limit = plan.dmem.iter().find(|l| l.region == region).unwrap();
+    assert_eq!(limit.bytes, 4096 << 20);
     let recorded = CuAllocation::parse(&plan.cu_allocated).unwrap();
     assert_eq!(recorded.0.len(), 4);
 }
@@ -92,7 +104,7 @@ fn four_gpus_on_mi210_in_allocation_order() {
 #[test]
 fn init_then_two_app_containers_map_in_order() {
     let tree = mi300x_cpx().unwrap();
-    let devs = devices(&tree);
+    let devs = sliced_partitions(&tree);
     let runs = vec![
         vec![entry(&devs[0], 1024, 19)],
         vec![],
@@ -138,7 +150,7 @@ fn init_then_two_app_containers_map_in_order() {
 #[test]
 fn two_quarter_pods_get_disjoint_masks_and_respect_others() {
     let tree = mi300x_cpx().unwrap();
-    let devs = devices(&tree);
+    let devs = sliced_partitions(&tree);
     let first = plan_allocate(
         &pod(&[vec![entry(&devs[0], 1000, 9)]]),
         &devs,
@@ -227,24 +239,55 @@ fn whole_card_requests_get_devices_and_rocr_only() {
         format!(r#"{{"{}":"0-103"}}"#, devs[0].info.id),
         "whole cards still hold their CUs"
     );
-    // Hand-over for pods the scheduler did not place.
+    // Hand-over for pods the scheduler did not place: one whole card per id.
+    let none = std::collections::BTreeSet::new();
     let ids = vec![
+        format!("{}#3", devs[1].device_key),
+        format!("{}#0", devs[2].device_key),
+        format!("{}#9", devs[4].device_key),
+    ];
+    let plan = plan_whole_cards(&devs, &ids, &none).unwrap();
+    assert_eq!(
+        plan.envs["ROCR_VISIBLE_DEVICES"],
+        format!(
+            "{},{},{}",
+            devs[1].rocr_id, devs[2].rocr_id, devs[4].rocr_id
+        )
+    );
+    assert_eq!(plan.devices.len(), 7);
+    // Three ids naming two cards: kubelet asked for 3 GPUs, so refuse (this used to hand
+    // out 2).
+    let two_cards = vec![
         format!("{}#3", devs[1].device_key),
         format!("{}#7", devs[1].device_key),
         format!("{}#0", devs[2].device_key),
     ];
-    let plan = plan_whole_cards(&devs, &ids).unwrap();
-    assert_eq!(
-        plan.envs["ROCR_VISIBLE_DEVICES"],
-        format!("{},{}", devs[1].rocr_id, devs[2].rocr_id)
+    let err = plan_whole_cards(&devs, &two_cards, &none).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PlanError::WholeCardShares {
+                asked: 3,
+                cards: 2,
+                ..
+            }
+        ),
+        "{err}"
     );
-    assert_eq!(plan.devices.len(), 5);
+    assert!(err.to_string().contains("only 2 card(s)"), "{err}");
+    // A card holding slices (or reserved by a pending HAMi run) is never handed out.
+    let busy: std::collections::BTreeSet<String> = [devs[2].info.id.clone()].into();
+    let err = plan_whole_cards(&devs, &ids, &busy).unwrap_err();
+    assert!(
+        err.to_string().contains(&devs[2].info.id) && err.to_string().contains("holds slices"),
+        "{err}"
+    );
     assert!(matches!(
-        plan_whole_cards(&devs, &["nope#1".into()]),
+        plan_whole_cards(&devs, &["nope#1".into()], &none),
         Err(PlanError::UnknownKubeletId(_))
     ));
     assert!(matches!(
-        plan_whole_cards(&devs, &[format!("{}#10", devs[1].device_key)]),
+        plan_whole_cards(&devs, &[format!("{}#10", devs[1].device_key)], &none),
         Err(PlanError::UnknownKubeletId(_))
     ));
 }
@@ -345,4 +388,191 @@ fn sliced_containers_get_their_own_accounting_directory() {
             .envs
             .contains_key("HIP_DEVICE_MEMORY_SHARED_CACHE")
     );
+}
+
+/// What ROCr surfaces in a container given the plan: the KFD topology of the node, only the
+/// render nodes the plan mounts, and the plan's ROCR_VISIBLE_DEVICES.
+fn rocr_sees(
+    tree: &hami_sysfs_fixtures::FixtureTree,
+    plan: &hami_amd_plugin::allocate_plan::ContainerPlan,
+) -> Vec<u32> {
+    use hami_amd_plugin::rocr_visible::{rocr_selects, visible_gpus};
+    let (nodes, _) = hami_amd_plugin::kfd_topology::read_topology(&tree.sysfs_root()).unwrap();
+    let nodes: Vec<_> = nodes
+        .iter()
+        .map(|n| {
+            (
+                n.id,
+                n.u64("simd_count").unwrap_or(0),
+                n.render_minor(),
+                n.u64("unique_id").unwrap_or(0),
+            )
+        })
+        .collect();
+    let mounted: Vec<String> = plan.devices.iter().map(|d| d.path.clone()).collect();
+    let visible = visible_gpus(&nodes, |r| {
+        mounted.contains(&format!("/dev/dri/renderD{r}"))
+    });
+    rocr_selects(
+        &visible,
+        plan.envs.get("ROCR_VISIBLE_DEVICES").map(String::as_str),
+    )
+}
+
+#[test]
+fn a_partition_is_a_whole_device_of_count_one() {
+    let tree = mi300x_cpx().unwrap();
+    let devs = devices(&tree);
+    assert!(devs.iter().all(|d| d.info.count == 1));
+    // The scheduler wrote a quarter of the partition: the pod still owns all of it.
+    let plan = plan_allocate(
+        &pod(&[vec![entry(&devs[2], 1024, 9)]]),
+        &devs,
+        &CuAllocation::default(),
+        1,
+        &PlanSettings::default(),
+    )
+    .unwrap();
+    assert!(plan.whole_cards);
+    assert!(!plan.container.envs.contains_key("HSA_CU_MASK"));
+    assert!(!plan.container.envs.contains_key("LD_AUDIT"));
+    assert_eq!(
+        plan.cu_allocated,
+        format!(r#"{{"{}":"0-37"}}"#, devs[2].info.id)
+    );
+    assert_eq!(rocr_sees(&tree, &plan.container), vec![devs[2].kfd_node]);
+}
+
+#[test]
+fn two_partitions_of_one_card_in_one_container() {
+    let tree = mi300x_cpx().unwrap();
+    // Default (whole partitions) and opt-in (sliced partitions) both name exactly the
+    // container's partitions, in allocation order.
+    for devs in [devices(&tree), sliced_partitions(&tree)] {
+        let (p0, p3) = (&devs[0], &devs[3]);
+        assert_eq!(
+            p0.rocr_id, p3.rocr_id,
+            "partitions share the card's unique_id"
+        );
+        let plan = plan_allocate(
+            &pod(&[vec![entry(p3, 4096, 19), entry(p0, 2048, 19)]]),
+            &devs,
+            &CuAllocation::default(),
+            2,
+            &PlanSettings::default(),
+        )
+        .unwrap();
+        let env = &plan.container.envs;
+        assert_eq!(env["ROCR_VISIBLE_DEVICES"], "1,0");
+        assert_eq!(
+            rocr_sees(&tree, &plan.container),
+            vec![p3.kfd_node, p0.kfd_node]
+        );
+        // The old form (the card's UUID twice) makes ROCr show no GPU at all.
+        let mut old = plan.container.clone();
+        old.envs.insert(
+            "ROCR_VISIBLE_DEVICES".into(),
+            format!("{},{}", p3.rocr_id, p0.rocr_id),
+        );
+        assert_eq!(rocr_sees(&tree, &old), Vec::<u32>::new());
+        if p0.info.count > 1 {
+            // Sliced: one VRAM region for both partitions, their limits summed.
+            assert_eq!(plan.dmem.len(), 1);
+            assert_eq!(plan.dmem[0].region, format!("drm/{}/vram0", p0.pci_bdf));
+            assert_eq!(plan.dmem[0].bytes, (4096 + 2048) << 20);
+        }
+    }
+    // Partitions of two cards: distinct UUIDs stay UUIDs.
+    let devs = devices(&tree);
+    let other = devs.iter().find(|d| d.pci_bdf != devs[0].pci_bdf).unwrap();
+    let plan = plan_allocate(
+        &pod(&[vec![entry(other, 1, 1), entry(&devs[1], 1, 1)]]),
+        &devs,
+        &CuAllocation::default(),
+        2,
+        &PlanSettings::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        plan.container.envs["ROCR_VISIBLE_DEVICES"],
+        format!("{},{}", other.rocr_id, devs[1].rocr_id)
+    );
+    assert_eq!(
+        rocr_sees(&tree, &plan.container),
+        vec![other.kfd_node, devs[1].kfd_node]
+    );
+}
+
+#[test]
+fn four_mi210_cards_rocr_sees_them_in_allocation_order() {
+    let tree = mi210_xgmi().unwrap();
+    let devs = devices(&tree);
+    let order = [3usize, 0, 2, 1];
+    let run: Vec<_> = order.iter().map(|&i| entry(&devs[i], 4096, 26)).collect();
+    let plan = plan_allocate(
+        &pod(&[run]),
+        &devs,
+        &CuAllocation::default(),
+        4,
+        &PlanSettings::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        rocr_sees(&tree, &plan.container),
+        order.iter().map(|&i| devs[i].kfd_node).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn app_containers_reuse_the_init_containers_cus_but_not_each_others() {
+    use hami_protocol::requests::ContainerKind;
+    let tree = mi210_xgmi().unwrap();
+    let devs = devices(&tree);
+    let d = &devs[0];
+    // Another pod holds 26 of the 104 CUs; this pod: an init container of 52 CUs, then
+    // two app containers of 26. The scheduler charged it max(52, 26 + 26) = 52, so the
+    // card holds 78 of 104: both apps must fit.
+    let others = CuAllocation::parse(&format!(r#"{{"{}":"0-25"}}"#, d.info.id)).unwrap();
+    let runs = vec![
+        vec![entry(d, 1024, 52)],
+        vec![entry(d, 1024, 26)],
+        vec![entry(d, 1024, 26)],
+    ];
+    let mut state = pod(&runs);
+    state.allocated = state.to_allocate.clone();
+    state.kinds = vec![ContainerKind::Init, ContainerKind::App, ContainerKind::App];
+    let s = PlanSettings::default();
+    let init = plan_allocate(&state, &devs, &others, 1, &s).unwrap();
+    assert_eq!(init.container.envs["HSA_CU_MASK"], "0:26-77");
+    state.to_allocate = Some(init.to_allocate.clone());
+    state.cu_allocated = Some(init.cu_allocated.clone());
+    // The init container has finished when the first app starts: its CUs are free again.
+    let app1 = plan_allocate(&state, &devs, &others, 1, &s).unwrap();
+    assert_eq!(app1.container.envs["HSA_CU_MASK"], "0:26-51");
+    state.to_allocate = Some(app1.to_allocate.clone());
+    state.cu_allocated = Some(app1.cu_allocated.clone());
+    // The second app runs beside the first: never the first one's CUs (nor, since the
+    // annotation keeps only the pod's union, the init container's).
+    let app2 = plan_allocate(&state, &devs, &others, 1, &s).unwrap();
+    assert_eq!(app2.container.envs["HSA_CU_MASK"], "0:78-103");
+    assert_eq!(
+        app2.cu_allocated,
+        format!(r#"{{"{}":"26-103"}}"#, d.info.id)
+    );
+    // Without the pod's decision (or with misaligned kinds) nothing is reused.
+    let mut plain = pod(&runs);
+    let init = plan_allocate(&plain, &devs, &others, 1, &s).unwrap();
+    plain.to_allocate = Some(init.to_allocate.clone());
+    plain.cu_allocated = Some(init.cu_allocated.clone());
+    let app1 = plan_allocate(&plain, &devs, &others, 1, &s).unwrap();
+    assert_eq!(app1.container.envs["HSA_CU_MASK"], "0:78-103");
+    // A sidecar (restartPolicy Always) runs beside the apps: never reused.
+    let mut side = pod(&runs[..2]);
+    side.allocated = side.to_allocate.clone();
+    side.kinds = vec![ContainerKind::Sidecar, ContainerKind::App];
+    let sc = plan_allocate(&side, &devs, &others, 1, &s).unwrap();
+    side.to_allocate = Some(sc.to_allocate.clone());
+    side.cu_allocated = Some(sc.cu_allocated.clone());
+    let app = plan_allocate(&side, &devs, &others, 1, &s).unwrap();
+    assert_eq!(app.container.envs["HSA_CU_MASK"], "0:78-103");
 }

@@ -30,10 +30,33 @@ struct Harness {
         tokio::task::JoinHandle<anyhow::Result<()>>,
     )>,
     devices: Vec<RegisteredDevice>,
+    /// `--slice-partitions` (the explicit opt-in to CU-slice hard partitions).
+    slice_partitions: bool,
+    /// `--cdi` with the spec in this directory.
+    cdi: Option<PathBuf>,
+    /// `--exporter-socket`.
+    exporter: Option<PathBuf>,
+}
+
+/// Plugin options of a harness.
+#[derive(Default)]
+struct Opts {
+    slice_partitions: bool,
+    cdi: Option<PathBuf>,
+    exporter: Option<PathBuf>,
 }
 
 impl Harness {
     async fn start(tree: FixtureTree) -> Self {
+        Self::start_with(tree, Opts::default()).await
+    }
+
+    async fn start_with(tree: FixtureTree, opts: Opts) -> Self {
+        let Opts {
+            slice_partitions,
+            cdi,
+            exporter,
+        } = opts;
         let server = ApiServer::start(Config::default()).await.unwrap();
         let client =
             kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
@@ -49,7 +72,10 @@ impl Harness {
         let devices = hami_amd_plugin::discover_report::build_report(
             &tree.sysfs_root(),
             &tree.dev_root(),
-            &Default::default(),
+            &hami_amd_plugin::registration::RegistrationSettings {
+                slice_partitions,
+                ..Default::default()
+            },
         )
         .unwrap()
         .registration
@@ -74,6 +100,9 @@ impl Harness {
             sim: Some(sim),
             plugin: None,
             devices,
+            slice_partitions,
+            cdi,
+            exporter,
         };
         h.start_plugin();
         let shares: usize = h.devices.iter().map(|d| d.info.count as usize).sum();
@@ -101,6 +130,15 @@ impl Harness {
         args.register_interval = 1;
         args.pulse = 1;
         args.cgroup_root = self.tree.sysfs_root().join("fs/cgroup");
+        args.slice_partitions = self.slice_partitions;
+        args.exporter_socket = self
+            .exporter
+            .clone()
+            .unwrap_or_else(|| self.sockets.join("no-exporter.socket"));
+        if let Some(dir) = &self.cdi {
+            args.cdi = true;
+            args.cdi_spec_dir = dir.clone();
+        }
         let settings = args.registration_settings().unwrap();
         let (tx, rx) = watch::channel(false);
         let client = self.client.clone();
@@ -219,7 +257,15 @@ fn ann<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_and_two_app_containers_then_quarter_pods_are_disjoint() {
-    let h = Harness::start(hami_sysfs_fixtures::mi300x_cpx().unwrap()).await;
+    // CU-sliced partitions: only with the explicit opt-in.
+    let h = Harness::start_with(
+        hami_sysfs_fixtures::mi300x_cpx().unwrap(),
+        Opts {
+            slice_partitions: true,
+            ..Default::default()
+        },
+    )
+    .await;
     let register = h.node_annotation(AMD.node_register).unwrap();
     assert_eq!(
         hami_protocol::node_register::decode_node_devices(&register)
@@ -248,8 +294,8 @@ async fn init_and_two_app_containers_then_quarter_pods_are_disjoint() {
     assert_eq!(init["HSA_CU_MASK"], "0:0-8");
     assert_eq!(init["HIP_DEVICE_MEMORY_LIMIT_0"], "1024m");
     assert_eq!(
-        app1["HSA_CU_MASK"], "0:9-17",
-        "app container sees the init container's CUs as taken"
+        app1["HSA_CU_MASK"], "0:0-8",
+        "the app container reuses the finished init container's CUs (init counts at its peak)"
     );
     assert_eq!(app1["HIP_DEVICE_MEMORY_LIMIT_0"], "2048m");
     assert_eq!(app2["HSA_CU_MASK"], "0:0-18");
@@ -260,7 +306,7 @@ async fn init_and_two_app_containers_then_quarter_pods_are_disjoint() {
     assert_eq!(
         ann(&pod, pod_keys::AMD_CU_ALLOCATED).unwrap(),
         format!(
-            r#"{{"{}":"0-17","{}":"0-18"}}"#,
+            r#"{{"{}":"0-8","{}":"0-18"}}"#,
             d0.info.id, h.devices[1].info.id
         )
     );
@@ -508,8 +554,59 @@ async fn failures_set_failed_release_the_lock_and_leak_no_cus() {
             }),
         )
         .unwrap();
-    let env = env_of(&h.wait_phase("plain").await, "main");
+    // The node's only card holds the "ok" pod's slice: never handed out whole.
+    let pod = h.wait_phase("plain").await;
+    assert_eq!(pod["status"]["phase"], "Failed", "{pod}");
+    assert!(
+        pod["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("holds slices of HAMi pods"),
+        "{pod}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_not_placed_by_hami_get_exactly_the_free_whole_cards_they_ask_for() {
+    let h = Harness::start(hami_sysfs_fixtures::mi210_xgmi().unwrap()).await;
+    let d0 = h.devices[0].clone();
+    h.schedule(
+        "slice",
+        json!([gpu_container("main", 1)]),
+        json!([]),
+        &[vec![dev(&d0, 1000, 26)]],
+        true,
+    );
+    assert_eq!(h.wait_phase("slice").await["status"]["phase"], "Running");
+    h.server
+        .create_object(
+            "v1",
+            "pods",
+            Some("default"),
+            json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain3"},
+                "spec": {"nodeName": NODE, "containers": [gpu_container("main", 3)]},
+            }),
+        )
+        .unwrap();
+    let pod = h.wait_phase("plain3").await;
+    assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    let env = env_of(&pod, "main");
     assert_eq!(env.keys().collect::<Vec<_>>(), vec!["ROCR_VISIBLE_DEVICES"]);
+    let rocr: Vec<&str> = env["ROCR_VISIBLE_DEVICES"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .collect();
+    assert_eq!(
+        rocr.len(),
+        3,
+        "exactly the 3 GPUs kubelet asked for: {rocr:?}"
+    );
+    assert!(
+        !rocr.contains(&d0.rocr_id.as_str()),
+        "never the card holding a slice"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -519,6 +616,22 @@ async fn annotation_removed_when_no_gpu_and_unhealthy_event() {
     )
     .await;
     assert!(h.node_annotation(AMD.node_register).is_some());
+    // The register heartbeat: written with the register annotation, announcing the
+    // refresh period (1 s here), and a new value at every refresh (issue 17 item 13).
+    let beat_key = hami_protocol::handshake::key(hami_protocol::names::Vendor::Amd);
+    let first = h
+        .node_annotation(beat_key)
+        .expect("no heartbeat annotation");
+    let report = hami_protocol::handshake::parse(&first).unwrap().unwrap();
+    assert_eq!(report.period_secs, 1, "{first}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while h.node_annotation(beat_key).as_deref() == Some(first.as_str()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "heartbeat never changed: {first}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // The render node disappears: unhealthy in ListAndWatch and an Event on the node.
     h.tree.remove_dev("dri/renderD128").unwrap();
     assert!(
@@ -556,4 +669,379 @@ async fn annotation_removed_when_no_gpu_and_unhealthy_event() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Removed in the same patch: nothing offered, nothing to keep alive.
+    assert_eq!(h.node_annotation(beat_key), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpx_partitions_are_whole_devices_and_two_share_one_container() {
+    let h = Harness::start(hami_sysfs_fixtures::mi300x_cpx().unwrap()).await;
+    assert!(h.devices.iter().all(|d| d.info.count == 1));
+    let (p0, p1, p3) = (&h.devices[0], &h.devices[1], &h.devices[3]);
+    // The init container and an app container on one partition (init at its peak), and a
+    // second app container with two partitions of the same card.
+    let runs = vec![
+        vec![dev(p0, 1024, 9)],
+        vec![dev(p0, 2048, 9)],
+        vec![dev(p3, 4096, 19), dev(p1, 4096, 19)],
+    ];
+    h.schedule(
+        "whole",
+        json!([gpu_container("app1", 1), gpu_container("app2", 2)]),
+        json!([gpu_container("init", 1)]),
+        &runs,
+        true,
+    );
+    let pod = h.wait_phase("whole").await;
+    assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    for c in ["init", "app1", "app2"] {
+        let env = env_of(&pod, c);
+        assert!(!env.contains_key("HSA_CU_MASK"), "{c}: {env:?}");
+        assert!(!env.contains_key("LD_AUDIT"), "{c}: {env:?}");
+    }
+    assert_eq!(env_of(&pod, "init")["ROCR_VISIBLE_DEVICES"], p0.rocr_id);
+    // Two partitions sharing the card's unique_id: indices into what is mounted.
+    assert_eq!(env_of(&pod, "app2")["ROCR_VISIBLE_DEVICES"], "1,0");
+    assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("success"));
+    // Events: the missing dmem controller is reported once for the node.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+            kube::Api::namespaced(h.client.clone(), "default");
+        let n = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some("AMDGPUDmemUnavailable")
+                    && e.involved_object.name.as_deref() == Some(NODE)
+            })
+            .count();
+        if n == 1 {
+            break;
+        }
+        assert!(
+            n == 0 && std::time::Instant::now() < deadline,
+            "{n} dmem events"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_bad_cu_annotation_is_skipped_with_an_event_and_the_node_keeps_serving() {
+    let h = Harness::start(hami_sysfs_fixtures::mi210_xgmi().unwrap()).await;
+    let (d0, d1) = (h.devices[0].clone(), h.devices[1].clone());
+    // A running pod placed by HAMi whose CU annotation was damaged.
+    let list = encode_pod_devices(&[vec![dev(&d0, 1000, 26)]]).unwrap();
+    h.server
+        .create_object("v1", "pods", Some("default"), json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "damaged", "annotations": {
+                AMD.devices_allocated: list, AMD.devices_to_allocate: ";",
+                pod_keys::AMD_CU_ALLOCATED: "{not json", pod_keys::BIND_PHASE: "success"}},
+            "spec": {"schedulerName": "hami-scheduler", "containers": [gpu_container("main", 1)]},
+        }))
+        .unwrap();
+    // Running on this node (status first, so kubelet-sim does not admit it again).
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(h.client.clone(), "default");
+    pods.patch_status(
+        "damaged",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"status": {"phase": "Running"}})),
+    )
+    .await
+    .unwrap();
+    pods.create_subresource::<_, Value>(
+        "binding",
+        "damaged",
+        &kube::api::PostParams::default(),
+        &json!({"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": "damaged"}, "target": {"kind": "Node", "name": NODE}}),
+    )
+    .await
+    .unwrap();
+    // The other pods of the node are still served (a slice on another card); the damaged
+    // pod's card counts as fully used, since which of its CUs it holds is unknown.
+    for (name, d, phase) in [("next1", &d1, "Running"), ("next0", &d0, "Failed")] {
+        h.schedule(
+            name,
+            json!([gpu_container("main", 1)]),
+            json!([]),
+            &[vec![dev(d, 1000, 26)]],
+            true,
+        );
+        let pod = h.wait_phase(name).await;
+        assert_eq!(pod["status"]["phase"], phase, "{pod}");
+        if phase == "Failed" {
+            assert!(
+                pod["status"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("not enough free CUs"),
+                "{pod}"
+            );
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+            kube::Api::namespaced(h.client.clone(), "default");
+        let named: Vec<_> = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("AMDCuAllocatedMalformed"))
+            .collect();
+        if !named.is_empty() {
+            assert_eq!(named.len(), 1, "one Event per bad annotation: {named:?}");
+            assert_eq!(named[0].involved_object.name.as_deref(), Some("damaged"));
+            assert!(
+                named[0]
+                    .message
+                    .as_deref()
+                    .unwrap()
+                    .contains("default/damaged"),
+                "{named:?}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no Event names the damaged pod"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compute_partition_mismatch_is_an_event_once() {
+    let h = Harness::start(hami_sysfs_fixtures::mi308x_qpx().unwrap()).await;
+    assert_eq!(h.devices.len(), 32);
+    // The node should run CPX; its cards run QPX.
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(h.client.clone());
+    nodes
+        .patch(
+            NODE,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {node_keys::AMD_COMPUTE_PARTITION: "CPX"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(h.client.clone(), "default");
+    let count = || async {
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("AMDGPUPartitionMismatch"))
+            .map(|e| e.message.unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        let seen = count().await;
+        if seen.len() >= 8 {
+            break seen;
+        }
+        assert!(std::time::Instant::now() < deadline, "{seen:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(first.len(), 8, "one per card: {first:?}");
+    assert!(
+        first
+            .iter()
+            .all(|m| m.contains("runs compute partition QPX but the node expects CPX"))
+    );
+    // Published every second (register interval 1 s): still one Event per card.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(count().await.len(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cdi_option_answers_with_cdi_names_and_keeps_the_spec() {
+    let tree = hami_sysfs_fixtures::mi210_xgmi().unwrap();
+    let dir = tree.sysfs_root().parent().unwrap().join("cdi");
+    let h = Harness::start_with(
+        tree,
+        Opts {
+            cdi: Some(dir.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let d = h.devices[2].clone();
+    h.schedule(
+        "cdi",
+        json!([gpu_container("main", 1)]),
+        json!([]),
+        &[vec![dev(&d, 1024, 26)]],
+        true,
+    );
+    let pod = h.wait_phase("cdi").await;
+    assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    let record: Value = serde_json::from_str(ann(&pod, RECORD_ANNOTATION).unwrap()).unwrap();
+    let main = &record["main"][0];
+    assert_eq!(
+        main["cdiDevices"],
+        json!([format!("amd.com/gpu=card{}", d.card)])
+    );
+    assert_eq!(main["devices"], json!([]), "devices come from the CDI spec");
+    assert_eq!(main["envs"]["HSA_CU_MASK"], "0:0-25");
+    let spec: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(hami_amd_plugin::cdi::SPEC_FILE)).unwrap(),
+    )
+    .unwrap();
+    hami_amd_plugin::cdi::validate(&spec).unwrap();
+    let entry = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == format!("card{}", d.card))
+        .unwrap();
+    assert_eq!(
+        entry["containerEdits"]["deviceNodes"][1]["path"],
+        format!("/dev/dri/renderD{}", d.render)
+    );
+}
+
+mod fake_exporter {
+    use hami_amd_plugin::exporter::metricssvc::metrics_service_server::{
+        MetricsService, MetricsServiceServer,
+    };
+    use hami_amd_plugin::exporter::metricssvc::{GpuGetRequest, GpuState, GpuStateResponse};
+    use std::sync::{Arc, Mutex};
+
+    /// A stand-in for the AMD device-metrics exporter: serves `List` over its unix socket
+    /// with whatever health the test sets.
+    #[derive(Clone, Default)]
+    pub struct Exporter(pub Arc<Mutex<Vec<(String, String)>>>);
+
+    #[tonic::async_trait]
+    impl MetricsService for Exporter {
+        async fn get_gpu_state(
+            &self,
+            _: tonic::Request<GpuGetRequest>,
+        ) -> Result<tonic::Response<GpuStateResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("not used"))
+        }
+        async fn list(
+            &self,
+            _: tonic::Request<()>,
+        ) -> Result<tonic::Response<GpuStateResponse>, tonic::Status> {
+            let gpus = self.0.lock().unwrap().clone();
+            Ok(tonic::Response::new(GpuStateResponse {
+                gpu_state: gpus
+                    .into_iter()
+                    .map(|(device, health)| GpuState {
+                        id: device.clone(),
+                        uuid: String::new(),
+                        health,
+                        associated_workload: vec![],
+                        device,
+                    })
+                    .collect(),
+            }))
+        }
+    }
+
+    pub fn serve(path: &std::path::Path, exporter: Exporter) -> tokio::task::JoinHandle<()> {
+        let incoming = hami_deviceplugin_api::bind_unix(path).unwrap();
+        tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(MetricsServiceServer::new(exporter))
+                .serve_with_incoming(incoming)
+                .await;
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exporter_health_marks_gpus_unhealthy_and_recovered() {
+    let tree = hami_sysfs_fixtures::mi210_xgmi().unwrap();
+    let socket = tree.sysfs_root().parent().unwrap().join("exporter.socket");
+    let exporter = fake_exporter::Exporter::default();
+    let server = fake_exporter::serve(&socket, exporter.clone());
+    let h = Harness::start_with(
+        tree,
+        Opts {
+            exporter: Some(socket.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let sick = h.devices[5].clone();
+    let all: Vec<(String, String)> = h
+        .devices
+        .iter()
+        .map(|d| (d.device_key.clone(), "healthy".to_owned()))
+        .collect();
+    *exporter.0.lock().unwrap() = all.clone();
+    // The exporter calls one GPU unhealthy: kubelet loses its 10 shares, and an Event says so.
+    let mut one_sick = all.clone();
+    one_sick[5].1 = "unhealthy".into();
+    *exporter.0.lock().unwrap() = one_sick;
+    assert!(
+        h.sim()
+            .wait_for_allocatable("amd.com/gpu", 70, Duration::from_secs(10))
+            .await,
+        "{}",
+        h.sim().allocatable("amd.com/gpu")
+    );
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(h.client.clone(), "default");
+    let reasons = || async {
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.message.as_deref().unwrap_or("").contains(&sick.info.id))
+            .filter_map(|e| e.reason)
+            .collect::<Vec<_>>()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !reasons().await.contains(&"AMDGPUUnhealthy".to_owned()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            reasons().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let register = h.node_annotation(AMD.node_register).unwrap();
+    let entry = hami_protocol::node_register::decode_node_devices(&register)
+        .unwrap()
+        .into_iter()
+        .find(|d| d.id == sick.info.id)
+        .unwrap();
+    assert!(!entry.health, "the register annotation says unhealthy too");
+    // Healthy again: shares back and AMDGPURecovered.
+    *exporter.0.lock().unwrap() = all;
+    assert!(
+        h.sim()
+            .wait_for_allocatable("amd.com/gpu", 80, Duration::from_secs(10))
+            .await
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !reasons().await.contains(&"AMDGPURecovered".to_owned()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            reasons().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server.abort();
 }

@@ -3,10 +3,8 @@
 //! configured `caBundle`, with an `AdmissionReview` of the version the webhook accepts,
 //! and applies the JSONPatch it returns. Denials and failures follow `failurePolicy`.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -282,141 +280,6 @@ pub fn interpret_response(hook: &Webhook, uid: &str, body: &Value) -> Result<Ver
     }
 }
 
-/// Splits `https://host:port/path` into (host, port, path).
-fn split_url(url: &str) -> Result<(String, u16, String), String> {
-    let rest = url
-        .strip_prefix("https://")
-        .ok_or_else(|| format!("webhook URL {url:?} is not https"))?;
-    let (hostport, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i..].to_string()),
-        None => (rest, "/".to_string()),
-    };
-    let (host, port) = if let Some(h) = hostport.strip_prefix('[') {
-        let (h, p) = h.split_once(']').ok_or("bad IPv6 host")?;
-        (
-            h.to_string(),
-            p.strip_prefix(':')
-                .map(|p| p.parse().map_err(|_| "bad port"))
-                .transpose()?
-                .unwrap_or(443),
-        )
-    } else {
-        match hostport.rsplit_once(':') {
-            Some((h, p)) => (
-                h.to_string(),
-                p.parse().map_err(|_| format!("bad port in {url:?}"))?,
-            ),
-            None => (hostport.to_string(), 443),
-        }
-    };
-    Ok((host, port, path))
-}
-
-fn decode_chunked(mut body: &[u8]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = body
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or("bad chunked body")?;
-        let size_str = std::str::from_utf8(&body[..line_end]).map_err(|_| "bad chunk size")?;
-        let size = usize::from_str_radix(size_str.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| "bad chunk size")?;
-        body = &body[line_end + 2..];
-        if size == 0 {
-            return Ok(out);
-        }
-        if body.len() < size {
-            return Err("truncated chunk".into());
-        }
-        out.extend_from_slice(&body[..size]);
-        body = body.get(size + 2..).unwrap_or(&[]);
-    }
-}
-
-/// POSTs `body` to an https URL trusting only `ca_pem`; returns (status, body). Blocking:
-/// run it on a blocking thread. HTTP/1.1 with `Connection: close`.
-pub fn post_https(
-    url: &str,
-    ca_pem: &[u8],
-    body: &[u8],
-    timeout: Duration,
-) -> Result<(u16, Vec<u8>), String> {
-    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
-    let deadline = Instant::now() + timeout;
-    let (host, port, path) = split_url(url)?;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem) {
-        let cert = cert.map_err(|e| format!("caBundle: {e}"))?;
-        roots.add(cert).map_err(|e| format!("caBundle: {e}"))?;
-    }
-    if roots.is_empty() {
-        return Err("no caBundle certificate to verify the webhook's TLS certificate with".into());
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let server_name =
-        ServerName::try_from(host.clone()).map_err(|e| format!("bad host {host:?}: {e}"))?;
-    let conn =
-        rustls::ClientConnection::new(Arc::new(config), server_name).map_err(|e| e.to_string())?;
-    let addr = (host.as_str(), port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {host}: {e}"))?
-        .next()
-        .ok_or("no address")?;
-    let tcp =
-        TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("dial tcp {addr}: {e}"))?;
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1));
-    tcp.set_read_timeout(Some(left))
-        .map_err(|e| e.to_string())?;
-    tcp.set_write_timeout(Some(left))
-        .map_err(|e| e.to_string())?;
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: {}\r\nConnection: close\r\nUser-Agent: hami-apiserver\r\n\r\n",
-        body.len()
-    );
-    tls.write_all(head.as_bytes())
-        .and_then(|_| tls.write_all(body))
-        .and_then(|_| tls.flush())
-        .map_err(|e| format!("write: {e}"))?;
-    let mut raw = Vec::new();
-    match tls.read_to_end(&mut raw) {
-        Ok(_) => {}
-        // Servers that close without close_notify still delivered a full response.
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
-        Err(e) => return Err(format!("read: {e}")),
-    }
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("malformed HTTP response")?;
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let mut payload = raw[split + 4..].to_vec();
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or("malformed status line")?;
-    let lower = head.to_ascii_lowercase();
-    if lower.contains("transfer-encoding: chunked") {
-        payload = decode_chunked(&payload)?;
-    } else if let Some(cl) = lower
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse::<usize>().ok())
-    {
-        payload.truncate(cl);
-    }
-    Ok((status, payload))
-}
-
 /// Runs mutating admission for a CREATE of `object` (already defaulted) and returns the
 /// mutated object, or the Status error to answer with.
 pub async fn admit_create(
@@ -435,25 +298,15 @@ pub async fn admit_create(
         let uid = meta::new_uid();
         let review = build_review(&hook, &uid, r, "CREATE", &object, namespace);
         let body = serde_json::to_vec(&review).map_err(|e| ApiError::internal(e.to_string()))?;
-        let call = {
-            let (url, ca, timeout) = (hook.url.clone(), hook.ca_bundle.clone(), hook.timeout);
-            tokio::time::timeout(
-                timeout,
-                tokio::task::spawn_blocking(move || post_https(&url, &ca, &body, timeout)),
-            )
-        };
+        let call =
+            crate::webhook_client::post_https(&hook.url, &hook.ca_bundle, body, hook.timeout);
         let outcome: Result<Verdict, String> = match call.await {
-            Err(_) => Err(format!(
-                "context deadline exceeded (timeout {}s)",
-                hook.timeout.as_secs()
-            )),
-            Ok(Err(join)) => Err(join.to_string()),
-            Ok(Ok(Err(e))) => Err(e),
-            Ok(Ok(Ok((status, bytes)))) if status != 200 => Err(format!(
+            Err(e) => Err(e),
+            Ok((status, bytes)) if status != 200 => Err(format!(
                 "received HTTP status {status}: {}",
                 String::from_utf8_lossy(&bytes)
             )),
-            Ok(Ok(Ok((_, bytes)))) => serde_json::from_slice::<Value>(&bytes)
+            Ok((_, bytes)) => serde_json::from_slice::<Value>(&bytes)
                 .map_err(|e| format!("the response is not JSON: {e}"))
                 .and_then(|v| interpret_response(&hook, &uid, &v)),
         };
@@ -584,22 +437,5 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn urls_and_chunks() {
-        assert_eq!(
-            split_url("https://127.0.0.1:8443/m?x=1").unwrap(),
-            ("127.0.0.1".into(), 8443, "/m?x=1".into())
-        );
-        assert_eq!(
-            split_url("https://svc.ns.svc").unwrap(),
-            ("svc.ns.svc".into(), 443, "/".into())
-        );
-        assert!(split_url("http://a").is_err());
-        assert_eq!(
-            decode_chunked(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap(),
-            b"abcde"
-        );
     }
 }

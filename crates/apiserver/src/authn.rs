@@ -82,6 +82,82 @@ pub fn fill_token_secret(obj: &mut Value, namespace: &str) {
     }
 }
 
+/// `serviceaccounts/<name>/token` (what `kubectl create token` calls): a token that
+/// authenticates as the ServiceAccount, answered as a `TokenRequest`. The token is the
+/// account's legacy token Secret `<name>-token` (created if missing), so it is valid while
+/// the account exists; `expirationTimestamp` reports the requested lifetime (default 1 h)
+/// but is not enforced, and `audiences` are echoed, not checked.
+pub fn token_request(
+    store: &mut Store,
+    namespace: &str,
+    name: &str,
+    request: &Value,
+) -> Result<Value, ApiError> {
+    let sas = resources::lookup("", "v1", "serviceaccounts").expect("served");
+    let secrets = resources::lookup("", "v1", "secrets").expect("served");
+    store.get(sas, namespace, name)?;
+    if let Some(k) = request.get("kind").and_then(Value::as_str)
+        && k != "TokenRequest"
+    {
+        return Err(ApiError::bad_request(format!(
+            "the body of a serviceaccounts/token request must be a TokenRequest, not {k}"
+        )));
+    }
+    let seconds = match request.pointer("/spec/expirationSeconds") {
+        None | Some(Value::Null) => 3600,
+        Some(v) => match v.as_i64() {
+            Some(s) if s >= 600 => s,
+            _ => {
+                return Err(ApiError::invalid(
+                    "authentication.k8s.io",
+                    "TokenRequest",
+                    name,
+                    &[(
+                        "spec.expirationSeconds",
+                        format!(
+                            "Invalid value: {v}: may not specify a duration less than 10 minutes"
+                        ),
+                    )],
+                ));
+            }
+        },
+    };
+    let secret_name = format!("{name}-token");
+    if store.get(secrets, namespace, &secret_name).is_err() {
+        store.create(
+            secrets,
+            Some(namespace),
+            json!({"apiVersion": "v1", "kind": "Secret", "type": SA_TOKEN_TYPE,
+                   "metadata": {"name": secret_name, "namespace": namespace,
+                                "annotations": {SA_NAME_ANNOTATION: name}}}),
+        )?;
+    }
+    let secret = store.get(secrets, namespace, &secret_name)?;
+    let token: k8s_openapi::ByteString =
+        serde_json::from_value(secret.pointer("/data/token").cloned().unwrap_or_default())
+            .map_err(|e| {
+                ApiError::internal(format!("token Secret {namespace}/{secret_name}: {e}"))
+            })?;
+    let token =
+        String::from_utf8(token.0).map_err(|_| ApiError::internal("the token is not UTF-8"))?;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let expires = now
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds))
+        .unwrap_or(now);
+    let fmt = |t: k8s_openapi::jiff::Timestamp| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    Ok(json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": fmt(now)},
+        "spec": {
+            "audiences": request.pointer("/spec/audiences").cloned().unwrap_or(json!([])),
+            "expirationSeconds": seconds,
+            "boundObjectRef": request.pointer("/spec/boundObjectRef").cloned().unwrap_or(Value::Null),
+        },
+        "status": {"token": token, "expirationTimestamp": fmt(expires)},
+    }))
+}
+
 /// Who sent the request (`authorization` is the header value, if any).
 pub fn authenticate(
     store: &Store,

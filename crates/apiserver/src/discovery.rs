@@ -90,6 +90,9 @@ fn resource_entries(r: &ResourceType) -> Vec<Value> {
             "binding" => {
                 json!({"name": format!("{}/binding", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": "Binding", "verbs": ["create"]})
             }
+            "token" => {
+                json!({"name": format!("{}/token", r.plural), "singularName": "", "namespaced": r.namespaced, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]})
+            }
             "eviction" => {
                 json!({"name": format!("{}/eviction", r.plural), "singularName": "", "namespaced": r.namespaced, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]})
             }

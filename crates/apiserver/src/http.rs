@@ -14,15 +14,16 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::admission;
+use crate::codec;
 use crate::discovery;
 use crate::faults::FaultState;
 use crate::openapi;
 use crate::patch::{self, PatchType};
-use crate::persistence::Persistence;
 use crate::request_log::{RequestLog, RequestRecord};
 use crate::resources::{self, ResourceType};
 use crate::route::{self, ResourceRoute, Route};
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::state::SharedStore;
 use crate::status::{ApiError, success_status};
 use crate::store::{
     DeleteOptions, EventType, ListOptions, Store, Subresource, WatchEvent, WriteContext,
@@ -35,20 +36,19 @@ use crate::watch::{self, WatchFilter};
 /// Kubernetes' request body limit (3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
-/// Shared state of a running server.
+/// What the HTTP shell of a running server holds: the shared store (no HTTP in it) and
+/// the request-level settings, faults and log.
 pub struct AppState {
-    pub store: Mutex<Store>,
-    pub events: broadcast::Sender<Arc<WatchEvent>>,
-    /// Bumped to end every open watch.
-    pub closer: tokio::sync::watch::Sender<u64>,
+    pub store: SharedStore,
     pub faults: Mutex<FaultState>,
     pub log: RequestLog,
-    pub persistence: Option<Mutex<Persistence>>,
     pub server_address: String,
     pub bookmark_interval: Duration,
     pub default_watch_timeout: Duration,
     /// Authentication + RBAC; None: every request is allowed.
     pub auth: Option<crate::authn::AuthConfig>,
+    /// Time for a request body to arrive once the head has.
+    pub body_read_timeout: Duration,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -56,47 +56,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl AppState {
-    /// Runs a write against the store, then persists and broadcasts its events, all under
-    /// the store lock so that watchers and the journal see writes in resourceVersion order.
+    /// See [`SharedStore::write`].
     pub fn write<T>(
         &self,
         f: impl FnOnce(&mut Store) -> Result<T, ApiError>,
     ) -> Result<T, ApiError> {
-        let mut store = lock(&self.store);
-        let out = f(&mut store);
-        let events = store.take_events();
-        if !events.is_empty() {
-            if let Some(p) = &self.persistence {
-                lock(p).append(&events);
-            }
-            for ev in events {
-                // No receivers is fine.
-                let _ = self.events.send(ev);
-            }
-        }
-        out
+        self.store.write(f)
     }
 
-    /// `write` on behalf of a request (field manager, force, dry run).
+    /// See [`SharedStore::write_ctx`].
     pub fn write_ctx<T>(
         &self,
         ctx: &WriteContext,
         f: impl FnOnce(&mut Store) -> Result<T, ApiError>,
     ) -> Result<T, ApiError> {
-        self.write(|s| {
-            s.ctx = ctx.clone();
-            let out = f(s);
-            s.ctx = WriteContext::default();
-            out
-        })
+        self.store.write_ctx(ctx, f)
     }
 
     pub fn read<T>(&self, f: impl FnOnce(&Store) -> T) -> T {
-        f(&lock(&self.store))
+        self.store.read(f)
     }
 
     pub fn close_all_watches(&self) {
-        self.closer.send_modify(|g| *g += 1);
+        self.store.close_all_watches();
     }
 }
 
@@ -197,44 +179,6 @@ fn header_str(h: &HeaderMap, name: header::HeaderName) -> Option<String> {
     h.get(name).and_then(|v| v.to_str().ok()).map(String::from)
 }
 
-/// Decodes a create/update body (JSON, or YAML when sent as such).
-fn decode_object(ct: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
-    let base = ct
-        .unwrap_or("application/json")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_string();
-    let v: Value = match base.as_str() {
-        "application/json" | "" | "*/*" => serde_json::from_slice(body).map_err(|e| {
-            ApiError::bad_request(format!("error decoding the request body as JSON: {e}"))
-        })?,
-        "application/yaml" => {
-            let text = std::str::from_utf8(body)
-                .map_err(|_| ApiError::bad_request("the YAML body is not UTF-8"))?;
-            serde_saphyr::from_str(text).map_err(|e| {
-                ApiError::bad_request(format!("error decoding the request body as YAML: {e}"))
-            })?
-        }
-        other => {
-            return Err(ApiError::new(
-                415,
-                "UnsupportedMediaType",
-                format!(
-                    "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {other:?})"
-                ),
-            ));
-        }
-    };
-    if !v.is_object() {
-        return Err(ApiError::bad_request(
-            "the request body must be a JSON object",
-        ));
-    }
-    Ok(v)
-}
-
 /// The axum fallback handler: every request comes through here.
 pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
@@ -270,7 +214,23 @@ pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
     };
     let authorization = header_str(&parts.headers, header::AUTHORIZATION);
     let (user, access) = check_access(&st, authorization.as_deref(), &route, verb);
-    let body = axum::body::to_bytes(body, MAX_BODY + 1).await;
+    // A body that trickles in (or never comes) must not hold the connection forever.
+    let body = match tokio::time::timeout(
+        st.body_read_timeout,
+        axum::body::to_bytes(body, MAX_BODY + 1),
+    )
+    .await
+    {
+        Ok(b) => b.map_err(|_| ApiError::too_large()),
+        Err(_) => Err(ApiError::new(
+            408,
+            "Timeout",
+            format!(
+                "the request body did not arrive within {:?}",
+                st.body_read_timeout
+            ),
+        )),
+    };
     let (resp, body_text) = match body {
         Ok(_) if access.is_err() => (
             error_response(
@@ -281,7 +241,7 @@ pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
             ),
             String::new(),
         ),
-        Err(_) => (error_response(&ApiError::too_large()), String::new()),
+        Err(e) => (error_response(&e), String::new()),
         Ok(b) if b.len() > MAX_BODY => (error_response(&ApiError::too_large()), String::new()),
         Ok(b) => {
             let latency = lock(&st.faults).latency;
@@ -447,6 +407,16 @@ async fn resource_request(
     body: &Bytes,
 ) -> Result<Response, ApiError> {
     let r = rr.resource;
+    if !crate::protobuf::accepts_json(accept) {
+        // We answer JSON only; protobuf-first clients list JSON after it (client-go does).
+        return Err(ApiError::new(
+            406,
+            "NotAcceptable",
+            format!(
+                "only the following media types are accepted: application/json (Accept: {accept:?})"
+            ),
+        ));
+    }
     let ns = store_ns(&rr).to_string();
     let sub = rr.subresource.as_deref();
     let manager = match (
@@ -493,12 +463,12 @@ async fn resource_request(
         }
         ("GET", None, None) => list_request(st, &rr, &p, accept),
         ("POST", None, None) => {
-            let obj = decode_object(ct, body)?;
+            let obj = codec::decode_object(ct, body)?;
             let created = create_with_admission(st, &ctx, r, rr.namespace.as_deref(), obj).await?;
             Ok(object_response(201, r, &created, accept))
         }
         ("POST", Some(name), Some("binding")) => {
-            let b = decode_object(ct, body)?;
+            let b = codec::decode_object(ct, body)?;
             if b.get("kind")
                 .and_then(Value::as_str)
                 .is_some_and(|k| k != "Binding")
@@ -519,14 +489,19 @@ async fn resource_request(
             st.write_ctx(&ctx, |s| s.bind(&ns, name, &b))?;
             Ok(json_response(201, &success_status(201, None)))
         }
+        ("POST", Some(name), Some("token")) => {
+            let req = codec::decode_object(ct, body)?;
+            let answer = st.write_ctx(&ctx, |s| crate::authn::token_request(s, &ns, name, &req))?;
+            Ok(json_response(201, &answer))
+        }
         ("POST", Some(name), Some("eviction")) => {
-            let _ = decode_object(ct, body)?;
+            let _ = codec::decode_object(ct, body)?;
             let opts = DeleteOptions::default();
             st.write_ctx(&ctx, |s| s.delete(r, &ns, name, &opts))?;
             Ok(json_response(201, &success_status(201, None)))
         }
         ("PUT", Some(name), None | Some("status")) => {
-            let obj = decode_object(ct, body)?;
+            let obj = codec::decode_object(ct, body)?;
             let subres = if sub == Some("status") {
                 Subresource::Status
             } else {
@@ -556,13 +531,7 @@ async fn resource_request(
             Ok(object_response(code, r, &out, accept))
         }
         ("DELETE", Some(name), None) => {
-            let opts = if body.is_empty() {
-                DeleteOptions::default()
-            } else {
-                DeleteOptions::from_body(&serde_json::from_slice(body).map_err(|e| {
-                    ApiError::bad_request(format!("error decoding DeleteOptions: {e}"))
-                })?)
-            };
+            let opts = codec::decode_delete_options(ct, body)?;
             let out = st.write_ctx(&ctx, |s| s.delete(r, &ns, name, &opts))?;
             Ok(object_response(200, r, &out, accept))
         }
@@ -611,10 +580,10 @@ fn dry_run_request(
     let name = rr.name.clone();
     let outcome = st.write_ctx(ctx, |s| {
         match (method.as_str(), name.as_deref(), rr.subresource.as_deref()) {
-            ("POST", None, None) => decode_object(ct, body)
+            ("POST", None, None) => codec::decode_object(ct, body)
                 .and_then(|o| s.create(r, rr.namespace.as_deref(), o))
                 .map(|v| (201, v)),
-            ("PUT", Some(n), None | Some("status")) => decode_object(ct, body)
+            ("PUT", Some(n), None | Some("status")) => codec::decode_object(ct, body)
                 .and_then(|o| s.update(r, &ns, n, o, sub))
                 .map(|v| (200, v)),
             ("PATCH", Some(n), None | Some("status")) => {
@@ -829,59 +798,35 @@ fn watch_request(
         .timeout_seconds
         .map(Duration::from_secs)
         .unwrap_or(st.default_watch_timeout);
-    let mut queue = VecDeque::new();
-    // Subscribe under the store lock: no write can slip between the replay and the live feed.
-    let (rx, last_rv) = {
-        let store = lock(&st.store);
-        let rx = st.events.subscribe();
-        let rv = store.resource_version();
-        let initial = from.is_none() || p.send_initial_events;
-        if initial {
-            let opts = ListOptions {
-                labels: filter.labels.clone(),
-                fields: filter.fields.clone(),
-                ..Default::default()
-            };
-            let page = store.list(r, filter.namespace.as_deref(), &opts)?;
-            drop(store);
-            for obj in page.items {
-                queue.push_back(frame_for(table, r, EventType::Added, &obj));
-            }
-            if p.send_initial_events && p.allow_bookmarks {
-                queue.push_back(watch::bookmark_frame(r, rv, true));
-            }
-            (rx, rv)
-        } else {
-            let from = from.unwrap_or(rv);
-            match store.events_since(r, from) {
-                Ok(evs) => {
-                    for ev in evs {
-                        if let Some(t) = filter.classify(&ev) {
-                            queue.push_back(frame_for(table, r, t, &ev.object));
-                        }
-                    }
-                    (rx, rv.max(from))
-                }
-                Err(e) => {
-                    // Kubernetes answers 200 and sends the 410 as an ERROR event.
-                    queue.push_back(watch::error_frame(&e));
-                    drop(store);
-                    let ws = WatchStream {
-                        queue,
-                        rx,
-                        filter,
-                        deadline: tokio::time::Instant::now(),
-                        closer: st.closer.subscribe(),
-                        bookmarks: None,
-                        last_rv: rv,
-                        done: true,
-                        table,
-                    };
-                    return Ok(stream_response(ws));
-                }
-            }
-        }
-    };
+    let start = st.store.watch(&filter, from, p.send_initial_events)?;
+    let mut queue: VecDeque<String> = start
+        .initial
+        .iter()
+        .map(|(t, obj)| frame_for(table, r, *t, obj))
+        .collect();
+    if let (Some(rv), true) = (start.listed_at, p.send_initial_events && p.allow_bookmarks) {
+        queue.push_back(watch::bookmark_frame(r, rv, true));
+    }
+    if let Some(e) = &start.expired {
+        // Kubernetes answers 200 and sends the 410 as an ERROR event.
+        queue.push_back(watch::error_frame(e));
+    }
+    if start.expired.is_some() || start.stopping {
+        // Stopping: the stream ends at once (clients re-watch elsewhere).
+        let ws = WatchStream {
+            queue,
+            rx: start.rx,
+            filter,
+            deadline: tokio::time::Instant::now(),
+            closer: start.closer,
+            bookmarks: None,
+            last_rv: start.last_rv,
+            done: true,
+            table,
+        };
+        return Ok(stream_response(ws));
+    }
+    let (rx, closer, last_rv) = (start.rx, start.closer, start.last_rv);
     let bookmarks = p.allow_bookmarks.then(|| {
         let mut i = tokio::time::interval_at(
             tokio::time::Instant::now() + st.bookmark_interval,
@@ -895,7 +840,7 @@ fn watch_request(
         rx,
         filter,
         deadline: tokio::time::Instant::now() + timeout,
-        closer: st.closer.subscribe(),
+        closer,
         bookmarks,
         last_rv,
         done: false,

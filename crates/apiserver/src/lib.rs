@@ -12,6 +12,9 @@
 
 pub mod admission;
 pub mod authn;
+pub mod codec;
+pub mod connections;
+pub mod depth;
 pub mod discovery;
 pub mod event_mirror;
 pub mod faults;
@@ -22,11 +25,13 @@ pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod persistence;
+pub mod protobuf;
 pub mod rbac;
 pub mod request_log;
 pub mod resources;
 pub mod route;
 pub mod selector;
+pub mod state;
 pub mod status;
 pub mod store;
 pub mod stored;
@@ -34,6 +39,7 @@ pub mod strategic_merge;
 pub mod strategy;
 pub mod table;
 pub mod watch;
+pub mod webhook_client;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -68,6 +74,16 @@ pub struct Config {
     /// Authenticate bearer tokens and enforce RBAC. None (the default): no authentication,
     /// every request is allowed.
     pub auth: Option<authn::AuthConfig>,
+    /// Connections served at once (more wait in the listen backlog).
+    pub max_connections: usize,
+    /// Time for a client to send a request head, and for an idle keep-alive connection to
+    /// start its next request (32 s: kube-apiserver's ReadHeaderTimeout).
+    pub header_read_timeout: Duration,
+    /// Time for a client to send a request body once its head arrived (60 s:
+    /// kube-apiserver's default request timeout); 408 otherwise.
+    pub body_read_timeout: Duration,
+    /// At shutdown, time in-flight requests get before their connections are dropped.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Config {
@@ -81,6 +97,10 @@ impl Default for Config {
             default_watch_timeout: Duration::from_secs(1800),
             request_log_capacity: 10_000,
             auth: None,
+            max_connections: connections::default_max_connections(),
+            header_read_timeout: Duration::from_secs(32),
+            body_read_timeout: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(5),
         }
     }
 }
@@ -101,19 +121,15 @@ impl ApiServer {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
         let addr = listener.local_addr()?;
-        let (events, _) = tokio::sync::broadcast::channel(config.watch_buffer.max(16));
-        let (closer, _) = tokio::sync::watch::channel(0u64);
         let state = Arc::new(AppState {
-            store: Mutex::new(store),
-            events,
-            closer,
+            store: state::SharedStore::new(store, persistence, config.watch_buffer),
             faults: Mutex::new(faults::FaultState::default()),
             log: request_log::RequestLog::new(config.request_log_capacity),
-            persistence: persistence.map(Mutex::new),
             server_address: addr.to_string(),
             bookmark_interval: config.bookmark_interval,
             default_watch_timeout: config.default_watch_timeout,
             auth: config.auth.clone(),
+            body_read_timeout: config.body_read_timeout,
         });
         // Persist the default namespaces created above (and anything else pending).
         state.write(|_| Ok::<(), ApiError>(()))?;
@@ -122,21 +138,24 @@ impl ApiServer {
             .layer(axum::extract::DefaultBodyLimit::disable())
             .with_state(state.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stop_rx.await;
-            };
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!("embedded API server stopped: {e}");
-            }
-        });
+        let limits = connections::ConnectionLimits {
+            max_connections: config.max_connections,
+            header_read_timeout: config.header_read_timeout,
+            shutdown_grace: config.shutdown_grace,
+        };
+        let counters = connections::Counters::default();
+        let task = tokio::spawn(connections::serve(
+            listener,
+            app,
+            limits,
+            counters.clone(),
+            stop_rx,
+        ));
         tracing::info!(%addr, "embedded Kubernetes API server listening");
         Ok(RunningApiServer {
             addr,
             state,
+            counters,
             stop: Some(stop_tx),
             task: Some(task),
         })
@@ -147,6 +166,7 @@ impl ApiServer {
 pub struct RunningApiServer {
     addr: SocketAddr,
     state: Arc<AppState>,
+    counters: connections::Counters,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -154,6 +174,20 @@ pub struct RunningApiServer {
 impl RunningApiServer {
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Client connections open right now.
+    pub fn open_connections(&self) -> usize {
+        self.counters
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Requests being answered right now (watches included).
+    pub fn requests_in_flight(&self) -> usize {
+        self.counters
+            .requests
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -261,7 +295,8 @@ impl RunningApiServer {
         kubeconfig::kubeconfig_yaml_with_token(&self.url(), token)
     }
 
-    /// Stops serving: ends open watches, then waits for in-flight requests.
+    /// Stops serving: ends open watches (and refuses new ones), then gives in-flight
+    /// requests `shutdown_grace` before dropping their connections.
     pub async fn shutdown(mut self) {
         self.stop_now();
         if let Some(t) = self.task.take() {
@@ -270,7 +305,7 @@ impl RunningApiServer {
     }
 
     fn stop_now(&mut self) {
-        self.state.close_all_watches();
+        self.state.store.stop();
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }

@@ -45,7 +45,7 @@ pub fn replay_line(store: &mut Store, line: &str) -> Result<(), String> {
     match v.get("op").and_then(Value::as_str) {
         Some("put") => {
             let obj = v.get("obj").cloned().ok_or("put without obj")?;
-            store.restore(r, obj);
+            store.restore(r, obj).map_err(|e| e.message)?;
         }
         Some("del") => {
             let ns = v.get("ns").and_then(Value::as_str).unwrap_or("");
@@ -81,7 +81,11 @@ impl Persistence {
                     continue;
                 }
                 if let Err(e) = replay_line(store, line) {
-                    if i + 1 == n {
+                    // Only a line cut short by a crash is torn; a complete line that cannot
+                    // be loaded is damage (ignoring it would drop an acknowledged write).
+                    let cut_short = serde_json::from_str::<Value>(line)
+                        .is_err_and(|e| e.classify() == serde_json::error::Category::Eof);
+                    if i + 1 == n && cut_short {
                         tracing::warn!(
                             "ignoring torn last journal line of {}: {e}",
                             path.display()
@@ -124,15 +128,26 @@ impl Persistence {
     }
 
     /// Appends the events of one write and flushes them to the OS (no fsync per write).
-    pub fn append(&mut self, events: &[std::sync::Arc<WatchEvent>]) {
+    /// An error means the write is not in the journal (and would be lost on restart).
+    pub fn append(&mut self, events: &[std::sync::Arc<WatchEvent>]) -> std::io::Result<()> {
+        let mut lines = String::new();
         for ev in events {
-            if let Err(e) = self.out.write_all(journal_line(ev).as_bytes()) {
-                tracing::error!("cannot append to {}: {e}", self.path.display());
-            }
+            lines.push_str(&journal_line(ev));
         }
-        if let Err(e) = self.out.flush() {
-            tracing::error!("cannot flush {}: {e}", self.path.display());
-        }
+        self.out
+            .write_all(lines.as_bytes())
+            .and_then(|_| self.out.flush())
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", self.path.display())))
+    }
+
+    /// Tests: make every later append fail as a full disk does.
+    #[cfg(test)]
+    pub(crate) fn write_to_dev_full(&mut self) {
+        let full = OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        self.out = BufWriter::with_capacity(0, full);
     }
 }
 
@@ -162,7 +177,7 @@ mod tests {
                 .unwrap();
             s.delete(cms, "default", "b", &DeleteOptions::default())
                 .unwrap();
-            p.append(&s.take_events());
+            p.append(&s.take_events()).unwrap();
             (s.resource_version(), c["metadata"]["uid"].clone())
         };
         // Simulate a crash in the middle of a line.

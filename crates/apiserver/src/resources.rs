@@ -120,7 +120,7 @@ pub static RESOURCES: &[ResourceType] = &[
         "ServiceAccount",
         true,
         &["sa"],
-        &[],
+        &["token"],
     ),
     rt(
         ("coordination.k8s.io", "v1"),

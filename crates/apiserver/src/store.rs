@@ -151,6 +151,41 @@ fn obj_rv(v: &Value) -> &str {
         .unwrap_or("")
 }
 
+/// A `metadata.resourceVersion` that is there but not a string (a number, an object,
+/// null) would read as absent and turn a conditional write into an unconditional one; the
+/// real server cannot decode it into ObjectMeta and refuses the request. `code` is 400 for
+/// a request body, 422 for the result of a patch.
+fn check_rv_type(r: &ResourceType, name: &str, obj: &Value, code: u16) -> Result<(), ApiError> {
+    let Some(rv) = obj.get("metadata").and_then(|m| m.get("resourceVersion")) else {
+        return Ok(());
+    };
+    if rv.is_string() {
+        return Ok(());
+    }
+    let what = match rv {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::Array(_) => "an array",
+        _ => "an object",
+    };
+    let message = format!(
+        "Invalid value: {rv}: metadata.resourceVersion must be a string (as read from the object, e.g. \"17\"), not {what}; leave it out for an unconditional write"
+    );
+    if code == 422 {
+        return Err(ApiError::invalid(
+            r.group,
+            r.kind,
+            name,
+            &[("metadata.resourceVersion", message)],
+        ));
+    }
+    Err(ApiError::bad_request(format!(
+        "{} {name:?}: metadata.resourceVersion: {message}",
+        r.kind
+    )))
+}
+
 fn set_meta(v: &mut Value, field: &str, value: Value) {
     if !v.get("metadata").is_some_and(Value::is_object) {
         v["metadata"] = json!({});
@@ -253,6 +288,27 @@ impl Store {
         std::mem::take(&mut self.pending)
     }
 
+    /// Undoes the writes behind `events` (as taken by [`Store::take_events`], newest last):
+    /// each object goes back to its state before, and the events leave the watch history.
+    /// For a write that could not be journaled, so that it is neither acknowledged nor seen.
+    pub fn revert(&mut self, events: &[Arc<WatchEvent>]) {
+        for ev in events.iter().rev() {
+            let key = (ev.namespace.clone(), ev.name.clone());
+            let map = &mut self.objects[resource_index(ev.resource)];
+            match &ev.prev {
+                Some(prev) => {
+                    map.insert(key, prev.clone());
+                }
+                None => {
+                    map.remove(&key);
+                }
+            }
+            if self.history.back().is_some_and(|h| Arc::ptr_eq(h, ev)) {
+                self.history.pop_back();
+            }
+        }
+    }
+
     /// Forgets the watch history: any watch from an older resourceVersion gets 410 Expired.
     pub fn expire_history(&mut self) {
         self.history.clear();
@@ -260,7 +316,8 @@ impl Store {
     }
 
     /// Inserts an object exactly as given (restore from persistence); no event is produced.
-    pub fn restore(&mut self, r: &'static ResourceType, obj: Value) {
+    /// Objects that break the nesting-depth rule are refused, as a write of them would be.
+    pub fn restore(&mut self, r: &'static ResourceType, obj: Value) -> Result<(), ApiError> {
         let ns = obj
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
@@ -271,12 +328,14 @@ impl Store {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
+        crate::depth::check(r.group, r.kind, &name, &obj)?;
         if let Ok(rv) = obj_rv(&obj).parse::<u64>() {
             self.rv = self.rv.max(rv);
         }
         self.objects[resource_index(r)]
             .insert((ns, name), Arc::new(StoredObject::from_value(r, &obj)));
         self.compacted_rv = self.rv;
+        Ok(())
     }
 
     /// Removes an object without an event (restore from persistence).
@@ -517,7 +576,11 @@ impl Store {
         {
             return Err(ApiError::bad_request("metadata must be an object"));
         }
-        Ok(())
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        check_rv_type(r, name, obj, 400)
     }
 
     fn check_namespace_field(
@@ -646,6 +709,7 @@ impl Store {
             managed_fields::record_update(&mut entries, None, &obj, &manager, &av, &now, None);
         }
         managed_fields::write_entries(&mut obj, &entries);
+        crate::depth::check(r.group, r.kind, &name, &obj)?;
         Ok(self.commit(r, key, obj, None, EventType::Added))
     }
 
@@ -757,6 +821,7 @@ impl Store {
             );
             managed_fields::write_entries(&mut new, &entries);
         }
+        crate::depth::check(r.group, r.kind, name, &new)?;
         let key = Self::key(r, Some(ns), name);
         if current.pointer("/metadata/deletionTimestamp").is_some() && finalizers_empty(&new) {
             let prev = self.stored_at(r, &key);
@@ -853,6 +918,7 @@ impl Store {
                 "the patched document is not an object",
             ));
         }
+        check_rv_type(r, name, &patched, 422)?;
         let rv = obj_rv(&patched);
         if !rv.is_empty() && rv != obj_rv(&current) {
             return Err(ApiError::conflict(

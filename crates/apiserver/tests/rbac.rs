@@ -310,3 +310,55 @@ async fn hyper_get(server: &RunningApiServer, path: &str) -> u16 {
     s.read_to_string(&mut buf).await.unwrap();
     buf.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
+
+#[tokio::test]
+async fn token_requests_give_a_token_of_the_service_account() {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let (server, admin) = secured().await;
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
+    let req: TokenRequest = serde_json::from_value(
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"audiences": []}}),
+    )
+    .unwrap();
+    // No such account: 404, as in Kubernetes.
+    let e = sas
+        .create_token_request("robot", &PostParams::default(), &req)
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(e).0, 404);
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "robot"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let answer = sas
+        .create_token_request("robot", &PostParams::default(), &req)
+        .await
+        .unwrap();
+    let token = answer.status.unwrap().token;
+    // The token is the account: what it may not do is refused in its name.
+    let robot = client_with_token(&server, &token).await;
+    let (code, message) = api_code(
+        Api::<Pod>::namespaced(robot, "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 403);
+    assert!(
+        message.contains("system:serviceaccount:default:robot"),
+        "{message}"
+    );
+    // Too short a lifetime is refused as Kubernetes does.
+    let short: TokenRequest = serde_json::from_value(
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"audiences": [], "expirationSeconds": 60}}),
+    )
+    .unwrap();
+    let e = sas
+        .create_token_request("robot", &PostParams::default(), &short)
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(e).0, 422);
+}

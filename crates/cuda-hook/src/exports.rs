@@ -375,12 +375,23 @@ alloc_pool!(
     Sym::CuMemAllocFromPoolAsyncPtsz
 );
 
-/// Real free first; on success the bytes go back to the device they came from. Unknown
-/// pointers pass through untouched (the reference returns -1 and leaks them).
+/// The record is taken out first (a racing allocation handed the same address by the
+/// driver records its own), then the real free; the bytes go back only once the driver has
+/// freed them, so the device never holds more than the container's accounting says. A failed
+/// free puts the record back. Unknown pointers pass through untouched (the reference
+/// returns -1 and leaks them).
 fn counted_free(what: &str, kind: Kind, key: u64, free: impl FnOnce() -> CuResult) -> CuResult {
+    let record = guarded(what, None, || state().forget(kind, key));
     let rc = free();
-    if rc == CUDA_SUCCESS {
-        guarded(what, (), || state().untrack(kind, key));
+    if let Some((index, bytes)) = record {
+        guarded(what, (), || {
+            let st = state();
+            if rc == CUDA_SUCCESS {
+                st.release(index, bytes);
+            } else {
+                st.restore(kind, key, (index, bytes));
+            }
+        });
     }
     rc
 }
@@ -558,12 +569,17 @@ pub extern "C" fn cuArrayDestroy(array: u64) -> CuResult {
 }
 
 /// (total, free) as the container sees them: total = min(limit, physical), free =
-/// min(limit − container usage, physical free), never negative.
-pub fn virtual_memory(limit: u64, usage: u64, total: u64, free: u64) -> (u64, u64) {
+/// min(limit − container usage, physical free), never negative. A device that refuses every
+/// allocation (fail closed) shows no free memory: an application that sized its pool from
+/// the free figure would only be refused.
+pub fn virtual_memory(limit: u64, usage: u64, total: u64, free: u64, refusing: bool) -> (u64, u64) {
+    let total = if limit == 0 { total } else { limit.min(total) };
+    if refusing {
+        return (total, 0);
+    }
     if limit == 0 {
         return (total, free);
     }
-    let total = limit.min(total);
     (total, total.saturating_sub(usage).min(free))
 }
 
@@ -586,7 +602,13 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
         if let Ok(index) = st.current_index() {
             // SAFETY: written by the successful call.
             let (t, f) = unsafe { (*total as u64, *free as u64) };
-            let (t, f) = virtual_memory(st.limit(index), st.usage(index), t, f);
+            let (t, f) = virtual_memory(
+                st.limit(index),
+                st.usage(index),
+                t,
+                f,
+                st.refuses_all(index),
+            );
             // SAFETY: checked non-null.
             unsafe {
                 *total = t as usize;
@@ -639,14 +661,15 @@ fn nvml_view(device: *mut c_void, total: &mut u64, free: &mut u64, used: &mut u6
             return;
         };
         let limit = st.limit(index);
-        if limit == 0 {
+        let refusing = st.refuses_all(index);
+        if limit == 0 && !refusing {
             return;
         }
         let usage = st.usage(index);
-        let (t, f) = virtual_memory(limit, usage, *total, *free);
+        let (t, f) = virtual_memory(limit, usage, *total, *free, refusing);
         *total = t;
         *free = f;
-        *used = usage.min(t);
+        *used = if refusing { t } else { usage.min(t) };
     });
 }
 
@@ -848,10 +871,16 @@ mod tests {
 
     #[test]
     fn the_container_view_never_underflows_or_exceeds_the_device() {
-        assert_eq!(virtual_memory(0, 5, 100, 40), (100, 40));
-        assert_eq!(virtual_memory(50, 20, 100, 90), (50, 30));
-        assert_eq!(virtual_memory(50, 20, 100, 10), (50, 10));
-        assert_eq!(virtual_memory(50, 80, 100, 90), (50, 0));
-        assert_eq!(virtual_memory(500, 0, 100, 90), (100, 90));
+        assert_eq!(virtual_memory(0, 5, 100, 40, false), (100, 40));
+        assert_eq!(virtual_memory(50, 20, 100, 90, false), (50, 30));
+        assert_eq!(virtual_memory(50, 20, 100, 10, false), (50, 10));
+        assert_eq!(virtual_memory(50, 80, 100, 90, false), (50, 0));
+        assert_eq!(virtual_memory(500, 0, 100, 90, false), (100, 90));
+    }
+
+    #[test]
+    fn a_refusing_device_shows_no_free_memory() {
+        assert_eq!(virtual_memory(0, 0, 100, 90, true), (100, 0));
+        assert_eq!(virtual_memory(50, 0, 100, 90, true), (50, 0));
     }
 }

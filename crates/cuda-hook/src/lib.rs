@@ -3,6 +3,7 @@
 //! - `symbols`: the real functions (libcuda.so.1, libnvidia-ml.so.1) and the real `dlsym`.
 //! - `exports`: the exported wrappers, `dlsym`, `cuGetProcAddress[_v2]`.
 //! - `state`: per-process state (settings, region, allocations, device map), fork-aware.
+//! - `hami_kernel_locks::hook_config_file`: the plugin's read-only per-container config, read first.
 //! - [`config`], [`host_pid`], [`limiter`], [`sizing`]: pure cores.
 //! - `sampler`: the utilization thread feeding the region and the limiter.
 

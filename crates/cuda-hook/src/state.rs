@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicUsize,
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
@@ -24,6 +24,39 @@ pub enum Kind {
     Array,
 }
 
+/// Hash of allocation keys (device addresses, handles): the default SipHash costs more than
+/// the rest of a free; keys are not attacker-chosen (the driver hands them out). Mixed with
+/// murmur3's finaliser, as page-aligned addresses differ only in their high bits.
+#[derive(Default, Clone, Copy)]
+pub struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.write_u64(u64::from(*byte));
+        }
+    }
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0.rotate_left(29) ^ value).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_usize(&mut self, value: usize) {
+        self.write_u64(value as u64);
+    }
+    fn write_isize(&mut self, value: isize) {
+        self.write_u64(value as u64);
+    }
+    fn finish(&self) -> u64 {
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+}
+
+type Allocations = HashMap<(Kind, u64), (usize, u64), std::hash::BuildHasherDefault<KeyHasher>>;
+
 pub struct DeviceLimiter {
     pub tokens: AtomicI64,
     /// 0 = unlimited, else tokens per tick.
@@ -34,7 +67,7 @@ pub struct DeviceLimiter {
 pub struct State {
     pub config: HookConfig,
     pub region: Option<Region>,
-    pub allocations: Mutex<HashMap<(Kind, u64), (usize, u64)>>,
+    pub allocations: Mutex<Allocations>,
     /// CUDA ordinal → container (NVML) index; identity until mapped.
     pub device_map: [AtomicUsize; MAX_DEVICES],
     pub mapped: AtomicBool,
@@ -49,16 +82,60 @@ static CURRENT: AtomicUsize = AtomicUsize::new(0);
 static CURRENT_PID: AtomicI32 = AtomicI32::new(0);
 static BUILD: Mutex<()> = Mutex::new(());
 
+/// A page the kernel zeroes in a forked child (`MADV_WIPEONFORK`, Linux 4.14): non-zero means
+/// "still the process that built CURRENT", so the hot path needs no `getpid` system call.
+static FORK_MARK: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
+
 fn own_pid() -> i32 {
     // SAFETY: getpid has no preconditions.
     unsafe { libc::getpid() }
 }
 
+/// Maps the fork-mark page once; null when the kernel cannot wipe on fork (then every call
+/// compares pids instead).
+fn fork_mark() -> *mut AtomicU64 {
+    let existing = FORK_MARK.load(Acquire);
+    if !existing.is_null() {
+        return existing;
+    }
+    // SAFETY: an anonymous private page, never unmapped; checked before use.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if page == libc::MAP_FAILED {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: madvise on the page just mapped.
+    if unsafe { libc::madvise(page, 4096, libc::MADV_WIPEONFORK) } != 0 {
+        // SAFETY: unmapping the page just mapped, unused.
+        unsafe { libc::munmap(page, 4096) };
+        return std::ptr::null_mut();
+    }
+    let mark = page.cast::<AtomicU64>();
+    FORK_MARK.store(mark, Release);
+    mark
+}
+
 /// The state of this process (built on first call; a forked child builds its own).
 pub fn state() -> &'static State {
+    let mark = FORK_MARK.load(Acquire);
+    // SAFETY: a non-null mark is our page, alive for the process's life; it is set to 1 only
+    // after CURRENT holds this process's leaked state.
+    if !mark.is_null() && unsafe { (*mark).load(Acquire) } != 0 {
+        // SAFETY: CURRENT holds a leaked &'static State built for this process.
+        return unsafe { &*(CURRENT.load(Acquire) as *const State) };
+    }
+    // Slow path: no mark yet (first calls, or a kernel without MADV_WIPEONFORK) or a child.
     let pid = own_pid();
     if CURRENT_PID.load(Acquire) == pid {
-        // SAFETY: CURRENT holds a leaked &'static State built for this pid.
+        // SAFETY: CURRENT is stored before CURRENT_PID and holds this pid's leaked state.
         return unsafe { &*(CURRENT.load(Acquire) as *const State) };
     }
     let _guard = BUILD.lock().unwrap_or_else(|p| p.into_inner());
@@ -70,12 +147,25 @@ pub fn state() -> &'static State {
     let built: &'static State = Box::leak(Box::new(State::build()));
     CURRENT.store(built as *const State as usize, Release);
     CURRENT_PID.store(pid, Release);
+    let mark = fork_mark();
+    // SAFETY: a non-null mark is our page, alive for the process's life.
+    if let Some(mark) = unsafe { mark.as_ref() } {
+        mark.store(1, Release);
+    }
     built
 }
 
 impl State {
     fn build() -> State {
-        let config = resolve(&|k| std::env::var(k).ok());
+        use hami_kernel_locks::hook_config_file::{Source, locate};
+        use hami_protocol::hook_config::{CONTAINER_PATH, PATH_ENV};
+        let get = |k: &str| std::env::var(k).ok();
+        let source = locate(std::path::Path::new(CONTAINER_PATH), get(PATH_ENV));
+        let config = match &source {
+            Source::File { config, .. } => crate::config::from_file(config, &get),
+            Source::Absent => resolve(&get),
+            Source::Invalid(reason) => crate::config::unusable(reason, resolve(&get).log_level),
+        };
         crate::log::set_level(config.log_level);
         for error in &config.limit_errors {
             crate::log::error(format_args!("{error}"));
@@ -85,7 +175,20 @@ impl State {
             sm_limits: config.sm_limits,
             priority: config.priority,
         };
-        let region = match Region::attach(std::path::Path::new(&config.cache_path), &init) {
+        let attached = match &source {
+            // Nothing of an unusable config is trusted, its cache path included.
+            Source::Invalid(_) => Err(None),
+            _ => Region::attach_expecting(
+                std::path::Path::new(&config.cache_path),
+                &init,
+                config.cache_inode,
+            )
+            .map_err(Some),
+        };
+        if let Source::File { path, .. } = &source {
+            crate::log::debug(format_args!("settings from {path}"));
+        }
+        let region = match attached {
             Ok(region) => {
                 for (device, stored, ours) in region.limit_mismatches(&init) {
                     crate::log::warn(format_args!(
@@ -95,12 +198,13 @@ impl State {
                 }
                 Some(region)
             }
-            Err(err) => {
+            Err(Some(err)) => {
                 crate::log::error(format_args!(
                     "{err}; limited devices refuse allocations (fail closed)"
                 ));
                 None
             }
+            Err(None) => None,
         };
         let hostpid = crate::host_pid::own().unwrap_or(0);
         if let Some(region) = &region {
@@ -109,7 +213,7 @@ impl State {
         State {
             config,
             region,
-            allocations: Mutex::new(HashMap::new()),
+            allocations: Mutex::new(Allocations::default()),
             device_map: std::array::from_fn(AtomicUsize::new),
             mapped: AtomicBool::new(false),
             limiters: std::array::from_fn(|_| DeviceLimiter {
@@ -126,7 +230,8 @@ impl State {
     /// Maps CUDA ordinals to container devices by UUID (once the driver is initialised) and
     /// records the container's devices in the region; starts the sampler.
     pub fn after_init(&'static self) {
-        if self.mapped.swap(true, AcqRel) {
+        // A load first: this runs on every allocation and launch.
+        if self.mapped.load(Acquire) || self.mapped.swap(true, AcqRel) {
             return;
         }
         let nvml = nvml_uuids();
@@ -178,6 +283,11 @@ impl State {
         }
     }
 
+    /// Whether device `index` refuses every allocation (bad limit, unusable region).
+    pub fn refuses_all(&self, index: usize) -> bool {
+        self.fail_closed(index)
+    }
+
     fn fail_closed(&self, index: usize) -> bool {
         self.config.fail_closed.get(index).copied().unwrap_or(true)
             || (self.region.is_none() && self.limit(index) != 0)
@@ -210,23 +320,39 @@ impl State {
         }
     }
 
+    /// Remembers a new allocation. The driver handing out a key we still hold means the old
+    /// allocation was freed by a path we do not wrap: its bytes go back instead of being lost
+    /// under the new record.
     pub fn track(&self, kind: Kind, key: u64, index: usize, bytes: u64) {
-        self.allocations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((kind, key), (index, bytes));
-    }
-
-    /// Forgets `key` and returns its bytes to the device it was allocated on.
-    pub fn untrack(&self, kind: Kind, key: u64) {
-        let entry = self
+        let replaced = self
             .allocations
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&(kind, key));
-        if let Some((index, bytes)) = entry {
-            self.release(index, bytes);
+            .insert((kind, key), (index, bytes));
+        if let Some((old_index, old_bytes)) = replaced {
+            crate::log::warn(format_args!(
+                "the driver returned {key:#x} again while it was recorded with {old_bytes} bytes on device {old_index}: it was freed by a call this hook does not wrap; its bytes are returned"
+            ));
+            self.release(old_index, old_bytes);
         }
+    }
+
+    /// Forgets `key` before the real free: once the driver frees it, a racing allocation may
+    /// get the same key back, and its record must not be the one a late removal takes away.
+    pub fn forget(&self, kind: Kind, key: u64) -> Option<(usize, u64)> {
+        self.allocations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(kind, key))
+    }
+
+    /// Puts back a record whose real free failed (the driver still holds the memory, so it
+    /// cannot have handed the key to anyone else).
+    pub fn restore(&self, kind: Kind, key: u64, record: (usize, u64)) {
+        self.allocations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((kind, key), record);
     }
 }
 

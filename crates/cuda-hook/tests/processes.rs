@@ -173,3 +173,229 @@ fn a_killed_process_leaks_nothing_and_blocks_nobody() {
     );
     assert!(proc_num <= 2, "slots are reused, proc_num {proc_num}");
 }
+
+/// The stand-in reuses a freed address at once (LIFO, like a caching allocator), so a hook
+/// that frees before it forgets the address loses the next allocation's record to the
+/// racing thread and stops counting it.
+#[test]
+fn threads_racing_alloc_and_free_never_exceed_the_limit() {
+    let s = scratch("threads");
+    let env = limit("64m");
+    for _ in 0..3 {
+        let (out, _) = run(
+            &s,
+            &env,
+            &["threads", "8", &(16u64 << 20).to_string(), "4000"],
+        );
+        assert!(out.contains("bad=0"), "{out}");
+        assert!(
+            out.contains(&format!("free={0} total={0}", 64u64 << 20)),
+            "every freed byte must come back to the container (a lost record leaks or overshoots): {out}"
+        );
+        assert!(
+            device_peak(&s) <= 64 << 20,
+            "the device held {} bytes at its peak, over the 64 MiB limit",
+            device_peak(&s)
+        );
+    }
+    assert_eq!(device_used(&s), 0);
+}
+
+/// The allocation, free and launch paths make no system call of their own: counted with
+/// seccomp (each call traps instead of running), the hooked probe makes exactly as many as
+/// the stand-in driver alone (whose free yields, as a real free's ioctl does).
+#[test]
+fn alloc_free_and_launch_make_no_system_call() {
+    let s = scratch("syscalls");
+    let count = |out: &str| -> i64 {
+        assert!(out.contains("failed=0"), "{out}");
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix("syscalls="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{out}"))
+    };
+    let block = [("FAKE_CUDA_BLOCK_NS", "0".to_owned())];
+    let mut plain = plain_command(&s, &["syscalls", "1000"]);
+    plain.env("FAKE_CUDA_BLOCK_NS", "0");
+    let plain = String::from_utf8_lossy(&plain.output().unwrap().stdout).into_owned();
+    let mut env = limit("1g");
+    env.extend(block);
+    let (hooked, _) = run(&s, &env, &["syscalls", "1000"]);
+    assert_eq!(
+        count(&hooked),
+        count(&plain),
+        "1,000 hooked pairs + launches: {hooked} vs the driver alone: {plain}"
+    );
+}
+
+/// Processes killed at arbitrary instants of an allocation storm (some while they hold the
+/// region's lock word) never block the next process, and their bytes come back.
+#[test]
+fn killing_racing_processes_at_any_instant_blocks_nobody() {
+    let s = scratch("kill-storm");
+    let env = limit("64m");
+    for round in 0..8u64 {
+        let mut victims: Vec<_> = (0..2)
+            .map(|_| {
+                command(
+                    &s,
+                    &env,
+                    &["threads", "4", &(8u64 << 20).to_string(), "1000000"],
+                )
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(20 + 7 * round));
+        for victim in &mut victims {
+            victim.kill().unwrap();
+            victim.wait().unwrap();
+        }
+        let started = std::time::Instant::now();
+        let mut next = command(&s, &env, &["alloc", &(60u64 << 20).to_string()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = loop {
+            if let Some(status) = next.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > std::time::Duration::from_secs(10) {
+                let _ = next.kill();
+                panic!("round {round}: the next process is blocked");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        let mut out = String::new();
+        std::io::Read::read_to_string(next.stdout.as_mut().unwrap(), &mut out).unwrap();
+        assert!(
+            status.success() && out.contains("rc=0\n"),
+            "round {round}: {out}"
+        );
+    }
+}
+
+/// An empty limit variable is malformed (SPEC §2.7): the device refuses every allocation and
+/// its memory info shows nothing free while it does (the reference runs it unlimited).
+#[test]
+fn an_empty_limit_fails_closed_and_shows_no_free_memory() {
+    let s = scratch("empty-limit");
+    let (out, err) = run(&s, &limit(""), &["meminfo", "4096"]);
+    assert!(out.contains("rc=2\n"), "{out}");
+    assert!(out.contains("info=0 free=0 total="), "{out}");
+    assert!(err.contains("CUDA_DEVICE_MEMORY_LIMIT_0"), "{err}");
+    // An unusable region with a limit: refused, and no free memory shown either.
+    let env = vec![
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "1g".to_owned()),
+        (
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+            "/nonexistent-dir/x.cache".to_owned(),
+        ),
+    ];
+    let (out, _) = run(&s, &env, &["meminfo", "4096"]);
+    assert!(
+        out.contains("rc=2\n") && out.contains("free=0 total=1073741824"),
+        "{out}"
+    );
+}
+
+/// A tenant who owns the cache directory plants a link (to a file like /etc/ld.so.preload,
+/// or dangling) or a FIFO at the cache path: the hook follows nothing, creates nothing,
+/// changes nothing, and fails closed with a message naming the path.
+#[test]
+fn a_planted_cache_path_fails_closed_and_is_left_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = scratch("planted");
+    let cache = s.join("cudevshr.cache");
+    let target = s.join("ld.so.preload");
+    std::fs::write(&target, b"").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::symlink(&target, &cache).unwrap();
+    let (out, err) = run(&s, &limit("1g"), &["alloc", "4096"]);
+    assert!(out.contains("rc=2\n"), "{out}");
+    assert!(
+        err.contains("is a symbolic link") && err.contains("cudevshr.cache"),
+        "{err}"
+    );
+    let meta = std::fs::metadata(&target).unwrap();
+    assert_eq!((meta.len(), meta.permissions().mode() & 0o777), (0, 0o644));
+
+    std::fs::remove_file(&cache).unwrap();
+    let nowhere = s.join("created-through-the-link");
+    std::os::unix::fs::symlink(&nowhere, &cache).unwrap();
+    let (out, _) = run(&s, &limit("1g"), &["alloc", "4096"]);
+    assert!(out.contains("rc=2\n"), "{out}");
+    assert!(
+        !nowhere.exists(),
+        "a dangling link's target is never created"
+    );
+
+    std::fs::remove_file(&cache).unwrap();
+    let c_path = std::ffi::CString::new(cache.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let (out, err) = run(&s, &limit("1g"), &["alloc", "4096"]);
+    assert!(
+        out.contains("rc=2\n") && err.contains("is a FIFO"),
+        "{out}{err}"
+    );
+    assert_eq!(
+        std::fs::symlink_metadata(&cache)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+}
+
+/// A forked child is noticed without a `getpid` per call (its fork-mark page is wiped) and
+/// accounts into a slot of its own, never into its parent's.
+#[test]
+fn a_forked_child_accounts_in_its_own_slot() {
+    let s = scratch("fork");
+    let (out, _) = run(&s, &limit("64m"), &["fork", &(1u64 << 20).to_string()]);
+    assert!(
+        out.contains("parent rc=0") && out.contains("child rc=0"),
+        "{out}"
+    );
+    let pid_of = |key: &str| -> i32 {
+        out.lines()
+            .filter(|l| l.starts_with(key))
+            .flat_map(str::split_whitespace)
+            .find_map(|w| w.strip_prefix("pid="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{out}"))
+    };
+    let (parent, child) = (pid_of("parent"), pid_of("child"));
+    let region = std::fs::read(s.join("cudevshr.cache")).unwrap();
+    let held = |pid: i32| -> u64 {
+        (0..4)
+            .map(|i| offsets::PROCS + i * offsets::SLOT_SIZE)
+            .find(|at| i32::from_le_bytes(region[*at..*at + 4].try_into().unwrap()) == pid)
+            .map(|at| {
+                let total = at + offsets::SLOT_USED + 32;
+                u64::from_le_bytes(region[total..total + 8].try_into().unwrap())
+            })
+            .unwrap_or_else(|| panic!("no slot of pid {pid}"))
+    };
+    assert_eq!(held(parent), 1 << 20);
+    assert_eq!(held(child), 2 << 20);
+}
+
+/// Memory freed by a call the hook does not wrap (here `cuCtxDestroy_v2`, which frees the
+/// context's allocations in the driver) is noticed when the driver hands the address out
+/// again: the stale record's bytes are returned with a warning instead of being silently
+/// overwritten and leaked.
+#[test]
+fn a_reused_address_replaces_its_stale_record() {
+    let s = scratch("stale");
+    let (out, err) = run(&s, &limit("64m"), &["unseen", &(1u64 << 20).to_string()]);
+    assert!(out.contains("again rc=0 same=1"), "LIFO reuse: {out}");
+    assert!(
+        out.contains(&format!("free={} total={}", 63u64 << 20, 64u64 << 20)),
+        "only the live allocation counts: {out}"
+    );
+    assert!(err.contains("does not wrap"), "{err}");
+}

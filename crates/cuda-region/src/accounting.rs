@@ -10,7 +10,7 @@
 //! - dead slots are reclaimed whole (counters zeroed, seqlock made even again), so a writer
 //!   killed mid-update never leaves readers spinning.
 
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use crate::layout::{MAX_DEVICES, MAX_PROCS, ProcSlot, STATUS_FREE, STATUS_RUNNING, SharedRegion};
 
@@ -133,32 +133,37 @@ pub fn claim_slot(
     };
     let slot = &region.procs[index];
     zero_slot(slot);
+    slot.generation.fetch_add(1, Relaxed);
     slot.start_time.store(start_time, Relaxed);
     slot.pid.store(pid, Relaxed);
     slot.status.store(STATUS_RUNNING, Release);
     Ok(index)
 }
 
-/// Adds `delta` (signed through `add`) to the data counter of `device` in `slot`, inside
-/// the seqlock HAMi-core readers expect. The caller excludes other writers of this slot.
+/// Adds (or, with `add` false, takes) `bytes` to the data counter of `device` in `slot`,
+/// inside the seqlock HAMi-core readers expect. The caller excludes other writers of this
+/// slot, so plain loads and stores suffice (no locked instruction on the hot path); another
+/// process only ever writes a slot whose owner is dead (reclaim) or free (claim).
 fn update_data(slot: &ProcSlot, device: usize, bytes: u64, add: bool) -> u64 {
-    slot.seqlock.fetch_add(1, AcqRel);
+    let seq = slot.seqlock.load(Relaxed);
+    slot.seqlock.store(seq.wrapping_add(1), Relaxed);
+    // Readers that see the new counters also see the odd seqlock.
+    std::sync::atomic::fence(Release);
     let used = &slot.used[device];
+    let before = used.data_size.load(Relaxed);
+    let moved = if add { bytes } else { before.min(bytes) };
     let step = |value: u64| {
-        Some(if add {
-            value.saturating_add(bytes)
+        if add {
+            value.saturating_add(moved)
         } else {
-            value.saturating_sub(bytes)
-        })
+            value.saturating_sub(moved)
+        }
     };
-    let before = used
-        .data_size
-        .fetch_update(AcqRel, Acquire, step)
-        .unwrap_or(0);
-    let _ = used.total.fetch_update(AcqRel, Acquire, step);
-    slot.seqlock.fetch_add(1, AcqRel);
+    used.data_size.store(step(before), Relaxed);
+    used.total.store(step(used.total.load(Relaxed)), Relaxed);
+    slot.seqlock.store(seq.wrapping_add(2), Release);
     // What was actually moved (a release never takes more than the slot holds).
-    if add { bytes } else { before.min(bytes) }
+    moved
 }
 
 /// Reserves `bytes` of `device` for slot `index` if the container's usage plus `bytes` stays
@@ -190,6 +195,30 @@ pub fn release(region: &SharedRegion, index: usize, device: usize, bytes: u64) -
         return 0;
     }
     update_data(&region.procs[index], device, bytes, false)
+}
+
+/// Whether the holder named by lock word `word` is gone, given what its slot shows: a slot
+/// index out of range, a free slot, another generation (the slot was reclaimed and claimed
+/// again) or an owner that no longer holds its liveness lock. `own` is this process's slot:
+/// another of our threads holds the lock, which is never taken over.
+pub fn holder_gone(
+    region: &SharedRegion,
+    word: u64,
+    own: usize,
+    alive: &dyn Fn(usize) -> bool,
+) -> bool {
+    let Some((index, generation)) = crate::layout::lock_holder(word) else {
+        return false;
+    };
+    if index == own {
+        return false;
+    }
+    let Some(slot) = region.procs.get(index) else {
+        return true;
+    };
+    slot.status.load(Acquire) == STATUS_FREE
+        || slot.generation.load(Acquire) & 0xffff_ffff != generation
+        || !alive(index)
 }
 
 /// Initialises a zeroed (or foreign-magic-free) region: versions, limits, switches, then the
@@ -300,6 +329,38 @@ mod tests {
         assert_eq!(claim_slot(&region, 9, 0, &alive).unwrap(), 1);
         assert_eq!(region.proc_num.load(Relaxed), 3);
         assert_eq!(region.procs[2].used[0].total.load(Relaxed), 50);
+    }
+
+    #[test]
+    fn only_a_gone_holder_loses_the_lock_word() {
+        use crate::layout::lock_word;
+        let region = SharedRegion::boxed_zeroed();
+        initialize(&region, &limits(100), &[100; MAX_DEVICES], 1);
+        let a = claim_slot(&region, 10, 0, &|_| true).unwrap();
+        let b = claim_slot(&region, 11, 0, &|_| true).unwrap();
+        let gen_a = region.procs[a].generation.load(Relaxed);
+        let word = lock_word(a, gen_a);
+        assert!(
+            !holder_gone(&region, word, b, &|_| true),
+            "a live holder keeps it"
+        );
+        assert!(
+            !holder_gone(&region, word, a, &|_| false),
+            "our own thread holds it"
+        );
+        assert!(
+            holder_gone(&region, word, b, &|i| i != a),
+            "its liveness lock is gone"
+        );
+        assert!(holder_gone(&region, lock_word(a, gen_a + 1), b, &|_| true));
+        // The slot is reclaimed and claimed again by a live process: the old word is stale.
+        free_slot(&region, a);
+        assert!(holder_gone(&region, word, b, &|_| true));
+        assert_eq!(claim_slot(&region, 12, 0, &|_| true).unwrap(), a);
+        assert!(holder_gone(&region, word, b, &|_| true));
+        // A HAMi-core pid or any other foreign value names no live holder.
+        assert!(holder_gone(&region, 4_000_000, b, &|_| true));
+        assert!(!holder_gone(&region, 0, b, &|_| false));
     }
 
     #[test]

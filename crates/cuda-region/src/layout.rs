@@ -69,7 +69,9 @@ pub struct ProcSlot {
     /// `unused[0]` of the reference: we store the owner's start time (clock ticks since boot,
     /// `/proc/self/stat` field 22) here for diagnostics; readers ignore it.
     pub start_time: AtomicU64,
-    pub unused: AtomicU64,
+    /// `unused[1]` of the reference: bumped at every claim of the slot, so a lock word left by
+    /// a dead former owner never names the slot's next owner (see [`lock_word`]).
+    pub generation: AtomicU64,
 }
 
 /// `shared_region_t` (2,008,952 B).
@@ -79,6 +81,10 @@ pub struct SharedRegion {
     pub major_version: AtomicU32,
     pub minor_version: AtomicU32,
     pub sm_init_flag: AtomicI32,
+    /// HAMi-core: the pid of the process holding the region lock, 0 when none (it takes the
+    /// lock over when that process is dead). Ours: the same role as a lock word — 0 free,
+    /// else [`lock_word`] of the holder's slot — taken with one CAS, so a reservation makes no
+    /// system call.
     pub owner_pid: AtomicU64,
     pub sem: UnsafeCell<libc::sem_t>,
     pub device_num: AtomicU64,
@@ -113,6 +119,7 @@ const _: () = {
     assert!(offset_of!(ProcSlot, status) == 1928);
     assert!(offset_of!(ProcSlot, seqlock) == 1936);
     assert!(offset_of!(ProcSlot, start_time) == 1944);
+    assert!(offset_of!(ProcSlot, generation) == 1952);
     assert!(offset_of!(DeviceMemory, total) == 32);
     assert!(offset_of!(DeviceUtil, sm_util) == 16);
     assert!(offset_of!(SharedRegion, initialized_flag) == 0);
@@ -135,6 +142,22 @@ const _: () = {
     assert!(size_of::<SharedRegion>() == REGION_SIZE);
 };
 
+/// The region lock word (`owner_pid`) of the owner of slot `index` at `generation`; never 0.
+pub const fn lock_word(index: usize, generation: u64) -> u64 {
+    ((generation & 0xffff_ffff) << 32) | (index as u64 + 1)
+}
+
+/// The slot and generation a non-zero lock word names (any word does: a foreign or stale
+/// one names a slot whose generation or liveness will not match).
+pub const fn lock_holder(word: u64) -> Option<(usize, u64)> {
+    let low = (word & 0xffff_ffff) as usize;
+    if low == 0 {
+        None
+    } else {
+        Some((low - 1, word >> 32))
+    }
+}
+
 /// Byte offsets for readers that work on raw bytes (the monitor).
 pub mod offsets {
     use super::*;
@@ -144,6 +167,7 @@ pub mod offsets {
     pub const SM_LIMIT: usize = offset_of!(SharedRegion, sm_limit);
     pub const PROCS: usize = offset_of!(SharedRegion, procs);
     pub const PROC_NUM: usize = offset_of!(SharedRegion, proc_num);
+    pub const OWNER_PID: usize = offset_of!(SharedRegion, owner_pid);
     pub const UTILIZATION_SWITCH: usize = offset_of!(SharedRegion, utilization_switch);
     pub const RECENT_KERNEL: usize = offset_of!(SharedRegion, recent_kernel);
     pub const PRIORITY: usize = offset_of!(SharedRegion, priority);

@@ -11,4 +11,4 @@ pub mod region;
 
 pub use accounting::{Refusal, SlotError};
 pub use layout::{MAGIC, MAX_DEVICES, MAX_PROCS, REGION_SIZE, SharedRegion};
-pub use region::{InitValues, Region, RegionError};
+pub use region::{InitValues, Region, RegionError, prepare_file};

@@ -6,7 +6,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use crate::accounting::{self, Refusal, SlotError};
 use crate::layout::{FILE_SIZE, MAGIC, MAX_DEVICES, MAX_PROCS, REGION_SIZE, SharedRegion};
@@ -56,6 +57,12 @@ pub enum RegionError {
         minor: u32,
     },
     Slots(SlotError),
+    /// The path is not a regular file this hook can trust (the directory is writable by the
+    /// tenant): a symbolic link, FIFO, directory, device, socket or hard-linked file.
+    Unsafe {
+        path: PathBuf,
+        what: String,
+    },
 }
 
 impl std::fmt::Display for RegionError {
@@ -82,6 +89,11 @@ impl std::fmt::Display for RegionError {
                 path.display()
             ),
             RegionError::Slots(err) => err.fmt(f),
+            RegionError::Unsafe { path, what } => write!(
+                f,
+                "{} {what}: the shared region must be a plain regular file (it is never followed, created through a link, resized or re-moded when this hook did not create it); remove it with no GPU process running, or set CUDA_DEVICE_MEMORY_SHARED_CACHE to a path only the container's GPU processes write",
+                path.display()
+            ),
         }
     }
 }
@@ -94,8 +106,23 @@ pub struct Region {
     file: File,
     path: PathBuf,
     slot: usize,
-    /// Serialises this process's writers (threads share the file's locks).
+    /// This process's region lock word (`lock_word(slot, generation)`).
+    word: u64,
+    /// Serialises this process's writers of its own slot (the seqlock has one writer).
     writers: Mutex<()>,
+}
+
+/// Holds the region lock word; released on drop.
+struct RegionLock<'a> {
+    word: &'a AtomicU64,
+    mine: u64,
+}
+
+impl Drop for RegionLock<'_> {
+    fn drop(&mut self) {
+        // Only the holder stores 0; a taker-over would have replaced our word first.
+        let _ = self.word.compare_exchange(self.mine, 0, Release, Relaxed);
+    }
 }
 
 // SAFETY: the mapping is only accessed through `&SharedRegion` (atomics); the raw pointer is
@@ -115,34 +142,215 @@ pub fn own_start_time() -> u64 {
         .unwrap_or(0)
 }
 
+/// For the device plugin: creates the container's region file at `path` (on the host, in the
+/// container's accounting directory) — full size, zeroed (the first process initialises it),
+/// mode 0666 — and returns its inode for the container's config (`shared-cache-inode`).
+/// `anchor` (a path in a directory the plugin alone writes, on the same file system) gets a
+/// second hard link to it, so the inode stays allocated when the tenant deletes the
+/// container's name: a file created in its place can never reuse the inode number. An
+/// existing plain file (a repeated Allocate) is kept; anything else there is an error.
+pub fn prepare_file(path: &Path, anchor: &Path) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let inode = match File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Ok(file) => {
+            file.set_permissions(std::fs::Permissions::from_mode(0o666))?;
+            file.set_len(FILE_SIZE as u64)?;
+            file.metadata()?.ino()
+        }
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+            let meta = std::fs::symlink_metadata(path)?;
+            if !(meta.file_type().is_file() && meta.len() == FILE_SIZE as u64) {
+                return Err(io::Error::other(format!(
+                    "{} exists and is not a region file this plugin made; remove it",
+                    path.display()
+                )));
+            }
+            meta.ino()
+        }
+        Err(err) => return Err(err),
+    };
+    match std::fs::symlink_metadata(anchor) {
+        Ok(meta) if meta.ino() == inode => {}
+        Ok(_) => {
+            std::fs::remove_file(anchor)?;
+            std::fs::hard_link(path, anchor)?;
+        }
+        Err(err) if err.kind() == io::ErrorKind::NotFound => std::fs::hard_link(path, anchor)?,
+        Err(err) => return Err(err),
+    }
+    Ok(inode)
+}
+
+/// Opens the region file without following a symbolic link, creating it (exclusively, so a
+/// dangling link's target is never created) when absent. Returns whether this call created it.
+fn open_region_file(path: &Path) -> Result<(File, bool), RegionError> {
+    let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    let refuse = |what: &str| RegionError::Unsafe {
+        path: path.to_path_buf(),
+        what: what.to_owned(),
+    };
+    let open_err = |source| RegionError::Io {
+        what: "open",
+        path: path.to_path_buf(),
+        source,
+    };
+    for _ in 0..4 {
+        match File::options()
+            .read(true)
+            .write(true)
+            .custom_flags(flags)
+            .open(path)
+        {
+            Ok(file) => return Ok((file, false)),
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(refuse("is a symbolic link"));
+            }
+            Err(err) if err.raw_os_error() == Some(libc::EISDIR) => {
+                return Err(refuse("is a directory"));
+            }
+            Err(err) if err.raw_os_error() == Some(libc::ENXIO) => {
+                return Err(refuse("is a FIFO or socket"));
+            }
+            Err(err) => return Err(open_err(err)),
+        }
+        match File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o666)
+            .custom_flags(flags)
+            .open(path)
+        {
+            Ok(file) => return Ok((file, true)),
+            // Another process created it first, or a link appeared: look again.
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(err) => return Err(open_err(err)),
+        }
+    }
+    Err(open_err(io::Error::other(
+        "it keeps appearing and disappearing",
+    )))
+}
+
+/// The size of a region file someone else created: an empty one may be a creator's between
+/// its create and its resize, so it is given up to two seconds to grow (never grown here).
+fn settled_size(file: &File) -> io::Result<u64> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let size = file.metadata()?.len();
+        if size != 0 || std::time::Instant::now() >= deadline {
+            return Ok(size);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 impl Region {
     /// Opens `path` (creating it with `init` when new) and claims a slot for this process.
+    /// The directory may belong to the tenant, so the path is opened without following a
+    /// link, must be a regular file with one link, and is sized and made mode 0666 only when
+    /// this call created it; anything else of the wrong size or magic is refused untouched.
     pub fn attach(path: &Path, init: &InitValues) -> Result<Region, RegionError> {
+        Self::attach_expecting(path, init, None)
+    }
+
+    /// As [`Region::attach`]; with `inode`, only the file the device plugin created
+    /// ([`prepare_file`], whose inode it put in the container's config) is used: a missing
+    /// file is never created and a replaced one is refused, so deleting the region (the
+    /// directory is the container's) fails closed instead of starting a second, empty
+    /// accounting beside the first.
+    pub fn attach_expecting(
+        path: &Path,
+        init: &InitValues,
+        inode: Option<u64>,
+    ) -> Result<Region, RegionError> {
+        use std::os::unix::fs::MetadataExt;
         let io_err = |what: &'static str| {
             let path = path.to_path_buf();
             move |source| RegionError::Io { what, path, source }
         };
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .mode(0o666)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-            .map_err(io_err("open"))?;
+        let unsafe_file = |what: String| RegionError::Unsafe {
+            path: path.to_path_buf(),
+            what,
+        };
+        let (file, created) = match inode {
+            None => open_region_file(path)?,
+            Some(expected) => {
+                let file = match File::options()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+                    .open(path)
+                {
+                    Ok(file) => file,
+                    Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {
+                        return Err(unsafe_file(
+                            "is missing (the device plugin created it for this container, so it was deleted); restart the container".to_owned(),
+                        ));
+                    }
+                    Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {
+                        return Err(unsafe_file("is a symbolic link".to_owned()));
+                    }
+                    Err(err) => return Err(io_err("open")(err)),
+                };
+                let found = file.metadata().map_err(io_err("stat"))?.ino();
+                if found != expected {
+                    return Err(unsafe_file(format!(
+                        "was replaced (inode {found}; the device plugin created inode {expected}); restart the container"
+                    )));
+                }
+                (file, false)
+            }
+        };
+        let meta = file.metadata().map_err(io_err("stat"))?;
+        let kind = meta.file_type();
+        if !kind.is_file() {
+            use std::os::unix::fs::FileTypeExt;
+            let what = if kind.is_fifo() {
+                "is a FIFO"
+            } else if kind.is_dir() {
+                "is a directory"
+            } else if kind.is_socket() {
+                "is a socket"
+            } else if kind.is_block_device() || kind.is_char_device() {
+                "is a device node"
+            } else {
+                "is not a regular file"
+            };
+            return Err(unsafe_file(what.to_owned()));
+        }
+        // With an expected inode the plugin keeps a second link (`prepare_file`'s anchor);
+        // the inode check already excludes every other file.
+        if inode.is_none() && meta.nlink() != 1 {
+            return Err(unsafe_file(format!(
+                "has {} hard links (another name for some other file)",
+                meta.nlink()
+            )));
+        }
+        if created {
+            // Ours: 0666 without touching the process umask (the reference sets umask(0)).
+            file.set_permissions(std::fs::Permissions::from_mode(0o666))
+                .map_err(io_err("set the mode of"))?;
+            file.set_len(FILE_SIZE as u64).map_err(io_err("size"))?;
+        } else {
+            let size = settled_size(&file).map_err(io_err("stat"))?;
+            if size != FILE_SIZE as u64 && size != REGION_SIZE as u64 {
+                return Err(RegionError::WrongSize {
+                    path: path.to_path_buf(),
+                    size,
+                });
+            }
+        }
         // Held until the slot is claimed; closing the file on an error path drops it too.
         flock(&file, libc::LOCK_EX).map_err(io_err("lock"))?;
-        let size = file.metadata().map_err(io_err("stat"))?.len();
-        if size == 0 {
-            // 0666 without touching the process umask (the reference sets umask(0)).
-            let _ = file.set_permissions(std::fs::Permissions::from_mode(0o666));
-            file.set_len(FILE_SIZE as u64).map_err(io_err("size"))?;
-        } else if size != FILE_SIZE as u64 && size != REGION_SIZE as u64 {
-            return Err(RegionError::WrongSize {
-                path: path.to_path_buf(),
-                size,
-            });
-        }
         // SAFETY: maps REGION_SIZE bytes of a file at least that long, shared read-write; the
         // result is checked before use and unmapped in Drop.
         let map = unsafe {
@@ -163,12 +371,15 @@ impl Region {
             file,
             path: path.to_path_buf(),
             slot: usize::MAX,
+            word: 0,
             writers: Mutex::new(()),
         };
         let result = region.init_and_claim(init);
         let _ = flock(&region.file, libc::LOCK_UN);
         result.map(|slot| {
             region.slot = slot;
+            let generation = region.shared().procs[slot].generation.load(Relaxed);
+            region.word = crate::layout::lock_word(slot, generation);
             region
         })
     }
@@ -268,30 +479,65 @@ impl Region {
         accounting::device_usage(self.shared(), device)
     }
 
-    /// Reserves `bytes` on `device` for this process (region lock held for the check+add).
-    pub fn reserve(&self, device: usize, bytes: u64) -> Result<(), Refusal> {
-        let _writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
-        if flock(&self.file, libc::LOCK_EX).is_err() {
-            return Err(Refusal {
-                device,
-                requested: bytes,
-                used: 0,
-                limit: 0,
-            });
-        }
-        let mut result = accounting::reserve(self.shared(), self.slot, device, bytes);
-        if result.is_err() {
-            // Dead processes' bytes are reclaimed, then the check runs once more.
-            let freed = accounting::reclaim_dead(self.shared(), &|i| self.slot_alive(i));
-            if freed > 0 {
-                result = accounting::reserve(self.shared(), self.slot, device, bytes);
+    /// Takes the region lock word (`owner_pid`): one CAS when free. A waiter spins, then
+    /// yields, then sleeps; every 64 attempts it checks whether the holder is gone (dead, or
+    /// its slot reclaimed) and takes the word over, so a holder killed at any instant never
+    /// blocks anyone. The holder's half-done work needs no repair: usage is always the sum
+    /// of the slots, and a dead slot's bytes are reclaimed whole.
+    fn lock_region(&self) -> RegionLock<'_> {
+        let word = &self.shared().owner_pid;
+        let mut attempts: u32 = 0;
+        loop {
+            match word.compare_exchange_weak(0, self.word, Acquire, Relaxed) {
+                Ok(_) => break,
+                Err(held) => {
+                    attempts = attempts.wrapping_add(1);
+                    if held != 0
+                        && attempts.is_multiple_of(64)
+                        && accounting::holder_gone(self.shared(), held, self.slot, &|i| {
+                            self.slot_alive(i)
+                        })
+                        && word
+                            .compare_exchange(held, self.word, Acquire, Relaxed)
+                            .is_ok()
+                    {
+                        break;
+                    }
+                    if attempts < 64 {
+                        std::hint::spin_loop();
+                    } else if attempts < 4096 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(std::time::Duration::from_micros(50));
+                    }
+                }
             }
         }
-        let _ = flock(&self.file, libc::LOCK_UN);
-        result
+        RegionLock {
+            word,
+            mine: self.word,
+        }
     }
 
-    /// Returns `bytes` of `device`.
+    /// Reserves `bytes` on `device` for this process: the check and the add run under the
+    /// region lock word, so concurrent reservations of all processes are serialised without
+    /// a system call. Over the limit, dead processes are reclaimed once (under the file lock,
+    /// a system call only on this refusal path) and the check runs again.
+    pub fn reserve(&self, device: usize, bytes: u64) -> Result<(), Refusal> {
+        let _writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+        let first = {
+            let _lock = self.lock_region();
+            accounting::reserve(self.shared(), self.slot, device, bytes)
+        };
+        if first.is_err() && self.reclaim_dead() > 0 {
+            let _lock = self.lock_region();
+            return accounting::reserve(self.shared(), self.slot, device, bytes);
+        }
+        first
+    }
+
+    /// Returns `bytes` of `device`. Usage only goes down, so no region lock is needed, only
+    /// exclusion of this process's other writers of its slot.
     pub fn release(&self, device: usize, bytes: u64) -> u64 {
         let _writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
         accounting::release(self.shared(), self.slot, device, bytes)

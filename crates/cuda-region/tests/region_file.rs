@@ -106,3 +106,204 @@ fn foreign_files_are_refused_and_left_alone() {
         "{err}"
     );
 }
+
+/// A reservation takes the region lock word (`owner_pid`) and puts it back; a word left by a
+/// holder that died (its file closed, as at SIGKILL: the slot's liveness lock is gone) is
+/// taken over at once, and a stale word from a HAMi-core pid blocks nobody either.
+#[test]
+fn a_dead_holder_of_the_lock_word_blocks_nobody() {
+    use hami_cuda_region::layout::lock_word;
+    use std::sync::atomic::Ordering::Relaxed;
+    let path = temp("lockword");
+    let mut init = InitValues::default();
+    init.limits[0] = 1000;
+    let survivor = Region::attach(&path, &init).unwrap();
+    survivor.reserve(0, 10).unwrap();
+    assert_eq!(survivor.shared().owner_pid.load(Relaxed), 0, "released");
+
+    let victim = Region::attach(&path, &init).unwrap();
+    victim.reserve(0, 100).unwrap();
+    let index = victim.slot_index();
+    let generation = victim.shared().procs[index].generation.load(Relaxed);
+    // The victim dies holding the word: its slot stays, its locks go with its file.
+    victim
+        .shared()
+        .owner_pid
+        .store(lock_word(index, generation), Relaxed);
+    victim.forget();
+    let started = std::time::Instant::now();
+    survivor.reserve(0, 20).unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    assert_eq!(survivor.shared().owner_pid.load(Relaxed), 0);
+    // The dead slot's bytes still count until reclaimed; over the limit they are reclaimed.
+    assert_eq!(survivor.device_usage(0), 130);
+    survivor.reserve(0, 900).unwrap();
+    assert_eq!(survivor.device_usage(0), 930);
+
+    // A pid HAMi-core left in owner_pid (its process gone) names no live slot.
+    survivor.shared().owner_pid.store(31_337, Relaxed);
+    survivor.reserve(0, 1).unwrap();
+    assert_eq!(survivor.shared().owner_pid.load(Relaxed), 0);
+}
+
+/// Threads of one process and other handles reserve and release concurrently under the
+/// lock word. Each success is an allocation on a simulated device (taken after the
+/// reservation, given back before the release, as the hook does): the device never holds
+/// more than the limit, and the accounting ends at zero.
+#[test]
+fn concurrent_reservations_under_the_lock_word_never_exceed_the_limit() {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    let path = temp("lockword-threads");
+    let mut init = InitValues::default();
+    init.limits[0] = 10_000;
+    let handles: Vec<Region> = (0..4)
+        .map(|_| Region::attach(&path, &init).unwrap())
+        .collect();
+    let (device, peak) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|scope| {
+        for region in &handles {
+            for _ in 0..2 {
+                let (device, peak) = (&device, &peak);
+                scope.spawn(move || {
+                    for round in 0..20_000u64 {
+                        let bytes = 1000 + (round % 7) * 300;
+                        if region.reserve(0, bytes).is_ok() {
+                            peak.fetch_max(device.fetch_add(bytes, SeqCst) + bytes, SeqCst);
+                            device.fetch_sub(bytes, SeqCst);
+                            region.release(0, bytes);
+                        }
+                    }
+                });
+            }
+        }
+    });
+    assert!(peak.into_inner() <= 10_000);
+    assert!(device.into_inner() == 0 && handles[0].device_usage(0) == 0);
+}
+
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+fn refused(path: &std::path::Path, says: &str) -> String {
+    let err = Region::attach(path, &InitValues::default())
+        .err()
+        .unwrap_or_else(|| panic!("{} was attached", path.display()));
+    let text = err.to_string();
+    assert!(text.contains(says), "{text}");
+    assert!(text.contains("CUDA_DEVICE_MEMORY_SHARED_CACHE"), "{text}");
+    text
+}
+
+/// The cache directory belongs to the tenant: what is planted at the path is refused and
+/// left exactly as it was (mode, size, target); nothing is created through a link.
+#[test]
+fn planted_paths_are_refused_and_left_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let path = temp("planted");
+    let dir = path.parent().unwrap().to_path_buf();
+
+    // A symbolic link to a small file (think /etc/ld.so.preload): not followed.
+    let target = dir.join("precious");
+    std::fs::write(&target, b"").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::symlink(&target, &path).unwrap();
+    refused(&path, "is a symbolic link");
+    assert_eq!(std::fs::metadata(&target).unwrap().len(), 0, "not grown");
+    assert_eq!(mode_of(&target), 0o600, "not made 0666");
+    std::fs::remove_file(&path).unwrap();
+
+    // A dangling link: its target is never created.
+    let nowhere = dir.join("would-be-created");
+    std::os::unix::fs::symlink(&nowhere, &path).unwrap();
+    refused(&path, "is a symbolic link");
+    assert!(!nowhere.exists());
+    std::fs::remove_file(&path).unwrap();
+
+    // A FIFO: refused without blocking, mode unchanged.
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    refused(&path, "is a FIFO");
+    assert_eq!(mode_of(&path), 0o600);
+    std::fs::remove_file(&path).unwrap();
+
+    // A directory.
+    std::fs::create_dir(&path).unwrap();
+    refused(&path, "is a directory");
+    std::fs::remove_dir(&path).unwrap();
+
+    // A hard link to another file.
+    let other = dir.join("other");
+    std::fs::write(&other, vec![0u8; FILE_SIZE]).unwrap();
+    std::fs::hard_link(&other, &path).unwrap();
+    refused(&path, "hard links");
+    std::fs::remove_file(&path).unwrap();
+
+    // An empty or short regular file someone else made: never grown or re-moded.
+    std::fs::write(&path, b"").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let err = Region::attach(&path, &InitValues::default()).err().unwrap();
+    assert!(
+        matches!(err, RegionError::WrongSize { size: 0, .. }),
+        "{err}"
+    );
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    assert_eq!(mode_of(&path), 0o600);
+    std::fs::remove_file(&path).unwrap();
+
+    // The right size with a wrong magic: refused, bytes untouched.
+    std::fs::write(&path, vec![9u8; FILE_SIZE]).unwrap();
+    refused(&path, "not a HAMi-core 1.1/1.2 region");
+    assert_eq!(std::fs::read(&path).unwrap(), vec![9u8; FILE_SIZE]);
+    std::fs::remove_file(&path).unwrap();
+
+    // What this hook creates itself is a 0666 region.
+    drop(Region::attach(&path, &InitValues::default()).unwrap());
+    assert_eq!(mode_of(&path), 0o666);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), FILE_SIZE as u64);
+}
+
+/// The plugin's file (`prepare_file`, its inode in the container's config) is the only one
+/// a hook uses: deleted or replaced by the tenant, it is refused instead of re-created, so
+/// no process can start a second, empty accounting beside the first.
+#[test]
+fn only_the_plugins_region_file_is_used() {
+    use std::os::unix::fs::MetadataExt;
+    let path = temp("prepared");
+    let anchor = path.with_extension("anchor");
+    let inode = hami_cuda_region::prepare_file(&path, &anchor).unwrap();
+    assert_eq!(
+        hami_cuda_region::prepare_file(&path, &anchor).unwrap(),
+        inode,
+        "a repeated Allocate keeps it"
+    );
+    assert_eq!(std::fs::metadata(&anchor).unwrap().ino(), inode);
+    assert_eq!(mode_of(&path), 0o666);
+    let mut init = InitValues::default();
+    init.limits[0] = 1000;
+    let first = Region::attach_expecting(&path, &init, Some(inode)).unwrap();
+    first.reserve(0, 600).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
+    // The tenant deletes it: nobody re-creates it.
+    std::fs::remove_file(&path).unwrap();
+    refused_expecting(&path, inode, "is missing");
+    assert!(!path.exists());
+    // ... or puts another file there: the anchor keeps the inode, so the new file's differs.
+    std::fs::write(&path, vec![0u8; FILE_SIZE]).unwrap();
+    refused_expecting(&path, inode, "was replaced");
+    assert_ne!(std::fs::metadata(&path).unwrap().ino(), inode);
+    drop(first);
+}
+
+fn refused_expecting(path: &std::path::Path, inode: u64, says: &str) {
+    let err = Region::attach_expecting(path, &InitValues::default(), Some(inode))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains(says), "{err}");
+}

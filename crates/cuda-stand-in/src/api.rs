@@ -116,7 +116,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut usize, dev: c_int) -> c_int {
     let d = try_cu!(driver());
-    try_cu!(d.device(dev));
+    d.note_context(try_cu!(d.device(dev)));
     // SAFETY: caller's pointer.
     unsafe { put(ctx, context_handle(dev)) }
 }
@@ -131,7 +131,7 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxCreate_v2(ctx: *mut usize, _flags: c_uint, dev: c_int) -> c_int {
     let d = try_cu!(driver());
-    try_cu!(d.device(dev));
+    d.note_context(try_cu!(d.device(dev)));
     set_current(Some(dev));
     // SAFETY: caller's pointer.
     unsafe { put(ctx, context_handle(dev)) }
@@ -139,11 +139,16 @@ pub unsafe extern "C" fn cuCtxCreate_v2(ctx: *mut usize, _flags: c_uint, dev: c_
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxDestroy_v2(ctx: usize) -> c_int {
-    try_cu!(driver());
+    let d = try_cu!(driver());
     match context_ordinal(ctx) {
         Some(o) => {
             if current_ordinal() == Ok(o) {
                 set_current(None);
+            }
+            // As in the real driver, destroying a context frees what was allocated in it
+            // (stand-in contexts are one per device: everything on that device).
+            if let Ok(device) = d.device(o) {
+                d.free_device(device);
             }
             SUCCESS
         }
@@ -421,6 +426,8 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
     if free.is_null() || total.is_null() {
         return INVALID_VALUE;
     }
+    // A real driver has already taken back the memory of processes that are gone.
+    d.mapped.reclaim_dead(d.owner);
     let used = d.state.devices[device]
         .used
         .load(std::sync::atomic::Ordering::Acquire);

@@ -1,12 +1,17 @@
 //! The driver's process state: configuration, visible devices, the current context of each
 //! thread, and the allocations this process holds.
+//!
+//! Addresses are handed out like a real caching allocator does (PyTorch's, the driver's own
+//! pools): a freed block goes on a stack and the next allocation that fits in it gets the
+//! most recently freed address back (LIFO; a smaller request may take a larger cached block,
+//! as PyTorch's allocator does). Hooks that free before they forget an address are caught.
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
-use crate::fake_state::{Config, State, map_state};
+use crate::fake_state::{Config, Mapped, State, map_state};
 
 pub const SUCCESS: i32 = 0;
 pub const INVALID_VALUE: i32 = 1;
@@ -18,13 +23,28 @@ pub const INVALID_CONTEXT: i32 = 201;
 pub const INVALID_HANDLE: i32 = 400;
 pub const NOT_FOUND: i32 = 500;
 
+/// This process's device memory: live blocks and freed addresses ready for reuse.
+#[derive(Default)]
+pub struct Heap {
+    /// Address or handle → (device index, bytes, block size).
+    live: HashMap<u64, (usize, u64, u64)>,
+    /// Freed blocks (device, block size, address), most recent last.
+    freed: Vec<(usize, u64, u64)>,
+}
+
+/// How many of the most recently freed blocks an allocation looks at.
+const REUSE_WINDOW: usize = 32;
+
 pub struct Driver {
     pub config: Config,
     pub state: &'static State,
+    /// The state file (its record locks say which processes live).
+    pub mapped: Mapped,
+    /// This process's entry in `state.owners` (None when all are taken by live processes).
+    pub owner: Option<usize>,
     /// CUDA ordinal → stand-in device index (`CUDA_VISIBLE_DEVICES`).
     pub visible: Vec<usize>,
-    /// Live allocations: address or handle → (device index, bytes).
-    pub allocations: Mutex<HashMap<u64, (usize, u64)>>,
+    pub heap: Mutex<Heap>,
     pub host_pid: i32,
 }
 
@@ -59,17 +79,28 @@ fn visible_devices(spec: Option<String>, count: usize) -> Vec<usize> {
 pub fn init() -> i32 {
     let driver = DRIVER.get_or_init(|| {
         let config = Config::from_env()?;
-        let state = map_state(&config.state_path)?;
+        let mapped = map_state(&config.state_path)?;
         let visible = visible_devices(
             std::env::var("CUDA_VISIBLE_DEVICES").ok(),
             config.device_count,
         );
+        let host_pid = crate::fake_state::host_pid();
+        let owner = mapped.claim_owner(host_pid);
+        if owner.is_none() {
+            eprintln!(
+                "[stand-in libcuda] all {} owner entries of {} are live: this process's memory is not returned if it dies",
+                crate::fake_state::MAX_OWNERS,
+                config.state_path
+            );
+        }
         Ok(Driver {
             config,
-            state,
+            state: mapped.state,
+            mapped,
+            owner,
             visible,
-            allocations: Mutex::new(HashMap::new()),
-            host_pid: crate::fake_state::host_pid(),
+            heap: Mutex::new(Heap::default()),
+            host_pid,
         })
     });
     match driver {
@@ -98,33 +129,93 @@ impl Driver {
             .ok_or(INVALID_DEVICE)
     }
 
+    fn owner_used(&self, device: usize) -> Option<&std::sync::atomic::AtomicU64> {
+        self.owner
+            .map(|index| &self.state.owners[index].used[device])
+    }
+
+    /// Records that this process has a context on `device` (NVML lists it from then on).
+    pub fn note_context(&self, device: usize) {
+        if let Some(index) = self.owner {
+            self.state.owners[index]
+                .contexts
+                .fetch_or(1 << device, Relaxed);
+        }
+    }
+
     pub fn take(&self, device: usize, size: u64) -> Result<u64, i32> {
         if size == 0 {
             return Err(INVALID_VALUE);
         }
-        if !self.state.devices[device].take(size, self.config.device_memory) {
+        let capacity = self.config.device_memory;
+        let dev = &self.state.devices[device];
+        // Memory of processes that died or exited without freeing goes back first.
+        if !dev.take(size, capacity)
+            && (self.mapped.reclaim_dead(self.owner) == 0 || !dev.take(size, capacity))
+        {
             return Err(OUT_OF_MEMORY);
         }
-        let address = NEXT_ADDRESS.fetch_add(size.next_multiple_of(4096).max(4096), Relaxed);
-        self.allocations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(address, (device, size));
+        if let Some(used) = self.owner_used(device) {
+            used.fetch_add(size, Relaxed);
+        }
+        let rounded = size.next_multiple_of(4096).max(4096);
+        let mut heap = self.heap.lock().unwrap_or_else(|p| p.into_inner());
+        let reuse = heap
+            .freed
+            .iter()
+            .enumerate()
+            .rev()
+            .take(REUSE_WINDOW)
+            .find(|(_, (d, block, _))| *d == device && *block >= rounded)
+            .map(|(at, _)| at);
+        let (block, address) = match reuse {
+            Some(at) => {
+                let (_, block, address) = heap.freed.remove(at);
+                (block, address)
+            }
+            None => (rounded, NEXT_ADDRESS.fetch_add(rounded, Relaxed)),
+        };
+        heap.live.insert(address, (device, size, block));
         Ok(address)
     }
 
     pub fn give(&self, address: u64) -> i32 {
-        let entry = self
-            .allocations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&address);
-        match entry {
-            Some((device, size)) => {
+        let mut heap = self.heap.lock().unwrap_or_else(|p| p.into_inner());
+        match heap.live.remove(&address) {
+            Some((device, size, block)) => {
+                if let Some(used) = self.owner_used(device) {
+                    let _ = used.fetch_update(Relaxed, Relaxed, |u| Some(u.saturating_sub(size)));
+                }
                 self.state.devices[device].give(size);
+                heap.freed.push((device, block, address));
+                if heap.freed.len() > 4 * REUSE_WINDOW {
+                    heap.freed.remove(0);
+                }
+                drop(heap);
+                // A real free returns through an ioctl after the block is already reusable:
+                // other threads run here and may be handed this address.
+                if self.config.free_yield {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
+                }
                 SUCCESS
             }
             None => INVALID_VALUE,
+        }
+    }
+
+    /// Frees every block this process holds on `device` (a destroyed context).
+    pub fn free_device(&self, device: usize) {
+        let addresses: Vec<u64> = {
+            let heap = self.heap.lock().unwrap_or_else(|p| p.into_inner());
+            heap.live
+                .iter()
+                .filter(|(_, (d, _, _))| *d == device)
+                .map(|(a, _)| *a)
+                .collect()
+        };
+        for address in addresses {
+            self.give(address);
         }
     }
 
@@ -137,7 +228,8 @@ impl Driver {
         let start = crate::fake_state::now_ns();
         std::thread::sleep(std::time::Duration::from_nanos(ns));
         let end = crate::fake_state::now_ns();
-        if let Some(entry) = self.state.devices[device].proc_entry(self.host_pid) {
+        let alive = |pid: i32| self.mapped.pid_alive(pid);
+        if let Some(entry) = self.state.devices[device].proc_entry(self.host_pid, &alive) {
             entry.record_busy(start, end);
         }
     }

@@ -3,7 +3,13 @@
 //! per device, and per process the busy time of its kernels in 100 ms windows, from which
 //! NVML reports process utilization. The file is `FAKE_CUDA_SHARED_STATE`, default
 //! `/tmp/hami-fake-cuda-<uid>.state`.
+//!
+//! Like a real driver, the device memory a process holds goes back to the device when the
+//! process dies or exits without freeing it: each driver process owns an entry of
+//! [`State::owners`] (its bytes per device) and holds an OFD record lock on that entry's byte
+//! for life; an entry whose lock nobody holds belongs to a dead process and is reclaimed.
 
+use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicI32, AtomicU64};
@@ -12,6 +18,10 @@ use hami_protocol::memory_limit::parse_memory_limit;
 
 pub const MAX_DEVICES: usize = 16;
 pub const MAX_PROCS: usize = 64;
+/// Driver processes that can hold device memory at once.
+pub const MAX_OWNERS: usize = 256;
+/// Byte of the owner lock of entry 0 (far past the end of the file: record locks need no data).
+const OWNER_LOCK_BASE: usize = 1 << 30;
 /// Length of one utilization window.
 pub const WINDOW_NS: u64 = 100_000_000;
 const WINDOWS: usize = 4;
@@ -37,9 +47,27 @@ pub struct DeviceState {
     pub procs: [ProcBusy; MAX_PROCS],
 }
 
+/// Device memory one driver process holds (its pid 0 when free).
+#[repr(C)]
+pub struct MemOwner {
+    /// Host pid of the owner.
+    pub pid: AtomicI32,
+    _pad: u32,
+    /// Bit `d`: the owner has a context on device `d` (NVML lists it as a compute process).
+    pub contexts: AtomicU64,
+    pub used: [AtomicU64; MAX_DEVICES],
+}
+
 #[repr(C)]
 pub struct State {
     pub devices: [DeviceState; MAX_DEVICES],
+    pub owners: [MemOwner; MAX_OWNERS],
+}
+
+/// The mapped state and the open file whose record locks say which owners live.
+pub struct Mapped {
+    pub state: &'static State,
+    pub file: File,
 }
 
 /// The stand-in's configuration, from the environment.
@@ -50,6 +78,8 @@ pub struct Config {
     pub sm_count: i32,
     /// Device time of one thread block of a kernel.
     pub block_ns: u64,
+    /// `FAKE_CUDA_FREE_YIELD` (default on): a free yields the CPU once the block is reusable.
+    pub free_yield: bool,
     pub state_path: String,
 }
 
@@ -79,6 +109,15 @@ impl Config {
                 .parse::<u64>()
                 .map_err(|_| format!("FAKE_CUDA_BLOCK_NS={t:?}: write nanoseconds per block"))?,
         };
+        let free_yield = match get("FAKE_CUDA_FREE_YIELD").as_deref().map(str::trim) {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(other) => {
+                return Err(format!(
+                    "FAKE_CUDA_FREE_YIELD={other:?}: write 1 (a free yields the CPU, default) or 0"
+                ));
+            }
+        };
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
         Ok(Config {
@@ -86,6 +125,7 @@ impl Config {
             device_memory,
             sm_count: 108,
             block_ns,
+            free_yield,
             state_path: get("FAKE_CUDA_SHARED_STATE")
                 .filter(|p| !p.is_empty())
                 .unwrap_or_else(|| format!("/tmp/hami-fake-cuda-{uid}.state")),
@@ -121,9 +161,16 @@ pub fn uuid_bytes(index: usize) -> [u8; 16] {
     b
 }
 
-/// Host pid of this process: the first `NSpid` entry (`/proc` of the host namespace shows
-/// the outermost pid first), else getpid.
+/// Host pid of this process, as a real driver knows it (the kernel module sees host pids,
+/// whatever PID namespace the caller runs in). With `FAKE_CUDA_DRIVER_SOCKET` set, the
+/// stand-in's "kernel side" (a server in the host PID namespace, see
+/// `cuda-hook/tests/common::DriverSocket`) answers with the pid it learned from the kernel
+/// (`SO_PEERCRED` of this connection). Without it: the first `NSpid` entry, else getpid —
+/// which inside a container with its own `/proc` is the container's pid, not the host's.
 pub fn host_pid() -> i32 {
+    if let Some(pid) = std::env::var_os("FAKE_CUDA_DRIVER_SOCKET").and_then(driver_side_pid) {
+        return pid;
+    }
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -135,6 +182,19 @@ pub fn host_pid() -> i32 {
         .unwrap_or_else(|| unsafe { libc::getpid() })
 }
 
+/// Asks the driver side for our host pid: it replies with the decimal pid it read from
+/// `SO_PEERCRED` (translated by the kernel into its own, the host's, PID namespace).
+fn driver_side_pid(path: std::ffi::OsString) -> Option<i32> {
+    use std::io::Read;
+    let mut stream = std::os::unix::net::UnixStream::connect(path).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).ok()?;
+    reply.trim().parse().ok().filter(|pid: &i32| *pid > 0)
+}
+
 pub fn now_ns() -> u64 {
     // SAFETY: clock_gettime writes the struct we pass.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
@@ -144,7 +204,7 @@ pub fn now_ns() -> u64 {
 }
 
 /// Maps the shared state file (created zeroed when absent).
-pub fn map_state(path: &str) -> Result<&'static State, String> {
+pub fn map_state(path: &str) -> Result<Mapped, String> {
     use std::os::unix::fs::OpenOptionsExt;
     let size = size_of::<State>();
     let file = std::fs::File::options()
@@ -153,6 +213,7 @@ pub fn map_state(path: &str) -> Result<&'static State, String> {
         .create(true)
         .truncate(false)
         .mode(0o666)
+        .custom_flags(libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| format!("FAKE_CUDA_SHARED_STATE {path}: {e}"))?;
     if file.metadata().map_err(|e| e.to_string())?.len() < size as u64 {
@@ -179,14 +240,102 @@ pub fn map_state(path: &str) -> Result<&'static State, String> {
     }
     // SAFETY: the mapping is size_of::<State>() bytes, page-aligned, every field is an atomic
     // valid for any bit pattern, and it is never unmapped.
-    Ok(unsafe { &*(map as *const State) })
+    let state = unsafe { &*(map as *const State) };
+    Ok(Mapped { state, file })
 }
 
-fn pid_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    pid > 0
-        && (unsafe { libc::kill(pid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH))
+/// An OFD record lock request on one byte (OFD locks belong to the open file, not the pid,
+/// and the kernel drops them when the process dies).
+fn record(kind: i32, offset: usize) -> libc::flock {
+    // SAFETY: `flock` is a plain C struct for which all-zero is valid.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = offset as libc::off_t;
+    lock.l_len = 1;
+    lock
+}
+
+/// Takes the lock without waiting; false when another open file holds it (or on error).
+fn try_lock_record(file: &File, offset: usize) -> bool {
+    let lock = record(libc::F_WRLCK, offset);
+    // SAFETY: F_OFD_SETLK reads the struct, which outlives the call.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) == 0 }
+}
+
+fn unlock_record(file: &File, offset: usize) {
+    let lock = record(libc::F_UNLCK, offset);
+    // SAFETY: as above.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
+}
+
+/// Whether another open file holds the lock (true on error: never take on doubt).
+fn record_locked_elsewhere(file: &File, offset: usize) -> bool {
+    let mut lock = record(libc::F_WRLCK, offset);
+    // SAFETY: F_OFD_GETLK writes into the struct, which outlives the call.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut lock) };
+    rc != 0 || lock.l_type != libc::F_UNLCK as libc::c_short
+}
+
+impl Mapped {
+    /// Claims an owner entry for `pid` (returning a dead owner's bytes first), held for the
+    /// process's life by the entry's record lock. `None` when all entries are live.
+    pub fn claim_owner(&self, pid: i32) -> Option<usize> {
+        (0..MAX_OWNERS).find(|&index| {
+            let taken = try_lock_record(&self.file, OWNER_LOCK_BASE + index);
+            if taken {
+                self.return_bytes(index);
+                self.state.owners[index].pid.store(pid, Release);
+            }
+            taken
+        })
+    }
+
+    /// Gives the bytes of entry `index` back to the devices (its lock held by us).
+    fn return_bytes(&self, index: usize) {
+        let owner = &self.state.owners[index];
+        for (device, used) in owner.used.iter().enumerate() {
+            let bytes = used.swap(0, AcqRel);
+            if bytes > 0 {
+                self.state.devices[device].give(bytes);
+            }
+        }
+        owner.contexts.store(0, Release);
+        owner.pid.store(0, Release);
+    }
+
+    /// Returns the device memory of every dead owner (not `mine`); how many bytes came back.
+    pub fn reclaim_dead(&self, mine: Option<usize>) -> u64 {
+        let mut returned = 0;
+        for index in (0..MAX_OWNERS).filter(|i| Some(*i) != mine) {
+            let owner = &self.state.owners[index];
+            if owner.pid.load(Acquire) == 0 && owner.used.iter().all(|u| u.load(Acquire) == 0) {
+                continue;
+            }
+            let offset = OWNER_LOCK_BASE + index;
+            if try_lock_record(&self.file, offset) {
+                returned += owner.used.iter().map(|u| u.load(Acquire)).sum::<u64>();
+                self.return_bytes(index);
+                unlock_record(&self.file, offset);
+            }
+        }
+        returned
+    }
+
+    /// Whether entry `index` belongs to a live process (other than through this file).
+    pub fn owner_alive(&self, index: usize) -> bool {
+        record_locked_elsewhere(&self.file, OWNER_LOCK_BASE + index)
+    }
+
+    /// Whether host pid `pid` is a live process of this driver: an owner entry with that pid
+    /// whose record lock is held. Driver-side knowledge, as a real driver has: `kill(pid, 0)`
+    /// cannot tell from inside a PID namespace, where host pids do not exist.
+    pub fn pid_alive(&self, pid: i32) -> bool {
+        pid > 0
+            && (0..MAX_OWNERS).any(|index| {
+                self.state.owners[index].pid.load(Acquire) == pid && self.owner_alive(index)
+            })
+    }
 }
 
 impl DeviceState {
@@ -210,14 +359,15 @@ impl DeviceState {
             .fetch_update(AcqRel, Acquire, |u| Some(u.saturating_sub(size)));
     }
 
-    /// The busy record of `pid`, claimed when first needed (dead owners' records are reused).
-    pub fn proc_entry(&self, pid: i32) -> Option<&ProcBusy> {
+    /// The busy record of `pid`, claimed when first needed (records of pids `alive` denies
+    /// are reused).
+    pub fn proc_entry(&self, pid: i32, alive: &dyn Fn(i32) -> bool) -> Option<&ProcBusy> {
         if let Some(p) = self.procs.iter().find(|p| p.pid.load(Acquire) == pid) {
             return Some(p);
         }
         for p in &self.procs {
             let owner = p.pid.load(Acquire);
-            if (owner == 0 || !pid_alive(owner))
+            if (owner == 0 || !alive(owner))
                 && p.pid.compare_exchange(owner, pid, AcqRel, Acquire).is_ok()
             {
                 for w in &p.windows {
@@ -264,9 +414,5 @@ impl ProcBusy {
         } else {
             0
         }
-    }
-
-    pub fn owner_alive(&self) -> bool {
-        pid_alive(self.pid.load(Acquire))
     }
 }

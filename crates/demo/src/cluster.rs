@@ -317,9 +317,11 @@ impl Cluster {
                 sys_root,
                 node_name: name.into(),
                 gc_grace: Duration::from_secs(60),
+                nvml_library: None,
             },
             bind: monitor_addr,
-            legacy_metrics: false,
+            legacy_metrics: hami_monitor::metrics::LegacyMetrics::Seed,
+            scheduler_name: hami_protocol::names::DEFAULT_SCHEDULER_NAME.into(),
             refresh_interval: Duration::from_secs(2),
         };
         let monitor = tokio::spawn(hami_monitor::server::serve(

@@ -38,6 +38,9 @@ pub struct DemoArgs {
     /// `hami plan --help` and examples/scenarios/).
     #[arg(long)]
     pub scenario: Option<PathBuf>,
+    /// Address of the web UI (a free port is used if this one is taken).
+    #[arg(long, default_value = "127.0.0.1:8088")]
+    pub ui_listen: SocketAddr,
 }
 
 /// Progress lines with the time since the start.
@@ -75,6 +78,9 @@ pub async fn run(args: DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut progress = Progress::new(out);
     let cluster = Cluster::start(&args, &mut progress).await?;
+    // The web UI watches from the start, so its last-hour trend covers the whole demo.
+    let ui = start_ui(&cluster, &args).await?;
+    progress.step(format!("web UI serving at {}", ui.url()));
     let submitted = cluster
         .submit_examples(&args.examples, &mut progress)
         .await?;
@@ -88,10 +94,34 @@ pub async fn run(args: DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let tables = report::render(&cluster, &submitted).await?;
     progress.print(tables);
     progress.print(cluster.hints(&args));
+    progress.print(format!(
+        "Web UI: {}   (nodes, cards, CU maps, pods; read-only)\n",
+        ui.url()
+    ));
     if !args.once {
         progress.step("serving until Ctrl-C");
         tokio::signal::ctrl_c().await?;
     }
+    ui.shutdown();
     cluster.shutdown().await;
     Ok(())
+}
+
+/// The web UI on the demo's cluster: its API server by watch, its nodes' monitors.
+pub async fn start_ui(cluster: &Cluster, args: &DemoArgs) -> anyhow::Result<hami_webui::RunningUi> {
+    let listener = match tokio::net::TcpListener::bind(args.ui_listen).await {
+        Ok(l) => l,
+        Err(_) => tokio::net::TcpListener::bind((args.ui_listen.ip(), 0)).await?,
+    };
+    let monitors = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("http://{}/metrics", n.monitor_addr))
+        .collect();
+    hami_webui::start(
+        cluster.client.clone(),
+        listener,
+        monitors,
+        Duration::from_secs(2),
+    )
 }

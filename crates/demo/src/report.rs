@@ -76,7 +76,7 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
         let util = tokio::task::spawn_blocking(move || scrape(addr))
             .await
             .unwrap_or_default();
-        let (gpus, devcore_of) = {
+        let (gpus, devcore_of, partitions) = {
             let state = cluster.scheduler.state();
             let snapshot = state.node(&node.name).cloned();
             let gpus: Vec<(String, String, u64, u32)> = snapshot
@@ -98,7 +98,19 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
                 .unwrap_or_default();
             let devcore_of: BTreeMap<String, u32> =
                 gpus.iter().map(|g| (g.0.clone(), g.3)).collect();
-            (gpus, devcore_of)
+            // Hard partitions (mode xcp) are handed out whole, whatever share was asked.
+            let partitions: std::collections::BTreeSet<String> = snapshot
+                .as_ref()
+                .map(|s| {
+                    s.devices
+                        .gpus
+                        .iter()
+                        .filter(|g| g.info.mode == hami_protocol::node_register::DeviceMode::Xcp)
+                        .map(|g| g.info.id.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            (gpus, devcore_of, partitions)
         };
         let mut rows = Vec::new();
         let mut busy: BTreeMap<String, ()> = BTreeMap::new();
@@ -144,6 +156,7 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
                             .map(ToString::to_string)
                             .unwrap_or_else(|| "all".into()),
                         None if envs.is_empty() => "(pending Allocate)".into(),
+                        None if partitions.contains(&dev.uuid) => "all (whole partition)".into(),
                         None => "all (whole card)".into(),
                     };
                     let key = (
@@ -165,6 +178,8 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
                         memory: format!("{} MiB", dev.mem_mib),
                         cus: if nvidia {
                             format!("{}%", dev.cores)
+                        } else if partitions.contains(&dev.uuid) {
+                            format!("{devcore}/{devcore}")
                         } else {
                             format!("{}/{devcore}", dev.cores)
                         },

@@ -49,6 +49,7 @@ async fn init_and_two_app_containers_get_their_own_env() {
         kubeconfig_out: dir.join("kubeconfig"),
         settle_seconds: 20,
         scenario: None,
+        ui_listen: "127.0.0.1:0".parse().unwrap(),
     };
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);

@@ -11,6 +11,12 @@ use serde_json::Value;
 #[error("{0}")]
 pub struct InputError(pub String);
 
+impl From<hami_report::ReportError> for InputError {
+    fn from(e: hami_report::ReportError) -> Self {
+        InputError(e.0)
+    }
+}
+
 /// Reads `path` (`-` for stdin).
 pub fn read_source(path: &str) -> Result<String, InputError> {
     let mut text = String::new();

@@ -50,6 +50,9 @@ enum Command {
     /// (nodes from real captures or inline GPU models) with the scheduler's own engine and
     /// compare GPU and node policies (placed/unplaceable, fragmentation, utilization).
     Plan(hami_planner::PlanArgs),
+    /// Serve the web UI (read-only): GPUs by type and node, cards with their slices and
+    /// AMD CU maps, per-pod asked vs got with live utilization, and What-if planning.
+    Ui(hami_webui::UiArgs),
 }
 
 #[derive(Subcommand)]
@@ -80,6 +83,12 @@ fn main() -> ExitCode {
         Command::Apiserver(args) => return serve(hami_apiserver::serve(args), "info"),
         Command::KubeletSim(args) => return serve(hami_kubelet_sim::run(args), "info"),
         Command::Plan(args) => return plan(&args),
+        Command::Ui(args) => {
+            return serve(
+                hami_webui::run(args),
+                "info,kube_client=warn,kube_runtime=warn",
+            );
+        }
         Command::Demo(args) if args.scenario.is_some() => {
             let scenario = args.scenario.clone().unwrap_or_default();
             return plan(&hami_planner::PlanArgs::for_scenario(scenario));

@@ -1,17 +1,15 @@
 //! `hami status`: a kubectl-plugin-style view of a cluster (real or embedded): per node and
 //! GPU, who holds which slice and what is free; pending GPU pods and why they wait, from
 //! the scheduler's events. Usage is computed by the scheduler's own state code
-//! (`hami_scheduler::state::ClusterState`), so it agrees with what the scheduler sees.
+//! (`hami_scheduler::state::ClusterState`, through `hami_report`, which the web UI shares),
+//! so it agrees with what the scheduler sees.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use hami_protocol::names::Vendor;
-use hami_protocol::requests::{RequestDefaults, pod_ref, pod_requests};
-use hami_scheduler::state::ClusterState;
+pub use hami_report::{StatusReport, status_report as build};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
-use serde::Serialize;
 
 use crate::table::Table;
 
@@ -25,136 +23,6 @@ pub struct StatusArgs {
     pub all: bool,
     #[arg(long, short, value_enum, default_value_t = crate::Output::Table)]
     pub output: crate::Output,
-}
-
-#[derive(Debug, Serialize)]
-pub struct StatusReport {
-    pub nodes: Vec<NodeStatus>,
-    pub pending: Vec<PendingPod>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct NodeStatus {
-    pub name: String,
-    pub gpus: Vec<GpuStatus>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub problems: Vec<String>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct GpuStatus {
-    pub vendor: &'static str,
-    pub id: String,
-    #[serde(rename = "type")]
-    pub device_type: String,
-    pub healthy: bool,
-    pub shares_used: u32,
-    pub shares: u32,
-    pub memory_used_mib: u64,
-    pub memory_mib: u64,
-    /// AMD: CUs; NVIDIA: percent.
-    pub cores_used: u64,
-    pub cores: u32,
-    pub holders: Vec<String>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct PendingPod {
-    pub pod: String,
-    pub reason: String,
-}
-
-/// Builds the report from listed objects (pure: the shell lists, this decides).
-pub fn build(nodes: &[Node], pods: &[Pod], events: &[(String, String, String)]) -> StatusReport {
-    let mut state = ClusterState::new();
-    state.reset_nodes(nodes.iter());
-    state.reset_pods(pods.iter());
-    let mut holders: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    for (_, holding) in state.holdings() {
-        for charge in &holding.charges {
-            holders
-                .entry((holding.node.clone(), charge.uuid.clone()))
-                .or_default()
-                .push(format!("{}/{}", holding.namespace, holding.name));
-        }
-    }
-    let mut names: Vec<&String> = state.node_names().collect();
-    names.sort();
-    let nodes = names
-        .into_iter()
-        .filter_map(|name| state.node(name))
-        .filter(|snapshot| {
-            !snapshot.devices.gpus.is_empty() || !snapshot.devices.register_errors.is_empty()
-        })
-        .map(|snapshot| NodeStatus {
-            name: snapshot.devices.name.clone(),
-            problems: snapshot
-                .devices
-                .register_errors
-                .iter()
-                .map(|(_, e)| e.clone())
-                .collect(),
-            gpus: snapshot
-                .devices
-                .gpus
-                .iter()
-                .zip(&snapshot.usage)
-                .map(|(gpu, usage)| {
-                    let mut who = holders
-                        .get(&(snapshot.devices.name.clone(), gpu.info.id.clone()))
-                        .cloned()
-                        .unwrap_or_default();
-                    who.sort();
-                    GpuStatus {
-                        vendor: gpu.vendor.word(),
-                        id: gpu.info.id.clone(),
-                        device_type: gpu.info.device_type.clone(),
-                        healthy: gpu.info.health,
-                        shares_used: usage.used,
-                        shares: gpu.info.count,
-                        memory_used_mib: usage.mem_mib,
-                        memory_mib: gpu.info.devmem,
-                        cores_used: usage.cores,
-                        cores: gpu.info.devcore,
-                        holders: who,
-                    }
-                })
-                .collect(),
-        })
-        .collect();
-    // Pods that ask for GPUs and have no node yet, with the scheduler's latest word.
-    let mut pending = Vec::new();
-    for pod in pods {
-        let unbound = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .unwrap_or("")
-            .is_empty();
-        let terminal = matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
-        let wants_gpu = pod_requests(pod, &RequestDefaults::default())
-            .is_ok_and(|r| r.iter().any(|c| !c.is_empty()));
-        if !unbound || terminal || !wants_gpu {
-            continue;
-        }
-        let owner = pod_ref(pod);
-        let (namespace, name) = (owner.namespace, owner.name);
-        let reason = events
-            .iter()
-            .rev()
-            .find(|(ns, n, _)| *ns == namespace && *n == name)
-            .map(|(_, _, note)| note.clone())
-            .unwrap_or_else(|| "waiting for the scheduler (no scheduling event yet)".into());
-        pending.push(PendingPod {
-            pod: format!("{namespace}/{name}"),
-            reason,
-        });
-    }
-    pending.sort_by(|a, b| a.pod.cmp(&b.pod));
-    StatusReport { nodes, pending }
 }
 
 pub fn render(report: &StatusReport, all: bool) -> String {

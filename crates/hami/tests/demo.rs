@@ -31,12 +31,24 @@ fn demo_places_the_examples_and_explains_the_rest() {
             .map(|l| l.split_whitespace().map(str::to_owned).collect())
             .collect()
     };
-    // Two 25 % pods share one MI300X partition (38 CUs) with disjoint CU ranges.
+    // Two 25 % pods share one MI210 (104 CUs) with disjoint CU ranges.
     let (a, b) = (rows("share-a"), rows("share-b"));
     assert_eq!((a.len(), b.len()), (1, 1), "{text}");
     assert_eq!(a[0][0], b[0][0], "same GPU:\n{text}");
-    assert_eq!(a[0][4], "9/38", "{text}");
+    assert_eq!(a[0][4], "26/104", "{text}");
     assert_ne!(a[0][5], b[0][5], "disjoint CU ranges:\n{text}");
+    // The MI300X CPX node hands out whole partitions (count 1): two for one container.
+    let cpx = rows("cpx-pair");
+    assert_eq!(cpx.len(), 2, "{text}");
+    assert_ne!(cpx[0][0], cpx[1][0]);
+    // link-bind: two partitions of one die are peers (ids GPU-<card serial>-<index>).
+    let card = |id: &str| id.rsplit_once('-').map(|(c, _)| c.to_owned());
+    assert_eq!(card(&cpx[0][0]), card(&cpx[1][0]), "{text}");
+    assert!(
+        cpx.iter()
+            .all(|r| r[4] == "38/38" && r[5..].join(" ").starts_with("all (whole partition)")),
+        "{text}"
+    );
     // The memory-only pod takes every CU of its MI210.
     let mem = rows("memory-only");
     assert_eq!(mem[0][4], "104/104", "{text}");
@@ -73,6 +85,12 @@ fn demo_places_the_examples_and_explains_the_rest() {
     // Hints a user can follow.
     assert!(
         text.contains(&format!("export KUBECONFIG={}", kubeconfig.display())),
+        "{text}"
+    );
+    // The web UI's URL beside the hints (issue 21).
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("Web UI: http://127.0.0.1:")),
         "{text}"
     );
     assert!(

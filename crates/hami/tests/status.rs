@@ -17,7 +17,7 @@ async fn status_shows_holders_free_capacity_and_why_pods_wait() {
     let placed = |name: &str, list: &str| {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ml", "annotations": {
             "hami.io/vgpu-node": "n1", "hami.io/amd-devices-allocated": list}},
-            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x", "resources": {"limits": {"amd.com/gpu": "1"}}}]},
+            "spec": {"nodeName": "n1", "schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "x", "resources": {"limits": {"amd.com/gpu": "1"}}}]},
             "status": {"phase": "Running"}})
     };
     api.create_object(

@@ -4,8 +4,9 @@
 use std::ffi::{CStr, c_char, c_uint};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
+use crate::elf_symbols::DynTables;
 use crate::ffi_guard::guarded;
-use crate::symbols::{HIP_PATH, Sym, note_real};
+use crate::symbols::{LIBC, MAIN_PROGRAM, Sym, add_runtime, note_real, runtime_index};
 
 const LA_FLG_BINDTO: c_uint = 0x01;
 const LA_FLG_BINDFROM: c_uint = 0x02;
@@ -22,47 +23,52 @@ pub struct LinkMap {
     pub l_prev: *mut LinkMap,
 }
 
-/// Cookies of the HIP runtime's objects (libamdhip64, libhsa-runtime64): calls they make are
-/// the runtime's own and are never redirected (except their `getenv`, which is pinned).
-static HIP_COOKIES: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
+/// Link maps of other parts of the runtime that read the slice's variables (ROCr, which
+/// defines `hsa_init`): their `getenv` is pinned and their HIP calls stay real.
+static RUNTIME_PARTS: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 
-/// Which kind of object a path names.
+/// What an object is, by what it defines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectKind {
-    /// libamdhip64: HIP calls are bound to it.
+    /// Defines `hipMalloc` and `hipRuntimeGetVersion`: a HIP runtime, whatever its name.
     HipRuntime,
-    /// Other parts of the runtime that read the slice's variables (ROCr).
+    /// Defines `hsa_init`: ROCr, which reads the slice's variables.
     RuntimePart,
-    /// libc: `getenv` is bound to it.
-    Libc,
     Other,
 }
 
-pub fn classify(path: &[u8]) -> ObjectKind {
-    let file = path.rsplit(|b| *b == b'/').next().unwrap_or(path);
-    if file.starts_with(b"libamdhip64.so") {
+/// Classifies an object from what its dynamic symbol table defines.
+pub fn classify(defines: &dyn Fn(&[u8]) -> bool) -> ObjectKind {
+    if defines(b"hipMalloc") && defines(b"hipRuntimeGetVersion") {
         ObjectKind::HipRuntime
-    } else if file.starts_with(b"libhsa-runtime64.so") {
+    } else if defines(b"hsa_init") {
         ObjectKind::RuntimePart
-    } else if file.starts_with(b"libc.so") {
-        ObjectKind::Libc
     } else {
         ObjectKind::Other
     }
 }
 
-fn is_hip_cookie(cookie: usize) -> bool {
-    cookie != 0 && HIP_COOKIES.iter().any(|c| c.load(Relaxed) == cookie)
+/// Whether a file name looks like a HIP runtime or ROCr, to log when one cannot be read.
+fn named_like_runtime(path: &[u8]) -> bool {
+    let file = path.rsplit(|b| *b == b'/').next().unwrap_or(path);
+    file.starts_with(b"libamdhip64") || file.starts_with(b"libhsa-runtime64")
 }
 
-fn remember_hip_cookie(cookie: usize) {
-    for slot in &HIP_COOKIES {
-        if slot.compare_exchange(0, cookie, Relaxed, Relaxed).is_ok()
-            || slot.load(Relaxed) == cookie
-        {
+fn is_runtime_part(map: usize) -> bool {
+    map != 0 && RUNTIME_PARTS.iter().any(|c| c.load(Relaxed) == map)
+}
+
+fn remember_part(map: usize) {
+    for slot in &RUNTIME_PARTS {
+        if slot.compare_exchange(0, map, Relaxed, Relaxed).is_ok() || slot.load(Relaxed) == map {
             return;
         }
     }
+}
+
+/// Whether calls made by the object `map` are the runtime's own.
+fn is_runtime_caller(map: usize) -> bool {
+    runtime_index(map).is_some() || is_runtime_part(map)
 }
 
 /// Accepts the interface version the linker offers, up to 2 (glibc 2.35 raised LAV_CURRENT to
@@ -77,60 +83,120 @@ pub extern "C" fn la_version(version: c_uint) -> c_uint {
     })
 }
 
-/// Asks for bindings from every object, and to the HIP runtime and libc.
+/// Asks for bindings from and to every object (a HIP runtime is known by what it defines,
+/// so any object may turn out to be one), and records which objects are HIP runtimes.
 ///
 /// # Safety
 /// Called by the dynamic linker with a valid link map and cookie.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn la_objopen(
     map: *mut LinkMap,
-    _lmid: libc::c_long,
+    lmid: libc::c_long,
     cookie: *mut usize,
 ) -> c_uint {
-    guarded("la_objopen", LA_FLG_BINDFROM, || {
+    const ALL: c_uint = LA_FLG_BINDTO | LA_FLG_BINDFROM;
+    guarded("la_objopen", ALL, || {
         if map.is_null() || cookie.is_null() {
-            return LA_FLG_BINDFROM;
+            return ALL;
         }
         // SAFETY: the linker passes a live link map; l_name is NULL or NUL-terminated.
-        let name = unsafe { (*map).l_name };
-        let path_with_nul = if name.is_null() {
-            &[0u8][..]
+        let (name, base, dynamic) = unsafe { ((*map).l_name, (*map).l_addr, (*map).l_ld) };
+        let path = if name.is_null() {
+            &b""[..]
         } else {
             // SAFETY: non-null NUL-terminated string owned by the linker.
-            unsafe { CStr::from_ptr(name) }.to_bytes_with_nul()
+            unsafe { CStr::from_ptr(name) }.to_bytes()
         };
-        let path = &path_with_nul[..path_with_nul.len() - 1];
-        // SAFETY: cookie points at the linker's cookie for this object.
-        let cookie_value = unsafe { *cookie };
-        match classify(path) {
-            ObjectKind::HipRuntime => {
-                remember_hip_cookie(cookie_value);
-                let _ = HIP_PATH.set(
-                    CStr::from_bytes_with_nul(path_with_nul)
-                        .map_or_else(|_| c"libamdhip64.so.6".to_owned(), CStr::to_owned),
-                );
-                LA_FLG_BINDTO | LA_FLG_BINDFROM
+        // glibc's cookie starts as the link map's address, which the symbol-binding callback
+        // gets back as `refcook`/`defcook`.
+        let key = map as usize;
+        // SAFETY: l_ld of the live link map of an object mapped at l_addr.
+        let kind = match unsafe { DynTables::read(base, dynamic) } {
+            Some(tables) => {
+                if lmid == libc::LM_ID_BASE {
+                    // The program is the first object of the base namespace; libc is the
+                    // one defining environ and setenv (the environment the pin rewrites).
+                    let _ = MAIN_PROGRAM.compare_exchange(0, key, Relaxed, Relaxed);
+                    if key != MAIN_PROGRAM.load(Relaxed)
+                        && tables.lookup(b"environ").is_some()
+                        && tables.lookup(b"setenv").is_some()
+                    {
+                        let _ = LIBC.compare_exchange(0, key, Relaxed, Relaxed);
+                    }
+                }
+                classify(&|name| tables.lookup(name).is_some())
             }
-            ObjectKind::RuntimePart => {
-                remember_hip_cookie(cookie_value);
-                LA_FLG_BINDFROM
+            None => {
+                if named_like_runtime(path) {
+                    crate::log::error(format_args!(
+                        "cannot read the dynamic symbol table of {}: its HIP calls are not limited",
+                        String::from_utf8_lossy(path)
+                    ));
+                }
+                ObjectKind::Other
             }
-            ObjectKind::Libc => LA_FLG_BINDTO | LA_FLG_BINDFROM,
-            ObjectKind::Other => LA_FLG_BINDFROM,
+        };
+        match kind {
+            ObjectKind::HipRuntime => match add_runtime(key) {
+                Some(index) => crate::log::debug(format_args!(
+                    "HIP runtime {index}: {}",
+                    String::from_utf8_lossy(path)
+                )),
+                None => crate::log::error(format_args!(
+                    "more than {} HIP runtimes are loaded; calls to {} are not limited",
+                    crate::symbols::MAX_RUNTIMES,
+                    String::from_utf8_lossy(path)
+                )),
+            },
+            ObjectKind::RuntimePart => remember_part(key),
+            ObjectKind::Other => {
+                if named_like_runtime(path) && !path.is_empty() {
+                    crate::log::error(format_args!(
+                        "{} is named like a HIP runtime but defines neither hipMalloc and hipRuntimeGetVersion nor hsa_init: its calls are not limited",
+                        String::from_utf8_lossy(path)
+                    ));
+                }
+            }
         }
+        ALL
     })
 }
 
-/// What a binding of `sym` by a caller should resolve to.
-pub fn decide(sym: Sym, caller_is_runtime: bool) -> bool {
+/// Before the program's constructors and `main`: puts the pinned values into the process's
+/// `environ`, which the HIP layer walks (rocclr's flag parser does not use `getenv`).
+///
+/// # Safety
+/// Called by the dynamic linker once, before any of the application's code runs.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn la_preinit(_cookie: *mut usize) {
+    guarded("la_preinit", (), crate::pinned_env::apply_to_environ);
+}
+
+/// What a binding should resolve to: the wrapper of runtime `index`, or the real address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Real,
+    Wrapper(usize),
+}
+
+/// The routing rule, over plain data: a HIP name bound *to* runtime `definer` from a caller
+/// outside every runtime gets that runtime's wrapper; the runtime's own calls stay real (no
+/// double counting); `getenv` is redirected only when the runtime (or ROCr) reads it.
+pub fn decide(sym: Sym, definer: Option<usize>, caller_is_runtime: bool) -> Route {
     if !sym.is_redirected() {
-        return false;
+        return Route::Real;
     }
-    // The runtime's own HIP calls stay real (no double counting); only its getenv is pinned.
     if sym.is_libc() {
-        caller_is_runtime
-    } else {
-        !caller_is_runtime
+        // The runtime's reads are pinned; the application's changes are filtered.
+        return if caller_is_runtime != sym.changes_environment() {
+            Route::Wrapper(0)
+        } else {
+            Route::Real
+        };
+    }
+    match definer {
+        Some(index) if !caller_is_runtime => Route::Wrapper(index),
+        _ => Route::Real,
     }
 }
 
@@ -143,7 +209,7 @@ pub unsafe extern "C" fn la_symbind64(
     sym: *mut libc::Elf64_Sym,
     _ndx: c_uint,
     refcook: *mut usize,
-    _defcook: *mut usize,
+    defcook: *mut usize,
     flags: *mut c_uint,
     symname: *const c_char,
 ) -> usize {
@@ -160,21 +226,35 @@ pub unsafe extern "C" fn la_symbind64(
         let Some(which) = Sym::from_name(unsafe { CStr::from_ptr(symname) }.to_bytes()) else {
             return real;
         };
-        note_real(which, real);
-        // SAFETY: refcook points at the referencing object's cookie when non-null.
-        let caller = if refcook.is_null() {
-            0
-        } else {
-            unsafe { *refcook }
+        // SAFETY: the cookies point at the objects' cookies when non-null.
+        let read = |cookie: *mut usize| {
+            if cookie.is_null() {
+                0
+            } else {
+                unsafe { *cookie }
+            }
         };
-        if !decide(which, is_hip_cookie(caller)) {
-            return real;
+        let (caller, definer) = (read(refcook), read(defcook));
+        let definer_index = runtime_index(definer);
+        if which.is_libc() {
+            note_real(0, which, real);
+        } else if let Some(index) = definer_index {
+            note_real(index, which, real);
         }
-        if !flags.is_null() {
-            // SAFETY: flags points at the linker's flag word.
-            unsafe { *flags |= LA_SYMB_NOPLTENTER | LA_SYMB_NOPLTEXIT };
+        match decide(which, definer_index, is_runtime_caller(caller)) {
+            Route::Real => real,
+            Route::Wrapper(index) => {
+                crate::log::debug(format_args!(
+                    "binding {} to the hook's wrapper (runtime {index})",
+                    which.name()
+                ));
+                if !flags.is_null() {
+                    // SAFETY: flags points at the linker's flag word.
+                    unsafe { *flags |= LA_SYMB_NOPLTENTER | LA_SYMB_NOPLTEXIT };
+                }
+                crate::wrappers::wrapper_address(which, index).unwrap_or(real)
+            }
         }
-        crate::wrappers::wrapper_address(which).unwrap_or(real)
     })
 }
 
@@ -183,31 +263,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn objects_are_classified_by_file_name() {
+    fn objects_are_classified_by_what_they_define() {
+        let defines = |names: &'static [&'static str]| {
+            move |name: &[u8]| names.iter().any(|n| n.as_bytes() == name)
+        };
         assert_eq!(
-            classify(b"/opt/rocm/lib/libamdhip64.so.6"),
+            classify(&defines(&["hipMalloc", "hipRuntimeGetVersion", "hipFree"])),
             ObjectKind::HipRuntime
         );
-        assert_eq!(classify(b"libamdhip64.so"), ObjectKind::HipRuntime);
-        assert_eq!(
-            classify(b"/opt/rocm/lib/libhsa-runtime64.so.1"),
-            ObjectKind::RuntimePart
-        );
-        assert_eq!(
-            classify(b"/lib/x86_64-linux-gnu/libc.so.6"),
-            ObjectKind::Libc
-        );
-        assert_eq!(classify(b""), ObjectKind::Other);
-        assert_eq!(classify(b"/x/libamdhip64_wrapper.so"), ObjectKind::Other);
-        assert_eq!(classify(b"/libc.so.6/libfoo.so"), ObjectKind::Other);
+        assert_eq!(classify(&defines(&["hsa_init"])), ObjectKind::RuntimePart);
+        // A shim that only forwards hipMalloc is not a runtime.
+        assert_eq!(classify(&defines(&["hipMalloc"])), ObjectKind::Other);
+        assert_eq!(classify(&defines(&[])), ObjectKind::Other);
+        assert!(named_like_runtime(b"/venv/lib/libamdhip64-1a2b3c4d.so.5"));
+        assert!(!named_like_runtime(b"/lib/libc.so.6"));
     }
 
     #[test]
-    fn runtime_internal_calls_stay_real_but_its_getenv_is_pinned() {
-        assert!(decide(Sym::HipMalloc, false));
-        assert!(!decide(Sym::HipMalloc, true));
-        assert!(decide(Sym::Getenv, true));
-        assert!(!decide(Sym::Getenv, false));
-        assert!(!decide(Sym::HipGetDevice, false));
+    fn each_binding_goes_to_the_runtime_that_defines_it() {
+        assert_eq!(decide(Sym::HipMalloc, Some(0), false), Route::Wrapper(0));
+        assert_eq!(decide(Sym::HipMalloc, Some(1), false), Route::Wrapper(1));
+        assert_eq!(decide(Sym::HipMalloc, Some(1), true), Route::Real);
+        // Bound to something that is not a runtime (a forwarding shim): its own call into
+        // the runtime is the one counted.
+        assert_eq!(decide(Sym::HipMalloc, None, false), Route::Real);
+        assert_eq!(decide(Sym::Getenv, None, true), Route::Wrapper(0));
+        assert_eq!(decide(Sym::Getenv, None, false), Route::Real);
+        assert_eq!(decide(Sym::Setenv, None, false), Route::Wrapper(0));
+        assert_eq!(decide(Sym::Clearenv, None, false), Route::Wrapper(0));
+        assert_eq!(decide(Sym::Setenv, None, true), Route::Real);
+        assert_eq!(decide(Sym::HipGetDevice, Some(0), false), Route::Real);
     }
 }

@@ -15,11 +15,17 @@ pub struct HookConfig {
     /// Limit variables that could not be read (each made its device fail closed).
     pub limit_errors: Vec<String>,
     pub cache_path: String,
+    /// The inode of the region file the plugin created (config file only): then only that
+    /// file is used, never a new one.
+    pub cache_inode: Option<u64>,
     pub log_level: u8,
     /// `HIP_OVERSUBSCRIBE`: hipMalloc allocates managed memory.
     pub oversubscribe: bool,
     /// `ACTIVE_OOM_KILLER`: a process found above its device's limit is terminated.
     pub active_oom_killer: bool,
+    /// False when the settings could not be read at all (an unusable config file): no
+    /// region is attached, so an existing region's limits cannot be borrowed.
+    pub attach_region: bool,
 }
 
 pub fn truthy(value: Option<&str>) -> bool {
@@ -64,9 +70,63 @@ pub fn resolve(
         cache_path: get("HIP_DEVICE_MEMORY_SHARED_CACHE")
             .filter(|p| !p.is_empty())
             .unwrap_or_else(|| DEFAULT_CACHE.to_owned()),
+        cache_inode: None,
         log_level: crate::log::parse_level(get("LIBHIP_LOG_LEVEL").as_deref()),
         oversubscribe: truthy(get("HIP_OVERSUBSCRIBE").as_deref()),
         active_oom_killer: truthy(get("ACTIVE_OOM_KILLER").as_deref()),
+        attach_region: true,
+    }
+}
+
+/// The settings from the plugin's config file: limits, cache path and oversubscription come
+/// from it alone (a variable cannot widen them); only the log level and the OOM killer,
+/// which cannot widen anything, still come from the environment.
+pub fn from_file(
+    file: &hami_protocol::hook_config::HookConfig,
+    pod: &dyn Fn(&str) -> Option<String>,
+    own: &dyn Fn(&str) -> Option<String>,
+) -> HookConfig {
+    let get = |key: &str| pod(key).or_else(|| own(key));
+    let mut limits = Limits::default();
+    for (device, slot) in limits.bytes.iter_mut().enumerate() {
+        if let Some(bytes) = u32::try_from(device)
+            .ok()
+            .and_then(|d| file.memory_limit(d))
+        {
+            *slot = bytes;
+        }
+    }
+    HookConfig {
+        limits,
+        limit_errors: Vec::new(),
+        cache_path: file
+            .shared_cache
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CACHE.to_owned()),
+        cache_inode: file.shared_cache_inode,
+        log_level: crate::log::parse_level(get("LIBHIP_LOG_LEVEL").as_deref()),
+        oversubscribe: truthy(file.pinned.get("HIP_OVERSUBSCRIBE").map(String::as_str)),
+        active_oom_killer: truthy(get("ACTIVE_OOM_KILLER").as_deref()),
+        attach_region: true,
+    }
+}
+
+/// The settings when a config file exists but cannot be used: every device refuses every
+/// allocation (fail closed), with the reason logged.
+pub fn unusable(reason: &str, log_level: u8) -> HookConfig {
+    HookConfig {
+        limits: Limits {
+            bytes: [0; MAX_DEVICES],
+        },
+        limit_errors: vec![format!(
+            "{reason}; every device refuses every allocation until it is fixed"
+        )],
+        cache_path: DEFAULT_CACHE.to_owned(),
+        cache_inode: None,
+        log_level,
+        oversubscribe: false,
+        active_oom_killer: false,
+        attach_region: false,
     }
 }
 
@@ -127,6 +187,31 @@ mod tests {
         assert_eq!(config.limit_errors.len(), 1);
         assert!(config.limit_errors[0].contains("HIP_DEVICE_MEMORY_LIMIT_1"));
         assert!(config.limit_errors[0].contains("4096m"));
+    }
+
+    #[test]
+    fn the_config_file_replaces_the_environment() {
+        let mut file = hami_protocol::hook_config::HookConfig {
+            default_memory_limit: Some(1 << 30),
+            shared_cache: Some("/usr/local/vgpu/cache/hipdevshr.cache".into()),
+            ..Default::default()
+        };
+        file.memory_limits.insert(2, 0);
+        let own = env(&[
+            ("HIP_DEVICE_MEMORY_LIMIT_0", "100g"),
+            ("HIP_DEVICE_MEMORY_SHARED_CACHE", "/tmp/mine"),
+            ("HIP_OVERSUBSCRIBE", "1"),
+            ("LIBHIP_LOG_LEVEL", "4"),
+        ]);
+        let config = from_file(&file, &env(&[]), &own);
+        assert_eq!(config.limits.bytes[0], 1 << 30);
+        assert_eq!(config.limits.bytes[2], 0);
+        assert_eq!(config.cache_path, "/usr/local/vgpu/cache/hipdevshr.cache");
+        assert!(!config.oversubscribe);
+        assert_eq!(config.log_level, 4);
+        let broken = unusable("bad file", 2);
+        assert!(broken.limits.bytes.iter().all(|b| *b == 0));
+        assert!(!broken.attach_region);
     }
 
     #[test]

@@ -7,9 +7,11 @@
 
 pub mod audit;
 pub mod config;
+pub mod elf_symbols;
 pub mod environ;
 mod ffi_guard;
 mod hip_abi;
+pub mod hook_config_file;
 pub mod log;
 pub mod pinned_env;
 pub mod sizing;

@@ -1,7 +1,15 @@
 //! Variables that define the slice (`HSA_CU_MASK`, `ROC_GLOBAL_CU_MASK`, `AMD_TASK_PRIORITY`,
-//! `HIP_OVERSUBSCRIBE`) are pinned: when the HIP runtime reads them through `getenv`, it gets
-//! the pod spec's value (pid 1's environment), else the process's value at start-up — never a
-//! value the application `setenv`-ed later, so it cannot widen its slice.
+//! `HIP_OVERSUBSCRIBE`) are pinned to the plugin's config file, else the pod spec's value
+//! (pid 1's environment), else the process's value at start-up — never a value the
+//! application set later, so it cannot widen its slice. Three mechanisms, because the
+//! runtime reads them two ways:
+//! - ROCr reads through `getenv`: its `getenv` binding is redirected to [`pinned_c_value`];
+//! - HIP's flag parser (rocclr) **walks `environ`**: before the program's constructors run
+//!   (`la_preinit`) the hook rewrites the process's `environ` so it holds exactly the pinned
+//!   values ([`apply_to_environ`]);
+//! - the application's `setenv`/`putenv`/`unsetenv`/`clearenv` (bound through the PLT or
+//!   `dlsym`) leave pinned names as they are ([`is_pinned_assignment`]; `clearenv` puts the
+//!   pinned values back).
 
 use std::ffi::{CStr, CString};
 use std::sync::OnceLock;
@@ -19,6 +27,16 @@ pub fn pinned_values(
     own: &dyn Fn(&str) -> Option<String>,
 ) -> [Option<String>; 4] {
     PINNED.map(|name| pod(name).or_else(|| own(name)))
+}
+
+/// The pinned values from the plugin's config file: what it names, and nothing else (a
+/// variable it leaves out is unset for the runtime, whatever the environment says).
+pub fn values_from_file(file: &hami_protocol::hook_config::HookConfig) -> [Option<String>; 4] {
+    PINNED.map(|name| match name {
+        "HSA_CU_MASK" => file.hsa_cu_mask.clone(),
+        "ROC_GLOBAL_CU_MASK" => file.roc_global_cu_mask.clone(),
+        other => file.pinned.get(other).cloned(),
+    })
 }
 
 /// Which pinned name `name` is.
@@ -39,7 +57,11 @@ pub fn pinned_c_value(index: usize) -> *const libc::c_char {
                 .map(str::to_owned)
         };
         let own = |key: &str| std::env::var(key).ok();
-        pinned_values(&from_pod, &own).map(|value| value.and_then(|v| CString::new(v).ok()))
+        let values = match crate::hook_config_file::source() {
+            crate::hook_config_file::Source::File { config, .. } => values_from_file(config),
+            _ => pinned_values(&from_pod, &own),
+        };
+        values.map(|value| value.and_then(|v| CString::new(v).ok()))
     });
     values
         .get(index)
@@ -47,9 +69,118 @@ pub fn pinned_c_value(index: usize) -> *const libc::c_char {
         .map_or(std::ptr::null(), |value| CStr::as_ptr(value))
 }
 
+/// Whether `entry` (`NAME` or `NAME=value`, as `setenv`/`unsetenv`/`putenv` receive) names a
+/// pinned variable.
+pub fn is_pinned_assignment(entry: &[u8]) -> bool {
+    let name = entry.split(|b| *b == b'=').next().unwrap_or(entry);
+    pinned_index(name).is_some()
+}
+
+/// The process's environment with the pinned variables replaced: every entry whose name is
+/// not pinned, in order, then the pinned assignments. `T` is what the caller keeps of an
+/// entry (a `char *` for the live `environ`, bytes in tests).
+pub fn rewritten<'a, T: Copy + 'a>(
+    entries: impl IntoIterator<Item = (T, &'a [u8])>,
+    pinned: impl IntoIterator<Item = T>,
+) -> Vec<T> {
+    let mut out: Vec<T> = entries
+        .into_iter()
+        .filter(|(_, text)| !is_pinned_assignment(text))
+        .map(|(entry, _)| entry)
+        .collect();
+    out.extend(pinned);
+    out
+}
+
+static VALUE_STRINGS: OnceLock<Vec<CString>> = OnceLock::new();
+
+/// The `NAME=value` strings of the pinned values, alive for the process's life.
+fn assignments() -> &'static [CString] {
+    VALUE_STRINGS.get_or_init(|| {
+        PINNED
+            .iter()
+            .enumerate()
+            .filter_map(|(index, name)| {
+                let value = pinned_c_value(index);
+                if value.is_null() {
+                    return None;
+                }
+                // SAFETY: a non-null value from pinned_c_value is a live NUL-terminated string.
+                let value = unsafe { CStr::from_ptr(value) }.to_bytes();
+                let mut entry = format!("{name}=").into_bytes();
+                entry.extend_from_slice(value);
+                CString::new(entry).ok()
+            })
+            .collect()
+    })
+}
+
+/// The address of the `environ` variable every object of the process uses: the program's
+/// own copy if it has one (a copy relocation), else libc's.
+fn environ_variable() -> Option<*mut *mut *mut libc::c_char> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let main = crate::symbols::MAIN_PROGRAM.load(Relaxed);
+    let libc = crate::symbols::LIBC.load(Relaxed);
+    crate::symbols::lookup_in(main, "environ")
+        .or_else(|| crate::symbols::lookup_in(libc, "environ"))
+        .map(|address| address as *mut *mut *mut libc::c_char)
+}
+
+/// Rewrites the process's `environ` so that it holds exactly the pinned values. The new
+/// array and its added strings are leaked (libc never frees an array it did not allocate).
+pub fn apply_to_environ() {
+    let Some(variable) = environ_variable() else {
+        crate::log::error(format_args!(
+            "cannot find the process's environ: HSA_CU_MASK and the other pinned variables are enforced only for getenv readers"
+        ));
+        return;
+    };
+    let added = assignments();
+    // SAFETY: `variable` is the address of the process's `environ` (a `char **`), read and
+    // written before any application code runs (la_preinit) or under the caller's own use
+    // of the environment (clearenv), as libc's own functions do.
+    unsafe {
+        let old = *variable;
+        let mut current: Vec<(*mut libc::c_char, &[u8])> = Vec::new();
+        let mut cursor = old;
+        while !cursor.is_null() && !(*cursor).is_null() {
+            current.push((*cursor, CStr::from_ptr(*cursor).to_bytes()));
+            cursor = cursor.add(1);
+        }
+        let mut entries = rewritten(current, added.iter().map(|e| e.as_ptr().cast_mut()));
+        entries.push(std::ptr::null_mut());
+        let array = Box::leak(entries.into_boxed_slice());
+        *variable = array.as_mut_ptr();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_environment_is_rewritten_to_the_pinned_values() {
+        let entries: [&[u8]; 4] = [
+            b"PATH=/bin",
+            b"HSA_CU_MASK=0:0-63",
+            b"ROC_GLOBAL_CU_MASK",
+            b"X=1",
+        ];
+        let pinned: [&[u8]; 2] = [b"HSA_CU_MASK=0:0-3", b"HIP_OVERSUBSCRIBE=true"];
+        let out = rewritten(entries.iter().map(|e| (*e, *e)), pinned);
+        assert_eq!(
+            out,
+            [
+                &b"PATH=/bin"[..],
+                b"X=1",
+                b"HSA_CU_MASK=0:0-3",
+                b"HIP_OVERSUBSCRIBE=true"
+            ]
+        );
+        assert!(is_pinned_assignment(b"ROC_GLOBAL_CU_MASK=0xff"));
+        assert!(is_pinned_assignment(b"AMD_TASK_PRIORITY"));
+        assert!(!is_pinned_assignment(b"HSA_CU_MASKS=1"));
+    }
 
     #[test]
     fn pod_value_then_start_up_value() {

@@ -11,7 +11,8 @@ use std::sync::{Mutex, MutexGuard};
 use hami_region::Session;
 use hami_region::layout::LIMIT_NONE;
 
-use crate::config::{HookConfig, resolve};
+use crate::config::{HookConfig, from_file, resolve, unusable};
+use crate::hook_config_file::Source;
 use crate::tracker::Tracker;
 
 pub struct ProcessState {
@@ -135,12 +136,31 @@ impl ProcessState {
                 .map(str::to_owned)
         };
         let own = |key: &str| std::env::var(key).ok();
-        let config = resolve(&from_pod, &own);
+        let config = match crate::hook_config_file::source() {
+            Source::File { path, config } => {
+                crate::log::debug(format_args!("settings from {path}"));
+                from_file(config, &from_pod, &own)
+            }
+            Source::Absent => resolve(&from_pod, &own),
+            Source::Invalid(reason) => unusable(reason, resolve(&from_pod, &own).log_level),
+        };
         crate::log::set_level(config.log_level);
         for problem in &config.limit_errors {
             crate::log::error(format_args!("{problem}"));
         }
-        let session = match Session::attach(config.cache_path.as_ref(), &config.limits) {
+        let attached = if config.attach_region {
+            Session::attach_expecting(
+                config.cache_path.as_ref(),
+                &config.limits,
+                config.cache_inode,
+            )
+        } else {
+            Err(hami_region::RegionError::Unsafe {
+                path: config.cache_path.clone().into(),
+                reason: "not opened: the hook's settings are unusable".to_owned(),
+            })
+        };
+        let session = match attached {
             Ok(session) => {
                 for (device, stored, wanted) in session.limit_mismatches(&config.limits) {
                     crate::log::warn(format_args!(
@@ -185,6 +205,18 @@ impl ProcessState {
                 .get(device)
                 .copied()
                 .unwrap_or(LIMIT_NONE),
+        }
+    }
+
+    /// Whether any device has a limit (the region's when attached, else the configured).
+    pub fn any_limit(&self) -> bool {
+        match &self.session {
+            Some(session) => (0..hami_region::layout::MAX_DEVICES).any(|d| {
+                session
+                    .device_usage(d)
+                    .is_some_and(|u| u.limit != LIMIT_NONE)
+            }),
+            None => self.config.limits.bytes.iter().any(|b| *b != LIMIT_NONE),
         }
     }
 

@@ -28,13 +28,29 @@ pub enum Sym {
     HipDeviceGetAttribute,
     HipDeviceTotalMem,
     HipGetProcAddress,
+    HipMemAllocPitch,
+    HipArrayCreate,
+    HipArray3DCreate,
+    HipArrayDestroy,
+    HipMallocMipmappedArray,
+    HipFreeMipmappedArray,
+    HipMipmappedArrayCreate,
+    HipMipmappedArrayDestroy,
+    HipGraphAddMemAllocNode,
     Getenv,
     SecureGetenv,
+    /// The application's environment changes (libc): pinned names are kept.
+    Setenv,
+    Putenv,
+    Unsetenv,
+    Clearenv,
     /// Called, never redirected.
     HipGetDevice,
+    /// Called, never redirected: picks the struct layouts (`hipMemAllocationProp`).
+    HipRuntimeGetVersion,
 }
 
-pub const COUNT: usize = Sym::HipGetDevice as usize + 1;
+pub const COUNT: usize = Sym::HipRuntimeGetVersion as usize + 1;
 
 const NAMES: [(&str, Sym); COUNT] = [
     ("hipMalloc", Sym::HipMalloc),
@@ -65,16 +81,30 @@ const NAMES: [(&str, Sym); COUNT] = [
     ("hipDeviceGetAttribute", Sym::HipDeviceGetAttribute),
     ("hipDeviceTotalMem", Sym::HipDeviceTotalMem),
     ("hipGetProcAddress", Sym::HipGetProcAddress),
+    ("hipMemAllocPitch", Sym::HipMemAllocPitch),
+    ("hipArrayCreate", Sym::HipArrayCreate),
+    ("hipArray3DCreate", Sym::HipArray3DCreate),
+    ("hipArrayDestroy", Sym::HipArrayDestroy),
+    ("hipMallocMipmappedArray", Sym::HipMallocMipmappedArray),
+    ("hipFreeMipmappedArray", Sym::HipFreeMipmappedArray),
+    ("hipMipmappedArrayCreate", Sym::HipMipmappedArrayCreate),
+    ("hipMipmappedArrayDestroy", Sym::HipMipmappedArrayDestroy),
+    ("hipGraphAddMemAllocNode", Sym::HipGraphAddMemAllocNode),
     ("getenv", Sym::Getenv),
     ("secure_getenv", Sym::SecureGetenv),
+    ("setenv", Sym::Setenv),
+    ("putenv", Sym::Putenv),
+    ("unsetenv", Sym::Unsetenv),
+    ("clearenv", Sym::Clearenv),
     ("hipGetDevice", Sym::HipGetDevice),
+    ("hipRuntimeGetVersion", Sym::HipRuntimeGetVersion),
 ];
 
 impl Sym {
     pub fn from_name(name: &[u8]) -> Option<Sym> {
         // Cheap rejection first: this runs for every audited binding.
         match name.first() {
-            Some(b'h') | Some(b'g') | Some(b's') => {}
+            Some(b'h' | b'g' | b's' | b'p' | b'u' | b'c') => {}
             _ => return None,
         }
         NAMES
@@ -89,69 +119,109 @@ impl Sym {
 
     /// Symbols bound from libc rather than from HIP.
     pub fn is_libc(self) -> bool {
-        matches!(self, Sym::Getenv | Sym::SecureGetenv)
+        matches!(
+            self,
+            Sym::Getenv
+                | Sym::SecureGetenv
+                | Sym::Setenv
+                | Sym::Putenv
+                | Sym::Unsetenv
+                | Sym::Clearenv
+        )
+    }
+
+    /// libc functions that change the environment (redirected for the application, not for
+    /// the runtime).
+    pub fn changes_environment(self) -> bool {
+        matches!(
+            self,
+            Sym::Setenv | Sym::Putenv | Sym::Unsetenv | Sym::Clearenv
+        )
     }
 
     /// Whether callers get a wrapper for this symbol.
     pub fn is_redirected(self) -> bool {
-        self != Sym::HipGetDevice
+        !matches!(self, Sym::HipGetDevice | Sym::HipRuntimeGetVersion)
     }
 }
 
-/// The real function of each symbol, as first seen bound (0 = not yet known).
-pub static REAL: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
+/// HIP runtimes one process can hold at once (each gets its own wrappers, so every call
+/// goes to the runtime it was bound to).
+pub const MAX_RUNTIMES: usize = 4;
 
-/// Remembers `address` as the real `sym` unless one is known already.
-pub fn note_real(sym: Sym, address: usize) {
-    if address != 0 {
-        let _ = REAL[sym as usize].compare_exchange(0, address, Relaxed, Relaxed);
+/// Link maps of the recognised HIP runtimes (0 = free slot), in order of loading.
+pub static RUNTIMES: [AtomicUsize; MAX_RUNTIMES] = [const { AtomicUsize::new(0) }; MAX_RUNTIMES];
+
+/// The real function of each symbol per runtime, as first seen bound (0 = not yet known).
+/// libc's `getenv`/`secure_getenv` live in runtime 0's row.
+pub static REAL: [[AtomicUsize; COUNT]; MAX_RUNTIMES] =
+    [const { [const { AtomicUsize::new(0) }; COUNT] }; MAX_RUNTIMES];
+
+/// The index of the runtime whose link map is `map`, if it is one.
+pub fn runtime_index(map: usize) -> Option<usize> {
+    if map == 0 {
+        return None;
+    }
+    RUNTIMES.iter().position(|slot| slot.load(Relaxed) == map)
+}
+
+/// Records `map` as a HIP runtime; `None` when [`MAX_RUNTIMES`] are known already.
+pub fn add_runtime(map: usize) -> Option<usize> {
+    for (index, slot) in RUNTIMES.iter().enumerate() {
+        match slot.compare_exchange(0, map, Relaxed, Relaxed) {
+            Ok(_) => return Some(index),
+            Err(existing) if existing == map => return Some(index),
+            Err(_) => {}
+        }
+    }
+    None
+}
+
+/// Link maps of the application's program and of its libc (the object of the base namespace
+/// that defines `environ` and `setenv`), from `la_objopen`.
+pub static MAIN_PROGRAM: AtomicUsize = AtomicUsize::new(0);
+pub static LIBC: AtomicUsize = AtomicUsize::new(0);
+
+/// Looks `name` up in the object whose link map is `map` (0: none).
+pub fn lookup_in(map: usize, name: &str) -> Option<usize> {
+    if map == 0 {
+        return None;
+    }
+    let map = map as *const crate::audit::LinkMap;
+    // SAFETY: the link maps recorded here are the linker's, from la_objopen, for objects of
+    // the base namespace that stay loaded (the program, libc, HIP runtimes: see `real`).
+    let tables = unsafe { crate::elf_symbols::DynTables::read((*map).l_addr, (*map).l_ld) }?;
+    tables.lookup(name.as_bytes())
+}
+
+/// Remembers `address` as runtime `runtime`'s real `sym` unless one is known already.
+pub fn note_real(runtime: usize, sym: Sym, address: usize) {
+    let row = if sym.is_libc() { 0 } else { runtime };
+    if address != 0
+        && let Some(row) = REAL.get(row)
+    {
+        let _ = row[sym as usize].compare_exchange(0, address, Relaxed, Relaxed);
     }
 }
 
-/// The path of the HIP runtime as the linker loaded it (from `la_objopen`).
-pub static HIP_PATH: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
-
-/// A `dlsym` handle of the HIP runtime in the application's namespace (0 = none yet).
-static HIP_HANDLE: AtomicUsize = AtomicUsize::new(0);
-
-fn hip_handle() -> Option<usize> {
-    let known = HIP_HANDLE.load(Relaxed);
+/// The real function of `sym` in runtime `runtime`: as bound, or looked up in that
+/// runtime's own dynamic symbol table.
+pub fn real(runtime: usize, sym: Sym) -> Option<usize> {
+    let row = if sym.is_libc() { 0 } else { runtime };
+    let known = REAL.get(row)?[sym as usize].load(Relaxed);
     if known != 0 {
         return Some(known);
     }
-    let path = HIP_PATH.get()?;
-    // SAFETY: dlmopen of an object already loaded in the base namespace (RTLD_NOLOAD: never
-    // loads anything); the path is NUL-terminated. The handle is kept for the process's life.
-    let handle = unsafe {
-        libc::dlmopen(
-            libc::LM_ID_BASE,
-            path.as_ptr(),
-            libc::RTLD_NOLOAD | libc::RTLD_LAZY,
-        )
-    } as usize;
-    if handle == 0 {
-        return None;
-    }
-    HIP_HANDLE.store(handle, Relaxed);
-    Some(handle)
-}
-
-/// The real function of `sym`: as bound, or looked up in the HIP runtime.
-pub fn real(sym: Sym) -> Option<usize> {
-    let known = REAL[sym as usize].load(Relaxed);
-    if known != 0 {
-        return Some(known);
-    }
-    if sym.is_libc() {
-        return None;
-    }
-    let handle = hip_handle()?;
-    let name = std::ffi::CString::new(sym.name()).ok()?;
-    // SAFETY: a handle from dlmopen and a NUL-terminated name. dlsym from the audit namespace
-    // does not re-enter la_symbind.
-    let address = unsafe { libc::dlsym(handle as *mut libc::c_void, name.as_ptr()) } as usize;
-    note_real(sym, address);
-    (address != 0).then_some(address)
+    // HIP runtimes are not unloaded while their wrappers can still be called (dlclose of a
+    // runtime with live allocations is the application's bug, documented in the README).
+    let map = if sym.is_libc() {
+        LIBC.load(Relaxed)
+    } else {
+        RUNTIMES.get(runtime)?.load(Relaxed)
+    };
+    let address = lookup_in(map, sym.name())?;
+    note_real(runtime, sym, address);
+    Some(address)
 }
 
 #[cfg(test)]
@@ -165,7 +235,11 @@ mod tests {
             assert_eq!(Sym::from_name(name.as_bytes()), Some(*sym));
             assert_eq!(sym.name(), *name);
         }
-        assert_eq!(Sym::from_name(b"hipMallocMipmappedArray"), None);
+        assert_eq!(
+            Sym::from_name(b"hipMallocMipmappedArray"),
+            Some(Sym::HipMallocMipmappedArray)
+        );
+        assert_eq!(Sym::from_name(b"hipMallocHost"), None);
         assert_eq!(Sym::from_name(b"malloc"), None);
         assert_eq!(Sym::from_name(b""), None);
     }

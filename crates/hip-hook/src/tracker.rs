@@ -36,6 +36,8 @@ pub enum Space {
     Array,
     /// Physical allocation handles (hipMemRelease).
     Physical,
+    /// Mipmapped arrays (hipFreeMipmappedArray, hipMipmappedArrayDestroy).
+    Mipmapped,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

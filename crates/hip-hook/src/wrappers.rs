@@ -12,22 +12,27 @@ use hami_region::layout::LIMIT_NONE;
 
 use crate::ffi_guard::guarded;
 use crate::hip_abi::*;
-use crate::sizing::{array_bytes, pitched_estimate};
+use crate::sizing::{array_bytes, descriptor_bytes, format_bytes, mipmap_bytes, pitched_estimate};
 use crate::state::{ProcessState, state};
-use crate::symbols::{Sym, note_real, real};
+use crate::symbols::{MAX_RUNTIMES, Sym, note_real, real};
 use crate::tracker::{Record, Space};
 
 /// The real function of `sym` as a typed pointer.
-fn real_fn<F: Copy>(sym: Sym) -> Option<F> {
+fn real_fn<F: Copy>(runtime: usize, sym: Sym) -> Option<F> {
     const { assert!(size_of::<F>() == size_of::<usize>()) };
-    let address = real(sym)?;
+    let address = real(runtime, sym)?;
     // SAFETY: F is the C function-pointer type of `sym` (see hip_abi), and the address is
     // the runtime's (or libc's) definition of that symbol.
     Some(unsafe { std::mem::transmute_copy::<usize, F>(&address) })
 }
 
-fn current_device() -> Result<usize, HipError> {
-    let get_device: GetDeviceFn = real_fn(Sym::HipGetDevice).ok_or(HIP_ERROR_NOT_INITIALIZED)?;
+fn current_device(runtime: usize) -> Result<usize, HipError> {
+    let Some(get_device) = real_fn::<GetDeviceFn>(runtime, Sym::HipGetDevice) else {
+        crate::log::error(format_args!(
+            "hipGetDevice is not defined by HIP runtime {runtime}: the allocating device is unknown"
+        ));
+        return Err(HIP_ERROR_NOT_INITIALIZED);
+    };
     let mut device: c_int = 0;
     // SAFETY: real hipGetDevice with a valid out-pointer.
     match unsafe { get_device(&mut device) } {
@@ -45,6 +50,7 @@ struct Allocated {
 /// Reserve `reserve` bytes on `device`, run the real allocation, then settle the books.
 /// `undo` frees an allocation that turned out bigger than the limit allows.
 fn accounted(
+    runtime: usize,
     what: &str,
     device: Option<usize>,
     reserve: u64,
@@ -56,9 +62,21 @@ fn accounted(
         let state = state();
         let device = match device {
             Some(device) => device,
-            None => match current_device() {
+            None => match current_device(runtime) {
                 Ok(device) => device,
-                Err(code) => return code,
+                Err(code) => {
+                    if !state.any_limit() {
+                        // Nothing to enforce: the runtime decides (and answers) itself.
+                        crate::log::info(format_args!(
+                            "{what}: the current device is unknown (hipGetDevice returned {code}); no device is limited, passing the call through"
+                        ));
+                        return allocate().err().unwrap_or(HIP_SUCCESS);
+                    }
+                    crate::log::info(format_args!(
+                        "{what}: the runtime has no current device (hipGetDevice returned {code}); returning its error"
+                    ));
+                    return code;
+                }
             },
         };
         let Some(session) = &state.session else {
@@ -142,18 +160,41 @@ fn oom_killer_check(state: &ProcessState, device: usize) {
     }
 }
 
-/// Runs the real free, then returns the bytes if it succeeded.
+/// Takes the record out, runs the real free, then returns the bytes if it succeeded, or puts
+/// the record back if it failed.
+///
+/// The order matters: once the real free returns, the runtime may hand the same address to
+/// a concurrent allocation (caching allocators reuse the last freed block first), whose
+/// wrapper then records it. Removing our record *after* the free would delete that new
+/// record and its bytes would never be counted (issue 14: 1.25–1.5× the limit with 8
+/// threads). The bytes stay reserved until the real free succeeded, so the device never
+/// holds more than the books say.
 fn freed(what: &str, space: Space, address: usize, free: impl FnOnce() -> HipError) -> HipError {
+    if address == 0 {
+        return free();
+    }
+    let record = guarded(what, None, || {
+        let state = state();
+        state.tracker().remove(space, address)
+    });
     let code = free();
-    if code == HIP_SUCCESS && address != 0 {
-        guarded(what, (), || {
-            let state = state();
-            let record = state.tracker().remove(space, address);
-            if let (Some(record), Some(session)) = (record, &state.session) {
+    let Some(record) = record else {
+        return code;
+    };
+    guarded(what, (), || {
+        let state = state();
+        if code == HIP_SUCCESS {
+            if let Some(session) = &state.session {
                 session.release(record.device, record.bytes);
             }
-        });
-    }
+        } else if let Some(stale) = state.tracker().insert(space, address, record) {
+            // The free failed, so the address is still ours; nothing else can have been
+            // recorded there. Keep the books whole if it somehow was.
+            if let Some(session) = &state.session {
+                session.release(stale.device, stale.bytes);
+            }
+        }
+    });
     code
 }
 
@@ -174,6 +215,7 @@ fn call_ok(code: HipError, address: usize, bytes: u64) -> Result<Option<Allocate
 }
 
 fn linear(
+    runtime: usize,
     what: &str,
     device: Option<usize>,
     ptr: *mut *mut c_void,
@@ -184,6 +226,7 @@ fn linear(
         return HIP_ERROR_INVALID_VALUE;
     }
     accounted(
+        runtime,
         what,
         device,
         size as u64,
@@ -195,69 +238,75 @@ fn linear(
 
 // --- Linear allocations ---
 
-pub extern "C" fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> HipError {
+pub extern "C" fn hipMalloc<const R: usize>(ptr: *mut *mut c_void, size: usize) -> HipError {
     let oversubscribe = guarded("hipMalloc", false, || state().config.oversubscribe);
     if oversubscribe {
-        let Some(managed) = real_fn::<MallocFlagsFn>(Sym::HipMallocManaged) else {
+        let Some(managed) = real_fn::<MallocFlagsFn>(R, Sym::HipMallocManaged) else {
             return HIP_ERROR_NOT_INITIALIZED;
         };
         // SAFETY: real hipMallocManaged with the caller's arguments.
-        return linear("hipMalloc", None, ptr, size, || unsafe {
+        return linear(R, "hipMalloc", None, ptr, size, || unsafe {
             managed(ptr, size, MEM_ATTACH_GLOBAL)
         });
     }
-    let Some(real) = real_fn::<MallocFn>(Sym::HipMalloc) else {
+    let Some(real) = real_fn::<MallocFn>(R, Sym::HipMalloc) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's arguments.
-    linear("hipMalloc", None, ptr, size, || unsafe { real(ptr, size) })
+    linear(R, "hipMalloc", None, ptr, size, || unsafe {
+        real(ptr, size)
+    })
 }
 
-pub extern "C" fn hipExtMallocWithFlags(
+pub extern "C" fn hipExtMallocWithFlags<const R: usize>(
     ptr: *mut *mut c_void,
     size: usize,
     flags: c_uint,
 ) -> HipError {
-    let Some(real) = real_fn::<MallocFlagsFn>(Sym::HipExtMallocWithFlags) else {
+    let Some(real) = real_fn::<MallocFlagsFn>(R, Sym::HipExtMallocWithFlags) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's arguments.
-    linear("hipExtMallocWithFlags", None, ptr, size, || unsafe {
+    linear(R, "hipExtMallocWithFlags", None, ptr, size, || unsafe {
         real(ptr, size, flags)
     })
 }
 
-pub extern "C" fn hipMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> HipError {
-    let Some(real) = real_fn::<MallocFlagsFn>(Sym::HipMallocManaged) else {
+pub extern "C" fn hipMallocManaged<const R: usize>(
+    ptr: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> HipError {
+    let Some(real) = real_fn::<MallocFlagsFn>(R, Sym::HipMallocManaged) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's arguments.
-    linear("hipMallocManaged", None, ptr, size, || unsafe {
+    linear(R, "hipMallocManaged", None, ptr, size, || unsafe {
         real(ptr, size, flags)
     })
 }
 
-pub extern "C" fn hipMallocAsync(
+pub extern "C" fn hipMallocAsync<const R: usize>(
     ptr: *mut *mut c_void,
     size: usize,
     stream: *mut c_void,
 ) -> HipError {
-    let Some(real) = real_fn::<MallocStreamFn>(Sym::HipMallocAsync) else {
+    let Some(real) = real_fn::<MallocStreamFn>(R, Sym::HipMallocAsync) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's arguments.
-    linear("hipMallocAsync", None, ptr, size, || unsafe {
+    linear(R, "hipMallocAsync", None, ptr, size, || unsafe {
         real(ptr, size, stream)
     })
 }
 
-pub extern "C" fn hipMallocFromPoolAsync(
+pub extern "C" fn hipMallocFromPoolAsync<const R: usize>(
     ptr: *mut *mut c_void,
     size: usize,
     pool: *mut c_void,
     stream: *mut c_void,
 ) -> HipError {
-    let Some(real) = real_fn::<MallocPoolFn>(Sym::HipMallocFromPoolAsync) else {
+    let Some(real) = real_fn::<MallocPoolFn>(R, Sym::HipMallocFromPoolAsync) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // A pool we did not see created is taken to be on the current device.
@@ -265,18 +314,18 @@ pub extern "C" fn hipMallocFromPoolAsync(
         state().tracker().pool_device(pool as usize)
     });
     // SAFETY: the real function with the caller's arguments.
-    linear("hipMallocFromPoolAsync", device, ptr, size, || unsafe {
+    linear(R, "hipMallocFromPoolAsync", device, ptr, size, || unsafe {
         real(ptr, size, pool, stream)
     })
 }
 
-pub extern "C" fn hipMallocPitch(
+pub extern "C" fn hipMallocPitch<const R: usize>(
     ptr: *mut *mut c_void,
     pitch: *mut usize,
     width: usize,
     height: usize,
 ) -> HipError {
-    let Some(real) = real_fn::<MallocPitchFn>(Sym::HipMallocPitch) else {
+    let Some(real) = real_fn::<MallocPitchFn>(R, Sym::HipMallocPitch) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     if ptr.is_null() || pitch.is_null() {
@@ -286,6 +335,7 @@ pub extern "C" fn hipMallocPitch(
         return HIP_ERROR_OUT_OF_MEMORY;
     };
     accounted(
+        R,
         "hipMallocPitch",
         None,
         estimate,
@@ -297,12 +347,15 @@ pub extern "C" fn hipMallocPitch(
             let bytes = (unsafe { *pitch } as u64).saturating_mul(height.max(1) as u64);
             call_ok(code, out_address(ptr), bytes)
         },
-        undo_linear,
+        undo_linear::<R>,
     )
 }
 
-pub extern "C" fn hipMalloc3D(pitched: *mut HipPitchedPtr, extent: HipExtent) -> HipError {
-    let Some(real) = real_fn::<Malloc3DFn>(Sym::HipMalloc3D) else {
+pub extern "C" fn hipMalloc3D<const R: usize>(
+    pitched: *mut HipPitchedPtr,
+    extent: HipExtent,
+) -> HipError {
+    let Some(real) = real_fn::<Malloc3DFn>(R, Sym::HipMalloc3D) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     if pitched.is_null() {
@@ -313,6 +366,7 @@ pub extern "C" fn hipMalloc3D(pitched: *mut HipPitchedPtr, extent: HipExtent) ->
         return HIP_ERROR_OUT_OF_MEMORY;
     };
     accounted(
+        R,
         "hipMalloc3D",
         None,
         estimate,
@@ -324,20 +378,20 @@ pub extern "C" fn hipMalloc3D(pitched: *mut HipPitchedPtr, extent: HipExtent) ->
             let (address, pitch) = unsafe { ((*pitched).ptr as usize, (*pitched).pitch as u64) };
             call_ok(code, address, pitch.saturating_mul(rows))
         },
-        undo_linear,
+        undo_linear::<R>,
     )
 }
 
 /// Frees a pitched allocation that does not fit once its real size is known.
-fn undo_linear(address: usize) {
-    if let Some(free) = real_fn::<FreeFn>(Sym::HipFree) {
+fn undo_linear<const R: usize>(address: usize) {
+    if let Some(free) = real_fn::<FreeFn>(R, Sym::HipFree) {
         // SAFETY: the real hipFree on the allocation the real call just made.
         unsafe { free(address as *mut c_void) };
     }
 }
 
-pub extern "C" fn hipFree(ptr: *mut c_void) -> HipError {
-    let Some(real) = real_fn::<FreeFn>(Sym::HipFree) else {
+pub extern "C" fn hipFree<const R: usize>(ptr: *mut c_void) -> HipError {
+    let Some(real) = real_fn::<FreeFn>(R, Sym::HipFree) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's argument.
@@ -346,8 +400,8 @@ pub extern "C" fn hipFree(ptr: *mut c_void) -> HipError {
     })
 }
 
-pub extern "C" fn hipFreeAsync(ptr: *mut c_void, stream: *mut c_void) -> HipError {
-    let Some(real) = real_fn::<FreeStreamFn>(Sym::HipFreeAsync) else {
+pub extern "C" fn hipFreeAsync<const R: usize>(ptr: *mut c_void, stream: *mut c_void) -> HipError {
+    let Some(real) = real_fn::<FreeStreamFn>(R, Sym::HipFreeAsync) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's arguments.
@@ -370,14 +424,14 @@ fn element_bits(desc: *const HipChannelFormatDesc) -> u64 {
         .sum()
 }
 
-pub extern "C" fn hipMallocArray(
+pub extern "C" fn hipMallocArray<const R: usize>(
     array: *mut *mut c_void,
     desc: *const HipChannelFormatDesc,
     width: usize,
     height: usize,
     flags: c_uint,
 ) -> HipError {
-    let Some(real) = real_fn::<MallocArrayFn>(Sym::HipMallocArray) else {
+    let Some(real) = real_fn::<MallocArrayFn>(R, Sym::HipMallocArray) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     let Some(bytes) = array_bytes(element_bits(desc), [width as u64, height as u64, 1]) else {
@@ -389,6 +443,7 @@ pub extern "C" fn hipMallocArray(
         return HIP_ERROR_INVALID_VALUE;
     }
     accounted(
+        R,
         "hipMallocArray",
         None,
         bytes,
@@ -402,13 +457,13 @@ pub extern "C" fn hipMallocArray(
     )
 }
 
-pub extern "C" fn hipMalloc3DArray(
+pub extern "C" fn hipMalloc3DArray<const R: usize>(
     array: *mut *mut c_void,
     desc: *const HipChannelFormatDesc,
     extent: HipExtent,
     flags: c_uint,
 ) -> HipError {
-    let Some(real) = real_fn::<Malloc3DArrayFn>(Sym::HipMalloc3DArray) else {
+    let Some(real) = real_fn::<Malloc3DArrayFn>(R, Sym::HipMalloc3DArray) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     let dims = [
@@ -424,6 +479,7 @@ pub extern "C" fn hipMalloc3DArray(
         return HIP_ERROR_INVALID_VALUE;
     }
     accounted(
+        R,
         "hipMalloc3DArray",
         None,
         bytes,
@@ -437,8 +493,8 @@ pub extern "C" fn hipMalloc3DArray(
     )
 }
 
-pub extern "C" fn hipFreeArray(array: *mut c_void) -> HipError {
-    let Some(real) = real_fn::<FreeFn>(Sym::HipFreeArray) else {
+pub extern "C" fn hipFreeArray<const R: usize>(array: *mut c_void) -> HipError {
+    let Some(real) = real_fn::<FreeFn>(R, Sym::HipFreeArray) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's argument.
@@ -447,41 +503,333 @@ pub extern "C" fn hipFreeArray(array: *mut c_void) -> HipError {
     })
 }
 
+// --- Driver-API arrays, mipmapped arrays, pitched driver allocations ---
+
+pub extern "C" fn hipMemAllocPitch<const R: usize>(
+    ptr: *mut *mut c_void,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    element: c_uint,
+) -> HipError {
+    let Some(real) = real_fn::<MemAllocPitchFn>(R, Sym::HipMemAllocPitch) else {
+        return HIP_ERROR_NOT_INITIALIZED;
+    };
+    if ptr.is_null() || pitch.is_null() {
+        return HIP_ERROR_INVALID_VALUE;
+    }
+    let Some(estimate) = pitched_estimate(width as u64, height as u64) else {
+        return HIP_ERROR_OUT_OF_MEMORY;
+    };
+    accounted(
+        R,
+        "hipMemAllocPitch",
+        None,
+        estimate,
+        Space::Pointer,
+        || {
+            // SAFETY: the real function with the caller's (non-null) arguments.
+            let code = unsafe { real(ptr, pitch, width, height, element) };
+            // SAFETY: pitch is non-null and was just written on success.
+            let bytes = (unsafe { *pitch } as u64).saturating_mul(height.max(1) as u64);
+            call_ok(code, out_address(ptr), bytes)
+        },
+        undo_linear::<R>,
+    )
+}
+
+/// Runs an array-style allocation of `bytes` (`None`: the runtime rejects the descriptor
+/// itself, so the call passes through uncounted).
+fn array_like(
+    runtime: usize,
+    what: &str,
+    out: *mut *mut c_void,
+    bytes: Option<u64>,
+    space: Space,
+    call: impl FnOnce() -> HipError,
+) -> HipError {
+    let Some(bytes) = bytes else {
+        return call();
+    };
+    if out.is_null() {
+        return HIP_ERROR_INVALID_VALUE;
+    }
+    accounted(
+        runtime,
+        what,
+        None,
+        bytes,
+        space,
+        || call_ok(call(), out_address(out), bytes),
+        |_| {},
+    )
+}
+
+fn read_descriptor<'a, T>(desc: *const T) -> Option<&'a T> {
+    // SAFETY: the caller's descriptor, valid for the duration of the call (the reference
+    // does not outlive the wrapper that uses it).
+    unsafe { desc.as_ref() }
+}
+
+pub extern "C" fn hipArrayCreate<const R: usize>(
+    array: *mut *mut c_void,
+    desc: *const HipArrayDescriptor,
+) -> HipError {
+    let Some(real) = real_fn::<ArrayCreateFn>(R, Sym::HipArrayCreate) else {
+        return HIP_ERROR_NOT_INITIALIZED;
+    };
+    let bytes = read_descriptor(desc)
+        .and_then(|d| descriptor_bytes(d.format, d.channels, [d.width as u64, d.height as u64, 0]));
+    // SAFETY: the real function with the caller's arguments.
+    array_like(R, "hipArrayCreate", array, bytes, Space::Array, || unsafe {
+        real(array, desc)
+    })
+}
+
+pub extern "C" fn hipArray3DCreate<const R: usize>(
+    array: *mut *mut c_void,
+    desc: *const HipArray3DDescriptor,
+) -> HipError {
+    let Some(real) = real_fn::<Array3DCreateFn>(R, Sym::HipArray3DCreate) else {
+        return HIP_ERROR_NOT_INITIALIZED;
+    };
+    let bytes = read_descriptor(desc).and_then(|d| {
+        let dims = [d.width as u64, d.height as u64, d.depth as u64];
+        descriptor_bytes(d.format, d.channels, dims)
+    });
+    // SAFETY: the real function with the caller's arguments.
+    array_like(
+        R,
+        "hipArray3DCreate",
+        array,
+        bytes,
+        Space::Array,
+        || unsafe { real(array, desc) },
+    )
+}
+
+pub extern "C" fn hipArrayDestroy<const R: usize>(array: *mut c_void) -> HipError {
+    let Some(real) = real_fn::<FreeFn>(R, Sym::HipArrayDestroy) else {
+        return HIP_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: the real function with the caller's argument.
+    freed("hipArrayDestroy", Space::Array, array as usize, || unsafe {
+        real(array)
+    })
+}
+
+pub extern "C" fn hipMallocMipmappedArray<const R: usize>(
+    mipmapped: *mut *mut c_void,
+    desc: *const HipChannelFormatDesc,
+    extent: HipExtent,
+    levels: c_uint,
+    flags: c_uint,
+) -> HipError {
+    let Some(real) = real_fn::<MallocMipmappedFn>(R, Sym::HipMallocMipmappedArray) else {
+        return HIP_ERROR_NOT_INITIALIZED;
+    };
+    let bits = element_bits(desc);
+    let dims = [
+        extent.width as u64,
+        extent.height as u64,
+        extent.depth as u64,
+    ];
+    let bytes = (bits > 0 && bits.is_multiple_of(8))
+        .then(|| mipmap_bytes(bits / 8, dims, levels))
+        .flatten();
+    // SAFETY: the real function with the caller's arguments.
+    array_like(
+        R,
+        "hipMallocMipmappedArray",
+        mipmapped,
+        bytes,
+        Space::Mipmapped,
+        || unsafe { real(mipmapped, desc, extent, levels, flags) },
+    )
+}
+
+pub extern "C" fn hipMipmappedArrayCreate<const R: usize>(
+    mipmapped: *mut *mut c_void,
+    desc: *const HipArray3DDescriptor,
+    levels: c_uint,
+) -> HipError {
+    let Some(real) = real_fn::<MipmappedCreateFn>(R, Sym::HipMipmappedArrayCreate) else {
+        return HIP_ERROR_NOT_INITIALIZED;
+    };
+    let bytes = read_descriptor(desc).and_then(|d| {
+        let element = format_bytes(d.format)?.checked_mul(u64::from(d.channels))?;
+        let dims = [d.width as u64, d.height as u64, d.depth as u64];
+        mipmap_bytes(element, dims, levels)
+    });
+    // SAFETY: the real function with the caller's arguments.
+    array_like(
+        R,
+        "hipMipmappedArrayCreate",
+        mipmapped,
+        bytes,
+        Space::Mipmapped,
+        || unsafe { real(mipmapped, desc, levels) },
+    )
+}
+
+pub extern "C" fn hipFreeMipmappedArray<const R: usize>(mipmapped: *mut c_void) -> HipError {
+    let Some(real) = real_fn::<FreeFn>(R, Sym::HipFreeMipmappedArray) else {
+        return HIP_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: the real function with the caller's argument.
+    freed(
+        "hipFreeMipmappedArray",
+        Space::Mipmapped,
+        mipmapped as usize,
+        || unsafe { real(mipmapped) },
+    )
+}
+
+pub extern "C" fn hipMipmappedArrayDestroy<const R: usize>(mipmapped: *mut c_void) -> HipError {
+    let Some(real) = real_fn::<FreeFn>(R, Sym::HipMipmappedArrayDestroy) else {
+        return HIP_ERROR_NOT_INITIALIZED;
+    };
+    // SAFETY: the real function with the caller's argument.
+    freed(
+        "hipMipmappedArrayDestroy",
+        Space::Mipmapped,
+        mipmapped as usize,
+        || unsafe { real(mipmapped) },
+    )
+}
+
+/// Graph memory nodes allocate when the graph is launched, perhaps many times, and free
+/// through free nodes or `hipFree` of an address the hook never saw returned: they cannot
+/// be reserved before allocation. On a limited device they are refused with a reason;
+/// elsewhere they pass through.
+pub extern "C" fn hipGraphAddMemAllocNode<const R: usize>(
+    node: *mut *mut c_void,
+    graph: *mut c_void,
+    dependencies: *const *mut c_void,
+    count: usize,
+    params: *mut c_void,
+) -> HipError {
+    let Some(real) = real_fn::<GraphAddMemAllocFn>(R, Sym::HipGraphAddMemAllocNode) else {
+        return HIP_ERROR_NOT_INITIALIZED;
+    };
+    // hipMemAllocNodeParams starts with hipMemPoolProps (location.id at 12).
+    let refused = guarded("hipGraphAddMemAllocNode", true, || {
+        let state = state();
+        let limited = match location_id(params) {
+            Some(device) => state.limit(device) != LIMIT_NONE,
+            None => state.config.limits.bytes.iter().any(|b| *b != LIMIT_NONE),
+        };
+        if limited {
+            crate::log::error(format_args!(
+                "hipGraphAddMemAllocNode refused (hipErrorNotSupported): graph memory nodes allocate at every launch and cannot be counted against the device memory limit; allocate with hipMalloc or hipMallocAsync outside the graph"
+            ));
+        }
+        limited
+    });
+    if refused {
+        return HIP_ERROR_NOT_SUPPORTED;
+    }
+    // SAFETY: the real function with the caller's arguments.
+    unsafe { real(node, graph, dependencies, count, params) }
+}
+
 // --- Virtual memory and pools ---
 
-fn location_id(props: *const c_void) -> Option<usize> {
+/// Reads the `int` at `offset` of a caller's struct.
+fn int_at(props: *const c_void, offset: usize) -> Option<usize> {
     if props.is_null() {
         return None;
     }
-    // SAFETY: hipMemAllocationProp and hipMemPoolProps both hold location.id (an int) at
-    // LOCATION_ID; the caller passed one of them.
+    // SAFETY: the caller passed the struct this offset belongs to (hipMemPoolProps or
+    // hipMemAllocationProp of the runtime's version), which is longer than offset + 4.
     let id = unsafe {
         props
             .cast::<u8>()
-            .add(LOCATION_ID)
+            .add(offset)
             .cast::<c_int>()
             .read_unaligned()
     };
     usize::try_from(id).ok()
 }
 
-pub extern "C" fn hipMemCreate(
+fn location_id(props: *const c_void) -> Option<usize> {
+    int_at(props, POOL_LOCATION_ID)
+}
+
+/// The runtime's `hipRuntimeGetVersion`, asked once (0 = not yet asked, -1 = unknown).
+static RUNTIME_VERSION: [std::sync::atomic::AtomicI32; MAX_RUNTIMES] =
+    [const { std::sync::atomic::AtomicI32::new(0) }; MAX_RUNTIMES];
+
+fn runtime_version(runtime: usize) -> Option<c_int> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let cache = RUNTIME_VERSION.get(runtime)?;
+    let known = cache.load(Relaxed);
+    if known != 0 {
+        return (known > 0).then_some(known);
+    }
+    let mut version: c_int = 0;
+    let code = match real_fn::<RuntimeVersionFn>(runtime, Sym::HipRuntimeGetVersion) {
+        // SAFETY: the real hipRuntimeGetVersion with a valid out-pointer.
+        Some(get) => unsafe { get(&mut version) },
+        None => HIP_ERROR_NOT_INITIALIZED,
+    };
+    let stored = if code == HIP_SUCCESS && version > 0 {
+        version
+    } else {
+        crate::log::error(format_args!(
+            "hipRuntimeGetVersion failed ({code}): the layout of hipMemAllocationProp is unknown"
+        ));
+        -1
+    };
+    cache.store(stored, Relaxed);
+    (stored > 0).then_some(stored)
+}
+
+/// The device a `hipMemAllocationProp` names, read at the offset of the runtime's layout.
+fn allocation_device(runtime: usize, prop: *const c_void) -> Result<Option<usize>, String> {
+    let version = runtime_version(runtime).ok_or_else(|| {
+        "the runtime's version (hipRuntimeGetVersion) is unknown, so hipMemAllocationProp cannot be read".to_owned()
+    })?;
+    let offset = allocation_prop_location_id(version).ok_or_else(|| {
+        format!("runtime version {version} predates hipMemCreate; its hipMemAllocationProp layout is unknown")
+    })?;
+    Ok(int_at(prop, offset))
+}
+
+pub extern "C" fn hipMemCreate<const R: usize>(
     handle: *mut *mut c_void,
     size: usize,
     prop: *const c_void,
     flags: u64,
 ) -> HipError {
-    let Some(real) = real_fn::<MemCreateFn>(Sym::HipMemCreate) else {
+    let Some(real) = real_fn::<MemCreateFn>(R, Sym::HipMemCreate) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
-    let Some(device) = location_id(prop) else {
+    let device = guarded("hipMemCreate", Err("internal error".to_owned()), || {
+        allocation_device(R, prop)
+    });
+    let device = match device {
+        Ok(Some(device)) => device,
         // SAFETY: the real function with the caller's arguments (it rejects them).
-        return unsafe { real(handle, size, prop, flags) };
+        Ok(None) => return unsafe { real(handle, size, prop, flags) },
+        Err(reason) => {
+            let unlimited = guarded("hipMemCreate", false, || {
+                state().config.limits.bytes.iter().all(|b| *b == LIMIT_NONE)
+            });
+            if unlimited {
+                // SAFETY: the real function with the caller's arguments.
+                return unsafe { real(handle, size, prop, flags) };
+            }
+            // Fail closed: the device cannot be known, so the allocation cannot be charged.
+            crate::log::error(format_args!("hipMemCreate refused: {reason}"));
+            return HIP_ERROR_OUT_OF_MEMORY;
+        }
     };
     if handle.is_null() {
         return HIP_ERROR_INVALID_VALUE;
     }
     accounted(
+        R,
         "hipMemCreate",
         Some(device),
         size as u64,
@@ -495,8 +843,8 @@ pub extern "C" fn hipMemCreate(
     )
 }
 
-pub extern "C" fn hipMemRelease(handle: *mut c_void) -> HipError {
-    let Some(real) = real_fn::<FreeFn>(Sym::HipMemRelease) else {
+pub extern "C" fn hipMemRelease<const R: usize>(handle: *mut c_void) -> HipError {
+    let Some(real) = real_fn::<FreeFn>(R, Sym::HipMemRelease) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's argument.
@@ -508,8 +856,11 @@ pub extern "C" fn hipMemRelease(handle: *mut c_void) -> HipError {
     )
 }
 
-pub extern "C" fn hipMemPoolCreate(pool: *mut *mut c_void, props: *const c_void) -> HipError {
-    let Some(real) = real_fn::<PoolCreateFn>(Sym::HipMemPoolCreate) else {
+pub extern "C" fn hipMemPoolCreate<const R: usize>(
+    pool: *mut *mut c_void,
+    props: *const c_void,
+) -> HipError {
+    let Some(real) = real_fn::<PoolCreateFn>(R, Sym::HipMemPoolCreate) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's arguments.
@@ -525,8 +876,11 @@ pub extern "C" fn hipMemPoolCreate(pool: *mut *mut c_void, props: *const c_void)
     code
 }
 
-pub extern "C" fn hipDeviceGetDefaultMemPool(pool: *mut *mut c_void, device: c_int) -> HipError {
-    let Some(real) = real_fn::<DefaultPoolFn>(Sym::HipDeviceGetDefaultMemPool) else {
+pub extern "C" fn hipDeviceGetDefaultMemPool<const R: usize>(
+    pool: *mut *mut c_void,
+    device: c_int,
+) -> HipError {
+    let Some(real) = real_fn::<DefaultPoolFn>(R, Sym::HipDeviceGetDefaultMemPool) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's arguments.
@@ -544,8 +898,8 @@ pub extern "C" fn hipDeviceGetDefaultMemPool(pool: *mut *mut c_void, device: c_i
 
 // --- Queries that report the limit ---
 
-pub extern "C" fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> HipError {
-    let Some(real) = real_fn::<MemGetInfoFn>(Sym::HipMemGetInfo) else {
+pub extern "C" fn hipMemGetInfo<const R: usize>(free: *mut usize, total: *mut usize) -> HipError {
+    let Some(real) = real_fn::<MemGetInfoFn>(R, Sym::HipMemGetInfo) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's arguments.
@@ -555,7 +909,7 @@ pub extern "C" fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> HipError
     }
     guarded("hipMemGetInfo", code, || {
         let state = state();
-        let Ok(device) = current_device() else {
+        let Ok(device) = current_device(R) else {
             return code;
         };
         let limit = state.limit(device);
@@ -600,8 +954,11 @@ fn patch_total(props: *mut c_void, device: c_int, offset: usize) {
     }
 }
 
-pub extern "C" fn hipGetDevicePropertiesR0600(props: *mut c_void, device: c_int) -> HipError {
-    let Some(real) = real_fn::<PropsFn>(Sym::HipGetDevicePropertiesR0600) else {
+pub extern "C" fn hipGetDevicePropertiesR0600<const R: usize>(
+    props: *mut c_void,
+    device: c_int,
+) -> HipError {
+    let Some(real) = real_fn::<PropsFn>(R, Sym::HipGetDevicePropertiesR0600) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's arguments.
@@ -614,8 +971,11 @@ pub extern "C" fn hipGetDevicePropertiesR0600(props: *mut c_void, device: c_int)
     code
 }
 
-pub extern "C" fn hipGetDeviceProperties(props: *mut c_void, device: c_int) -> HipError {
-    let Some(real) = real_fn::<PropsFn>(Sym::HipGetDeviceProperties) else {
+pub extern "C" fn hipGetDeviceProperties<const R: usize>(
+    props: *mut c_void,
+    device: c_int,
+) -> HipError {
+    let Some(real) = real_fn::<PropsFn>(R, Sym::HipGetDeviceProperties) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's arguments.
@@ -628,12 +988,12 @@ pub extern "C" fn hipGetDeviceProperties(props: *mut c_void, device: c_int) -> H
     code
 }
 
-pub extern "C" fn hipDeviceGetAttribute(
+pub extern "C" fn hipDeviceGetAttribute<const R: usize>(
     value: *mut c_int,
     attribute: c_int,
     device: c_int,
 ) -> HipError {
-    let Some(real) = real_fn::<AttributeFn>(Sym::HipDeviceGetAttribute) else {
+    let Some(real) = real_fn::<AttributeFn>(R, Sym::HipDeviceGetAttribute) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's arguments.
@@ -654,8 +1014,8 @@ pub extern "C" fn hipDeviceGetAttribute(
     code
 }
 
-pub extern "C" fn hipDeviceTotalMem(bytes: *mut usize, device: c_int) -> HipError {
-    let Some(real) = real_fn::<TotalMemFn>(Sym::HipDeviceTotalMem) else {
+pub extern "C" fn hipDeviceTotalMem<const R: usize>(bytes: *mut usize, device: c_int) -> HipError {
+    let Some(real) = real_fn::<TotalMemFn>(R, Sym::HipDeviceTotalMem) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's arguments.
@@ -675,14 +1035,14 @@ pub extern "C" fn hipDeviceTotalMem(bytes: *mut usize, device: c_int) -> HipErro
 
 // --- Entry-point lookup ---
 
-pub extern "C" fn hipGetProcAddress(
+pub extern "C" fn hipGetProcAddress<const R: usize>(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     hip_version: c_int,
     flags: u64,
     status: *mut c_int,
 ) -> HipError {
-    let Some(real) = real_fn::<ProcAddressFn>(Sym::HipGetProcAddress) else {
+    let Some(real) = real_fn::<ProcAddressFn>(R, Sym::HipGetProcAddress) else {
         return HIP_ERROR_NOT_INITIALIZED;
     };
     // SAFETY: the real function with the caller's arguments.
@@ -698,8 +1058,8 @@ pub extern "C" fn hipGetProcAddress(
             && sym.is_redirected()
             && !sym.is_libc()
         {
-            note_real(sym, found);
-            if let Some(wrapper) = wrapper_address(sym) {
+            note_real(R, sym, found);
+            if let Some(wrapper) = wrapper_address(sym, R) {
                 // SAFETY: pfn non-null.
                 unsafe { *pfn = wrapper as *mut c_void };
             }
@@ -719,7 +1079,7 @@ fn pinned_getenv(sym: Sym, name: *const c_char) -> *mut c_char {
                 return crate::pinned_env::pinned_c_value(index).cast_mut();
             }
         }
-        match real_fn::<GetenvFn>(sym) {
+        match real_fn::<GetenvFn>(0, sym) {
             // SAFETY: libc's getenv/secure_getenv with the caller's argument.
             Some(real) => unsafe { real(name) },
             None => std::ptr::null_mut(),
@@ -739,34 +1099,145 @@ pub unsafe extern "C" fn secure_getenv(name: *const c_char) -> *mut c_char {
     pinned_getenv(Sym::SecureGetenv, name)
 }
 
-/// The wrapper callers get for `sym`.
-pub fn wrapper_address(sym: Sym) -> Option<usize> {
+// --- The application's environment changes ---
+
+type SetenvFn = unsafe extern "C" fn(*const c_char, *const c_char, c_int) -> c_int;
+type PutenvFn = unsafe extern "C" fn(*mut c_char) -> c_int;
+type UnsetenvFn = unsafe extern "C" fn(*const c_char) -> c_int;
+type ClearenvFn = unsafe extern "C" fn() -> c_int;
+
+/// Whether the application's change of `entry` is kept away from a pinned variable (and
+/// says so once per call).
+fn keeps_pinned(what: &str, entry: *const c_char) -> bool {
+    guarded(what, false, || {
+        if entry.is_null() {
+            return false;
+        }
+        // SAFETY: non-null NUL-terminated string from the caller.
+        let text = unsafe { CStr::from_ptr(entry) }.to_bytes();
+        let pinned = crate::pinned_env::is_pinned_assignment(text);
+        if pinned {
+            let name = text.split(|b| *b == b'=').next().unwrap_or(text);
+            crate::log::warn(format_args!(
+                "{what}({}) left as it was: the slice's variables are pinned",
+                String::from_utf8_lossy(name)
+            ));
+        }
+        pinned
+    })
+}
+
+/// # Safety
+/// As libc's `setenv`.
+pub unsafe extern "C" fn setenv(
+    name: *const c_char,
+    value: *const c_char,
+    overwrite: c_int,
+) -> c_int {
+    if keeps_pinned("setenv", name) {
+        return 0;
+    }
+    match real_fn::<SetenvFn>(0, Sym::Setenv) {
+        // SAFETY: libc's setenv with the caller's arguments.
+        Some(real) => unsafe { real(name, value, overwrite) },
+        None => -1,
+    }
+}
+
+/// # Safety
+/// As libc's `putenv`.
+pub unsafe extern "C" fn putenv(entry: *mut c_char) -> c_int {
+    if keeps_pinned("putenv", entry) {
+        return 0;
+    }
+    match real_fn::<PutenvFn>(0, Sym::Putenv) {
+        // SAFETY: libc's putenv with the caller's argument.
+        Some(real) => unsafe { real(entry) },
+        None => -1,
+    }
+}
+
+/// # Safety
+/// As libc's `unsetenv`.
+pub unsafe extern "C" fn unsetenv(name: *const c_char) -> c_int {
+    if keeps_pinned("unsetenv", name) {
+        return 0;
+    }
+    match real_fn::<UnsetenvFn>(0, Sym::Unsetenv) {
+        // SAFETY: libc's unsetenv with the caller's argument.
+        Some(real) => unsafe { real(name) },
+        None => -1,
+    }
+}
+
+/// `clearenv`, then the pinned values back.
+///
+/// # Safety
+/// As libc's `clearenv`.
+pub unsafe extern "C" fn clearenv() -> c_int {
+    let code = match real_fn::<ClearenvFn>(0, Sym::Clearenv) {
+        // SAFETY: libc's clearenv.
+        Some(real) => unsafe { real() },
+        None => return -1,
+    };
+    guarded("clearenv", (), crate::pinned_env::apply_to_environ);
+    code
+}
+
+/// The wrapper callers of runtime `runtime` get for `sym`: one instance of every wrapper
+/// per runtime, so each calls the runtime its caller was bound to.
+pub fn wrapper_address(sym: Sym, runtime: usize) -> Option<usize> {
+    match runtime {
+        0 => addresses::<0>(sym),
+        1 => addresses::<1>(sym),
+        2 => addresses::<2>(sym),
+        3 => addresses::<3>(sym),
+        _ => None,
+    }
+}
+
+const _: () = assert!(MAX_RUNTIMES == 4, "wrapper_address instantiates 4 runtimes");
+
+fn addresses<const R: usize>(sym: Sym) -> Option<usize> {
     let address = match sym {
-        Sym::HipMalloc => hipMalloc as *const () as usize,
-        Sym::HipFree => hipFree as *const () as usize,
-        Sym::HipMallocAsync => hipMallocAsync as *const () as usize,
-        Sym::HipFreeAsync => hipFreeAsync as *const () as usize,
-        Sym::HipMallocFromPoolAsync => hipMallocFromPoolAsync as *const () as usize,
-        Sym::HipMalloc3D => hipMalloc3D as *const () as usize,
-        Sym::HipMallocPitch => hipMallocPitch as *const () as usize,
-        Sym::HipMallocArray => hipMallocArray as *const () as usize,
-        Sym::HipMalloc3DArray => hipMalloc3DArray as *const () as usize,
-        Sym::HipFreeArray => hipFreeArray as *const () as usize,
-        Sym::HipMallocManaged => hipMallocManaged as *const () as usize,
-        Sym::HipExtMallocWithFlags => hipExtMallocWithFlags as *const () as usize,
-        Sym::HipMemCreate => hipMemCreate as *const () as usize,
-        Sym::HipMemRelease => hipMemRelease as *const () as usize,
-        Sym::HipMemPoolCreate => hipMemPoolCreate as *const () as usize,
-        Sym::HipDeviceGetDefaultMemPool => hipDeviceGetDefaultMemPool as *const () as usize,
-        Sym::HipMemGetInfo => hipMemGetInfo as *const () as usize,
-        Sym::HipGetDeviceProperties => hipGetDeviceProperties as *const () as usize,
-        Sym::HipGetDevicePropertiesR0600 => hipGetDevicePropertiesR0600 as *const () as usize,
-        Sym::HipDeviceGetAttribute => hipDeviceGetAttribute as *const () as usize,
-        Sym::HipDeviceTotalMem => hipDeviceTotalMem as *const () as usize,
-        Sym::HipGetProcAddress => hipGetProcAddress as *const () as usize,
+        Sym::HipMalloc => hipMalloc::<R> as *const () as usize,
+        Sym::HipFree => hipFree::<R> as *const () as usize,
+        Sym::HipMallocAsync => hipMallocAsync::<R> as *const () as usize,
+        Sym::HipFreeAsync => hipFreeAsync::<R> as *const () as usize,
+        Sym::HipMallocFromPoolAsync => hipMallocFromPoolAsync::<R> as *const () as usize,
+        Sym::HipMalloc3D => hipMalloc3D::<R> as *const () as usize,
+        Sym::HipMallocPitch => hipMallocPitch::<R> as *const () as usize,
+        Sym::HipMallocArray => hipMallocArray::<R> as *const () as usize,
+        Sym::HipMalloc3DArray => hipMalloc3DArray::<R> as *const () as usize,
+        Sym::HipFreeArray => hipFreeArray::<R> as *const () as usize,
+        Sym::HipMallocManaged => hipMallocManaged::<R> as *const () as usize,
+        Sym::HipExtMallocWithFlags => hipExtMallocWithFlags::<R> as *const () as usize,
+        Sym::HipMemCreate => hipMemCreate::<R> as *const () as usize,
+        Sym::HipMemRelease => hipMemRelease::<R> as *const () as usize,
+        Sym::HipMemPoolCreate => hipMemPoolCreate::<R> as *const () as usize,
+        Sym::HipDeviceGetDefaultMemPool => hipDeviceGetDefaultMemPool::<R> as *const () as usize,
+        Sym::HipMemGetInfo => hipMemGetInfo::<R> as *const () as usize,
+        Sym::HipGetDeviceProperties => hipGetDeviceProperties::<R> as *const () as usize,
+        Sym::HipGetDevicePropertiesR0600 => hipGetDevicePropertiesR0600::<R> as *const () as usize,
+        Sym::HipDeviceGetAttribute => hipDeviceGetAttribute::<R> as *const () as usize,
+        Sym::HipDeviceTotalMem => hipDeviceTotalMem::<R> as *const () as usize,
+        Sym::HipGetProcAddress => hipGetProcAddress::<R> as *const () as usize,
+        Sym::HipMemAllocPitch => hipMemAllocPitch::<R> as *const () as usize,
+        Sym::HipArrayCreate => hipArrayCreate::<R> as *const () as usize,
+        Sym::HipArray3DCreate => hipArray3DCreate::<R> as *const () as usize,
+        Sym::HipArrayDestroy => hipArrayDestroy::<R> as *const () as usize,
+        Sym::HipMallocMipmappedArray => hipMallocMipmappedArray::<R> as *const () as usize,
+        Sym::HipFreeMipmappedArray => hipFreeMipmappedArray::<R> as *const () as usize,
+        Sym::HipMipmappedArrayCreate => hipMipmappedArrayCreate::<R> as *const () as usize,
+        Sym::HipMipmappedArrayDestroy => hipMipmappedArrayDestroy::<R> as *const () as usize,
+        Sym::HipGraphAddMemAllocNode => hipGraphAddMemAllocNode::<R> as *const () as usize,
         Sym::Getenv => getenv as *const () as usize,
+        Sym::Setenv => setenv as *const () as usize,
+        Sym::Putenv => putenv as *const () as usize,
+        Sym::Unsetenv => unsetenv as *const () as usize,
+        Sym::Clearenv => clearenv as *const () as usize,
         Sym::SecureGetenv => secure_getenv as *const () as usize,
-        Sym::HipGetDevice => return None,
+        Sym::HipGetDevice | Sym::HipRuntimeGetVersion => return None,
     };
     Some(address)
 }

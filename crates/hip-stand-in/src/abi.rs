@@ -73,6 +73,47 @@ pub struct HipMemAllocationProp {
     pub alloc_flags: [u8; 4],
 }
 
+/// ROCm 5's `hipMemAllocationProp` (`hip_runtime_api.h` of 5.2.3).
+#[repr(C)]
+pub struct HipMemAllocationPropR5 {
+    pub compression_type: u8,
+    pub location: HipMemLocation,
+    pub requested_handle_type: c_int,
+    pub kind: c_int,
+    pub usage: u16,
+    pub win32_handle_meta_data: *mut std::ffi::c_void,
+}
+
+/// `HIP_ARRAY_DESCRIPTOR`.
+#[repr(C)]
+pub struct HipArrayDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub format: c_int,
+    pub channels: std::ffi::c_uint,
+}
+
+/// `HIP_ARRAY3D_DESCRIPTOR`.
+#[repr(C)]
+pub struct HipArray3DDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: c_int,
+    pub channels: std::ffi::c_uint,
+    pub flags: std::ffi::c_uint,
+}
+
+/// Bytes per channel of `hipArray_Format` (`HIP_AD_FORMAT_*`).
+pub fn format_bytes(format: c_int) -> Option<usize> {
+    match format {
+        0x01 | 0x08 => Some(1),
+        0x02 | 0x09 | 0x10 => Some(2),
+        0x03 | 0x0a | 0x20 => Some(4),
+        _ => None,
+    }
+}
+
 /// `hipMemPoolProps`.
 #[repr(C)]
 pub struct HipMemPoolProps {
@@ -89,6 +130,8 @@ const _: () = {
     assert!(size_of::<HipPitchedPtr>() == 32);
     assert!(size_of::<HipChannelFormatDesc>() == 20);
     assert!(std::mem::offset_of!(HipMemAllocationProp, location) == 8);
+    assert!(std::mem::offset_of!(HipMemAllocationPropR5, location) == 4);
+    assert!(size_of::<HipMemAllocationPropR5>() == 32);
     assert!(std::mem::offset_of!(HipMemPoolProps, location) == 8);
     assert!(size_of::<HipMemPoolProps>() == 88);
 };

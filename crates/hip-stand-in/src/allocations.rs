@@ -10,6 +10,9 @@ pub enum Kind {
     Array,
     /// hipMemCreate, released by hipMemRelease.
     Physical,
+    /// hipMallocMipmappedArray / hipMipmappedArrayCreate, freed by hipFreeMipmappedArray /
+    /// hipMipmappedArrayDestroy.
+    Mipmapped,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,11 +22,17 @@ pub struct Allocation {
     pub kind: Kind,
 }
 
-/// Hands out distinct fake device addresses (never dereferenced) and remembers them.
+/// Hands out fake device addresses (never dereferenced) and remembers them. Freed blocks
+/// are reused last-freed-first, as real caching allocators (ROCclr's, PyTorch's) do: the
+/// next allocation that fits gets the address just freed, so a hook that still holds a
+/// record for it after the real free is caught.
 #[derive(Debug)]
 pub struct Table {
     next: usize,
-    live: HashMap<usize, Allocation>,
+    /// address → (allocation, span of its block).
+    live: HashMap<usize, (Allocation, usize)>,
+    /// Freed blocks `(address, span)`, most recently freed last.
+    free: Vec<(usize, usize)>,
 }
 
 impl Default for Table {
@@ -31,26 +40,49 @@ impl Default for Table {
         Self {
             next: 0x1000_0000_0000,
             live: HashMap::new(),
+            free: Vec::new(),
         }
     }
 }
 
+/// Freed blocks kept for reuse; older ones are forgotten (their addresses are not reused).
+const FREE_LIST_MAX: usize = 4096;
+
 impl Table {
     pub fn insert(&mut self, allocation: Allocation) -> usize {
-        let address = self.next;
         let span = usize::try_from(allocation.size)
             .unwrap_or(usize::MAX)
             .max(1)
             .next_multiple_of(256);
-        self.next = self.next.saturating_add(span);
-        self.live.insert(address, allocation);
+        let reused = self
+            .free
+            .iter()
+            .rposition(|(_, free_span)| *free_span >= span)
+            .map(|index| self.free.remove(index));
+        let (address, span) = match reused {
+            Some(block) => block,
+            None => {
+                let address = self.next;
+                self.next = self.next.saturating_add(span);
+                (address, span)
+            }
+        };
+        self.live.insert(address, (allocation, span));
         address
     }
 
-    /// Removes `address` if it is a live allocation of `kind`.
+    /// Removes `address` if it is a live allocation of `kind`; its block becomes the first
+    /// candidate for the next allocation.
     pub fn remove(&mut self, address: usize, kind: Kind) -> Option<Allocation> {
         match self.live.get(&address) {
-            Some(found) if found.kind == kind => self.live.remove(&address),
+            Some((found, _)) if found.kind == kind => {
+                let (allocation, span) = self.live.remove(&address)?;
+                if self.free.len() >= FREE_LIST_MAX {
+                    self.free.remove(0);
+                }
+                self.free.push((address, span));
+                Some(allocation)
+            }
             _ => None,
         }
     }
@@ -77,5 +109,28 @@ mod tests {
         assert_eq!(table.remove(b, Kind::Linear), None);
         assert_eq!(table.remove(a, Kind::Linear).map(|x| x.device), Some(0));
         assert_eq!(table.remove(a, Kind::Linear), None);
+    }
+
+    #[test]
+    fn freed_addresses_come_back_last_freed_first() {
+        let mut table = Table::default();
+        let linear = |size| Allocation {
+            device: 0,
+            size,
+            kind: Kind::Linear,
+        };
+        let a = table.insert(linear(1000));
+        let b = table.insert(linear(1000));
+        assert!(table.remove(a, Kind::Linear).is_some());
+        assert!(table.remove(b, Kind::Linear).is_some());
+        assert_eq!(table.insert(linear(1000)), b, "the last freed block first");
+        assert_eq!(
+            table.insert(linear(10)),
+            a,
+            "a smaller request reuses a block"
+        );
+        let c = table.insert(linear(4096));
+        assert!(c != a && c != b, "a bigger request needs a new block");
+        assert!(table.remove(c, Kind::Array).is_none());
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use crate::abi::*;
 use crate::allocations::{Allocation, Kind};
-use crate::cu_mask::enabled_cus;
+use crate::cu_mask::exposed_cus;
 use crate::runtime::{Runtime, runtime};
 
 /// Runs an entry point's body; a panic becomes `hipErrorUnknown` instead of crossing into C.
@@ -126,7 +126,7 @@ pub extern "C" fn hipInit(_flags: c_uint) -> HipError {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn hipRuntimeGetVersion(version: *mut c_int) -> HipError {
-    entry(|_| put(version, 60_000_000))
+    entry(|rt| put(version, rt.config.runtime_version))
 }
 
 #[unsafe(no_mangle)]
@@ -171,9 +171,12 @@ pub extern "C" fn hipDeviceGetAttribute(
         let device = rt.check_device(device)?;
         let answer = match attribute {
             ATTR_TOTAL_GLOBAL_MEM => rt.memory.capacity().min(c_int::MAX as u64) as c_int,
-            ATTR_MULTIPROCESSOR_COUNT => {
-                enabled_cus(rt.cu_mask.as_deref(), device, rt.config.cu_count) as c_int
-            }
+            ATTR_MULTIPROCESSOR_COUNT => exposed_cus(
+                rt.cu_mask.as_deref(),
+                rt.global_cu_mask.as_deref(),
+                device,
+                rt.config.cu_count,
+            ) as c_int,
             _ => return Err(HIP_ERROR_INVALID_VALUE),
         };
         put(value, answer)
@@ -193,7 +196,12 @@ fn fill_properties(
     }
     let base = props.cast::<u8>();
     let name = format!("Stand-in HIP device {device}");
-    let cus = enabled_cus(rt.cu_mask.as_deref(), device, rt.config.cu_count) as c_int;
+    let cus = exposed_cus(
+        rt.cu_mask.as_deref(),
+        rt.global_cu_mask.as_deref(),
+        device,
+        rt.config.cu_count,
+    ) as c_int;
     // SAFETY: the caller passed a hipDeviceProp_t of the version this symbol serves, which
     // is larger than every offset written here; unaligned writes make no alignment claim.
     unsafe {
@@ -409,21 +417,192 @@ pub extern "C" fn hipFreeArray(array_handle: *mut c_void) -> HipError {
     entry(|rt| free(rt, array_handle as usize, Kind::Array))
 }
 
+// --- Driver-API arrays and mipmapped arrays ---
+
+#[unsafe(no_mangle)]
+pub extern "C" fn hipMemAllocPitch(
+    ptr: *mut *mut c_void,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    _element: c_uint,
+) -> HipError {
+    entry(|rt| {
+        let row = width.max(1).next_multiple_of(PITCH_ALIGNMENT);
+        let size = row
+            .checked_mul(height.max(1))
+            .ok_or(HIP_ERROR_OUT_OF_MEMORY)?;
+        put(pitch, row)?;
+        linear(rt, ptr, rt.current_device()?, size)
+    })
+}
+
+fn descriptor_element(format: c_int, channels: c_uint) -> Result<usize, HipError> {
+    let bytes = format_bytes(format).ok_or(HIP_ERROR_INVALID_VALUE)?;
+    match channels {
+        1 | 2 | 4 => Ok(bytes * channels as usize),
+        _ => Err(HIP_ERROR_INVALID_VALUE),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn hipArrayCreate(
+    array_out: *mut *mut c_void,
+    desc: *const HipArrayDescriptor,
+) -> HipError {
+    entry(|rt| {
+        // SAFETY: the caller's descriptor, NULL checked.
+        let desc = unsafe { desc.as_ref() }.ok_or(HIP_ERROR_INVALID_VALUE)?;
+        let element = descriptor_element(desc.format, desc.channels)?;
+        array(rt, array_out, [desc.width, desc.height, 1], element)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn hipArray3DCreate(
+    array_out: *mut *mut c_void,
+    desc: *const HipArray3DDescriptor,
+) -> HipError {
+    entry(|rt| {
+        // SAFETY: the caller's descriptor, NULL checked.
+        let desc = unsafe { desc.as_ref() }.ok_or(HIP_ERROR_INVALID_VALUE)?;
+        let element = descriptor_element(desc.format, desc.channels)?;
+        array(
+            rt,
+            array_out,
+            [desc.width, desc.height, desc.depth],
+            element,
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn hipArrayDestroy(array_handle: *mut c_void) -> HipError {
+    entry(|rt| free(rt, array_handle as usize, Kind::Array))
+}
+
+/// Sum of every level's bytes, each dimension halved per level (at least 1).
+fn mipmap_size(element: usize, dims: [usize; 3], levels: c_uint) -> Result<usize, HipError> {
+    let largest = dims.iter().copied().max().unwrap_or(0).max(1);
+    let chain = (usize::BITS - largest.leading_zeros()) as c_uint;
+    let mut total = 0usize;
+    for level in 0..levels.clamp(1, chain) {
+        let size = dims.iter().try_fold(element, |acc, d| {
+            let d = if *d == 0 { 1 } else { (*d >> level).max(1) };
+            acc.checked_mul(d)
+        });
+        total = size
+            .and_then(|s| total.checked_add(s))
+            .ok_or(HIP_ERROR_OUT_OF_MEMORY)?;
+    }
+    Ok(total)
+}
+
+fn mipmapped(
+    rt: &Runtime,
+    out: *mut *mut c_void,
+    element: usize,
+    dims: [usize; 3],
+    levels: c_uint,
+) -> Result<(), HipError> {
+    if out.is_null() {
+        return Err(HIP_ERROR_INVALID_VALUE);
+    }
+    let size = mipmap_size(element, dims, levels)?;
+    let address = allocate(rt, rt.current_device()?, size as u64, Kind::Mipmapped)?;
+    put(out, address as *mut c_void)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn hipMallocMipmappedArray(
+    out: *mut *mut c_void,
+    desc: *const HipChannelFormatDesc,
+    extent: HipExtent,
+    levels: c_uint,
+    _flags: c_uint,
+) -> HipError {
+    entry(|rt| {
+        let element = element_bytes(desc)?;
+        mipmapped(
+            rt,
+            out,
+            element,
+            [extent.width, extent.height, extent.depth],
+            levels,
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn hipMipmappedArrayCreate(
+    out: *mut *mut c_void,
+    desc: *const HipArray3DDescriptor,
+    levels: c_uint,
+) -> HipError {
+    entry(|rt| {
+        // SAFETY: the caller's descriptor, NULL checked.
+        let desc = unsafe { desc.as_ref() }.ok_or(HIP_ERROR_INVALID_VALUE)?;
+        let element = descriptor_element(desc.format, desc.channels)?;
+        mipmapped(
+            rt,
+            out,
+            element,
+            [desc.width, desc.height, desc.depth],
+            levels,
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn hipFreeMipmappedArray(handle: *mut c_void) -> HipError {
+    entry(|rt| free(rt, handle as usize, Kind::Mipmapped))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn hipMipmappedArrayDestroy(handle: *mut c_void) -> HipError {
+    entry(|rt| free(rt, handle as usize, Kind::Mipmapped))
+}
+
+/// A graph memory node: its memory is taken when the graph is launched, which the stand-in
+/// does not model; it hands out a node handle and the address the allocation will have.
+#[unsafe(no_mangle)]
+pub extern "C" fn hipGraphAddMemAllocNode(
+    node: *mut *mut c_void,
+    _graph: *mut c_void,
+    _dependencies: *const *mut c_void,
+    _count: usize,
+    params: *mut c_void,
+) -> HipError {
+    entry(|_| {
+        if params.is_null() {
+            return Err(HIP_ERROR_INVALID_VALUE);
+        }
+        put(node, Box::into_raw(Box::new(0u64)).cast())
+    })
+}
+
 // --- Virtual memory ---
 
 #[unsafe(no_mangle)]
 pub extern "C" fn hipMemCreate(
     handle: *mut *mut c_void,
     size: usize,
-    prop: *const HipMemAllocationProp,
+    prop: *const c_void,
     _flags: c_ulonglong,
 ) -> HipError {
     entry(|rt| {
         if prop.is_null() || handle.is_null() {
             return Err(HIP_ERROR_INVALID_VALUE);
         }
-        // SAFETY: non-null pointer to the caller's properties.
-        let device = rt.check_device(unsafe { (*prop).location.id })?;
+        // The layout of the version this runtime claims to be, as the real ones read it.
+        let id = if rt.config.runtime_version >= 60_000_000 {
+            // SAFETY: non-null pointer to the caller's ROCm 6 properties.
+            unsafe { (*prop.cast::<HipMemAllocationProp>()).location.id }
+        } else {
+            // SAFETY: non-null pointer to the caller's ROCm 5 properties.
+            unsafe { (*prop.cast::<HipMemAllocationPropR5>()).location.id }
+        };
+        let device = rt.check_device(id)?;
         let address = allocate(rt, device, size as u64, Kind::Physical)?;
         put(handle, address as *mut c_void)
     })
@@ -544,6 +723,15 @@ fn exported(name: &[u8]) -> Option<usize> {
         b"hipMemPoolCreate" => hipMemPoolCreate as *const () as usize,
         b"hipMemPoolDestroy" => hipMemPoolDestroy as *const () as usize,
         b"hipGetProcAddress" => hipGetProcAddress as *const () as usize,
+        b"hipMemAllocPitch" => hipMemAllocPitch as *const () as usize,
+        b"hipArrayCreate" => hipArrayCreate as *const () as usize,
+        b"hipArray3DCreate" => hipArray3DCreate as *const () as usize,
+        b"hipArrayDestroy" => hipArrayDestroy as *const () as usize,
+        b"hipMallocMipmappedArray" => hipMallocMipmappedArray as *const () as usize,
+        b"hipFreeMipmappedArray" => hipFreeMipmappedArray as *const () as usize,
+        b"hipMipmappedArrayCreate" => hipMipmappedArrayCreate as *const () as usize,
+        b"hipMipmappedArrayDestroy" => hipMipmappedArrayDestroy as *const () as usize,
+        b"hipGraphAddMemAllocNode" => hipGraphAddMemAllocNode as *const () as usize,
         _ => return None,
     };
     Some(address)

@@ -14,6 +14,9 @@ pub struct Config {
     /// `FAKE_HIP_SHARED_STATE`: a file holding per-device usage shared by every process that
     /// names it, like a physical device is; unset = this process only.
     pub shared_state: Option<std::path::PathBuf>,
+    /// `FAKE_HIP_RUNTIME_VERSION`: what `hipRuntimeGetVersion` reports, default 60000000
+    /// (ROCm 6.0); below 60000000 `hipMemCreate` reads ROCm 5's `hipMemAllocationProp`.
+    pub runtime_version: i32,
 }
 
 /// Most devices the stand-in models (the hook's region holds 64).
@@ -53,7 +56,19 @@ impl Config {
         let shared_state = lookup("FAKE_HIP_SHARED_STATE")
             .filter(|p| !p.is_empty())
             .map(Into::into);
+        let runtime_version = match lookup("FAKE_HIP_RUNTIME_VERSION") {
+            None => 60_000_000,
+            Some(text) => match text.trim().parse::<i32>() {
+                Ok(n) if n >= 50_100_000 => n,
+                _ => {
+                    return Err(format!(
+                        "FAKE_HIP_RUNTIME_VERSION={text:?}: write a HIP version number of 5.1 or later, e.g. 50221153"
+                    ));
+                }
+            },
+        };
         Ok(Config {
+            runtime_version,
             device_count,
             device_memory,
             cu_count,
@@ -102,6 +117,8 @@ mod tests {
         assert!(err.contains("0 to 64"), "{err}");
         let err = Config::from_lookup(lookup(&[("FAKE_HIP_DEVICE_MEMORY", "16t")])).unwrap_err();
         assert!(err.contains("4096m"), "{err}");
+        let err = Config::from_lookup(lookup(&[("FAKE_HIP_RUNTIME_VERSION", "5.2")])).unwrap_err();
+        assert!(err.contains("50221153"), "{err}");
         let err = Config::from_lookup(lookup(&[("FAKE_HIP_CU_COUNT", "0")])).unwrap_err();
         assert!(err.contains("1 to 1024"), "{err}");
     }

@@ -13,8 +13,12 @@ pub struct Runtime {
     pub config: Config,
     pub memory: DeviceMemory,
     table: Mutex<Table>,
-    /// `HSA_CU_MASK` as read (through `getenv`) at initialisation.
+    /// `HSA_CU_MASK` as read (through `getenv`) at initialisation, as ROCr ≥ 6.0 does;
+    /// `None` on a runtime claiming ROCm 5.x, whose ROCr does not read it.
     pub cu_mask: Option<String>,
+    /// `ROC_GLOBAL_CU_MASK` as HIP's flag parser reads it at initialisation: by walking
+    /// `environ`, not through `getenv` (rocclr's `Flag::init`).
+    pub global_cu_mask: Option<String>,
 }
 
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
@@ -50,6 +54,14 @@ fn getenv(name: &CStr) -> Option<String> {
     )
 }
 
+/// Reads `name` by walking the process's `environ` array (Rust's `vars_os` iterates it
+/// directly), as rocclr's flag parser does: an `LD_AUDIT` hook's `getenv` never sees this.
+fn from_environ(name: &str) -> Option<String> {
+    std::env::vars_os()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.to_string_lossy().into_owned())
+}
+
 fn init() -> Result<Runtime, String> {
     let config = Config::from_lookup(|key| {
         let key = std::ffi::CString::new(key).ok()?;
@@ -57,10 +69,15 @@ fn init() -> Result<Runtime, String> {
     })?;
     let memory = DeviceMemory::open(config.shared_state.as_deref(), config.device_memory)?;
     Ok(Runtime {
-        config,
         memory,
         table: Mutex::new(Table::default()),
-        cu_mask: getenv(c"HSA_CU_MASK"),
+        cu_mask: if config.runtime_version >= 60_000_000 {
+            getenv(c"HSA_CU_MASK")
+        } else {
+            None
+        },
+        global_cu_mask: from_environ("ROC_GLOBAL_CU_MASK"),
+        config,
     })
 }
 

@@ -2,8 +2,13 @@
 //! each container that requests a plugin resource (init containers first, in order, then
 //! app containers), pick device ids, call the plugin's Allocate once for that container,
 //! then mark the pod Running and record what every container got.
+//!
+//! Allocation happens once per pod (kubelet checkpoints it); reporting it — the record
+//! annotation and the pod status — is retried at every pass until the API server takes it,
+//! as kubelet's status manager does, so one refused patch (a 409, an outage) never leaves
+//! an allocated pod Pending for ever.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -15,7 +20,7 @@ use hami_deviceplugin_api::v1beta1::{
 };
 use hami_protocol::quantity::parse_count;
 use hami_protocol::requests::{ContainerKind, container_slots};
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -38,8 +43,24 @@ pub struct Admission {
     pub config: AdmissionConfig,
     pub client: kube::Client,
     pub state: Arc<Mutex<DeviceState>>,
+    /// Pods whose containers were allocated (never allocated twice).
     admitted: HashSet<String>,
+    /// Allocated pods whose record and status the API server has not taken yet.
+    unreported: HashMap<String, Report>,
     pub children: Vec<std::process::Child>,
+}
+
+/// An app container's name and the env its Allocate calls returned.
+type AppEnv = (String, BTreeMap<String, String>);
+
+/// What admission decided for one pod, to be written to the API server.
+struct Report {
+    namespace: String,
+    name: String,
+    record_text: String,
+    status: Value,
+    /// App containers' env, for `run_containers`, once the pod is reported Running.
+    start: Option<(PodSpec, Vec<AppEnv>)>,
 }
 
 fn lock(state: &Mutex<DeviceState>) -> std::sync::MutexGuard<'_, DeviceState> {
@@ -78,6 +99,7 @@ impl Admission {
             client,
             state,
             admitted: HashSet::new(),
+            unreported: HashMap::new(),
             children: Vec::new(),
         }
     }
@@ -97,28 +119,68 @@ impl Admission {
         lock(&self.state)
             .assigned
             .retain(|uid, _| live.contains(uid));
+        let present: HashSet<&str> = list
+            .items
+            .iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        self.admitted.retain(|uid| present.contains(uid.as_str()));
+        self.unreported.retain(|uid, _| live.contains(uid));
+        let mut first_error = None;
         for pod in &list.items {
             let Some(uid) = pod.metadata.uid.clone() else {
                 continue;
             };
-            if self.admitted.contains(&uid) || phase(pod).is_some_and(|p| p != "Pending") {
-                continue;
+            if !self.admitted.contains(&uid) && phase(pod).is_none_or(|p| p == "Pending") {
+                self.admitted.insert(uid.clone());
+                let report = self.admit(pod, &uid).await;
+                self.unreported.insert(uid.clone(), report);
             }
-            self.admitted.insert(uid.clone());
-            self.admit(pod, &uid).await?;
+            if let Err(e) = self.report(&uid).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Writes a pending report; it stays pending (retried next pass) when a patch fails.
+    async fn report(&mut self, uid: &str) -> Result<(), kube::Error> {
+        let Some(report) = self.unreported.get(uid) else {
+            return Ok(());
+        };
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &report.namespace);
+        api.patch(
+            &report.name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {RECORD_ANNOTATION: report.record_text}}}),
+            ),
+        )
+        .await?;
+        api.patch_status(
+            &report.name,
+            &PatchParams::default(),
+            &Patch::Merge(report.status.clone()),
+        )
+        .await?;
+        if let Some(report) = self.unreported.remove(uid)
+            && let Some((spec, app_envs)) = report.start
+        {
+            self.start_processes(&spec, &app_envs, &report.namespace, &report.name);
         }
         Ok(())
     }
 
-    async fn admit(&mut self, pod: &Pod, uid: &str) -> Result<(), kube::Error> {
+    /// Allocates every container of the pod (once) and returns what to report.
+    async fn admit(&mut self, pod: &Pod, uid: &str) -> Report {
         let ns = pod
             .metadata
             .namespace
             .clone()
             .unwrap_or_else(|| "default".into());
         let name = pod.metadata.name.clone().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        let Some(spec) = &pod.spec else { return Ok(()) };
+        let default_spec = Default::default();
+        let spec = pod.spec.as_ref().unwrap_or(&default_spec);
         let mut records = serde_json::Map::new();
         let mut failure: Option<String> = None;
         let mut init_ids: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -167,12 +229,6 @@ impl Admission {
             let _ = std::fs::create_dir_all(dir);
             let _ = std::fs::write(dir.join(format!("{ns}_{name}.json")), &record_text);
         }
-        api.patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {RECORD_ANNOTATION: record_text}}})),
-        )
-        .await?;
         let status = match &failure {
             None => {
                 json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
@@ -184,12 +240,15 @@ impl Admission {
                     "message": format!("Allocate failed due to {e}, which is unexpected")}})
             }
         };
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
-            .await?;
-        if failure.is_none() && self.config.run_containers {
-            self.start_processes(spec, &app_envs, &ns, &name);
+        let start =
+            (failure.is_none() && self.config.run_containers).then(|| (spec.clone(), app_envs));
+        Report {
+            namespace: ns,
+            name,
+            record_text,
+            status,
+            start,
         }
-        Ok(())
     }
 
     async fn allocate_one(

@@ -263,8 +263,37 @@ async fn publish_node(
         .patch_status(
             name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"capacity": values, "allocatable": values}})),
+            // Strategic: conditions merge by type, so conditions others set survive.
+            &Patch::Strategic(node_status(&values, &now_rfc3339())),
         )
         .await?;
     Ok(())
+}
+
+/// The status a kubelet posts: capacity/allocatable of plugin resources and the `Ready`
+/// condition (a kubelet that can post its status is ready; the node controller, not the
+/// kubelet, marks a silent node NotReady/Unknown).
+fn node_status(
+    resources: &serde_json::Map<String, serde_json::Value>,
+    now: &str,
+) -> serde_json::Value {
+    json!({"status": {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [{
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }],
+    }})
+}
+
+fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
 }

@@ -74,6 +74,31 @@ async fn refuses_bad_registrations_and_creates_its_node() {
         assert!(std::time::Instant::now() < deadline, "node not created");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Like a kubelet, it reports the node Ready (kubectl get nodes: STATUS Ready).
+    let ready = |server: &hami_apiserver::RunningApiServer| {
+        server
+            .get_object("v1", "nodes", "", "n9")
+            .and_then(|n| n["status"]["conditions"].as_array().cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c["type"] == "Ready")
+    };
+    while ready(&server).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node never reported Ready"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cond = ready(&server).unwrap();
+    assert_eq!(cond["status"], "True", "{cond}");
+    assert_eq!(cond["reason"], "KubeletReady", "{cond}");
+    assert!(
+        cond["lastHeartbeatTime"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{cond}"
+    );
     sim.shutdown().await;
     assert!(!dir.join("kubelet.sock").exists());
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,8 +1,9 @@
-//! `hami manifests` flags. Each flag has the Helm value of the same meaning in brackets.
+//! `hami manifests` flags. Each flag has the Helm value of the same meaning in brackets;
+//! everything else is values.yaml's default (the chart's and these manifests' one source).
 
 use std::io::Write;
 
-use crate::settings::{Image, Settings, TlsMode};
+use crate::settings::{Image, KubeVersion, Settings, TlsMode};
 
 /// Print the hami-rs manifests (plain YAML for `kubectl apply -f -`).
 #[derive(Debug, Clone, clap::Args)]
@@ -10,55 +11,59 @@ pub struct ManifestsArgs {
     /// Namespace of every namespaced object [helm: --namespace].
     #[arg(long, default_value = "hami-system")]
     pub namespace: String,
+    /// The cluster's version (`kubectl version`'s server version) [helm: the API server's]:
+    /// picks the kube-scheduler image and whether the webhook can use matchConditions.
+    #[arg(long, default_value = crate::settings::DEFAULT_KUBE_VERSION)]
+    pub kube_version: String,
     /// Registry of the hami-rs images [images.registry].
-    #[arg(long, default_value = crate::settings::DEFAULT_REGISTRY)]
-    pub registry: String,
+    #[arg(long)]
+    pub registry: Option<String>,
     /// Tag of the hami-rs images [images.tag].
-    #[arg(long, default_value = crate::settings::DEFAULT_TAG)]
-    pub tag: String,
+    #[arg(long)]
+    pub tag: Option<String>,
     /// kube-scheduler image, `registry/repository:tag` [scheduler.kubeScheduler.image.*];
-    /// use the version of your control plane.
-    #[arg(long, default_value = "registry.k8s.io/kube-scheduler:v1.33.0")]
-    pub kube_scheduler_image: String,
+    /// default: registry.k8s.io/kube-scheduler at the cluster's release.
+    #[arg(long)]
+    pub kube_scheduler_image: Option<String>,
     /// kube-webhook-certgen image [tls.certgen.image.*].
-    #[arg(
-        long,
-        default_value = "registry.k8s.io/ingress-nginx/kube-webhook-certgen:v1.5.0"
-    )]
-    pub certgen_image: String,
+    #[arg(long)]
+    pub certgen_image: Option<String>,
     /// Scheduler replicas (one leader) [scheduler.replicas].
-    #[arg(long, default_value_t = 1)]
-    pub scheduler_replicas: i32,
+    #[arg(long)]
+    pub scheduler_replicas: Option<i32>,
     /// schedulerName set by the webhook [scheduler.schedulerName].
-    #[arg(long, default_value = "hami-scheduler")]
-    pub scheduler_name: String,
+    #[arg(long)]
+    pub scheduler_name: Option<String>,
     /// GPU policy: spread or binpack [scheduler.gpuSchedulerPolicy].
-    #[arg(long, default_value = "spread")]
-    pub gpu_scheduler_policy: String,
+    #[arg(long)]
+    pub gpu_scheduler_policy: Option<String>,
     /// Node policy: binpack or spread [scheduler.nodeSchedulerPolicy].
-    #[arg(long, default_value = "binpack")]
-    pub node_scheduler_policy: String,
+    #[arg(long)]
+    pub node_scheduler_policy: Option<String>,
     /// Webhook certificate source [tls.mode].
-    #[arg(long, value_enum, default_value_t = TlsMode::Certgen)]
-    pub tls: TlsMode,
-    /// Slices per GPU [devicePlugin.splitCount].
-    #[arg(long, default_value_t = 10)]
-    pub split_count: u32,
+    #[arg(long, value_enum)]
+    pub tls: Option<TlsMode>,
+    /// Slices per GPU; default: the plugin's (2 on gfx12, else 10) [devicePlugin.splitCount].
+    #[arg(long)]
+    pub split_count: Option<u32>,
     /// Memory oversubscription factor [devicePlugin.deviceMemoryScaling].
-    #[arg(long, default_value = "1")]
-    pub device_memory_scaling: String,
+    #[arg(long)]
+    pub device_memory_scaling: Option<String>,
     /// Publish gpumem/gpucores node capacity [devicePlugin.reportNodeCapacity].
     #[arg(long)]
     pub report_node_capacity: bool,
     /// cu or partition [devicePlugin.operatingMode].
-    #[arg(long, default_value = "cu")]
-    pub operating_mode: String,
+    #[arg(long)]
+    pub operating_mode: Option<String>,
     /// Host directory under which vgpu/libamvgpu.so is installed [devicePlugin.hostHookPath].
-    #[arg(long, default_value = "/usr/local")]
-    pub host_hook_path: String,
+    #[arg(long)]
+    pub host_hook_path: Option<String>,
     /// Run the device plugin privileged [devicePlugin.privileged].
     #[arg(long)]
     pub privileged_device_plugin: bool,
+    /// Add the NVIDIA device plugin [nvidiaDevicePlugin.enabled].
+    #[arg(long)]
+    pub nvidia: bool,
     /// Leave out the monitor DaemonSet [monitor.enabled=false].
     #[arg(long)]
     pub no_monitor: bool,
@@ -68,6 +73,12 @@ pub struct ManifestsArgs {
     /// Add prometheus-operator ServiceMonitors [serviceMonitor.enabled].
     #[arg(long)]
     pub service_monitor: bool,
+    /// Add the read-only web UI Deployment, Service and RBAC [webui.enabled].
+    #[arg(long)]
+    pub webui: bool,
+    /// Prometheus the web UI reads the monitors' series from [webui.prometheusUrl].
+    #[arg(long, value_name = "URL", requires = "webui")]
+    pub webui_prometheus_url: Option<String>,
 }
 
 fn parse_image(what: &str, reference: &str) -> Result<Image, crate::Error> {
@@ -90,34 +101,61 @@ fn parse_image(what: &str, reference: &str) -> Result<Image, crate::Error> {
 
 impl ManifestsArgs {
     pub fn settings(&self) -> Result<Settings, crate::Error> {
-        let d = Settings::default();
-        let ours = |img: &Image| Image {
-            registry: self.registry.clone(),
-            tag: self.tag.clone(),
-            ..img.clone()
-        };
         let mut s = Settings {
             namespace: self.namespace.clone(),
-            scheduler_image: ours(&d.scheduler_image),
-            node_image: ours(&d.node_image),
-            kube_scheduler_image: parse_image("kube-scheduler-image", &self.kube_scheduler_image)?,
-            certgen_image: parse_image("certgen-image", &self.certgen_image)?,
-            scheduler_replicas: self.scheduler_replicas,
-            scheduler_name: self.scheduler_name.clone(),
-            gpu_scheduler_policy: self.gpu_scheduler_policy.clone(),
-            node_scheduler_policy: self.node_scheduler_policy.clone(),
-            tls: self.tls,
-            monitor_enabled: !self.no_monitor,
-            node_labeller_enabled: !self.no_node_labeller,
-            service_monitor_enabled: self.service_monitor,
-            ..d
+            kube_version: KubeVersion::parse(&self.kube_version).map_err(crate::Error::Invalid)?,
+            ..Settings::default()
         };
-        s.device_plugin.split_count = self.split_count;
-        s.device_plugin.device_memory_scaling = self.device_memory_scaling.clone();
-        s.device_plugin.report_node_capacity = self.report_node_capacity;
-        s.device_plugin.operating_mode = self.operating_mode.clone();
-        s.device_plugin.host_hook_path = self.host_hook_path.clone();
-        s.device_plugin.privileged = self.privileged_device_plugin;
+        let v = &mut s.values;
+        let set = |dst: &mut String, src: &Option<String>| {
+            if let Some(x) = src {
+                dst.clone_from(x);
+            }
+        };
+        set(&mut v.images.registry, &self.registry);
+        set(&mut v.images.tag, &self.tag);
+        if let Some(r) = &self.kube_scheduler_image {
+            v.scheduler.kube_scheduler.image = parse_image("kube-scheduler-image", r)?;
+        }
+        if let Some(r) = &self.certgen_image {
+            v.tls.certgen.image = parse_image("certgen-image", r)?;
+        }
+        if let Some(n) = self.scheduler_replicas {
+            v.scheduler.replicas = n;
+        }
+        set(&mut v.scheduler.scheduler_name, &self.scheduler_name);
+        set(
+            &mut v.scheduler.gpu_scheduler_policy,
+            &self.gpu_scheduler_policy,
+        );
+        set(
+            &mut v.scheduler.node_scheduler_policy,
+            &self.node_scheduler_policy,
+        );
+        if let Some(t) = self.tls {
+            v.tls.mode = t;
+        }
+        let p = &mut v.device_plugin;
+        if self.split_count.is_some() {
+            p.split_count = self.split_count;
+        }
+        set(&mut p.device_memory_scaling, &self.device_memory_scaling);
+        p.report_node_capacity |= self.report_node_capacity;
+        set(&mut p.operating_mode, &self.operating_mode);
+        set(&mut p.host_hook_path, &self.host_hook_path);
+        p.privileged |= self.privileged_device_plugin;
+        if let Some(h) = &self.host_hook_path {
+            // One hook directory for both plugins (the monitor reads one).
+            v.nvidia_device_plugin.host_hook_path.clone_from(h);
+        }
+        v.nvidia_device_plugin.enabled |= self.nvidia;
+        v.monitor.enabled &= !self.no_monitor;
+        v.node_labeller.enabled &= !self.no_node_labeller;
+        v.service_monitor.enabled |= self.service_monitor;
+        v.webui.enabled |= self.webui;
+        if let Some(url) = &self.webui_prometheus_url {
+            v.webui.prometheus_url.clone_from(url);
+        }
         s.validate().map_err(crate::Error::Invalid)?;
         Ok(s)
     }
@@ -148,6 +186,37 @@ mod tests {
     }
 
     #[test]
+    fn split_count_is_passed_only_when_set() {
+        let cli = Cli::parse_from(["x"]);
+        let args = crate::objects::device_plugin_args(&cli.args.settings().unwrap());
+        assert!(!args.iter().any(|a| a.contains("split_count")), "{args:?}");
+        let cli = Cli::parse_from(["x", "--split-count", "4"]);
+        let args = crate::objects::device_plugin_args(&cli.args.settings().unwrap());
+        assert!(args.contains(&"--split_count=4".to_string()), "{args:?}");
+    }
+
+    #[test]
+    fn webui_is_opt_in_with_its_prometheus() {
+        let has_ui = |argv: &[&str]| {
+            let s = Cli::parse_from(argv).args.settings().unwrap();
+            let objects = crate::objects::all(&s, false).unwrap();
+            let ui = objects.iter().any(|o| {
+                let v = o.to_value().unwrap();
+                v["kind"] == "Deployment" && v["metadata"]["name"] == crate::names::WEBUI
+            });
+            (ui, crate::objects::webui_args(&s))
+        };
+        assert!(!has_ui(&["x"]).0);
+        let (ui, args) = has_ui(&["x", "--webui", "--webui-prometheus-url", "http://prom:9090"]);
+        assert!(ui);
+        assert!(
+            args.contains(&"--prometheus=http://prom:9090".to_string()),
+            "{args:?}"
+        );
+        assert!(Cli::try_parse_from(["x", "--webui-prometheus-url", "http://p"]).is_err());
+    }
+
+    #[test]
     fn bad_flags_say_what_to_change() {
         let cli = Cli::parse_from(["x", "--kube-scheduler-image", "kube-scheduler"]);
         let e = cli.args.settings().unwrap_err().to_string();
@@ -167,6 +236,14 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("absolute")
+        );
+        let cli = Cli::parse_from(["x", "--kube-version", "v1.26.3"]);
+        assert!(
+            cli.args
+                .settings()
+                .unwrap_err()
+                .to_string()
+                .contains("1.27 to 1.37")
         );
         let mut out = Vec::new();
         let cli = Cli::parse_from(["x", "--operating-mode", "xcp"]);

@@ -1,7 +1,9 @@
 //! The `KubeSchedulerConfiguration` of the kube-scheduler sidecar (SPEC §3): one profile,
 //! one extender that filters and binds, managed resources ignored by kube-scheduler's own
 //! fit. kube-scheduler's config types are not in k8s-openapi, so they are typed here
-//! (field names as `kubescheduler.config.k8s.io/v1` spells them).
+//! (field names as `kubescheduler.config.k8s.io/v1` spells them; kube-scheduler decodes
+//! its config strictly and case-sensitively, so `tests/upstream_config_schema.rs` checks
+//! every emitted field against an independent copy of the upstream Go types).
 
 use serde::Serialize;
 
@@ -38,6 +40,8 @@ pub struct Extender {
     pub url_prefix: String,
     pub filter_verb: String,
     pub bind_verb: String,
+    /// Upstream `EnableHTTPS bool \`json:"enableHTTPS"\``: not camelCase.
+    #[serde(rename = "enableHTTPS")]
     pub enable_https: bool,
     pub tls_config: TlsConfig,
     pub node_cache_capable: bool,
@@ -48,12 +52,20 @@ pub struct Extender {
     pub managed_resources: Vec<ManagedResource>,
 }
 
+/// How kube-scheduler checks the extender and proves itself: the serving certificate is
+/// verified against the CA (it carries `127.0.0.1`), and kube-scheduler presents a
+/// certificate the extender listener requires: a client certificate of the same CA
+/// (cert-manager) or the pinned serving certificate itself (certgen).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsConfig {
-    /// The sidecar reaches the extender on 127.0.0.1 inside the pod; the webhook
-    /// certificate is for the Service name, so verification is skipped (as the reference).
-    pub insecure: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<String>,
+    pub ca_file: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -61,6 +73,26 @@ pub struct TlsConfig {
 pub struct ManagedResource {
     pub name: String,
     pub ignored_by_scheduler: bool,
+}
+
+fn tls_config(settings: &Settings) -> TlsConfig {
+    let ca_file = format!("{}/ca.crt", names::TLS_MOUNT);
+    if settings.client_ca() {
+        TlsConfig {
+            server_name: Some(settings.service_dns_name()),
+            cert_file: Some(format!("{}/tls.crt", names::CLIENT_TLS_MOUNT)),
+            key_file: Some(format!("{}/tls.key", names::CLIENT_TLS_MOUNT)),
+            ca_file,
+        }
+    } else {
+        // The pinned serving certificate, presented back (127.0.0.1 is in its SANs).
+        TlsConfig {
+            server_name: None,
+            cert_file: Some(format!("{}/tls.crt", names::TLS_MOUNT)),
+            key_file: Some(format!("{}/tls.key", names::TLS_MOUNT)),
+            ca_file,
+        }
+    }
 }
 
 pub fn config(settings: &Settings) -> KubeSchedulerConfiguration {
@@ -73,19 +105,19 @@ pub fn config(settings: &Settings) -> KubeSchedulerConfiguration {
             resource_namespace: settings.namespace.clone(),
         },
         profiles: vec![Profile {
-            scheduler_name: settings.scheduler_name.clone(),
+            scheduler_name: settings.values.scheduler.scheduler_name.clone(),
         }],
         extenders: vec![Extender {
-            url_prefix: format!("https://127.0.0.1:{}", names::SCHEDULER_HTTPS_PORT),
+            url_prefix: format!("https://127.0.0.1:{}", names::EXTENDER_PORT),
             filter_verb: "filter".into(),
             bind_verb: "bind".into(),
             enable_https: true,
-            tls_config: TlsConfig { insecure: true },
+            tls_config: tls_config(settings),
             node_cache_capable: true,
             weight: 1,
             http_timeout: "30s".into(),
             ignorable: false,
-            managed_resources: names::MANAGED_RESOURCES
+            managed_resources: hami_protocol::names::managed_resources()
                 .iter()
                 .map(|n| ManagedResource {
                     name: n.to_string(),

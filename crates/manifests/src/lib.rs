@@ -1,11 +1,10 @@
 //! The hami-rs Kubernetes manifests as typed k8s-openapi values (so every object is checked
 //! when this crate compiles), their YAML rendering (`hami manifests`, `deploy/manifests/`),
 //! and the least-privilege RBAC rules of each component. The Helm chart in
-//! `deploy/helm/hami-rs/` says the same; `tests/chart_agreement.rs` renders it with
-//! [`chart_template`] and compares object by object.
+//! `deploy/helm/hami-rs/` says the same; `tests/chart_agreement.rs` renders it with Helm's
+//! own engine (PyPI helm-python-sdk) and compares object by object.
 
 pub mod args;
-pub mod chart_template;
 pub mod kube_scheduler_config;
 pub mod names;
 pub mod objects;
@@ -14,7 +13,7 @@ pub mod settings;
 
 pub use args::ManifestsArgs;
 pub use objects::Object;
-pub use settings::{Settings, TlsMode};
+pub use settings::{KubeVersion, Settings, TlsMode, Values};
 
 /// Why manifests could not be produced.
 #[derive(Debug, thiserror::Error)]
@@ -103,15 +102,36 @@ mod tests {
         let e = render(&s).unwrap_err().to_string();
         assert!(e.contains("DNS-1123"), "{e}");
         let mut s = Settings::default();
-        s.device_plugin.device_memory_scaling = "-1".into();
+        s.values.device_plugin.device_memory_scaling = "-1".into();
         assert!(render(&s).unwrap_err().to_string().contains("positive"));
-        let s = Settings {
-            gpu_scheduler_policy: "random".into(),
-            ..Settings::default()
-        };
+        let mut s = Settings::default();
+        s.values.scheduler.gpu_scheduler_policy = "random".into();
         assert!(render(&s).unwrap_err().to_string().contains("spread"));
         let mut s = Settings::default();
-        s.node_image.tag = String::new();
+        s.values.images.tag = String::new();
         assert!(render(&s).unwrap_err().to_string().contains("tag"));
+        let mut s = Settings::default();
+        s.values.nvidia_device_plugin.enabled = true;
+        s.values.nvidia_device_plugin.host_hook_path = "/opt/nv".into();
+        assert!(
+            render(&s)
+                .unwrap_err()
+                .to_string()
+                .contains("one hook directory")
+        );
+        for socket in [
+            "exporter.sock",
+            "/var/lib/exporter/",
+            "/var/lib/my exporter/x.sock",
+        ] {
+            let mut s = Settings::default();
+            s.values.device_plugin.exporter_socket = socket.into();
+            let e = render(&s).unwrap_err().to_string();
+            assert!(e.contains("devicePlugin.exporterSocket"), "{socket}: {e}");
+        }
+        let mut s = Settings::default();
+        s.values.device_plugin.cdi.spec_dir = "cdi".into();
+        let e = render(&s).unwrap_err().to_string();
+        assert!(e.contains("devicePlugin.cdi.specDir"), "{e}");
     }
 }

@@ -22,10 +22,11 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str], names: &[&str]) -> Poli
 /// Cluster-wide rules of the scheduler extender + webhook (`hami-scheduler`).
 pub fn scheduler_cluster_rules() -> Vec<PolicyRule> {
     vec![
-        // runtime.rs: node informer (list/watch); lock_client.rs: node lock get + patch.
+        // informer.rs: node watch (list/watch); plugin-core node_lock_client.rs (used by
+        // bind): node lock get + patch.
         rule("", &["nodes"], &["get", "list", "watch", "patch"], &[]),
         // runtime.rs: pod informer (list/watch), filter annotations + bind-phase (patch),
-        // a pod missing from the informer at bind (get); lock_client.rs: lock owner (get).
+        // the pod at bind (get); node_lock_client.rs: lock owner (get).
         rule("", &["pods"], &["get", "list", "watch", "patch"], &[]),
         // runtime.rs: bind.
         rule("", &["pods/binding"], &["create"], &[]),
@@ -60,8 +61,26 @@ pub fn device_plugin_cluster_rules(settings: &Settings) -> Vec<PolicyRule> {
         // cu-allocated + bind-phase (patch); node_publisher.rs: CUs in use (list).
         rule("", &["pods"], &["get", "list", "patch"], &[]),
     ];
-    if settings.device_plugin.report_node_capacity {
+    if settings.values.device_plugin.report_node_capacity {
         // node_publisher.rs: -report_node_capacity writes capacity/allocatable.
+        rules.push(rule("", &["nodes/status"], &["patch"], &[]));
+    }
+    rules
+}
+
+/// Cluster-wide rules of the NVIDIA device plugin (`nvidia-device-plugin`): the same API
+/// calls through plugin-core (node lock, pod choice and commit) and its own publisher.
+pub fn nvidia_device_plugin_cluster_rules(settings: &Settings) -> Vec<PolicyRule> {
+    let mut rules = vec![
+        // node_publisher.rs: annotate its Node; plugin-core pod_commit.rs: node lock get +
+        // release (patch).
+        rule("", &["nodes"], &["get", "patch"], &[]),
+        // kube_shell.rs: the pending pod (get); plugin-core: the node's pods (list), the pod
+        // commit (patch).
+        rule("", &["pods"], &["get", "list", "patch"], &[]),
+    ];
+    if settings.values.nvidia_device_plugin.report_node_capacity {
+        // node_publisher.rs: --report-node-capacity writes capacity/allocatable.
         rules.push(rule("", &["nodes/status"], &["patch"], &[]));
     }
     rules
@@ -76,6 +95,15 @@ pub fn device_plugin_event_rules() -> Vec<PolicyRule> {
 /// Cluster-wide rules of the monitor: pods.rs watches the pods of its node.
 pub fn monitor_cluster_rules() -> Vec<PolicyRule> {
     vec![rule("", &["pods"], &["list", "watch"], &[])]
+}
+
+/// Cluster-wide rules of the web UI: its watchers (crates/webui/src/watch.rs) list and
+/// watch nodes, pods and both Event APIs; nothing else, no write verb.
+pub fn webui_cluster_rules() -> Vec<PolicyRule> {
+    vec![
+        rule("", &["nodes", "pods", "events"], &["list", "watch"], &[]),
+        rule("events.k8s.io", &["events"], &["list", "watch"], &[]),
+    ]
 }
 
 /// Cluster-wide rules of the node labeller: main.rs reads and labels its Node.

@@ -1,13 +1,33 @@
-//! What an operator chooses: images, namespace, TLS, component flags. Every field has a
-//! Helm value of the same meaning (`deploy/helm/hami-rs/values.yaml`); the agreement test
-//! renders both with the same choices.
+//! What an operator chooses. [`Values`] *is* the Helm chart's values
+//! (`deploy/helm/hami-rs/values.yaml`, parsed at build time for the defaults), so the typed
+//! manifests and the chart cannot disagree on a key or a default; the agreement test feeds
+//! Helm's own merged values back through this type. [`Settings`] adds what Helm takes from
+//! the command line and the cluster: the namespace and the Kubernetes version.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
+use serde::{Deserialize, Serialize};
+
+/// The chart's values.yaml, the one source of the defaults.
+pub const VALUES_YAML: &str = include_str!("../../../deploy/helm/hami-rs/values.yaml");
+
+/// Kubernetes minor versions the installation supports (kube-scheduler's config API
+/// `kubescheduler.config.k8s.io/v1` and every object kind used exist in all of them).
+pub const SUPPORTED_MINORS: std::ops::RangeInclusive<u32> = 27..=37;
+/// From this minor on, webhooks' `matchConditions` are on by default (beta 1.28, GA 1.30).
+pub const MATCH_CONDITIONS_MINOR: u32 = 28;
+/// The version `hami manifests` renders for when `--kube-version` is not given.
+pub const DEFAULT_KUBE_VERSION: &str = "v1.33.0";
 
 /// How the webhook's serving certificate is made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 pub enum TlsMode {
     /// Two `kube-webhook-certgen` Jobs: create the Secret, then patch the caBundle.
+    #[serde(rename = "certgen")]
     Certgen,
     /// cert-manager: a self-signed Issuer and a Certificate; the CA is injected by cainjector.
+    #[serde(rename = "cert-manager")]
     CertManager,
 }
 
@@ -20,8 +40,51 @@ impl TlsMode {
     }
 }
 
-/// One container image; `reference()` is `registry/repository:tag`.
+/// The cluster's version as the API server reports it (`v1.30.4`, `v1.29.8-gke.1031000`,
+/// `v1.30.4+k3s1`): what Helm's `.Capabilities.KubeVersion` holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl KubeVersion {
+    pub fn parse(s: &str) -> Result<KubeVersion, String> {
+        let bad = || {
+            format!(
+                "Kubernetes version {s:?} must look like v1.33.2 (what `kubectl version` prints as the server version)"
+            )
+        };
+        let core = s.strip_prefix('v').unwrap_or(s);
+        let core = core.split(['-', '+']).next().unwrap_or("");
+        let mut parts = core.split('.').map(|p| p.parse::<u32>().map_err(|_| bad()));
+        let major = parts.next().ok_or_else(bad)??;
+        let minor = parts.next().ok_or_else(bad)??;
+        let patch = parts.next().unwrap_or(Ok(0))?;
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(KubeVersion {
+            major,
+            minor,
+            patch,
+        })
+    }
+
+    /// `v<major>.<minor>.<patch>`: the upstream release (and kube-scheduler image tag) the
+    /// cluster runs, vendor suffixes dropped.
+    pub fn release(&self) -> String {
+        format!("v{}.{}.{}", self.major, self.minor, self.patch)
+    }
+
+    pub fn has_match_conditions(&self) -> bool {
+        self.minor >= MATCH_CONDITIONS_MINOR
+    }
+}
+
+/// One container image; `reference()` is `registry/repository:tag`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Image {
     pub registry: String,
     pub repository: String,
@@ -29,43 +92,85 @@ pub struct Image {
 }
 
 impl Image {
-    fn new(registry: &str, repository: &str, tag: &str) -> Image {
-        Image {
-            registry: registry.into(),
-            repository: repository.into(),
-            tag: tag.into(),
-        }
-    }
-
     pub fn reference(&self) -> String {
         format!("{}/{}:{}", self.registry, self.repository, self.tag)
     }
 }
 
-/// Everything the manifests depend on.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    pub namespace: String,
-    pub image_pull_policy: String,
-    pub scheduler_image: Image,
-    pub kube_scheduler_image: Image,
-    pub node_image: Image,
-    pub certgen_image: Image,
-    pub scheduler_replicas: i32,
-    /// The `schedulerName` the webhook sets and the kube-scheduler profile serves.
+/// Where and how a component's pods run (the keys every component has).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPlacement {
+    pub priority_class_name: String,
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Toleration>,
+    /// `{}` in values: no affinity.
+    pub affinity: Affinity,
+    pub resources: ResourceRequirements,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Images {
+    pub registry: String,
+    pub tag: String,
+    pub pull_policy: String,
+    pub scheduler: Repository,
+    pub node: Repository,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Repository {
+    pub repository: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulerValues {
+    pub replicas: i32,
     pub scheduler_name: String,
     pub gpu_scheduler_policy: String,
     pub node_scheduler_policy: String,
-    pub tls: TlsMode,
-    pub device_plugin: DevicePluginSettings,
-    pub monitor_enabled: bool,
-    pub node_labeller_enabled: bool,
-    pub service_monitor_enabled: bool,
+    pub kube_scheduler: KubeSchedulerValues,
+    #[serde(flatten)]
+    pub pod: PodPlacement,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct DevicePluginSettings {
-    pub split_count: u32,
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeSchedulerValues {
+    /// An empty tag means the cluster's own release.
+    pub image: Image,
+    pub resources: ResourceRequirements,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookValues {
+    /// failurePolicy where the server has no matchConditions (every pod would be sent).
+    pub failure_policy_without_match_conditions: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsValues {
+    pub mode: TlsMode,
+    pub certgen: CertgenValues,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CertgenValues {
+    pub image: Image,
+    #[serde(flatten)]
+    pub pod: PodPlacement,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DevicePluginValues {
+    /// `None`: the plugin's own default (2 shares on gfx12, else 10).
+    pub split_count: Option<u32>,
     pub device_memory_scaling: String,
     pub pulse: u64,
     /// Also publish `amd.com/gpumem`/`amd.com/gpucores` capacity (needs `nodes/status` patch).
@@ -75,48 +180,176 @@ pub struct DevicePluginSettings {
     pub host_hook_path: String,
     /// Run the plugin `privileged` (platforms whose policy hides sysfs/cgroup otherwise).
     pub privileged: bool,
+    /// Opt-in: in cu mode also slice hard compute partitions by CU masks
+    /// (`--slice-partitions`); off, a partition counts once.
+    pub slice_partitions: bool,
+    /// Host path of AMD's device-metrics exporter socket (`--exporter-socket`, a health
+    /// source); its directory is mounted read-only. Empty: not used.
+    pub exporter_socket: String,
+    pub cdi: CdiValues,
+    #[serde(flatten)]
+    pub pod: PodPlacement,
 }
 
-pub const DEFAULT_REGISTRY: &str = "ghcr.io";
-pub const DEFAULT_TAG: &str = "0.1.0";
+/// CDI device names in Allocate answers (`--cdi`), with the spec kept in `spec_dir`
+/// (`--cdi-spec-dir`, a host directory the plugin writes only when this is on).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CdiValues {
+    pub enabled: bool,
+    pub spec_dir: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NvidiaDevicePluginValues {
+    pub enabled: bool,
+    pub device_split_count: u32,
+    pub device_memory_scaling: String,
+    pub device_cores_scaling: String,
+    pub report_node_capacity: bool,
+    /// Host directory under which `vgpu/libvgpu.so` and `vgpu/ld.so.preload` live.
+    pub host_hook_path: String,
+    /// RuntimeClass that exposes the driver (NVML) to the plugin, e.g. `nvidia`; empty: the
+    /// node's default runtime does.
+    pub runtime_class_name: String,
+    #[serde(flatten)]
+    pub pod: PodPlacement,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentValues {
+    pub enabled: bool,
+    #[serde(flatten)]
+    pub pod: PodPlacement,
+}
+
+/// The read-only web UI (`hami-webui`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebuiValues {
+    pub enabled: bool,
+    /// Prometheus whose `/federate` has the monitors' series; empty for none.
+    pub prometheus_url: String,
+    #[serde(flatten)]
+    pub pod: PodPlacement,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MonitorValues {
+    pub enabled: bool,
+    /// Pre-2026 metric names beside the `hami_*` ones: `none`, `seed` (seed 004's
+    /// utilization name) or `all` (`k8s-vgpu-monitor --legacy-metrics`).
+    pub legacy_metrics: String,
+    #[serde(flatten)]
+    pub pod: PodPlacement,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceMonitorValues {
+    pub enabled: bool,
+    /// Added to the ServiceMonitors' labels (what the Prometheus' serviceMonitorSelector
+    /// matches, e.g. `release: kube-prometheus-stack`).
+    pub labels: BTreeMap<String, String>,
+    pub interval: String,
+}
+
+/// The chart's values, key for key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Values {
+    pub images: Images,
+    pub scheduler: SchedulerValues,
+    pub webhook: WebhookValues,
+    pub tls: TlsValues,
+    pub device_plugin: DevicePluginValues,
+    pub nvidia_device_plugin: NvidiaDevicePluginValues,
+    pub monitor: MonitorValues,
+    pub webui: WebuiValues,
+    pub node_labeller: ComponentValues,
+    pub service_monitor: ServiceMonitorValues,
+}
+
+impl Values {
+    /// Values from a JSON/YAML document of the whole tree (Helm's merged values).
+    pub fn from_json(v: serde_json::Value) -> Result<Values, String> {
+        serde_json::from_value(v).map_err(|e| format!("values: {e}"))
+    }
+
+    pub fn scheduler_image(&self) -> Image {
+        self.ours(&self.images.scheduler.repository)
+    }
+
+    pub fn node_image(&self) -> Image {
+        self.ours(&self.images.node.repository)
+    }
+
+    fn ours(&self, repository: &str) -> Image {
+        Image {
+            registry: self.images.registry.clone(),
+            repository: repository.into(),
+            tag: self.images.tag.clone(),
+        }
+    }
+}
+
+impl Default for Values {
+    fn default() -> Self {
+        // values.yaml is part of this crate's source (include_str!); the unit test below
+        // makes a broken file fail at `cargo test`, not at a user's `hami manifests`.
+        serde_saphyr::from_str(VALUES_YAML).expect("deploy/helm/hami-rs/values.yaml parses")
+    }
+}
+
+/// Everything the manifests depend on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub namespace: String,
+    pub kube_version: KubeVersion,
+    pub values: Values,
+}
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             namespace: "hami-system".into(),
-            image_pull_policy: "IfNotPresent".into(),
-            scheduler_image: Image::new(DEFAULT_REGISTRY, "hami-rs/hami-scheduler", DEFAULT_TAG),
-            kube_scheduler_image: Image::new("registry.k8s.io", "kube-scheduler", "v1.33.0"),
-            node_image: Image::new(DEFAULT_REGISTRY, "hami-rs/hami-node", DEFAULT_TAG),
-            certgen_image: Image::new(
-                "registry.k8s.io",
-                "ingress-nginx/kube-webhook-certgen",
-                "v1.5.0",
-            ),
-            scheduler_replicas: 1,
-            scheduler_name: "hami-scheduler".into(),
-            gpu_scheduler_policy: "spread".into(),
-            node_scheduler_policy: "binpack".into(),
-            tls: TlsMode::Certgen,
-            device_plugin: DevicePluginSettings {
-                split_count: 10,
-                device_memory_scaling: "1".into(),
-                pulse: 10,
-                report_node_capacity: false,
-                operating_mode: "cu".into(),
-                host_hook_path: "/usr/local".into(),
-                privileged: false,
-            },
-            monitor_enabled: true,
-            node_labeller_enabled: true,
-            service_monitor_enabled: false,
+            kube_version: KubeVersion::parse(DEFAULT_KUBE_VERSION).expect("valid default"),
+            values: Values::default(),
         }
     }
 }
 
 impl Settings {
-    /// Refuses choices the cluster would reject later, with what to change.
+    /// How the extender listener (mutual TLS in both modes) knows its callers: with
+    /// cert-manager a CA issues the serving and the client certificates
+    /// (`--client-ca-file`); kube-webhook-certgen can issue neither a client certificate
+    /// nor keeps its CA key, so its serving certificate itself is pinned
+    /// (`--client-cert-pin-file`) and kube-scheduler and forwarding replicas present it.
+    pub fn client_ca(&self) -> bool {
+        self.values.tls.mode == TlsMode::CertManager
+    }
+
+    /// The scheduler Service's DNS name (in the serving certificate's SANs).
+    pub fn service_dns_name(&self) -> String {
+        format!("{}.{}.svc", crate::names::SCHEDULER, self.namespace)
+    }
+
+    /// The kube-scheduler image: the configured tag, else the cluster's release.
+    pub fn kube_scheduler_image(&self) -> Image {
+        let mut image = self.values.scheduler.kube_scheduler.image.clone();
+        if image.tag.is_empty() {
+            image.tag = self.kube_version.release();
+        }
+        image
+    }
+
+    /// Refuses choices the cluster would reject later, with what to change (the chart's
+    /// values.schema.json and its `fail` calls refuse the same).
     pub fn validate(&self) -> Result<(), String> {
+        let v = &self.values;
         let dns_label = |s: &str| {
             !s.is_empty()
                 && s.len() <= 63
@@ -131,57 +364,130 @@ impl Settings {
                 self.namespace
             ));
         }
-        if self.scheduler_replicas < 1 {
+        let k = &self.kube_version;
+        if k.major != 1 || !SUPPORTED_MINORS.contains(&k.minor) {
             return Err(format!(
-                "scheduler replicas {} must be at least 1",
-                self.scheduler_replicas
+                "Kubernetes {} is not supported: hami-rs supports 1.{} to 1.{}",
+                k.release(),
+                SUPPORTED_MINORS.start(),
+                SUPPORTED_MINORS.end()
+            ));
+        }
+
+        if v.scheduler.replicas < 1 {
+            return Err(format!(
+                "scheduler.replicas {} must be at least 1",
+                v.scheduler.replicas
             ));
         }
         for (what, p, allowed) in [
             (
-                "gpu scheduler policy",
-                &self.gpu_scheduler_policy,
+                "scheduler.gpuSchedulerPolicy",
+                &v.scheduler.gpu_scheduler_policy,
                 &["spread", "binpack"][..],
             ),
             (
-                "node scheduler policy",
-                &self.node_scheduler_policy,
+                "scheduler.nodeSchedulerPolicy",
+                &v.scheduler.node_scheduler_policy,
                 &["spread", "binpack"][..],
             ),
             (
-                "device plugin operating mode",
-                &self.device_plugin.operating_mode,
+                "devicePlugin.operatingMode",
+                &v.device_plugin.operating_mode,
                 &["cu", "partition"][..],
+            ),
+            (
+                "monitor.legacyMetrics",
+                &v.monitor.legacy_metrics,
+                &["none", "seed", "all"][..],
+            ),
+            (
+                "images.pullPolicy",
+                &v.images.pull_policy,
+                &["Always", "IfNotPresent", "Never"][..],
+            ),
+            (
+                "webhook.failurePolicyWithoutMatchConditions",
+                &v.webhook.failure_policy_without_match_conditions,
+                &["Fail", "Ignore"][..],
             ),
         ] {
             if !allowed.contains(&p.as_str()) {
                 return Err(format!("{what} {p:?} is not one of {allowed:?}"));
             }
         }
-        if self.device_plugin.split_count == 0 {
-            return Err("device plugin split count 0 would offer nothing: use at least 1".into());
+        if v.device_plugin.split_count == Some(0) || v.nvidia_device_plugin.device_split_count == 0
+        {
+            return Err("a split count of 0 would offer nothing: use at least 1".into());
         }
-        match self.device_plugin.device_memory_scaling.parse::<f64>() {
-            Ok(f) if f.is_finite() && f > 0.0 => {}
-            _ => {
-                return Err(format!(
-                    "device memory scaling {:?} must be a positive number (1 = no oversubscription)",
-                    self.device_plugin.device_memory_scaling
-                ));
+        for (what, s) in [
+            (
+                "devicePlugin.deviceMemoryScaling",
+                &v.device_plugin.device_memory_scaling,
+            ),
+            (
+                "nvidiaDevicePlugin.deviceMemoryScaling",
+                &v.nvidia_device_plugin.device_memory_scaling,
+            ),
+            (
+                "nvidiaDevicePlugin.deviceCoresScaling",
+                &v.nvidia_device_plugin.device_cores_scaling,
+            ),
+        ] {
+            match s.parse::<f64>() {
+                Ok(f) if f.is_finite() && f > 0.0 => {}
+                _ => {
+                    return Err(format!(
+                        "{what} {s:?} must be a positive number (1 = no oversubscription)"
+                    ));
+                }
             }
         }
-        if !self.device_plugin.host_hook_path.starts_with('/') {
+        for (what, p) in [
+            ("devicePlugin.hostHookPath", &v.device_plugin.host_hook_path),
+            (
+                "nvidiaDevicePlugin.hostHookPath",
+                &v.nvidia_device_plugin.host_hook_path,
+            ),
+        ] {
+            if !p.starts_with('/') {
+                return Err(format!("{what} {p:?} must be absolute"));
+            }
+        }
+        let plain_path = |p: &str| {
+            p.starts_with('/')
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b))
+        };
+        let socket = &v.device_plugin.exporter_socket;
+        if !socket.is_empty() && (!plain_path(socket) || socket.ends_with('/')) {
             return Err(format!(
-                "host hook path {:?} must be absolute",
-                self.device_plugin.host_hook_path
+                "devicePlugin.exporterSocket {socket:?} must be the socket's absolute path of letters, digits and . _ - / (e.g. /var/lib/amd-metrics-exporter/amdgpu_device_metrics_exporter_grpc.socket), or empty for none"
             ));
         }
-        for img in [
-            &self.scheduler_image,
-            &self.kube_scheduler_image,
-            &self.node_image,
-            &self.certgen_image,
-        ] {
+        let cdi = &v.device_plugin.cdi.spec_dir;
+        if !plain_path(cdi) {
+            return Err(format!(
+                "devicePlugin.cdi.specDir {cdi:?} must be an absolute path of letters, digits and . _ - / (the runtime's CDI directory, e.g. /var/run/cdi)"
+            ));
+        }
+        if v.nvidia_device_plugin.enabled
+            && v.monitor.enabled
+            && hook_dir(&v.nvidia_device_plugin.host_hook_path)
+                != hook_dir(&v.device_plugin.host_hook_path)
+        {
+            return Err(format!(
+                "nvidiaDevicePlugin.hostHookPath {:?} differs from devicePlugin.hostHookPath {:?}: the monitor reads one hook directory, so give both the same path",
+                v.nvidia_device_plugin.host_hook_path, v.device_plugin.host_hook_path
+            ));
+        }
+        let images = [
+            v.scheduler_image(),
+            self.kube_scheduler_image(),
+            v.node_image(),
+            v.tls.certgen.image.clone(),
+        ];
+        for img in images {
             if img.registry.is_empty() || img.repository.is_empty() || img.tag.is_empty() {
                 return Err(format!(
                     "image {:?} needs a registry, a repository and a tag",
@@ -190,5 +496,60 @@ impl Settings {
             }
         }
         Ok(())
+    }
+}
+
+fn hook_dir(p: &str) -> &str {
+    p.trim_end_matches('/')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_yaml_parses_and_round_trips_without_losing_a_key() {
+        let raw: serde_json::Value = serde_saphyr::from_str(VALUES_YAML).unwrap();
+        let typed = Values::from_json(raw.clone()).unwrap();
+        // A key values.yaml has but Values lacks would vanish here.
+        let back = serde_json::to_value(&typed).unwrap();
+        assert_eq!(normalize(back), normalize(raw));
+    }
+
+    /// `{}`/`[]`/null compare equal to absent (Helm treats them alike).
+    pub(crate) fn normalize(v: serde_json::Value) -> serde_json::Value {
+        use serde_json::Value;
+        match v {
+            Value::Object(m) => Value::Object(
+                m.into_iter()
+                    .map(|(k, v)| (k, normalize(v)))
+                    .filter(|(_, v)| {
+                        !(v.is_null()
+                            || v.as_object().is_some_and(|o| o.is_empty())
+                            || v.as_array().is_some_and(|a| a.is_empty()))
+                    })
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.into_iter().map(normalize).collect()),
+            other => other,
+        }
+    }
+
+    #[test]
+    fn kube_versions_as_servers_report_them() {
+        for (raw, release) in [
+            ("v1.30.4", "v1.30.4"),
+            ("v1.29.8-gke.1031000", "v1.29.8"),
+            ("v1.30.4+k3s1", "v1.30.4"),
+            ("1.33", "v1.33.0"),
+        ] {
+            assert_eq!(KubeVersion::parse(raw).unwrap().release(), release);
+        }
+        assert!(KubeVersion::parse("latest").is_err());
+        let s = Settings {
+            kube_version: KubeVersion::parse("v1.26.9").unwrap(),
+            ..Settings::default()
+        };
+        assert!(s.validate().unwrap_err().contains("1.27 to 1.37"));
     }
 }

@@ -83,7 +83,9 @@ fn dockerfiles_build_existing_binaries_into_the_paths_the_manifests_run() {
         }
     }
     // Every hami-rs container command is installed by one of the images.
-    for cmd in commands(&Settings::default()) {
+    let mut all = Settings::default();
+    all.values.nvidia_device_plugin.enabled = true;
+    for cmd in commands(&all) {
         let installed = scheduler.lines().chain(node.lines()).any(|l| {
             l.starts_with("COPY --from=build") && l.trim_end().ends_with(&format!(" {cmd}"))
         });
@@ -100,6 +102,14 @@ fn dockerfiles_build_existing_binaries_into_the_paths_the_manifests_run() {
             && node.contains("almalinux:9")
     );
     assert!(hami_manifests::objects::hook_install_script().contains(names::HOOK_IN_IMAGE));
+    // The CUDA hook too, under the same glibc baseline check.
+    assert!(node.lines().any(
+        |l| l.starts_with("COPY") && l.ends_with(&format!(" {}", names::NVIDIA_HOOK_IN_IMAGE))
+    ));
+    assert!(
+        hami_manifests::objects::nvidia_hook_install_script().contains(names::NVIDIA_HOOK_IN_IMAGE)
+    );
+    assert!(node.contains("for lib in target/release/libamvgpu.so target/release/libvgpu.so"));
     // Control plane: static and non-root.
     assert!(
         scheduler.contains("x86_64-unknown-linux-musl") && scheduler.contains("distroless/static")

@@ -44,7 +44,7 @@ const SIM_KUBELET: &str = "sim-kubelet";
 fn settings() -> Settings {
     let mut s = Settings::default();
     // The conditional nodes/status grant is shipped, so it is exercised too.
-    s.device_plugin.report_node_capacity = true;
+    s.values.device_plugin.report_node_capacity = true;
     s
 }
 
@@ -219,7 +219,11 @@ async fn run_flow(rbac_objects: Vec<Object>, expect_success: bool) -> Outcome {
     let plugin_task = tokio::spawn(hami_amd_plugin::plugin::serve(args, reg, plugin, stop_rx));
 
     // Monitor: its node-scoped pod informer.
-    let informer = hami_monitor::pods::PodInformer::start(monitor, NODE);
+    let informer = hami_monitor::pods::PodInformer::start(
+        monitor,
+        NODE,
+        &settings().values.scheduler.scheduler_name,
+    );
 
     // Node labeller: what k8s-node-labeller's refresh does (get the Node, patch labels).
     let discovery = hami_amd_discovery::discovery::discover(&tree.sysfs_root()).unwrap();
@@ -275,8 +279,10 @@ async fn run_flow(rbac_objects: Vec<Object>, expect_success: bool) -> Outcome {
     // The shipped webhook configuration, pointed at this process instead of the Service.
     let mut webhook = objects::webhook(&s).to_value().unwrap();
     let ca = serde_json::to_value(k8s_openapi::ByteString(cert.cert.pem().into_bytes())).unwrap();
-    webhook["webhooks"][0]["clientConfig"] =
-        json!({"url": format!("{base}{}", names::WEBHOOK_PATH), "caBundle": ca});
+    for hook in webhook["webhooks"].as_array_mut().unwrap() {
+        hook["clientConfig"] =
+            json!({"url": format!("{base}{}", names::WEBHOOK_PATH), "caBundle": ca});
+    }
     server
         .create_object(
             "admissionregistration.k8s.io/v1",

@@ -3,15 +3,16 @@
 //! `CARGO_TARGET_DIR=target-monitor cargo bench -p hami-monitor --bench scrape`
 //!
 //! Builds 1,000 pods and 1,000 HAMi-core v1.2 region files (sparse, 2 devices, 4 live
-//! process slots each, whose host pids are checked) under a temp hook path, runs one refresh (directory scan + mapping),
+//! process slots each, whose host pids are checked) under a temp hook path, runs one refresh (directory scan + opening the files),
 //! then times `snapshot()` + `render()` (what a `/metrics` request does, minus HTTP).
 
 use std::io::{Seek, SeekFrom, Write};
 use std::time::{Duration, Instant};
 
-use hami_monitor::metrics::render;
+use hami_monitor::metrics::{LegacyMetrics, render, render_as};
 use hami_monitor::node_monitor::{MonitorConfig, NodeMonitor};
 use hami_monitor::pods::PodIndex;
+use hami_protocol::exposition::Format;
 use k8s_openapi::api::core::v1::Pod;
 
 const CONTAINERS: usize = 1000;
@@ -70,7 +71,7 @@ fn main() {
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("pod-{n}"), "namespace": "bench", "uid": uid,
                 "annotations": {"hami.io/vgpu-devices-allocated": format!("GPU-{n:08x}-0000-0000-0000-000000000000,NVIDIA,8192,50:GPU-{n:08x}-0000-0000-0000-000000000001,NVIDIA,8192,50:;")}},
-            "spec": {"containers": [{"name": "main"}]}
+            "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
         }))
         .unwrap();
         pods.push(pod);
@@ -84,6 +85,7 @@ fn main() {
         sys_root: base.join("sys"),
         node_name: "bench".into(),
         gc_grace: Duration::from_secs(300),
+        nvml_library: None,
     });
     // Live host pids of the slots: every slot's liveness is checked on each scrape.
     for pid in 100..104 {
@@ -91,24 +93,43 @@ fn main() {
     }
     let rss_before = rss_kib();
     let t = Instant::now();
-    monitor.refresh(PodIndex::from_pods(pods.iter()));
+    monitor.refresh(PodIndex::from_pods(pods.iter(), "hami-scheduler"));
     let refresh = t.elapsed();
     let mut times = Vec::new();
     let mut bytes = 0;
     for _ in 0..60 {
         let t = Instant::now();
-        let body = render(&monitor.snapshot(), false);
+        let body = render(&monitor.snapshot(), LegacyMetrics::default());
         times.push(t.elapsed());
         bytes = body.len();
         assert!(body.contains("hami_container_device_utilization_ratio"));
     }
     times.sort();
-    let series = render(&monitor.snapshot(), false)
+    // The same scrape as Prometheus text 0.0.4 (what a text/plain Accept gets).
+    let mut text_times = Vec::new();
+    for _ in 0..60 {
+        let t = Instant::now();
+        let body = render_as(
+            &monitor.snapshot(),
+            LegacyMetrics::default(),
+            Format::PrometheusText,
+        );
+        text_times.push(t.elapsed());
+        assert!(!body.contains("# EOF"));
+    }
+    text_times.sort();
+    let series = render(&monitor.snapshot(), LegacyMetrics::default())
         .lines()
         .filter(|l| !l.starts_with('#'))
         .count();
     println!(
-        "monitor scrape, {CONTAINERS} containers x 2 devices: refresh {:.1} ms; scrape (snapshot+render) p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms; body {} KiB, {series} series; RSS {} MiB (+{} MiB for the mappings and state)",
+        "0.0.4 text scrape (snapshot+render+conversion): p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms",
+        text_times[text_times.len() / 2].as_secs_f64() * 1e3,
+        text_times[text_times.len() * 9 / 10].as_secs_f64() * 1e3,
+        text_times[text_times.len() - 1].as_secs_f64() * 1e3,
+    );
+    println!(
+        "monitor scrape, {CONTAINERS} containers x 2 devices: refresh {:.1} ms; scrape (snapshot+render) p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms; body {} KiB, {series} series; RSS {} MiB (+{} MiB for the monitor's state)",
         refresh.as_secs_f64() * 1e3,
         times[times.len() / 2].as_secs_f64() * 1e3,
         times[times.len() * 9 / 10].as_secs_f64() * 1e3,

@@ -96,11 +96,24 @@ pub fn list_dirs(containers_dir: &Path) -> std::io::Result<Vec<DirEntry>> {
     Ok(out)
 }
 
-/// File names in a directory.
+/// Most entries read from one cache directory: a tenant filling its directory with
+/// millions of names costs its own series, not the scan.
+pub const MAX_DIR_ENTRIES: usize = 256;
+
+/// File names in a directory (at most [`MAX_DIR_ENTRIES`]; more is an error).
 pub fn file_names(dir: &Path) -> std::io::Result<Vec<String>> {
-    Ok(std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .collect())
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        if names.len() == MAX_DIR_ENTRIES {
+            return Err(std::io::Error::other(format!(
+                "more than {MAX_DIR_ENTRIES} entries: a cache directory holds at most two region files; remove the rest"
+            )));
+        }
+        if let Some(name) = entry.ok().and_then(|e| e.file_name().into_string().ok()) {
+            names.push(name);
+        }
+    }
+    Ok(names)
 }
 
 #[cfg(test)]

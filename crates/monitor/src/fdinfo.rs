@@ -13,6 +13,10 @@ pub struct DrmClient {
     pub client_id: u64,
     /// Σ busy nanoseconds of the `gfx` and `compute` engines.
     pub busy_ns: u64,
+    /// Minor of the DRM node the descriptor is open on (`renderD<m>`, `card<n>`), from the
+    /// fd's link, not from fdinfo: it tells the partitions of one card apart, which share
+    /// `drm-pdev`.
+    pub minor: Option<u32>,
 }
 
 /// Parses one `/proc/<pid>/fdinfo/<fd>` text. `None` when it is not a DRM client with a
@@ -48,17 +52,24 @@ pub fn parse_fdinfo(text: &str) -> Option<DrmClient> {
         pdev: pdev?,
         client_id: client_id?,
         busy_ns,
+        minor: None,
     })
 }
 
 /// Busy counters of the clients of one group (a container) at one instant, keyed by
-/// `(pdev, client id)` so that duplicated descriptors are counted once.
+/// `(device, client id)` so that duplicated descriptors are counted once. The device is
+/// the registered id the client was attributed to ([`add_client_on`]), or its `drm-pdev`.
 pub type BusySample = BTreeMap<(String, u64), u64>;
 
-/// Adds a client to a sample, once per `(pdev, client id)`.
+/// Adds a client to a sample under its `drm-pdev`, once per `(pdev, client id)`.
 pub fn add_client(sample: &mut BusySample, client: &DrmClient) {
+    add_client_on(sample, &client.pdev, client);
+}
+
+/// Adds a client to a sample under `device`, once per `(device, client id)`.
+pub fn add_client_on(sample: &mut BusySample, device: &str, client: &DrmClient) {
     sample
-        .entry((client.pdev.clone(), client.client_id))
+        .entry((device.to_owned(), client.client_id))
         .or_insert(client.busy_ns);
 }
 

@@ -188,6 +188,34 @@ pub fn detect_layout(
     Err(CoreRegionError::TooSmall { size })
 }
 
+/// The ranges a reading of `layout` needs besides the slots: header through the SM limits,
+/// and the tail fields (`proc_num` … end).
+pub fn fixed_ranges(layout: &Layout) -> [std::ops::Range<usize>; 2] {
+    [0..layout.procs, layout.proc_num..layout.size]
+}
+
+/// The process slots in use, as `proc_num` (read from the tail) says; clamped like the reader.
+pub fn slot_range(layout: &Layout, proc_num: i32) -> std::ops::Range<usize> {
+    let n = proc_num.clamp(0, MAX_PROCS as i32) as usize;
+    layout.procs..layout.procs + n * layout.slot.size
+}
+
+/// Slots in use (`status != 0`) with a `pid` but no `hostpid` (their process runs in a
+/// PID namespace of its own): `(slot index, pid)`.
+pub fn unresolved_slots(bytes: &(impl RegionBytes + ?Sized), layout: &Layout) -> Vec<(usize, i32)> {
+    let proc_num = (bytes.i32_at(layout.proc_num).clamp(0, MAX_PROCS as i32)) as usize;
+    (0..proc_num)
+        .filter_map(|index| {
+            let base = layout.procs + index * layout.slot.size;
+            let pid = bytes.i32_at(base + layout.slot.pid);
+            (bytes.i32_at(base + layout.slot.status) != 0
+                && pid > 0
+                && bytes.i32_at(base + layout.slot.hostpid) == 0)
+                .then_some((index, pid))
+        })
+        .collect()
+}
+
 /// Memory one container holds on one device, summed over its live process slots.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoryBreakdown {

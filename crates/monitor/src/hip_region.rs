@@ -7,7 +7,7 @@ use std::mem::offset_of;
 
 use hami_region::layout::{
     DeviceAccount, DeviceUtil, LIMIT_NONE, MAGIC, MAJOR_VERSION, MAX_DEVICES, MAX_PROCS, ProcSlot,
-    REGION_SIZE, RegionHeader, RegionLayout, SLOT_ACTIVE, SLOT_SIZE, slot_offset,
+    REGION_SIZE, RegionHeader, RegionLayout, SLOT_ACTIVE, SLOT_SIZE, SLOTS_OFFSET, slot_offset,
 };
 
 use crate::region_bytes::RegionBytes;
@@ -122,6 +122,19 @@ pub fn check_header(bytes: &(impl RegionBytes + ?Sized)) -> Result<(), HipRegion
     }
     Ok(())
 }
+
+/// The ranges a reading needs besides the slots: header and device accounts.
+pub fn fixed_range() -> std::ops::Range<usize> {
+    0..SLOTS_OFFSET
+}
+
+/// The slots below the high-water mark (read from the header), clamped like the reader.
+pub fn slot_range(slot_high_water: u32) -> std::ops::Range<usize> {
+    SLOTS_OFFSET..slot_offset((slot_high_water as usize).min(MAX_PROCS))
+}
+
+/// Offset of the header's `slot_high_water`.
+pub const SLOT_HIGH_WATER: usize = HEADER + offset_of!(RegionHeader, slot_high_water);
 
 /// Reads a HIP region. `slot_alive(index)` says whether slot `index`'s owner still holds its
 /// record lock. Devices are reported when they have a limit or hold bytes.

@@ -2,15 +2,14 @@
 //! amdgpu card), identified exactly as the AMD device plugin registers them (its discovery
 //! and registration are reused, so the `device_uuid` labels match the pod annotations).
 //!
-//! NVIDIA: this build has no NVML binding (the project links no NVML crate and does not
-//! dlopen), so NVIDIA host metrics are not emitted; [`nvidia_host_metrics_note`] says so at
-//! start-up. Per-container NVIDIA metrics come from the HAMi-core regions and are complete.
+//! NVIDIA: through NVML loaded with `dlopen` (`hami-nvml`, the binding the NVIDIA plugin
+//! uses), in `NodeMonitor` (memory in use, `nvmlDeviceGetUtilizationRates`).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use hami_amd_discovery::discovery::discover;
-use hami_amd_discovery::registration::{RegistrationSettings, register};
+use hami_amd_discovery::registration::{RegisteredDevice, RegistrationSettings, register};
+use hami_protocol::names::Vendor;
 
 /// One host GPU (or partition) as the monitor reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,7 +18,8 @@ pub struct HostGpu {
     pub index: u32,
     /// The registered id: AMD SMI UUID, or a partition id.
     pub uuid: String,
-    /// `AMD-<market name>`.
+    /// The registered type through `Vendor::device_type` (`AMD Instinct MI210`), as the
+    /// scheduler labels the same GPU.
     pub device_type: String,
     /// PCI address, what DRM fdinfo calls `drm-pdev`.
     pub pci_bdf: String,
@@ -30,10 +30,16 @@ pub struct HostGpu {
 /// Reads the AMD GPUs under `sysfs_root`. Cards whose counters cannot be read are still
 /// listed (their identity is needed to map fdinfo), with the missing values left out.
 pub fn amd_host_gpus(sysfs_root: &Path) -> Result<Vec<HostGpu>, String> {
+    amd_host(sysfs_root).map(|(gpus, _)| gpus)
+}
+
+/// [`amd_host_gpus`] and the registered devices (DRM minors, partitions) they came from,
+/// which attribute DRM clients to devices (`device_locator::locate`).
+pub fn amd_host(sysfs_root: &Path) -> Result<(Vec<HostGpu>, Vec<RegisteredDevice>), String> {
     let discovery = discover(sysfs_root).map_err(|e| e.to_string())?;
     let registration = register(&discovery, &RegistrationSettings::default(), |_| true);
     let mut out = Vec::new();
-    for device in registration.devices {
+    for device in &registration.devices {
         let pci = sysfs_root
             .join("bus/pci/drivers/amdgpu")
             .join(&device.pci_bdf);
@@ -53,27 +59,11 @@ pub fn amd_host_gpus(sysfs_root: &Path) -> Result<Vec<HostGpu>, String> {
         out.push(HostGpu {
             index: device.card,
             uuid: device.info.id.clone(),
-            device_type: format!("AMD-{}", device.info.device_type),
+            device_type: Vendor::Amd.device_type(&device.info.device_type),
             pci_bdf: device.pci_bdf.clone(),
             memory_used: read("mem_info_vram_used").and_then(|v| v.parse().ok()),
             busy_percent: read("gpu_busy_percent").and_then(|v| v.parse().ok()),
         });
     }
-    Ok(out)
-}
-
-/// PCI address → registered id, for mapping DRM fdinfo clients to devices. Partitions of one
-/// card share its address; the whole card's first entry wins.
-pub fn uuid_by_pdev(gpus: &[HostGpu]) -> BTreeMap<String, String> {
-    let mut map = BTreeMap::new();
-    for gpu in gpus {
-        map.entry(gpu.pci_bdf.clone())
-            .or_insert_with(|| gpu.uuid.clone());
-    }
-    map
-}
-
-/// Logged once at start-up.
-pub fn nvidia_host_metrics_note() -> &'static str {
-    "NVIDIA host metrics (hami_host_gpu_*) are not emitted: this build has no NVML binding; per-container NVIDIA metrics from HAMi-core regions are unaffected"
+    Ok((out, registration.devices))
 }

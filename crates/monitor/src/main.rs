@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use hami_monitor::metrics::LegacyMetrics;
 use hami_monitor::node_monitor::MonitorConfig;
 use hami_monitor::server::{ServeConfig, parse_bind_address, serve};
 
@@ -17,9 +18,11 @@ struct Args {
     /// Listen address of /metrics (`:9394` = all interfaces).
     #[arg(long, default_value = ":9394")]
     metrics_bind_address: String,
-    /// Also emit the pre-2026 metric names of the reference monitor.
-    #[arg(long)]
-    legacy_metrics: bool,
+    /// Pre-2026 metric names of the reference monitor emitted beside the hami_* ones:
+    /// `seed` = seed 004's Device_utilization_desc_of_container, `all` = every one
+    /// (a bare `--legacy-metrics` too), `none` = off.
+    #[arg(long, env = "HAMI_LEGACY_METRICS", value_enum, default_value = "seed", num_args = 0..=1, default_missing_value = "all", require_equals = true)]
+    legacy_metrics: LegacyMetrics,
     /// Hook path; cache directories are `<HOOK_PATH>/containers/<podUID>_<container>/`.
     #[arg(long, env = "HOOK_PATH")]
     hook_path: PathBuf,
@@ -39,6 +42,13 @@ struct Args {
     /// HAMI_RESYNC_INTERVAL, 5 minutes).
     #[arg(long, env = "HAMI_GC_GRACE_SECONDS", default_value_t = 300)]
     gc_grace_seconds: u64,
+    /// NVML for the NVIDIA host metrics (hami_host_gpu_*), loaded with dlopen; empty = do not
+    /// load. A node without the NVIDIA driver logs once and reports AMD hosts only.
+    #[arg(long, env = "HAMI_NVML_LIBRARY", default_value = "libnvidia-ml.so.1")]
+    nvml_library: String,
+    /// The scheduler's name: allocation annotations count only on pods it placed (D-4).
+    #[arg(long, env = "HAMI_SCHEDULER_NAME", default_value = hami_protocol::names::DEFAULT_SCHEDULER_NAME)]
+    scheduler_name: String,
 }
 
 #[tokio::main]
@@ -66,9 +76,11 @@ async fn main() -> anyhow::Result<()> {
             sys_root: args.sys_root,
             node_name: args.node_name,
             gc_grace: Duration::from_secs(args.gc_grace_seconds),
+            nvml_library: (!args.nvml_library.is_empty()).then_some(args.nvml_library),
         },
         bind,
         legacy_metrics: args.legacy_metrics,
+        scheduler_name: args.scheduler_name,
         refresh_interval: Duration::from_secs(args.refresh_seconds.max(1)),
     };
     let shutdown = async {

@@ -1,9 +1,13 @@
-//! Prometheus exposition of a [`Snapshot`] (prometheus-client, OpenMetrics text). Names are
-//! the reference's (SPEC Appendix A), every collector metric carries `zone="vGPU"`, legacy
-//! names are added with `--legacy-metrics`. Pure: snapshot in, text out.
+//! Prometheus exposition of a [`Snapshot`] (prometheus-client, OpenMetrics text, or the
+//! Prometheus text format 0.0.4 when the scraper's `Accept` asks for it:
+//! `hami_protocol::exposition`). Names are the reference's (SPEC Appendix A), every series
+//! carries `zone="vGPU"` (`hami_build_info` too, unlike the reference) and help text, legacy
+//! names are added by [`LegacyMetrics`] (seed 004's utilization name by default). `device_type` is `Vendor::device_type` of the
+//! registered type, the label the scheduler gives the same GPU. Pure: snapshot in, text out.
 
 use std::borrow::Cow;
 
+use hami_protocol::exposition::Format;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -14,9 +18,31 @@ use prometheus_client::registry::Registry;
 use crate::node_monitor::Snapshot;
 
 /// HELP of the utilization metric (D-6: clamping is stated).
-pub const UTILIZATION_HELP: &str = "Container device utilization ratio (0-100): NVIDIA = sum of the SM utilization of the container's live processes, AMD = busy time of the gfx and compute engines of the container's DRM clients over the sampling interval; sums above 100 are clamped to 100";
+pub const UTILIZATION_HELP: &str = "Container device utilization ratio (0-100): NVIDIA = sum of the SM utilization NVML reports for the container's live processes; AMD = engine busy time of the container's processes on that device or partition (gfx + compute engines, DRM fdinfo, attributed by the DRM node the process opened) as a percent of the sampling interval, which is time busy, not a share of the compute units; sums above 100 are clamped to 100";
 
 type Labels = Vec<(&'static str, Cow<'static, str>)>;
+
+/// Which pre-2026 metric names are emitted beside the `hami_*` ones (`--legacy-metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LegacyMetrics {
+    /// None: only the `hami_*` names.
+    None,
+    /// Seed 004's `Device_utilization_desc_of_container` only: the per-pod utilization
+    /// series users of the reference query (the default).
+    #[default]
+    Seed,
+    /// Every name of the reference monitor.
+    All,
+}
+
+impl LegacyMetrics {
+    fn seed(self) -> bool {
+        self != LegacyMetrics::None
+    }
+    fn all(self) -> bool {
+        self == LegacyMetrics::All
+    }
+}
 
 #[derive(Debug)]
 struct Family {
@@ -63,7 +89,8 @@ fn index_label(index: Option<usize>) -> Cow<'static, str> {
 }
 
 /// Builds every family of a snapshot.
-fn families(snapshot: &Snapshot, legacy: bool) -> Vec<Family> {
+fn families(snapshot: &Snapshot, legacy_names: LegacyMetrics) -> Vec<Family> {
+    let legacy = legacy_names.all();
     let mut used = Family::gauge(
         "hami_vgpu_memory_used_bytes",
         "vGPU device memory usage in bytes",
@@ -103,7 +130,7 @@ fn families(snapshot: &Snapshot, legacy: bool) -> Vec<Family> {
     );
     let mut alloc_cores = Family::gauge(
         "hami_container_device_allocated_cores",
-        "Compute granted to the container: AMD = compute units (CU count), NVIDIA = percent of the SMs",
+        "Compute granted to the container on the device, by vendor label: AMD = a count of compute units (CUs, not percent), NVIDIA = percent of the SMs (gpucores)",
     );
     let mut cu_mask = Family::gauge(
         "hami_container_device_cu_mask_info",
@@ -131,7 +158,7 @@ fn families(snapshot: &Snapshot, legacy: bool) -> Vec<Family> {
     );
     let mut l_util = Family::gauge(
         "Device_utilization_desc_of_container",
-        "Container device utilization description",
+        "Container device utilization (0-100), seed 004's name for hami_container_device_utilization_ratio (same value): NVIDIA = SM utilization of the container's processes; AMD = engine busy time of the container's processes on that device or partition over the sampling interval",
     );
     let mut l_kernel = Family::gauge(
         "Device_last_kernel_of_container",
@@ -190,7 +217,7 @@ fn families(snapshot: &Snapshot, legacy: bool) -> Vec<Family> {
             if let Some(u) = d.utilization {
                 util.push(labels.clone(), u.percent);
                 clamped.push(labels.clone(), if u.clamped { 1.0 } else { 0.0 });
-                if legacy {
+                if legacy_names.seed() {
                     l_util.push(old.clone(), u.percent);
                 }
             }
@@ -288,7 +315,7 @@ impl Collector for SnapshotCollector {
     }
 }
 
-/// Build information of this binary (no `zone` label, as the reference).
+/// Build information of this binary.
 fn build_info_labels() -> Vec<(&'static str, Cow<'static, str>)> {
     vec![
         ("version", Cow::Borrowed(env!("CARGO_PKG_VERSION"))),
@@ -331,21 +358,25 @@ impl Collector for BuildInfo {
     }
 }
 
-/// The whole `/metrics` body (OpenMetrics text, ending in `# EOF`).
-pub fn render(snapshot: &Snapshot, legacy: bool) -> String {
+/// The whole `/metrics` body as OpenMetrics text, ending in `# EOF`.
+pub fn render(snapshot: &Snapshot, legacy: LegacyMetrics) -> String {
+    render_as(snapshot, legacy, Format::OpenMetrics)
+}
+
+/// The whole `/metrics` body in `format` (see [`Format::negotiate`]).
+pub fn render_as(snapshot: &Snapshot, legacy: LegacyMetrics, format: Format) -> String {
     let collector = SnapshotCollector {
         families: families(snapshot, legacy),
     };
-    let mut registry = Registry::default();
+    let mut registry =
+        Registry::with_labels([(Cow::Borrowed("zone"), Cow::Borrowed("vGPU"))].into_iter());
     registry.register_collector(Box::new(BuildInfo));
-    registry
-        .sub_registry_with_label((Cow::Borrowed("zone"), Cow::Borrowed("vGPU")))
-        .register_collector(Box::new(collector));
+    registry.register_collector(Box::new(collector));
     let mut out = String::with_capacity(1 << 16);
     // Writing into a String cannot fail; the encoder only errors on writer failure.
     let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
-    out
+    format.encode(&out)
 }
 
 /// The content type of [`render`]'s output.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const CONTENT_TYPE: &str = Format::OpenMetrics.content_type();

@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -18,16 +17,19 @@ use crate::cache_dirs::{
     Orphan, cache_files, file_names, list_dirs, orphan_decision, parse_dir_name,
 };
 use crate::errors::ErrorLog;
-use crate::fdinfo::{BusySample, DeviceUtilization, add_client};
+use crate::fdinfo::{BusySample, DeviceUtilization, add_client_on};
 use crate::hami_core_region::{self, MemoryBreakdown};
 use crate::hip_region;
-use crate::host_gpus::{HostGpu, amd_host_gpus, uuid_by_pdev};
+use crate::host_gpus::{HostGpu, amd_host};
 use crate::pods::PodIndex;
 use crate::procfs::ProcRoot;
-use crate::region_bytes::{MappedRegion, RegionBytes};
+use crate::region_bytes::{RegionBytes, Segments};
+use crate::region_file::{FileError, RegionFile};
 use crate::utilization::{
     AmdDeviceUtil, ContainerKey, FdSampler, amd_container_devices, clamp_sum,
 };
+use hami_amd_discovery::device_locator::{self, LocateError};
+use hami_amd_discovery::registration::RegisteredDevice;
 
 /// Where the monitor looks.
 #[derive(Debug, Clone)]
@@ -39,12 +41,14 @@ pub struct MonitorConfig {
     pub node_name: String,
     /// Directories of unknown pods are removed once this old (informer lag).
     pub gc_grace: Duration,
+    /// NVML to `dlopen` for the NVIDIA host metrics (`libnvidia-ml.so.1`); `None`: none.
+    pub nvml_library: Option<String>,
 }
 
 #[derive(Debug)]
 enum Region {
-    Core(MappedRegion),
-    Hip(MappedRegion),
+    Core(RegionFile),
+    Hip(RegionFile),
 }
 
 #[derive(Debug)]
@@ -115,6 +119,14 @@ pub struct NodeMonitor {
     host: RwLock<Arc<Vec<HostGpu>>>,
     amd_util: RwLock<Arc<AmdUtil>>,
     sampler: Mutex<FdSampler>,
+    nvml: Mutex<NvmlState>,
+}
+
+/// NVML is loaded at the first refresh; a failure is logged once and not retried.
+enum NvmlState {
+    NotTried,
+    Loaded(hami_nvml::Nvml),
+    Unavailable,
 }
 
 fn read_lock<T: Clone>(lock: &RwLock<T>) -> T {
@@ -125,32 +137,17 @@ fn write_lock<T>(lock: &RwLock<T>, value: T) {
     *lock.write().unwrap_or_else(|p| p.into_inner()) = value;
 }
 
-/// The first 12 bytes and the size of a file: enough to pick a layout without mapping.
-struct HeaderProbe {
-    head: [u8; 12],
-    len: usize,
-}
-
-impl RegionBytes for HeaderProbe {
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn byte_at(&self, offset: usize) -> u8 {
-        self.head.as_slice().byte_at(offset)
-    }
-    fn u32_at(&self, offset: usize) -> u32 {
-        self.head.as_slice().u32_at(offset)
-    }
-    fn u64_at(&self, offset: usize) -> u64 {
-        self.head.as_slice().u64_at(offset)
-    }
-}
-
-/// Why a region file was not mapped.
+/// Why a region file was not opened or read.
 enum LoadError {
     Core(hami_core_region::CoreRegionError),
     Hip(hip_region::HipRegionError),
-    Io(io::Error),
+    File(FileError),
+}
+
+impl From<FileError> for LoadError {
+    fn from(e: FileError) -> LoadError {
+        LoadError::File(e)
+    }
 }
 
 impl LoadError {
@@ -158,7 +155,7 @@ impl LoadError {
         match self {
             LoadError::Core(e) => e.kind(),
             LoadError::Hip(e) => e.kind(),
-            LoadError::Io(_) => "cache_io",
+            LoadError::File(e) => e.kind(),
         }
     }
 }
@@ -168,32 +165,60 @@ impl std::fmt::Display for LoadError {
         match self {
             LoadError::Core(e) => e.fmt(f),
             LoadError::Hip(e) => e.fmt(f),
-            LoadError::Io(e) => e.fmt(f),
+            LoadError::File(e) => e.fmt(f),
         }
     }
 }
 
+fn is_hip(head: &Segments) -> bool {
+    head.u32_at(0) == hami_region::layout::MAGIC
+}
+
+/// Opens a region file and picks its kind from the first 12 bytes; the layout is checked
+/// again on every read (the file may change under us).
 fn load_region(path: &Path) -> Result<Region, LoadError> {
-    let file = File::open(path).map_err(LoadError::Io)?;
-    let len = file.metadata().map_err(LoadError::Io)?.len() as usize;
-    let mut head = [0u8; 12];
-    // A short read leaves zeros, which the layout checks refuse.
-    file.read_at(&mut head, 0).map_err(LoadError::Io)?;
-    let probe = HeaderProbe { head, len };
-    if head[..4] == hami_region::layout::MAGIC.to_le_bytes() {
-        if len < hami_region::layout::REGION_SIZE {
-            return Err(LoadError::Hip(hip_region::HipRegionError::Truncated {
-                size: len,
-            }));
+    let file = RegionFile::open(path)?;
+    let region = {
+        let mut read = file.reader(file.size()?);
+        let head = read.read(0..hami_core_region::HEADER_LEN)?;
+        if is_hip(head) {
+            let probe = read.read(hip_region::fixed_range())?;
+            hip_region::check_header(probe).map_err(LoadError::Hip)?;
+            true
+        } else {
+            hami_core_region::detect_layout(head).map_err(LoadError::Core)?;
+            false
         }
-        let map =
-            MappedRegion::open(path, hami_region::layout::REGION_SIZE).map_err(LoadError::Io)?;
-        hip_region::check_header(&map).map_err(LoadError::Hip)?;
-        return Ok(Region::Hip(map));
-    }
-    let layout = hami_core_region::detect_layout(&probe).map_err(LoadError::Core)?;
-    let map = MappedRegion::open(path, layout.size).map_err(LoadError::Io)?;
-    Ok(Region::Core(map))
+    };
+    Ok(if region {
+        Region::Hip(file)
+    } else {
+        Region::Core(file)
+    })
+}
+
+/// Copies what a HAMi-core reading needs: header, tail, the `proc_num` slots in use.
+fn read_core_bytes(file: &RegionFile) -> Result<Segments, LoadError> {
+    let mut read = file.reader(file.size()?);
+    // Header through the SM limits of the larger layout in one read (v1's end, past v0's).
+    let head = read.read(0..hami_core_region::V1.procs)?;
+    let layout = hami_core_region::detect_layout(head).map_err(LoadError::Core)?;
+    let [fixed, tail] = hami_core_region::fixed_ranges(layout);
+    debug_assert!(fixed.end <= hami_core_region::V1.procs);
+    read.read(tail)?;
+    let proc_num = read.read(0..0)?.i32_at(layout.proc_num);
+    read.read(hami_core_region::slot_range(layout, proc_num))?;
+    Ok(read.finish())
+}
+
+/// Copies what a HIP reading needs: header, device accounts, slots below the high water.
+fn read_hip_bytes(file: &RegionFile) -> Result<Segments, LoadError> {
+    let mut read = file.reader(file.size()?);
+    let fixed = read.read(hip_region::fixed_range())?;
+    hip_region::check_header(fixed).map_err(LoadError::Hip)?;
+    let high = fixed.u32_at(hip_region::SLOT_HIGH_WATER);
+    read.read(hip_region::slot_range(high))?;
+    Ok(read.finish())
 }
 
 /// Whether another open file description holds a record lock on byte `offset` (hami-region's
@@ -214,6 +239,7 @@ impl NodeMonitor {
             host: RwLock::new(Arc::new(Vec::new())),
             amd_util: RwLock::new(Arc::new(HashMap::new())),
             sampler: Mutex::new(FdSampler::default()),
+            nvml: Mutex::new(NvmlState::NotTried),
         }
     }
 
@@ -239,17 +265,128 @@ impl NodeMonitor {
         }
         write_lock(&self.pods, pods.clone());
         self.scan_dirs(&pods, SystemTime::now());
-        let host = match amd_host_gpus(&self.config.sys_root) {
-            Ok(gpus) => gpus,
+        self.resolve_host_pids();
+        let (mut host, devices) = match amd_host(&self.config.sys_root) {
+            Ok(found) => found,
             Err(e) => {
                 self.errors
                     .record("sysfs", &self.config.sys_root.display().to_string(), &e);
-                Vec::new()
+                (Vec::new(), Vec::new())
             }
         };
-        let host = Arc::new(host);
-        write_lock(&self.host, host.clone());
-        self.sample_fdinfo(&pods, &host, Instant::now());
+        host.extend(self.nvidia_host_gpus());
+        write_lock(&self.host, Arc::new(host));
+        self.sample_fdinfo(&pods, &devices, Instant::now());
+    }
+
+    /// Writes the host pid into HAMi-core slots whose process runs in a private PID
+    /// namespace (`hostpid == 0`), found by mapping and innermost pid (`host_pids`).
+    fn resolve_host_pids(&self) {
+        // (path, layout, id, unresolved (slot, pid)); the lock is not held while /proc is
+        // read, so scrapes are not delayed by the scan.
+        let mut wanted = Vec::new();
+        let tracked = self.tracked.lock().unwrap_or_else(|p| p.into_inner());
+        for t in tracked.values() {
+            for (path, region) in t.regions.values() {
+                let Region::Core(file) = region else { continue };
+                let Ok(bytes) = read_core_bytes(file) else {
+                    continue;
+                };
+                let Ok(layout) = hami_core_region::detect_layout(&bytes) else {
+                    continue;
+                };
+                let unresolved = hami_core_region::unresolved_slots(&bytes, layout);
+                if unresolved.is_empty() {
+                    continue;
+                }
+                if let Ok(id) = file.id() {
+                    wanted.push((path.clone(), layout, id, unresolved));
+                }
+            }
+        }
+        drop(tracked);
+        if wanted.is_empty() {
+            return;
+        }
+        let Ok(pids) = self.proc.pids() else { return };
+        let mut mappers: Vec<Vec<(i32, i32)>> = vec![Vec::new(); wanted.len()];
+        for pid in pids {
+            let Some(ns) = self.proc.nspids(pid) else {
+                continue;
+            };
+            // Only processes in a child PID namespace; the hook resolves host ones itself.
+            let (Some(&host), Some(&inner), true) = (ns.first(), ns.last(), ns.len() > 1) else {
+                continue;
+            };
+            let Some(maps) = self.proc.maps(pid) else {
+                continue;
+            };
+            for (i, w) in wanted.iter().enumerate() {
+                if crate::host_pids::maps_file(&maps, w.2) {
+                    mappers[i].push((host, inner));
+                }
+            }
+        }
+        for ((path, layout, id, unresolved), mappers) in wanted.iter().zip(&mappers) {
+            for (slot, hostpid) in crate::host_pids::resolve(unresolved, mappers) {
+                let base = layout.procs + slot * layout.slot.size;
+                let Some(&(_, pid)) = unresolved.iter().find(|(s, _)| *s == slot) else {
+                    continue;
+                };
+                let guard = (base + layout.slot.pid, pid);
+                let at = base + layout.slot.hostpid;
+                if let Err(e) = RegionFile::write_i32_at(path, *id, guard, at, hostpid) {
+                    self.errors
+                        .record("hostpid_write", &path.display().to_string(), &e);
+                }
+            }
+        }
+    }
+
+    /// NVIDIA GPUs through NVML (memory in use, utilization); none without NVML.
+    fn nvidia_host_gpus(&self) -> Vec<HostGpu> {
+        let mut state = self.nvml.lock().unwrap_or_else(|p| p.into_inner());
+        if let NvmlState::NotTried = *state {
+            *state = match &self.config.nvml_library {
+                None => NvmlState::Unavailable,
+                Some(library) => match hami_nvml::Nvml::load(library) {
+                    Ok(nvml) => {
+                        tracing::info!(%library, "NVML loaded: NVIDIA host metrics (hami_host_gpu_*) are emitted");
+                        NvmlState::Loaded(nvml)
+                    }
+                    Err(e) => {
+                        tracing::info!("NVIDIA host metrics are not emitted: {e}");
+                        NvmlState::Unavailable
+                    }
+                },
+            };
+        }
+        let NvmlState::Loaded(nvml) = &*state else {
+            return Vec::new();
+        };
+        let count = match nvml.count() {
+            Ok(count) => count,
+            Err(e) => {
+                self.errors.record("nvml", "nvmlDeviceGetCount_v2", &e);
+                return Vec::new();
+            }
+        };
+        (0..count)
+            .filter_map(|index| match nvml.usage(index) {
+                Ok(u) => Some(HostGpu {
+                    index,
+                    device_type: hami_protocol::names::Vendor::Nvidia.device_type(&u.name),
+                    uuid: u.uuid,
+                    pci_bdf: String::new(),
+                    memory_used: Some(u.memory_used),
+                    busy_percent: u.gpu_percent.map(f64::from),
+                }),
+                Err(e) => {
+                    self.errors.record("nvml", &format!("GPU {index}"), &e);
+                    None
+                }
+            })
+            .collect()
     }
 
     fn scan_dirs(&self, pods: &PodIndex, now: SystemTime) {
@@ -338,7 +475,7 @@ impl NodeMonitor {
         }
     }
 
-    fn sample_fdinfo(&self, pods: &PodIndex, host: &[HostGpu], now: Instant) {
+    fn sample_fdinfo(&self, pods: &PodIndex, devices: &[RegisteredDevice], now: Instant) {
         let pids = match self.proc.pids() {
             Ok(pids) => pids,
             Err(e) => {
@@ -371,7 +508,30 @@ impl NodeMonitor {
                 Ok(clients) if !clients.is_empty() => {
                     let sample = samples.entry((uid.clone(), name.clone())).or_default();
                     for client in &clients {
-                        add_client(sample, client);
+                        let found = device_locator::locate(
+                            devices,
+                            device_locator::DrmClient {
+                                pdev: Some(&client.pdev),
+                                minor: client.minor,
+                            },
+                        );
+                        match found {
+                            Ok(device) => add_client_on(sample, &device.info.id, client),
+                            // Not a registered GPU (another plugin's, or not AMD): kept
+                            // under its PCI address, without a vdevice_index.
+                            Err(LocateError::UnknownPdev(_) | LocateError::UnknownMinor(_))
+                                if !devices
+                                    .iter()
+                                    .any(|d| d.pci_bdf.eq_ignore_ascii_case(&client.pdev)) =>
+                            {
+                                add_client_on(sample, &client.pdev, client)
+                            }
+                            Err(e) => self.errors.record(
+                                "fdinfo_unattributed",
+                                &format!("pid {pid}"),
+                                &format!("a DRM client of this process: {e}"),
+                            ),
+                        }
                     }
                 }
                 Ok(_) => {}
@@ -388,16 +548,15 @@ impl NodeMonitor {
             .unwrap_or_else(|p| p.into_inner())
             .advance(now, samples);
         let Some(result) = result else { return };
-        let uuids = uuid_by_pdev(host);
         let published: AmdUtil = result
             .into_iter()
-            .map(|(key, by_pdev)| {
+            .map(|(key, by_device)| {
                 let granted = pods
                     .get(&key.0)
                     .and_then(|p| p.container(&key.1))
                     .map(|c| c.amd.clone())
                     .unwrap_or_default();
-                let devices = amd_container_devices(&by_pdev, &uuids, &granted);
+                let devices = amd_container_devices(&by_device, &granted);
                 (key, devices)
             })
             .collect();
@@ -414,8 +573,10 @@ impl NodeMonitor {
         let mut containers = Vec::new();
         let mut with_region = std::collections::HashSet::new();
         {
-            let tracked = self.tracked.lock().unwrap_or_else(|p| p.into_inner());
-            for t in tracked.values() {
+            let mut tracked = self.tracked.lock().unwrap_or_else(|p| p.into_inner());
+            // Files over their time budget: dropped, re-opened by the next scan.
+            let mut slow: Vec<(String, String)> = Vec::new();
+            for (name, t) in tracked.iter() {
                 // A pod deleted since the scan: nothing to label it with; skip quietly.
                 let Some(pod) = pods.get(&t.pod_uid) else {
                     continue;
@@ -423,10 +584,21 @@ impl NodeMonitor {
                 let info = pod.container(&t.container);
                 let mut devices = Vec::new();
                 let mut last_kernel_elapsed = None;
-                for (path, region) in t.regions.values() {
+                for (file_name, (path, region)) in &t.regions {
                     match region {
-                        Region::Core(map) => {
-                            match hami_core_region::read_region(map, &|pid| {
+                        Region::Core(file) => {
+                            let bytes = match read_core_bytes(file) {
+                                Ok(bytes) => bytes,
+                                Err(e) => {
+                                    if matches!(e, LoadError::File(FileError::TooSlow)) {
+                                        slow.push((name.clone(), file_name.clone()));
+                                    }
+                                    self.errors
+                                        .record(e.kind(), &path.display().to_string(), &e);
+                                    continue;
+                                }
+                            };
+                            match hami_core_region::read_region(&bytes, &|pid| {
                                 self.proc.pid_alive(pid)
                             }) {
                                 Ok(reading) => {
@@ -448,12 +620,23 @@ impl NodeMonitor {
                                 }
                             }
                         }
-                        Region::Hip(map) => {
-                            let file = map.file();
+                        Region::Hip(region_file) => {
+                            let bytes = match read_hip_bytes(region_file) {
+                                Ok(bytes) => bytes,
+                                Err(e) => {
+                                    if matches!(e, LoadError::File(FileError::TooSlow)) {
+                                        slow.push((name.clone(), file_name.clone()));
+                                    }
+                                    self.errors
+                                        .record(e.kind(), &path.display().to_string(), &e);
+                                    continue;
+                                }
+                            };
+                            let file = region_file.file();
                             let mut alive = |slot: usize| {
                                 record_locked(file, hami_region::layout::slot_offset(slot))
                             };
-                            match hip_region::read_region(map, &mut alive) {
+                            match hip_region::read_region(&bytes, &mut alive) {
                                 Ok(reading) => {
                                     let granted = info.map(|c| c.amd.as_slice()).unwrap_or(&[]);
                                     let util =
@@ -492,6 +675,11 @@ impl NodeMonitor {
                     devices,
                     last_kernel_elapsed,
                 });
+            }
+            for (dir, file) in slow {
+                if let Some(t) = tracked.get_mut(&dir) {
+                    t.regions.remove(&file);
+                }
             }
         }
         // AMD containers using GPUs without a HIP region (no hook, or not yet started).

@@ -9,6 +9,7 @@ use futures::StreamExt;
 use hami_protocol::cu_allocated::CuAllocation;
 use hami_protocol::device_list::{ContainerDevices, decode_pod_devices};
 use hami_protocol::names::{AMD, NVIDIA, pod as pod_names};
+use hami_protocol::placement::placed_by_scheduler;
 use hami_protocol::requests::container_slots;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::WatchStreamExt;
@@ -64,20 +65,29 @@ fn device_runs(pod: &Pod, keys: [&str; 2], problems: &mut Vec<String>) -> Vec<Co
     Vec::new()
 }
 
-/// Builds the monitor's view of a pod. `None` without a UID.
-pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
+/// Builds the monitor's view of a pod. `None` without a UID. Allocation annotations are
+/// read only from pods the scheduler named `scheduler_name` placed (D-4): on any other pod
+/// they are forged or stale, and the pod is reported with no grants.
+pub fn pod_info(pod: &Pod, scheduler_name: &str) -> Option<PodInfo> {
     let uid = pod.metadata.uid.clone()?;
     let mut problems = Vec::new();
-    let amd_runs = device_runs(
-        pod,
-        [AMD.devices_allocated, AMD.devices_to_allocate],
-        &mut problems,
-    );
-    let nvidia_runs = device_runs(
-        pod,
-        [NVIDIA.devices_allocated, NVIDIA.devices_to_allocate],
-        &mut problems,
-    );
+    let placed = placed_by_scheduler(pod, scheduler_name);
+    let (amd_runs, nvidia_runs) = if placed {
+        (
+            device_runs(
+                pod,
+                [AMD.devices_allocated, AMD.devices_to_allocate],
+                &mut problems,
+            ),
+            device_runs(
+                pod,
+                [NVIDIA.devices_allocated, NVIDIA.devices_to_allocate],
+                &mut problems,
+            ),
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    };
     let status = pod.status.as_ref();
     let ids: HashMap<&str, &str> = status
         .into_iter()
@@ -116,6 +126,7 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
         .annotations
         .as_ref()
         .and_then(|a| a.get(pod_names::AMD_CU_ALLOCATED))
+        .filter(|_| placed)
     {
         match CuAllocation::parse(text) {
             Ok(alloc) => {
@@ -147,10 +158,16 @@ pub struct PodIndex {
 }
 
 impl PodIndex {
-    pub fn from_pods<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> PodIndex {
+    /// The index of `pods`; `scheduler_name` as in [`pod_info`].
+    pub fn from_pods<'a>(
+        pods: impl IntoIterator<Item = &'a Pod>,
+        scheduler_name: &str,
+    ) -> PodIndex {
         let mut index = PodIndex::default();
         for pod in pods {
-            let Some(info) = pod_info(pod) else { continue };
+            let Some(info) = pod_info(pod, scheduler_name) else {
+                continue;
+            };
             for c in &info.containers {
                 if let Some(id) = &c.container_id {
                     index
@@ -171,12 +188,13 @@ impl PodIndex {
 /// A node-scoped pod informer (`spec.nodeName=<node>`).
 pub struct PodInformer {
     store: Store<Pod>,
+    scheduler_name: String,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl PodInformer {
-    /// Starts watching the pods of `node_name`.
-    pub fn start(client: Client, node_name: &str) -> PodInformer {
+    /// Starts watching the pods of `node_name`, placed by the scheduler `scheduler_name`.
+    pub fn start(client: Client, node_name: &str, scheduler_name: &str) -> PodInformer {
         let api: Api<Pod> = Api::all(client);
         let config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
         let (store, writer) = reflector::store();
@@ -190,7 +208,11 @@ impl PodInformer {
                 }
             }
         });
-        PodInformer { store, task }
+        PodInformer {
+            store,
+            scheduler_name: scheduler_name.to_owned(),
+            task,
+        }
     }
 
     /// Waits for the first complete list.
@@ -204,12 +226,50 @@ impl PodInformer {
     /// A consistent copy of the pods now known.
     pub fn index(&self) -> PodIndex {
         let pods = self.store.state();
-        PodIndex::from_pods(pods.iter().map(|p| p.as_ref()))
+        PodIndex::from_pods(pods.iter().map(|p| p.as_ref()), &self.scheduler_name)
     }
 }
 
 impl Drop for PodInformer {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn allocations_only_from_pods_the_scheduler_placed() {
+        let annotations = json!({
+            "hami.io/amd-devices-allocated": "G,AMD Instinct MI210,1024,10:;",
+            "hami.io/amd-cu-allocated": r#"{"G":"0-9"}"#});
+        let make = |spec: serde_json::Value| -> Pod {
+            serde_json::from_value(
+                json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u",
+                "annotations": annotations}, "spec": spec}),
+            )
+            .unwrap()
+        };
+        let gpu = json!({"limits": {"amd.com/gpu": "1"}});
+        let placed = make(
+            json!({"schedulerName": "hami-scheduler", "containers": [{"name": "c", "resources": gpu}]}),
+        );
+        let info = pod_info(&placed, "hami-scheduler").unwrap();
+        assert_eq!(info.containers[0].amd.len(), 1);
+        assert_eq!(
+            info.cu_allocated,
+            vec![("G".to_string(), "0-9".to_string())]
+        );
+        // The forgery of issue 17: a pod without a GPU request carrying allocations.
+        let forged =
+            make(json!({"schedulerName": "hami-scheduler", "containers": [{"name": "c"}]}));
+        let info = pod_info(&forged, "hami-scheduler").unwrap();
+        assert!(info.containers[0].amd.is_empty() && info.cu_allocated.is_empty());
+        // Still indexed: its cache directories belong to a known pod.
+        assert_eq!(info.containers[0].name, "c");
+        assert!(pod_info(&placed, "other").unwrap().cu_allocated.is_empty());
     }
 }

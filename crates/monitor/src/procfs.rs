@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::cgroup::{PodContainer, pod_container_of};
+use hami_amd_discovery::device_locator::drm_minor_of_path;
+
 use crate::fdinfo::{DrmClient, parse_fdinfo};
 
 #[derive(Debug, Clone)]
@@ -24,6 +26,18 @@ impl ProcRoot {
     /// Whether host pid `pid` exists (the monitor runs with hostPID).
     pub fn pid_alive(&self, pid: i32) -> bool {
         pid > 0 && self.root.join(pid.to_string()).exists()
+    }
+
+    /// The `NSpid` entries of a pid (outermost first); `None` when it vanished.
+    pub fn nspids(&self, pid: i32) -> Option<Vec<i32>> {
+        let status =
+            std::fs::read_to_string(self.root.join(pid.to_string()).join("status")).ok()?;
+        Some(crate::host_pids::nspids(&status))
+    }
+
+    /// `/proc/<pid>/maps`; `None` when it vanished or cannot be read.
+    pub fn maps(&self, pid: i32) -> Option<String> {
+        std::fs::read_to_string(self.root.join(pid.to_string()).join("maps")).ok()
     }
 
     /// Every numeric entry of the proc root.
@@ -58,7 +72,8 @@ impl ProcRoot {
             else {
                 continue;
             };
-            if let Some(client) = parse_fdinfo(&text) {
+            if let Some(mut client) = parse_fdinfo(&text) {
+                client.minor = target.to_str().and_then(drm_minor_of_path);
                 out.push(client);
             }
         }

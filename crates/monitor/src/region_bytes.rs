@@ -1,16 +1,9 @@
-//! Byte access to a shared region: a plain slice (tests, golden files) or a read-only
-//! mapping that other processes write while we read.
+//! Byte access to a shared region: a plain slice (tests, golden files) or [`Segments`], the
+//! ranges the monitor copied out of a region file with `pread`.
 //!
 //! The readers of the region layouts are written against [`RegionBytes`] so they stay pure:
-//! a golden test hands them a `Vec<u8>`, the monitor a [`MappedRegion`]. Reads out of
+//! a golden test hands them a `Vec<u8>`, the monitor a [`Segments`]. Reads out of
 //! bounds return 0 (the readers check the length first; this is only a second guard).
-
-use std::fs::File;
-use std::io;
-use std::os::fd::AsRawFd;
-use std::path::Path;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 /// Little-endian reads at byte offsets.
 pub trait RegionBytes {
@@ -68,110 +61,61 @@ impl RegionBytes for Vec<u8> {
     }
 }
 
-/// A read-only, shared mapping of a region file. Every read is an atomic load, because the
-/// writers (other processes) store concurrently; nothing here takes a lock or a semaphore
-/// of the region, so a reader can never block on a writer (or on a dead one).
-///
-/// The file is kept open so that the OFD liveness probes of our own region use it.
-#[derive(Debug)]
-pub struct MappedRegion {
-    ptr: NonNull<u8>,
+/// Bytes of a region read from its file at a few ranges (header, live slots, tail); every
+/// other offset reads as 0. `len` is the file's size as `fstat` reported it, so the readers'
+/// size checks see the real file. Copying into a buffer instead of mapping means no file
+/// content or size (a tenant truncating its file) can fault the monitor: a mapping read past
+/// a truncation raises SIGBUS, a `pread` just returns fewer bytes.
+#[derive(Debug, Clone, Default)]
+pub struct Segments {
     len: usize,
-    file: File,
+    parts: Vec<(usize, Vec<u8>)>,
 }
 
-// SAFETY: the mapping is only read through atomic loads; the file is a plain fd.
-unsafe impl Send for MappedRegion {}
-// SAFETY: as above; no method mutates through `&self`.
-unsafe impl Sync for MappedRegion {}
-
-impl MappedRegion {
-    /// Maps the first `len` bytes of `path` read-only. The caller has checked that the file
-    /// is at least `len` bytes long; a file shorter than `len` is refused here too.
-    pub fn open(path: &Path, len: usize) -> io::Result<MappedRegion> {
-        let file = File::open(path)?;
-        let size = file.metadata()?.len();
-        if size < len as u64 || len == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("{} has {size} bytes, {len} needed", path.display()),
-            ));
+impl Segments {
+    pub fn new(len: usize) -> Segments {
+        Segments {
+            len,
+            parts: Vec::new(),
         }
-        // SAFETY: maps `len` bytes (checked against the file size above) of a file we opened,
-        // read-only and shared; the result is checked before use and unmapped in Drop.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(raw.cast::<u8>())
-            .ok_or_else(|| io::Error::other("mmap returned a null pointer"))?;
-        Ok(MappedRegion { ptr, len, file })
     }
 
-    /// The open file behind the mapping.
-    pub fn file(&self) -> &File {
-        &self.file
+    /// Adds the bytes found at `start` (ranges are few and do not overlap).
+    pub fn push(&mut self, start: usize, bytes: Vec<u8>) {
+        self.parts.push((start, bytes));
     }
 
-    fn in_bounds(&self, offset: usize, size: usize) -> bool {
-        offset.checked_add(size).is_some_and(|end| end <= self.len)
+    fn byte_at_checked(&self, offset: usize, i: usize) -> u8 {
+        offset.checked_add(i).map_or(0, |at| self.byte_at(at))
+    }
+
+    fn slice(&self, offset: usize, size: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(size)?;
+        self.parts.iter().find_map(|(start, bytes)| {
+            (offset >= *start && end <= start + bytes.len())
+                .then(|| &bytes[offset - start..end - start])
+        })
     }
 }
 
-impl RegionBytes for MappedRegion {
+impl RegionBytes for Segments {
     fn len(&self) -> usize {
         self.len
     }
-
     fn byte_at(&self, offset: usize) -> u8 {
-        if !self.in_bounds(offset, 1) {
-            return 0;
-        }
-        // SAFETY: in bounds of a live mapping; an AtomicU8 has no alignment requirement and
-        // the bytes are only ever accessed atomically by this process.
-        unsafe { AtomicU8::from_ptr(self.ptr.as_ptr().add(offset)) }.load(Relaxed)
+        self.slice(offset, 1).map_or(0, |b| b[0])
     }
-
     fn u32_at(&self, offset: usize) -> u32 {
-        if !self.in_bounds(offset, 4) {
-            return 0;
+        match self.slice(offset, 4) {
+            Some(b) => b.u32_at(0),
+            None => u32::from_le_bytes(std::array::from_fn(|i| self.byte_at_checked(offset, i))),
         }
-        if !offset.is_multiple_of(4) {
-            return u32::from_le_bytes(std::array::from_fn(|i| self.byte_at(offset + i)));
-        }
-        // SAFETY: in bounds, 4-aligned (the mapping is page-aligned), read atomically.
-        u32::from_le(
-            unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(offset).cast()) }.load(Relaxed),
-        )
     }
-
     fn u64_at(&self, offset: usize) -> u64 {
-        if !self.in_bounds(offset, 8) {
-            return 0;
+        match self.slice(offset, 8) {
+            Some(b) => b.u64_at(0),
+            None => u64::from_le_bytes(std::array::from_fn(|i| self.byte_at_checked(offset, i))),
         }
-        if !offset.is_multiple_of(8) {
-            return u64::from_le_bytes(std::array::from_fn(|i| self.byte_at(offset + i)));
-        }
-        // SAFETY: in bounds, 8-aligned (the mapping is page-aligned), read atomically.
-        u64::from_le(
-            unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(offset).cast()) }.load(Relaxed),
-        )
-    }
-}
-
-impl Drop for MappedRegion {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping created in `open`, once.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
 
@@ -180,28 +124,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slice_and_mapping_read_the_same_values() {
-        let dir = std::env::temp_dir().join(format!("hami-monitor-bytes-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("r");
+    fn segments_read_like_the_slice_they_were_cut_from() {
         let mut bytes = vec![0u8; 64];
         bytes[0..4].copy_from_slice(&0x1234_5678u32.to_le_bytes());
         bytes[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
         bytes[17..21].copy_from_slice(&7u32.to_le_bytes());
         bytes[32..35].copy_from_slice(b"GPU");
-        std::fs::write(&path, &bytes).unwrap();
-        let map = MappedRegion::open(&path, 64).unwrap();
-        for source in [&bytes as &dyn RegionBytes, &map] {
+        let mut segs = Segments::new(64);
+        segs.push(0, bytes[0..20].to_vec());
+        segs.push(20, bytes[20..40].to_vec());
+        for source in [&bytes as &dyn RegionBytes, &segs] {
+            assert_eq!(source.len(), 64);
             assert_eq!(source.u32_at(0), 0x1234_5678);
             assert_eq!(source.u64_at(8), u64::MAX);
-            assert_eq!(source.u32_at(17), 7, "unaligned");
+            assert_eq!(source.u32_at(17), 7, "unaligned, across two parts");
             assert_eq!(source.c_string_at(32, 8), b"GPU");
-            assert_eq!(source.u64_at(60), 0, "out of bounds reads 0");
+            assert_eq!(source.u64_at(60), 0, "not read / out of bounds reads 0");
         }
-        assert!(
-            MappedRegion::open(&path, 65).is_err(),
-            "longer than the file"
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(segs.u64_at(usize::MAX - 2), 0, "no overflow");
     }
 }

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hami_protocol::exposition::Format;
 
-use crate::metrics::{CONTENT_TYPE, render};
+use crate::metrics::{LegacyMetrics, render_as};
 use crate::node_monitor::{MonitorConfig, NodeMonitor};
 use crate::pods::{PodIndex, PodInformer};
 
@@ -21,7 +22,9 @@ use crate::pods::{PodIndex, PodInformer};
 pub struct ServeConfig {
     pub monitor: MonitorConfig,
     pub bind: SocketAddr,
-    pub legacy_metrics: bool,
+    pub legacy_metrics: LegacyMetrics,
+    /// The scheduler whose pods' allocation annotations are believed (D-4).
+    pub scheduler_name: String,
     /// Period of the directory scan and the fdinfo sampling.
     pub refresh_interval: Duration,
 }
@@ -29,21 +32,25 @@ pub struct ServeConfig {
 #[derive(Clone)]
 struct AppState {
     monitor: Arc<NodeMonitor>,
-    legacy: bool,
+    legacy: LegacyMetrics,
 }
 
 /// The `/metrics` router over a monitor.
-pub fn router(monitor: Arc<NodeMonitor>, legacy: bool) -> Router {
+pub fn router(monitor: Arc<NodeMonitor>, legacy: LegacyMetrics) -> Router {
     Router::new()
         .route("/metrics", get(scrape))
         .with_state(AppState { monitor, legacy })
 }
 
-async fn scrape(State(state): State<AppState>) -> Response {
+async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let monitor = state.monitor.clone();
+    // OpenMetrics unless the scraper asks for the 0.0.4 text format.
+    let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     // Region reads are memory loads and fcntl queries: short, but not async.
-    match tokio::task::spawn_blocking(move || render(&monitor.snapshot(), state.legacy)).await {
-        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+    match tokio::task::spawn_blocking(move || render_as(&monitor.snapshot(), state.legacy, format))
+        .await
+    {
+        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("scrape failed: {e}"),
@@ -82,8 +89,7 @@ pub async fn serve(
     if !containers.is_dir() {
         tracing::warn!(dir = %containers.display(), "the containers directory does not exist yet; it is scanned again every {}s", config.refresh_interval.as_secs());
     }
-    tracing::info!("{}", crate::host_gpus::nvidia_host_metrics_note());
-    let informer = PodInformer::start(client, &config.monitor.node_name);
+    let informer = PodInformer::start(client, &config.monitor.node_name, &config.scheduler_name);
     informer.wait_ready().await?;
     let monitor = Arc::new(NodeMonitor::new(config.monitor.clone()));
     refresh(&monitor, informer.index()).await;

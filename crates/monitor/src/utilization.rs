@@ -2,7 +2,8 @@
 //! - NVIDIA: Σ `sm_util` of the live slots of a HAMi-core region, clamped to 100 (the raw
 //!   sum can exceed 100 because per-process NVML samples overlap; HELP says so).
 //! - AMD: busy time of the container's DRM clients between two samples ([`FdSampler`]),
-//!   mapped from the fdinfo `drm-pdev` to the device the container was granted.
+//!   attributed to a registered device (partition) by the fd's DRM minor, checked against
+//!   `drm-pdev` (`hami_amd_discovery::device_locator`), then to the container's grant.
 //!
 //! Publication is atomic by construction: a sampling pass builds a complete new map and the
 //! shell swaps it in whole, so a scrape sees the previous complete values or the new ones,
@@ -69,24 +70,18 @@ pub struct AmdDeviceUtil {
     pub util: DeviceUtilization,
 }
 
-/// Maps per-`pdev` utilization to the container's devices.
+/// Maps per-device utilization (keyed by registered id, or `drm-pdev` for a GPU that is not
+/// registered) to the container's granted devices.
 pub fn amd_container_devices(
-    by_pdev: &BTreeMap<String, DeviceUtilization>,
-    uuid_by_pdev: &BTreeMap<String, String>,
+    by_device: &BTreeMap<String, DeviceUtilization>,
     granted: &[ContainerDevice],
 ) -> Vec<AmdDeviceUtil> {
-    by_pdev
+    by_device
         .iter()
-        .map(|(pdev, util)| {
-            let uuid = uuid_by_pdev
-                .get(pdev)
-                .cloned()
-                .unwrap_or_else(|| pdev.clone());
-            AmdDeviceUtil {
-                vdevice_index: granted.iter().position(|d| d.uuid == uuid),
-                uuid,
-                util: *util,
-            }
+        .map(|(uuid, util)| AmdDeviceUtil {
+            vdevice_index: granted.iter().position(|d| d.uuid == *uuid),
+            uuid: uuid.clone(),
+            util: *util,
         })
         .collect()
 }
@@ -158,20 +153,15 @@ mod tests {
     }
 
     #[test]
-    fn pdevs_map_to_granted_devices() {
+    fn devices_map_to_granted_positions() {
         let util = DeviceUtilization {
             percent: 10.0,
             clamped: false,
         };
-        let by_pdev: BTreeMap<String, DeviceUtilization> = [
-            ("p0".to_string(), util),
-            ("p1".to_string(), util),
-            ("p9".to_string(), util),
-        ]
-        .into();
-        let uuids: BTreeMap<String, String> = [
-            ("p0".to_string(), "u0".to_string()),
-            ("p1".to_string(), "u1".to_string()),
+        let by_device: BTreeMap<String, DeviceUtilization> = [
+            ("u0".to_string(), util),
+            ("u1".to_string(), util),
+            ("0000:09:00.0".to_string(), util),
         ]
         .into();
         let granted = vec![ContainerDevice {
@@ -180,11 +170,17 @@ mod tests {
             mem_mib: 1,
             cores: 1,
         }];
-        let out = amd_container_devices(&by_pdev, &uuids, &granted);
+        let out = amd_container_devices(&by_device, &granted);
+        assert_eq!(
+            out[0].uuid, "0000:09:00.0",
+            "unknown card keeps its PCI address"
+        );
         assert_eq!(out[0].vdevice_index, None);
-        assert_eq!(out[1].vdevice_index, Some(0));
-        assert_eq!(out[1].uuid, "u1");
-        assert_eq!(out[2].uuid, "p9", "unknown card keeps its PCI address");
+        assert_eq!(out[1].vdevice_index, None, "not granted");
+        assert_eq!(
+            (out[2].uuid.as_str(), out[2].vdevice_index),
+            ("u1", Some(0))
+        );
     }
 
     proptest! {

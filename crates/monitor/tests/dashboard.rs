@@ -6,7 +6,7 @@ use std::sync::Arc;
 use hami_monitor::fdinfo::DeviceUtilization;
 use hami_monitor::hami_core_region::MemoryBreakdown;
 use hami_monitor::host_gpus::HostGpu;
-use hami_monitor::metrics::render;
+use hami_monitor::metrics::{LegacyMetrics, render};
 use hami_monitor::node_monitor::{Allocation, ContainerMetrics, DeviceMetrics, Snapshot};
 
 fn full_snapshot() -> Snapshot {
@@ -66,7 +66,7 @@ fn every_dashboard_metric_is_emitted() {
     let dashboard: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let text = dashboard.to_string();
-    let body = render(&full_snapshot(), true);
+    let body = render(&full_snapshot(), LegacyMetrics::All);
     let mut names = Vec::new();
     let mut rest = text.as_str();
     while let Some(at) = rest.find("hami_") {
@@ -87,10 +87,49 @@ fn every_dashboard_metric_is_emitted() {
     }
 }
 
+/// Seed 004's metric is what its users query: emitted by default, with the reference's
+/// labels and the same value as the hami_ name; `--legacy-metrics=none` turns it off.
+#[test]
+fn the_seed_utilization_metric_is_emitted_by_default() {
+    let body = render(&full_snapshot(), LegacyMetrics::default());
+    let seed: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("Device_utilization_desc_of_container{"))
+        .collect();
+    let modern: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("hami_container_device_utilization_ratio{"))
+        .collect();
+    assert!(!seed.is_empty(), "{body}");
+    assert_eq!(seed.len(), modern.len());
+    for line in &seed {
+        for label in [
+            "podnamespace=",
+            "podname=",
+            "ctrname=",
+            "vdeviceid=",
+            "deviceuuid=",
+        ] {
+            assert!(line.contains(label), "{line}");
+        }
+    }
+    let value = |l: &str| l.rsplit(' ').next().unwrap().to_owned();
+    assert_eq!(
+        seed.iter().map(|l| value(l)).collect::<Vec<_>>(),
+        modern.iter().map(|l| value(l)).collect::<Vec<_>>()
+    );
+    for other in ["vGPU_device_memory_usage_in_bytes", "HostGPUMemoryUsage"] {
+        assert!(
+            !body.contains(other),
+            "{other} only with --legacy-metrics=all"
+        );
+    }
+}
+
 #[test]
 fn legacy_names_only_with_the_flag_and_zone_everywhere() {
-    let modern = render(&full_snapshot(), false);
-    let legacy = render(&full_snapshot(), true);
+    let modern = render(&full_snapshot(), LegacyMetrics::None);
+    let legacy = render(&full_snapshot(), LegacyMetrics::All);
     for name in [
         "vGPU_device_memory_usage_in_bytes",
         "Device_utilization_desc_of_container",
@@ -113,4 +152,54 @@ fn legacy_names_only_with_the_flag_and_zone_everywhere() {
         assert!(line.contains("zone=\"vGPU\""), "{line}");
     }
     assert!(legacy.ends_with("# EOF\n"));
+}
+
+#[test]
+fn prometheus_text_when_asked_with_zone_and_help_on_every_series() {
+    use hami_monitor::metrics::render_as;
+    use hami_protocol::exposition::Format;
+    let accept = "text/plain;version=0.0.4;q=1,*/*;q=0.1";
+    let text = render_as(
+        &full_snapshot(),
+        LegacyMetrics::All,
+        Format::negotiate(Some(accept)),
+    );
+    assert!(
+        !text.contains("# EOF") && !text.contains("# UNIT"),
+        "{text}"
+    );
+    let mut helped = std::collections::BTreeSet::new();
+    let mut typed = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            helped.insert(rest.split(' ').next().unwrap().to_owned());
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split(' ');
+            let name = parts.next().unwrap().to_owned();
+            if parts.next() == Some("counter") {
+                assert!(name.ends_with("_total"), "0.0.4 counter name: {line}");
+            }
+            typed.insert(name);
+        } else {
+            // The build info too: zone="vGPU" on every series.
+            assert!(line.contains("zone=\"vGPU\""), "{line}");
+            let name = line.split(['{', ' ']).next().unwrap();
+            assert!(
+                typed.iter().any(|t| name == t
+                    || ["_bucket", "_sum", "_count"]
+                        .iter()
+                        .any(|s| name.strip_suffix(s) == Some(t.as_str()))),
+                "sample {name} outside its family: {text}"
+            );
+        }
+    }
+    assert_eq!(helped, typed, "{text}");
+    assert!(typed.contains("hami_monitor_errors_total"), "{typed:?}");
+    let cores = text
+        .lines()
+        .find(|l| l.starts_with("# HELP hami_container_device_allocated_cores "))
+        .unwrap();
+    assert!(
+        cores.contains("compute units (CUs, not percent)") && cores.contains("percent of the SMs")
+    );
 }

@@ -47,6 +47,20 @@ fn cid(n: u8) -> String {
     format!("{:02x}", n).repeat(32)
 }
 
+/// The pods the scheduler placed request a GPU of the vendor of their annotations (the
+/// monitor believes allocation annotations only on such pods, D-4).
+fn gpu_resource(spec: &PodSpec) -> &'static str {
+    if spec
+        .annotations
+        .iter()
+        .any(|(k, _)| k.starts_with("hami.io/amd-"))
+    {
+        "amd.com/gpu"
+    } else {
+        "nvidia.com/gpu"
+    }
+}
+
 async fn create_pod(api: &Api<Pod>, spec: &PodSpec, node: &str, ids: &[(&str, String)]) -> String {
     let mut init = Vec::new();
     if let Some(name) = spec.init {
@@ -60,8 +74,9 @@ async fn create_pod(api: &Api<Pod>, spec: &PodSpec, node: &str, ids: &[(&str, St
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": spec.name, "namespace": "default", "annotations": annotations},
-        "spec": {"nodeName": node, "initContainers": init,
-                 "containers": [{"name": spec.container, "image": "cuda"}]}
+        "spec": {"nodeName": node, "initContainers": init, "schedulerName": "hami-scheduler",
+                 "containers": [{"name": spec.container, "image": "cuda",
+                     "resources": {"limits": {gpu_resource(spec): "1"}}}]}
     }))
     .unwrap();
     let created = api.create(&PostParams::default(), &pod).await.unwrap();
@@ -92,7 +107,14 @@ fn write_atomically(path: &Path, text: &str) {
 }
 
 /// A fake host process of a container, with DRM clients.
-fn fake_process(proc_root: &Path, pid: i32, pod_uid: &str, container_id: &str, fds: &[u32]) {
+fn fake_process(
+    proc_root: &Path,
+    pid: i32,
+    pod_uid: &str,
+    container_id: &str,
+    fds: &[u32],
+    render: u32,
+) {
     let dir = proc_root.join(pid.to_string());
     std::fs::create_dir_all(dir.join("fd")).unwrap();
     std::fs::create_dir_all(dir.join("fdinfo")).unwrap();
@@ -105,8 +127,11 @@ fn fake_process(proc_root: &Path, pid: i32, pod_uid: &str, container_id: &str, f
     )
     .unwrap();
     for fd in fds {
-        std::os::unix::fs::symlink("/dev/dri/renderD128", dir.join("fd").join(fd.to_string()))
-            .unwrap();
+        std::os::unix::fs::symlink(
+            format!("/dev/dri/renderD{render}"),
+            dir.join("fd").join(fd.to_string()),
+        )
+        .unwrap();
     }
     // A non-DRM descriptor with a DRM-looking fdinfo must be ignored.
     std::os::unix::fs::symlink("/dev/null", dir.join("fd/0")).unwrap();
@@ -209,8 +234,10 @@ async fn several_busy_pods_on_one_node_report_what_they_used() {
 
     // Host GPUs: 8 × MI210 sysfs built from a real KFD capture, with live counters.
     let sys = hami_sysfs_fixtures::mi210_xgmi().unwrap();
-    let gpus = hami_monitor::host_gpus::amd_host_gpus(&sys.sysfs_root()).unwrap();
+    let (gpus, registered) = hami_monitor::host_gpus::amd_host(&sys.sysfs_root()).unwrap();
     let card = gpus[0].clone();
+    // The DRM node a process of the card opens (fdinfo clients are attributed by it).
+    let render = registered[0].render;
     let driver_dir = format!("bus/pci/drivers/amdgpu/{}", card.pci_bdf);
     sys.write(
         &format!("{driver_dir}/mem_info_vram_used"),
@@ -221,11 +248,7 @@ async fn several_busy_pods_on_one_node_report_what_they_used() {
         .unwrap();
 
     let nv = |uuid: &str| format!("{uuid},NVIDIA,8192,50:;");
-    let amd = format!(
-        "{},{},16384,26:;",
-        card.uuid,
-        card.device_type.trim_start_matches("AMD-")
-    );
+    let amd = format!("{},{},16384,26:;", card.uuid, card.device_type);
     let cu = format!("{{\"{}\":\"0-25\"}}", card.uuid);
     let specs = [
         PodSpec {
@@ -359,9 +382,9 @@ async fn several_busy_pods_on_one_node_report_what_they_used() {
     infer.reserve(0, GIB).unwrap();
     // train: one process at 40 %; infer: two processes at 15 % each, one client shared by
     // two descriptors (dup) that must count once.
-    fake_process(&proc_root, 5001, &uid["amd-d"], &ids[0].1, &[3]);
-    fake_process(&proc_root, 5101, &uid["amd-e"], &ids[1].1, &[3, 4]);
-    fake_process(&proc_root, 5102, &uid["amd-e"], &ids[1].1, &[3]);
+    fake_process(&proc_root, 5001, &uid["amd-d"], &ids[0].1, &[3], render);
+    fake_process(&proc_root, 5101, &uid["amd-e"], &ids[1].1, &[3, 4], render);
+    fake_process(&proc_root, 5102, &uid["amd-e"], &ids[1].1, &[3], render);
     std::fs::create_dir_all(proc_root.join("1")).unwrap();
     std::fs::write(proc_root.join("1/cgroup"), "0::/init.scope\n").unwrap();
     let clients: Vec<(PathBuf, u64, f64)> = vec![
@@ -396,9 +419,11 @@ async fn several_busy_pods_on_one_node_report_what_they_used() {
             sys_root: sys.sysfs_root(),
             node_name: NODE.into(),
             gc_grace: Duration::ZERO,
+            nvml_library: None,
         },
         bind: format!("127.0.0.1:{port}").parse().unwrap(),
-        legacy_metrics: true,
+        legacy_metrics: hami_monitor::metrics::LegacyMetrics::All,
+        scheduler_name: "hami-scheduler".into(),
         refresh_interval: Duration::from_secs(1),
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

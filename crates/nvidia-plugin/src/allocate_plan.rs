@@ -4,6 +4,7 @@
 
 use hami_plugin_core::container_plan::{ContainerPlan, MountPlan};
 use hami_plugin_core::run_mapping::{RunError, take_next_run};
+use hami_protocol::hook_config::{self, HookConfig};
 use hami_protocol::identity::KubeletDeviceId;
 use hami_protocol::memory_limit::MibLimit;
 use hami_protocol::names::{NVIDIA, env};
@@ -40,6 +41,10 @@ pub struct PlanSettings {
     pub cache_host_root: String,
     /// `--device-memory-scaling` > 1: set `CUDA_OVERSUBSCRIBE=true`.
     pub oversubscribe: bool,
+    /// Host directory of the per-container hook config files (`$HOOK_PATH/vgpu/configs`),
+    /// each mounted read-only at `hook_config::CONTAINER_PATH`; apart from the accounting
+    /// directories, which containers write.
+    pub config_host_root: String,
 }
 
 impl Default for PlanSettings {
@@ -49,6 +54,7 @@ impl Default for PlanSettings {
             ld_so_preload_host_path: "/usr/local/vgpu/ld.so.preload".into(),
             cache_host_root: "/usr/local/vgpu/containers".into(),
             oversubscribe: false,
+            config_host_root: "/usr/local/vgpu/configs".into(),
         }
     }
 }
@@ -80,6 +86,10 @@ pub struct AllocatePlan {
     pub to_allocate: String,
     /// Host directory to create (mode 0777) before answering.
     pub cache_dir: Option<String>,
+    /// The container's hook config: (host file to write before answering, its content, to
+    /// which the shell adds the inode of the region file it creates in `cache_dir`). The
+    /// hook reads it first, so the container's environment cannot widen the slice (D-9).
+    pub hook_config: Option<(String, HookConfig)>,
     /// True when no run is left: the pod is fully allocated (`bind-phase=success`).
     pub last: bool,
 }
@@ -103,6 +113,8 @@ pub enum PlanError {
     UnknownKubeletId(String),
     #[error("kubelet asked for no device")]
     EmptyRequest,
+    #[error("the container's hook config cannot be written: {0}")]
+    HookConfig(hook_config::HookConfigError),
 }
 
 /// Go's `strconv.ParseBool` truth values (the reference reads `CUDA_DISABLE_CONTROL` so).
@@ -176,7 +188,7 @@ pub fn plan_allocate(
             read_only: true,
         });
     }
-    let mut cache_dir = None;
+    let (mut cache_dir, mut hook_config) = (None, None);
     if let (Some(uid), Some(info)) = (&pod.pod_uid, info) {
         let host = format!(
             "{}/{uid}_{}",
@@ -193,12 +205,41 @@ pub fn plan_allocate(
             format!("{CACHE_CONTAINER_DIR}/{CACHE_FILE}"),
         );
         cache_dir = Some(host);
+        let config = HookConfig {
+            memory_limits: next
+                .run
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (i as u32, e.mem_mib.saturating_mul(1 << 20)))
+                .collect(),
+            shared_cache: Some(format!("{CACHE_CONTAINER_DIR}/{CACHE_FILE}")),
+            sm_limit: Some(next.run[0].cores.min(100) as u8),
+            pinned: settings
+                .oversubscribe
+                .then(|| (CUDA_OVERSUBSCRIBE.to_owned(), "true".to_owned()))
+                .into_iter()
+                .collect(),
+            ..HookConfig::default()
+        };
+        let host_file = format!(
+            "{}/{uid}_{}.conf",
+            settings.config_host_root.trim_end_matches('/'),
+            info.name
+        );
+        container.mounts.push(MountPlan {
+            container_path: hook_config::CONTAINER_PATH.into(),
+            host_path: host_file.clone(),
+            read_only: true,
+        });
+        config.validate().map_err(PlanError::HookConfig)?;
+        hook_config = Some((host_file, config));
     }
     Ok(AllocatePlan {
         container,
         run_index: next.run_index,
         to_allocate: next.remaining,
         cache_dir,
+        hook_config,
         last: next.last,
     })
 }

@@ -135,6 +135,33 @@ impl KubeAllocator {
                 format!("cannot create the container's accounting directory {dir}: {e}")
             })?;
         }
+        if let (Some(dir), Some((file, config))) = (&plan.cache_dir, &plan.hook_config) {
+            // The region file is made here and named by inode in the config, so a tenant
+            // who deletes or replaces it (the directory is the container's) makes the hook
+            // fail closed instead of starting a second, empty accounting.
+            crate::plugin::prune_configs(
+                std::path::Path::new(&self.settings.config_host_root),
+                std::path::Path::new(&self.settings.cache_host_root),
+            );
+            let region = std::path::Path::new(dir).join(crate::allocate_plan::CACHE_FILE);
+            // A second link beside the config keeps the inode number from being reused.
+            let anchor = std::path::Path::new(file).with_extension("region");
+            let inode = anchor
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| hami_cuda_region::prepare_file(&region, &anchor))
+                .map_err(|e| {
+                    format!(
+                        "cannot create the container's region {}: {e}",
+                        region.display()
+                    )
+                })?;
+            let mut config = config.clone();
+            config.shared_cache_inode = Some(inode);
+            let text = config.encode().map_err(|e| e.to_string())?;
+            crate::plugin::write_hook_config(std::path::Path::new(file), &text)
+                .map_err(|e| format!("cannot write the container's hook config {file}: {e}"))?;
+        }
         let mut annotations = serde_json::Map::new();
         annotations.insert(NVIDIA.devices_to_allocate.into(), json!(plan.to_allocate));
         commit_allocation(&self.client, &self.node, target, annotations, plan.last).await?;

@@ -1,9 +1,12 @@
 //! Publishing the node's GPUs: rediscover through NVML every interval, feed the device list
 //! that ListAndWatch serves, and write `hami.io/node-nvidia-register` (removed when no GPU
 //! is offered); with `--report-node-capacity` also `nvidia.com/gpumem` (MiB) and
-//! `nvidia.com/gpucores` as node capacity.
+//! `nvidia.com/gpucores` as node capacity. The same patch writes the register heartbeat
+//! `hami.io/node-handshake-nvidia` (`hami_protocol::handshake`), a value that changes at
+//! every refresh, so the scheduler can tell a live plugin from a dead one's leftovers.
 
-use hami_protocol::names::NVIDIA;
+use hami_protocol::handshake;
+use hami_protocol::names::{NVIDIA, Vendor};
 use hami_protocol::node_register::{DeviceInfo, encode_node_devices};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
@@ -21,6 +24,8 @@ pub struct NodePublisher {
     pub settings: NvidiaSettings,
     pub report_node_capacity: bool,
     pub devices: watch::Sender<Vec<RegisteredGpu>>,
+    /// Seconds between refreshes, announced in the heartbeat (`--register-interval`).
+    pub handshake_period_secs: u64,
 }
 
 impl NodePublisher {
@@ -49,12 +54,24 @@ impl NodePublisher {
         } else {
             json!(encode_node_devices(&infos).map_err(|e| e.to_string())?)
         };
+        // Removed with the register annotation: nothing offered, nothing to keep alive.
+        let beat = if value.is_null() {
+            serde_json::Value::Null
+        } else {
+            json!(handshake::format(
+                hami_plugin_core::node_lock_client::unix_now(),
+                self.handshake_period_secs
+            ))
+        };
         let nodes: Api<Node> = Api::all(self.client.clone());
         nodes
             .patch(
                 &self.node,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {NVIDIA.node_register: value}}})),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    NVIDIA.node_register: value,
+                    handshake::key(Vendor::Nvidia): beat,
+                }}})),
             )
             .await
             .map_err(|e| {

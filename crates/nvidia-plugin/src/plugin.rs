@@ -56,6 +56,38 @@ pub fn write_ld_so_preload(path: &Path) -> std::io::Result<()> {
     std::fs::rename(tmp, path)
 }
 
+/// Writes a container's hook config (mode 0644, then renamed into place, so a container
+/// never mounts a half-written file); the hook reads it through a read-only mount.
+pub fn write_hook_config(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("conf.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
+    std::fs::rename(tmp, path)
+}
+
+/// Removes the hook configs and region anchors (`<pod uid>_<container>.conf|.region` in
+/// `config_root`) whose accounting directory in `cache_root` is gone (the monitor removes
+/// those of deleted pods), so an anchor never keeps a dead container's region on disk.
+pub fn prune_configs(config_root: &Path, cache_root: &Path) {
+    let Ok(entries) = std::fs::read_dir(config_root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let stem = match (path.file_stem(), path.extension()) {
+            (Some(stem), Some(ext)) if ext == "conf" || ext == "region" => stem.to_owned(),
+            _ => continue,
+        };
+        if !cache_root.join(&stem).exists() {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
 /// Runs the plugin until `shutdown` turns true.
 pub async fn serve(
     args: Args,
@@ -86,6 +118,7 @@ pub async fn serve(
         settings,
         report_node_capacity: args.report_node_capacity,
         devices: devices_tx,
+        handshake_period_secs: args.register_interval.max(1),
     };
     // First publication before serving, so kubelet never sees an empty list by mistake.
     if let Err(e) = publisher.refresh().await {
@@ -117,6 +150,7 @@ pub async fn serve(
             hook_host_path: vgpu.join("libvgpu.so").display().to_string(),
             ld_so_preload_host_path: preload.display().to_string(),
             cache_host_root: vgpu.join("containers").display().to_string(),
+            config_host_root: vgpu.join("configs").display().to_string(),
             oversubscribe,
         },
     );
@@ -152,6 +186,34 @@ pub async fn run(args: Args, settings: NvidiaSettings) -> anyhow::Result<()> {
     })?;
     let rx = shutdown_on_signal();
     serve(args, settings, client, rx).await
+}
+
+#[cfg(test)]
+mod prune_tests {
+    #[test]
+    fn configs_of_gone_containers_are_pruned() {
+        let root = std::env::temp_dir().join(format!("nv-prune-{}", std::process::id()));
+        let (configs, containers) = (root.join("configs"), root.join("containers"));
+        std::fs::create_dir_all(containers.join("uid_a")).unwrap();
+        std::fs::create_dir_all(&configs).unwrap();
+        for name in [
+            "uid_a.conf",
+            "uid_a.region",
+            "uid_b.conf",
+            "uid_b.region",
+            "other",
+        ] {
+            std::fs::write(configs.join(name), b"x").unwrap();
+        }
+        super::prune_configs(&configs, &containers);
+        let mut left: Vec<String> = std::fs::read_dir(&configs)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["other", "uid_a.conf", "uid_a.region"]);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }
 
 #[cfg(test)]

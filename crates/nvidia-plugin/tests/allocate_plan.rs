@@ -96,8 +96,25 @@ fn env_mounts_and_oversubscription() {
                 "/usr/local/vgpu/containers/uid-1_app",
                 false
             ),
+            (
+                "/usr/local/vgpu/hook.conf",
+                "/usr/local/vgpu/configs/uid-1_app.conf",
+                true
+            ),
         ]
     );
+    // The hook's read-only config carries the same slice, in bytes (issue 14 item 7).
+    let (file, config) = plan.hook_config.as_ref().unwrap();
+    assert_eq!(file, "/usr/local/vgpu/configs/uid-1_app.conf");
+    assert_eq!(config.memory_limit(0), Some(5000 << 20));
+    assert_eq!(config.memory_limit(1), Some(6000 << 20));
+    assert_eq!(config.memory_limit(2), None);
+    assert_eq!(config.sm_limit, Some(25));
+    assert_eq!(
+        config.shared_cache.as_deref(),
+        Some("/usr/local/vgpu/cache/cudevshr.cache")
+    );
+    assert_eq!(config.pinned["CUDA_OVERSUBSCRIBE"], "true");
     assert!(
         plan.container.devices.is_empty(),
         "the NVIDIA runtime adds the device nodes"

@@ -276,6 +276,22 @@ async fn init_and_two_app_containers_then_two_30_percent_pods_share_a_gpu() {
     assert_eq!(g0.device_type, "NVIDIA-Stand-in NVIDIA GPU 0");
     assert_eq!((g0.count, g0.devmem, g0.devcore), (10, 16384, 100));
     assert!(g0.health);
+    // The register heartbeat (issue 17 item 13): announced period 1 s, a new value at
+    // every refresh.
+    let beat_key = hami_protocol::handshake::key(hami_protocol::names::Vendor::Nvidia);
+    let first = h
+        .node_annotation(beat_key)
+        .expect("no heartbeat annotation");
+    let report = hami_protocol::handshake::parse(&first).unwrap().unwrap();
+    assert_eq!(report.period_secs, 1, "{first}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while h.node_annotation(beat_key).as_deref() == Some(first.as_str()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "heartbeat never changed: {first}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let preload = h.hook_dir().join("ld.so.preload");
     assert_eq!(
         std::fs::read_to_string(&preload).unwrap(),
@@ -338,6 +354,28 @@ async fn init_and_two_app_containers_then_two_30_percent_pods_share_a_gpu() {
         assert_eq!(
             mounts["/etc/ld.so.preload"],
             (preload.display().to_string(), true)
+        );
+        // The hook's read-only config (issue 14 item 7), written before the answer.
+        let conf = h.hook_dir().join(format!("configs/{uid}_{name}.conf"));
+        assert_eq!(
+            mounts["/usr/local/vgpu/hook.conf"],
+            (conf.display().to_string(), true),
+            "{name}"
+        );
+        let config = hami_protocol::hook_config::decode(&std::fs::read(&conf).unwrap()).unwrap();
+        // It names the region file the plugin created in the accounting directory.
+        use std::os::unix::fs::MetadataExt;
+        let region = std::fs::metadata(host_dir.join("cudevshr.cache")).unwrap();
+        assert_eq!(config.shared_cache_inode, Some(region.ino()), "{name}");
+        assert_eq!(region.len(), 2_008_953);
+        let limit = env["CUDA_DEVICE_MEMORY_LIMIT_0"]
+            .as_str()
+            .unwrap()
+            .trim_end_matches('m');
+        assert_eq!(
+            config.memory_limit(0),
+            Some(limit.parse::<u64>().unwrap() << 20),
+            "{name}"
         );
     }
     assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("success"));

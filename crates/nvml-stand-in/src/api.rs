@@ -8,7 +8,9 @@ use std::ffi::{c_char, c_int, c_uint};
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering::Acquire;
 
-use crate::fake_state::{Config, MAX_DEVICES, State, WINDOW_NS, map_state, now_ns, uuid_text};
+use crate::fake_state::{
+    Config, MAX_DEVICES, MAX_OWNERS, Mapped, State, WINDOW_NS, map_state, now_ns, uuid_text,
+};
 
 const SUCCESS: c_int = 0;
 const UNINITIALIZED: c_int = 1;
@@ -20,6 +22,7 @@ const LIBRARY_NOT_FOUND: c_int = 12;
 struct Nvml {
     config: Config,
     state: &'static State,
+    mapped: Mapped,
 }
 
 static NVML: OnceLock<Result<Nvml, String>> = OnceLock::new();
@@ -57,8 +60,12 @@ macro_rules! try_nv {
 pub extern "C" fn nvmlInit_v2() -> c_int {
     let n = NVML.get_or_init(|| {
         let config = Config::from_env()?;
-        let state = map_state(&config.state_path)?;
-        Ok(Nvml { config, state })
+        let mapped = map_state(&config.state_path)?;
+        Ok(Nvml {
+            config,
+            state: mapped.state,
+            mapped,
+        })
     });
     match n {
         Ok(_) => SUCCESS,
@@ -199,6 +206,16 @@ pub struct MemoryV2 {
     pub used: u64,
 }
 
+/// Memory in use on device `d`, after the memory of dead processes went back (as a real
+/// driver has done by the time NVML is asked).
+fn used_now(n: &Nvml, d: usize) -> u64 {
+    n.mapped.reclaim_dead(None);
+    n.state.devices[d]
+        .used
+        .load(Acquire)
+        .min(n.config.device_memory)
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: *const u8, memory: *mut Memory) -> c_int {
     let (n, d) = try_nv!(device_of(device));
@@ -206,7 +223,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: *const u8, memory: *mut
         return INVALID_ARGUMENT;
     }
     let total = n.config.device_memory;
-    let used = n.state.devices[d].used.load(Acquire).min(total);
+    let used = used_now(n, d);
     // SAFETY: checked non-null.
     unsafe {
         memory.write(Memory {
@@ -228,7 +245,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         return INVALID_ARGUMENT;
     }
     let total = n.config.device_memory;
-    let used = n.state.devices[d].used.load(Acquire).min(total);
+    let used = used_now(n, d);
     // SAFETY: checked non-null; the caller set `version`, which is kept.
     unsafe {
         (*memory).total = total;
@@ -237,6 +254,121 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         (*memory).used = used;
     }
     SUCCESS
+}
+
+/// `nvmlProcessInfo_v1_t` (what the unversioned `nvmlDeviceGetComputeRunningProcesses` fills).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ProcessInfoV1 {
+    pub pid: c_uint,
+    pub used_gpu_memory: u64,
+}
+
+/// `nvmlProcessInfo_t` of NVML 11.x/12.x (`_v2` and `_v3` of the call): 24 bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ProcessInfoV2 {
+    pub pid: c_uint,
+    pub used_gpu_memory: u64,
+    /// `0xFFFFFFFF` outside MIG mode.
+    pub gpu_instance_id: c_uint,
+    pub compute_instance_id: c_uint,
+}
+
+const _: () = {
+    assert!(size_of::<ProcessInfoV1>() == 16);
+    assert!(size_of::<ProcessInfoV2>() == 24);
+};
+
+/// Live processes with a context or memory on device `d`: (host pid, bytes).
+fn compute_processes(n: &Nvml, d: usize) -> Vec<(c_uint, u64)> {
+    n.mapped.reclaim_dead(None);
+    (0..MAX_OWNERS)
+        .filter_map(|index| {
+            let owner = &n.state.owners[index];
+            let pid = owner.pid.load(Acquire);
+            let used = owner.used[d].load(Acquire);
+            let on_device = owner.contexts.load(Acquire) & (1 << d) != 0 || used > 0;
+            (pid > 0 && on_device && n.mapped.owner_alive(index)).then_some((pid as c_uint, used))
+        })
+        .collect()
+}
+
+/// NVML's contract: `*count` in = room, out = processes; too small → INSUFFICIENT_SIZE with
+/// the count needed (HAMi-core calls it with room 0 first).
+unsafe fn running_processes<T>(
+    device: *const u8,
+    count: *mut c_uint,
+    infos: *mut T,
+    make: impl Fn(c_uint, u64) -> T,
+) -> c_int {
+    let (n, d) = try_nv!(device_of(device));
+    if count.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let found = compute_processes(n, d);
+    // SAFETY: count checked non-null; `infos` holds `*count` entries per the API.
+    unsafe {
+        let room = *count as usize;
+        *count = found.len() as c_uint;
+        if found.len() > room {
+            return INSUFFICIENT_SIZE;
+        }
+        if found.is_empty() {
+            return SUCCESS;
+        }
+        if infos.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        for (at, (pid, used)) in found.into_iter().enumerate() {
+            infos.add(at).write(make(pid, used));
+        }
+    }
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
+    device: *const u8,
+    count: *mut c_uint,
+    infos: *mut ProcessInfoV1,
+) -> c_int {
+    // SAFETY: the caller's arguments, per the NVML contract.
+    unsafe {
+        running_processes(device, count, infos, |pid, used_gpu_memory| ProcessInfoV1 {
+            pid,
+            used_gpu_memory,
+        })
+    }
+}
+
+fn v2(pid: c_uint, used_gpu_memory: u64) -> ProcessInfoV2 {
+    ProcessInfoV2 {
+        pid,
+        used_gpu_memory,
+        gpu_instance_id: 0xFFFF_FFFF,
+        compute_instance_id: 0xFFFF_FFFF,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
+    device: *const u8,
+    count: *mut c_uint,
+    infos: *mut ProcessInfoV2,
+) -> c_int {
+    // SAFETY: the caller's arguments, per the NVML contract.
+    unsafe { running_processes(device, count, infos, v2) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    device: *const u8,
+    count: *mut c_uint,
+    infos: *mut ProcessInfoV2,
+) -> c_int {
+    // SAFETY: the caller's arguments, per the NVML contract.
+    unsafe { running_processes(device, count, infos, v2) }
 }
 
 /// `nvmlProcessUtilizationSample_t`.
@@ -261,7 +393,7 @@ fn samples(n: &Nvml, device: usize, last_seen: u64) -> Vec<ProcessUtilizationSam
     n.state.devices[device]
         .procs
         .iter()
-        .filter(|p| p.pid.load(Acquire) > 0 && p.owner_alive())
+        .filter(|p| n.mapped.pid_alive(p.pid.load(Acquire)))
         .filter_map(|p| {
             let busy = p.busy_in(window);
             (busy > 0).then(|| ProcessUtilizationSample {
@@ -300,6 +432,37 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
         }
         std::ptr::copy_nonoverlapping(found.as_ptr(), utilization, found.len());
     }
+    SUCCESS
+}
+
+/// `nvmlUtilization_t`.
+#[repr(C)]
+pub struct Utilization {
+    pub gpu: c_uint,
+    pub memory: c_uint,
+}
+
+/// Device utilization over the last complete window: the busy time of every live process
+/// on the device (they run one after another on the stand-in), clamped to 100 %.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
+    device: *const u8,
+    utilization: *mut Utilization,
+) -> c_int {
+    let (n, d) = try_nv!(device_of(device));
+    if utilization.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let window = (now_ns() / WINDOW_NS).saturating_sub(1);
+    let busy: u64 = n.state.devices[d]
+        .procs
+        .iter()
+        .filter(|p| n.mapped.pid_alive(p.pid.load(Acquire)))
+        .map(|p| p.busy_in(window))
+        .sum();
+    let gpu = ((busy * 100 + WINDOW_NS / 2) / WINDOW_NS).min(100) as c_uint;
+    // SAFETY: checked non-null.
+    unsafe { utilization.write(Utilization { gpu, memory: 0 }) };
     SUCCESS
 }
 

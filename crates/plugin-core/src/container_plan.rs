@@ -23,4 +23,7 @@ pub struct ContainerPlan {
     pub envs: BTreeMap<String, String>,
     pub devices: Vec<DevicePath>,
     pub mounts: Vec<MountPlan>,
+    /// Fully qualified CDI device names (`vendor/class=name`), for runtimes that inject
+    /// devices from CDI specs (kubelet ≥ 1.28 passes them on).
+    pub cdi_devices: Vec<String>,
 }

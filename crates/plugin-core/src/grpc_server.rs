@@ -23,6 +23,12 @@ use crate::container_plan::ContainerPlan;
 /// What turns one container request (kubelet device ids) into a container response.
 pub trait Allocator: Send + Sync + 'static {
     fn allocate(&self, kubelet_ids: Vec<String>) -> BoxFuture<'_, Result<ContainerPlan, String>>;
+
+    /// Device keys (kubelet ids are `<key>#<share>`) that GetPreferredAllocation should
+    /// pick last, e.g. GPUs holding slices, which a whole-card hand-over may not take.
+    fn avoid_keys(&self) -> BoxFuture<'_, Vec<String>> {
+        Box::pin(async { Vec::new() })
+    }
 }
 
 /// Turns the vendor's device list into kubelet's (one entry per share).
@@ -92,19 +98,48 @@ pub fn container_response(plan: ContainerPlan) -> ContainerAllocateResponse {
             })
             .collect(),
         annotations: Default::default(),
-        cdi_devices: Vec::new(),
+        cdi_devices: plan
+            .cdi_devices
+            .into_iter()
+            .map(|name| hami_deviceplugin_api::v1beta1::CdiDevice { name })
+            .collect(),
     }
 }
 
-/// Preferred ids: the required ones, then ids of devices already chosen (shares of one GPU
-/// are interchangeable), then the rest in kubelet's order; never a duplicate.
+/// Preferred ids: the required ones, then one share of each GPU not chosen yet (ids are
+/// `<device key>#<share>`), then the rest in kubelet's order; never a duplicate. Spreading
+/// over GPUs lets a pod the scheduler did not place get as many whole cards as it asks
+/// for (a pod it did place is mapped by its annotations, whatever the ids).
 pub fn preferred_ids(available: &[String], must_include: &[String], size: usize) -> Vec<String> {
+    preferred_ids_avoiding(available, must_include, size, &[])
+}
+
+/// [`preferred_ids`], taking GPUs whose key is in `avoid` only after all others.
+pub fn preferred_ids_avoiding(
+    available: &[String],
+    must_include: &[String],
+    size: usize,
+    avoid: &[String],
+) -> Vec<String> {
+    let key = |id: &str| id.rsplit_once('#').map_or(id, |(k, _)| k).to_owned();
     let mut out: Vec<String> = Vec::new();
-    for id in must_include.iter().chain(available) {
-        if out.len() >= size {
-            break;
+    for id in must_include {
+        if out.len() < size && !out.contains(id) {
+            out.push(id.clone());
         }
-        if !out.contains(id) {
+    }
+    for pass_avoided in [false, true] {
+        for id in available {
+            if out.len() < size
+                && avoid.contains(&key(id)) == pass_avoided
+                && !out.iter().any(|o| key(o) == key(id))
+            {
+                out.push(id.clone());
+            }
+        }
+    }
+    for id in available {
+        if out.len() < size && !out.contains(id) {
             out.push(id.clone());
         }
     }
@@ -173,15 +208,17 @@ impl<T: Send + Sync + 'static> DevicePlugin for PluginService<T> {
         &self,
         request: Request<PreferredAllocationRequest>,
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
+        let avoid = self.allocator.avoid_keys().await;
         let container_responses = request
             .into_inner()
             .container_requests
             .into_iter()
             .map(|c| ContainerPreferredAllocationResponse {
-                device_i_ds: preferred_ids(
+                device_i_ds: preferred_ids_avoiding(
                     &c.available_device_i_ds,
                     &c.must_include_device_i_ds,
                     usize::try_from(c.allocation_size).unwrap_or(0),
+                    &avoid,
                 ),
             })
             .collect();
@@ -229,5 +266,11 @@ mod tests {
             vec!["b#0", "a#0"]
         );
         assert_eq!(preferred_ids(&avail, &[], 5).len(), 3);
+        // One share per GPU first, so 2 ids name 2 GPUs; avoided GPUs last.
+        assert_eq!(preferred_ids(&avail, &[], 2), vec!["a#0", "b#0"]);
+        assert_eq!(
+            preferred_ids_avoiding(&avail, &[], 2, &["a".into()]),
+            vec!["b#0", "a#0"]
+        );
     }
 }

@@ -9,6 +9,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Map, Value, json};
 
+use crate::node_lock_client::{NodeLockClient, api_error_text};
+
 /// What an Allocate reads first, the same for every vendor: the node's lock value (fresh
 /// from the API server, as the lock protocol needs) and the pods bound to the node.
 pub async fn node_lock_and_pods(
@@ -19,7 +21,7 @@ pub async fn node_lock_and_pods(
     let current = nodes
         .get(node)
         .await
-        .map_err(|e| format!("cannot read node {node}: {e}"))?;
+        .map_err(|e| format!("cannot read node {node}: {}", api_error_text(&e)))?;
     let lock = current
         .metadata
         .annotations
@@ -29,7 +31,7 @@ pub async fn node_lock_and_pods(
     let pods = Api::<Pod>::all(client.clone())
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
         .await
-        .map_err(|e| format!("cannot list pods of node {node}: {e}"))?
+        .map_err(|e| format!("cannot list pods of node {node}: {}", api_error_text(&e)))?
         .items;
     Ok((lock, pods))
 }
@@ -56,7 +58,12 @@ pub async fn commit_allocation(
         &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
     )
     .await
-    .map_err(|e| format!("cannot record the allocation on the pod: {e}"))?;
+    .map_err(|e| {
+        format!(
+            "cannot record the allocation on the pod: {}",
+            api_error_text(&e)
+        )
+    })?;
     if last {
         release_lock(client, node, target).await;
     }
@@ -72,7 +79,7 @@ pub async fn mark_failed(client: &kube::Client, node: &str, target: &PodRef) {
         .patch(&target.name, &PatchParams::default(), &Patch::Merge(patch))
         .await
     {
-        tracing::warn!(pod = %target, "cannot set bind-phase=failed: {e}");
+        tracing::warn!(pod = %target, "cannot set bind-phase=failed: {}", api_error_text(&e));
     }
     release_lock(client, node, target).await;
 }
@@ -88,35 +95,19 @@ pub fn check_lock_owner(lock: Option<&str>, target: &PodRef) -> Result<(), Strin
     Ok(())
 }
 
-/// Removes the node lock if `owner` holds it (a few tries on conflicts).
+/// How long a plugin keeps trying to release a lock (conflicts, API hiccups) before it
+/// leaves it to expire (D-2).
+pub const RELEASE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Removes the node lock if `owner` holds it, through the shared node-lock client (retries
+/// with backoff until [`RELEASE_DEADLINE`]); a failure is logged, and the lock then expires.
 pub async fn release_lock(client: &kube::Client, node: &str, owner: &PodRef) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    for _ in 0..5 {
-        let Ok(n) = nodes.get(node).await else {
-            continue;
-        };
-        let Some(value) = n
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(node_keys::MUTEX_LOCK))
-        else {
-            return;
-        };
-        if !NodeLock::parse(value).is_ok_and(|l| l.is_owned_by(owner)) {
-            return;
-        }
-        let patch = json!({"metadata": {
-            "resourceVersion": n.metadata.resource_version,
-            "annotations": {node_keys::MUTEX_LOCK: null},
-        }});
-        match nodes
-            .patch(node, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(_) => return,
-            Err(e) => tracing::warn!(%node, "releasing the node lock failed, retrying: {e}"),
-        }
+    let deadline = std::time::Instant::now() + RELEASE_DEADLINE;
+    if let Err(e) = NodeLockClient::new(client.clone())
+        .release(node, owner, deadline)
+        .await
+    {
+        tracing::warn!(%node, pod = %owner, "{e}; the lock will expire instead");
     }
 }
 
@@ -126,6 +117,30 @@ pub fn create_cache_dir(dir: &str) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
+}
+
+/// Writes a container's hook config (issue 14 item 7) at `path` on the host, read-only for
+/// everyone, atomically (a temporary file renamed over it), creating its directory. The
+/// kubelet bind-mounts it read-only; the hook refuses a config that is not on a read-only
+/// mount.
+pub fn write_hook_config(path: &str, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let path = std::path::Path::new(path);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let temp = path.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&temp);
+    let mut file = std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(&temp)?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()?;
+    std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o444))?;
+    std::fs::rename(&temp, path)
 }
 
 #[cfg(test)]
@@ -143,6 +158,23 @@ mod tests {
                 .unwrap_err()
                 .contains("another pod")
         );
+    }
+
+    #[test]
+    fn hook_config_is_written_read_only_and_replaced_whole() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("plugin-core-hook-{}", std::process::id()));
+        let path = dir.join(".hook-config").join("uid_ctr.conf");
+        let path = path.to_str().unwrap();
+        write_hook_config(path, "hami-hook-config/1\nmemory-limit=1\n").unwrap();
+        write_hook_config(path, "hami-hook-config/1\nmemory-limit=2\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(path).unwrap(),
+            "hami-hook-config/1\nmemory-limit=2\n"
+        );
+        let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o444);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -9,10 +9,15 @@
 //! | [`node_register`] | `hami.io/node-{amd,nvidia}-register` JSON (§2.1) — feature `json` |
 //! | [`device_list`] | `*-devices-to-allocate` / `*-devices-allocated` (§2.2) |
 //! | [`cu_allocated`] | `hami.io/amd-cu-allocated` (§2.3) — feature `json` |
+//! | [`handshake`] | `hami.io/node-handshake-{amd,nvidia}`: the plugins' register heartbeat |
 //! | [`node_lock`] | `hami.io/mutex.lock`, lock decisions, bind phases (§2.3, §2.4) |
 //! | [`cu_list`] | CU id lists and `HSA_CU_MASK` (§2.5) |
+//! | [`exposition`] | `/metrics` bodies: `Accept` negotiation, OpenMetrics → Prometheus text 0.0.4 |
+//! | [`scrape`] | reading samples of a `/metrics` or `/federate` body (the web UI) |
+//! | [`hook_config`] | the per-container read-only hook configuration (issue 14) |
 //! | [`memory_limit`] | `HIP_DEVICE_MEMORY_LIMIT_<i>` and friends (§2.7) |
 //! | [`identity`] | AMD SMI UUID, ROCr id, partition ids, kubelet device ids (§2.8) |
+//! | [`placement`] | which pods the scheduler placed, whose allocation annotations count (D-4) — feature `k8s` |
 //! | [`requests`] | what a pod asks for, defaults and validation (§1) — feature `k8s` |
 //! | [`selection`] | type/uuid filters, NUMA/XGMI binding, policies (§1) |
 //!
@@ -20,17 +25,23 @@
 
 pub mod cu_list;
 pub mod device_list;
+pub mod exposition;
+pub mod handshake;
+pub mod hook_config;
 pub mod identity;
 pub mod memory_limit;
 pub mod names;
 pub mod node_lock;
 pub mod quantity;
 pub mod rfc3339;
+pub mod scrape;
 pub mod selection;
 
 #[cfg(feature = "json")]
 pub mod cu_allocated;
 #[cfg(feature = "json")]
 pub mod node_register;
+#[cfg(feature = "k8s")]
+pub mod placement;
 #[cfg(feature = "k8s")]
 pub mod requests;

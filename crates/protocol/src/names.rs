@@ -20,6 +20,30 @@ impl Vendor {
         }
     }
 
+    /// The device type of a product name, as registered (`type` of §2.1), written into
+    /// device lists and shown as the `device_type` metric label: the characters device lists
+    /// reserve (`,` `:` `;`) become spaces; AMD names contain `AMD` (else `AMD ` is put
+    /// in front), NVIDIA names start with `NVIDIA` (else `NVIDIA-`); an empty name is
+    /// `AMD GPU` / `NVIDIA-GPU`. Idempotent, so a registered type passes through
+    /// unchanged: the scheduler and the monitor label one GPU alike.
+    pub fn device_type(self, product: &str) -> String {
+        let clean: String = product
+            .chars()
+            .map(|c| if matches!(c, ',' | ':' | ';') { ' ' } else { c })
+            .collect();
+        let clean = clean.trim();
+        match self {
+            _ if clean.is_empty() => match self {
+                Vendor::Amd => "AMD GPU".into(),
+                Vendor::Nvidia => "NVIDIA-GPU".into(),
+            },
+            Vendor::Amd if clean.to_ascii_uppercase().contains("AMD") => clean.to_owned(),
+            Vendor::Amd => format!("AMD {clean}"),
+            Vendor::Nvidia if clean.starts_with("NVIDIA") => clean.to_owned(),
+            Vendor::Nvidia => format!("NVIDIA-{clean}"),
+        }
+    }
+
     /// Every name this vendor uses on the wire.
     pub const fn names(self) -> &'static VendorNames {
         match self {
@@ -48,6 +72,30 @@ pub struct VendorNames {
     pub numa_bind: &'static str,
     /// AMD only: multi-GPU containers only on XGMI peers.
     pub link_bind: Option<&'static str>,
+}
+
+impl VendorNames {
+    /// Every extended resource a pod of this vendor may request (SPEC §1), in table order.
+    pub fn resources(&self) -> impl Iterator<Item = &'static str> {
+        [
+            Some(self.resource_count),
+            Some(self.resource_memory),
+            Some(self.resource_memory_percentage),
+            Some(self.resource_cores),
+            self.resource_priority,
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// Every extended resource hami-rs manages, all vendors (kube-scheduler's
+/// `managedResources`, the webhook's match conditions).
+pub fn managed_resources() -> Vec<&'static str> {
+    Vendor::ALL
+        .iter()
+        .flat_map(|v| v.names().resources())
+        .collect()
 }
 
 pub static AMD: VendorNames = VendorNames {
@@ -121,6 +169,10 @@ pub const SCHEDULER_OWNED_ANNOTATIONS: &[&str] = &[
     "hami.io/vgpu-mig-allocations",
 ];
 
+/// The scheduler's name when the operator does not choose one (`schedulerName` of the pods
+/// it places; the scheduler's `--scheduler-name`).
+pub const DEFAULT_SCHEDULER_NAME: &str = "hami-scheduler";
+
 /// Env variables set by the device plugins or read by the hooks (SPEC §2.6, §5, §6).
 pub mod env {
     pub const ROCR_VISIBLE_DEVICES: &str = "ROCR_VISIBLE_DEVICES";
@@ -150,6 +202,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn device_types_are_named_once_and_idempotently() {
+        assert_eq!(
+            Vendor::Amd.device_type("AMD Instinct MI210"),
+            "AMD Instinct MI210"
+        );
+        assert_eq!(
+            Vendor::Amd.device_type("Instinct MI210"),
+            "AMD Instinct MI210"
+        );
+        assert_eq!(Vendor::Amd.device_type(" a,b:c; "), "AMD a b c");
+        assert_eq!(Vendor::Amd.device_type(""), "AMD GPU");
+        assert_eq!(Vendor::Nvidia.device_type("Tesla T4"), "NVIDIA-Tesla T4");
+        assert_eq!(Vendor::Nvidia.device_type("NVIDIA A100"), "NVIDIA A100");
+        assert_eq!(Vendor::Nvidia.device_type(";"), "NVIDIA-GPU");
+        for vendor in Vendor::ALL {
+            for name in ["", "x", "AMD-AMD y", "NVIDIA-z", "odd,name:;", "  MI300X  "] {
+                let once = vendor.device_type(name);
+                assert_eq!(vendor.device_type(&once), once, "{vendor:?} {name:?}");
+                assert!(once.to_uppercase().contains(vendor.word()), "{once}");
+            }
+        }
+    }
+
+    #[test]
     fn vendor_tables_use_the_reference_spelling() {
         assert_eq!(Vendor::Amd.names().use_gpuuuid, "amd.com/use-gpu-uuid");
         assert_eq!(Vendor::Nvidia.names().use_gpuuuid, "nvidia.com/use-gpuuuid");
@@ -163,5 +239,17 @@ mod tests {
             assert!(SCHEDULER_OWNED_ANNOTATIONS.contains(&names.devices_allocated));
             assert!(SCHEDULER_OWNED_ANNOTATIONS.contains(&names.devices_to_allocate));
         }
+    }
+
+    #[test]
+    fn managed_resources_are_every_vendor_resource_once() {
+        let all = managed_resources();
+        assert_eq!(all.len(), 9, "{all:?}");
+        assert!(all.contains(&"amd.com/gpumem-percentage"));
+        assert!(all.contains(&"nvidia.com/priority"));
+        let mut dedup = all.clone();
+        dedup.sort();
+        dedup.dedup();
+        assert_eq!(dedup.len(), all.len());
     }
 }

@@ -104,6 +104,13 @@ impl NodeLock {
         now.saturating_sub(self.taken_at) > expiry_seconds
     }
 
+    /// Whether the lock is stamped further in the future than the expiry itself: no
+    /// plausible clock skew explains that (a writer that far ahead breaks the expiry rule
+    /// anyway), and honouring it would block the node until the stamp plus the expiry.
+    pub fn is_implausibly_future(&self, now: i64, expiry_seconds: i64) -> bool {
+        self.taken_at.saturating_sub(now) > expiry_seconds
+    }
+
     pub fn is_owned_by(&self, pod: &PodRef) -> bool {
         self.owner.as_ref() == Some(pod)
     }
@@ -116,7 +123,8 @@ pub enum LockDecision {
     Take,
     /// This pod already holds it (re-entrant).
     AlreadyHeld,
-    /// Expired, unreadable-but-old, or its owner is gone: replace it.
+    /// Expired, stamped implausibly far in the future, unreadable, or its owner is gone:
+    /// replace it.
     TakeOver { reason: TakeOverReason },
     /// Someone else holds it; wait (bounded) and retry.
     Busy {
@@ -128,6 +136,8 @@ pub enum LockDecision {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TakeOverReason {
     Expired,
+    /// Stamped more than the expiry ahead of our clock (clock skew or a bad writer).
+    FutureStamp,
     OwnerGone,
     /// The value cannot be parsed: nobody can release it, so treat it as abandoned.
     Unreadable,
@@ -157,6 +167,11 @@ pub fn decide(
     if lock.is_expired(now, expiry_seconds) {
         return LockDecision::TakeOver {
             reason: TakeOverReason::Expired,
+        };
+    }
+    if lock.is_implausibly_future(now, expiry_seconds) {
+        return LockDecision::TakeOver {
+            reason: TakeOverReason::FutureStamp,
         };
     }
     if let Some(owner) = &lock.owner
@@ -291,6 +306,34 @@ mod tests {
                 reason: TakeOverReason::Unreadable
             }
         );
+        // Stamped in the future: a little (a peer's clock runs ahead) is a live lock; more
+        // than the expiry ahead ("since -576s") is treated as expired, not waited for.
+        assert_eq!(
+            decide(Some(other), &me, t0 - 5, 60, exists),
+            LockDecision::Busy {
+                owner: Some(PodRef::new("default", "other")),
+                age_seconds: -5
+            }
+        );
+        assert_eq!(
+            decide(Some(other), &me, t0 - 60, 60, exists),
+            LockDecision::Busy {
+                owner: Some(PodRef::new("default", "other")),
+                age_seconds: -60
+            }
+        );
+        assert_eq!(
+            decide(Some(other), &me, t0 - 576, 60, exists),
+            LockDecision::TakeOver {
+                reason: TakeOverReason::FutureStamp
+            }
+        );
+        assert!(matches!(
+            decide(Some("2026-08-21T06:20:39Z"), &me, t0 - 61, 60, |_| true),
+            LockDecision::TakeOver {
+                reason: TakeOverReason::FutureStamp
+            }
+        ));
         // A legacy lock has no owner to look up: only expiry frees it.
         assert!(matches!(
             decide(Some("2026-08-21T06:20:39Z"), &me, t0 + 5, 60, |_| false),
@@ -315,6 +358,16 @@ mod tests {
             let back = NodeLock::parse(&text).unwrap();
             prop_assert_eq!(&back, &lock);
             prop_assert_eq!(back.encode().unwrap(), text);
+        }
+
+        /// A lock is live only while its age on our clock is within ±expiry.
+        #[test]
+        fn live_only_within_expiry(age in -1000i64..1000, expiry in 1i64..300) {
+            let t = 1_787_293_239;
+            let value = NodeLock::new(t, PodRef::new("ns", "other")).encode().unwrap();
+            let d = decide(Some(&value), &PodRef::new("ns", "me"), t + age, expiry, |_| true);
+            let live = matches!(d, LockDecision::Busy { .. });
+            prop_assert_eq!(live, age.abs() <= expiry, "{:?}", d);
         }
 
         #[test]

@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Mutex;
@@ -62,6 +62,12 @@ pub enum RegionError {
         "all {MAX_PROCS} process slots of {path} are held by live processes: no more processes can use the GPU in this container"
     )]
     Full { path: PathBuf },
+    /// The path is not a plain file this process may use: the directory is writable by the
+    /// container, so a symbolic link, FIFO, directory or hard link there may be planted.
+    #[error(
+        "refusing the shared accounting file {path}: {reason}; it must be a regular file with one link that this hook created; remove it, or set HIP_DEVICE_MEMORY_SHARED_CACHE to another path"
+    )]
+    Unsafe { path: PathBuf, reason: String },
 }
 
 /// Why a reservation was refused.
@@ -148,19 +154,174 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> R
     }
 }
 
-fn open_rw(path: &Path) -> Result<File, RegionError> {
-    File::options()
+fn unsafe_file(path: &Path, reason: impl Into<String>) -> RegionError {
+    RegionError::Unsafe {
+        path: path.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Opens an existing region file without following a symbolic link, and checks that it is
+/// a regular file with one link; `Ok(None)` when there is none.
+fn open_existing(path: &Path) -> Result<Option<File>, RegionError> {
+    let opened = File::options()
         .read(true)
         .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o666)
-        .custom_flags(libc::O_CLOEXEC)
+        // O_NONBLOCK: opening a planted FIFO must not wait for a writer.
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(unsafe_file(path, "it is a symbolic link"));
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+            return Err(unsafe_file(path, "it is a directory"));
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+            return Err(unsafe_file(path, "it is a socket or device"));
+        }
+        Err(source) => {
+            return Err(RegionError::Open {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    let meta = file.metadata().map_err(io_err("stat", path))?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_fifo() {
+            "it is a FIFO"
+        } else if kind.is_dir() {
+            "it is a directory"
+        } else {
+            "it is not a regular file"
+        };
+        return Err(unsafe_file(path, what));
+    }
+    if meta.nlink() != 1 {
+        return Err(unsafe_file(
+            path,
+            format!(
+                "it has {} hard links (another file's contents)",
+                meta.nlink()
+            ),
+        ));
+    }
+    // Back to blocking I/O for the lock calls on a regular file.
+    // SAFETY: fcntl on our own descriptor.
+    unsafe {
+        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    Ok(Some(file))
+}
+
+static TEMP_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Creates a complete (full-size, mode 0666) region file beside `path` and links it into
+/// place, so the path never names a partial file. `Ok(None)` when another process linked
+/// one first.
+fn create_new(path: &Path) -> Result<Option<File>, RegionError> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| unsafe_file(path, "it names no file"))?;
+    let n = TEMP_COUNTER.fetch_add(1, Relaxed);
+    let temp = path.with_file_name(format!(
+        ".{}.{}.{n}.new",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(&temp)
+        .map_err(|source| RegionError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+    let finish = || -> Result<bool, RegionError> {
+        // Our own new file: other users of the container must be able to attach (HAMi
+        // #1090), whatever the umask.
+        file.set_permissions(std::fs::Permissions::from_mode(0o666))
+            .map_err(io_err("set the mode of", path))?;
+        file.set_len(REGION_SIZE as u64)
+            .map_err(io_err("size", path))?;
+        match std::fs::hard_link(&temp, path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(source) => Err(RegionError::Open {
+                path: path.to_owned(),
+                source,
+            }),
+        }
+    };
+    let linked = finish();
+    let _ = std::fs::remove_file(&temp);
+    Ok(linked?.then_some(file))
+}
+
+/// For the device plugin: creates the container's region file at `path` (on the host, in
+/// the container's fresh accounting directory) — full size, mode 0666, initialised with
+/// `limits` (so readers see a valid region from the start and the limits are the plugin's,
+/// not the first process's) — and returns its inode for the container's config
+/// (`shared-cache-inode`). Fails if anything is already there.
+pub fn prepare_file(path: &Path, limits: &Limits) -> Result<u64, RegionError> {
+    let created = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
         .open(path)
         .map_err(|source| RegionError::Open {
             path: path.to_owned(),
             source,
-        })
+        })?;
+    created
+        .set_permissions(std::fs::Permissions::from_mode(0o666))
+        .map_err(io_err("set the mode of", path))?;
+    created
+        .set_len(REGION_SIZE as u64)
+        .map_err(io_err("size", path))?;
+    let inode = created.metadata().map_err(io_err("stat", path))?.ino();
+    drop(created);
+    // Initialise through a session of our own, dropped at once (its slot is freed again).
+    drop(Session::attach_expecting(path, limits, Some(inode))?);
+    Ok(inode)
+}
+
+/// The region file at `path`: the existing one if it is a plain file, else a new one.
+fn open_region(path: &Path) -> Result<File, RegionError> {
+    for _ in 0..8 {
+        if let Some(file) = open_existing(path)? {
+            return Ok(file);
+        }
+        if let Some(file) = create_new(path)? {
+            return Ok(file);
+        }
+    }
+    Err(unsafe_file(path, "it keeps appearing and disappearing"))
+}
+
+/// A second open file description of the same file (for liveness probes and reclaims).
+fn reopen(path: &Path, owner: &File) -> Result<File, RegionError> {
+    let probe = open_existing(path)?.ok_or_else(|| unsafe_file(path, "it was removed"))?;
+    let (a, b) = (
+        owner.metadata().map_err(io_err("stat", path))?,
+        probe.metadata().map_err(io_err("stat", path))?,
+    );
+    if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+        return Err(unsafe_file(path, "it was replaced while being opened"));
+    }
+    Ok(probe)
 }
 
 /// Clock ticks since boot at which this process started (`/proc/self/stat` field 22).
@@ -179,17 +340,43 @@ impl Session {
     /// new, and claims a process slot. Limits of an existing region win; compare them with
     /// [`Session::limit_mismatches`].
     pub fn attach(path: &Path, limits: &Limits) -> Result<Session, RegionError> {
-        let owner = open_rw(path)?;
-        let probe = open_rw(path)?;
-        // Widen a umask-narrowed mode so other users in the container can attach (HAMi #1090);
-        // only the file's owner may, and failing is harmless.
-        if let Ok(meta) = owner.metadata()
-            && meta.mode() & 0o666 != 0o666
-            // SAFETY: geteuid has no preconditions.
-            && meta.uid() == unsafe { libc::geteuid() }
-        {
-            let _ = owner.set_permissions(std::fs::Permissions::from_mode(0o666));
-        }
+        Self::attach_expecting(path, limits, None)
+    }
+
+    /// As [`Session::attach`]; with `inode`, only the file the device plugin created
+    /// ([`prepare_file`], whose inode it put in the container's config) is used: a missing
+    /// file is never created and a replaced one is refused, so deleting the region (the
+    /// directory is the container's) fails closed instead of starting fresh accounting.
+    pub fn attach_expecting(
+        path: &Path,
+        limits: &Limits,
+        inode: Option<u64>,
+    ) -> Result<Session, RegionError> {
+        // The directory is writable by the container: never follow a link, never use a
+        // FIFO, directory or hard link, never change the mode or size of a file this hook
+        // did not create (issue 14 item 8).
+        let owner = match inode {
+            None => open_region(path)?,
+            Some(expected) => {
+                let file = open_existing(path)?.ok_or_else(|| {
+                    unsafe_file(
+                        path,
+                        "it is missing (the device plugin created it for this container, so it was deleted); restart the container",
+                    )
+                })?;
+                let found = file.metadata().map_err(io_err("stat", path))?.ino();
+                if found != expected {
+                    return Err(unsafe_file(
+                        path,
+                        format!(
+                            "it was replaced (inode {found}; the device plugin created inode {expected}); restart the container"
+                        ),
+                    ));
+                }
+                file
+            }
+        };
+        let probe = reopen(path, &owner)?;
         flock_exclusive(&owner).map_err(io_err("lock", path))?;
         let attached = Self::attach_locked(path, owner, probe, limits);
         if let Ok(session) = &attached {
@@ -206,7 +393,8 @@ impl Session {
         limits: &Limits,
     ) -> Result<Session, RegionError> {
         let len = owner.metadata().map_err(io_err("stat", path))?.len();
-        if len < REGION_SIZE as u64 {
+        if len != REGION_SIZE as u64 {
+            // Never grown or shrunk: a file of another size is someone else's.
             let mut magic = [0u8; 4];
             if len >= 4 {
                 use std::os::unix::fs::FileExt;
@@ -214,18 +402,13 @@ impl Session {
                     .read_exact_at(&mut magic, 0)
                     .map_err(io_err("read", path))?;
             }
-            if u32::from_le_bytes(magic) != 0 {
-                return Err(RegionError::Incompatible {
-                    path: path.to_owned(),
-                    found: format!(
-                        "{len} bytes, magic {:#010x}, expected {REGION_SIZE} bytes",
-                        u32::from_le_bytes(magic)
-                    ),
-                });
-            }
-            owner
-                .set_len(REGION_SIZE as u64)
-                .map_err(io_err("size", path))?;
+            return Err(RegionError::Incompatible {
+                path: path.to_owned(),
+                found: format!(
+                    "{len} bytes, magic {:#010x}, expected {REGION_SIZE} bytes",
+                    u32::from_le_bytes(magic)
+                ),
+            });
         }
         // SAFETY: maps REGION_SIZE bytes of a file at least that long, shared; the result is
         // checked before use and unmapped in Drop.

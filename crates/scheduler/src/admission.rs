@@ -1,8 +1,18 @@
 //! The webhook's decision (SPEC §3, D-4) as a pure function: a pod in, "leave it", "deny
 //! with this message" or "allow with this JSON patch" out. The HTTP shell wraps it in
 //! AdmissionReview v1/v1beta1.
+//!
+//! D-4, whole: the scheduler-owned `hami.io/*` annotations may be set, changed or removed
+//! only by the identities in [`WebhookConfig::annotation_writers`] (the scheduler's and the
+//! device plugins' ServiceAccounts), on every CREATE and UPDATE of every pod — pods without
+//! GPU requests and pods labelled `hami.io/webhook=ignore` included: such annotations are
+//! how usage is counted, so a forged one takes GPUs or CUs away from real pods.
 
-use hami_protocol::names::{SCHEDULER_OWNED_ANNOTATIONS, Vendor, env};
+use std::collections::BTreeMap;
+
+use hami_protocol::names::{
+    DEFAULT_SCHEDULER_NAME, SCHEDULER_OWNED_ANNOTATIONS, Vendor, env, pod as pod_keys,
+};
 use hami_protocol::requests::{ContainerKind, RequestDefaults, container_slots, pod_requests};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
@@ -15,15 +25,137 @@ pub struct WebhookConfig {
     /// Also take pods whose schedulerName is `default-scheduler` (the default pod value).
     pub force_overwrite_default_scheduler: bool,
     pub defaults: RequestDefaults,
+    /// Usernames (AdmissionReview `request.userInfo.username`) that may write the
+    /// scheduler-owned annotations: the scheduler's and the device plugins' own identities.
+    pub annotation_writers: Vec<String>,
+}
+
+/// The ServiceAccounts of the shipped manifests and chart that write scheduler-owned
+/// annotations (`crates/manifests`: the scheduler, the AMD and the NVIDIA device plugin).
+pub const ANNOTATION_WRITER_SERVICE_ACCOUNTS: [&str; 3] = [
+    "hami-scheduler",
+    "hami-device-plugin",
+    "hami-nvidia-device-plugin",
+];
+
+/// The default writers: those ServiceAccounts in `namespace` (where the chart installs).
+pub fn default_annotation_writers(namespace: &str) -> Vec<String> {
+    ANNOTATION_WRITER_SERVICE_ACCOUNTS
+        .iter()
+        .map(|sa| format!("system:serviceaccount:{namespace}:{sa}"))
+        .collect()
 }
 
 impl Default for WebhookConfig {
     fn default() -> Self {
         Self {
-            scheduler_name: "hami-scheduler".into(),
+            scheduler_name: DEFAULT_SCHEDULER_NAME.into(),
             force_overwrite_default_scheduler: true,
             defaults: RequestDefaults::default(),
+            annotation_writers: default_annotation_writers("kube-system"),
         }
+    }
+}
+
+/// One AdmissionReview request for a pod, decoded.
+#[derive(Debug, Clone, Copy)]
+pub struct PodReview<'a> {
+    /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
+    pub operation: &'a str,
+    /// `request.userInfo.username`.
+    pub username: &'a str,
+    pub object: Option<&'a Pod>,
+    /// The pod before an UPDATE.
+    pub old_object: Option<&'a Pod>,
+}
+
+fn owned_annotations(pod: &Pod) -> BTreeMap<&'static str, &str> {
+    let annotations = pod.metadata.annotations.as_ref();
+    SCHEDULER_OWNED_ANNOTATIONS
+        .iter()
+        .filter_map(|key| Some((*key, annotations?.get(*key)?.as_str())))
+        .collect()
+}
+
+fn writers_text(config: &WebhookConfig) -> String {
+    if config.annotation_writers.is_empty() {
+        "no one is configured".into()
+    } else {
+        config.annotation_writers.join(", ")
+    }
+}
+
+fn labelled_ignore(pod: &Pod) -> bool {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(pod_keys::WEBHOOK_LABEL))
+        .is_some_and(|v| v == pod_keys::WEBHOOK_IGNORE)
+}
+
+/// The decision for one request: D-4 for every pod and operation, then, for a CREATE, the
+/// mutation of [`admit`].
+pub fn review_pod(review: &PodReview, config: &WebhookConfig) -> Admission {
+    let deny = |message: String| Admission::Deny { message };
+    let writer = config
+        .annotation_writers
+        .iter()
+        .any(|w| w == review.username);
+    match review.operation {
+        "CREATE" => {
+            let Some(pod) = review.object else {
+                return deny("the AdmissionReview request has no object".into());
+            };
+            if !writer && let Some((key, _)) = owned_annotations(pod).into_iter().next() {
+                return deny(format!(
+                    "metadata.annotations[{key}] is written by the scheduler and the device plugins only ({}); remove it from the pod",
+                    writers_text(config)
+                ));
+            }
+            if labelled_ignore(pod) {
+                return Admission::Ignore {
+                    why: format!(
+                        "pod is labelled {}={}",
+                        pod_keys::WEBHOOK_LABEL,
+                        pod_keys::WEBHOOK_IGNORE
+                    ),
+                };
+            }
+            admit_checked(pod, config)
+        }
+        "UPDATE" => {
+            let Some(pod) = review.object else {
+                return deny("the AdmissionReview request has no object".into());
+            };
+            if writer {
+                return Admission::Ignore {
+                    why: format!("{} may write scheduler-owned annotations", review.username),
+                };
+            }
+            // Without the old pod every owned annotation counts as new (fail closed).
+            let before = review.old_object.map(owned_annotations).unwrap_or_default();
+            let after = owned_annotations(pod);
+            let changed = SCHEDULER_OWNED_ANNOTATIONS
+                .iter()
+                .find(|key| before.get(*key) != after.get(*key));
+            match changed {
+                Some(key) => deny(format!(
+                    "metadata.annotations[{key}] is written by the scheduler and the device plugins only ({}); {} may not set, change or remove it",
+                    writers_text(config),
+                    if review.username.is_empty() {
+                        "this user"
+                    } else {
+                        review.username
+                    }
+                )),
+                None => Admission::Ignore {
+                    why: "no scheduler-owned annotation changed".into(),
+                },
+            }
+        }
+        other => Admission::Ignore {
+            why: format!("{other} is not checked"),
+        },
     }
 }
 
@@ -42,7 +174,22 @@ fn escape(segment: &str) -> String {
     segment.replace('~', "~0").replace('/', "~1")
 }
 
+/// The CREATE decision for a pod from an ordinary user (not one of the annotation
+/// writers): scheduler-owned annotations are refused on every pod.
 pub fn admit(pod: &Pod, config: &WebhookConfig) -> Admission {
+    review_pod(
+        &PodReview {
+            operation: "CREATE",
+            username: "",
+            object: Some(pod),
+            old_object: None,
+        },
+        config,
+    )
+}
+
+/// The CREATE mutation, once D-4 has been checked.
+fn admit_checked(pod: &Pod, config: &WebhookConfig) -> Admission {
     let deny = |message: String| Admission::Deny { message };
     let Some(spec) = &pod.spec else {
         return deny("pod has no spec".into());
@@ -67,15 +214,6 @@ pub fn admit(pod: &Pod, config: &WebhookConfig) -> Admission {
         return Admission::Ignore {
             why: "pod requests no GPU resource".into(),
         };
-    }
-    if let Some(annotations) = &pod.metadata.annotations
-        && let Some(key) = SCHEDULER_OWNED_ANNOTATIONS
-            .iter()
-            .find(|k| annotations.contains_key(**k))
-    {
-        return deny(format!(
-            "metadata.annotations[{key}] is written by the scheduler and the device plugin only; remove it from the pod"
-        ));
     }
     let slots = container_slots(spec);
     for (slot, request) in slots.iter().zip(&requests) {
@@ -307,6 +445,121 @@ mod tests {
             {"name": "a", "securityContext": {"privileged": true}},
             {"name": "b", "resources": {"limits": {"amd.com/gpu": "1"}}}]}}));
         assert!(matches!(admit(&mixed, &cfg), Admission::Allow { .. }));
+    }
+
+    fn review<'a>(
+        operation: &'a str,
+        username: &'a str,
+        object: Option<&'a Pod>,
+        old_object: Option<&'a Pod>,
+    ) -> PodReview<'a> {
+        PodReview {
+            operation,
+            username,
+            object,
+            old_object,
+        }
+    }
+
+    #[test]
+    fn owned_annotations_are_refused_on_every_pod_and_every_update() {
+        let cfg = WebhookConfig::default();
+        let forged = json!({"hami.io/amd-cu-allocated": r#"{"GPU-1":"0-103"}"#});
+        let gpu = json!({"limits": {"amd.com/gpu": "1"}});
+        // Pods the old webhook let through because it ignored them.
+        let holes = [
+            // No GPU request (the live forgery of issue 17).
+            json!({"metadata": {"annotations": forged}, "spec": {"containers": [{"name": "a"}]}}),
+            // Labelled to skip the webhook.
+            json!({"metadata": {"annotations": forged, "labels": {"hami.io/webhook": "ignore"}},
+                "spec": {"containers": [{"name": "a", "resources": gpu}]}}),
+            // Another scheduler's pod.
+            json!({"metadata": {"annotations": forged}, "spec": {"schedulerName": "volcano", "containers": [{"name": "a"}]}}),
+        ];
+        for raw in holes {
+            match admit(&pod(raw.clone()), &cfg) {
+                Admission::Deny { message } => assert!(
+                    message.contains("hami.io/amd-cu-allocated")
+                        && message.contains("system:serviceaccount:kube-system:hami-scheduler"),
+                    "{message}"
+                ),
+                other => panic!("{raw}: {other:?}"),
+            }
+        }
+        // Labelled to skip: not mutated (nothing else changes for such pods).
+        let skipped = pod(
+            json!({"metadata": {"labels": {"hami.io/webhook": "ignore"}},
+            "spec": {"containers": [{"name": "a", "resources": gpu}]}}),
+        );
+        assert!(matches!(admit(&skipped, &cfg), Admission::Ignore { .. }));
+
+        // CREATE by the scheduler's own identity: allowed (and mutated as usual).
+        let sa = "system:serviceaccount:kube-system:hami-scheduler";
+        let with = pod(
+            json!({"metadata": {"annotations": forged}, "spec": {"containers": [{"name": "a", "resources": gpu}]}}),
+        );
+        assert!(matches!(
+            review_pod(&review("CREATE", sa, Some(&with), None), &cfg),
+            Admission::Allow { .. }
+        ));
+
+        // UPDATE: setting, changing or removing one is refused to everyone else.
+        let plain = pod(
+            json!({"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "a"}]}}),
+        );
+        let changed = pod(
+            json!({"metadata": {"annotations": {"hami.io/amd-cu-allocated": r#"{"GPU-1":"0-1"}"#}}, "spec": {"containers": [{"name": "a"}]}}),
+        );
+        let user = "alice";
+        for (old, new) in [(&plain, &with), (&with, &changed), (&with, &plain)] {
+            match review_pod(&review("UPDATE", user, Some(new), Some(old)), &cfg) {
+                Admission::Deny { message } => {
+                    assert!(
+                        message.contains("alice may not set, change or remove it"),
+                        "{message}"
+                    )
+                }
+                other => panic!("{other:?}"),
+            }
+            // ... but not to the plugins and the scheduler.
+            let plugin = "system:serviceaccount:kube-system:hami-device-plugin";
+            assert!(matches!(
+                review_pod(&review("UPDATE", plugin, Some(new), Some(old)), &cfg),
+                Admission::Ignore { .. }
+            ));
+        }
+        // An UPDATE that leaves them alone is fine; without oldObject they count as new.
+        let relabelled = pod(
+            json!({"metadata": {"annotations": forged, "labels": {"x": "y"}}, "spec": {"containers": [{"name": "a", "resources": gpu}]}}),
+        );
+        assert!(matches!(
+            review_pod(
+                &review("UPDATE", user, Some(&relabelled), Some(&with)),
+                &cfg
+            ),
+            Admission::Ignore { .. }
+        ));
+        assert!(matches!(
+            review_pod(&review("UPDATE", user, Some(&with), None), &cfg),
+            Admission::Deny { .. }
+        ));
+        assert!(matches!(
+            review_pod(&review("UPDATE", user, Some(&plain), None), &cfg),
+            Admission::Ignore { .. }
+        ));
+        // The writers are configurable.
+        let custom = WebhookConfig {
+            annotation_writers: vec!["alice".into()],
+            ..WebhookConfig::default()
+        };
+        assert!(matches!(
+            review_pod(&review("UPDATE", user, Some(&with), Some(&plain)), &custom),
+            Admission::Ignore { .. }
+        ));
+        assert!(matches!(
+            review_pod(&review("DELETE", user, None, Some(&with)), &cfg),
+            Admission::Ignore { .. }
+        ));
     }
 
     #[test]

@@ -11,15 +11,51 @@ use serde::Deserialize;
 
 use crate::admission::WebhookConfig;
 use crate::extender::FilterConfig;
+use crate::watch_health::WatchTuning;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SchedulerArgs {
     /// kubeconfig file; without it, $KUBECONFIG, ~/.kube/config, then in-cluster config.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// Listener for /filter, /bind, /webhook, /healthz, /readyz.
+    /// Listener for /webhook, /healthz, /readyz; also /filter and /bind when it is a
+    /// loopback address and no --extender-bind is given (a listener other pods reach never
+    /// serves them: any pod could bind with the scheduler's rights).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub http_bind: SocketAddr,
+    /// Listener for /filter and /bind (kube-scheduler's extender urlPrefix, and where
+    /// followers forward to the leader). Any address other than loopback needs
+    /// --client-ca-file: every caller must then present a certificate from that CA.
+    #[arg(long)]
+    pub extender_bind: Option<SocketAddr>,
+    /// CA (PEM) of the client certificates the extender listener requires
+    /// (kube-scheduler's extender tlsConfig certFile, the replicas' forwarding
+    /// certificate); the leader's serving certificate is checked against it too.
+    #[arg(
+        long,
+        requires = "extender_bind",
+        conflicts_with = "client_cert_pin_file"
+    )]
+    pub client_ca_file: Option<PathBuf>,
+    /// Instead of a CA: the certificate (first of this PEM file) every caller of the
+    /// extender listener must present, byte for byte, proving it holds the key. Give the
+    /// serving certificate (--cert-file): the replicas and kube-scheduler beside them
+    /// present it as their client certificate. Works with certificates issued for server
+    /// authentication only (kube-webhook-certgen's); the followers then pin the leader's
+    /// certificate the same way.
+    #[arg(long, requires = "extender_bind")]
+    pub client_cert_pin_file: Option<PathBuf>,
+    /// Client certificate (PEM) a follower presents when it forwards /filter and /bind to
+    /// the leading replica.
+    #[arg(long, requires = "forward_client_key_file")]
+    pub forward_client_cert_file: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, requires = "forward_client_cert_file")]
+    pub forward_client_key_file: Option<PathBuf>,
+    /// Name the leader's certificate must carry when forwarding (e.g. the Service's DNS
+    /// name from its SANs); default: the leader's pod IP.
+    #[arg(long)]
+    pub forward_server_name: Option<String>,
     /// Prometheus metrics listener (/metrics).
     #[arg(long, default_value = "0.0.0.0:9395")]
     pub metrics_bind_address: SocketAddr,
@@ -56,9 +92,17 @@ pub struct SchedulerArgs {
     pub lease_name: String,
     #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
     pub lease_namespace: String,
-    /// This replica's identity in the Lease (defaults to the pod name or host name).
+    /// This replica's identity in the Lease (defaults to the pod name or host name). The
+    /// pod name: followers find the leader's pod, and its IP, by it.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// How long a Lease holds without renewal, measured by each replica from when it saw
+    /// the last renewal (its own monotonic clock).
+    #[arg(long, default_value_t = 15)]
+    pub leader_elect_lease_duration_seconds: u64,
+    /// How often the Lease is read and renewed.
+    #[arg(long, default_value_t = 2000)]
+    pub leader_elect_retry_period_millis: u64,
 }
 
 /// The YAML config file. Resource names and annotation keys are HAMi's and fixed.
@@ -71,6 +115,9 @@ pub struct FileConfig {
     pub node_lock_expiry_seconds: Option<u64>,
     pub bind_lock_wait_seconds: Option<u64>,
     pub force_overwrite_default_scheduler: Option<bool>,
+    /// Usernames that may write scheduler-owned pod annotations (D-4); default: the
+    /// chart's scheduler and device-plugin ServiceAccounts in `$POD_NAMESPACE`.
+    pub annotation_writers: Option<Vec<String>>,
     #[serde(default)]
     pub defaults: FileDefaults,
 }
@@ -94,6 +141,8 @@ pub struct Settings {
     pub webhook: WebhookConfig,
     pub node_lock_expiry: Duration,
     pub bind_lock_wait: Duration,
+    /// When the node and pod watches count as stalled or failing.
+    pub watch: WatchTuning,
 }
 
 impl Default for Settings {
@@ -193,10 +242,14 @@ impl Settings {
                     .force_overwrite_default_scheduler
                     .unwrap_or(true),
                 defaults,
+                annotation_writers: file.annotation_writers.unwrap_or_else(|| {
+                    crate::admission::default_annotation_writers(&args.lease_namespace)
+                }),
             },
             scheduler_name,
             node_lock_expiry: Duration::from_secs(expiry),
             bind_lock_wait: Duration::from_secs(wait),
+            watch: WatchTuning::default(),
         })
     }
 }
@@ -226,6 +279,32 @@ mod tests {
         assert_eq!(s.webhook.scheduler_name, "from-flag");
         assert_eq!(s.node_lock_expiry, Duration::from_secs(30));
         assert_eq!(s.filter.defaults.nvidia_default_cores, 20);
+        assert_eq!(
+            s.webhook.annotation_writers,
+            [
+                "system:serviceaccount:kube-system:hami-scheduler",
+                "system:serviceaccount:kube-system:hami-device-plugin",
+                "system:serviceaccount:kube-system:hami-nvidia-device-plugin"
+            ]
+        );
+        let mut in_ns = SchedulerArgs::defaults();
+        in_ns.lease_namespace = "hami".into();
+        let custom: FileConfig =
+            serde_saphyr::from_str("annotationWriters: [system:serviceaccount:x:y]\n").unwrap();
+        assert_eq!(
+            Settings::resolve(&in_ns, FileConfig::default())
+                .unwrap()
+                .webhook
+                .annotation_writers[0],
+            "system:serviceaccount:hami:hami-scheduler"
+        );
+        assert_eq!(
+            Settings::resolve(&in_ns, custom)
+                .unwrap()
+                .webhook
+                .annotation_writers,
+            ["system:serviceaccount:x:y"]
+        );
     }
 
     #[test]

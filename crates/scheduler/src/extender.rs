@@ -15,9 +15,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::fit::{FitRequest, Selectors, filter};
+use crate::fit::{FitRequest, Selectors, filter, refusal};
 use crate::state::{ClusterState, PodHolding, pod_name};
-use crate::usage::collapse;
+use crate::usage::{collapse, container_grants};
 
 /// `ExtenderArgs`.
 #[derive(Debug, Clone, Deserialize)]
@@ -130,6 +130,8 @@ pub struct FilterDecision {
     /// into the pod; the state already holds the reservation.
     pub patch: Option<PodPatch>,
     pub event: Option<EventNote>,
+    /// Refused nodes per refusal label (`fit::refusal_labels`), for the metrics.
+    pub refusals: BTreeMap<&'static str, u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,6 +175,7 @@ fn error(message: String) -> FilterDecision {
         },
         patch: None,
         event: None,
+        refusals: BTreeMap::new(),
     }
 }
 
@@ -218,6 +221,7 @@ pub fn decide_filter(
             },
             patch: None,
             event: None,
+            refusals: BTreeMap::new(),
         };
     }
     let Some(uid) = pod.metadata.uid.clone() else {
@@ -244,17 +248,23 @@ pub fn decide_filter(
     // A re-filter voids the pod's previous decision.
     state.release(&uid);
     let mut failed = BTreeMap::new();
+    let mut unknown = 0;
     let mut snapshots = Vec::with_capacity(names.len());
     for name in names {
         match state.node(name) {
             Some(snapshot) => snapshots.push(snapshot),
             None => {
+                unknown += 1;
                 failed.insert(name.clone(), "node unregistered".to_owned());
             }
         }
     }
     let outcome = filter(snapshots, &req);
     failed.extend(outcome.failed);
+    let mut refusals = outcome.refusals;
+    if unknown > 0 {
+        *refusals.entry(refusal::NODE_UNREGISTERED).or_default() += unknown;
+    }
     let Some((node, placement)) = outcome.chosen else {
         let message = format!(
             "no available node, {} nodes do not meet: {}",
@@ -272,12 +282,14 @@ pub fn decide_filter(
                 warning: true,
                 message,
             }),
+            refusals,
         };
     };
     let mut annotations = BTreeMap::new();
     let mut device_lists = BTreeMap::new();
     let kinds: Vec<_> = requests.iter().map(|r| r.kind).collect();
     let mut charges = Vec::new();
+    let mut grants = Vec::new();
     for (vendor, runs) in &placement.runs {
         let text = match encode_pod_devices(runs) {
             Ok(text) => text,
@@ -293,6 +305,7 @@ pub fn decide_filter(
         annotations.insert(names.devices_to_allocate.to_owned(), text.clone());
         annotations.insert(names.devices_allocated.to_owned(), text);
         charges.extend(collapse(&kinds, runs));
+        grants.extend(container_grants(runs));
     }
     annotations.insert(pod_keys::VGPU_NODE.to_owned(), node.clone());
     annotations.insert(pod_keys::VGPU_TIME.to_owned(), now.to_string());
@@ -310,6 +323,7 @@ pub fn decide_filter(
                 name: owner.name,
                 node: node.clone(),
                 charges,
+                grants,
             }
         },
         device_lists,
@@ -346,6 +360,7 @@ pub fn decide_filter(
             warning: false,
             message,
         }),
+        refusals,
     }
 }
 

@@ -36,6 +36,19 @@ pub enum Reason {
 }
 
 impl Reason {
+    pub const ALL: [Reason; 10] = [
+        Reason::CardNotHealth,
+        Reason::CardTypeMismatch,
+        Reason::CardUuidMismatch,
+        Reason::CardTimeSlicingExhausted,
+        Reason::ExclusiveDeviceAllocateConflict,
+        Reason::CardInsufficientMemory,
+        Reason::CardInsufficientCore,
+        Reason::CardComputeUnitsExhausted,
+        Reason::NumaNotFit,
+        Reason::XgmiLinkNotFit,
+    ];
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Reason::CardNotHealth => "CardNotHealth",
@@ -50,6 +63,41 @@ impl Reason {
             Reason::XgmiLinkNotFit => "XgmiLinkNotFit",
         }
     }
+}
+
+/// Node-level refusal labels, beside the GPU-level [`Reason`]s: the bounded `reason`
+/// label set of `hami_scheduler_filter_refusals_total`.
+pub mod refusal {
+    pub const NODE_INSUFFICIENT_DEVICE: &str = "NodeInsufficientDevice";
+    pub const NODE_UNREGISTERED: &str = "NodeUnregistered";
+    pub const NO_VENDOR_GPU: &str = "NoVendorGpu";
+    /// A register annotation that does not decode, or a malformed heartbeat.
+    pub const REGISTER_INVALID: &str = "RegisterInvalid";
+    /// Kubelet reports the vendor's count as 0.
+    pub const PLUGIN_NOT_SERVING: &str = "PluginNotServing";
+    /// The plugin's heartbeat has not changed for 3 periods.
+    pub const PLUGIN_STALE: &str = "PluginStale";
+}
+
+/// Every `reason` label the refusal counter can carry.
+pub fn refusal_labels() -> Vec<&'static str> {
+    let mut all = vec![
+        refusal::NODE_INSUFFICIENT_DEVICE,
+        refusal::NODE_UNREGISTERED,
+        refusal::NO_VENDOR_GPU,
+        refusal::REGISTER_INVALID,
+        refusal::PLUGIN_NOT_SERVING,
+        refusal::PLUGIN_STALE,
+    ];
+    all.extend(Reason::ALL.iter().map(|r| r.as_str()));
+    all
+}
+
+/// Why a node does not fit: the text kube-scheduler shows and the counter's labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub labels: Vec<&'static str>,
+    pub text: String,
 }
 
 /// `"<n>/<m> <Reason>"` per reason, sorted, joined by `", "` (the reference's format).
@@ -114,6 +162,8 @@ pub struct FilterOutcome {
     pub chosen: Option<(String, Placement)>,
     /// Every node that does not fit, with its reasons.
     pub failed: BTreeMap<String, String>,
+    /// Refused nodes per refusal label (a node counts once under each label it gave).
+    pub refusals: BTreeMap<&'static str, u64>,
     /// How many nodes fit.
     pub fitting: usize,
     /// The best few fitting nodes in policy order, with their scores (for events).
@@ -164,7 +214,7 @@ pub fn filter<'a>(
 ) -> FilterOutcome {
     let nodes: Vec<&NodeSnapshot> = nodes.into_iter().collect();
     let prepared = prepare(req);
-    let fit_all = |chunk: &[&NodeSnapshot]| -> Vec<Result<(Vec<Pick>, f64), String>> {
+    let fit_all = |chunk: &[&NodeSnapshot]| -> Vec<Result<(Vec<Pick>, f64), Refusal>> {
         chunk
             .iter()
             .map(|node| fit_picks(node, req, &prepared))
@@ -173,7 +223,7 @@ pub fn filter<'a>(
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);
-    let results: Vec<Result<(Vec<Pick>, f64), String>> =
+    let results: Vec<Result<(Vec<Pick>, f64), Refusal>> =
         if nodes.len() >= PARALLEL_FROM && threads > 1 {
             let size = nodes.len().div_ceil(threads);
             std::thread::scope(|scope| {
@@ -216,8 +266,11 @@ pub fn filter<'a>(
                     best = Some((i, picks, score));
                 }
             }
-            Err(reason) => {
-                outcome.failed.insert(name.clone(), reason);
+            Err(refusal) => {
+                for label in &refusal.labels {
+                    *outcome.refusals.entry(label).or_default() += 1;
+                }
+                outcome.failed.insert(name.clone(), refusal.text);
             }
         }
     }
@@ -252,7 +305,7 @@ pub fn filter<'a>(
 /// Fits the pod on one node.
 pub fn fit_node(node: &NodeSnapshot, req: &FitRequest<'_>) -> Result<Placement, String> {
     let prepared = prepare(req);
-    let (picks, score) = fit_picks(node, req, &prepared)?;
+    let (picks, score) = fit_picks(node, req, &prepared).map_err(|r| r.text)?;
     Ok(placement(node, req, &prepared, &picks, score))
 }
 
@@ -260,16 +313,21 @@ fn fit_picks(
     node: &NodeSnapshot,
     req: &FitRequest<'_>,
     prepared: &Prepared,
-) -> Result<(Vec<Pick>, f64), String> {
+) -> Result<(Vec<Pick>, f64), Refusal> {
+    let refuse = |label: &'static str, text: String| Refusal {
+        labels: vec![label],
+        text,
+    };
     for vendor in &prepared.vendors {
         if !node.devices.offers(*vendor) {
             return Err(match node.devices.register_error(*vendor) {
-                Some(err) => err.to_owned(),
+                Some(err) => refuse(node.devices.register_label(*vendor), err.to_owned()),
                 // Registered for another vendor only: say which GPUs are missing.
-                None if !node.devices.gpus.is_empty() => {
-                    format!("no {} GPU on this node", vendor.word())
-                }
-                None => "node unregistered".to_owned(),
+                None if !node.devices.gpus.is_empty() => refuse(
+                    refusal::NO_VENDOR_GPU,
+                    format!("no {} GPU on this node", vendor.word()),
+                ),
+                None => refuse(refusal::NODE_UNREGISTERED, "node unregistered".to_owned()),
             });
         }
     }
@@ -288,8 +346,11 @@ fn fit_picks(
             let Some(request) = container.get(*vendor) else {
                 continue;
             };
-            let chosen = fit_devices(node, &working, *vendor, request, req)
-                .map_err(|reason| format!("container {}: {reason}", container.name))?;
+            let chosen =
+                fit_devices(node, &working, *vendor, request, req).map_err(|r| Refusal {
+                    labels: r.labels,
+                    text: format!("container {}: {}", container.name, r.text),
+                })?;
             for (gpu, mem, cores, _) in chosen {
                 let u = &mut working[gpu];
                 u.used = u.used.saturating_add(1);
@@ -468,12 +529,15 @@ fn fit_devices(
     vendor: Vendor,
     request: &DeviceRequest,
     req: &FitRequest<'_>,
-) -> Result<Vec<(usize, u64, u64, f64)>, String> {
+) -> Result<Vec<(usize, u64, u64, f64)>, Refusal> {
     let gpus = &node.devices.gpus;
     let candidates = gpus.iter().filter(|g| g.vendor == vendor).count();
     let want = request.count as usize;
     if want > candidates {
-        return Err("NodeInsufficientDevice".to_owned());
+        return Err(Refusal {
+            labels: vec![refusal::NODE_INSUFFICIENT_DEVICE],
+            text: refusal::NODE_INSUFFICIENT_DEVICE.to_owned(),
+        });
     }
     let selector = req.selectors.get(vendor);
     let mutex = req.gpu_policy.kind == GpuPolicyKind::Mutex;
@@ -526,7 +590,10 @@ fn fit_devices(
                 // Enough GPUs fit on their own; the binding constraint ruled them out.
                 *reasons.entry(binding_reason).or_default() += order.len();
             }
-            Err(format_reasons(&reasons, candidates))
+            Err(Refusal {
+                labels: reasons.keys().map(|r| r.as_str()).collect(),
+                text: format_reasons(&reasons, candidates),
+            })
         }
     }
 }

@@ -49,6 +49,7 @@ fn node(name: &str, gpus: Vec<Gpu>) -> NodeSnapshot {
         name: name.into(),
         gpus,
         register_errors: vec![],
+        register_labels: vec![],
     }))
 }
 

@@ -1,6 +1,10 @@
-//! The HTTP shell: one listener for `/filter`, `/bind`, `/webhook`, `/healthz`, `/readyz`
-//! (TLS from cert/key files, reloaded when they change; plain HTTP without them), and a
-//! second one for `/metrics`.
+//! The HTTP shell. Routers: [`router`] (everything, for a loopback listener: tests, the
+//! demo), [`webhook_router`] (`/webhook`, `/healthz`, `/readyz`; `/filter` and `/bind`
+//! refused: that listener is reachable through the Service, from any pod),
+//! [`extender_router`] (`/filter` and `/bind`, forwarded to the leader from a follower;
+//! served with [`serve_mtls`], which requires a client certificate from the CA
+//! kube-scheduler's and the replicas' certificates come from), and [`metrics_router`].
+//! TLS certificates are reloaded when their files change.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,10 +23,11 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use crate::admission::{Admission, admit};
+use crate::admission::{Admission, PodReview, review_pod};
 use crate::extender::{
     ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, from_json_any_case,
 };
+use crate::forward::Route;
 use crate::runtime::Scheduler;
 
 /// Largest request body accepted.
@@ -39,20 +44,148 @@ pub fn router(scheduler: Arc<Scheduler>) -> Router {
         .with_state(scheduler)
 }
 
+/// `/webhook`, `/healthz`, `/readyz`; `/filter` and `/bind` answer 403: this listener is
+/// reachable by any pod through the webhook Service, and binding on the scheduler's rights
+/// needs an authenticated caller (issue 13 item 8).
+pub fn webhook_router(scheduler: Arc<Scheduler>) -> Router {
+    let refuse = || async {
+        json_response(
+            StatusCode::FORBIDDEN,
+            &json!({"error": "/filter and /bind are not served on the webhook listener: kube-scheduler calls the extender listener (--extender-bind), which requires its client certificate"}),
+        )
+    };
+    Router::new()
+        .route("/filter", post(refuse))
+        .route("/bind", post(refuse))
+        .route("/webhook", post(webhook))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(scheduler)
+}
+
+/// Where a follower forwards extender calls, and who this replica is.
+#[derive(Clone)]
+pub struct ForwardContext {
+    pub identity: String,
+    pub forwarder: Option<Arc<crate::forward::Forwarder>>,
+}
+
+/// `/filter` and `/bind` (a follower forwards them to the leader), `/healthz`, `/readyz`.
+pub fn extender_router(scheduler: Arc<Scheduler>, forwarding: ForwardContext) -> Router {
+    Router::new()
+        .route("/filter", post(extender_filter))
+        .route("/bind", post(extender_bind))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .layer(axum::Extension(Arc::new(forwarding)))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(scheduler)
+}
+
+/// Where this call goes: here, to the leader, or refused.
+fn route_of(s: &Scheduler, ctx: &ForwardContext, headers: &axum::http::HeaderMap) -> Route {
+    let forwarded_by = headers
+        .get(crate::forward::FORWARDED_BY)
+        .and_then(|v| v.to_str().ok());
+    let holder = s.leader.holder();
+    crate::forward::route(
+        s.leader.is_elected(),
+        s.leader.is_leader(),
+        holder.as_deref(),
+        &ctx.identity,
+        forwarded_by,
+        ctx.forwarder.is_some(),
+    )
+}
+
+async fn forwarded(
+    ctx: &ForwardContext,
+    leader: &str,
+    verb: &str,
+    bytes: Bytes,
+) -> Result<Response, String> {
+    let Some(forwarder) = &ctx.forwarder else {
+        return Err("forwarding is not configured".into());
+    };
+    let (status, body) = forwarder
+        .forward(leader, &ctx.identity, verb, bytes)
+        .await?;
+    Ok((
+        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
+}
+
+async fn extender_filter(
+    State(s): State<Arc<Scheduler>>,
+    axum::Extension(ctx): axum::Extension<Arc<ForwardContext>>,
+    headers: axum::http::HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
+    let bytes = match body(raw) {
+        Ok(b) => b,
+        Err((status, error)) => return json_response(status, &json!({ "error": error })),
+    };
+    let error = match route_of(&s, &ctx, &headers) {
+        Route::Local => return filter(State(s), Ok(bytes)).await,
+        Route::Forward { leader } => match forwarded(&ctx, &leader, "filter", bytes).await {
+            Ok(r) => return r,
+            Err(e) => e,
+        },
+        Route::Refuse { why } => format!("{} ({why}); kube-scheduler retries", s.not_leader()),
+    };
+    json_response(
+        StatusCode::OK,
+        &ExtenderFilterResult {
+            error,
+            ..Default::default()
+        },
+    )
+}
+
+async fn extender_bind(
+    State(s): State<Arc<Scheduler>>,
+    axum::Extension(ctx): axum::Extension<Arc<ForwardContext>>,
+    headers: axum::http::HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
+    let bytes = match body(raw) {
+        Ok(b) => b,
+        Err((status, error)) => return json_response(status, &json!({ "error": error })),
+    };
+    let error = match route_of(&s, &ctx, &headers) {
+        Route::Local => return bind(State(s), Ok(bytes)).await,
+        Route::Forward { leader } => match forwarded(&ctx, &leader, "bind", bytes).await {
+            Ok(r) => return r,
+            Err(e) => e,
+        },
+        Route::Refuse { why } => format!("{} ({why}); kube-scheduler retries", s.not_leader()),
+    };
+    json_response(StatusCode::OK, &json!({ "error": error }))
+}
+
 pub fn metrics_router(scheduler: Arc<Scheduler>) -> Router {
     Router::new()
         .route(
             "/metrics",
-            get(|State(s): State<Arc<Scheduler>>| async move {
-                let text = s.metrics.render(&s.state());
-                (
-                    [(
-                        header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    text,
-                )
-            }),
+            get(
+                |State(s): State<Arc<Scheduler>>, headers: axum::http::HeaderMap| async move {
+                    // OpenMetrics unless the scraper asks for the 0.0.4 text format.
+                    let format = hami_protocol::exposition::Format::negotiate(
+                        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
+                    );
+                    let text = {
+                        let mut state = s.state();
+                        // Capacity gauges leave out vendors whose plugin stopped refreshing.
+                        state.expire_heartbeats(std::time::Instant::now());
+                        s.metrics.render_as(&state, format)
+                    };
+                    ([(header::CONTENT_TYPE, format.content_type())], text)
+                },
+            ),
         )
         .with_state(scheduler)
 }
@@ -108,13 +241,12 @@ async fn bind(State(s): State<Arc<Scheduler>>, raw: Result<Bytes, BytesRejection
     }
 }
 
+/// Ready when both watches are live; the leader and its followers alike (a follower
+/// serves the webhook and forwards the extender's calls).
 async fn readyz(State(s): State<Arc<Scheduler>>) -> Response {
-    if s.ready() {
-        (StatusCode::OK, "ok").into_response()
-    } else if !s.leader.is_leader() {
-        (StatusCode::SERVICE_UNAVAILABLE, "not the leader").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "informers not synced").into_response()
+    match s.view_problem() {
+        None => (StatusCode::OK, "ok").into_response(),
+        Some(problem) => (StatusCode::SERVICE_UNAVAILABLE, problem).into_response(),
     }
 }
 
@@ -164,24 +296,39 @@ pub fn review(bytes: &[u8], config: &crate::admission::WebhookConfig) -> (Status
         response["status"] =
             json!({"code": code, "reason": reason, "message": message, "status": "Failure"});
     };
-    if is_pod && operation == "CREATE" {
-        match request
-            .get("object")
-            .map(|o| serde_json::from_value::<Pod>(o.clone()))
-        {
-            None => refuse(
+    // D-4 is checked on UPDATE too (admission::review_pod); other operations pass.
+    if is_pod && matches!(operation, "CREATE" | "UPDATE") {
+        let decode = |field: &str| {
+            request
+                .get(field)
+                .filter(|v| !v.is_null())
+                .map(|o| serde_json::from_value::<Pod>(o.clone()))
+        };
+        match (decode("object"), decode("oldObject").transpose()) {
+            (None, _) => refuse(
                 &mut response,
                 400,
                 "BadRequest",
                 "the AdmissionReview request has no object".into(),
             ),
-            Some(Err(e)) => refuse(
+            (Some(Err(e)), _) | (_, Err(e)) => refuse(
                 &mut response,
                 400,
                 "BadRequest",
                 format!("the pod in the AdmissionReview does not decode: {e}"),
             ),
-            Some(Ok(pod)) => match admit(&pod, config) {
+            (Some(Ok(pod)), Ok(old)) => match review_pod(
+                &PodReview {
+                    operation,
+                    username: request
+                        .pointer("/userInfo/username")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                    object: Some(&pod),
+                    old_object: old.as_ref(),
+                },
+                config,
+            ) {
                 Admission::Ignore { .. } => {}
                 Admission::Allow { patch } => {
                     if !patch.is_empty() {
@@ -211,6 +358,142 @@ pub async fn serve(
     let listener = std::net::TcpListener::bind(addr)
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     serve_on(app, listener, tls).await
+}
+
+/// How the extender listener authenticates its callers.
+#[derive(Debug, Clone)]
+pub enum ClientAuth {
+    /// A client certificate chained to this CA (PEM file), valid for client authentication.
+    Ca(PathBuf),
+    /// Exactly the first certificate of this PEM file (the replicas' own serving
+    /// certificate), reloaded into `pins` when the file changes (`cert_pin`).
+    Pinned {
+        file: PathBuf,
+        pins: crate::cert_pin::SharedPins,
+    },
+}
+
+impl ClientAuth {
+    fn file(&self) -> &std::path::Path {
+        match self {
+            ClientAuth::Ca(f) | ClientAuth::Pinned { file: f, .. } => f,
+        }
+    }
+}
+
+/// The first certificate of a PEM file, as the pin.
+pub fn pin_of(
+    file: &std::path::Path,
+) -> anyhow::Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
+    let pem =
+        std::fs::read(file).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+    let certs = crate::extender_client::certs_from_pem(&pem)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    Ok(certs.into_iter().take(1).collect())
+}
+
+/// The extender listener's TLS: `cert`/`key` served, and a client certificate required of
+/// every caller (kube-scheduler's extender `tlsConfig.certFile`, a follower forwarding to
+/// the leader), checked as `auth` says. A connection without one fails the handshake.
+pub fn mtls_config(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    auth: &ClientAuth,
+) -> anyhow::Result<rustls::ServerConfig> {
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier: Arc<dyn rustls::server::danger::ClientCertVerifier> = match auth {
+        ClientAuth::Ca(client_ca) => {
+            let roots = crate::extender_client::roots_from_pem(&read(client_ca)?)
+                .map_err(|e| anyhow::anyhow!("client CA {}: {e}", client_ca.display()))?;
+            rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider.clone(),
+            )
+            .build()
+            .map_err(|e| anyhow::anyhow!("client CA {}: {e}", client_ca.display()))?
+        }
+        ClientAuth::Pinned { pins, .. } => Arc::new(crate::cert_pin::PinnedClients::new(
+            pins.clone(),
+            provider.clone(),
+        )),
+    };
+    let certs = crate::extender_client::certs_from_pem(&read(cert)?)
+        .map_err(|e| anyhow::anyhow!("certificate {}: {e}", cert.display()))?;
+    let key_der = {
+        use rustls::pki_types::pem::PemObject;
+        rustls::pki_types::PrivateKeyDer::from_pem_slice(&read(key)?)
+            .map_err(|e| anyhow::anyhow!("key {}: not a PEM private key ({e})", key.display()))?
+    };
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key_der)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "certificate {} / key {}: {e}",
+                cert.display(),
+                key.display()
+            )
+        })?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Serves `app` with [`mtls_config`], rebuilt (and the pins rotated) when any of the
+/// three files changes.
+pub async fn serve_mtls(
+    app: Router,
+    listener: std::net::TcpListener,
+    cert: PathBuf,
+    key: PathBuf,
+    auth: ClientAuth,
+) -> anyhow::Result<()> {
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let config = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(mtls_config(
+        &cert, &key, &auth,
+    )?));
+    let reload = config.clone();
+    tokio::spawn(async move {
+        let files = [cert, key, auth.file().to_owned()];
+        let stamp = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let mut last: Vec<Option<SystemTime>> = files.iter().map(stamp).collect();
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let now: Vec<Option<SystemTime>> = files.iter().map(stamp).collect();
+            if now != last {
+                if let ClientAuth::Pinned { file, pins } = &auth {
+                    match pin_of(file) {
+                        Ok(next) => pins
+                            .write()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .rotate(next, std::time::Instant::now()),
+                        Err(e) => {
+                            warn!(error = %e, "cannot reload the pinned certificate; keeping the old one")
+                        }
+                    }
+                }
+                match mtls_config(&files[0], &files[1], &auth) {
+                    Ok(c) => {
+                        reload.reload_from_config(Arc::new(c));
+                        info!("reloaded the extender's TLS certificate and client CA");
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cannot reload the extender's TLS; keeping the old one")
+                    }
+                }
+                last = now;
+            }
+        }
+    });
+    info!(%addr, "serving the extender over HTTPS with client certificates required");
+    axum_server::from_tcp_rustls(listener, config)?
+        .serve(app.into_make_service())
+        .await?;
+    Ok(())
 }
 
 /// Like [`serve`], on a listener the caller bound (tests bind port 0).

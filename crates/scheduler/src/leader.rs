@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use tracing::{info, warn};
@@ -20,6 +20,8 @@ use tracing::{info, warn};
 pub struct Leadership {
     elected: bool,
     valid_until: Mutex<Option<Instant>>,
+    /// The Lease holder as last read (another replica's identity when we follow).
+    holder: Mutex<Option<String>>,
 }
 
 impl Leadership {
@@ -28,6 +30,7 @@ impl Leadership {
         Self {
             elected: false,
             valid_until: Mutex::new(None),
+            holder: Mutex::new(None),
         }
     }
 
@@ -36,6 +39,7 @@ impl Leadership {
         Self {
             elected: true,
             valid_until: Mutex::new(None),
+            holder: Mutex::new(None),
         }
     }
 
@@ -50,6 +54,24 @@ impl Leadership {
     fn hold_until(&self, until: Option<Instant>) {
         *self.valid_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
     }
+
+    /// Whether leader election runs (false: this replica always decides).
+    pub fn is_elected(&self) -> bool {
+        self.elected
+    }
+
+    /// The identity holding the Lease as last read; `None` without election or before
+    /// the first read.
+    pub fn holder(&self) -> Option<String> {
+        self.holder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set_holder(&self, holder: Option<String>) {
+        *self.holder.lock().unwrap_or_else(|p| p.into_inner()) = holder;
+    }
 }
 
 /// What to do with the lease.
@@ -63,29 +85,107 @@ pub enum LeaseStep {
     Follow { holder: String },
 }
 
-/// Decides from the lease as read, at `now`.
-pub fn lease_step(spec: Option<&LeaseSpec>, me: &str, now: Timestamp) -> LeaseStep {
-    let Some(spec) = spec else {
-        return LeaseStep::TakeOver;
-    };
-    let holder = spec.holder_identity.clone().unwrap_or_default();
-    if holder == me {
-        return LeaseStep::Renew;
-    }
-    if holder.is_empty() {
-        return LeaseStep::TakeOver;
-    }
-    let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
-    let renewed = spec
-        .renew_time
-        .as_ref()
-        .or(spec.acquire_time.as_ref())
-        .map(|t| t.0);
-    match renewed {
-        Some(renewed) if now.as_second() <= renewed.as_second() + duration => {
-            LeaseStep::Follow { holder }
+/// The parts of a Lease whose change proves its holder alive (client-go's
+/// `LeaderElectionRecord`): any difference, even a renew time that went backwards on a
+/// skewed clock, counts as a renewal observed now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRecord {
+    pub holder: String,
+    pub duration_seconds: i32,
+    pub acquire_time: Option<String>,
+    pub renew_time: Option<String>,
+    pub transitions: i32,
+}
+
+impl LeaseRecord {
+    pub fn of(spec: &LeaseSpec) -> Self {
+        let time = |t: &Option<MicroTime>| t.as_ref().map(|t| t.0.to_string());
+        LeaseRecord {
+            holder: spec.holder_identity.clone().unwrap_or_default(),
+            duration_seconds: spec.lease_duration_seconds.unwrap_or(15),
+            acquire_time: time(&spec.acquire_time),
+            renew_time: time(&spec.renew_time),
+            transitions: spec.lease_transitions.unwrap_or(0),
         }
-        _ => LeaseStep::TakeOver,
+    }
+}
+
+/// What this replica last saw of the Lease and when, on its own monotonic clock. Expiry is
+/// measured from that moment, never from the times written in the Lease: those come from
+/// the holder's wall clock, and comparing them with ours made 2 s of skew enough for two
+/// leaders. A replica that starts, or sees a new record, waits a whole lease duration
+/// before it may take over (client-go's rule).
+#[derive(Debug, Clone, Default)]
+pub struct LeaseObserver {
+    last: Option<(LeaseRecord, Instant)>,
+}
+
+impl LeaseObserver {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Decides from the lease as read at `now` (monotonic), remembering what was read.
+    pub fn step(&mut self, spec: Option<&LeaseSpec>, me: &str, now: Instant) -> LeaseStep {
+        let Some(spec) = spec else {
+            self.last = None;
+            return LeaseStep::TakeOver;
+        };
+        let record = LeaseRecord::of(spec);
+        let observed_at = match &self.last {
+            Some((seen, at)) if *seen == record => *at,
+            _ => now,
+        };
+        self.last = Some((record.clone(), observed_at));
+        if record.holder == me {
+            return LeaseStep::Renew;
+        }
+        if record.holder.is_empty() {
+            return LeaseStep::TakeOver;
+        }
+        let duration = Duration::from_secs(u64::try_from(record.duration_seconds).unwrap_or(0));
+        if now < observed_at + duration {
+            LeaseStep::Follow {
+                holder: record.holder,
+            }
+        } else {
+            LeaseStep::TakeOver
+        }
+    }
+
+    /// The holder as last read (for forwarding to the leader), if any.
+    pub fn holder(&self) -> Option<&str> {
+        self.last
+            .as_ref()
+            .map(|(r, _)| r.holder.as_str())
+            .filter(|h| !h.is_empty())
+    }
+}
+
+/// The wall clock the election writes into the Lease (`acquireTime`, `renewTime`). Only
+/// other replicas' change detection reads those times, so a skewed clock is harmless;
+/// tests skew it on purpose.
+pub trait WallClock: Send + Sync + 'static {
+    fn now(&self) -> Timestamp;
+}
+
+/// The system clock.
+pub struct SystemClock;
+
+impl WallClock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+/// The system clock shifted by a fixed amount (tests of clock skew).
+pub struct SkewedClock(pub SignedDuration);
+
+impl WallClock for SkewedClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+            .checked_add(self.0)
+            .unwrap_or_else(|_| Timestamp::now())
     }
 }
 
@@ -101,12 +201,31 @@ pub struct ElectionConfig {
 
 /// Runs the election forever, updating `leadership`.
 pub async fn run(client: Client, config: ElectionConfig, leadership: std::sync::Arc<Leadership>) {
+    run_with_clock(client, config, leadership, SystemClock).await
+}
+
+/// [`run`] writing Lease times from `clock`.
+pub async fn run_with_clock(
+    client: Client,
+    config: ElectionConfig,
+    leadership: std::sync::Arc<Leadership>,
+    clock: impl WallClock,
+) {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let margin = config.lease_duration / 5;
+    let mut observer = LeaseObserver::new();
     let mut was_leader = false;
     loop {
         let attempt_started = Instant::now();
-        match try_once(&api, &config).await {
+        // A renewal that takes longer than the leadership it would extend is of no use
+        // (client-go's renew deadline): give up on it and try again.
+        let attempt = tokio::time::timeout(
+            config.lease_duration - margin,
+            try_once(&api, &config, &mut observer, &clock),
+        )
+        .await
+        .unwrap_or_else(|_| Err(kube::Error::Service("the Lease request timed out".into())));
+        match attempt {
             Ok(true) => {
                 leadership.hold_until(Some(attempt_started + config.lease_duration - margin));
                 if !was_leader {
@@ -122,15 +241,20 @@ pub async fn run(client: Client, config: ElectionConfig, leadership: std::sync::
                 was_leader = false;
             }
             Err(e) => {
-                warn!(error = %e, "lease update failed; leadership lapses unless renewed in time")
+                warn!(error = %crate::kube_error::text(&e), "lease update failed; leadership lapses unless renewed in time")
             }
         }
+        leadership.set_holder(observer.holder().map(str::to_owned));
         tokio::time::sleep(config.renew_interval).await;
     }
 }
 
-async fn try_once(api: &Api<Lease>, config: &ElectionConfig) -> Result<bool, kube::Error> {
-    let now = Timestamp::now();
+async fn try_once(
+    api: &Api<Lease>,
+    config: &ElectionConfig,
+    observer: &mut LeaseObserver,
+    clock: &impl WallClock,
+) -> Result<bool, kube::Error> {
     let current = match api.get_opt(&config.name).await? {
         Some(lease) => lease,
         None => {
@@ -139,29 +263,28 @@ async fn try_once(api: &Api<Lease>, config: &ElectionConfig) -> Result<bool, kub
                     name: Some(config.name.clone()),
                     ..Default::default()
                 },
-                spec: Some(new_spec(config, now, None, 0)),
+                spec: Some(new_spec(config, clock.now(), 0)),
             };
             return match api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
+                Ok(created) => {
+                    observer.step(created.spec.as_ref(), &config.identity, Instant::now());
+                    Ok(true)
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                 Err(e) => Err(e),
             };
         }
     };
-    let step = lease_step(current.spec.as_ref(), &config.identity, now);
+    let step = observer.step(current.spec.as_ref(), &config.identity, Instant::now());
     let spec = current.spec.clone().unwrap_or_default();
+    let now = clock.now();
     let next = match step {
         LeaseStep::Follow { .. } => return Ok(false),
         LeaseStep::Renew => LeaseSpec {
             renew_time: Some(MicroTime(now)),
             ..spec
         },
-        LeaseStep::TakeOver => new_spec(
-            config,
-            now,
-            Some(&spec),
-            spec.lease_transitions.unwrap_or(0) + 1,
-        ),
+        LeaseStep::TakeOver => new_spec(config, now, spec.lease_transitions.unwrap_or(0) + 1),
     };
     let updated = Lease {
         metadata: current.metadata.clone(),
@@ -171,19 +294,17 @@ async fn try_once(api: &Api<Lease>, config: &ElectionConfig) -> Result<bool, kub
         .replace(&config.name, &PostParams::default(), &updated)
         .await
     {
-        Ok(_) => Ok(true),
+        Ok(written) => {
+            observer.step(written.spec.as_ref(), &config.identity, Instant::now());
+            Ok(true)
+        }
         // Another replica wrote first (the update carried our resourceVersion).
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(e),
     }
 }
 
-fn new_spec(
-    config: &ElectionConfig,
-    now: Timestamp,
-    _old: Option<&LeaseSpec>,
-    transitions: i32,
-) -> LeaseSpec {
+fn new_spec(config: &ElectionConfig, now: Timestamp, transitions: i32) -> LeaseSpec {
     LeaseSpec {
         holder_identity: Some(config.identity.clone()),
         lease_duration_seconds: Some(config.lease_duration.as_secs() as i32),
@@ -209,23 +330,133 @@ mod tests {
 
     #[test]
     fn steps() {
-        let now = Timestamp::from_second(1000).unwrap();
-        assert_eq!(lease_step(None, "a", now), LeaseStep::TakeOver);
+        let t0 = Instant::now();
+        let mut o = LeaseObserver::new();
+        assert_eq!(o.step(None, "a", t0), LeaseStep::TakeOver);
+        assert_eq!(o.step(Some(&spec("a", 990, 15)), "a", t0), LeaseStep::Renew);
         assert_eq!(
-            lease_step(Some(&spec("a", 990, 15)), "a", now),
-            LeaseStep::Renew
+            o.step(Some(&spec("", 999, 15)), "a", t0),
+            LeaseStep::TakeOver
         );
+        let mut o = LeaseObserver::new();
+        // The written renew time (from b's clock, 10 000 s in the past by ours) is never
+        // compared with our clock: b is followed until 15 s after we first saw the record.
+        let b = spec("b", 990, 15);
         assert_eq!(
-            lease_step(Some(&spec("b", 990, 15)), "a", now),
+            o.step(Some(&b), "a", t0),
+            LeaseStep::Follow { holder: "b".into() }
+        );
+        assert_eq!(o.holder(), Some("b"));
+        assert_eq!(
+            o.step(Some(&b), "a", t0 + Duration::from_secs(14)),
+            LeaseStep::Follow { holder: "b".into() }
+        );
+        // A renewal (any change, even a renew time that went backwards) restarts the wait.
+        let renewed = spec("b", 985, 15);
+        assert_eq!(
+            o.step(Some(&renewed), "a", t0 + Duration::from_secs(14)),
             LeaseStep::Follow { holder: "b".into() }
         );
         assert_eq!(
-            lease_step(Some(&spec("b", 980, 15)), "a", now),
-            LeaseStep::TakeOver
+            o.step(Some(&renewed), "a", t0 + Duration::from_secs(28)),
+            LeaseStep::Follow { holder: "b".into() }
         );
         assert_eq!(
-            lease_step(Some(&spec("", 999, 15)), "a", now),
+            o.step(Some(&renewed), "a", t0 + Duration::from_secs(29)),
             LeaseStep::TakeOver
+        );
+    }
+
+    /// Replicas whose wall clocks are skewed (2 s and 30 s, both directions) renew and
+    /// watch one Lease in simulated time, in random interleavings; the leader is killed
+    /// midway. At every instant at most one replica believes it leads, and after the kill
+    /// another one takes over. The Lease times each replica writes come from its skewed
+    /// clock; the old rule (compare them with our clock) gives two leaders here.
+    #[test]
+    fn skewed_clocks_never_give_two_leaders() {
+        use proptest::test_runner::{Config, TestRunner};
+        let mut runner = TestRunner::new(Config {
+            cases: 64,
+            ..Config::default()
+        });
+        let skews = proptest::sample::subsequence(vec![0i64, 2, -2, 30, -30], 2..=5);
+        let steps = proptest::collection::vec((0usize..5, 1u64..400), 200..400);
+        runner
+            .run(&(skews, steps), |(skews, steps)| {
+                simulate(&skews, &steps);
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    /// One shared Lease; a replica's turn either reads and decides, or completes the
+    /// write it decided on (optimistic concurrency: it fails when the Lease changed since
+    /// the read). A replica leads until its read + duration - margin, on the shared
+    /// monotonic clock, as `run` does.
+    fn simulate(skews: &[i64], steps: &[(usize, u64)]) {
+        const DURATION: u64 = 15;
+        let margin = Duration::from_secs(3);
+        let base = Instant::now();
+        let n = skews.len();
+        let mut lease: Option<(u64, LeaseSpec)> = None;
+        let mut observers = vec![LeaseObserver::new(); n];
+        let mut valid_until: Vec<Option<Instant>> = vec![None; n];
+        let mut pending: Vec<Option<(Option<u64>, LeaseSpec, Instant)>> = vec![None; n];
+        let mut alive = vec![true; n];
+        let mut elapsed_ms = 0u64;
+        let kill_at = steps.len() / 2;
+        // The random interleaving, then 60 s of every live replica taking turns each
+        // second, so that a take-over after the kill is due.
+        let tail = (0..60 * n).map(|k| (k % n, 100 / n as u64));
+        for (i, (who, advance)) in steps.iter().copied().chain(tail).enumerate() {
+            elapsed_ms += advance * 10;
+            let now = base + Duration::from_millis(elapsed_ms);
+            let leading = |r: usize| valid_until[r].is_some_and(|t| now < t);
+            let leaders: Vec<usize> = (0..n).filter(|&r| leading(r)).collect();
+            assert!(
+                leaders.len() <= 1,
+                "two leaders at {elapsed_ms} ms: {leaders:?}, skews {skews:?}"
+            );
+            if i == kill_at {
+                for &r in &leaders {
+                    alive[r] = false;
+                }
+            }
+            let r = who % n;
+            if !alive[r] {
+                continue;
+            }
+            let me = format!("r{r}");
+            let version = lease.as_ref().map(|(v, _)| *v);
+            if let Some((read_version, next, started)) = pending[r].take() {
+                if version == read_version {
+                    lease = Some((version.unwrap_or(0) + 1, next));
+                    observers[r].step(lease.as_ref().map(|(_, s)| s), &me, now);
+                    valid_until[r] = Some(started + Duration::from_secs(DURATION) - margin);
+                } else {
+                    valid_until[r] = None;
+                }
+                continue;
+            }
+            let wall = 1_800_000_000 + (elapsed_ms / 1000) as i64 + skews[r];
+            match observers[r].step(lease.as_ref().map(|(_, s)| s), &me, now) {
+                LeaseStep::Follow { .. } => valid_until[r] = None,
+                LeaseStep::Renew => {
+                    let next = LeaseSpec {
+                        renew_time: Some(MicroTime(Timestamp::from_second(wall).unwrap())),
+                        ..lease.as_ref().unwrap().1.clone()
+                    };
+                    pending[r] = Some((version, next, now));
+                }
+                LeaseStep::TakeOver => {
+                    pending[r] = Some((version, spec(&me, wall, DURATION as i32), now));
+                }
+            }
+        }
+        let now = base + Duration::from_millis(elapsed_ms);
+        assert!(
+            (0..n).any(|r| alive[r] && valid_until[r].is_some_and(|t| now < t)),
+            "a live replica took over after the kill (skews {skews:?})"
         );
     }
 

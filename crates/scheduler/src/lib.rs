@@ -4,13 +4,17 @@
 //! (what a pod holds), [`fit`] (which node and GPUs), [`admission`] (webhook decisions).
 
 pub mod admission;
+pub mod cert_pin;
 pub mod config;
 pub mod extender;
 pub mod extender_client;
 pub mod fit;
+pub mod forward;
+pub mod heartbeat;
 pub mod http;
+pub mod informer;
+pub mod kube_error;
 pub mod leader;
-pub mod lock_client;
 pub mod metrics;
 pub mod runtime;
 pub mod server;
@@ -18,3 +22,4 @@ pub mod sim_kube_scheduler;
 pub mod snapshot;
 pub mod state;
 pub mod usage;
+pub mod watch_health;

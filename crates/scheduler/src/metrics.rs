@@ -1,12 +1,18 @@
 //! Prometheus metrics (SPEC §3), names compatible with the reference, every series with
-//! `zone="vGPU"`. GPU and pod gauges are computed from the cluster state at scrape time;
-//! filter and bind latencies are histograms.
+//! `zone="vGPU"`, help text on every family. GPU and pod gauges are computed from the
+//! cluster state at scrape time; filter and bind latencies are histograms. The body is
+//! OpenMetrics or Prometheus text 0.0.4, as the scraper's `Accept` asks
+//! (`hami_protocol::exposition`). `device_type` is `Vendor::device_type` of the registered
+//! type, as the monitor labels the same GPU; `container_index` is the container's run in
+//! the pod's device list (init and sidecar containers first).
 
 use std::borrow::Cow;
 use std::time::Duration;
 
+use hami_protocol::exposition::Format;
 use hami_protocol::names::Vendor;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -27,6 +33,8 @@ fn latency_histogram() -> Histogram {
 pub struct Metrics {
     filter: Family<Labels, Histogram, fn() -> Histogram>,
     bind: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Nodes refused by filter, by reason (`fit::refusal_labels`, a fixed set).
+    refusals: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -35,15 +43,32 @@ impl Default for Metrics {
     }
 }
 
+fn reason_label(reason: &str) -> Labels {
+    vec![("reason".into(), reason.into())]
+}
+
 fn result_label(ok: bool) -> Labels {
     vec![("result".into(), if ok { "ok" } else { "error" }.into())]
 }
 
 impl Metrics {
     pub fn new() -> Self {
+        let refusals = Family::<Labels, Counter>::default();
+        // Every reason from the start: a dashboard's rate() sees 0, not a missing series.
+        for label in crate::fit::refusal_labels() {
+            let _ = refusals.get_or_create(&reason_label(label));
+        }
         Self {
             filter: Family::new_with_constructor(latency_histogram),
             bind: Family::new_with_constructor(latency_histogram),
+            refusals,
+        }
+    }
+
+    /// Counts one filter call's refused nodes per reason.
+    pub fn count_refusals(&self, refusals: &std::collections::BTreeMap<&'static str, u64>) {
+        for (label, n) in refusals {
+            self.refusals.get_or_create(&reason_label(label)).inc_by(*n);
         }
     }
 
@@ -59,19 +84,29 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    /// The text exposition of every metric, from `state` as it is now.
+    /// The OpenMetrics exposition of every metric, from `state` as it is now.
     pub fn render(&self, state: &ClusterState) -> String {
+        self.render_as(state, Format::OpenMetrics)
+    }
+
+    /// Every metric in `format` (see [`Format::negotiate`] for choosing it from `Accept`).
+    pub fn render_as(&self, state: &ClusterState, format: Format) -> String {
         let mut registry =
             Registry::with_labels([(Cow::Borrowed("zone"), Cow::Borrowed("vGPU"))].into_iter());
         registry.register(
             "hami_scheduler_filter_duration_seconds",
-            "Time to answer an extender filter call",
+            "Seconds to answer an extender filter call, by result (ok, error)",
             self.filter.clone(),
         );
         registry.register(
             "hami_scheduler_bind_duration_seconds",
-            "Time to answer an extender bind call, node-lock wait included",
+            "Seconds to answer an extender bind call, node-lock wait included, by result (ok, error)",
             self.bind.clone(),
+        );
+        registry.register(
+            "hami_scheduler_filter_refusals",
+            "Nodes a filter call refused, by reason: the GPU-level fit reasons (CardInsufficientMemory, CardInsufficientCore, ...; a node counts once under each reason its GPUs gave) and node-level ones (NodeInsufficientDevice, NodeUnregistered, NoVendorGpu, RegisterInvalid, PluginNotServing: kubelet reports 0 devices, PluginStale: the plugin's heartbeat stopped)",
+            self.refusals.clone(),
         );
         let gauge = |registry: &mut Registry, name: &str, help: &str| {
             let family = GaugeFamily::default();
@@ -81,33 +116,37 @@ impl Metrics {
         let mem_limit = gauge(
             &mut registry,
             "hami_gpu_memory_limit_bytes",
-            "Device memory of a GPU",
+            "Device memory of a GPU in bytes, as registered by its device plugin",
         );
         let core_limit = gauge(
             &mut registry,
             "hami_gpu_core_limit_ratio",
-            "Compute of a GPU (100 = the whole GPU)",
+            "Compute of a GPU in percent (100 = the whole GPU; NVIDIA: the registered devcore)",
         );
         let mem_alloc = gauge(
             &mut registry,
             "hami_gpu_memory_allocated_bytes",
-            "Device memory of a GPU allocated to pods",
+            "Device memory of a GPU allocated to pods, in bytes",
         );
-        let shared = gauge(&mut registry, "hami_gpu_shared_count", "Pods sharing a GPU");
+        let shared = gauge(
+            &mut registry,
+            "hami_gpu_shared_count",
+            "Shares of a GPU in use: running containers holding a slice of it",
+        );
         let core_alloc = gauge(
             &mut registry,
             "hami_gpu_core_allocated_ratio",
-            "Compute of a GPU allocated to pods, percent (AMD CUs converted to percent, rounded up)",
+            "Compute of a GPU allocated to pods, in percent of the GPU, not CUs (AMD: allocated CUs x 100 / the GPU's CUs, rounded up; NVIDIA: the sum of gpucores)",
         );
         let vmem = gauge(
             &mut registry,
             "hami_vgpu_memory_allocated_bytes",
-            "Device memory allocated to a pod on a GPU",
+            "Device memory allocated to one container of a pod on a GPU, in bytes (container_index: the container's position in the pod's device list, init containers first)",
         );
         let vcore = gauge(
             &mut registry,
             "hami_vgpu_core_allocated_ratio",
-            "Compute allocated to a pod on a GPU, percent",
+            "Compute allocated to one container of a pod on a GPU, in percent of the GPU, not CUs (AMD: granted CUs x 100 / the GPU's CUs, rounded up; NVIDIA: gpucores)",
         );
 
         let percent = |vendor: Vendor, cores: u64, devcore: u32| match vendor {
@@ -121,7 +160,10 @@ impl Metrics {
                     ("node".into(), node.devices.name.clone()),
                     ("device_uuid".into(), gpu.info.id.clone()),
                     ("device_index".into(), gpu.info.index.to_string()),
-                    ("device_type".into(), gpu.info.device_type.clone()),
+                    (
+                        "device_type".into(),
+                        gpu.vendor.device_type(&gpu.info.device_type),
+                    ),
                 ];
                 mem_limit
                     .get_or_create(&labels)
@@ -145,22 +187,22 @@ impl Metrics {
             let Some(node) = state.node(&holding.node) else {
                 continue;
             };
-            for charge in &holding.charges {
-                let Some(gpu) = node.devices.gpus.iter().find(|g| g.info.id == charge.uuid) else {
+            for grant in &holding.grants {
+                let Some(gpu) = node.devices.gpus.iter().find(|g| g.info.id == grant.uuid) else {
                     continue;
                 };
                 let labels: Labels = vec![
                     ("namespace".into(), holding.namespace.clone()),
                     ("node".into(), holding.node.clone()),
                     ("pod".into(), holding.name.clone()),
-                    ("container_index".into(), "0".into()),
-                    ("device_uuid".into(), charge.uuid.clone()),
+                    ("container_index".into(), grant.container_index.to_string()),
+                    ("device_uuid".into(), grant.uuid.clone()),
                 ];
                 vmem.get_or_create(&labels)
-                    .set(charge.mem_mib as f64 * 1_048_576.0);
+                    .set(grant.mem_mib as f64 * 1_048_576.0);
                 vcore.get_or_create(&labels).set(percent(
                     gpu.vendor,
-                    charge.cores,
+                    grant.cores.into(),
                     gpu.info.devcore,
                 ));
             }
@@ -168,7 +210,7 @@ impl Metrics {
         let mut out = String::new();
         // Encoding into a String cannot fail.
         let _ = encode(&mut out, &registry);
-        out
+        format.encode(&out)
     }
 }
 
@@ -186,7 +228,7 @@ mod tests {
         state.upsert_node(&node);
         let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u", "annotations": {
             "hami.io/vgpu-node": "n1", "hami.io/amd-devices-allocated": "G,AMD Instinct MI300X,512,76:;"}},
-            "spec": {"containers": [{"name": "c"}]}})).unwrap();
+            "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "resources": {"limits": {"amd.com/gpu": "1"}}}]}})).unwrap();
         state.upsert_pod(&pod);
         let m = Metrics::new();
         m.observe_filter(Duration::from_millis(2), true);
@@ -217,5 +259,162 @@ mod tests {
             "{text}"
         );
         assert!(find("hami_gpu_memory_limit_bytes{").contains(r#"zone="vGPU""#));
+    }
+
+    #[test]
+    fn filter_refusals_are_counted_by_reason() {
+        use crate::extender::{FilterConfig, decide_filter};
+        let mut state = ClusterState::new();
+        let reg = |mem: u64| {
+            format!(
+                r#"[{{"id":"G{mem}","count":10,"devmem":{mem},"devcore":100,"type":"AMD Instinct MI210","health":true}}]"#
+            )
+        };
+        for (name, ann) in [
+            ("small", json!({"hami.io/node-amd-register": reg(100)})),
+            ("tiny", json!({"hami.io/node-amd-register": reg(50)})),
+            ("garbled", json!({"hami.io/node-amd-register": "not json"})),
+        ] {
+            let node: Node =
+                serde_json::from_value(json!({"metadata": {"name": name, "annotations": ann}}))
+                    .unwrap();
+            state.upsert_node(&node);
+        }
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "resources": {"limits": {"amd.com/gpu": "1", "amd.com/gpumem": "500"}}}]}})).unwrap();
+        let names: Vec<String> = ["small", "tiny", "garbled", "gone"]
+            .map(String::from)
+            .into();
+        let d = decide_filter(&mut state, &pod, &names, &FilterConfig::default(), 0);
+        assert!(d.result.nodenames.is_none(), "{d:?}");
+        let m = Metrics::new();
+        let before = m.render(&state);
+        // Every reason is there from the start, at 0 (a fixed label set).
+        for label in crate::fit::refusal_labels() {
+            let line = format!(
+                r#"hami_scheduler_filter_refusals_total{{zone="vGPU",reason="{label}"}} 0"#
+            );
+            assert!(
+                before.lines().any(|l| l == line),
+                "{line} missing in\n{before}"
+            );
+        }
+        m.count_refusals(&d.refusals);
+        m.count_refusals(&d.refusals);
+        let text = m.render(&state);
+        let value = |reason: &str| {
+            let prefix = format!(
+                r#"hami_scheduler_filter_refusals_total{{zone="vGPU",reason="{reason}"}} "#
+            );
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .unwrap_or_else(|| panic!("{reason} missing in\n{text}"))
+                .to_string()
+        };
+        assert_eq!(value("CardInsufficientMemory"), "4", "2 nodes x 2 calls");
+        assert_eq!(value("RegisterInvalid"), "2");
+        assert_eq!(value("NodeUnregistered"), "2");
+        assert_eq!(value("CardInsufficientCore"), "0");
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.starts_with("hami_scheduler_filter_refusals_total{"))
+                .count(),
+            crate::fit::refusal_labels().len(),
+            "no label outside the fixed set"
+        );
+    }
+
+    /// Two nodes, a pod with an init container and two app containers, one of them on two
+    /// GPUs; the registered type lacks the vendor word.
+    fn busy_state() -> ClusterState {
+        let mut state = ClusterState::new();
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1", "annotations": {
+            "hami.io/node-amd-register": r#"[{"id":"G0","index":0,"count":10,"devmem":1024,"devcore":100,"type":"Instinct MI210","health":true},{"id":"G1","index":1,"count":10,"devmem":1024,"devcore":100,"type":"Instinct MI210","health":true}]"#}}})).unwrap();
+        state.upsert_node(&node);
+        let gpu = json!({"limits": {"amd.com/gpu": "1"}});
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u", "annotations": {
+            "hami.io/vgpu-node": "n1",
+            "hami.io/amd-devices-allocated": "G0,AMD Instinct MI210,100,10:;G0,AMD Instinct MI210,200,20:;G0,AMD Instinct MI210,300,30:G1,AMD Instinct MI210,400,40:;"}},
+            "spec": {"schedulerName": "hami-scheduler", "initContainers": [{"name": "i", "resources": gpu}],
+                "containers": [{"name": "a", "resources": gpu}, {"name": "b", "resources": gpu}]}})).unwrap();
+        state.upsert_pod(&pod);
+        state
+    }
+
+    #[test]
+    fn container_index_is_the_device_list_position() {
+        let text = Metrics::new().render(&busy_state());
+        let value = |index: &str, uuid: &str| {
+            text.lines()
+                .find(|l| {
+                    l.starts_with("hami_vgpu_memory_allocated_bytes{")
+                        && l.contains(&format!(r#"container_index="{index}""#))
+                        && l.contains(&format!(r#"device_uuid="{uuid}""#))
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("container {index} on {uuid} missing:\n{text}"))
+        };
+        let mib = 1_048_576.0;
+        assert_eq!(value("0", "G0"), 100.0 * mib);
+        assert_eq!(value("1", "G0"), 200.0 * mib);
+        assert_eq!(value("2", "G0"), 300.0 * mib);
+        assert_eq!(value("2", "G1"), 400.0 * mib);
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("hami_vgpu_core_allocated_ratio{")
+                    && l.contains(r#"container_index="2""#)
+                    && l.contains(r#"device_uuid="G1""#)
+                    && l.ends_with(" 40.0")),
+            "40 of 100 CUs = 40 percent:\n{text}"
+        );
+    }
+
+    #[test]
+    fn prometheus_text_when_asked_with_help_zone_and_one_device_type() {
+        let m = Metrics::new();
+        m.observe_bind(Duration::from_millis(3), false);
+        let state = busy_state();
+        let om = m.render_as(&state, Format::negotiate(None));
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        let text = m.render_as(
+            &state,
+            Format::negotiate(Some("text/plain;version=0.0.4;q=1,*/*;q=0.1")),
+        );
+        assert!(!text.contains("# EOF"), "{text}");
+        let mut helped = std::collections::BTreeSet::new();
+        let mut typed = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, help) = rest.split_once(' ').unwrap();
+                assert!(help.len() > 10, "{line}");
+                helped.insert(name.to_owned());
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                typed.insert(rest.split(' ').next().unwrap().to_owned());
+            } else {
+                assert!(line.contains(r#"zone="vGPU""#), "no zone: {line}");
+                if line.contains("device_type=") {
+                    assert!(
+                        line.contains(r#"device_type="AMD Instinct MI210""#),
+                        "{line}"
+                    );
+                }
+            }
+        }
+        assert_eq!(helped, typed, "every family has help:\n{text}");
+        assert!(typed.contains("hami_scheduler_bind_duration_seconds"));
+        for family in [
+            "hami_gpu_core_allocated_ratio",
+            "hami_vgpu_core_allocated_ratio",
+        ] {
+            let help = text
+                .lines()
+                .find(|l| l.starts_with(&format!("# HELP {family} ")))
+                .unwrap();
+            assert!(
+                help.contains("percent") && help.contains("not CUs"),
+                "{help}"
+            );
+        }
     }
 }

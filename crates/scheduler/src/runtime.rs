@@ -2,19 +2,15 @@
 //! HTTP shell serves. Decisions are made by the pure cores under a short lock; API calls
 //! happen outside it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use futures::StreamExt;
 use hami_protocol::names::pod as pod_keys;
 use hami_protocol::node_lock::{BindPhase, PodRef};
 use hami_protocol::requests::pod_requests;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde_json::json;
 use tracing::{info, warn};
@@ -24,100 +20,67 @@ use crate::extender::{
     EventNote, ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult,
     candidate_names, decide_filter,
 };
-use crate::lock_client::{self, unix_now};
+use crate::informer::{self, Informer};
+use crate::kube_error;
 use crate::metrics::Metrics;
 use crate::state::{ClusterState, pod_name};
+use crate::watch_health::Verdict;
+use hami_plugin_core::node_lock_client::{NodeLockClient, unix_now};
 
 pub struct Scheduler {
     pub client: Client,
     pub settings: Settings,
-    state: Mutex<ClusterState>,
-    pods: Store<Pod>,
-    nodes_synced: AtomicBool,
-    pods_synced: AtomicBool,
+    state: Arc<Mutex<ClusterState>>,
+    /// The node and pod watches' health: filter and `/readyz` refuse while either is not
+    /// live (listed, and making progress).
+    pub informers: [Arc<Informer>; 2],
     /// Set by leader election; always true when it is off.
     pub leader: Arc<crate::leader::Leadership>,
     recorder: Recorder,
     pub metrics: Metrics,
+    /// The informer tasks, ended with the scheduler (a replica that is stopped stops
+    /// watching too).
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
 }
 
 impl Scheduler {
-    /// Starts the informers; the scheduler is ready once both have listed.
+    /// Starts the supervised informers; the scheduler is ready once both have listed.
     pub fn start(
         client: Client,
         settings: Settings,
         leader: Arc<crate::leader::Leadership>,
     ) -> Arc<Self> {
-        let (pod_store, pod_writer) = reflector::store();
+        // D-4: only pods placed under our schedulerName hold devices.
+        let state = ClusterState::for_scheduler(&settings.scheduler_name);
         let reporter = Reporter {
             controller: settings.scheduler_name.clone(),
             instance: None,
         };
-        let scheduler = Arc::new(Scheduler {
+        let state = Arc::new(Mutex::new(state));
+        let nodes = Informer::new("nodes", settings.watch);
+        let pods = Informer::new("pods", settings.watch);
+        let tasks = vec![
+            informer::spawn::<Node>(client.clone(), nodes.clone(), state.clone()),
+            informer::spawn::<Pod>(client.clone(), pods.clone(), state.clone()),
+        ];
+        Arc::new(Scheduler {
             recorder: Recorder::new(client.clone(), reporter),
-            client: client.clone(),
+            client,
             settings,
-            state: Mutex::new(ClusterState::new()),
-            pods: pod_store,
-            nodes_synced: AtomicBool::new(false),
-            pods_synced: AtomicBool::new(false),
+            state,
+            informers: [nodes, pods],
             leader,
             metrics: Metrics::new(),
-        });
-        let s = scheduler.clone();
-        tokio::spawn(async move {
-            let api: Api<Node> = Api::all(s.client.clone());
-            let stream = watcher(api, watcher::Config::default()).default_backoff();
-            futures::pin_mut!(stream);
-            let mut buffer = Vec::new();
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(watcher::Event::Init) => buffer.clear(),
-                    Ok(watcher::Event::InitApply(node)) => buffer.push(node),
-                    Ok(watcher::Event::InitDone) => {
-                        s.state().reset_nodes(buffer.iter());
-                        buffer.clear();
-                        s.nodes_synced.store(true, Ordering::Release);
-                    }
-                    Ok(watcher::Event::Apply(node)) => s.state().upsert_node(&node),
-                    Ok(watcher::Event::Delete(node)) => {
-                        if let Some(name) = &node.metadata.name {
-                            s.state().remove_node(name);
-                        }
-                    }
-                    Err(e) => warn!(error = %e, "node watch failed; retrying"),
-                }
-            }
-        });
-        let s = scheduler.clone();
-        tokio::spawn(async move {
-            let api: Api<Pod> = Api::all(s.client.clone());
-            let stream = reflector::reflector(
-                pod_writer,
-                watcher(api, watcher::Config::default()).default_backoff(),
-            );
-            futures::pin_mut!(stream);
-            let mut buffer = Vec::new();
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(watcher::Event::Init) => buffer.clear(),
-                    Ok(watcher::Event::InitApply(pod)) => buffer.push(pod),
-                    Ok(watcher::Event::InitDone) => {
-                        s.state().reset_pods(buffer.iter());
-                        buffer.clear();
-                        s.pods_synced.store(true, Ordering::Release);
-                    }
-                    Ok(watcher::Event::Apply(pod)) => s.state().upsert_pod(&pod),
-                    Ok(watcher::Event::Delete(pod)) => {
-                        if let Some(uid) = &pod.metadata.uid {
-                            s.state().remove_pod(uid);
-                        }
-                    }
-                    Err(e) => warn!(error = %e, "pod watch failed; retrying"),
-                }
-            }
-        });
-        scheduler
+            tasks,
+        })
     }
 
     pub fn state(&self) -> MutexGuard<'_, ClusterState> {
@@ -126,26 +89,43 @@ impl Scheduler {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Both informers have listed at least once since they (re)started.
     pub fn synced(&self) -> bool {
-        self.nodes_synced.load(Ordering::Acquire) && self.pods_synced.load(Ordering::Acquire)
+        self.informers
+            .iter()
+            .all(|i| !matches!(i.verdict(), Verdict::NotListed | Verdict::Dead { .. }))
     }
 
-    /// Ready to decide: synced and the leader.
+    /// Why the informers' view cannot be trusted now (a watch not listed, failing,
+    /// stalled or dead), if it cannot.
+    pub fn view_problem(&self) -> Option<String> {
+        let problems: Vec<String> = self.informers.iter().filter_map(|i| i.problem()).collect();
+        (!problems.is_empty()).then(|| problems.join("; "))
+    }
+
+    /// Ready to serve (`/readyz`): both watches live. Leadership is not part of it: a
+    /// follower serves the webhook and forwards the extender's calls to the leader, and a
+    /// rolling update's new pod must become Ready while the old one still leads.
     pub fn ready(&self) -> bool {
-        self.synced() && self.leader.is_leader()
+        self.view_problem().is_none()
+    }
+
+    /// What a replica that does not lead answers.
+    pub fn not_leader(&self) -> String {
+        format!(
+            "this {} replica is not the leader",
+            self.settings.scheduler_name
+        )
     }
 
     fn not_ready_reason(&self) -> Option<String> {
         if !self.leader.is_leader() {
             return Some(format!(
-                "this {} replica is not the leader; kube-scheduler should call the leader (it retries)",
-                self.settings.scheduler_name
+                "{}; kube-scheduler should call the leader (it retries)",
+                self.not_leader()
             ));
         }
-        if !self.synced() {
-            return Some("the scheduler has not finished listing nodes and pods yet; retry".into());
-        }
-        None
+        self.view_problem()
     }
 
     /// The extender's filter.
@@ -171,13 +151,13 @@ impl Scheduler {
             };
         }
         let names = candidate_names(&args);
-        let decision = decide_filter(
-            &mut self.state(),
-            &pod,
-            &names,
-            &self.settings.filter,
-            unix_now(),
-        );
+        let decision = {
+            let mut state = self.state();
+            // A plugin that stopped refreshing is withdrawn by time alone (`heartbeat`).
+            state.expire_heartbeats(Instant::now());
+            decide_filter(&mut state, &pod, &names, &self.settings.filter, unix_now())
+        };
+        self.metrics.count_refusals(&decision.refusals);
         if let Some(patch) = &decision.patch {
             let api: Api<Pod> = Api::namespaced(
                 self.client.clone(),
@@ -194,7 +174,11 @@ impl Scheduler {
             {
                 self.state().release(&patch.uid);
                 return ExtenderFilterResult {
-                    error: format!("cannot record the decision on pod {}: {e}", pod_name(&pod)),
+                    error: format!(
+                        "cannot record the decision on pod {}: {}",
+                        pod_name(&pod),
+                        kube_error::text(&e)
+                    ),
                     ..Default::default()
                 };
             }
@@ -221,18 +205,15 @@ impl Scheduler {
             return Err(self.not_ready_reason().unwrap_or_default());
         }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &args.pod_namespace);
-        let pod = match self
-            .pods
-            .get(&ObjectRef::new(&args.pod_name).within(&args.pod_namespace))
-        {
-            Some(pod) => (*pod).clone(),
-            None => api.get(&args.pod_name).await.map_err(|e| {
-                format!(
-                    "pod {}/{} not found: {e}",
-                    args.pod_namespace, args.pod_name
-                )
-            })?,
-        };
+        // Read fresh: the scheduler keeps no copy of pods (bind needs one lookup).
+        let pod = api.get(&args.pod_name).await.map_err(|e| {
+            format!(
+                "cannot read pod {}/{}: {}",
+                args.pod_namespace,
+                args.pod_name,
+                kube_error::text(&e)
+            )
+        })?;
         if !args.pod_uid.is_empty() && pod.metadata.uid.as_deref() != Some(args.pod_uid.as_str()) {
             return Err(format!(
                 "pod {}/{} has uid {:?}, not {:?}: it was re-created; kube-scheduler will retry",
@@ -256,16 +237,13 @@ impl Scheduler {
             self.bind_failed(&pod, &e);
             return Err(e);
         }
+        let locks = NodeLockClient::new(self.client.clone());
         if placed_by_us
-            && let Err(e) = lock_client::acquire(
-                &self.client,
-                &args.node,
-                &owner,
-                self.settings.node_lock_expiry,
-                deadline,
-            )
-            .await
+            && let Err(e) = locks
+                .acquire(&args.node, &owner, self.settings.node_lock_expiry, deadline)
+                .await
         {
+            let e = e.to_string();
             self.bind_failed(&pod, &e);
             return Err(e);
         }
@@ -278,7 +256,7 @@ impl Scheduler {
                 }}});
                 api.patch(&args.pod_name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
-                    .map_err(|e| format!("cannot mark pod {}/{} allocating: {e}", args.pod_namespace, args.pod_name))?;
+                    .map_err(|e| format!("cannot mark pod {}/{} allocating: {}", args.pod_namespace, args.pod_name, kube_error::text(&e)))?;
             }
             let binding = json!({
                 "apiVersion": "v1",
@@ -288,7 +266,7 @@ impl Scheduler {
             });
             api.create_subresource::<_, serde_json::Value>("binding", &args.pod_name, &PostParams::default(), &binding)
                 .await
-                .map_err(|e| format!("cannot bind pod {}/{} to {}: {e}", args.pod_namespace, args.pod_name, args.node))?;
+                .map_err(|e| format!("cannot bind pod {}/{} to {}: {}", args.pod_namespace, args.pod_name, args.node, kube_error::text(&e)))?;
             Ok::<(), String>(())
         }
         .await;
@@ -306,11 +284,11 @@ impl Scheduler {
                 Ok(())
             }
             Err(e) => {
+                let release_by = Instant::now() + std::time::Duration::from_secs(5);
                 if placed_by_us
-                    && let Err(release) =
-                        lock_client::release(&self.client, &args.node, &owner).await
+                    && let Err(release) = locks.release(&args.node, &owner, release_by).await
                 {
-                    warn!(error = %release, "lock release after a failed bind failed");
+                    warn!(error = %release, "lock release after a failed bind failed; it will expire");
                 }
                 self.bind_failed(&pod, &e);
                 Err(e)
@@ -350,7 +328,7 @@ impl Scheduler {
                 secondary: None,
             };
             if let Err(e) = recorder.publish(&event, &reference).await {
-                warn!(error = %e, reason = note.reason, "cannot record event");
+                warn!(error = %kube_error::text(&e), reason = note.reason, "cannot record event");
             }
         });
     }

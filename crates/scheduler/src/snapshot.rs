@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use hami_protocol::names::Vendor;
 use hami_protocol::node_register::{DeviceInfo, decode_node_devices};
+use k8s_openapi::api::core::v1::Node;
 
+use crate::fit::refusal;
 use crate::usage::DeviceCharge;
 
 /// A registered GPU (a whole card or one hard partition) of one vendor.
@@ -23,6 +25,8 @@ pub struct NodeDevices {
     /// Register annotations that did not decode; the node offers nothing of that vendor
     /// and filter reports why.
     pub register_errors: Vec<(Vendor, String)>,
+    /// The refusal label of each register error (`fit::refusal`), for the metrics.
+    pub register_labels: Vec<(Vendor, &'static str)>,
 }
 
 impl NodeDevices {
@@ -41,9 +45,28 @@ impl NodeDevices {
                 Ok(list) => devices
                     .gpus
                     .extend(list.into_iter().map(|info| Gpu { vendor, info })),
-                Err(err) => devices
-                    .register_errors
-                    .push((vendor, format!("annotation {key} does not decode: {err}"))),
+                Err(err) => devices.push_register_error(
+                    vendor,
+                    refusal::REGISTER_INVALID,
+                    format!("annotation {key} does not decode: {err}"),
+                ),
+            }
+        }
+        devices
+    }
+
+    /// Reads a node: its register annotations, then withdraws every vendor whose device
+    /// plugin is not serving on it ([`withdrawn`]).
+    pub fn from_node(node: &Node) -> Self {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        let mut devices = Self::from_annotations(name, &annotations);
+        for vendor in Vendor::ALL {
+            if let Some(why) = withdrawn(node, vendor)
+                && devices.offers(vendor)
+            {
+                devices.gpus.retain(|g| g.vendor != vendor);
+                devices.push_register_error(vendor, refusal::PLUGIN_NOT_SERVING, why);
             }
         }
         devices
@@ -53,12 +76,56 @@ impl NodeDevices {
         self.gpus.iter().any(|g| g.vendor == vendor)
     }
 
+    /// Records why `vendor` is not offered, with its refusal label.
+    pub fn push_register_error(&mut self, vendor: Vendor, label: &'static str, why: String) {
+        self.register_errors.push((vendor, why));
+        self.register_labels.push((vendor, label));
+    }
+
+    /// The refusal label of `vendor`'s register error (`RegisterInvalid` when none was given).
+    pub fn register_label(&self, vendor: Vendor) -> &'static str {
+        self.register_labels
+            .iter()
+            .find(|(v, _)| *v == vendor)
+            .map_or(refusal::REGISTER_INVALID, |(_, l)| *l)
+    }
+
     pub fn register_error(&self, vendor: Vendor) -> Option<&str> {
         self.register_errors
             .iter()
             .find(|(v, _)| *v == vendor)
             .map(|(_, e)| e.as_str())
     }
+}
+
+/// The node's count resource of `vendor` (`amd.com/gpu`, `nvidia.com/gpu`) as kubelet
+/// reports it: `status.allocatable`, or `status.capacity` where allocatable is not given.
+pub fn kubelet_count(node: &Node, vendor: Vendor) -> Option<String> {
+    let status = node.status.as_ref()?;
+    let key = vendor.names().resource_count;
+    status
+        .allocatable
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .or_else(|| status.capacity.as_ref().and_then(|c| c.get(key)))
+        .map(|q| q.0.trim().to_owned())
+}
+
+/// Whether the node must not be offered for `vendor` although its register annotation
+/// lists GPUs, and why. Rule: kubelet reports the vendor's count resource as 0. Kubelet
+/// sets it from the device plugin's ListAndWatch and drops it to 0 when the plugin is
+/// gone or reports every device unhealthy, so a dead plugin's annotation, which nobody
+/// removes, no longer attracts pods. A node that reports no such resource at all (a
+/// plugin that registered only annotations, test nodes) is judged by the annotation alone.
+pub fn withdrawn(node: &Node, vendor: Vendor) -> Option<String> {
+    let count = kubelet_count(node, vendor)?;
+    (count.parse::<i64>() == Ok(0)).then(|| {
+        format!(
+            "node reports {} allocatable 0: its {} device plugin is not serving (not registered with kubelet, or every device unhealthy)",
+            vendor.names().resource_count,
+            vendor.word()
+        )
+    })
 }
 
 /// How much of one GPU is taken.
@@ -112,6 +179,36 @@ impl NodeSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node(status: serde_json::Value) -> Node {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "n", "annotations": {
+            "hami.io/node-amd-register": r#"[{"id":"G","count":10,"devmem":1000,"devcore":100,"type":"AMD X","health":true}]"#,
+            "hami.io/node-nvidia-register": r#"[{"id":"GPU-1","count":10,"devmem":1000,"devcore":100,"type":"NVIDIA-A100","health":true}]"#}},
+            "status": status}))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_vendor_whose_kubelet_count_is_zero_is_withdrawn() {
+        use serde_json::json;
+        let both = NodeDevices::from_node(&node(json!({})));
+        assert!(both.offers(Vendor::Amd) && both.offers(Vendor::Nvidia));
+        let n = node(json!({"allocatable": {"amd.com/gpu": "0", "nvidia.com/gpu": "10"}}));
+        let d = NodeDevices::from_node(&n);
+        assert!(!d.offers(Vendor::Amd) && d.offers(Vendor::Nvidia));
+        assert!(
+            d.register_error(Vendor::Amd)
+                .unwrap()
+                .contains("amd.com/gpu allocatable 0")
+        );
+        // Capacity counts where allocatable is not reported.
+        let n = node(json!({"capacity": {"nvidia.com/gpu": "0"}}));
+        assert!(!NodeDevices::from_node(&n).offers(Vendor::Nvidia));
+        // Allocatable wins over capacity.
+        let n =
+            node(json!({"capacity": {"amd.com/gpu": "0"}, "allocatable": {"amd.com/gpu": "80"}}));
+        assert!(NodeDevices::from_node(&n).offers(Vendor::Amd));
+    }
 
     #[test]
     fn bad_register_annotation_is_recorded_not_fatal() {

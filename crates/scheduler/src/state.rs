@@ -10,14 +10,18 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use hami_protocol::device_list::decode_pod_devices;
-use hami_protocol::names::{Vendor, pod as pod_keys};
+use hami_protocol::handshake;
+use hami_protocol::names::{DEFAULT_SCHEDULER_NAME, Vendor, pod as pod_keys};
+use hami_protocol::placement::placed_by_scheduler;
 use hami_protocol::requests::{container_slots, pod_ref};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::snapshot::{NodeDevices, NodeSnapshot};
-use crate::usage::{DeviceCharge, collapse};
+use crate::heartbeat::Heartbeats;
+use crate::snapshot::{NodeDevices, NodeSnapshot, kubelet_count};
+use crate::usage::{ContainerGrant, DeviceCharge, collapse, container_grants};
 
 /// What a pod holds, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +30,8 @@ pub struct PodHolding {
     pub name: String,
     pub node: String,
     pub charges: Vec<DeviceCharge>,
+    /// Per container, for the `container_index` of the metrics.
+    pub grants: Vec<ContainerGrant>,
 }
 
 /// Why a pod's holding could not be read (the pod is then not counted; the caller logs).
@@ -45,9 +51,10 @@ fn is_terminal(pod: &Pod) -> bool {
 }
 
 /// The devices a live pod holds according to its annotations; `None` when it holds none
-/// (not placed by us, or finished).
-pub fn pod_holding(pod: &Pod) -> Result<Option<PodHolding>, HoldingError> {
-    if is_terminal(pod) {
+/// (finished, or not placed by the scheduler named `scheduler_name`: D-4, another pod's
+/// allocation annotations are forged or stale and count for nothing).
+pub fn pod_holding(pod: &Pod, scheduler_name: &str) -> Result<Option<PodHolding>, HoldingError> {
+    if is_terminal(pod) || !placed_by_scheduler(pod, scheduler_name) {
         return Ok(None);
     }
     let annotations = match &pod.metadata.annotations {
@@ -63,6 +70,7 @@ pub fn pod_holding(pod: &Pod) -> Result<Option<PodHolding>, HoldingError> {
         .map(|s| container_slots(s).iter().map(|c| c.kind).collect())
         .unwrap_or_default();
     let mut charges = Vec::new();
+    let mut grants = Vec::new();
     for vendor in Vendor::ALL {
         let key = vendor.names().devices_allocated;
         let Some(text) = annotations.get(key) else {
@@ -74,6 +82,7 @@ pub fn pod_holding(pod: &Pod) -> Result<Option<PodHolding>, HoldingError> {
             problem: e.to_string(),
         })?;
         charges.extend(collapse(&kinds, &runs));
+        grants.extend(container_grants(&runs));
     }
     let owner = pod_ref(pod);
     Ok(Some(PodHolding {
@@ -81,6 +90,7 @@ pub fn pod_holding(pod: &Pod) -> Result<Option<PodHolding>, HoldingError> {
         name: owner.name,
         node: node.clone(),
         charges,
+        grants,
     }))
 }
 
@@ -100,54 +110,153 @@ struct PodEntry {
 struct NodeEntry {
     /// Raw register annotations, to decode again only when they change.
     raw: Vec<Option<String>>,
+    /// What the node offers before the heartbeat rule (`heartbeat`) is applied.
+    base: Arc<NodeDevices>,
+    /// Vendors withdrawn because their plugin stopped refreshing.
+    quiet: Vec<Vendor>,
     snapshot: NodeSnapshot,
 }
 
 /// Nodes, their GPUs and usage; pods and what they hold.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ClusterState {
+    /// Only pods placed by this scheduler hold devices (`placement::placed_by_scheduler`).
+    scheduler_name: String,
     nodes: HashMap<String, NodeEntry>,
     pods: HashMap<String, PodEntry>,
     pods_by_node: HashMap<String, HashSet<String>>,
     /// Problems seen while reading pods (bad annotations), by pod uid.
     pub pod_problems: HashMap<String, String>,
+    heartbeats: Heartbeats,
+    /// No heartbeat verdict changes by time alone before this moment.
+    heartbeat_check_at: Option<Instant>,
 }
 
 fn uid(pod: &Pod) -> Option<String> {
     pod.metadata.uid.clone()
 }
 
+impl Default for ClusterState {
+    fn default() -> Self {
+        Self::for_scheduler(DEFAULT_SCHEDULER_NAME)
+    }
+}
+
 impl ClusterState {
+    /// The state of the scheduler with the default name.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// The state of the scheduler named `scheduler_name` (its pods' `schedulerName`).
+    pub fn for_scheduler(scheduler_name: &str) -> Self {
+        ClusterState {
+            scheduler_name: scheduler_name.to_owned(),
+            nodes: HashMap::new(),
+            pods: HashMap::new(),
+            pods_by_node: HashMap::new(),
+            pod_problems: HashMap::new(),
+            heartbeats: Heartbeats::new(),
+            heartbeat_check_at: None,
+        }
+    }
+
     /// Adds or updates a node from the informer.
     pub fn upsert_node(&mut self, node: &Node) {
+        self.upsert_node_at(node, Instant::now());
+    }
+
+    /// [`Self::upsert_node`] seen at `now` (this scheduler's monotonic clock).
+    pub fn upsert_node_at(&mut self, node: &Node, now: Instant) {
         let Some(name) = node.metadata.name.clone() else {
             return;
         };
         let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        for vendor in Vendor::ALL {
+            let value = annotations.get(handshake::key(vendor)).map(String::as_str);
+            self.heartbeats.observe(&name, vendor, value, now);
+        }
+        if let Some(t) = self.heartbeats.node_deadline(&name, now) {
+            self.heartbeat_check_at = Some(self.heartbeat_check_at.map_or(t, |c| c.min(t)));
+        }
+        // What the node's devices are read from: the register annotations and kubelet's
+        // count per vendor (a count of 0 withdraws the vendor: `snapshot::withdrawn`).
         let raw: Vec<Option<String>> = Vendor::ALL
             .iter()
             .map(|v| annotations.get(v.names().node_register).cloned())
+            .chain(Vendor::ALL.iter().map(|v| kubelet_count(node, *v)))
             .collect();
-        if self.nodes.get(&name).is_some_and(|e| e.raw == raw) {
+        let base = match self.nodes.get(&name) {
+            Some(e) if e.raw == raw => e.base.clone(),
+            _ => Arc::new(NodeDevices::from_node(node)),
+        };
+        self.set_node_devices(&name, raw, base, now);
+    }
+
+    /// Applies the heartbeat rule to `base` and stores the node if anything changed.
+    fn set_node_devices(
+        &mut self,
+        name: &str,
+        raw: Vec<Option<String>>,
+        base: Arc<NodeDevices>,
+        now: Instant,
+    ) {
+        let verdicts: Vec<(Vendor, (&'static str, String))> = Vendor::ALL
+            .iter()
+            .filter(|v| base.offers(**v))
+            .filter_map(|v| Some((*v, self.heartbeats.verdict(name, *v, now)?)))
+            .collect();
+        let quiet: Vec<Vendor> = verdicts.iter().map(|(v, _)| *v).collect();
+        if let Some(e) = self.nodes.get(name)
+            && e.raw == raw
+            && e.quiet == quiet
+            && Arc::ptr_eq(&e.base, &base)
+        {
             return;
         }
-        let devices = Arc::new(NodeDevices::from_annotations(&name, &annotations));
+        let devices = if verdicts.is_empty() {
+            base.clone()
+        } else {
+            let mut d = (*base).clone();
+            for (vendor, (label, why)) in verdicts {
+                d.gpus.retain(|g| g.vendor != vendor);
+                d.push_register_error(vendor, label, why);
+            }
+            Arc::new(d)
+        };
         self.nodes.insert(
-            name.clone(),
+            name.to_owned(),
             NodeEntry {
                 raw,
+                base,
+                quiet,
                 snapshot: NodeSnapshot::idle(devices),
             },
         );
-        self.recount(&name);
+        self.recount(name);
+    }
+
+    /// Withdraws the vendors whose plugin stopped refreshing by `now` (the heartbeat rule
+    /// changes with time alone, so filter calls this before deciding). Cheap when no
+    /// verdict can have changed since the last call.
+    pub fn expire_heartbeats(&mut self, now: Instant) {
+        if self.heartbeat_check_at.is_some_and(|t| now < t) {
+            return;
+        }
+        let names: Vec<String> = self.nodes.keys().cloned().collect();
+        for name in names {
+            let Some(e) = self.nodes.get(&name) else {
+                continue;
+            };
+            let (raw, base) = (e.raw.clone(), e.base.clone());
+            self.set_node_devices(&name, raw, base, now);
+        }
+        self.heartbeat_check_at = self.heartbeats.next_deadline(now);
     }
 
     pub fn remove_node(&mut self, name: &str) {
         self.nodes.remove(name);
+        self.heartbeats.forget(name);
     }
 
     /// Replaces every node (after an informer relist).
@@ -160,12 +269,13 @@ impl ClusterState {
             self.upsert_node(node);
         }
         self.nodes.retain(|name, _| seen.contains(name));
+        self.heartbeats.retain(|name| seen.contains(name));
     }
 
     /// Adds or updates a pod from the informer.
     pub fn upsert_pod(&mut self, pod: &Pod) {
         let Some(uid) = uid(pod) else { return };
-        let holding = match pod_holding(pod) {
+        let holding = match pod_holding(pod, &self.scheduler_name) {
             Ok(h) => {
                 self.pod_problems.remove(&uid);
                 h
@@ -333,10 +443,53 @@ mod tests {
         serde_json::from_value(json!({
             "metadata": {"name": uid, "namespace": "ns", "uid": uid, "annotations": {
                 "hami.io/vgpu-node": node, "hami.io/amd-devices-allocated": allocated}},
-            "spec": {"containers": [{"name": "c"}]},
+            "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c",
+                "resources": {"limits": {"amd.com/gpu": "1"}}}]},
             "status": {"phase": phase}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn forged_allocations_count_for_nothing() {
+        // D-4 / issue 17: allocation annotations on a pod the scheduler did not place.
+        let forged = |name: &str, spec: serde_json::Value, labels: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns", "uid": name, "labels": labels, "annotations": {
+                    "hami.io/vgpu-node": "n1", "hami.io/amd-devices-allocated": "n1-gpu,AMD X,900,90:;"}},
+                "spec": spec, "status": {"phase": "Running"}
+            }))
+            .unwrap()
+        };
+        let gpu = json!([{"name": "c", "resources": {"limits": {"amd.com/gpu": "1"}}}]);
+        let mut s = ClusterState::new();
+        s.upsert_node(&node("n1", 1000));
+        for pod in [
+            forged(
+                "no-gpu",
+                json!({"schedulerName": "hami-scheduler", "containers": [{"name": "c"}]}),
+                json!({}),
+            ),
+            forged(
+                "other-scheduler",
+                json!({"schedulerName": "default-scheduler", "containers": gpu}),
+                json!({}),
+            ),
+            forged(
+                "ignored",
+                json!({"schedulerName": "hami-scheduler", "containers": gpu}),
+                json!({"hami.io/webhook": "ignore"}),
+            ),
+        ] {
+            s.upsert_pod(&pod);
+        }
+        assert_eq!(s.pod_count(), 0);
+        assert_eq!(s.node("n1").unwrap().usage[0].mem_mib, 0);
+        // A scheduler with another name does not count our default name's pods.
+        let mut other = ClusterState::for_scheduler("volcano");
+        other.upsert_node(&node("n1", 1000));
+        other.upsert_pod(&pod("p1", "n1", "n1-gpu,AMD X,100,10:;", "Running"));
+        assert_eq!(other.pod_count(), 0);
     }
 
     #[test]
@@ -358,6 +511,48 @@ mod tests {
         s.upsert_node(&node("n2", 2000));
         assert_eq!(s.node("n2").unwrap().usage[0].mem_mib, 50);
         assert_eq!(s.node("n2").unwrap().devices.gpus[0].info.devmem, 2000);
+    }
+
+    #[test]
+    fn a_plugin_that_stops_refreshing_is_withdrawn_then_offered_again() {
+        use std::time::Duration;
+        let beat = |t: i64| {
+            let mut n = node("n1", 1000);
+            n.metadata.annotations.as_mut().unwrap().insert(
+                "hami.io/node-handshake-amd".into(),
+                hami_protocol::handshake::format(t, 10),
+            );
+            n
+        };
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut st = ClusterState::new();
+        st.upsert_node_at(&beat(1), t0);
+        st.upsert_pod(&pod("p1", "n1", "n1-gpu,AMD X,100,10:;", "Running"));
+        st.expire_heartbeats(t0 + s(29));
+        assert!(st.node("n1").unwrap().devices.offers(Vendor::Amd));
+        // The informer re-delivers the same value (a resync): no refresh.
+        st.upsert_node_at(&beat(1), t0 + s(25));
+        st.expire_heartbeats(t0 + s(30));
+        let n = st.node("n1").unwrap();
+        assert!(!n.devices.offers(Vendor::Amd));
+        assert!(
+            n.devices
+                .register_error(Vendor::Amd)
+                .unwrap()
+                .contains("stopped refreshing"),
+            "{:?}",
+            n.devices.register_errors
+        );
+        // It refreshes again: offered again, with the pod's usage.
+        st.upsert_node_at(&beat(2), t0 + s(31));
+        let n = st.node("n1").unwrap();
+        assert!(n.devices.offers(Vendor::Amd));
+        assert_eq!(n.usage[0].mem_mib, 100);
+        // A node without the annotation is never judged by the heartbeat rule.
+        st.upsert_node_at(&node("n2", 1000), t0);
+        st.expire_heartbeats(t0 + s(10_000));
+        assert!(st.node("n2").unwrap().devices.offers(Vendor::Amd));
     }
 
     #[test]
@@ -391,12 +586,13 @@ mod tests {
                 name: "p1".into(),
                 node: "n1".into(),
                 charges,
+                grants: Vec::new(),
             },
             expected,
         );
         assert_eq!(s.node("n1").unwrap().usage[0].mem_mib, 400);
         // The informer still shows the pod without our annotations: keep the reservation.
-        let bare: Pod = serde_json::from_value(json!({"metadata": {"name": "p1", "uid": "p1"}, "spec": {"containers": [{"name": "c"}]}})).unwrap();
+        let bare: Pod = serde_json::from_value(json!({"metadata": {"name": "p1", "uid": "p1"}, "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "resources": {"limits": {"amd.com/gpu": "1"}}}]}})).unwrap();
         s.upsert_pod(&bare);
         assert!(s.is_pending("p1"));
         assert_eq!(s.node("n1").unwrap().usage[0].mem_mib, 400);

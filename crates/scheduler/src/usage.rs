@@ -24,6 +24,32 @@ struct Amount {
     cores: u64,
 }
 
+/// What one container was granted on one GPU: the pod's `container_index`-th device-list
+/// run (init and sidecar containers first, then app containers, SPEC §2.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerGrant {
+    pub container_index: usize,
+    pub uuid: String,
+    pub mem_mib: u64,
+    /// As written in the device list: AMD CUs, NVIDIA percent.
+    pub cores: u32,
+}
+
+/// Every container's grants, in device-list order.
+pub fn container_grants(runs: &[ContainerDevices]) -> Vec<ContainerGrant> {
+    runs.iter()
+        .enumerate()
+        .flat_map(|(container_index, run)| {
+            run.iter().map(move |dev| ContainerGrant {
+                container_index,
+                uuid: dev.uuid.clone(),
+                mem_mib: dev.mem_mib,
+                cores: dev.cores,
+            })
+        })
+        .collect()
+}
+
 /// Collapses a pod's container runs into per-device charges.
 ///
 /// `kinds[i]` is the kind of container `i` (device-list order). When the runs do not line

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hami_apiserver::{ApiServer, Config};
+use hami_plugin_core::node_lock_client::unix_now;
 use hami_protocol::names::node as node_keys;
 use hami_protocol::node_lock::{NodeLock, PodRef};
 use hami_scheduler::config::Settings;
 use hami_scheduler::extender::{ExtenderArgs, ExtenderBindingArgs};
 use hami_scheduler::leader::{ElectionConfig, Leadership};
-use hami_scheduler::lock_client::unix_now;
 use hami_scheduler::runtime::Scheduler;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
@@ -98,7 +98,7 @@ async fn leader_killed_during_bind_no_double_booking() {
 
     let a = replica(&client, "replica-a", &settings);
     until("replica a leads", Duration::from_secs(5), || {
-        a.scheduler.ready()
+        a.scheduler.ready() && a.scheduler.leader.is_leader()
     })
     .await;
     let b = replica(&client, "replica-b", &settings);
@@ -111,6 +111,10 @@ async fn leader_killed_during_bind_no_double_booking() {
         a.scheduler.leader.is_leader() && !b.scheduler.leader.is_leader(),
         "exactly one leader"
     );
+    // Readiness is not leadership (issue 13 item 6): the follower is Ready too, so a
+    // rolling update's new pod becomes Ready while the old one still leads, and the
+    // webhook Service keeps endpoints across a handover.
+    assert!(b.scheduler.ready(), "{:?}", b.scheduler.view_problem());
 
     // A follower refuses to decide.
     let p1 = create_pod(&client, "p1", 60).await;
@@ -151,7 +155,7 @@ async fn leader_killed_during_bind_no_double_booking() {
     a.election.abort();
 
     until("replica b takes over", Duration::from_secs(8), || {
-        b.scheduler.ready()
+        b.scheduler.ready() && b.scheduler.leader.is_leader()
     })
     .await;
     assert!(

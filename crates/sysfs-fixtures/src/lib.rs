@@ -50,6 +50,10 @@ pub enum Capture {
     Mi300xCpx,
     /// One gfx9 GPU (Vega10, 64 CUs) plus a copy of it as node 2.
     OneGpu,
+    /// 8 × MI308X (gfx942) in QPX/NPS4: 4 partitions of 20 CUs per card, each with its own
+    /// 48 GiB memory bank; 32 partition nodes (upstream `testdata/topology-parsing-mi308`,
+    /// packed without the `caches/` directories, which discovery does not read).
+    Mi308xQpx,
 }
 
 impl Capture {
@@ -59,6 +63,7 @@ impl Capture {
             Capture::Mi210Xgmi => include_str!("../captures/mi210-xgmi.kfd"),
             Capture::Mi300xCpx => include_str!("../captures/mi300x-cpx.kfd"),
             Capture::OneGpu => include_str!("../captures/one-gpu.kfd"),
+            Capture::Mi308xQpx => include_str!("../captures/mi308x-qpx.kfd"),
         }
     }
 }
@@ -395,6 +400,43 @@ pub fn mi300x_cpx() -> io::Result<FixtureTree> {
     Ok(tree)
 }
 
+/// VRAM of one MI308X in the fixture (192 GiB).
+pub const MI308X_VRAM_BYTES: u64 = 192 << 30;
+
+/// The MI308X QPX/NPS4 node, as the real capture shows it: 8 GPUs (KFD nodes `2+4g..`),
+/// 4 partitions each with its own memory bank (from the capture). GPU g is PCI card
+/// `g*8+1` holding partition 0 (`renderD<128+8g>`); the kernel creates 7 XCP platform
+/// devices per card (`amdgpu_xcp_<g*7+p-1>`, `card<g*8+1+p>`, `renderD<128+8g+p>`), of
+/// which only p = 1..=3 have KFD nodes in QPX mode (the render minors of the capture:
+/// 128..131, 136..139, …). Domains 0 and 1 are NUMA nodes 0 and 1.
+pub fn mi308x_qpx() -> io::Result<FixtureTree> {
+    let tree = FixtureTree::empty()?;
+    tree.add_capture(Capture::Mi308xQpx)?;
+    for g in 0..8u32 {
+        let first = 2 + g * 4;
+        let props = capture_properties(Capture::Mi308xQpx, first).unwrap_or_default();
+        let domain = property(&props, "domain");
+        tree.add_pci_gpu(&PciGpu {
+            bdf: bdf_of(domain, property(&props, "location_id")),
+            device_id: property(&props, "device_id") as u16,
+            numa_node: domain as i32,
+            vram_bytes: MI308X_VRAM_BYTES,
+            product_name: Some("AMD Instinct MI308X".into()),
+            partitions: Some(("QPX".into(), "NPS4".into())),
+            card: g * 8 + 1,
+            render: property(&props, "drm_render_minor") as u32,
+        })?;
+        for p in 1..8u32 {
+            tree.add_xcp(&XcpDevice {
+                index: g * 7 + p - 1,
+                card: g * 8 + 1 + p,
+                render: 128 + g * 8 + p,
+            })?;
+        }
+    }
+    Ok(tree)
+}
+
 /// The 1-GPU capture: node 1 is `0000:19:00.0` (card1, renderD128); node 2, the capture's
 /// copy of it, is given its own PCI function `0000:1a:00.0` (card2, renderD129). No
 /// `product_name`, no partition files, NUMA -1 (a desktop board).
@@ -496,6 +538,7 @@ mod tests {
             (Capture::Mi210Xgmi, 100),
             (Capture::Mi300xCpx, 4099),
             (Capture::OneGpu, 209),
+            (Capture::Mi308xQpx, 1290),
         ] {
             assert_eq!(parse_archive(capture.archive()).unwrap().len(), files);
         }
@@ -528,6 +571,39 @@ mod tests {
         let base = tree.sysfs_root();
         drop(tree);
         assert!(!base.exists(), "dropped trees are removed");
+    }
+
+    #[test]
+    fn mi308x_tree_follows_the_capture() {
+        let tree = mi308x_qpx().unwrap();
+        let sys = tree.sysfs_root();
+        let nodes = sys.join("class/kfd/kfd/topology/nodes");
+        // Render minors of the capture: 4 per card, the card's block of 8 starting at 128.
+        let render = |n: u32| {
+            capture_properties(Capture::Mi308xQpx, n)
+                .map(|p| property(&p, "drm_render_minor"))
+                .unwrap()
+        };
+        assert_eq!((2..6).map(render).collect::<Vec<_>>(), [128, 129, 130, 131]);
+        assert_eq!(render(6), 136);
+        assert!(nodes.join("33/mem_banks/0/properties").is_file());
+        assert!(!nodes.join("34").exists());
+        let pci = sys.join("bus/pci/drivers/amdgpu/0000:0a:00.0");
+        assert_eq!(
+            std::fs::read_to_string(pci.join("current_compute_partition")).unwrap(),
+            "QPX\n"
+        );
+        assert!(pci.join("drm/renderD128").is_dir());
+        assert!(sys.join("bus/pci/drivers/amdgpu/0001:c9:00.0").exists());
+        assert!(
+            sys.join("devices/platform/amdgpu_xcp_2/drm/renderD131")
+                .is_dir()
+        );
+        // XCPs beyond QPX's 4 partitions exist with DRM nodes but no KFD node.
+        assert!(
+            sys.join("devices/platform/amdgpu_xcp_3/drm/renderD132")
+                .is_dir()
+        );
     }
 
     #[test]

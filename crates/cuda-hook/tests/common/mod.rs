@@ -24,8 +24,13 @@ fn built(name: &str) -> PathBuf {
     path
 }
 
+/// `libvgpu.so` of this build; `VGPU_HOOK_LIBRARY` names another one (the benchmark's
+/// "before" figures run an older build against the same stand-in driver).
 pub fn hook_library() -> PathBuf {
-    built("libvgpu.so")
+    match std::env::var_os("VGPU_HOOK_LIBRARY") {
+        Some(path) => PathBuf::from(path),
+        None => built("libvgpu.so"),
+    }
 }
 
 /// A directory laid out like the driver's lib dir.
@@ -106,12 +111,27 @@ pub fn command(scratch: &Path, env: &[(&str, String)], args: &[&str]) -> Command
     cmd
 }
 
+/// The probe on the stand-in driver alone (no hook).
+pub fn plain_command(scratch: &Path, args: &[&str]) -> Command {
+    let mut cmd = command(scratch, &[], args);
+    cmd.env_remove("LD_PRELOAD");
+    cmd
+}
+
 pub fn run(scratch: &Path, env: &[(&str, String)], args: &[&str]) -> (String, String) {
+    finish(command(scratch, env, args), args)
+}
+
+pub fn run_plain(scratch: &Path, args: &[&str]) -> (String, String) {
+    finish(plain_command(scratch, args), args)
+}
+
+fn finish(mut command: Command, args: &[&str]) -> (String, String) {
     let Output {
         status,
         stdout,
         stderr,
-    } = command(scratch, env, args).output().unwrap();
+    } = command.output().unwrap();
     let (out, err) = (
         String::from_utf8_lossy(&stdout).into_owned(),
         String::from_utf8_lossy(&stderr).into_owned(),

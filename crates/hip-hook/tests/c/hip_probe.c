@@ -110,6 +110,21 @@ int main(int argc, char **argv) {
       rc = hipMemCreate(&p, num(argv[++i]), &prop, 0);
       if (rc == hipSuccess) push(p);
       printf("memcreate %d\n", rc);
+    } else if (!strcmp(op, "memcreate5")) {
+      /* ROCm 5.x's hipMemAllocationProp (hip_runtime_api.h of 5.2.3), by hand */
+      struct {
+        unsigned char compressionType;
+        struct { int type; int id; } location;
+        int requestedHandleType; int type; unsigned short usage; void *win32HandleMetaData;
+      } prop5;
+      memset(&prop5, 0, sizeof prop5);
+      prop5.type = 1;
+      prop5.location.type = 1;
+      prop5.location.id = (int)num(argv[++i]);
+      prop5.requestedHandleType = 1; /* hipMemHandleTypePosixFileDescriptor */
+      rc = hipMemCreate(&p, num(argv[++i]), (const hipMemAllocationProp *)(void *)&prop5, 0);
+      if (rc == hipSuccess) push(p);
+      printf("memcreate5 %d\n", rc);
     } else if (!strcmp(op, "release")) {
       printf("release %d\n", hipMemRelease(pop()));
     } else if (!strcmp(op, "setdevice")) {
@@ -151,6 +166,63 @@ int main(int argc, char **argv) {
       setenv(argv[i + 1], argv[i + 2], 1);
       i += 2;
       printf("setenv 0\n");
+    } else if (!strcmp(op, "allocpitch")) {
+      size_t pitch = 0, w = num(argv[i + 1]), h = num(argv[i + 2]);
+      i += 2;
+      rc = hipMemAllocPitch(&p, &pitch, w, h, 4);
+      if (rc == hipSuccess) push(p);
+      printf("allocpitch %d %zu\n", rc, pitch);
+    } else if (!strcmp(op, "arraycreate")) {
+      HIP_ARRAY_DESCRIPTOR d = {num(argv[i + 1]), num(argv[i + 2]), HIP_AD_FORMAT_FLOAT, 1};
+      i += 2;
+      rc = hipArrayCreate(&p, &d);
+      if (rc == hipSuccess) push(p);
+      printf("arraycreate %d\n", rc);
+    } else if (!strcmp(op, "array3dcreate")) {
+      HIP_ARRAY3D_DESCRIPTOR d = {num(argv[i + 1]), num(argv[i + 2]), num(argv[i + 3]), HIP_AD_FORMAT_FLOAT, 1, 0};
+      i += 3;
+      rc = hipArray3DCreate(&p, &d);
+      if (rc == hipSuccess) push(p);
+      printf("array3dcreate %d\n", rc);
+    } else if (!strcmp(op, "arraydestroy")) {
+      printf("arraydestroy %d\n", hipArrayDestroy(pop()));
+    } else if (!strcmp(op, "mipmalloc")) {
+      hipChannelFormatDesc desc = {32, 0, 0, 0, 2};
+      hipExtent e = {num(argv[i + 1]), num(argv[i + 2]), 0};
+      unsigned levels = (unsigned)num(argv[i + 3]);
+      i += 3;
+      rc = hipMallocMipmappedArray(&p, &desc, e, levels, 0);
+      if (rc == hipSuccess) push(p);
+      printf("mipmalloc %d\n", rc);
+    } else if (!strcmp(op, "mipfree")) {
+      printf("mipfree %d\n", hipFreeMipmappedArray(pop()));
+    } else if (!strcmp(op, "mipcreate")) {
+      HIP_ARRAY3D_DESCRIPTOR d = {num(argv[i + 1]), num(argv[i + 2]), 0, HIP_AD_FORMAT_FLOAT, 1, 0};
+      unsigned levels = (unsigned)num(argv[i + 3]);
+      i += 3;
+      rc = hipMipmappedArrayCreate(&p, &d, levels);
+      if (rc == hipSuccess) push(p);
+      printf("mipcreate %d\n", rc);
+    } else if (!strcmp(op, "mipdestroy")) {
+      printf("mipdestroy %d\n", hipMipmappedArrayDestroy(pop()));
+    } else if (!strcmp(op, "graphmem")) {
+      hipMemAllocNodeParams params;
+      hipGraphNode_t node = NULL;
+      memset(&params, 0, sizeof params);
+      params.poolProps.allocType = 1;
+      params.poolProps.location.type = 1;
+      params.poolProps.location.id = (int)num(argv[++i]);
+      params.bytesize = num(argv[++i]);
+      printf("graphmem %d\n", hipGraphAddMemAllocNode(&node, NULL, NULL, 0, &params));
+    } else if (!strcmp(op, "unsetenv")) {
+      printf("unsetenv %d\n", unsetenv(argv[++i]));
+    } else if (!strcmp(op, "putenv")) {
+      printf("putenv %d\n", putenv(argv[++i]));
+    } else if (!strcmp(op, "clearenv")) {
+      printf("clearenv %d\n", clearenv());
+    } else if (!strcmp(op, "getenv")) {
+      const char *v = getenv(argv[++i]);
+      printf("getenv 0 %s\n", v ? v : "(unset)");
     } else if (!strcmp(op, "wait")) {
       /* say so, then wait for a line on stdin */
       char line[16];

@@ -25,7 +25,7 @@ pub fn hook_library() -> PathBuf {
     path
 }
 
-fn stand_in_library() -> PathBuf {
+pub fn stand_in_library() -> PathBuf {
     let path = deps_dir().join("libamdhip64.so");
     assert!(path.exists(), "{} was not built", path.display());
     path
@@ -95,6 +95,34 @@ pub fn probe(binding: Binding) -> PathBuf {
         out
     })
     .clone()
+}
+
+/// `tests/c/hip_dlopen.c`: links no runtime, opens runtimes by path.
+pub fn dlopen_probe() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/hip_dlopen.c");
+            let out = runtime_dir().join("hip_dlopen");
+            let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+                .args(["-O1", "-o"])
+                .arg(&out)
+                .arg(&source)
+                .arg("-ldl")
+                .status()
+                .expect("a C compiler (cc) is needed to build the test program");
+            assert!(status.success(), "compiling {} failed", source.display());
+            out
+        })
+        .clone()
+}
+
+/// A copy (its own inode, so the linker loads it as a separate object) of the stand-in
+/// runtime at `dir/name`.
+pub fn runtime_copy(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::copy(stand_in_library(), &path).unwrap();
+    path
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(0);

@@ -29,6 +29,19 @@ typedef struct {
   size_t maxSize; unsigned char reserved[56];
 } hipMemPoolProps;
 
+typedef void *hipMipmappedArray_t;
+typedef void *hipGraph_t;
+typedef void *hipGraphNode_t;
+typedef struct { size_t Width, Height; int Format; unsigned int NumChannels; } HIP_ARRAY_DESCRIPTOR;
+typedef struct {
+  size_t Width, Height, Depth; int Format; unsigned int NumChannels; unsigned int Flags;
+} HIP_ARRAY3D_DESCRIPTOR;
+typedef struct {
+  hipMemPoolProps poolProps; const void *accessDescs; size_t accessDescCount; size_t bytesize; void *dptr;
+} hipMemAllocNodeParams;
+#define HIP_AD_FORMAT_FLOAT 0x20
+#define hipErrorNotSupported 801
+
 typedef struct {
   char name[256]; char uuid[16]; char luid[8]; unsigned int luidDeviceNodeMask;
   size_t totalGlobalMem; size_t sharedMemPerBlock; int regsPerBlock; int warpSize; size_t memPitch;
@@ -67,5 +80,14 @@ hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *handle, size_t size, co
 hipError_t hipMemRelease(hipMemGenericAllocationHandle_t handle);
 hipError_t hipDeviceGetDefaultMemPool(hipMemPool_t *pool, int device);
 hipError_t hipMemPoolCreate(hipMemPool_t *pool, const hipMemPoolProps *props);
+hipError_t hipMemAllocPitch(void **dptr, size_t *pitch, size_t widthInBytes, size_t height, unsigned int elementSizeBytes);
+hipError_t hipArrayCreate(hipArray_t *pHandle, const HIP_ARRAY_DESCRIPTOR *pAllocateArray);
+hipError_t hipArray3DCreate(hipArray_t *array, const HIP_ARRAY3D_DESCRIPTOR *pAllocateArray);
+hipError_t hipArrayDestroy(hipArray_t array);
+hipError_t hipMallocMipmappedArray(hipMipmappedArray_t *mipmappedArray, const hipChannelFormatDesc *desc, hipExtent extent, unsigned int numLevels, unsigned int flags);
+hipError_t hipFreeMipmappedArray(hipMipmappedArray_t mipmappedArray);
+hipError_t hipMipmappedArrayCreate(hipMipmappedArray_t *pHandle, HIP_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels);
+hipError_t hipMipmappedArrayDestroy(hipMipmappedArray_t hMipmappedArray);
+hipError_t hipGraphAddMemAllocNode(hipGraphNode_t *pGraphNode, hipGraph_t graph, const hipGraphNode_t *pDependencies, size_t numDependencies, hipMemAllocNodeParams *pNodeParams);
 hipError_t hipGetProcAddress(const char *symbol, void **pfn, int hipVersion, uint64_t flags, int *symbolStatus);
 #endif

@@ -1,0 +1,122 @@
+//! What the plugin prepared, on disk: unprepare must work after a plugin or kubelet restart
+//! and after the claim is deleted from the API server, and the CUs prepared claims hold
+//! must survive a restart (else a new claim could be given the same CUs).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use hami_protocol::cu_list::CuSet;
+use serde::{Deserialize, Serialize};
+
+use crate::files::write_atomic;
+
+pub const VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub version: u32,
+    /// Claim UID → what was prepared.
+    pub claims: BTreeMap<String, PreparedClaim>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedClaim {
+    pub namespace: String,
+    pub name: String,
+    pub pod_uid: String,
+    pub devices: Vec<PreparedDevice>,
+    pub cdi_file: String,
+    /// The CDI spec's text (re-written from here if a crash lost the file).
+    pub cdi_spec: String,
+    pub hook_config_file: Option<String>,
+    /// The hook config's text, likewise.
+    pub hook_config: Option<String>,
+    pub cache_dir: Option<String>,
+    /// dmem region → bytes of this claim.
+    pub dmem: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedDevice {
+    pub request: String,
+    pub pool: String,
+    pub device: String,
+    pub device_id: String,
+    /// CU list (`0-37`), empty for whole devices handed over without a mask.
+    pub cus: String,
+    pub cdi_id: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("reading checkpoint {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "checkpoint {path} is not a version-{VERSION} checkpoint ({problem}); it records which CUs prepared claims hold, so the plugin will not guess: restore it, or drain the node's DRA pods and delete it"
+    )]
+    Corrupt { path: String, problem: String },
+}
+
+impl Checkpoint {
+    /// Loads the checkpoint; a missing file is an empty one (first start).
+    pub fn load(path: &Path) -> Result<Self, CheckpointError> {
+        let p = path.display().to_string();
+        let text = match std::fs::read(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Self {
+                    version: VERSION,
+                    claims: BTreeMap::new(),
+                });
+            }
+            Err(source) => return Err(CheckpointError::Io { path: p, source }),
+        };
+        let cp: Self = serde_json::from_slice(&text).map_err(|e| CheckpointError::Corrupt {
+            path: p.clone(),
+            problem: e.to_string(),
+        })?;
+        if cp.version != VERSION {
+            return Err(CheckpointError::Corrupt {
+                path: p,
+                problem: format!("version {}", cp.version),
+            });
+        }
+        Ok(cp)
+    }
+
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        write_atomic(path, &bytes, 0o600, true)
+    }
+
+    /// CUs held by prepared claims, by registered device id (the Prepare core's input).
+    pub fn used_cus(&self, except: Option<&str>) -> BTreeMap<String, CuSet> {
+        let mut out: BTreeMap<String, CuSet> = BTreeMap::new();
+        for (uid, c) in &self.claims {
+            if Some(uid.as_str()) == except {
+                continue;
+            }
+            for d in &c.devices {
+                if let Ok(set) = CuSet::parse(&d.cus, u32::MAX) {
+                    let e = out.entry(d.device_id.clone()).or_default();
+                    *e = e.union(&set);
+                }
+            }
+        }
+        out
+    }
+
+    /// The pod's dmem limits: its prepared claims' bytes summed per region.
+    pub fn pod_dmem(&self, pod_uid: &str) -> BTreeMap<String, u64> {
+        let mut out: BTreeMap<String, u64> = BTreeMap::new();
+        for c in self.claims.values().filter(|c| c.pod_uid == pod_uid) {
+            for (region, bytes) in &c.dmem {
+                *out.entry(region.clone()).or_default() += bytes;
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,216 @@
+//! Prepare and unprepare, around the pure Prepare core: one call at a time (a mutex, as the
+//! upstream helper serialises), idempotent (a prepared claim answers from the checkpoint;
+//! an unknown claim unprepares as done), files first and the checkpoint last, so a crash
+//! in between leaves at worst files a retry overwrites. Only the checkpoint is fsynced; it
+//! holds the CDI spec and hook config texts, and a repeated prepare restores those files
+//! if a crash lost them (one durable write per call keeps prepare in a few milliseconds).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use hami_amd_discovery::registration::RegisteredDevice;
+use hami_amd_plugin::dmem::{DmemJob, DmemLimit};
+use hami_dra_core::cdi_claim;
+use hami_dra_core::prepare::{PrepareSettings, plan_prepare};
+use tokio::sync::{Mutex, mpsc::UnboundedSender};
+
+use crate::checkpoint::{self, Checkpoint, CheckpointError, PreparedClaim};
+use crate::claims::ClaimSource;
+use crate::dra_v1::{Claim, Device};
+use crate::files::{ensure, remove_if_present, write_atomic};
+
+pub struct DriverConfig {
+    pub settings: PrepareSettings,
+    /// Slice device name → registered device.
+    pub devices: BTreeMap<String, RegisteredDevice>,
+    pub cdi_dir: PathBuf,
+    pub checkpoint: PathBuf,
+    /// The dmem writer (absent when the node has no dmem controller).
+    pub dmem: Option<UnboundedSender<DmemJob>>,
+}
+
+pub struct Driver<C> {
+    config: DriverConfig,
+    claims: C,
+    state: Mutex<Checkpoint>,
+}
+
+impl<C: ClaimSource> Driver<C> {
+    pub fn new(config: DriverConfig, claims: C) -> Result<Self, CheckpointError> {
+        let state = Checkpoint::load(&config.checkpoint)?;
+        Ok(Self {
+            config,
+            claims,
+            state: Mutex::new(state),
+        })
+    }
+
+    pub async fn checkpoint(&self) -> Checkpoint {
+        self.state.lock().await.clone()
+    }
+
+    /// Prepares each claim; every claim gets an entry (`Err` = its error string).
+    pub async fn prepare(&self, claims: &[Claim]) -> BTreeMap<String, Result<Vec<Device>, String>> {
+        let mut state = self.state.lock().await;
+        let mut out = BTreeMap::new();
+        for c in claims {
+            let r = self.prepare_one(&mut state, c).await;
+            if let Err(e) = &r {
+                tracing::warn!(claim = %format!("{}/{}", c.namespace, c.name), uid = %c.uid, "prepare failed: {e}");
+            }
+            out.insert(c.uid.clone(), r);
+        }
+        out
+    }
+
+    async fn prepare_one(&self, state: &mut Checkpoint, c: &Claim) -> Result<Vec<Device>, String> {
+        if let Some(done) = state.claims.get(&c.uid) {
+            restore_files(done)?;
+            return Ok(devices_of(done));
+        }
+        let claim = self.claims.get(&c.namespace, &c.name).await?;
+        let plan = plan_prepare(
+            &claim,
+            &c.uid,
+            &self.config.settings,
+            &self.config.devices,
+            &state.used_cus(None),
+        )
+        .map_err(|e| e.to_string())?;
+        let hook_text = match &plan.hook_config {
+            Some((path, config)) => {
+                let text = config.encode().map_err(|e| format!("hook config: {e}"))?;
+                write_atomic(Path::new(path), text.as_bytes(), 0o444, false)
+                    .map_err(|e| format!("writing {path}: {e}"))?;
+                Some(text)
+            }
+            None => None,
+        };
+        if let Some(dir) = &plan.cache_dir {
+            std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir}: {e}"))?;
+        }
+        let cdi_file = self
+            .config
+            .cdi_dir
+            .join(cdi_claim::file_name(&plan.claim_uid));
+        let spec = serde_json::to_string_pretty(&plan.cdi_spec).map_err(|e| e.to_string())?;
+        write_atomic(&cdi_file, spec.as_bytes(), 0o644, false)
+            .map_err(|e| format!("writing {}: {e}", cdi_file.display()))?;
+        let entry = PreparedClaim {
+            namespace: c.namespace.clone(),
+            name: c.name.clone(),
+            pod_uid: plan.pod_uid.clone(),
+            devices: plan
+                .devices
+                .iter()
+                .map(|d| checkpoint::PreparedDevice {
+                    request: d.request.clone(),
+                    pool: d.pool.clone(),
+                    device: d.device.clone(),
+                    device_id: d.device_id.clone(),
+                    cus: if plan.whole {
+                        String::new()
+                    } else {
+                        d.cus.to_string()
+                    },
+                    cdi_id: d.cdi_id.clone(),
+                })
+                .collect(),
+            cdi_file: cdi_file.display().to_string(),
+            cdi_spec: spec,
+            hook_config_file: plan.hook_config.as_ref().map(|(p, _)| p.clone()),
+            hook_config: hook_text,
+            cache_dir: plan.cache_dir.clone(),
+            dmem: plan
+                .dmem
+                .iter()
+                .map(|l| (l.region.clone(), l.bytes))
+                .collect(),
+        };
+        let devices = devices_of(&entry);
+        state.claims.insert(c.uid.clone(), entry);
+        if let Err(e) = state.save(&self.config.checkpoint) {
+            state.claims.remove(&c.uid);
+            return Err(format!(
+                "saving checkpoint {}: {e}",
+                self.config.checkpoint.display()
+            ));
+        }
+        if let Some(tx) = &self.config.dmem
+            && !plan.dmem.is_empty()
+        {
+            let limits = state
+                .pod_dmem(&plan.pod_uid)
+                .into_iter()
+                .map(|(region, bytes)| DmemLimit { region, bytes })
+                .collect();
+            let _ = tx.send(DmemJob {
+                pod_uid: plan.pod_uid.clone(),
+                limits,
+            });
+        }
+        Ok(devices)
+    }
+
+    /// Unprepares each claim from the checkpoint alone (the claim may be gone).
+    pub async fn unprepare(&self, claims: &[Claim]) -> BTreeMap<String, Result<(), String>> {
+        let mut state = self.state.lock().await;
+        let mut out = BTreeMap::new();
+        for c in claims {
+            out.insert(c.uid.clone(), self.unprepare_one(&mut state, &c.uid));
+        }
+        out
+    }
+
+    fn unprepare_one(&self, state: &mut Checkpoint, uid: &str) -> Result<(), String> {
+        let Some(entry) = state.claims.get(uid).cloned() else {
+            return Ok(());
+        };
+        remove_if_present(Path::new(&entry.cdi_file))
+            .map_err(|e| format!("removing {}: {e}", entry.cdi_file))?;
+        if let Some(p) = &entry.hook_config_file {
+            remove_if_present(Path::new(p)).map_err(|e| format!("removing {p}: {e}"))?;
+        }
+        if let Some(dir) = &entry.cache_dir {
+            // remove_dir_all does not follow links a tenant planted inside.
+            match std::fs::remove_dir_all(dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(format!("removing {dir}: {e}"));
+                }
+                _ => {}
+            }
+        }
+        state.claims.remove(uid);
+        state.save(&self.config.checkpoint).map_err(|e| {
+            format!(
+                "saving checkpoint {}: {e}",
+                self.config.checkpoint.display()
+            )
+        })
+    }
+}
+
+/// The non-durable files of a prepared claim, as the checkpoint says they must be.
+fn restore_files(c: &PreparedClaim) -> Result<(), String> {
+    ensure(Path::new(&c.cdi_file), c.cdi_spec.as_bytes(), 0o644)
+        .map_err(|e| format!("restoring {}: {e}", c.cdi_file))?;
+    if let (Some(p), Some(text)) = (&c.hook_config_file, &c.hook_config) {
+        ensure(Path::new(p), text.as_bytes(), 0o444).map_err(|e| format!("restoring {p}: {e}"))?;
+    }
+    if let Some(dir) = &c.cache_dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn devices_of(c: &PreparedClaim) -> Vec<Device> {
+    c.devices
+        .iter()
+        .map(|d| Device {
+            request_names: vec![d.request.clone()],
+            pool_name: d.pool.clone(),
+            device_name: d.device.clone(),
+            cdi_device_ids: vec![d.cdi_id.clone()],
+        })
+        .collect()
+}

@@ -1,0 +1,51 @@
+//! Atomic file writes: a reader (the container runtime reading a CDI spec, a restarted
+//! plugin reading its checkpoint) sees the old file or the new one, never half of one.
+
+use std::io::Write;
+use std::path::Path;
+
+/// Writes `bytes` to `path` via a temporary file in the same directory and a rename; with
+/// `durable`, also fsync of the file and the directory (only the checkpoint needs it: the
+/// other files are re-derived from it). `mode` sets the permission bits (e.g. 0o444 for a
+/// config the container must not change).
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    if durable {
+        f.sync_all()?;
+    }
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    if durable {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Makes sure `path` holds exactly `bytes` (after a crash a non-durable file may be
+/// missing or empty): rewrites it only when it differs.
+pub fn ensure(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    match std::fs::read(path) {
+        Ok(have) if have == bytes => Ok(()),
+        _ => write_atomic(path, bytes, mode, false),
+    }
+}
+
+/// Removes a file; absent is fine (unprepare is idempotent).
+pub fn remove_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}

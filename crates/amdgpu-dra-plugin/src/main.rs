@@ -1,0 +1,182 @@
+//! `amdgpu-dra-plugin`: the kubelet DRA plugin for AMD GPU slices. `slices` prints the
+//! node's ResourceSlices (JSON) from discovery; without a subcommand it serves kubelet.
+//! Publishing the slices to the API server comes with the k8s-openapi switch (issue 20,
+//! next phase).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use hami_amd_discovery::registration::RegistrationSettings;
+use hami_amdgpu_dra_plugin::claims::KubeClaims;
+use hami_amdgpu_dra_plugin::driver::{Driver, DriverConfig};
+use hami_amdgpu_dra_plugin::registration::{Sockets, serve};
+use hami_dra_core::prepare::PrepareSettings;
+use hami_dra_core::slice::{self, NodeRef};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "amdgpu-dra-plugin",
+    about = "Kubelet DRA plugin for AMD GPU slices"
+)]
+struct Args {
+    #[arg(long, env = "NODE_NAME", global = true)]
+    node_name: Option<String>,
+    #[arg(long, default_value = hami_dra_core::DRIVER, global = true)]
+    driver_name: String,
+    #[arg(long, default_value = "/sys", global = true)]
+    sysfs_root: PathBuf,
+    #[arg(long, default_value = "/dev", global = true)]
+    dev_root: PathBuf,
+    #[arg(long = "split_count", global = true)]
+    split_count: Option<u32>,
+    #[arg(long, default_value = hami_amdgpu_dra_plugin::PLUGINS_REGISTRY)]
+    registry_dir: PathBuf,
+    /// Default: /var/lib/kubelet/plugins/<driver>.
+    #[arg(long)]
+    plugin_dir: Option<PathBuf>,
+    #[arg(long, default_value = "/var/run/cdi")]
+    cdi_dir: PathBuf,
+    /// Host path of libamvgpu.so.
+    #[arg(long, default_value = "/usr/local/vgpu/libamvgpu.so")]
+    hook_host_path: String,
+    /// Host root of per-claim cache dirs and hook configs.
+    #[arg(long, default_value = "/usr/local/vgpu/dra")]
+    cache_root: String,
+    #[arg(long, default_value = "/sys/fs/cgroup")]
+    cgroup_root: PathBuf,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Print the node's ResourceSlices as JSON.
+    Slices,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let Some(node) = args.node_name.clone() else {
+        eprintln!(
+            "error: the node name is unknown: pass --node-name or set NODE_NAME (the DaemonSet sets it from spec.nodeName)"
+        );
+        return ExitCode::from(2);
+    };
+    let settings = RegistrationSettings {
+        split_count: args.split_count,
+        ..Default::default()
+    };
+    let report = match hami_amd_plugin::discover_report::build_report(
+        &args.sysfs_root,
+        &args.dev_root,
+        &settings,
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: discovery under {}: {e}", args.sysfs_root.display());
+            return ExitCode::from(1);
+        }
+    };
+    if let Some(Cmd::Slices) = args.command {
+        let devices = match slice::devices(
+            &report.discovery,
+            &report.registration,
+            &[],
+            "1970-01-01T00:00:00Z",
+        ) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        let slices = slice::build_slices(
+            &args.driver_name,
+            &NodeRef {
+                name: node,
+                uid: String::new(),
+            },
+            devices,
+            &[],
+        );
+        match serde_json::to_string_pretty(&slices) {
+            Ok(t) => println!("{t}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(args, node, report)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(
+    args: Args,
+    node: String,
+    report: hami_amd_plugin::discover_report::Report,
+) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
+    let plugin_dir = args
+        .plugin_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet/plugins").join(&args.driver_name));
+    let devices = slice::registered_by_name(&report.discovery, &report.registration)
+        .into_iter()
+        .map(|(k, v)| (k, v.clone()))
+        .collect();
+    let dmem = hami_amd_plugin::dmem::dmem_available(&args.cgroup_root).then(|| {
+        hami_amd_plugin::dmem::spawn_writer(args.cgroup_root.clone(), Duration::from_secs(30))
+    });
+    if dmem.is_none() {
+        tracing::warn!(
+            "{}",
+            hami_amd_plugin::dmem::absent_message(&args.cgroup_root)
+        );
+    }
+    let config = DriverConfig {
+        settings: PrepareSettings {
+            driver: args.driver_name.clone(),
+            node,
+            hook_host_path: args.hook_host_path.clone(),
+            hook_container_path: hami_amd_plugin::allocate_plan::HOOK_CONTAINER_PATH.into(),
+            cache_host_root: args.cache_root.clone(),
+        },
+        devices,
+        cdi_dir: args.cdi_dir.clone(),
+        checkpoint: plugin_dir.join("checkpoint.json"),
+        dmem,
+    };
+    let driver = Arc::new(Driver::new(config, KubeClaims { client })?);
+    let sockets = Sockets::new(&args.registry_dir, &plugin_dir, &args.driver_name);
+    let (_state, handle) = serve(driver, &args.driver_name, &sockets, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
+    tracing::info!(registration = %sockets.registration.display(), dra = %sockets.dra.display(), "serving kubelet");
+    handle.await?;
+    Ok(())
+}

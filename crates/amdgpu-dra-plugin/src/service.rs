@@ -1,0 +1,69 @@
+//! The DRA v1 gRPC service on the plugin socket.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use crate::claims::ClaimSource;
+use crate::dra_v1::dra_plugin_server::DraPlugin;
+use crate::dra_v1::{
+    NodePrepareResourceResponse, NodePrepareResourcesRequest, NodePrepareResourcesResponse,
+    NodeUnprepareResourceResponse, NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse,
+};
+use crate::driver::Driver;
+
+pub struct DraService<C> {
+    pub driver: Arc<Driver<C>>,
+}
+
+#[tonic::async_trait]
+impl<C: ClaimSource> DraPlugin for DraService<C> {
+    async fn node_prepare_resources(
+        &self,
+        request: Request<NodePrepareResourcesRequest>,
+    ) -> Result<Response<NodePrepareResourcesResponse>, Status> {
+        let claims = request.into_inner().claims;
+        let claims = self
+            .driver
+            .prepare(&claims)
+            .await
+            .into_iter()
+            .map(|(uid, r)| {
+                let resp = match r {
+                    Ok(devices) => NodePrepareResourceResponse {
+                        devices,
+                        error: String::new(),
+                    },
+                    Err(error) => NodePrepareResourceResponse {
+                        devices: vec![],
+                        error,
+                    },
+                };
+                (uid, resp)
+            })
+            .collect();
+        Ok(Response::new(NodePrepareResourcesResponse { claims }))
+    }
+
+    async fn node_unprepare_resources(
+        &self,
+        request: Request<NodeUnprepareResourcesRequest>,
+    ) -> Result<Response<NodeUnprepareResourcesResponse>, Status> {
+        let claims = request.into_inner().claims;
+        let claims = self
+            .driver
+            .unprepare(&claims)
+            .await
+            .into_iter()
+            .map(|(uid, r)| {
+                (
+                    uid,
+                    NodeUnprepareResourceResponse {
+                        error: r.err().unwrap_or_default(),
+                    },
+                )
+            })
+            .collect();
+        Ok(Response::new(NodeUnprepareResourcesResponse { claims }))
+    }
+}

@@ -1,0 +1,501 @@
+//! The plugin over real unix sockets, with a tonic client in kubelet's role: registration,
+//! prepare (files on disk, disjoint CUs), idempotence, unprepare after a plugin restart and
+//! after the claim is deleted, per-claim errors.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hami_amd_discovery::discovery::discover;
+use hami_amd_discovery::registration::{RegistrationSettings, register};
+use hami_amdgpu_dra_plugin::claims::ClaimSource;
+use hami_amdgpu_dra_plugin::dra_v1::dra_plugin_client::DraPluginClient;
+use hami_amdgpu_dra_plugin::dra_v1::{
+    Claim, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest,
+};
+use hami_amdgpu_dra_plugin::driver::{Driver, DriverConfig};
+use hami_amdgpu_dra_plugin::pluginregistration::registration_client::RegistrationClient;
+use hami_amdgpu_dra_plugin::pluginregistration::{InfoRequest, RegistrationStatus};
+use hami_amdgpu_dra_plugin::registration::{Sockets, serve};
+use hami_deviceplugin_api::connect_unix;
+use hami_dra_core::api::*;
+use hami_dra_core::prepare::PrepareSettings;
+use hami_protocol::cu_list::CuSet;
+
+/// The API server's claims as the test sets them (deletable, to test unprepare of a gone claim).
+#[derive(Clone, Default)]
+struct Claims(Arc<Mutex<BTreeMap<(String, String), ResourceClaim>>>);
+
+impl ClaimSource for Claims {
+    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String> {
+        self.0
+            .lock()
+            .unwrap()
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+            .ok_or_else(|| format!("resourceclaims \"{name}\" not found"))
+    }
+}
+
+fn claim(name: &str, uid: &str, device: &str, mem: &str, cus: &str) -> ResourceClaim {
+    ResourceClaim {
+        api_version: API_VERSION.into(),
+        kind: "ResourceClaim".into(),
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
+        spec: ResourceClaimSpec::default(),
+        status: Some(ResourceClaimStatus {
+            allocation: Some(AllocationResult {
+                devices: Some(DeviceAllocationResult {
+                    results: vec![DeviceRequestAllocationResult {
+                        request: "gpu".into(),
+                        driver: hami_dra_core::DRIVER.into(),
+                        pool: "node-a".into(),
+                        device: device.into(),
+                        share_id: Some(format!("share-{uid}")),
+                        consumed_capacity: [
+                            ("memory", mem),
+                            ("computeUnits", cus),
+                            ("shares", "1"),
+                        ]
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                        ..Default::default()
+                    }],
+                    config: vec![],
+                }),
+                ..Default::default()
+            }),
+            reserved_for: vec![ResourceClaimConsumerReference {
+                api_group: None,
+                resource: "pods".into(),
+                name: format!("pod-{name}"),
+                uid: format!("pod-{uid}"),
+            }],
+            devices: vec![],
+        }),
+    }
+}
+
+fn kclaim(name: &str, uid: &str) -> Claim {
+    Claim {
+        namespace: "default".into(),
+        uid: uid.into(),
+        name: name.into(),
+    }
+}
+
+struct Node {
+    _tree: hami_sysfs_fixtures::FixtureTree,
+    dir: std::path::PathBuf,
+    devices: BTreeMap<String, hami_amd_discovery::registration::RegisteredDevice>,
+}
+
+fn node() -> Node {
+    let tree = hami_sysfs_fixtures::mi210_xgmi().unwrap();
+    let d = discover(&tree.sysfs_root()).unwrap();
+    let reg = register(&d, &RegistrationSettings::default(), |_| true);
+    let devices = hami_dra_core::slice::registered_by_name(&d, &reg)
+        .into_iter()
+        .map(|(k, v)| (k, v.clone()))
+        .collect();
+    let dir = tree.sysfs_root().parent().unwrap().join("node");
+    Node {
+        _tree: tree,
+        dir,
+        devices,
+    }
+}
+
+fn config(n: &Node) -> DriverConfig {
+    DriverConfig {
+        settings: PrepareSettings {
+            driver: hami_dra_core::DRIVER.into(),
+            node: "node-a".into(),
+            hook_host_path: "/usr/local/vgpu/libamvgpu.so".into(),
+            hook_container_path: "/usr/local/vgpu/libamvgpu.so".into(),
+            cache_host_root: n.dir.join("vgpu").display().to_string(),
+        },
+        devices: n.devices.clone(),
+        cdi_dir: n.dir.join("cdi"),
+        checkpoint: n.dir.join("plugin/checkpoint.json"),
+        dmem: None,
+    }
+}
+
+struct Running {
+    sockets: Sockets,
+    stop: tokio::sync::oneshot::Sender<()>,
+    handle: tokio::task::JoinHandle<()>,
+    state: hami_amdgpu_dra_plugin::registration::RegistrationState,
+}
+
+async fn start(n: &Node, claims: Claims) -> Running {
+    let driver = Arc::new(Driver::new(config(n), claims).unwrap());
+    let sockets = Sockets::new(
+        &n.dir.join("plugins_registry"),
+        &n.dir.join("plugin"),
+        hami_dra_core::DRIVER,
+    );
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let (state, handle) = serve(driver, hami_dra_core::DRIVER, &sockets, async move {
+        let _ = rx.await;
+    })
+    .await
+    .unwrap();
+    Running {
+        sockets,
+        stop,
+        handle,
+        state,
+    }
+}
+
+async fn stop(r: Running) {
+    let _ = r.stop.send(());
+    tokio::time::timeout(Duration::from_secs(10), r.handle)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+async fn dra(path: &Path) -> DraPluginClient<tonic::transport::Channel> {
+    DraPluginClient::new(connect_unix(path).await.unwrap())
+}
+
+#[tokio::test]
+async fn kubelet_registers_prepares_and_unprepares_across_restarts() {
+    let n = node();
+    let claims = Claims::default();
+    for (name, uid, mem, cus) in [("a", "uid-a", "4Gi", "40"), ("b", "uid-b", "2Gi", "30")] {
+        claims.0.lock().unwrap().insert(
+            ("default".into(), name.into()),
+            claim(name, uid, "gpu-0", mem, cus),
+        );
+    }
+    let mut run = start(&n, claims.clone()).await;
+
+    // Registration as kubelet's plugin watcher does it.
+    let mut reg = RegistrationClient::new(connect_unix(&run.sockets.registration).await.unwrap());
+    let info = reg.get_info(InfoRequest {}).await.unwrap().into_inner();
+    assert_eq!(info.r#type, "DRAPlugin");
+    assert_eq!(info.name, hami_dra_core::DRIVER);
+    assert_eq!(info.endpoint, run.sockets.dra.display().to_string());
+    assert_eq!(info.supported_versions, vec!["v1.DRAPlugin".to_string()]);
+    reg.notify_registration_status(RegistrationStatus {
+        plugin_registered: true,
+        error: String::new(),
+    })
+    .await
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), run.state.wait_for(|s| s.is_some()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(*run.state.borrow(), Some(Ok(())));
+
+    let mut client = dra(&run.sockets.dra).await;
+    let resp = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![
+                kclaim("a", "uid-a"),
+                kclaim("b", "uid-b"),
+                kclaim("gone", "uid-x"),
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resp.claims.len(), 3, "every claim gets an entry");
+    assert!(
+        resp.claims["uid-x"].error.contains("not found"),
+        "{:?}",
+        resp.claims["uid-x"]
+    );
+    let a = &resp.claims["uid-a"];
+    assert_eq!(a.error, "");
+    assert_eq!(a.devices[0].device_name, "gpu-0");
+    assert_eq!(a.devices[0].pool_name, "node-a");
+    assert_eq!(
+        a.devices[0].cdi_device_ids,
+        vec!["k8s.amdgpu.hami-rs.io/claim=uid-a-gpu-0".to_string()]
+    );
+
+    // Files on disk: the CDI spec with the slice's env, the read-only hook config.
+    let cdi_a = n.dir.join("cdi/k8s.amdgpu.hami-rs.io-claim_uid-a.json");
+    let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(&cdi_a).unwrap()).unwrap();
+    let env: Vec<&str> = spec["containerEdits"]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(env.contains(&"HIP_DEVICE_MEMORY_LIMIT_0=4096m"), "{env:?}");
+    assert!(env.iter().any(|e| e.starts_with("HSA_CU_MASK=0:")));
+    let hook = n.dir.join("vgpu/.hook-config/claim_uid-a.conf");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&hook).unwrap().permissions().mode() & 0o777,
+        0o444
+    );
+    let conf = hami_protocol::hook_config::decode(&std::fs::read(&hook).unwrap()).unwrap();
+    assert_eq!(conf.memory_limits[&0], 4 << 30);
+
+    // Disjoint CUs, recorded in the checkpoint.
+    let cp: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(n.dir.join("plugin/checkpoint.json")).unwrap())
+            .unwrap();
+    let cus = |uid: &str| {
+        CuSet::parse(
+            cp["claims"][uid]["devices"][0]["cus"].as_str().unwrap(),
+            u32::MAX,
+        )
+        .unwrap()
+    };
+    assert!(!cus("uid-a").overlaps(&cus("uid-b")));
+    assert_eq!(cus("uid-a").len() + cus("uid-b").len(), 70);
+
+    // Idempotent: the same answer again, nothing re-chosen.
+    let again = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("a", "uid-a")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.claims["uid-a"], *a);
+    let cp2: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(n.dir.join("plugin/checkpoint.json")).unwrap())
+            .unwrap();
+    assert_eq!(cp, cp2);
+
+    // Plugin restart, claim a deleted from the API server: unprepare still works.
+    stop(run).await;
+    claims
+        .0
+        .lock()
+        .unwrap()
+        .remove(&("default".into(), "a".into()));
+    claims.0.lock().unwrap().insert(
+        ("default".into(), "c".into()),
+        claim("c", "uid-c", "gpu-0", "1Gi", "40"),
+    );
+    let run = start(&n, claims.clone()).await;
+    let mut client = dra(&run.sockets.dra).await;
+    let un = client
+        .node_unprepare_resources(NodeUnprepareResourcesRequest {
+            claims: vec![kclaim("a", "uid-a"), kclaim("never", "uid-never")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(un.claims.len(), 2);
+    assert!(un.claims.values().all(|r| r.error.is_empty()), "{un:?}");
+    assert!(!cdi_a.exists() && !hook.exists());
+    // Again: still fine (kubelet retries).
+    let un2 = client
+        .node_unprepare_resources(NodeUnprepareResourcesRequest {
+            claims: vec![kclaim("a", "uid-a")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(un2.claims["uid-a"].error, "");
+
+    // After the restart, b's CUs are still known: c does not get them.
+    let c = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("c", "uid-c")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(c.claims["uid-c"].error, "");
+    let cp: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(n.dir.join("plugin/checkpoint.json")).unwrap())
+            .unwrap();
+    assert!(!cus("uid-b").is_empty());
+    let b_cus = CuSet::parse(
+        cp["claims"]["uid-b"]["devices"][0]["cus"].as_str().unwrap(),
+        u32::MAX,
+    )
+    .unwrap();
+    let c_cus = CuSet::parse(
+        cp["claims"]["uid-c"]["devices"][0]["cus"].as_str().unwrap(),
+        u32::MAX,
+    )
+    .unwrap();
+    assert!(!b_cus.overlaps(&c_cus));
+
+    // A crash lost c's CDI spec (only the checkpoint is fsynced): kubelet's retry restores it.
+    let cdi_c = n.dir.join("cdi/k8s.amdgpu.hami-rs.io-claim_uid-c.json");
+    let text = std::fs::read(&cdi_c).unwrap();
+    std::fs::write(&cdi_c, b"").unwrap();
+    let again = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("c", "uid-c")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.claims["uid-c"], c.claims["uid-c"]);
+    assert_eq!(std::fs::read(&cdi_c).unwrap(), text);
+    stop(run).await;
+}
+
+#[tokio::test]
+async fn a_claim_for_two_pods_or_not_reserved_is_refused_per_claim() {
+    let n = node();
+    let claims = Claims::default();
+    let mut shared = claim("s", "uid-s", "gpu-1", "1Gi", "4");
+    let r = shared.status.as_mut().unwrap();
+    r.reserved_for.push(ResourceClaimConsumerReference {
+        api_group: None,
+        resource: "pods".into(),
+        name: "p2".into(),
+        uid: "u2".into(),
+    });
+    let mut unreserved = claim("u", "uid-u", "gpu-1", "1Gi", "4");
+    unreserved.status.as_mut().unwrap().reserved_for.clear();
+    claims
+        .0
+        .lock()
+        .unwrap()
+        .insert(("default".into(), "s".into()), shared);
+    claims
+        .0
+        .lock()
+        .unwrap()
+        .insert(("default".into(), "u".into()), unreserved);
+    let run = start(&n, claims).await;
+    let mut client = dra(&run.sockets.dra).await;
+    let resp = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("s", "uid-s"), kclaim("u", "uid-u")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        resp.claims["uid-s"].error.contains("2 consumers"),
+        "{:?}",
+        resp.claims["uid-s"]
+    );
+    assert!(
+        resp.claims["uid-u"].error.contains("reservedFor"),
+        "{:?}",
+        resp.claims["uid-u"]
+    );
+    assert!(resp.claims.values().all(|c| c.devices.is_empty()));
+    stop(run).await;
+}
+
+#[test]
+fn a_corrupt_checkpoint_is_refused_with_what_to_do() {
+    let n = node();
+    let cfg = config(&n);
+    std::fs::create_dir_all(cfg.checkpoint.parent().unwrap()).unwrap();
+    std::fs::write(&cfg.checkpoint, b"{\"version\": 1, \"claims\": ").unwrap();
+    let err = Driver::new(cfg, Claims::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("drain the node"), "{err}");
+}
+
+/// Waits (bounded) until `path` holds `want`.
+async fn wait_for_file(path: &Path, want: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if std::fs::read_to_string(path).ok().as_deref() == Some(want) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} never became {want:?}: {:?}",
+            path.display(),
+            std::fs::read_to_string(path)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn dmem_limit_reaches_a_late_pod_cgroup_and_sums_the_pods_claims() {
+    let n = node();
+    let claims = Claims::default();
+    for (name, uid, mem) in [("a", "uid-a", "4Gi"), ("b", "uid-b", "2Gi")] {
+        let mut c = claim(name, uid, "gpu-0", mem, "20");
+        // Both claims belong to one pod (one claim per container).
+        c.status.as_mut().unwrap().reserved_for[0].uid = "1111-2222".into();
+        claims
+            .0
+            .lock()
+            .unwrap()
+            .insert(("default".into(), name.into()), c);
+    }
+    let cgroups = n.dir.join("cgroup");
+    std::fs::create_dir_all(&cgroups).unwrap();
+    std::fs::write(cgroups.join("cgroup.controllers"), "cpu memory dmem\n").unwrap();
+    let mut cfg = config(&n);
+    cfg.dmem = Some(hami_amd_plugin::dmem::spawn_writer(
+        cgroups.clone(),
+        Duration::from_secs(10),
+    ));
+    let bdf = n.devices["gpu-0"].pci_bdf.clone();
+    let driver = Arc::new(Driver::new(cfg, claims).unwrap());
+    let sockets = Sockets::new(
+        &n.dir.join("plugins_registry"),
+        &n.dir.join("plugin"),
+        hami_dra_core::DRIVER,
+    );
+    let (stop_tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let (_state, handle) = serve(driver, hami_dra_core::DRIVER, &sockets, async move {
+        let _ = rx.await;
+    })
+    .await
+    .unwrap();
+    let mut client = dra(&sockets.dra).await;
+    let r = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("a", "uid-a")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.claims["uid-a"].error, "");
+    // The pod cgroup appears only after Prepare returned (as with a real runtime).
+    let pod = cgroups
+        .join("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1111_2222.slice");
+    std::fs::create_dir_all(&pod).unwrap();
+    std::fs::write(pod.join("dmem.max"), "").unwrap();
+    wait_for_file(
+        &pod.join("dmem.max"),
+        &format!("drm/{bdf}/vram0 {}\n", 4u64 << 30),
+    )
+    .await;
+    let r = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("b", "uid-b")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.claims["uid-b"].error, "");
+    wait_for_file(
+        &pod.join("dmem.max"),
+        &format!("drm/{bdf}/vram0 {}\n", 6u64 << 30),
+    )
+    .await;
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(10), handle)
+        .await
+        .unwrap()
+        .unwrap();
+}

@@ -1,0 +1,500 @@
+//! The invariant ledger: pure checks over the pods and nodes the API server holds. Every
+//! annotation is decoded by `hami-protocol`; nothing here parses a wire format by hand.
+//!
+//! A pod *holds* devices when it is bound (`spec.nodeName` set), not finished, and carries
+//! a device list: that is what its containers get. Filter reservations of unbound pods are
+//! the scheduler's own bookkeeping and are not counted.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use hami_kubelet_sim::records::{RECORD_ANNOTATION, envs_of};
+use hami_protocol::cu_allocated::CuAllocation;
+use hami_protocol::cu_list::{CuSet, HsaCuMask};
+use hami_protocol::device_list::decode_pod_devices;
+use hami_protocol::memory_limit::parse_memory_limit;
+use hami_protocol::names::{Vendor, env, pod as pod_keys};
+use hami_protocol::node_register::decode_node_devices;
+use hami_protocol::requests::{ContainerKind, container_slots};
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+/// A broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// The pods holding a GPU ask for more memory (MiB), cores or shares than it registered.
+    Overcommit {
+        node: String,
+        gpu: String,
+        what: &'static str,
+        used: u64,
+        capacity: u64,
+        pods: Vec<String>,
+    },
+    /// Two live pods were given intersecting CU ranges of one GPU.
+    CuOverlap {
+        gpu: String,
+        a: String,
+        b: String,
+        common: String,
+    },
+    /// A pod's device list names a GPU its node did not register.
+    UnknownGpu {
+        pod: String,
+        node: String,
+        gpu: String,
+    },
+    /// A bound pod's annotations do not decode.
+    Undecodable { pod: String, what: String },
+    /// What kubelet-sim got from the plugin disagrees with the pod's annotations.
+    AllocationMismatch {
+        pod: String,
+        container: String,
+        what: String,
+    },
+    /// A pod that fits was not Running with `bind-phase=success` in time after the faults stopped.
+    Stranded { pod: String, state: String },
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::Overcommit {
+                node,
+                gpu,
+                what,
+                used,
+                capacity,
+                pods,
+            } => write!(
+                f,
+                "{node}/{gpu}: {what} over-committed: {used} > {capacity} by {pods:?}"
+            ),
+            Violation::CuOverlap { gpu, a, b, common } => {
+                write!(f, "{gpu}: pods {a} and {b} share CUs {common}")
+            }
+            Violation::UnknownGpu { pod, node, gpu } => {
+                write!(
+                    f,
+                    "pod {pod} holds {gpu}, which node {node} did not register"
+                )
+            }
+            Violation::Undecodable { pod, what } => write!(f, "pod {pod}: {what}"),
+            Violation::AllocationMismatch {
+                pod,
+                container,
+                what,
+            } => write!(f, "pod {pod} container {container}: {what}"),
+            Violation::Stranded { pod, state } => write!(f, "pod {pod} stranded: {state}"),
+        }
+    }
+}
+
+fn key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+fn annotation<'a>(pod: &'a Pod, name: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(name))
+        .map(String::as_str)
+}
+
+fn phase(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref())
+}
+
+fn bound_node(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+/// Bound, not finished, not being deleted.
+pub fn is_live_holder(pod: &Pod) -> bool {
+    bound_node(pod).is_some()
+        && !matches!(phase(pod), Some("Succeeded" | "Failed"))
+        && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// The vendor whose device list the pod carries, with the decoded list.
+fn devices_of(
+    pod: &Pod,
+) -> Option<(
+    Vendor,
+    Result<Vec<hami_protocol::device_list::ContainerDevices>, String>,
+)> {
+    Vendor::ALL.into_iter().find_map(|v| {
+        annotation(pod, v.names().devices_allocated)
+            .map(|t| (v, decode_pod_devices(t).map_err(|e| e.to_string())))
+    })
+}
+
+#[derive(Default, Clone, Copy)]
+struct Charge {
+    mem: u64,
+    cores: u64,
+    shares: u64,
+}
+
+/// Per GPU, what one pod takes: init containers run one at a time before the app
+/// containers (their peak counts), app containers and sidecars together.
+fn pod_charges(
+    pod: &Pod,
+    runs: &[hami_protocol::device_list::ContainerDevices],
+) -> BTreeMap<String, Charge> {
+    let slots = pod.spec.as_ref().map(container_slots).unwrap_or_default();
+    let mut together: BTreeMap<String, Charge> = BTreeMap::new();
+    let mut init_peak: BTreeMap<String, Charge> = BTreeMap::new();
+    for (i, run) in runs.iter().enumerate() {
+        let init = slots.get(i).is_some_and(|s| s.kind == ContainerKind::Init);
+        for dev in run {
+            if init {
+                let c = init_peak.entry(dev.uuid.clone()).or_default();
+                c.mem = c.mem.max(dev.mem_mib);
+                c.cores = c.cores.max(u64::from(dev.cores));
+                c.shares = 1;
+            } else {
+                let c = together.entry(dev.uuid.clone()).or_default();
+                c.mem += dev.mem_mib;
+                c.cores += u64::from(dev.cores);
+                c.shares = 1;
+            }
+        }
+    }
+    for (gpu, peak) in init_peak {
+        let c = together.entry(gpu).or_default();
+        c.mem = c.mem.max(peak.mem);
+        c.cores = c.cores.max(peak.cores);
+        c.shares = 1;
+    }
+    together
+}
+
+/// Over-commitment (memory, cores, shares), unknown GPUs and CU overlaps among the pods
+/// that hold devices now.
+pub fn check_placement(pods: &[Pod], nodes: &[Node]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    // (node, gpu) → (devmem, devcore, count)
+    let mut capacity: BTreeMap<(String, String), (u64, u64, u64)> = BTreeMap::new();
+    for node in nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        for v in Vendor::ALL {
+            let Some(text) = node
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(v.names().node_register))
+            else {
+                continue;
+            };
+            for d in decode_node_devices(text).unwrap_or_default() {
+                capacity.insert(
+                    (name.clone(), d.id.clone()),
+                    (d.devmem, u64::from(d.devcore), u64::from(d.count)),
+                );
+            }
+        }
+    }
+    let mut used: BTreeMap<(String, String), (Charge, Vec<String>)> = BTreeMap::new();
+    let mut cus: BTreeMap<String, Vec<(String, CuSet)>> = BTreeMap::new();
+    for pod in pods.iter().filter(|p| is_live_holder(p)) {
+        let Some((vendor, runs)) = devices_of(pod) else {
+            continue;
+        };
+        let node = bound_node(pod).unwrap_or_default().to_string();
+        let runs = match runs {
+            Ok(r) => r,
+            Err(e) => {
+                out.push(Violation::Undecodable {
+                    pod: key(pod),
+                    what: format!("device list: {e}"),
+                });
+                continue;
+            }
+        };
+        for (gpu, c) in pod_charges(pod, &runs) {
+            let slot = used.entry((node.clone(), gpu)).or_default();
+            slot.0.mem += c.mem;
+            slot.0.cores += c.cores;
+            slot.0.shares += c.shares;
+            slot.1.push(key(pod));
+        }
+        if vendor == Vendor::Amd
+            && let Some(text) = annotation(pod, pod_keys::AMD_CU_ALLOCATED)
+        {
+            match CuAllocation::parse(text) {
+                Ok(map) => {
+                    for (gpu, set) in map.0 {
+                        cus.entry(gpu).or_default().push((key(pod), set));
+                    }
+                }
+                Err(e) => out.push(Violation::Undecodable {
+                    pod: key(pod),
+                    what: format!("{}: {e}", pod_keys::AMD_CU_ALLOCATED),
+                }),
+            }
+        }
+    }
+    for ((node, gpu), (charge, holders)) in used {
+        let Some(&(devmem, devcore, count)) = capacity.get(&(node.clone(), gpu.clone())) else {
+            for pod in holders {
+                out.push(Violation::UnknownGpu {
+                    pod,
+                    node: node.clone(),
+                    gpu: gpu.clone(),
+                });
+            }
+            continue;
+        };
+        for (what, u, cap) in [
+            ("memory MiB", charge.mem, devmem),
+            ("cores", charge.cores, devcore),
+            ("shares", charge.shares, count),
+        ] {
+            if u > cap {
+                out.push(Violation::Overcommit {
+                    node: node.clone(),
+                    gpu: gpu.clone(),
+                    what,
+                    used: u,
+                    capacity: cap,
+                    pods: holders.clone(),
+                });
+            }
+        }
+    }
+    for (gpu, sets) in cus {
+        for (i, (a, sa)) in sets.iter().enumerate() {
+            for (b, sb) in &sets[i + 1..] {
+                if sa.overlaps(sb) {
+                    out.push(Violation::CuOverlap {
+                        gpu: gpu.clone(),
+                        a: a.clone(),
+                        b: b.clone(),
+                        common: sa.intersection(sb).to_string(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// For every Running pod: each container with devices has a kubelet-sim record, and the
+/// limits the plugin handed out (memory per device, CU mask or SM limit) are the ones the
+/// scheduler annotated.
+pub fn check_agreement(pods: &[Pod]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for pod in pods
+        .iter()
+        .filter(|p| is_live_holder(p) && phase(p) == Some("Running"))
+    {
+        let Some((vendor, Ok(runs))) = devices_of(pod) else {
+            continue;
+        };
+        let record = annotation(pod, RECORD_ANNOTATION).unwrap_or("");
+        let cu_map = annotation(pod, pod_keys::AMD_CU_ALLOCATED)
+            .and_then(|t| CuAllocation::parse(t).ok())
+            .unwrap_or_default();
+        let slots = pod.spec.as_ref().map(container_slots).unwrap_or_default();
+        for (slot, run) in slots.iter().zip(&runs) {
+            if run.is_empty() {
+                continue;
+            }
+            let container = slot.container.name.clone();
+            let mut bad = |what: String| {
+                out.push(Violation::AllocationMismatch {
+                    pod: key(pod),
+                    container: container.clone(),
+                    what,
+                })
+            };
+            let Some(envs) = envs_of(record, &slot.container.name) else {
+                bad("Running, but kubelet-sim recorded no Allocate for it".into());
+                continue;
+            };
+            let get = |name: &str| envs.get(name).and_then(|v| v.as_str()).map(str::to_owned);
+            let mask = get(env::HSA_CU_MASK).map(|m| HsaCuMask::parse(&m));
+            for (i, dev) in run.iter().enumerate() {
+                let limit_name = match vendor {
+                    Vendor::Amd => env::hip_device_memory_limit(i),
+                    Vendor::Nvidia => format!("{}_{i}", env::CUDA_DEVICE_MEMORY_LIMIT),
+                };
+                // A whole card needs no memory limit; a limit that is there must match.
+                if let Some(text) = get(&limit_name) {
+                    match parse_memory_limit(&text) {
+                        Ok(bytes) if bytes == dev.mem_mib << 20 => {}
+                        Ok(bytes) => bad(format!(
+                            "{limit_name}={text} ({bytes} bytes) but the device list says {} MiB on {}",
+                            dev.mem_mib, dev.uuid
+                        )),
+                        Err(e) => bad(format!("{limit_name}={text}: {e}")),
+                    }
+                }
+                if vendor == Vendor::Amd
+                    && let Some(annotated) = cu_map.0.get(&dev.uuid)
+                {
+                    match &mask {
+                        Some(Ok(mask)) => match mask.get(i as u32) {
+                            Some(got) if got == annotated => {}
+                            got => bad(format!(
+                                "HSA_CU_MASK device {i} = {:?} but {} says {annotated} for {}",
+                                got.map(ToString::to_string),
+                                pod_keys::AMD_CU_ALLOCATED,
+                                dev.uuid
+                            )),
+                        },
+                        Some(Err(e)) => bad(format!("HSA_CU_MASK does not decode: {e}")),
+                        None => bad(format!(
+                            "{} gives {} CUs {annotated} but Allocate set no HSA_CU_MASK",
+                            pod_keys::AMD_CU_ALLOCATED,
+                            dev.uuid
+                        )),
+                    }
+                }
+                if vendor == Vendor::Nvidia
+                    && let Some(text) = get(env::CUDA_DEVICE_SM_LIMIT)
+                    && text != dev.cores.to_string()
+                {
+                    bad(format!(
+                        "CUDA_DEVICE_SM_LIMIT={text} but the device list says {}",
+                        dev.cores
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Why a pod is not settled: it should be bound, Running, with `bind-phase=success`.
+pub fn unsettled(pod: &Pod) -> Option<String> {
+    let running = phase(pod) == Some("Running") && bound_node(pod).is_some();
+    let phase_ok = annotation(pod, pod_keys::BIND_PHASE) == Some("success");
+    (!(running && phase_ok)).then(|| {
+        format!(
+            "phase {:?}, node {:?}, bind-phase {:?}",
+            phase(pod),
+            bound_node(pod),
+            annotation(pod, pod_keys::BIND_PHASE)
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node() -> Node {
+        serde_json::from_value(json!({"metadata": {"name": "n", "annotations": {
+            "hami.io/node-amd-register": r#"[{"id":"G","count":2,"devmem":1000,"devcore":100,"type":"AMD Instinct MI210","health":true}]"#}}}))
+        .unwrap()
+    }
+
+    fn pod(name: &str, mem: u64, cores: u32, cus: &str, record: Option<serde_json::Value>) -> Pod {
+        let mut annotations = json!({
+            "hami.io/amd-devices-allocated": format!("G,AMD Instinct MI210,{mem},{cores}:;"),
+            "hami.io/amd-cu-allocated": json!({"G": cus}).to_string(),
+            "hami.io/bind-phase": "success",
+        });
+        if let Some(r) = record {
+            annotations[RECORD_ANNOTATION] = json!(r.to_string());
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+            "spec": {"nodeName": "n", "containers": [{"name": "c"}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap()
+    }
+
+    fn record(limit: &str, mask: &str) -> serde_json::Value {
+        json!({"c": [{"resource": "amd.com/gpu", "deviceIds": ["G"],
+            "envs": {"HIP_DEVICE_MEMORY_LIMIT_0": limit, "HSA_CU_MASK": mask}}]})
+    }
+
+    #[test]
+    fn disjoint_pods_that_fit_pass() {
+        let pods = [
+            pod("a", 400, 40, "0-39", Some(record("400m", "0:0-39"))),
+            pod("b", 600, 60, "40-99", Some(record("600m", "0:40-99"))),
+        ];
+        assert_eq!(check_placement(&pods, &[node()]), vec![]);
+        assert_eq!(check_agreement(&pods), vec![]);
+        assert!(pods.iter().all(|p| unsettled(p).is_none()));
+    }
+
+    #[test]
+    fn overcommit_overlap_and_mismatch_are_caught() {
+        let pods = [
+            pod("a", 600, 40, "0-39", Some(record("600m", "0:0-39"))),
+            pod("b", 600, 70, "30-99", Some(record("500m", "0:40-99"))),
+            pod("c", 1, 1, "", None),
+        ];
+        let v = check_placement(&pods, &[node()]);
+        let text: Vec<String> = v.iter().map(ToString::to_string).collect();
+        assert!(
+            text.iter()
+                .any(|t| t.contains("memory MiB over-committed: 1201 > 1000")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.contains("cores over-committed: 111 > 100"))
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.contains("shares over-committed: 3 > 2"))
+        );
+        assert!(
+            text.iter().any(|t| t.contains("share CUs 30-39")),
+            "{text:?}"
+        );
+        let m: Vec<String> = check_agreement(&pods)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert!(
+            m.iter()
+                .any(|t| t.contains("HIP_DEVICE_MEMORY_LIMIT_0=500m")),
+            "{m:?}"
+        );
+        assert!(
+            m.iter().any(|t| t.contains("HSA_CU_MASK device 0")),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|t| t.contains("default/c") && t.contains("no Allocate")),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn unbound_and_finished_pods_hold_nothing() {
+        let mut a = pod("a", 900, 90, "0-89", None);
+        let mut b = pod("b", 900, 90, "0-89", None);
+        a.spec.as_mut().unwrap().node_name = None;
+        b.status.as_mut().unwrap().phase = Some("Succeeded".into());
+        assert_eq!(check_placement(&[a.clone(), b], &[node()]), vec![]);
+        assert!(unsettled(&a).unwrap().contains("node None"));
+    }
+
+    #[test]
+    fn a_gpu_the_node_never_registered_is_reported() {
+        let p = pod("a", 1, 1, "0", None);
+        let v = check_placement(&[p], &[]);
+        assert!(
+            matches!(&v[..], [Violation::UnknownGpu { gpu, .. }] if gpu == "G"),
+            "{v:?}"
+        );
+    }
+}

@@ -1,0 +1,12 @@
+//! Whole-system reliability tests (issue 18): the chaos harness with an invariant ledger
+//! and the soak, both over the real components wired as `hami demo` wires them, in one
+//! process so faults can reach inside (see README.md).
+
+pub mod chaos;
+pub mod ledger;
+pub mod proxy;
+pub mod rng;
+pub mod schedule;
+pub mod soak;
+pub mod stack;
+pub mod workload;

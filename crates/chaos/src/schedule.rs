@@ -1,0 +1,109 @@
+//! The fault schedule: a pure function of the seed and the run's length.
+
+use std::time::Duration;
+
+use crate::rng::Rng;
+
+/// The kinds of fault the harness injects (issue 18).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    /// A burst of 409 Conflict answers on pod/node patches, pod binding and Lease updates.
+    ConflictStorm,
+    /// Every open watch is ended (and sometimes the watch history expired: 410 on resume).
+    WatchDrop,
+    /// The API server stops and starts again on the same address and `--data-dir`.
+    ApiServerRestart,
+    /// The leading scheduler replica is killed (election, informers, listener); it comes
+    /// back later with a new clock skew.
+    LeaderKill,
+    /// A device plugin is stopped while a pod on its node is being allocated, and started again.
+    PluginRestartMidAllocate,
+    /// A simulated kubelet restarts (socket directory wiped, plugins must re-register).
+    KubeletRestart,
+    /// A pod is deleted while it is being bound or allocated, and a new one submitted.
+    DeleteMidBind,
+    /// A scheduler replica is restarted with a different wall-clock skew.
+    ClockSkew,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 8] = [
+        FaultKind::ConflictStorm,
+        FaultKind::WatchDrop,
+        FaultKind::ApiServerRestart,
+        FaultKind::LeaderKill,
+        FaultKind::PluginRestartMidAllocate,
+        FaultKind::KubeletRestart,
+        FaultKind::DeleteMidBind,
+        FaultKind::ClockSkew,
+    ];
+}
+
+/// One planned fault: when (from the start of the fault phase), what, and a free
+/// parameter the injector uses for its own choices (which node, how many 409s, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    pub at: Duration,
+    pub kind: FaultKind,
+    pub param: u64,
+}
+
+/// Faults spread over `duration`, about `mean_gap` apart (each gap uniform in
+/// [gap/2, 3·gap/2]). Every kind occurs at least once (the first eight are a seeded
+/// permutation of all kinds) as long as the duration holds eight gaps.
+pub fn plan(seed: u64, duration: Duration, mean_gap: Duration) -> Vec<Planned> {
+    let mut rng = Rng::new(seed);
+    let mut first = FaultKind::ALL;
+    rng.shuffle(&mut first);
+    let gap_ms = mean_gap.as_millis().max(2) as u64;
+    let mut at = 0u64;
+    let mut out = Vec::new();
+    for i in 0.. {
+        at += rng.between(gap_ms / 2, gap_ms * 3 / 2);
+        if at >= duration.as_millis() as u64 {
+            break;
+        }
+        let kind = match first.get(i) {
+            Some(k) => *k,
+            None => FaultKind::ALL[rng.below(FaultKind::ALL.len() as u64) as usize],
+        };
+        out.push(Planned {
+            at: Duration::from_millis(at),
+            kind,
+            param: rng.next_u64(),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn a_seed_reproduces_its_schedule_and_covers_every_kind() {
+        for seed in 0..200u64 {
+            let a = plan(seed, Duration::from_secs(40), Duration::from_millis(1500));
+            assert_eq!(
+                a,
+                plan(seed, Duration::from_secs(40), Duration::from_millis(1500))
+            );
+            let kinds: BTreeSet<FaultKind> = a.iter().map(|p| p.kind).collect();
+            assert_eq!(kinds.len(), FaultKind::ALL.len(), "seed {seed}: {a:?}");
+            assert!(a.windows(2).all(|w| w[0].at < w[1].at));
+            assert!(a.iter().all(|p| p.at < Duration::from_secs(40)));
+        }
+        assert_ne!(
+            plan(1, Duration::from_secs(40), Duration::from_secs(1)),
+            plan(2, Duration::from_secs(40), Duration::from_secs(1))
+        );
+    }
+
+    #[test]
+    fn a_short_run_plans_only_what_fits() {
+        let p = plan(3, Duration::from_secs(3), Duration::from_secs(1));
+        assert!(p.len() <= 6, "{p:?}");
+        assert!(plan(3, Duration::ZERO, Duration::from_secs(1)).is_empty());
+    }
+}

@@ -1,0 +1,46 @@
+//! The bounded chaos run of CI: every fault kind at least once over 40 s of faults on the
+//! whole stack, the ledger checking throughout, zero violations, and every pod Running
+//! with `bind-phase=success` within 45 s after the faults stop.
+//!
+//! `HAMI_CHAOS_SEED=<u64>` replays a seed's schedule; `HAMI_CHAOS_SECONDS=<n>` runs longer
+//! (BENCHMARKS.md has a long run).
+
+use std::time::Duration;
+
+use hami_chaos::chaos::{ChaosConfig, run};
+use hami_chaos::schedule::FaultKind;
+
+fn env_u64(name: &str) -> Option<u64> {
+    let text = std::env::var(name).ok()?;
+    Some(
+        text.parse()
+            .unwrap_or_else(|_| panic!("{name}={text:?} is not an unsigned integer")),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn whole_stack_under_faults_keeps_every_invariant() {
+    let seed = env_u64("HAMI_CHAOS_SEED").unwrap_or(0x4841_4d49_2018);
+    let seconds = env_u64("HAMI_CHAOS_SECONDS").unwrap_or(40);
+    let config = ChaosConfig {
+        seed,
+        fault_duration: Duration::from_secs(seconds),
+        mean_gap: Duration::from_millis(3000),
+        settle_limit: Duration::from_secs(45),
+    };
+    let report = match run(config).await {
+        Ok(r) => r,
+        Err(e) => panic!("chaos run with seed {seed} could not run: {e:#}"),
+    };
+    println!("{}", report.summary());
+    let missing: Vec<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .filter(|k| !report.injected.contains_key(k))
+        .collect();
+    assert!(
+        report.violations.is_empty() && missing.is_empty() && report.settled_after.is_some(),
+        "chaos run failed (kinds never injected: {missing:?})\n{}",
+        report.render()
+    );
+    assert!(report.pods_placed > 13, "{}", report.render());
+}

@@ -1,0 +1,104 @@
+//! The per-container config file (issue 14 item 7) in real processes: it decides the limit
+//! and the cache path whatever the environment says; an unusable one fails closed; without
+//! one, a bad SM limit in the environment fails closed too.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn the_config_file_wins_over_the_environment() {
+    let s = scratch("podconfig");
+    let conf = s.join("hook.conf");
+    let region = s.join("from-config.cache");
+    std::fs::write(
+        &conf,
+        format!(
+            "hami-hook-config/1\nmemory-limit.0={}\nshared-cache={}\nsm-limit=50\n",
+            4u64 << 20,
+            region.display()
+        ),
+    )
+    .unwrap();
+    // A process that points itself at a private region with a larger limit gets neither.
+    let env = vec![
+        ("HAMI_HOOK_CONFIG", conf.display().to_string()),
+        ("CUDA_DEVICE_MEMORY_LIMIT_0", "1g".to_owned()),
+        (
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+            s.join("private.cache").display().to_string(),
+        ),
+    ];
+    let (out, _) = run(&s, &env, &["alloc", &(8u64 << 20).to_string()]);
+    assert!(
+        out.contains("rc=2\n"),
+        "the config's 4 MiB limit holds: {out}"
+    );
+    let (out, _) = run(&s, &env, &["alloc", &(4u64 << 20).to_string()]);
+    assert!(out.contains("rc=0\n"), "{out}");
+    assert!(region.exists() && !s.join("private.cache").exists());
+}
+
+#[test]
+fn an_unusable_config_file_fails_closed() {
+    let s = scratch("podconfig-bad");
+    let conf = s.join("hook.conf");
+    std::fs::write(&conf, "hami-hook-config/1\nsm-limit=150\n").unwrap();
+    let env = vec![("HAMI_HOOK_CONFIG", conf.display().to_string())];
+    let (out, err) = run(&s, &env, &["alloc", "4096"]);
+    assert!(out.contains("rc=2\n"), "{out}");
+    assert!(err.contains("line 2") && err.contains("refuses"), "{err}");
+    let env = vec![(
+        "HAMI_HOOK_CONFIG",
+        s.join("missing.conf").display().to_string(),
+    )];
+    let (out, err) = run(&s, &env, &["alloc", "4096"]);
+    assert!(
+        out.contains("rc=2\n") && err.contains("names no file"),
+        "{out}{err}"
+    );
+}
+
+#[test]
+fn a_bad_sm_limit_in_the_environment_fails_closed() {
+    let s = scratch("sm-bad");
+    let env = vec![("CUDA_DEVICE_SM_LIMIT", "half".to_owned())];
+    let (out, err) = run(&s, &env, &["alloc", "4096"]);
+    assert!(out.contains("rc=2\n"), "{out}");
+    assert!(err.contains("CUDA_DEVICE_SM_LIMIT"), "{err}");
+}
+
+/// With the plugin's `shared-cache-inode`, a tenant who deletes or replaces the region file
+/// (the directory is the container's) gets refusals, not a fresh, empty accounting.
+#[test]
+fn a_deleted_or_replaced_region_fails_closed() {
+    let s = scratch("podconfig-inode");
+    let region = s.join("prepared.cache");
+    let inode = hami_cuda_region::prepare_file(&region, &s.join("plugin.anchor")).unwrap();
+    let conf = s.join("hook.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "hami-hook-config/1\nmemory-limit.0={}\nshared-cache={}\nshared-cache-inode={inode}\n",
+            4u64 << 20,
+            region.display()
+        ),
+    )
+    .unwrap();
+    let env = vec![("HAMI_HOOK_CONFIG", conf.display().to_string())];
+    let (out, _) = run(&s, &env, &["alloc", &(4u64 << 20).to_string()]);
+    assert!(out.contains("rc=0\n"), "the plugin's file is used: {out}");
+    std::fs::remove_file(&region).unwrap();
+    let (out, err) = run(&s, &env, &["alloc", "4096"]);
+    assert!(
+        out.contains("rc=2\n") && err.contains("is missing"),
+        "{out}{err}"
+    );
+    assert!(!region.exists(), "never re-created");
+    std::fs::write(&region, vec![0u8; hami_cuda_region::layout::FILE_SIZE]).unwrap();
+    let (out, err) = run(&s, &env, &["alloc", "4096"]);
+    assert!(
+        out.contains("rc=2\n") && err.contains("was replaced"),
+        "{out}{err}"
+    );
+}

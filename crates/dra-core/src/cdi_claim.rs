@@ -1,0 +1,90 @@
+//! One CDI spec per prepared claim (kind `k8s.amdgpu.hami-rs.io/claim`, device
+//! `<claim uid>-<slice device>`): each device injects its card's DRM nodes; the claim-wide
+//! edits inject `/dev/kfd`, the env of SPEC §2.6 and the hook, cache and config mounts.
+//! Checked with the device plugin's CDI validator (`hami_amd_plugin::cdi::validate`, the same
+//! CDI version). The claim UID in every name means a runtime never sees a reused name.
+
+use std::collections::BTreeMap;
+
+use hami_amd_plugin::allocate_plan::MountPlan;
+use hami_amd_plugin::cdi::{CDI_VERSION, validate};
+use serde_json::{Value, json};
+
+pub const CDI_VENDOR: &str = "k8s.amdgpu.hami-rs.io";
+pub const CDI_CLASS: &str = "claim";
+
+/// `<vendor>/<class>`.
+pub fn kind() -> String {
+    format!("{CDI_VENDOR}/{CDI_CLASS}")
+}
+
+/// The spec's file name in the CDI directory.
+pub fn file_name(claim_uid: &str) -> String {
+    format!("{CDI_VENDOR}-{CDI_CLASS}_{claim_uid}.json")
+}
+
+/// The CDI name of one device of a claim.
+pub fn device_name(claim_uid: &str, device: &str) -> String {
+    format!("{claim_uid}-{device}")
+}
+
+/// The fully qualified CDI id kubelet hands the runtime.
+pub fn device_id(claim_uid: &str, device: &str) -> String {
+    format!("{}={}", kind(), device_name(claim_uid, device))
+}
+
+/// A device's DRM nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CdiDevice {
+    pub device: String,
+    pub card: u32,
+    pub render: u32,
+}
+
+/// Builds and validates the claim's spec.
+pub fn spec(
+    claim_uid: &str,
+    devices: &[CdiDevice],
+    env: &BTreeMap<String, String>,
+    mounts: &[MountPlan],
+) -> Result<Value, String> {
+    let devs: Vec<Value> = devices
+        .iter()
+        .map(|d| {
+            json!({
+                "name": device_name(claim_uid, &d.device),
+                "containerEdits": {"deviceNodes": [
+                    {"path": format!("/dev/dri/card{}", d.card)},
+                    {"path": format!("/dev/dri/renderD{}", d.render)},
+                ]},
+            })
+        })
+        .collect();
+    let mut edits = json!({"deviceNodes": [{"path": "/dev/kfd"}]});
+    if !env.is_empty() {
+        edits["env"] = env
+            .iter()
+            .map(|(k, v)| Value::from(format!("{k}={v}")))
+            .collect();
+    }
+    if !mounts.is_empty() {
+        edits["mounts"] = mounts
+            .iter()
+            .map(|m| {
+                let mut options = vec!["bind", "nosuid", "nodev"];
+                if m.read_only {
+                    options.push("ro");
+                }
+                json!({"hostPath": m.host_path, "containerPath": m.container_path, "options": options})
+            })
+            .collect();
+    }
+    let spec = json!({
+        "cdiVersion": CDI_VERSION,
+        "kind": kind(),
+        "devices": devs,
+        "containerEdits": edits,
+    });
+    validate(&spec)?;
+    Ok(spec)
+}

@@ -1,0 +1,16 @@
+//! Pure cores of the AMD DRA driver (issue 20): plain functions over plain data, no async,
+//! no I/O. The kubelet plugin (`amdgpu-dra-plugin`) is the shell around them.
+//!
+//! The `resource.k8s.io/v1` objects are our own serde types (`api`), with upstream's JSON
+//! field names, so this crate does not depend on the workspace's k8s-openapi version feature.
+
+pub mod allocator;
+pub mod api;
+pub mod cdi_claim;
+pub mod prepare;
+pub mod quantity;
+pub mod selector;
+pub mod slice;
+
+/// The driver name (a DNS subdomain): not ROCm's `gpu.amd.com`, not HAMi's NVIDIA driver.
+pub const DRIVER: &str = "amdgpu.hami-rs.io";

@@ -1,0 +1,360 @@
+//! Prepare planning for one claim (issue 20 item 1), as plain data: verify what the
+//! scheduler allocated and whom the claim is reserved for, choose CUs with the device
+//! plugin's own core (`hami_amd_plugin::cu_choice`), and derive from `consumedCapacity` the
+//! env of SPEC §2.6, the hook config (`hami_protocol::hook_config`), the dmem limits
+//! (`hami_amd_plugin::dmem_plan`), the claim's CDI spec and the `status.devices` entries
+//! that publish the chosen CU ranges.
+
+use std::collections::BTreeMap;
+
+use hami_amd_discovery::registration::RegisteredDevice;
+use hami_amd_plugin::allocate_plan::{CACHE_CONTAINER_DIR, CACHE_FILE, HOOK_CONFIG_DIR, MountPlan};
+use hami_amd_plugin::cu_choice::{CuChoiceError, choose_cus};
+use hami_amd_plugin::dmem_plan::{DmemLimit, container_dmem};
+use hami_amd_plugin::rocr_visible::rocr_visible_devices;
+use hami_protocol::cu_list::{CuListError, CuSet, HsaCuMask};
+use hami_protocol::device_list::ContainerDevice;
+use hami_protocol::hook_config::{self, HookConfig};
+use hami_protocol::memory_limit::MibLimit;
+use hami_protocol::names::env;
+use hami_protocol::node_register::DeviceMode;
+use serde_json::{Value, json};
+
+use crate::api::{AllocatedDeviceStatus, ResourceClaim};
+use crate::cdi_claim::{self, CdiDevice};
+use crate::quantity;
+use crate::slice::{COMPUTE_UNITS, MEMORY};
+
+/// Where the node keeps hooks, caches and configs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrepareSettings {
+    pub driver: String,
+    /// Pool name = node name.
+    pub node: String,
+    pub hook_host_path: String,
+    pub hook_container_path: String,
+    /// Host root of per-claim cache dirs (`<root>/claims/<uid>`) and hook configs.
+    pub cache_host_root: String,
+}
+
+/// One device the claim got on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedDevice {
+    pub request: String,
+    pub pool: String,
+    pub device: String,
+    pub share_id: Option<String>,
+    /// Registered id (AMD SMI UUID or partition id).
+    pub device_id: String,
+    pub mem_bytes: u64,
+    pub cus: CuSet,
+    pub cdi_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparePlan {
+    pub claim_uid: String,
+    pub pod_uid: String,
+    pub devices: Vec<PreparedDevice>,
+    /// True when every device is handed over whole (no hook, no mask, no dmem).
+    pub whole: bool,
+    pub env: BTreeMap<String, String>,
+    pub mounts: Vec<MountPlan>,
+    pub hook_config: Option<(String, HookConfig)>,
+    pub cache_dir: Option<String>,
+    pub dmem: Vec<DmemLimit>,
+    pub cdi_spec: Value,
+    pub status: Vec<AllocatedDeviceStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrepareError {
+    #[error("claim {0} has no metadata.uid")]
+    NoUid(String),
+    #[error(
+        "claim {claim}: the kubelet asked for uid {asked} but the API server has {found} (deleted and recreated?)"
+    )]
+    UidMismatch {
+        claim: String,
+        asked: String,
+        found: String,
+    },
+    #[error("claim {0} is not allocated (status.allocation is empty)")]
+    NotAllocated(String),
+    #[error("claim {0} is reserved for no pod (status.reservedFor is empty)")]
+    NotReserved(String),
+    #[error(
+        "claim {claim} is reserved for {n} consumers; this driver enforces slice limits per pod and prepares claims of exactly one pod (use one claim per container or pod)"
+    )]
+    Shared { claim: String, n: usize },
+    #[error("claim {claim} is reserved for a {resource}, not a pod")]
+    NotPod { claim: String, resource: String },
+    #[error("claim {0} has no device of driver this node's driver on pool (node) of this node")]
+    NothingHere(String),
+    #[error("claim {claim}: device {device} is not a device of this node (pool {pool})")]
+    UnknownDevice {
+        claim: String,
+        pool: String,
+        device: String,
+    },
+    #[error("claim {claim}: device {device}: consumedCapacity.{key}: {source}")]
+    Quantity {
+        claim: String,
+        device: String,
+        key: &'static str,
+        source: quantity::QuantityError,
+    },
+    #[error("claim {claim}: device {device}: {source}")]
+    Cus {
+        claim: String,
+        device: String,
+        source: CuChoiceError,
+    },
+    #[error("claim {claim}: CU mask: {source}")]
+    Mask { claim: String, source: CuListError },
+    #[error("claim {claim}: CDI spec: {problem}")]
+    Cdi { claim: String, problem: String },
+}
+
+/// Plans Prepare of `claim` (the object read from the API server) for kubelet's
+/// `asked_uid`. `devices`: this node's slice device names → registered devices;
+/// `others_used`: CUs other prepared claims hold, by registered device id.
+pub fn plan_prepare(
+    claim: &ResourceClaim,
+    asked_uid: &str,
+    settings: &PrepareSettings,
+    devices: &BTreeMap<String, RegisteredDevice>,
+    others_used: &BTreeMap<String, CuSet>,
+) -> Result<PreparePlan, PrepareError> {
+    let name = format!(
+        "{}/{}",
+        claim.metadata.namespace.as_deref().unwrap_or(""),
+        claim.metadata.name.as_deref().unwrap_or("")
+    );
+    let uid = claim
+        .metadata
+        .uid
+        .clone()
+        .ok_or_else(|| PrepareError::NoUid(name.clone()))?;
+    if uid != asked_uid {
+        return Err(PrepareError::UidMismatch {
+            claim: name,
+            asked: asked_uid.into(),
+            found: uid,
+        });
+    }
+    let status = claim.status.as_ref();
+    let results = status
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .map(|d| d.results.as_slice())
+        .ok_or_else(|| PrepareError::NotAllocated(name.clone()))?;
+    let reserved = status
+        .map(|s| s.reserved_for.as_slice())
+        .unwrap_or_default();
+    let pod = match reserved {
+        [] => return Err(PrepareError::NotReserved(name)),
+        [one] => one,
+        many => {
+            return Err(PrepareError::Shared {
+                claim: name,
+                n: many.len(),
+            });
+        }
+    };
+    if pod.resource != "pods" || pod.api_group.as_deref().is_some_and(|g| !g.is_empty()) {
+        return Err(PrepareError::NotPod {
+            claim: name,
+            resource: pod.resource.clone(),
+        });
+    }
+    let mine: Vec<_> = results
+        .iter()
+        .filter(|r| r.driver == settings.driver && r.pool == settings.node)
+        .collect();
+    if mine.is_empty() {
+        return Err(PrepareError::NothingHere(name));
+    }
+
+    let mut used = others_used.clone();
+    let mut prepared = Vec::new();
+    let mut run = Vec::new();
+    let mut resolved: Vec<&RegisteredDevice> = Vec::new();
+    let mut whole = true;
+    for r in &mine {
+        let dev = devices
+            .get(&r.device)
+            .ok_or_else(|| PrepareError::UnknownDevice {
+                claim: name.clone(),
+                pool: r.pool.clone(),
+                device: r.device.clone(),
+            })?;
+        let read = |key: &'static str, full: u64| -> Result<u64, PrepareError> {
+            match r.consumed_capacity.get(key) {
+                Some(v) => quantity::parse(v).map_err(|source| PrepareError::Quantity {
+                    claim: name.clone(),
+                    device: r.device.clone(),
+                    key,
+                    source,
+                }),
+                // An exclusive device (no consumable capacity): all of it.
+                None => Ok(full),
+            }
+        };
+        let full_mem = dev.info.devmem << 20;
+        let partition = dev.info.mode == DeviceMode::Xcp;
+        let (mem, cores) = if partition {
+            (full_mem, dev.info.devcore)
+        } else {
+            (
+                read(MEMORY, full_mem)?.min(full_mem),
+                u32::try_from(read(COMPUTE_UNITS, dev.info.devcore.into())?).unwrap_or(u32::MAX),
+            )
+        };
+        whole &= cores >= dev.info.devcore && mem >= full_mem;
+        let taken = used.get(&dev.info.id).cloned().unwrap_or_default();
+        let cus = if partition {
+            CuSet::range(0, dev.info.devcore)
+        } else {
+            choose_cus(&taken, dev.info.devcore, cores, dev.cu_per_wgp).map_err(|source| {
+                PrepareError::Cus {
+                    claim: name.clone(),
+                    device: r.device.clone(),
+                    source,
+                }
+            })?
+        };
+        used.insert(dev.info.id.clone(), taken.union(&cus));
+        run.push(ContainerDevice {
+            uuid: dev.info.id.clone(),
+            device_type: dev.info.device_type.clone(),
+            mem_mib: mem >> 20,
+            cores,
+        });
+        resolved.push(dev);
+        prepared.push(PreparedDevice {
+            request: r.request.clone(),
+            pool: r.pool.clone(),
+            device: r.device.clone(),
+            share_id: r.share_id.clone(),
+            device_id: dev.info.id.clone(),
+            mem_bytes: mem,
+            cus,
+            cdi_id: cdi_claim::device_id(&uid, &r.device),
+        });
+    }
+
+    let mut envs = BTreeMap::new();
+    envs.insert(
+        env::ROCR_VISIBLE_DEVICES.to_string(),
+        rocr_visible_devices(&resolved),
+    );
+    let mut mounts = Vec::new();
+    let mut hook = None;
+    let mut cache_dir = None;
+    let mut dmem = Vec::new();
+    if !whole {
+        let visible: Vec<String> = (0..prepared.len()).map(|i| i.to_string()).collect();
+        envs.insert(env::HIP_VISIBLE_DEVICES.into(), visible.join(","));
+        let mask =
+            HsaCuMask::from_sets(prepared.iter().map(|p| p.cus.clone())).map_err(|source| {
+                PrepareError::Mask {
+                    claim: name.clone(),
+                    source,
+                }
+            })?;
+        envs.insert(env::HSA_CU_MASK.into(), mask.to_string());
+        for (i, p) in prepared.iter().enumerate() {
+            envs.insert(
+                env::hip_device_memory_limit(i),
+                MibLimit(p.mem_bytes >> 20).to_string(),
+            );
+        }
+        envs.insert(env::LD_AUDIT.into(), settings.hook_container_path.clone());
+        mounts.push(MountPlan {
+            container_path: settings.hook_container_path.clone(),
+            host_path: settings.hook_host_path.clone(),
+            read_only: true,
+        });
+        let root = settings.cache_host_root.trim_end_matches('/');
+        let host = format!("{root}/claims/{uid}");
+        mounts.push(MountPlan {
+            container_path: CACHE_CONTAINER_DIR.into(),
+            host_path: host.clone(),
+            read_only: false,
+        });
+        mounts.push(MountPlan {
+            container_path: format!("{CACHE_CONTAINER_DIR}/{CACHE_FILE}"),
+            host_path: format!("{host}/{CACHE_FILE}"),
+            read_only: false,
+        });
+        let cache = format!("{CACHE_CONTAINER_DIR}/{CACHE_FILE}");
+        envs.insert(env::HIP_DEVICE_MEMORY_SHARED_CACHE.into(), cache.clone());
+        let global = hook_config::shared_cu_set(prepared.iter().map(|p| &p.cus))
+            .and_then(hook_config::global_cu_mask);
+        if let Some(g) = &global {
+            envs.insert(hook_config::ROC_GLOBAL_CU_MASK.into(), g.clone());
+        }
+        let mut config = HookConfig {
+            shared_cache: Some(cache),
+            hsa_cu_mask: Some(mask.to_string()),
+            roc_global_cu_mask: global,
+            ..HookConfig::default()
+        };
+        for (i, p) in prepared.iter().enumerate() {
+            config.memory_limits.insert(i as u32, p.mem_bytes);
+        }
+        let path = format!("{root}/{HOOK_CONFIG_DIR}/claim_{uid}.conf");
+        mounts.push(MountPlan {
+            container_path: hook_config::CONTAINER_PATH.into(),
+            host_path: path.clone(),
+            read_only: true,
+        });
+        hook = Some((path, config));
+        cache_dir = Some(host);
+        dmem = container_dmem(&run, &resolved);
+    }
+    let cdi_devices: Vec<CdiDevice> = prepared
+        .iter()
+        .zip(&resolved)
+        .map(|(p, d)| CdiDevice {
+            device: p.device.clone(),
+            card: d.card,
+            render: d.render,
+        })
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let unique: Vec<CdiDevice> = cdi_devices
+        .into_iter()
+        .filter(|d| seen.insert(d.device.clone()))
+        .collect();
+    let cdi_spec =
+        cdi_claim::spec(&uid, &unique, &envs, &mounts).map_err(|problem| PrepareError::Cdi {
+            claim: name.clone(),
+            problem,
+        })?;
+    let status = prepared
+        .iter()
+        .map(|p| AllocatedDeviceStatus {
+            driver: settings.driver.clone(),
+            pool: p.pool.clone(),
+            device: p.device.clone(),
+            share_id: p.share_id.clone(),
+            data: Some(json!({"cuRanges": p.cus.to_string(), "memoryBytes": p.mem_bytes})),
+            ..Default::default()
+        })
+        .collect();
+    Ok(PreparePlan {
+        claim_uid: uid,
+        pod_uid: pod.uid.clone(),
+        devices: prepared,
+        whole,
+        env: envs,
+        mounts,
+        hook_config: hook,
+        cache_dir,
+        dmem,
+        cdi_spec,
+        status,
+    })
+}

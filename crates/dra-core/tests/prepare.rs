@@ -1,0 +1,207 @@
+//! Prepare planning over the real MI210 and MI300X captures.
+
+use std::collections::BTreeMap;
+
+use hami_amd_discovery::discovery::discover;
+use hami_amd_discovery::registration::{RegistrationSettings, register};
+use hami_dra_core::api::*;
+use hami_dra_core::prepare::{PrepareError, PrepareSettings, plan_prepare};
+use hami_dra_core::slice;
+use hami_protocol::cu_list::CuSet;
+
+fn settings() -> PrepareSettings {
+    PrepareSettings {
+        driver: hami_dra_core::DRIVER.into(),
+        node: "node-a".into(),
+        hook_host_path: "/usr/local/vgpu/libamvgpu.so".into(),
+        hook_container_path: "/usr/local/vgpu/libamvgpu.so".into(),
+        cache_host_root: "/var/lib/hami/vgpu".into(),
+    }
+}
+
+fn claim(uid: &str, results: Vec<DeviceRequestAllocationResult>, pods: usize) -> ResourceClaim {
+    ResourceClaim {
+        api_version: API_VERSION.into(),
+        kind: "ResourceClaim".into(),
+        metadata: ObjectMeta {
+            name: Some("c".into()),
+            namespace: Some("default".into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
+        spec: ResourceClaimSpec::default(),
+        status: Some(ResourceClaimStatus {
+            allocation: Some(AllocationResult {
+                devices: Some(DeviceAllocationResult {
+                    results,
+                    config: vec![],
+                }),
+                ..Default::default()
+            }),
+            reserved_for: (0..pods)
+                .map(|i| ResourceClaimConsumerReference {
+                    api_group: None,
+                    resource: "pods".into(),
+                    name: format!("p{i}"),
+                    uid: format!("pod-{i}"),
+                })
+                .collect(),
+            devices: vec![],
+        }),
+    }
+}
+
+fn result(device: &str, mem: &str, cus: &str) -> DeviceRequestAllocationResult {
+    DeviceRequestAllocationResult {
+        request: "gpu".into(),
+        driver: hami_dra_core::DRIVER.into(),
+        pool: "node-a".into(),
+        device: device.into(),
+        share_id: Some("s".into()),
+        consumed_capacity: [("memory", mem), ("computeUnits", cus), ("shares", "1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn mi210() -> BTreeMap<String, hami_amd_discovery::registration::RegisteredDevice> {
+    let tree = hami_sysfs_fixtures::mi210_xgmi().unwrap();
+    let d = discover(&tree.sysfs_root()).unwrap();
+    let reg = register(&d, &RegistrationSettings::default(), |_| true);
+    slice::registered_by_name(&d, &reg)
+        .into_iter()
+        .map(|(k, v)| (k, v.clone()))
+        .collect()
+}
+
+#[test]
+fn a_slice_gets_disjoint_cus_env_hook_config_dmem_and_cdi() {
+    let devs = mi210();
+    let first = plan_prepare(
+        &claim("u1", vec![result("gpu-0", "4Gi", "40")], 1),
+        "u1",
+        &settings(),
+        &devs,
+        &BTreeMap::new(),
+    )
+    .unwrap();
+    assert_eq!(first.pod_uid, "pod-0");
+    assert_eq!(first.devices[0].cus, CuSet::range(0, 40));
+    assert_eq!(first.env["HIP_DEVICE_MEMORY_LIMIT_0"], "4096m");
+    assert!(first.env["HSA_CU_MASK"].starts_with("0:"));
+    assert_eq!(first.env["LD_AUDIT"], "/usr/local/vgpu/libamvgpu.so");
+    let (path, conf) = first.hook_config.as_ref().unwrap();
+    assert!(path.ends_with("/.hook-config/claim_u1.conf"));
+    assert_eq!(conf.memory_limits[&0], 4 << 30);
+    assert_eq!(first.dmem.len(), 1);
+    assert_eq!(first.dmem[0].bytes, 4 << 30);
+    assert_eq!(first.cdi_spec["kind"], "k8s.amdgpu.hami-rs.io/claim");
+    assert_eq!(
+        first.devices[0].cdi_id,
+        "k8s.amdgpu.hami-rs.io/claim=u1-gpu-0"
+    );
+    assert_eq!(first.status[0].data.as_ref().unwrap()["cuRanges"], "0-39");
+    // A second claim on the same GPU avoids the first one's CUs.
+    let used: BTreeMap<String, CuSet> = [(
+        first.devices[0].device_id.clone(),
+        first.devices[0].cus.clone(),
+    )]
+    .into();
+    let second = plan_prepare(
+        &claim("u2", vec![result("gpu-0", "1Gi", "20")], 1),
+        "u2",
+        &settings(),
+        &devs,
+        &used,
+    )
+    .unwrap();
+    assert!(!second.devices[0].cus.overlaps(&first.devices[0].cus));
+}
+
+#[test]
+fn a_whole_gpu_gets_no_hook() {
+    let devs = mi210();
+    let d = &devs["gpu-1"];
+    let full = format!("{}Mi", d.info.devmem);
+    let plan = plan_prepare(
+        &claim(
+            "u3",
+            vec![result("gpu-1", &full, &d.info.devcore.to_string())],
+            1,
+        ),
+        "u3",
+        &settings(),
+        &devs,
+        &BTreeMap::new(),
+    )
+    .unwrap();
+    assert!(plan.whole);
+    assert!(
+        plan.hook_config.is_none() && plan.dmem.is_empty() && !plan.env.contains_key("LD_AUDIT")
+    );
+    assert!(plan.env.contains_key("ROCR_VISIBLE_DEVICES"));
+}
+
+#[test]
+fn refuses_what_it_must_not_prepare() {
+    let devs = mi210();
+    let s = settings();
+    let none = BTreeMap::new();
+    let mut unalloc = claim("u", vec![], 1);
+    unalloc.status.as_mut().unwrap().allocation = None;
+    assert!(matches!(
+        plan_prepare(&unalloc, "u", &s, &devs, &none),
+        Err(PrepareError::NotAllocated(_))
+    ));
+    assert!(matches!(
+        plan_prepare(
+            &claim("u", vec![result("gpu-0", "1Gi", "2")], 0),
+            "u",
+            &s,
+            &devs,
+            &none
+        ),
+        Err(PrepareError::NotReserved(_))
+    ));
+    assert!(matches!(
+        plan_prepare(
+            &claim("u", vec![result("gpu-0", "1Gi", "2")], 2),
+            "u",
+            &s,
+            &devs,
+            &none
+        ),
+        Err(PrepareError::Shared { n: 2, .. })
+    ));
+    assert!(matches!(
+        plan_prepare(
+            &claim("u", vec![result("gpu-0", "1Gi", "2")], 1),
+            "other",
+            &s,
+            &devs,
+            &none
+        ),
+        Err(PrepareError::UidMismatch { .. })
+    ));
+    assert!(matches!(
+        plan_prepare(
+            &claim("u", vec![result("gpu-9", "1Gi", "2")], 1),
+            "u",
+            &s,
+            &devs,
+            &none
+        ),
+        Err(PrepareError::UnknownDevice { .. })
+    ));
+    let e = plan_prepare(
+        &claim("u", vec![result("gpu-0", "1.5Gi", "2")], 1),
+        "u",
+        &s,
+        &devs,
+        &none,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("consumedCapacity.memory"), "{e}");
+}

@@ -1,0 +1,222 @@
+//! Least privilege for the web UI, end to end: on the embedded API server with
+//! authentication and RBAC on, the real UI (`hami_webui::start`, flags from its rendered
+//! Deployment) runs under its own service-account token with exactly the shipped RBAC
+//! objects, while a node, a GPU pod and Events of both APIs exist. Its pages show them;
+//! no request was refused; every granted verb was used; and nothing it did writes.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use clap::Parser;
+use hami_apiserver::authn::AuthConfig;
+use hami_apiserver::{ApiServer, Config};
+use hami_manifests::{Object, Settings, names, objects};
+use serde_json::{Value, json};
+
+fn plural(kind: &str) -> &'static str {
+    match kind {
+        "ServiceAccount" => "serviceaccounts",
+        "ClusterRole" => "clusterroles",
+        "ClusterRoleBinding" => "clusterrolebindings",
+        "Role" => "roles",
+        "RoleBinding" => "rolebindings",
+        other => panic!("unexpected RBAC kind {other}"),
+    }
+}
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    ui: hami_webui::UiArgs,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothing() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut s = Settings::default();
+    s.values.webui.enabled = true;
+    let ns = s.namespace.clone();
+    let server = ApiServer::start(Config {
+        auth: Some(AuthConfig::default()),
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    for n in [ns.as_str(), "ml"] {
+        server
+            .create_object(
+                "v1",
+                "namespaces",
+                None,
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}),
+            )
+            .unwrap();
+    }
+    let rbac: Vec<Value> = objects::rbac_objects(&s)
+        .iter()
+        .map(|o| o.to_value().unwrap())
+        .collect();
+    assert!(
+        rbac.iter().any(|v| v["metadata"]["name"] == names::WEBUI),
+        "webui RBAC shipped when enabled"
+    );
+    for v in &rbac {
+        server
+            .create_object(
+                v["apiVersion"].as_str().unwrap(),
+                plural(v["kind"].as_str().unwrap()),
+                v["metadata"]["namespace"].as_str(),
+                v.clone(),
+            )
+            .unwrap();
+    }
+    let register = r#"[{"id":"G1","index":1,"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":true}]"#;
+    server
+        .create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1", "annotations": {"hami.io/node-amd-register": register}}}))
+        .unwrap();
+    server
+        .create_object("v1", "pods", Some("ml"), json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "train", "namespace": "ml", "annotations": {
+                "hami.io/vgpu-node": "gpu-node-1", "hami.io/amd-devices-allocated": "G1,AMD Instinct MI210,8192,26:;",
+                "hami.io/amd-cu-allocated": "{\"G1\":\"0-25\"}", "hami.io/bind-phase": "success"}},
+            "spec": {"nodeName": "gpu-node-1", "schedulerName": "hami-scheduler", "containers": [
+                {"name": "c", "image": "x", "resources": {"limits": {"amd.com/gpu": "1"}}}]},
+            "status": {"phase": "Running"}}))
+        .unwrap();
+    server
+        .create_object(
+            "v1",
+            "events",
+            Some("ml"),
+            json!({"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "train.1", "namespace": "ml"},
+            "involvedObject": {"kind": "Pod", "namespace": "ml", "name": "train"},
+            "reason": "Started", "type": "Normal", "message": "core event seen"}),
+        )
+        .unwrap();
+    server
+        .create_object("events.k8s.io/v1", "events", Some("ml"), json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "train.2", "namespace": "ml"}, "eventTime": "2026-12-01T10:00:00.000000Z",
+            "reportingController": "hami-scheduler", "reportingInstance": "hami-scheduler-0", "action": "Binding",
+            "regarding": {"kind": "Pod", "namespace": "ml", "name": "train"},
+            "reason": "BindingSucceed", "type": "Normal", "note": "new event seen"}))
+        .unwrap();
+
+    let token = server.service_account_token(&ns, names::WEBUI).unwrap();
+    let kc =
+        kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml_with_token(&token)).unwrap();
+    let client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    // The flags as the Deployment passes them are the binary's flags.
+    let Object::Deployment(d) = objects::webui_deployment(&s) else {
+        panic!()
+    };
+    let container = &d.spec.unwrap().template.spec.unwrap().containers[0];
+    assert_eq!(
+        container.command.as_deref(),
+        Some(&["/hami-webui".to_string()][..])
+    );
+    let cli = Cli::parse_from(
+        std::iter::once("hami-webui".to_string()).chain(container.args.clone().unwrap()),
+    );
+    assert_eq!(cli.ui.listen.port(), names::WEBUI_PORT as u16);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ui = hami_webui::start(
+        client,
+        listener,
+        cli.ui.monitors.clone(),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+
+    let get = |path: &'static str| {
+        let addr = ui.addr;
+        async move {
+            tokio::task::spawn_blocking(move || {
+                use std::io::{Read, Write};
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                write!(
+                    s,
+                    "GET {path} HTTP/1.1\r\nHost: ui\r\nConnection: close\r\n\r\n"
+                )
+                .unwrap();
+                let mut out = String::new();
+                s.read_to_string(&mut out).unwrap();
+                out
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let page = get("/pods/ml/train").await;
+        if page.contains("core event seen") && page.contains("new event seen") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let node = get("/nodes/gpu-node-1").await;
+    assert_eq!(
+        node.matches("data-owner=\"ml/train\"").count(),
+        26,
+        "{node}"
+    );
+    assert!(!get("/").await.contains("cannot be read"));
+    ui.shutdown();
+
+    let me = format!("system:serviceaccount:{ns}:{}", names::WEBUI);
+    let log = server.request_log();
+    let mine: Vec<_> = log
+        .iter()
+        .filter(|r| r.user.as_deref() == Some(me.as_str()))
+        .collect();
+    assert!(!mine.is_empty());
+    let refused: Vec<_> = mine
+        .iter()
+        .filter(|r| r.status == 401 || r.status == 403)
+        .map(|r| format!("{} {} {}", r.verb, r.resource, r.path))
+        .collect();
+    assert!(refused.is_empty(), "refused: {refused:?}");
+    let used: BTreeSet<(String, String, String)> = mine
+        .iter()
+        .filter(|r| !r.resource.is_empty())
+        .map(|r| (r.api_group.clone(), r.resource.clone(), r.verb.clone()))
+        .collect();
+    let granted: BTreeSet<(String, String, String)> = hami_manifests::rbac::webui_cluster_rules()
+        .iter()
+        .flat_map(|rule| {
+            let group = rule.api_groups.clone().unwrap_or_default()[0].clone();
+            let verbs = rule.verbs.clone();
+            rule.resources
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .flat_map(move |res| {
+                    let group = group.clone();
+                    verbs
+                        .clone()
+                        .into_iter()
+                        .map(move |v| (group.clone(), res.clone(), v))
+                })
+        })
+        .collect();
+    for g in &granted {
+        assert!(
+            used.contains(g),
+            "{g:?} granted but never used (used: {used:?})"
+        );
+    }
+    for u in &used {
+        assert!(granted.contains(u), "{u:?} used without a grant");
+        assert!(
+            matches!(u.2.as_str(), "get" | "list" | "watch"),
+            "{u:?}: the UI must not write"
+        );
+    }
+}

@@ -1,0 +1,146 @@
+//! Issue 15 item 5: NVIDIA host metrics (`hami_host_gpu_*`) through NVML loaded with dlopen.
+//! The stand-in driver (`libcuda.so`) and NVML (`libnvidia_ml.so`) share one device state,
+//! as the real driver and NVML do: memory a process allocates and kernels it runs through
+//! the driver are what the monitor reports for the host GPU.
+
+use std::ffi::{CString, c_int, c_uint, c_void};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use hami_monitor::metrics::{LegacyMetrics, render};
+use hami_monitor::node_monitor::{MonitorConfig, NodeMonitor};
+use hami_monitor::pods::PodIndex;
+
+fn deps_dir() -> PathBuf {
+    std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The stand-in driver, loaded in this process.
+struct Driver(*mut c_void);
+
+impl Driver {
+    fn load() -> Driver {
+        let path = CString::new(deps_dir().join("libcuda.so").to_str().unwrap()).unwrap();
+        // SAFETY: a valid path; the handle is never closed.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!handle.is_null(), "the stand-in libcuda.so was not built");
+        Driver(handle)
+    }
+    fn sym(&self, name: &str) -> *mut c_void {
+        let c = CString::new(name).unwrap();
+        // SAFETY: a live handle and a valid name.
+        let f = unsafe { libc::dlsym(self.0, c.as_ptr()) };
+        assert!(!f.is_null(), "{name}");
+        f
+    }
+}
+
+type Launch = unsafe extern "C" fn(
+    *mut c_void,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> c_int;
+
+#[test]
+fn nvidia_host_gpus_report_memory_in_use_and_utilization() {
+    let scratch = std::env::temp_dir().join(format!("hami-monitor-nvml-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(scratch.join("hook/containers")).unwrap();
+    std::fs::create_dir_all(scratch.join("proc")).unwrap();
+    std::fs::create_dir_all(scratch.join("sys")).unwrap();
+    // SAFETY: set before any other thread of this test binary exists (one test here).
+    unsafe {
+        std::env::set_var("FAKE_CUDA_DEVICE_COUNT", "2");
+        std::env::set_var("FAKE_CUDA_DEVICE_MEMORY", "16g");
+        std::env::set_var("FAKE_CUDA_SHARED_STATE", scratch.join("state"));
+    }
+    let driver = Driver::load();
+    // SAFETY: the stand-in's exports, called with their C signatures (cuda.h).
+    let launcher = unsafe {
+        let init: unsafe extern "C" fn(c_uint) -> c_int = std::mem::transmute(driver.sym("cuInit"));
+        let create: unsafe extern "C" fn(*mut usize, c_uint, c_int) -> c_int =
+            std::mem::transmute(driver.sym("cuCtxCreate_v2"));
+        let alloc: unsafe extern "C" fn(*mut u64, usize) -> c_int =
+            std::mem::transmute(driver.sym("cuMemAlloc_v2"));
+        assert_eq!(init(0), 0);
+        let mut ctx = 0usize;
+        assert_eq!(create(&mut ctx, 0, 1), 0, "context on device 1");
+        let mut ptr = 0u64;
+        assert_eq!(alloc(&mut ptr, 3 << 30), 0);
+        let launch: Launch = std::mem::transmute(driver.sym("cuLaunchKernel"));
+        let set_current: unsafe extern "C" fn(usize) -> c_int =
+            std::mem::transmute(driver.sym("cuCtxSetCurrent"));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            set_current(ctx);
+            let mut kernel = 0u8;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let f = (&mut kernel as *mut u8).cast();
+                let null = std::ptr::null_mut();
+                launch(f, 64, 1, 1, 1, 1, 1, 0, null, null.cast(), null.cast());
+            }
+        });
+        (stop, thread)
+    };
+
+    let monitor = NodeMonitor::new(MonitorConfig {
+        hook_path: scratch.join("hook"),
+        proc_root: scratch.join("proc"),
+        sys_root: scratch.join("sys"),
+        node_name: "gpu-node".into(),
+        gc_grace: Duration::from_secs(60),
+        nvml_library: Some(deps_dir().join("libnvidia_ml.so").display().to_string()),
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let host = loop {
+        monitor.refresh(PodIndex::default());
+        let host = monitor.snapshot().host;
+        let busy = host.get(1).and_then(|g| g.busy_percent).unwrap_or(0.0);
+        if busy > 0.0 || Instant::now() > deadline {
+            break host;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    launcher.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    launcher.1.join().unwrap();
+    assert_eq!(host.len(), 2, "{host:?}");
+    assert!(host[0].uuid.starts_with("GPU-fa4e0000"), "{host:?}");
+    assert_eq!(host[0].memory_used, Some(0));
+    assert_eq!(
+        host[1].memory_used,
+        Some(3 << 30),
+        "the 3 GiB allocated on device 1"
+    );
+    let busy = host[1].busy_percent.unwrap();
+    assert!(busy > 0.0 && busy <= 100.0, "{host:?}");
+    assert!(host[1].device_type.starts_with("NVIDIA"), "{host:?}");
+
+    let body = render(&monitor.snapshot(), LegacyMetrics::default());
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("hami_host_gpu_memory_used_bytes{") && l.contains(&host[1].uuid))
+        .unwrap_or_else(|| panic!("{body}"));
+    assert!(
+        line.contains("node=\"gpu-node\"") && line.contains("device_index=\"1\""),
+        "{line}"
+    );
+    assert!(
+        line.ends_with(&format!(" {}", 3u64 << 30)) || line.ends_with(" 3221225472.0"),
+        "{line}"
+    );
+    assert!(body.contains("hami_host_gpu_utilization_ratio{"));
+    let _ = std::fs::remove_dir_all(&scratch);
+}

@@ -1,0 +1,280 @@
+//! NVML, loaded at run time with `dlopen` (the real `libnvidia-ml.so.1` on a node, the
+//! stand-in in tests): the few queries the NVIDIA plugin's discovery and the monitor's host
+//! metrics ([`Nvml::usage`]) need. All unsafe NVML FFI of the project is in this file. The library stays loaded for the life of the process (never `dlclose`d: NVML
+//! may own threads).
+
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
+
+/// `nvmlMemory_t`.
+#[repr(C)]
+#[derive(Default)]
+struct Memory {
+    total: u64,
+    free: u64,
+    used: u64,
+}
+
+type Device = *mut c_void;
+type InitFn = unsafe extern "C" fn() -> c_int;
+type CountFn = unsafe extern "C" fn(*mut c_uint) -> c_int;
+type HandleFn = unsafe extern "C" fn(c_uint, *mut Device) -> c_int;
+type TextFn = unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_int;
+type MemoryFn = unsafe extern "C" fn(Device, *mut Memory) -> c_int;
+type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
+type UtilizationFn = unsafe extern "C" fn(Device, *mut Utilization) -> c_int;
+
+/// `nvmlUtilization_t`.
+#[repr(C)]
+#[derive(Default)]
+struct Utilization {
+    gpu: c_uint,
+    memory: c_uint,
+}
+
+/// What one GPU is doing now (host metrics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmlUsage {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    /// Device memory in use by all processes, bytes.
+    pub memory_used: u64,
+    /// Percent of the last sample period in which a kernel ran (`nvmlUtilization_t.gpu`);
+    /// `None` when this NVML has no `nvmlDeviceGetUtilizationRates` or the call failed.
+    pub gpu_percent: Option<u32>,
+}
+
+/// One GPU as NVML reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmlGpu {
+    /// NVML index.
+    pub index: u32,
+    /// `GPU-…` UUID (what `NVIDIA_VISIBLE_DEVICES` accepts).
+    pub uuid: String,
+    /// Product name, e.g. `NVIDIA A100-SXM4-80GB`.
+    pub name: String,
+    /// Total device memory in bytes.
+    pub memory_bytes: u64,
+}
+
+/// What discovery found: GPUs, and a warning per GPU that could not be read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NvmlDiscovery {
+    pub gpus: Vec<NvmlGpu>,
+    pub warnings: Vec<String>,
+}
+
+/// Why NVML could not be used; each says what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NvmlError {
+    #[error(
+        "cannot load NVML from {library:?}: {reason}. Install the NVIDIA driver on the node and make its libnvidia-ml.so.1 visible to the plugin (mount the driver libraries, or pass --nvml-library PATH)"
+    )]
+    Load { library: String, reason: String },
+    #[error(
+        "{library:?} is not NVML: symbol {symbol} is missing. Point --nvml-library at the driver's libnvidia-ml.so.1"
+    )]
+    Symbol {
+        library: String,
+        symbol: &'static str,
+    },
+    #[error("{call} failed: {message} (NVML error {code})")]
+    Call {
+        call: &'static str,
+        code: i32,
+        message: String,
+    },
+}
+
+/// A loaded and initialized NVML.
+#[derive(Debug, Clone, Copy)]
+pub struct Nvml {
+    init: InitFn,
+    count: CountFn,
+    handle: HandleFn,
+    uuid: TextFn,
+    name: TextFn,
+    memory: MemoryFn,
+    error_string: ErrorStringFn,
+    utilization: Option<UtilizationFn>,
+}
+
+fn dlerror_text() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl call
+    // on this thread; it is copied at once.
+    unsafe {
+        let e = libc::dlerror();
+        if e.is_null() {
+            "unknown dlopen error".into()
+        } else {
+            CStr::from_ptr(e).to_string_lossy().into_owned()
+        }
+    }
+}
+
+impl Nvml {
+    /// Loads `library` (a file name searched like the dynamic linker does, or a path) and
+    /// calls `nvmlInit_v2`.
+    pub fn load(library: &str) -> Result<Nvml, NvmlError> {
+        let c_library = CString::new(library).map_err(|_| NvmlError::Load {
+            library: library.into(),
+            reason: "the name contains a NUL byte".into(),
+        })?;
+        // SAFETY: c_library is a valid C string; dlopen has no other precondition.
+        let handle = unsafe { libc::dlopen(c_library.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if handle.is_null() {
+            return Err(NvmlError::Load {
+                library: library.into(),
+                reason: dlerror_text(),
+            });
+        }
+        let symbol = |name: &'static str| -> Result<*mut c_void, NvmlError> {
+            let c_name = CString::new(name).map_err(|_| NvmlError::Symbol {
+                library: library.into(),
+                symbol: name,
+            })?;
+            // SAFETY: handle is a live dlopen handle, c_name a valid C string.
+            let f = unsafe { libc::dlsym(handle, c_name.as_ptr()) };
+            if f.is_null() {
+                Err(NvmlError::Symbol {
+                    library: library.into(),
+                    symbol: name,
+                })
+            } else {
+                Ok(f)
+            }
+        };
+        // SAFETY: each symbol is NVML's function of that name, whose C signature (nvml.h)
+        // is the one transmuted to; the library is never unloaded, so they stay valid.
+        let nvml = unsafe {
+            Nvml {
+                init: std::mem::transmute::<*mut c_void, InitFn>(symbol("nvmlInit_v2")?),
+                count: std::mem::transmute::<*mut c_void, CountFn>(symbol(
+                    "nvmlDeviceGetCount_v2",
+                )?),
+                handle: std::mem::transmute::<*mut c_void, HandleFn>(symbol(
+                    "nvmlDeviceGetHandleByIndex_v2",
+                )?),
+                uuid: std::mem::transmute::<*mut c_void, TextFn>(symbol("nvmlDeviceGetUUID")?),
+                name: std::mem::transmute::<*mut c_void, TextFn>(symbol("nvmlDeviceGetName")?),
+                memory: std::mem::transmute::<*mut c_void, MemoryFn>(symbol(
+                    "nvmlDeviceGetMemoryInfo",
+                )?),
+                error_string: std::mem::transmute::<*mut c_void, ErrorStringFn>(symbol(
+                    "nvmlErrorString",
+                )?),
+                utilization: symbol("nvmlDeviceGetUtilizationRates")
+                    .ok()
+                    .map(|f| std::mem::transmute::<*mut c_void, UtilizationFn>(f)),
+            }
+        };
+        // SAFETY: nvmlInit_v2 takes no arguments; it may be called more than once.
+        let rc = unsafe { (nvml.init)() };
+        nvml.check("nvmlInit_v2", rc)?;
+        Ok(nvml)
+    }
+
+    fn check(&self, call: &'static str, code: c_int) -> Result<(), NvmlError> {
+        if code == 0 {
+            return Ok(());
+        }
+        // SAFETY: nvmlErrorString accepts any code and returns NULL or a static string.
+        let text = unsafe { (self.error_string)(code) };
+        let message = if text.is_null() {
+            "unknown error".into()
+        } else {
+            // SAFETY: non-NULL: a NUL-terminated static string owned by NVML.
+            unsafe { CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        Err(NvmlError::Call {
+            call,
+            code,
+            message,
+        })
+    }
+
+    fn text(&self, call: &'static str, f: TextFn, device: Device) -> Result<String, NvmlError> {
+        let mut buf = [0 as c_char; 256];
+        // SAFETY: buf holds buf.len() bytes; NVML writes at most that many, NUL included.
+        let rc = unsafe { f(device, buf.as_mut_ptr(), buf.len() as c_uint) };
+        self.check(call, rc)?;
+        // The last byte stays NUL whatever NVML wrote, so the text always ends.
+        buf[buf.len() - 1] = 0;
+        // SAFETY: buf is NUL-terminated (ensured above).
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
+    }
+
+    fn device(&self, index: u32) -> Result<Device, NvmlError> {
+        let mut device: Device = std::ptr::null_mut();
+        // SAFETY: device is a valid out-pointer.
+        let rc = unsafe { (self.handle)(index, &mut device) };
+        self.check("nvmlDeviceGetHandleByIndex_v2", rc)?;
+        Ok(device)
+    }
+
+    /// Memory in use and utilization of GPU `index`.
+    pub fn usage(&self, index: u32) -> Result<NvmlUsage, NvmlError> {
+        let device = self.device(index)?;
+        let uuid = self.text("nvmlDeviceGetUUID", self.uuid, device)?;
+        let name = self.text("nvmlDeviceGetName", self.name, device)?;
+        let mut memory = Memory::default();
+        // SAFETY: memory is a valid out-pointer of nvmlMemory_t's layout.
+        let rc = unsafe { (self.memory)(device, &mut memory) };
+        self.check("nvmlDeviceGetMemoryInfo", rc)?;
+        let gpu_percent = self.utilization.and_then(|f| {
+            let mut util = Utilization::default();
+            // SAFETY: util is a valid out-pointer of nvmlUtilization_t's layout.
+            let rc = unsafe { f(device, &mut util) };
+            (rc == 0).then_some(util.gpu.min(100))
+        });
+        Ok(NvmlUsage {
+            index,
+            uuid,
+            name,
+            memory_used: memory.used,
+            gpu_percent,
+        })
+    }
+
+    /// Number of GPUs.
+    pub fn count(&self) -> Result<u32, NvmlError> {
+        let mut count: c_uint = 0;
+        // SAFETY: count is a valid out-pointer.
+        let rc = unsafe { (self.count)(&mut count) };
+        self.check("nvmlDeviceGetCount_v2", rc)?;
+        Ok(count)
+    }
+
+    fn gpu(&self, index: u32) -> Result<NvmlGpu, NvmlError> {
+        let device = self.device(index)?;
+        let uuid = self.text("nvmlDeviceGetUUID", self.uuid, device)?;
+        let name = self.text("nvmlDeviceGetName", self.name, device)?;
+        let mut memory = Memory::default();
+        // SAFETY: memory is a valid out-pointer of nvmlMemory_t's layout.
+        let rc = unsafe { (self.memory)(device, &mut memory) };
+        self.check("nvmlDeviceGetMemoryInfo", rc)?;
+        Ok(NvmlGpu {
+            index,
+            uuid,
+            name,
+            memory_bytes: memory.total,
+        })
+    }
+
+    /// The GPUs; one that cannot be read is skipped with a warning naming the call.
+    pub fn discover(&self) -> Result<NvmlDiscovery, NvmlError> {
+        let count = self.count()?;
+        let mut out = NvmlDiscovery::default();
+        for index in 0..count {
+            match self.gpu(index) {
+                Ok(gpu) => out.gpus.push(gpu),
+                Err(e) => out.warnings.push(format!("GPU {index} skipped: {e}")),
+            }
+        }
+        Ok(out)
+    }
+}

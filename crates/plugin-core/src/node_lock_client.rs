@@ -1,0 +1,535 @@
+//! The one node-lock client (SPEC §2.4, D-2) of the scheduler's bind and the plugins'
+//! release: every read and write bounded by the caller's deadline, conflicts and transient
+//! API errors retried with jittered exponential backoff, refusals that retrying cannot fix
+//! (403, 404, 422 …) returned at once. Writes are merge patches carrying
+//! `metadata.resourceVersion`, so a lock changed since it was read is never overwritten.
+//! What a pod may do with a lock value is `hami_protocol::node_lock::decide`; when to try
+//! again is [`Backoff`], a pure state machine.
+
+use std::time::{Duration, Instant};
+
+use hami_protocol::names::node as node_keys;
+use hami_protocol::node_lock::{LockDecision, NodeLock, PodRef, TakeOverReason, decide};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+/// Unix seconds now (the node lock's timestamps are wall-clock seconds).
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Exponential backoff with jitter, bounded by a deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub initial: Duration,
+    pub max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            initial: Duration::from_millis(50),
+            max: Duration::from_secs(1),
+        }
+    }
+}
+
+/// When to try again. Each wait is drawn from the upper half of a window that doubles
+/// from `initial` up to `max` ("equal jitter": two binds contending for one node do not
+/// retry in lockstep); no wait ends after the deadline.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    policy: RetryPolicy,
+    window: Duration,
+    deadline: Instant,
+    attempts: u32,
+}
+
+impl Backoff {
+    pub fn new(policy: RetryPolicy, deadline: Instant) -> Self {
+        Backoff {
+            policy,
+            window: policy.initial,
+            deadline,
+            attempts: 0,
+        }
+    }
+
+    /// After a failed attempt at `now`: how long to wait before the next one, or `None`
+    /// when the deadline leaves no time for it. `jitter` is uniform in [0, 1).
+    pub fn next_wait(&mut self, now: Instant, jitter: f64) -> Option<Duration> {
+        self.attempts += 1;
+        let left = self.deadline.checked_duration_since(now)?;
+        let half = self.window / 2;
+        let wait = half + half.mul_f64(jitter.clamp(0.0, 1.0));
+        self.window = (self.window * 2).min(self.policy.max);
+        (wait < left).then_some(wait)
+    }
+
+    /// Failed attempts so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Time left before the deadline (zero once it passed).
+    pub fn remaining(&self, now: Instant) -> Duration {
+        self.deadline.saturating_duration_since(now)
+    }
+}
+
+/// A jitter in [0, 1) without a random-number dependency: the sub-second clock mixed with
+/// a per-call counter (spreading retries needs no cryptographic quality).
+fn jitter() -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(0);
+    let mut x = nanos
+        ^ COUNTER
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+            .rotate_left(17);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Why a lock operation failed; the messages go to kube-scheduler and Events as they are.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LockError {
+    #[error(
+        "node {node} is locked by {owner} since {age_seconds}s; gave up waiting after {attempts} tries (the lock expires after {expiry_seconds}s)"
+    )]
+    Busy {
+        node: String,
+        owner: String,
+        age_seconds: i64,
+        expiry_seconds: i64,
+        attempts: u32,
+    },
+    #[error(
+        "{what} on node {node}: the deadline passed after {attempts} tries (last error: {last})"
+    )]
+    Deadline {
+        node: String,
+        what: &'static str,
+        attempts: u32,
+        last: String,
+    },
+    #[error("{what} on node {node}: {error}")]
+    Refused {
+        node: String,
+        what: &'static str,
+        error: String,
+    },
+}
+
+/// An API error as one line: code, reason and message. kube-rs formats `Error::Api` with
+/// a debug dump of the status (`ApiError: … (Status { … })`), which must not reach
+/// kubelet, kube-scheduler or Events.
+pub fn api_error_text(e: &kube::Error) -> String {
+    classify(e).0
+}
+
+/// [`api_error_text`], plus whether trying again can help.
+fn classify(e: &kube::Error) -> (String, bool) {
+    match e {
+        kube::Error::Api(s) => {
+            let retry = matches!(s.code, 409 | 429 | 500 | 502 | 503 | 504) || s.code == 0;
+            (
+                format!(
+                    "the API server answered {} {}: {}",
+                    s.code, s.reason, s.message
+                ),
+                retry,
+            )
+        }
+        // Connection and protocol errors: transient as far as we can tell.
+        other => (other.to_string(), true),
+    }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// One API call bounded by what is left of the deadline.
+async fn bounded<T>(
+    backoff: &Backoff,
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<Result<T, kube::Error>, ()> {
+    let left = backoff.remaining(Instant::now());
+    if left.is_zero() {
+        return Err(());
+    }
+    tokio::time::timeout(left, call).await.map_err(|_| ())
+}
+
+/// The node-lock client.
+#[derive(Clone)]
+pub struct NodeLockClient {
+    client: kube::Client,
+    policy: RetryPolicy,
+}
+
+/// Why an attempt did not succeed: try again (after a transient error, or while the lock
+/// is busy) or give up.
+enum Step {
+    Retry(String),
+    Busy { owner: String, age_seconds: i64 },
+    Fail(LockError),
+}
+
+impl NodeLockClient {
+    pub fn new(client: kube::Client) -> Self {
+        Self::with_policy(client, RetryPolicy::default())
+    }
+
+    pub fn with_policy(client: kube::Client, policy: RetryPolicy) -> Self {
+        NodeLockClient { client, policy }
+    }
+
+    /// Takes the lock of `node` for `pod`, waiting for a busy lock (D-2) and retrying
+    /// conflicts and transient errors until `deadline`. Locks that are expired, stamped
+    /// implausibly far in the future, unreadable, or whose owner pod is gone (asked of the
+    /// API server, never a cache: a stale answer would double-book a GPU) are taken over.
+    pub async fn acquire(
+        &self,
+        node: &str,
+        pod: &PodRef,
+        expiry: Duration,
+        deadline: Instant,
+    ) -> Result<TakeOutcome, LockError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let expiry_seconds = expiry.as_secs() as i64;
+        let mut backoff = Backoff::new(self.policy, deadline);
+        let mut busy: Option<(String, i64)> = None;
+        loop {
+            let last = match self
+                .try_acquire(&nodes, node, pod, expiry_seconds, &backoff)
+                .await
+            {
+                Ok(outcome) => return Ok(outcome),
+                Err(Step::Fail(e)) => return Err(e),
+                Err(Step::Busy { owner, age_seconds }) => {
+                    busy = Some((owner, age_seconds));
+                    None
+                }
+                Err(Step::Retry(last)) => Some(last),
+            };
+            let Some(wait) = backoff.next_wait(Instant::now(), jitter()) else {
+                return Err(match (busy, last) {
+                    (Some((owner, age_seconds)), None) => LockError::Busy {
+                        node: node.to_owned(),
+                        owner,
+                        age_seconds,
+                        expiry_seconds,
+                        attempts: backoff.attempts(),
+                    },
+                    (_, last) => LockError::Deadline {
+                        node: node.to_owned(),
+                        what: "taking the node lock",
+                        attempts: backoff.attempts(),
+                        last: last.unwrap_or_else(|| "the lock stayed busy".into()),
+                    },
+                });
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    async fn try_acquire(
+        &self,
+        nodes: &Api<Node>,
+        node: &str,
+        pod: &PodRef,
+        expiry_seconds: i64,
+        backoff: &Backoff,
+    ) -> Result<TakeOutcome, Step> {
+        let what = "taking the node lock";
+        let fail = |error: String| {
+            Step::Fail(LockError::Refused {
+                node: node.to_owned(),
+                what,
+                error,
+            })
+        };
+        let current = match bounded(backoff, nodes.get(node)).await {
+            Err(()) => return Err(Step::Retry("reading the node timed out".into())),
+            Ok(Err(e)) => {
+                let (text, retry) = classify(&e);
+                return Err(if retry {
+                    Step::Retry(text)
+                } else {
+                    fail(format!("cannot read the node: {text}"))
+                });
+            }
+            Ok(Ok(n)) => n,
+        };
+        let value = current
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(node_keys::MUTEX_LOCK))
+            .cloned();
+        let now = unix_now();
+        // First decide as if the owner exists; only a would-be take-over asks the API.
+        let mut decision = decide(value.as_deref(), pod, now, expiry_seconds, |_| true);
+        if let LockDecision::Busy {
+            owner: Some(owner), ..
+        } = &decision
+        {
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
+            match bounded(backoff, pods.get(&owner.name)).await {
+                Err(()) => {
+                    return Err(Step::Retry(format!(
+                        "checking the lock owner {owner} timed out"
+                    )));
+                }
+                Ok(Err(e)) if is_not_found(&e) => {
+                    decision = LockDecision::TakeOver {
+                        reason: TakeOverReason::OwnerGone,
+                    };
+                }
+                Ok(Err(e)) => {
+                    let (text, retry) = classify(&e);
+                    let text = format!("cannot check the lock owner {owner}: {text}");
+                    return Err(if retry { Step::Retry(text) } else { fail(text) });
+                }
+                Ok(Ok(_)) => {}
+            }
+        }
+        let outcome = match decision {
+            LockDecision::AlreadyHeld => return Ok(TakeOutcome::AlreadyHeld),
+            LockDecision::Busy { owner, age_seconds } => {
+                return Err(Step::Busy {
+                    owner: owner
+                        .map(|o| o.to_string())
+                        .unwrap_or_else(|| "an unnamed owner".into()),
+                    age_seconds,
+                });
+            }
+            LockDecision::Take => TakeOutcome::Taken,
+            LockDecision::TakeOver { reason } => TakeOutcome::TookOver {
+                reason,
+                previous: value.clone().unwrap_or_default(),
+            },
+        };
+        let encoded = match NodeLock::new(now, pod.clone()).encode() {
+            Ok(v) => v,
+            Err(e) => return Err(fail(e.to_string())),
+        };
+        let patch = json!({"metadata": {
+            "resourceVersion": current.metadata.resource_version,
+            "annotations": {node_keys::MUTEX_LOCK: encoded},
+        }});
+        match bounded(
+            backoff,
+            nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        {
+            Err(()) => Err(Step::Retry("writing the lock timed out".into())),
+            Ok(Ok(_)) => Ok(outcome),
+            Ok(Err(e)) => {
+                let (text, retry) = classify(&e);
+                Err(if retry {
+                    Step::Retry(text)
+                } else {
+                    fail(format!("cannot write the lock: {text}"))
+                })
+            }
+        }
+    }
+
+    /// Removes the lock of `node` if `owner` holds it, retrying conflicts and transient
+    /// errors until `deadline`. A lock held by someone else, or none, is left alone.
+    pub async fn release(
+        &self,
+        node: &str,
+        owner: &PodRef,
+        deadline: Instant,
+    ) -> Result<Released, LockError> {
+        let what = "releasing the node lock";
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut backoff = Backoff::new(self.policy, deadline);
+        loop {
+            let last = match self.try_release(&nodes, node, owner, &backoff).await {
+                Ok(done) => return Ok(done),
+                Err(Step::Fail(e)) => return Err(e),
+                Err(Step::Retry(last)) => last,
+                Err(Step::Busy { .. }) => unreachable_busy(),
+            };
+            match backoff.next_wait(Instant::now(), jitter()) {
+                Some(wait) => tokio::time::sleep(wait).await,
+                None => {
+                    return Err(LockError::Deadline {
+                        node: node.to_owned(),
+                        what,
+                        attempts: backoff.attempts(),
+                        last,
+                    });
+                }
+            }
+        }
+    }
+
+    async fn try_release(
+        &self,
+        nodes: &Api<Node>,
+        node: &str,
+        owner: &PodRef,
+        backoff: &Backoff,
+    ) -> Result<Released, Step> {
+        let what = "releasing the node lock";
+        let step = |e: kube::Error, doing: &str| {
+            let (text, retry) = classify(&e);
+            if retry {
+                Step::Retry(text)
+            } else {
+                Step::Fail(LockError::Refused {
+                    node: node.to_owned(),
+                    what,
+                    error: format!("{doing}: {text}"),
+                })
+            }
+        };
+        let current = match bounded(backoff, nodes.get(node)).await {
+            Err(()) => return Err(Step::Retry("reading the node timed out".into())),
+            Ok(Err(e)) if is_not_found(&e) => return Ok(Released::NotHeld),
+            Ok(Err(e)) => return Err(step(e, "cannot read the node")),
+            Ok(Ok(n)) => n,
+        };
+        let held = current
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(node_keys::MUTEX_LOCK))
+            .is_some_and(|v| NodeLock::parse(v).is_ok_and(|l| l.is_owned_by(owner)));
+        if !held {
+            return Ok(Released::NotHeld);
+        }
+        let patch = json!({"metadata": {
+            "resourceVersion": current.metadata.resource_version,
+            "annotations": {node_keys::MUTEX_LOCK: null},
+        }});
+        match bounded(
+            backoff,
+            nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        {
+            Err(()) => Err(Step::Retry("writing the release timed out".into())),
+            Ok(Ok(_)) => Ok(Released::Released),
+            Ok(Err(e)) => Err(step(e, "cannot remove the lock")),
+        }
+    }
+}
+
+/// Release never waits for a busy lock: it leaves other owners' locks alone.
+fn unreachable_busy() -> String {
+    "the lock is held by another pod".into()
+}
+
+/// How the lock was obtained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakeOutcome {
+    Taken,
+    AlreadyHeld,
+    /// Replaced `previous` (expired, future-stamped, unreadable, or its owner is gone).
+    TookOver {
+        reason: TakeOverReason,
+        previous: String,
+    },
+}
+
+/// What a release did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    Released,
+    /// Not ours (or no lock): left alone.
+    NotHeld,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_respects_the_deadline() {
+        let t0 = Instant::now();
+        let policy = RetryPolicy {
+            initial: Duration::from_millis(100),
+            max: Duration::from_millis(400),
+        };
+        let mut b = Backoff::new(policy, t0 + Duration::from_secs(10));
+        // jitter 0: the lower edge of each window (half of it).
+        let waits: Vec<_> = (0..5).map(|_| b.next_wait(t0, 0.0).unwrap()).collect();
+        let ms = |d: Duration| d.as_millis();
+        assert_eq!(
+            waits.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
+            vec![50, 100, 200, 200, 200]
+        );
+        assert_eq!(b.attempts(), 5);
+        // No wait may end past the deadline.
+        let mut b = Backoff::new(policy, t0 + Duration::from_millis(120));
+        assert_eq!(b.next_wait(t0, 0.99).map(ms), Some(99));
+        assert_eq!(b.next_wait(t0 + Duration::from_millis(100), 0.0), None);
+        assert_eq!(b.next_wait(t0 + Duration::from_secs(1), 0.0), None);
+        assert_eq!(b.remaining(t0 + Duration::from_secs(1)), Duration::ZERO);
+    }
+
+    proptest! {
+        #[test]
+        fn waits_stay_in_their_window(
+            initial_ms in 1u64..500, max_ms in 1u64..5000, jitters in proptest::collection::vec(0.0f64..1.0, 1..30)
+        ) {
+            let t0 = Instant::now();
+            let policy = RetryPolicy { initial: Duration::from_millis(initial_ms), max: Duration::from_millis(max_ms.max(initial_ms)) };
+            let mut b = Backoff::new(policy, t0 + Duration::from_secs(3600));
+            let mut window = policy.initial;
+            let mut elapsed = Duration::ZERO;
+            for j in jitters {
+                let w = b.next_wait(t0 + elapsed, j).unwrap();
+                prop_assert!(w >= window / 2 && w <= window, "{w:?} outside {window:?}");
+                prop_assert!(w <= policy.max);
+                window = (window * 2).min(policy.max);
+                elapsed += w;
+            }
+        }
+
+        #[test]
+        fn jitter_is_in_range(_x in 0u8..8) {
+            let j = jitter();
+            prop_assert!((0.0..1.0).contains(&j));
+        }
+    }
+
+    #[test]
+    fn errors_are_one_line_without_debug_dumps() {
+        let e = kube::Error::Api(
+            kube::core::Status::failure("the object has been modified", "Conflict")
+                .with_code(409)
+                .boxed(),
+        );
+        let (text, retry) = classify(&e);
+        assert!(retry);
+        assert_eq!(
+            text,
+            "the API server answered 409 Conflict: the object has been modified"
+        );
+        let e = kube::Error::Api(
+            kube::core::Status::failure("nodes is forbidden", "Forbidden")
+                .with_code(403)
+                .boxed(),
+        );
+        assert!(!classify(&e).1, "403 is not retried");
+    }
+}

@@ -1,0 +1,384 @@
+//! The node and pod informers: a supervised list-then-watch loop per kind that feeds
+//! [`ClusterState`] directly and keeps nothing else. Objects are decoded one list page
+//! (500) or one event at a time and reduced to what decisions need by the state's own
+//! upserts (a pod that holds no device costs the state nothing), instead of being kept in
+//! full, `managedFields` included, as a reflector store does.
+//!
+//! Every step reports to a [`WatchHealth`]: each request and each wait for the next event
+//! is bounded by `stall_after`, so a hung connection is noticed, dropped and re-opened;
+//! a task that ends (a panic) is restarted by its supervisor after a backoff.
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use tracing::{info, warn};
+
+use crate::state::ClusterState;
+use crate::watch_health::{Verdict, WatchHealth, WatchReport, WatchTuning, explain};
+
+/// The health of one informer, shared with the HTTP shell.
+#[derive(Debug)]
+pub struct Informer {
+    pub kind: &'static str,
+    tuning: WatchTuning,
+    health: Mutex<WatchHealth>,
+}
+
+impl Informer {
+    pub fn new(kind: &'static str, tuning: WatchTuning) -> Arc<Self> {
+        Arc::new(Informer {
+            kind,
+            tuning,
+            health: Mutex::new(WatchHealth::new(Instant::now())),
+        })
+    }
+
+    fn health(&self) -> MutexGuard<'_, WatchHealth> {
+        self.health.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn report(&self, report: WatchReport) {
+        self.health().report(report, Instant::now());
+    }
+
+    pub fn verdict(&self) -> Verdict {
+        self.health().verdict(&self.tuning, Instant::now())
+    }
+
+    /// Why this informer's view cannot be trusted now, if it cannot.
+    pub fn problem(&self) -> Option<String> {
+        explain(self.kind, &self.verdict())
+    }
+}
+
+/// The kinds an informer feeds into the state.
+pub trait Fed:
+    Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + 'static
+{
+    fn apply(state: &mut ClusterState, object: &Self);
+    fn delete(state: &mut ClusterState, object: &Self);
+    /// Keys of the state's entries of this kind (to drop the ones a relist no longer shows).
+    fn known(state: &ClusterState) -> Vec<String>;
+    fn key(object: &Self) -> Option<String>;
+    fn forget(state: &mut ClusterState, key: &str);
+}
+
+impl Fed for Node {
+    fn apply(state: &mut ClusterState, node: &Node) {
+        state.upsert_node(node);
+    }
+    fn delete(state: &mut ClusterState, node: &Node) {
+        if let Some(name) = &node.metadata.name {
+            state.remove_node(name);
+        }
+    }
+    fn known(state: &ClusterState) -> Vec<String> {
+        state.node_names().cloned().collect()
+    }
+    fn key(node: &Node) -> Option<String> {
+        node.metadata.name.clone()
+    }
+    fn forget(state: &mut ClusterState, key: &str) {
+        state.remove_node(key);
+    }
+}
+
+impl Fed for Pod {
+    fn apply(state: &mut ClusterState, pod: &Pod) {
+        state.upsert_pod(pod);
+    }
+    fn delete(state: &mut ClusterState, pod: &Pod) {
+        if let Some(uid) = &pod.metadata.uid {
+            state.remove_pod(uid);
+        }
+    }
+    fn known(state: &ClusterState) -> Vec<String> {
+        state
+            .holdings()
+            .map(|(uid, _)| uid.clone())
+            .chain(state.pod_problems.keys().cloned())
+            .collect()
+    }
+    fn key(pod: &Pod) -> Option<String> {
+        pod.metadata.uid.clone()
+    }
+    fn forget(state: &mut ClusterState, key: &str) {
+        state.remove_pod(key);
+    }
+}
+
+/// Page size of the informers' lists (client-go's and kube-rs's default).
+const PAGE: u32 = 500;
+
+/// Runs the informer for `K` forever: a supervisor that restarts the watch loop when its
+/// task ends.
+pub fn spawn<K: Fed>(
+    client: Client,
+    informer: Arc<Informer>,
+    state: Arc<Mutex<ClusterState>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut restart_wait = Duration::from_millis(200);
+        loop {
+            let task = tokio::spawn(watch_loop::<K>(
+                Api::all(client.clone()),
+                informer.clone(),
+                state.clone(),
+            ));
+            let why = match task.await {
+                Ok(()) => "the watch loop returned".to_owned(),
+                Err(e) if e.is_panic() => "the watch loop panicked".to_owned(),
+                Err(_) => return, // cancelled: the scheduler is shutting down
+            };
+            warn!(kind = informer.kind, "{why}; restarting it");
+            informer.report(WatchReport::TaskExited(why));
+            tokio::time::sleep(restart_wait).await;
+            restart_wait = (restart_wait * 2).min(Duration::from_secs(10));
+        }
+    })
+}
+
+fn lock(state: &Mutex<ClusterState>) -> MutexGuard<'_, ClusterState> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Why a watch attempt ended.
+enum Ended {
+    /// Relist (410 Gone, or the list itself must be redone).
+    Relist,
+    /// Watch again from the last resourceVersion.
+    Rewatch,
+}
+
+async fn watch_loop<K: Fed>(api: Api<K>, informer: Arc<Informer>, state: Arc<Mutex<ClusterState>>) {
+    let tuning = informer.tuning;
+    let mut backoff = Duration::from_millis(100);
+    'relist: loop {
+        let rv = match list::<K>(&api, &informer, &state, tuning.stall_after).await {
+            Ok(rv) => rv,
+            Err(e) => {
+                informer.report(WatchReport::Error(e));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue 'relist;
+            }
+        };
+        informer.report(WatchReport::Listed);
+        backoff = Duration::from_millis(100);
+        let mut rv = rv;
+        loop {
+            match watch_once::<K>(&api, &informer, &state, &mut rv, &tuning).await {
+                Ok(Ended::Rewatch) => backoff = Duration::from_millis(100),
+                Ok(Ended::Relist) => continue 'relist,
+                Err(e) => {
+                    warn!(kind = informer.kind, error = %e, "watch failed; retrying");
+                    informer.report(WatchReport::Error(e));
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+}
+
+/// Lists every object page by page into the state; returns the list's resourceVersion.
+async fn list<K: Fed>(
+    api: &Api<K>,
+    informer: &Informer,
+    state: &Mutex<ClusterState>,
+    bound: Duration,
+) -> Result<String, String> {
+    let mut seen = HashSet::new();
+    let mut token: Option<String> = None;
+    let rv = loop {
+        let mut params = ListParams::default().limit(PAGE);
+        if let Some(t) = &token {
+            params = params.continue_token(t);
+        }
+        let page = tokio::time::timeout(bound, api.list(&params))
+            .await
+            .map_err(|_| {
+                format!(
+                    "listing {} took longer than {}s",
+                    informer.kind,
+                    bound.as_secs()
+                )
+            })?
+            .map_err(|e| format!("listing {}: {}", informer.kind, crate::kube_error::text(&e)))?;
+        {
+            let mut s = lock(state);
+            for object in &page.items {
+                if let Some(key) = K::key(object) {
+                    seen.insert(key);
+                }
+                K::apply(&mut s, object);
+            }
+        }
+        token = page.metadata.continue_.filter(|t| !t.is_empty());
+        if token.is_none() {
+            break page.metadata.resource_version.unwrap_or_default();
+        }
+    };
+    let mut s = lock(state);
+    for key in K::known(&s) {
+        if !seen.contains(&key) {
+            K::forget(&mut s, &key);
+        }
+    }
+    info!(kind = informer.kind, count = seen.len(), "listed");
+    Ok(rv)
+}
+
+/// One watch request, followed until it ends.
+async fn watch_once<K: Fed>(
+    api: &Api<K>,
+    informer: &Informer,
+    state: &Mutex<ClusterState>,
+    rv: &mut String,
+    tuning: &WatchTuning,
+) -> Result<Ended, String> {
+    let kind = informer.kind;
+    let params =
+        WatchParams::default().timeout(tuning.watch_timeout.as_secs().clamp(1, 290) as u32);
+    let stream = tokio::time::timeout(tuning.stall_after, api.watch(&params, rv))
+        .await
+        .map_err(|_| {
+            format!(
+                "the {kind} watch request got no answer within {}s",
+                tuning.stall_after.as_secs()
+            )
+        })?
+        .map_err(|e| match e {
+            // The resourceVersion is too old for the server's history: list again.
+            kube::Error::Api(s) if s.code == 410 => None,
+            e => Some(format!("watching {kind}: {}", crate::kube_error::text(&e))),
+        });
+    let stream = match stream {
+        Ok(stream) => stream,
+        Err(None) => {
+            info!(kind, "watch history expired (410); listing again");
+            return Ok(Ended::Relist);
+        }
+        Err(Some(e)) => return Err(e),
+    };
+    informer.report(WatchReport::WatchStarted);
+    let stream = stream.into_stream();
+    futures::pin_mut!(stream);
+    loop {
+        let next = tokio::time::timeout(tuning.stall_after, stream.try_next())
+            .await
+            .map_err(|_| {
+                format!(
+                    "the {kind} watch delivered nothing for {}s (not even the server's timeout); reconnecting",
+                    tuning.stall_after.as_secs()
+                )
+            })?
+            .map_err(|e| format!("the {kind} watch broke: {}", crate::kube_error::text(&e)))?;
+        let Some(event) = next else {
+            informer.report(WatchReport::StreamEnded);
+            return Ok(Ended::Rewatch);
+        };
+        match event {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+                remember(rv, &o);
+                K::apply(&mut lock(state), &o);
+            }
+            WatchEvent::Deleted(o) => {
+                remember(rv, &o);
+                K::delete(&mut lock(state), &o);
+            }
+            WatchEvent::Bookmark(b) => *rv = b.metadata.resource_version,
+            WatchEvent::Error(e) if e.code == 410 => {
+                info!(kind, "watch history expired (410); listing again");
+                return Ok(Ended::Relist);
+            }
+            WatchEvent::Error(e) => {
+                return Err(format!(
+                    "the {kind} watch answered {} {}: {}",
+                    e.code, e.reason, e.message
+                ));
+            }
+        }
+        informer.report(WatchReport::Event);
+    }
+}
+
+fn remember<K: Resource>(rv: &mut String, object: &K) {
+    if let Some(v) = &object.meta().resource_version {
+        v.clone_into(rv);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hami_apiserver::{ApiServer, Config};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{DeleteParams, PostParams};
+
+    /// A kind whose apply panics on one object: the watch task dies while it exists.
+    impl Fed for ConfigMap {
+        fn apply(_: &mut ClusterState, cm: &ConfigMap) {
+            assert!(
+                cm.metadata.name.as_deref() != Some("boom"),
+                "apply panics on boom"
+            );
+        }
+        fn delete(_: &mut ClusterState, _: &ConfigMap) {}
+        fn known(_: &ClusterState) -> Vec<String> {
+            Vec::new()
+        }
+        fn key(cm: &ConfigMap) -> Option<String> {
+            cm.metadata.uid.clone()
+        }
+        fn forget(_: &mut ClusterState, _: &str) {}
+    }
+
+    async fn until(what: &str, informer: &Informer, f: impl Fn(&Verdict) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let v = informer.verdict();
+            if f(&v) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: still {v:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_watch_task_is_reported_and_restarted() {
+        let api = ApiServer::start(Config::default()).await.unwrap();
+        let client = Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+        let informer = Informer::new("configmaps", WatchTuning::default());
+        let state = Arc::new(Mutex::new(ClusterState::new()));
+        let task = spawn::<ConfigMap>(client.clone(), informer.clone(), state);
+        until("listed", &informer, Verdict::is_live).await;
+        let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+        let boom: ConfigMap =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "boom"}})).unwrap();
+        cms.create(&PostParams::default(), &boom).await.unwrap();
+        until(
+            "the dead task is seen",
+            &informer,
+            |v| matches!(v, Verdict::Dead { error } if error.contains("panicked")),
+        )
+        .await;
+        assert!(
+            informer
+                .problem()
+                .unwrap()
+                .contains("configmaps watch task ended")
+        );
+        cms.delete("boom", &DeleteParams::default()).await.unwrap();
+        until("restarted and listed again", &informer, Verdict::is_live).await;
+        task.abort();
+    }
+}

@@ -1,0 +1,296 @@
+//! The one node-lock client (plugin-core's `node_lock_client`, used by bind and by both
+//! plugins) against the embedded API server: future-stamped locks are taken over, transient
+//! errors and conflicts are retried with backoff, deadlines hold even when the server does
+//! not answer, and the messages that reach kube-scheduler and Events carry no kube-rs debug
+//! dumps (issue 17 items 12 and 14).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hami_apiserver::{ApiServer, Config, RunningApiServer};
+use hami_plugin_core::node_lock_client::{
+    LockError, NodeLockClient, Released, TakeOutcome, unix_now,
+};
+use hami_protocol::names::node as node_keys;
+use hami_protocol::node_lock::{NodeLock, PodRef, TakeOverReason};
+use hami_scheduler::config::Settings;
+use hami_scheduler::extender::{ExtenderArgs, ExtenderBindingArgs};
+use hami_scheduler::leader::Leadership;
+use hami_scheduler::runtime::Scheduler;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+async fn cluster() -> (RunningApiServer, Client) {
+    let api = ApiServer::start(Config::default()).await.unwrap();
+    let client = Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+    let node: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "annotations": {
+        "hami.io/node-amd-register": r#"[{"id":"G","count":10,"devmem":1000,"devcore":100,"type":"AMD Instinct MI210","health":true}]"#}},
+        "status": {"capacity": {"amd.com/gpu": "10"}, "allocatable": {"amd.com/gpu": "10"}}}))
+    .unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    (api, client)
+}
+
+async fn set_lock(client: &Client, value: &str) {
+    Api::<Node>::all(client.clone())
+        .patch(
+            "n",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {node_keys::MUTEX_LOCK: value}}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn lock_value(client: &Client) -> Option<String> {
+    Api::<Node>::all(client.clone())
+        .get("n")
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .and_then(|a| a.get(node_keys::MUTEX_LOCK).cloned())
+}
+
+async fn create_pod(client: &Client, name: &str) -> Pod {
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "x",
+            "resources": {"limits": {"amd.com/gpu": "1", "amd.com/gpumem": "100"}}}]}
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn future_stamped_lock_is_taken_over_not_waited_for() {
+    let (_api, client) = cluster().await;
+    create_pod(&client, "other").await;
+    // Written by a peer whose clock runs 576 s ahead ("since -576s … expires after 60s").
+    let future = NodeLock::new(unix_now() + 576, PodRef::new("default", "other"))
+        .encode()
+        .unwrap();
+    set_lock(&client, &future).await;
+    let locks = NodeLockClient::new(client.clone());
+    let me = PodRef::new("default", "me");
+    let started = Instant::now();
+    let outcome = locks
+        .acquire(
+            "n",
+            &me,
+            Duration::from_secs(60),
+            Instant::now() + Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        outcome,
+        TakeOutcome::TookOver {
+            reason: TakeOverReason::FutureStamp,
+            previous: future
+        }
+    );
+    assert!(
+        NodeLock::parse(&lock_value(&client).await.unwrap())
+            .unwrap()
+            .is_owned_by(&me)
+    );
+    // A lock a few seconds ahead (ordinary skew) is a live lock: waited for.
+    let near = NodeLock::new(unix_now() + 5, PodRef::new("default", "other"))
+        .encode()
+        .unwrap();
+    set_lock(&client, &near).await;
+    let err = locks
+        .acquire(
+            "n",
+            &me,
+            Duration::from_secs(60),
+            Instant::now() + Duration::from_millis(400),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+    assert!(err.to_string().contains("locked by default/other"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_errors_and_conflicts_are_retried_with_backoff() {
+    let (api, client) = cluster().await;
+    let locks = NodeLockClient::new(client.clone());
+    let me = PodRef::new("default", "me");
+    let faults = api.faults();
+    // The node read fails twice (503) and the lock write conflicts twice.
+    faults.fail_next(Some("get"), Some("nodes"), 2, 503);
+    faults.fail_next(Some("patch"), Some("nodes"), 2, 409);
+    api.clear_request_log();
+    let outcome = locks
+        .acquire(
+            "n",
+            &me,
+            Duration::from_secs(60),
+            Instant::now() + Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, TakeOutcome::Taken);
+    let patches: Vec<_> = api
+        .request_log()
+        .into_iter()
+        .filter(|r| r.verb == "patch")
+        .collect();
+    assert_eq!(patches.len(), 3, "two conflicts, then the write");
+    // Release: the same client, same retries.
+    faults.fail_next(Some("get"), Some("nodes"), 2, 500);
+    let released = locks
+        .release("n", &me, Instant::now() + Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(released, Released::Released);
+    assert_eq!(lock_value(&client).await, None);
+    // A refusal that retrying cannot fix comes back at once, as one readable line.
+    faults.fail_next(Some("patch"), Some("nodes"), 1, 403);
+    let started = Instant::now();
+    let err = locks
+        .acquire(
+            "n",
+            &me,
+            Duration::from_secs(60),
+            Instant::now() + Duration::from_secs(10),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(err.contains("403 Forbidden"), "{err}");
+    assert!(
+        !err.contains("Status {") && !err.contains("ApiError"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlines_hold_when_the_server_does_not_answer() {
+    let (api, client) = cluster().await;
+    let locks = NodeLockClient::new(client.clone());
+    let me = PodRef::new("default", "me");
+    api.faults().set_latency(Duration::from_secs(5));
+    let started = Instant::now();
+    let err = locks
+        .acquire(
+            "n",
+            &me,
+            Duration::from_secs(60),
+            Instant::now() + Duration::from_millis(500),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "the 500 ms deadline held: {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(err, LockError::Deadline { .. }), "{err}");
+    let started = Instant::now();
+    let err = locks
+        .release("n", &me, Instant::now() + Duration::from_millis(500))
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_millis(1500));
+    assert!(err.to_string().contains("deadline passed"), "{err}");
+}
+
+/// Bind's messages (the extender's answer to kube-scheduler and the BindingFailed Event)
+/// are readable sentences, not kube-rs's `ApiError: … (Status { … })` dumps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_errors_carry_no_debug_dumps() {
+    let (api, client) = cluster().await;
+    let scheduler = Scheduler::start(
+        client.clone(),
+        Settings::default(),
+        Arc::new(Leadership::always()),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !scheduler.ready() {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pod = create_pod(&client, "p").await;
+    let args: ExtenderArgs =
+        serde_json::from_value(json!({"pod": pod, "nodenames": ["n"]})).unwrap();
+    let decided = scheduler.filter(args).await;
+    assert_eq!(decided.error, "");
+    api.faults()
+        .fail_next(Some("create"), Some("pods/binding"), 1, 409);
+    let bound = scheduler
+        .bind(ExtenderBindingArgs {
+            pod_name: "p".into(),
+            pod_namespace: "default".into(),
+            pod_uid: pod.metadata.uid.clone().unwrap(),
+            node: "n".into(),
+        })
+        .await;
+    assert!(
+        bound.error.contains("cannot bind pod default/p to n"),
+        "{}",
+        bound.error
+    );
+    assert!(
+        bound.error.contains("409 Conflict") && !bound.error.contains("Status {"),
+        "{}",
+        bound.error
+    );
+    // The failed bind released the lock it took.
+    assert_eq!(lock_value(&client).await, None);
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client, "default");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let note = loop {
+        let found = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("BindingFailed"));
+        if let Some(e) = found {
+            break e.note.unwrap_or_default();
+        }
+        assert!(Instant::now() < deadline, "no BindingFailed event");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        note.contains("409 Conflict") && !note.contains("Status {"),
+        "{note}"
+    );
+}
+
+/// The plugins' commit (plugin-core's `pod_commit`) reports API failures as one readable
+/// line too: kubelet shows it in the pod's events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_commit_errors_carry_no_debug_dumps() {
+    let (api, client) = cluster().await;
+    create_pod(&client, "p").await;
+    api.faults().fail_next(Some("patch"), Some("pods"), 1, 500);
+    let err = hami_plugin_core::pod_commit::commit_allocation(
+        &client,
+        "n",
+        &PodRef::new("default", "p"),
+        serde_json::Map::new(),
+        true,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.contains("500 InternalError") && !err.contains("Status {"),
+        "{err}"
+    );
+}

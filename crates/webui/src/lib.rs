@@ -1,0 +1,134 @@
+//! The web UI of hami-rs (`hami ui`, the `hami-webui` Deployment): the cluster's GPUs,
+//! nodes, cards and partitions, which compute units of which card each pod holds, and
+//! per-pod utilization, live.
+//!
+//! Server-rendered HTML and CSS with SVG charts: nothing to build, no JavaScript needed to
+//! read a page; where JavaScript runs, a 40-line script (`assets/live.js`) refreshes the
+//! page's content every few seconds. The cluster is read by watch through the scheduler's
+//! own usage state (`ClusterState`, as `hami status`), the monitors by scraping.
+//!
+//! - [`world`], [`samples`]: what is known (plain data, fed by [`watch`] and [`scrape`]).
+//! - [`pages`], [`whatif`], [`svg`], [`html`]: pure rendering.
+//! - [`server`]: the axum routes.
+
+pub mod html;
+pub mod pages;
+pub mod samples;
+pub mod scrape;
+pub mod server;
+pub mod svg;
+pub mod watch;
+pub mod whatif;
+pub mod world;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::task::JoinHandle;
+
+use crate::samples::Metrics;
+use crate::server::Shared;
+use crate::world::World;
+
+/// `hami ui` / `hami-webui`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UiArgs {
+    /// Address to serve the UI on.
+    #[arg(long, default_value = "127.0.0.1:8088", env = "HAMI_UI_LISTEN")]
+    pub listen: SocketAddr,
+    /// kubeconfig file; default: $KUBECONFIG, ~/.kube/config, then in-cluster.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// A monitor's metrics URL (http://NODE:9394/metrics); repeatable.
+    #[arg(long = "monitor", value_name = "URL")]
+    pub monitors: Vec<String>,
+    /// A Prometheus server (http://prometheus:9090) whose /federate gives the monitors'
+    /// series, instead of or beside --monitor.
+    #[arg(long, value_name = "URL", env = "HAMI_UI_PROMETHEUS")]
+    pub prometheus: Option<String>,
+    /// Seconds between scrapes.
+    #[arg(long, default_value_t = 5)]
+    pub scrape_seconds: u64,
+}
+
+/// A running UI.
+pub struct RunningUi {
+    pub addr: SocketAddr,
+    pub shared: Shared,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningUi {
+    pub fn url(&self) -> String {
+        server::local_url(self.addr)
+    }
+
+    pub fn shutdown(self) {
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Starts watchers, scrapers and the server on `listener`.
+pub fn start(
+    client: kube::Client,
+    listener: tokio::net::TcpListener,
+    monitors: Vec<String>,
+    scrape_every: Duration,
+) -> anyhow::Result<RunningUi> {
+    let addr = listener.local_addr()?;
+    let world = Arc::new(RwLock::new(World::default()));
+    let metrics = Arc::new(RwLock::new(Metrics::with_endpoints(&monitors)));
+    let shared = Shared {
+        world: world.clone(),
+        metrics: metrics.clone(),
+    };
+    let mut tasks = watch::start(client, world.clone());
+    if !monitors.is_empty() {
+        tasks.push(tokio::spawn(scrape::run(world, metrics, scrape_every)));
+    }
+    let serving = shared.clone();
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = server::serve(listener, serving).await {
+            tracing::error!("web UI server stopped: {e}");
+        }
+    }));
+    Ok(RunningUi {
+        addr,
+        shared,
+        tasks,
+    })
+}
+
+/// `hami ui`: serves until Ctrl-C (or SIGTERM in a pod).
+pub async fn run(args: UiArgs) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = hami_scheduler::server::client(args.kubeconfig.as_deref())
+        .await
+        .context("cannot configure a Kubernetes client (give --kubeconfig, set KUBECONFIG, or run in a pod)")?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (give another --listen)", args.listen))?;
+    let mut monitors = args.monitors.clone();
+    if let Some(p) = &args.prometheus {
+        monitors.push(scrape::federate_url(p));
+    }
+    let ui = start(
+        client,
+        listener,
+        monitors,
+        Duration::from_secs(args.scrape_seconds.max(1)),
+    )?;
+    println!("hami web UI: {}", ui.url());
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    ui.shutdown();
+    Ok(())
+}

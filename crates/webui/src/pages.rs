@@ -1,0 +1,675 @@
+//! The pages, as pure functions of what the watchers and scrapers gathered (no I/O): the
+//! overview, a node (cards, slices, CU maps), a pod (asked vs got, live charts), and the
+//! What-if planner. Each returns a [`Page`]; unknown objects give a 404 page.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use hami_protocol::cu_allocated::CuAllocation;
+use hami_protocol::cu_list::CuSet;
+use hami_protocol::names::{Vendor, pod as pod_keys};
+use hami_report::{node_report, pod_report, report_from_state};
+
+use crate::html::{Page, clock, esc, frame, mib, not_found, table, url_segment};
+use crate::samples::{Metrics, Series};
+use crate::svg::{CuOwner, PALETTE, cu_map, line_chart, meter};
+use crate::world::{EventRow, World};
+
+fn banners(world: &World, metrics: &Metrics) -> Vec<String> {
+    let mut out = world.banners();
+    out.extend(metrics.banners());
+    if metrics.endpoints.is_empty() {
+        out.push("No monitor is configured (--monitor URL or --prometheus URL): memory used and utilization are not shown.".into());
+    }
+    out
+}
+
+fn node_link(name: &str) -> String {
+    format!("<a href=\"/nodes/{}\">{}</a>", url_segment(name), esc(name))
+}
+
+fn pod_link(namespaced: &str) -> String {
+    let (ns, name) = namespaced
+        .split_once('/')
+        .unwrap_or(("default", namespaced));
+    format!(
+        "<a href=\"/pods/{}/{}\">{}</a>",
+        url_segment(ns),
+        url_segment(name),
+        esc(namespaced)
+    )
+}
+
+fn pct(part: f64, whole: f64) -> String {
+    if whole <= 0.0 {
+        "-".into()
+    } else {
+        format!("{:.0}%", part * 100.0 / whole)
+    }
+}
+
+fn cores_unit(vendor: &str) -> &'static str {
+    if vendor == Vendor::Amd.word() {
+        "CUs"
+    } else {
+        "%"
+    }
+}
+
+/// Memory used per device uuid, from the monitors (pods' containers summed).
+fn used_by_device(metrics: &Metrics) -> BTreeMap<&str, f64> {
+    let mut out: BTreeMap<&str, f64> = BTreeMap::new();
+    for ((_, _, _, uuid), u) in &metrics.latest {
+        if let Some(b) = u.memory_bytes {
+            *out.entry(uuid.as_str()).or_default() += b / 1048576.0;
+        }
+    }
+    out
+}
+
+fn events_table(events: &[&EventRow]) -> String {
+    if events.is_empty() {
+        return "<p class=\"muted\">No events.</p>".into();
+    }
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .rev()
+        .take(50)
+        .map(|e| {
+            vec![
+                clock(e.at),
+                if e.warning {
+                    "<span class=\"bad\">Warning</span>".into()
+                } else {
+                    "Normal".into()
+                },
+                esc(&e.reason),
+                esc(&e.note),
+            ]
+        })
+        .collect();
+    table(
+        "Events (newest first, UTC)",
+        &["TIME", "TYPE", "REASON", "MESSAGE"],
+        &rows,
+    )
+}
+
+pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
+    let report = report_from_state(&world.state, world.pods.values(), &world.scheduling_notes());
+    let used = used_by_device(metrics);
+    let mut body = String::with_capacity(256 * report.nodes.len() + 8192);
+    body.push_str("<h1>Overview</h1>");
+
+    // GPUs by type.
+    #[derive(Default)]
+    struct TypeRow {
+        vendor: &'static str,
+        gpus: usize,
+        nodes: usize,
+        mem: f64,
+        mem_granted: f64,
+        mem_used: f64,
+        cores: f64,
+        cores_granted: f64,
+        unhealthy: usize,
+        /// GPUs with a memory sample from a monitor.
+        sampled: usize,
+        /// Busy percent of the cards that report one (the monitors' host series).
+        busy: Vec<f64>,
+    }
+    let mut types: BTreeMap<&str, TypeRow> = BTreeMap::new();
+    for node in &report.nodes {
+        let mut seen: Vec<&str> = Vec::new();
+        for g in &node.gpus {
+            let row = types.entry(g.device_type.as_str()).or_default();
+            row.vendor = g.vendor;
+            row.gpus += 1;
+            if !seen.contains(&g.device_type.as_str()) {
+                seen.push(&g.device_type);
+                row.nodes += 1;
+            }
+            row.mem += g.memory_mib as f64;
+            row.mem_granted += g.memory_used_mib as f64;
+            if let Some(u) = used.get(g.id.as_str()) {
+                row.mem_used += u;
+                row.sampled += 1;
+            }
+            row.cores += f64::from(g.cores);
+            row.cores_granted += g.cores_used as f64;
+            if let Some(b) = metrics.cards.get(&g.id).and_then(|c| c.0) {
+                row.busy.push(b);
+            }
+            row.unhealthy += usize::from(!g.healthy);
+        }
+    }
+    let rows: Vec<Vec<String>> = types
+        .iter()
+        .map(|(t, r)| {
+            let unit = cores_unit(r.vendor);
+            vec![
+                esc(t),
+                r.vendor.to_owned(),
+                r.gpus.to_string(),
+                r.nodes.to_string(),
+                format!(
+                    "{} / {} ({})",
+                    mib(r.mem_granted),
+                    mib(r.mem),
+                    pct(r.mem_granted, r.mem)
+                ),
+                if r.sampled == 0 {
+                    "no samples yet".into()
+                } else {
+                    format!("{} ({})", mib(r.mem_used), pct(r.mem_used, r.mem))
+                },
+                format!(
+                    "{:.0} / {:.0} {unit} ({})",
+                    r.cores_granted,
+                    r.cores,
+                    pct(r.cores_granted, r.cores)
+                ),
+                if r.busy.is_empty() {
+                    "no samples yet".into()
+                } else {
+                    format!(
+                        "{:.0}% busy (mean of {} cards)",
+                        r.busy.iter().fold(0.0, |a, b| a + b) / r.busy.len() as f64,
+                        r.busy.len()
+                    )
+                },
+                if r.unhealthy > 0 {
+                    format!("<span class=\"bad\">{} unhealthy</span>", r.unhealthy)
+                } else {
+                    "ok".into()
+                },
+            ]
+        })
+        .collect();
+    body.push_str("<h2>GPUs by type</h2>");
+    if rows.is_empty() {
+        body.push_str("<p class=\"muted\">No node registers GPUs (no hami.io/node-*-register annotation).</p>");
+    } else {
+        body.push_str(&table(
+            "Allocated (granted by the scheduler) and used (reported by the monitors)",
+            &[
+                "TYPE",
+                "VENDOR",
+                "GPUS",
+                "NODES",
+                "MEMORY GRANTED",
+                "MEMORY USED",
+                "COMPUTE GRANTED",
+                "COMPUTE USED",
+                "HEALTH",
+            ],
+            &rows,
+        ));
+    }
+
+    body.push_str("<h2>Last hour</h2><div class=\"cards\">");
+    body.push_str(&line_chart(
+        "GPU memory, whole cluster (MiB)",
+        " MiB",
+        &[
+            ("granted", &metrics.trend_granted, PALETTE[0]),
+            ("used", &metrics.trend_used, PALETTE[1]),
+        ],
+        now,
+        0.0,
+    ));
+    body.push_str(&line_chart(
+        "Mean utilization of GPU containers (%)",
+        "%",
+        &[("utilization", &metrics.trend_utilization, PALETTE[2])],
+        now,
+        100.0,
+    ));
+    body.push_str("</div>");
+
+    body.push_str("<h2>Pending GPU pods</h2>");
+    if report.pending.is_empty() {
+        body.push_str("<p class=\"muted\">None: every GPU pod has a node.</p>");
+    } else {
+        let rows: Vec<Vec<String>> = report
+            .pending
+            .iter()
+            .map(|p| vec![pod_link(&p.pod), esc(&p.reason)])
+            .collect();
+        body.push_str(&table(
+            "Why they wait (the scheduler's latest event)",
+            &["POD", "REASON"],
+            &rows,
+        ));
+    }
+
+    body.push_str("<h2>Nodes</h2>");
+    let rows: Vec<Vec<String>> = report
+        .nodes
+        .iter()
+        .map(|n| {
+            let mem: f64 = n.gpus.iter().map(|g| g.memory_mib as f64).sum();
+            let granted: f64 = n.gpus.iter().map(|g| g.memory_used_mib as f64).sum();
+            let node_used: Vec<f64> = n
+                .gpus
+                .iter()
+                .filter_map(|g| used.get(g.id.as_str()).copied())
+                .collect();
+            let busy = n.gpus.iter().filter(|g| g.shares_used > 0).count();
+            let mut kinds: Vec<&str> = n.gpus.iter().map(|g| g.device_type.as_str()).collect();
+            kinds.dedup();
+            vec![
+                node_link(&n.name),
+                esc(&kinds.join(", ")),
+                format!("{busy}/{}", n.gpus.len()),
+                format!("{} / {}", mib(granted), mib(mem)),
+                if node_used.is_empty() {
+                    "no samples yet".into()
+                } else {
+                    mib(node_used.iter().fold(0.0, |a, b| a + b))
+                },
+                if n.problems.is_empty() && n.gpus.iter().all(|g| g.healthy) {
+                    "ok".into()
+                } else {
+                    "<span class=\"bad\">problem</span>".into()
+                },
+            ]
+        })
+        .collect();
+    body.push_str(&table(
+        &format!("{} nodes with GPUs", report.nodes.len()),
+        &[
+            "NODE",
+            "TYPES",
+            "GPUS IN USE",
+            "MEMORY GRANTED",
+            "USED",
+            "HEALTH",
+        ],
+        &rows,
+    ));
+    Page {
+        status: 200,
+        html: frame("Overview", &banners(world, metrics), true, &body),
+    }
+}
+
+/// Pods on a node with what each holds per device, and their CU sets (AMD).
+struct Slice<'a> {
+    pod: String,
+    uuid: &'a str,
+    mem_mib: u64,
+    cores: u64,
+    cus: Option<CuSet>,
+}
+
+fn node_pods<'a>(world: &'a World, node: &str) -> (Vec<Slice<'a>>, Vec<String>) {
+    let mut slices = Vec::new();
+    let mut problems = Vec::new();
+    for (_, h) in world.state.holdings() {
+        if h.node != node {
+            continue;
+        }
+        let key = format!("{}/{}", h.namespace, h.name);
+        let cus = world
+            .pods
+            .get(&key)
+            .and_then(|p| p.metadata.annotations.as_ref())
+            .and_then(|a| a.get(pod_keys::AMD_CU_ALLOCATED))
+            .map(|text| CuAllocation::parse(text));
+        let cus = match cus {
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => {
+                problems.push(format!("{key}: {}: {e}", pod_keys::AMD_CU_ALLOCATED));
+                None
+            }
+            None => None,
+        };
+        for c in &h.charges {
+            slices.push(Slice {
+                pod: key.clone(),
+                uuid: c.uuid.as_str(),
+                mem_mib: c.mem_mib,
+                cores: c.cores,
+                cus: cus.as_ref().and_then(|a| a.0.get(&c.uuid).cloned()),
+            });
+        }
+    }
+    slices.sort_by(|a, b| a.pod.cmp(&b.pod));
+    (slices, problems)
+}
+
+pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
+    let banners = banners(world, metrics);
+    let Some(object) = world.nodes.get(name) else {
+        return not_found(&format!("Node {name}"), &banners);
+    };
+    let mut body = format!("<h1>Node {}</h1>", esc(name));
+    let report = match node_report(object) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            let _ = write!(
+                body,
+                "<p class=\"bad\">The node's GPU registration cannot be read: {}</p>",
+                esc(&e.0)
+            );
+            None
+        }
+    };
+    if let Some(r) = &report {
+        if let Some(mode) = &r.amd_operating_mode {
+            let _ = write!(
+                body,
+                "<p>AMD operating mode (node override): {}</p>",
+                esc(mode)
+            );
+        }
+        if let Some(p) = &r.amd_compute_partition {
+            let _ = write!(
+                body,
+                "<p>AMD compute partition (node override): {}</p>",
+                esc(p)
+            );
+        }
+        if let Some(lock) = &r.lock {
+            let _ = write!(
+                body,
+                "<p>Node lock: {}</p>",
+                esc(&lock
+                    .problem
+                    .clone()
+                    .map(|p| format!("unreadable ({p})"))
+                    .unwrap_or_else(|| format!(
+                        "held by {} since {}",
+                        lock.owner
+                            .clone()
+                            .unwrap_or_else(|| "a legacy writer".into()),
+                        lock.taken_at.clone().unwrap_or_default()
+                    )))
+            );
+        }
+    }
+    let snapshot = world.state.node(name);
+    for (vendor, e) in snapshot
+        .map(|s| s.devices.register_errors.as_slice())
+        .unwrap_or(&[])
+    {
+        let _ = write!(
+            body,
+            "<p class=\"bad\">{} registration: {}</p>",
+            vendor.word(),
+            esc(e)
+        );
+    }
+    let (slices, problems) = node_pods(world, name);
+    for p in &problems {
+        let _ = write!(body, "<p class=\"bad\">{}</p>", esc(p));
+    }
+    let cards = snapshot.map(|s| s.devices.gpus.len()).unwrap_or(0);
+    let _ = write!(body, "<h2>Cards and partitions ({cards})</h2>");
+    if cards == 0 {
+        body.push_str("<p class=\"muted\">This node registers no GPU.</p>");
+    }
+    body.push_str("<div class=\"cards\">");
+    if let Some(snapshot) = snapshot {
+        for (gpu, usage) in snapshot.devices.gpus.iter().zip(&snapshot.usage) {
+            let info = &gpu.info;
+            let amd = gpu.vendor == Vendor::Amd;
+            let unit = cores_unit(gpu.vendor.word());
+            let mine: Vec<&Slice> = slices.iter().filter(|s| s.uuid == info.id).collect();
+            let used_mib: Option<f64> = {
+                let v: Vec<f64> = mine
+                    .iter()
+                    .filter_map(|s| {
+                        let (ns, p) = s.pod.split_once('/').unwrap_or(("", &s.pod));
+                        metrics.pod_device(ns, p, &info.id).memory_bytes
+                    })
+                    .collect();
+                let card = metrics.cards.get(&info.id).and_then(|c| c.1);
+                card.map(|b| b / 1048576.0)
+                    .or_else(|| (!v.is_empty()).then(|| v.iter().sum::<f64>() / 1048576.0))
+            };
+            let _ = write!(
+                body,
+                "<section class=\"card\" data-card=\"{id}\" aria-labelledby=\"card-{idx}\"><h3 id=\"card-{idx}\">{vendor} #{index} {ty} <span class=\"muted\">{id}</span></h3><p>{health} · mode {mode} · {shares}/{count} shares · NUMA {numa}</p>",
+                id = esc(&info.id),
+                idx = url_segment(&info.id),
+                vendor = gpu.vendor.word(),
+                index = info.index,
+                ty = esc(&info.device_type),
+                health = if info.health {
+                    "healthy".to_owned()
+                } else {
+                    "<span class=\"bad\">UNHEALTHY</span>".to_owned()
+                },
+                mode = esc(if info.mode.as_str().is_empty() {
+                    "-"
+                } else {
+                    info.mode.as_str()
+                }),
+                shares = usage.used,
+                count = info.count,
+                numa = info.numa,
+            );
+            let _ = write!(
+                body,
+                "<p>{}<br>{}</p>",
+                meter(
+                    "Memory (MiB)",
+                    usage.mem_mib as f64,
+                    used_mib,
+                    info.devmem as f64,
+                    "MiB"
+                ),
+                meter(
+                    &format!("Compute ({unit})"),
+                    usage.cores as f64,
+                    metrics
+                        .cards
+                        .get(&info.id)
+                        .and_then(|c| c.0)
+                        .filter(|_| !amd),
+                    f64::from(info.devcore),
+                    unit
+                ),
+            );
+            if amd {
+                let owners: Vec<CuOwner> = mine
+                    .iter()
+                    .filter_map(|s| s.cus.as_ref().map(|cus| CuOwner { pod: &s.pod, cus }))
+                    .collect();
+                body.push_str(&cu_map(
+                    info.devcore,
+                    &owners,
+                    info.custom_info.cu_per_wgp,
+                    &format!("CU map of {}: {} CUs", info.id, info.devcore),
+                ));
+            }
+            if mine.is_empty() {
+                body.push_str("<p class=\"muted\">No slices.</p>");
+            } else {
+                let rows: Vec<Vec<String>> = mine
+                    .iter()
+                    .map(|s| {
+                        let (ns, p) = s.pod.split_once('/').unwrap_or(("", &s.pod));
+                        let u = metrics.pod_device(ns, p, &info.id);
+                        vec![
+                            pod_link(&s.pod),
+                            format!("{} MiB", s.mem_mib),
+                            u.memory_bytes
+                                .map(|b| mib(b / 1048576.0))
+                                .unwrap_or_else(|| "no samples yet".into()),
+                            u.utilization
+                                .map(|v| format!("{v:.0}%"))
+                                .unwrap_or_else(|| "no samples yet".into()),
+                            format!("{} {unit}", s.cores),
+                            s.cus
+                                .as_ref()
+                                .map(|c| esc(&c.to_string()))
+                                .unwrap_or_else(|| "-".into()),
+                        ]
+                    })
+                    .collect();
+                body.push_str(&table(
+                    "Slices",
+                    &[
+                        "POD",
+                        "MEMORY GRANTED",
+                        "USED",
+                        "UTILIZATION",
+                        "COMPUTE",
+                        "CUS",
+                    ],
+                    &rows,
+                ));
+            }
+            body.push_str("</section>");
+        }
+    }
+    body.push_str("</div><h2>Events</h2>");
+    let events: Vec<&EventRow> = world.events_of("Node", "", name).collect();
+    let events = if events.is_empty() {
+        world
+            .events
+            .iter()
+            .filter(|e| e.kind == "Node" && e.name == name)
+            .collect()
+    } else {
+        events
+    };
+    body.push_str(&events_table(&events));
+    Page {
+        status: 200,
+        html: frame(&format!("Node {name}"), &banners, true, &body),
+    }
+}
+
+pub fn pod(world: &World, metrics: &Metrics, namespace: &str, name: &str, now: i64) -> Page {
+    let banners = banners(world, metrics);
+    let key = format!("{namespace}/{name}");
+    let Some(object) = world.pods.get(&key) else {
+        return not_found(&format!("Pod {key}"), &banners);
+    };
+    let mut body = format!("<h1>Pod {}</h1>", esc(&key));
+    match pod_report(object) {
+        Err(e) => {
+            let _ = write!(
+                body,
+                "<p class=\"bad\">This pod's GPU request or annotations cannot be read: {}</p>",
+                esc(&e.0)
+            );
+        }
+        Ok(r) => {
+            let _ = write!(
+                body,
+                "<p>Node: {} · bind phase: {} · phase: {}</p>",
+                r.node
+                    .as_deref()
+                    .map(node_link)
+                    .unwrap_or_else(|| "(not scheduled)".into()),
+                esc(r.bind_phase.as_deref().unwrap_or("-")),
+                esc(object
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase.as_deref())
+                    .unwrap_or("-"))
+            );
+            let mut rows = Vec::new();
+            for c in &r.containers {
+                let asked = if c.asked.is_empty() {
+                    "-".to_owned()
+                } else {
+                    c.asked
+                        .iter()
+                        .map(|a| esc(&a.describe()))
+                        .collect::<Vec<_>>()
+                        .join("<br>")
+                };
+                let got = if c.got.is_empty() {
+                    if c.asked.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        "(not scheduled)".to_owned()
+                    }
+                } else {
+                    c.got
+                        .iter()
+                        .map(|g| {
+                            let ranges = match (&g.cu_ranges, g.cu_ranges_shared) {
+                                (Some(r), true) => format!(", CUs {r} (pod-wide)"),
+                                (Some(r), false) => format!(", CUs {r}"),
+                                (None, _) if g.vendor == "AMD" && c.waiting_for_allocate => {
+                                    ", CUs pending Allocate".into()
+                                }
+                                (None, _) => String::new(),
+                            };
+                            esc(&format!(
+                                "{} {}: {} MiB, {} {}{ranges}",
+                                g.uuid, g.device_type, g.memory_mib, g.cores, g.cores_unit
+                            ))
+                        })
+                        .collect::<Vec<_>>()
+                        .join("<br>")
+                };
+                rows.push(vec![esc(&c.name), c.kind.as_str().to_owned(), asked, got]);
+            }
+            body.push_str(&table(
+                "Per container: asked and got",
+                &["CONTAINER", "KIND", "ASKED", "GOT"],
+                &rows,
+            ));
+            for n in &r.notes {
+                let _ = write!(body, "<p class=\"muted\">Note: {}</p>", esc(n));
+            }
+        }
+    }
+    body.push_str("<h2>Live</h2><div class=\"cards\">");
+    let mine = |m: &BTreeMap<(String, String, String, String), Series>| -> Vec<(String, Series)> {
+        m.iter()
+            .filter(|((ns, p, _, _), _)| ns == namespace && p == name)
+            .map(|((_, _, c, d), s)| (format!("{c} on {d}"), s.clone()))
+            .collect()
+    };
+    let util = mine(&metrics.utilization);
+    let memory: Vec<(String, Series)> = mine(&metrics.memory)
+        .into_iter()
+        .map(|(l, s)| {
+            (
+                l,
+                Series(s.0.iter().map(|(t, v)| (*t, v / 1048576.0)).collect()),
+            )
+        })
+        .collect();
+    let lines = |v: &[(String, Series)]| -> Vec<(String, Series, &'static str)> {
+        v.iter()
+            .enumerate()
+            .map(|(i, (l, s))| (l.clone(), s.clone(), PALETTE[i % PALETTE.len()]))
+            .collect()
+    };
+    let (u, m) = (lines(&util), lines(&memory));
+    let u_refs: Vec<(&str, &Series, &str)> =
+        u.iter().map(|(l, s, c)| (l.as_str(), s, *c)).collect();
+    let m_refs: Vec<(&str, &Series, &str)> =
+        m.iter().map(|(l, s, c)| (l.as_str(), s, *c)).collect();
+    body.push_str(&line_chart(
+        "Utilization per container and device (%)",
+        "%",
+        &u_refs,
+        now,
+        100.0,
+    ));
+    body.push_str(&line_chart(
+        "Device memory used per container and device (MiB)",
+        " MiB",
+        &m_refs,
+        now,
+        0.0,
+    ));
+    body.push_str("</div><h2>Events</h2>");
+    let events: Vec<&EventRow> = world.events_of("Pod", namespace, name).collect();
+    body.push_str(&events_table(&events));
+    Page {
+        status: 200,
+        html: frame(&format!("Pod {key}"), &banners, true, &body),
+    }
+}

@@ -1,0 +1,179 @@
+//! The Kubernetes side: one watcher per resource (nodes, pods, core/v1 and
+//! events.k8s.io/v1 Events) feeding [`World`]. A watch error becomes a banner while it
+//! lasts; the watcher retries with backoff and the pages keep what was last seen.
+
+use std::sync::{Arc, RwLock};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
+use k8s_openapi::api::events::v1::Event as NewEvent;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::world::{EventRow, World};
+
+pub fn core_event_row(e: &CoreEvent) -> EventRow {
+    let at = e
+        .last_timestamp
+        .as_ref()
+        .or(e.first_timestamp.as_ref())
+        .map(|t| t.0.as_second())
+        .or_else(|| e.event_time.as_ref().map(|t| t.0.as_second()))
+        .or_else(|| {
+            e.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second())
+        })
+        .unwrap_or(0);
+    let o = &e.involved_object;
+    EventRow {
+        uid: e.metadata.uid.clone().unwrap_or_default(),
+        source: "core",
+        at,
+        kind: o.kind.clone().unwrap_or_default(),
+        namespace: o.namespace.clone().unwrap_or_default(),
+        name: o.name.clone().unwrap_or_default(),
+        reason: e.reason.clone().unwrap_or_default(),
+        note: e.message.clone().unwrap_or_default(),
+        warning: e.type_.as_deref() == Some("Warning"),
+    }
+}
+
+pub fn new_event_row(e: &NewEvent) -> EventRow {
+    let at = e
+        .event_time
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .or_else(|| {
+            e.deprecated_last_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second())
+        })
+        .or_else(|| {
+            e.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second())
+        })
+        .unwrap_or(0);
+    let r = e.regarding.clone().unwrap_or_default();
+    EventRow {
+        uid: e.metadata.uid.clone().unwrap_or_default(),
+        source: "events",
+        at,
+        kind: r.kind.unwrap_or_default(),
+        namespace: r.namespace.unwrap_or_default(),
+        name: r.name.unwrap_or_default(),
+        reason: e.reason.clone().unwrap_or_default(),
+        note: e.note.clone().unwrap_or_default(),
+        warning: e.type_.as_deref() == Some("Warning"),
+    }
+}
+
+/// How a watcher's events change the world.
+trait Apply: Sized {
+    const WHAT: &'static str;
+    fn apply(world: &mut World, obj: Self);
+    fn delete(world: &mut World, obj: &Self);
+    fn reset(world: &mut World, all: Vec<Self>);
+}
+
+impl Apply for Node {
+    const WHAT: &'static str = "nodes";
+    fn apply(world: &mut World, obj: Self) {
+        world.upsert_node(obj);
+    }
+    fn delete(world: &mut World, obj: &Self) {
+        world.remove_node(obj.metadata.name.as_deref().unwrap_or_default());
+    }
+    fn reset(world: &mut World, all: Vec<Self>) {
+        world.reset_nodes(all);
+    }
+}
+
+impl Apply for Pod {
+    const WHAT: &'static str = "pods";
+    fn apply(world: &mut World, obj: Self) {
+        world.upsert_pod(obj);
+    }
+    fn delete(world: &mut World, obj: &Self) {
+        world.remove_pod(obj);
+    }
+    fn reset(world: &mut World, all: Vec<Self>) {
+        world.reset_pods(all);
+    }
+}
+
+impl Apply for CoreEvent {
+    const WHAT: &'static str = "events";
+    fn apply(world: &mut World, obj: Self) {
+        world.upsert_event(core_event_row(&obj));
+    }
+    fn delete(world: &mut World, obj: &Self) {
+        world.remove_event(&core_event_row(obj).uid);
+    }
+    fn reset(world: &mut World, all: Vec<Self>) {
+        world.reset_events("core", all.iter().map(core_event_row).collect());
+    }
+}
+
+impl Apply for NewEvent {
+    const WHAT: &'static str = "events.k8s.io events";
+    fn apply(world: &mut World, obj: Self) {
+        world.upsert_event(new_event_row(&obj));
+    }
+    fn delete(world: &mut World, obj: &Self) {
+        world.remove_event(&new_event_row(obj).uid);
+    }
+    fn reset(world: &mut World, all: Vec<Self>) {
+        world.reset_events("events", all.iter().map(new_event_row).collect());
+    }
+}
+
+async fn run<K>(api: Api<K>, world: Arc<RwLock<World>>)
+where
+    K: Apply + Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    if let Ok(mut w) = world.write() {
+        w.synced.insert(K::WHAT, false);
+    }
+    let mut buffer: Vec<K> = Vec::new();
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .into_stream()
+        .boxed();
+    while let Some(item) = stream.next().await {
+        let Ok(mut w) = world.write() else { return };
+        match item {
+            Err(e) => {
+                w.api_errors.insert(K::WHAT, e.to_string());
+            }
+            Ok(event) => {
+                w.api_errors.remove(K::WHAT);
+                match event {
+                    Event::Init => buffer.clear(),
+                    Event::InitApply(obj) => buffer.push(obj),
+                    Event::InitDone => {
+                        K::reset(&mut w, std::mem::take(&mut buffer));
+                        w.synced.insert(K::WHAT, true);
+                    }
+                    Event::Apply(obj) => K::apply(&mut w, obj),
+                    Event::Delete(obj) => K::delete(&mut w, &obj),
+                }
+            }
+        }
+    }
+}
+
+/// Starts the watchers; they run until the runtime stops.
+pub fn start(client: Client, world: Arc<RwLock<World>>) -> Vec<tokio::task::JoinHandle<()>> {
+    vec![
+        tokio::spawn(run(Api::<Node>::all(client.clone()), world.clone())),
+        tokio::spawn(run(Api::<Pod>::all(client.clone()), world.clone())),
+        tokio::spawn(run(Api::<CoreEvent>::all(client.clone()), world.clone())),
+        tokio::spawn(run(Api::<NewEvent>::all(client), world)),
+    ]
+}

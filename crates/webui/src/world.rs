@@ -1,0 +1,160 @@
+//! What the UI knows about the cluster: nodes, pods and events as the watchers last saw
+//! them, and the scheduler's own usage state (`ClusterState`, the core `hami status`
+//! uses), kept incrementally: a pod's annotations are decoded once per change, not per
+//! page view. Plain data; the watchers (`watch.rs`) feed it.
+
+use std::collections::BTreeMap;
+
+use hami_scheduler::state::ClusterState;
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+/// Events kept (newest); older ones are dropped.
+pub const MAX_EVENTS: usize = 5000;
+
+/// A Kubernetes Event, core/v1 or events.k8s.io/v1, reduced to what the pages show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRow {
+    /// The same Event read through core/v1 and events.k8s.io/v1 has one uid: kept once.
+    pub uid: String,
+    /// `core` or `events` (the API group it was read from).
+    pub source: &'static str,
+    /// Seconds since the epoch (the event's last time, else its first).
+    pub at: i64,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub reason: String,
+    pub note: String,
+    pub warning: bool,
+}
+
+/// The scheduler's reasons for a pod that waits.
+pub fn is_scheduling_failure(reason: &str) -> bool {
+    matches!(
+        reason,
+        "FilteringFailed" | "FailedScheduling" | "BindingFailed"
+    )
+}
+
+#[derive(Debug, Default)]
+pub struct World {
+    pub nodes: BTreeMap<String, Node>,
+    /// By `namespace/name` (pages address pods by name).
+    pub pods: BTreeMap<String, Pod>,
+    pub events: Vec<EventRow>,
+    pub state: ClusterState,
+    /// Which resources have completed their first list.
+    pub synced: BTreeMap<&'static str, bool>,
+    /// The last watch error per resource while it lasts (cleared by the next success).
+    pub api_errors: BTreeMap<&'static str, String>,
+}
+
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+impl World {
+    pub fn upsert_node(&mut self, node: Node) {
+        self.state.upsert_node(&node);
+        let name = node.metadata.name.clone().unwrap_or_default();
+        self.nodes.insert(name, node);
+    }
+
+    pub fn remove_node(&mut self, name: &str) {
+        self.state.remove_node(name);
+        self.nodes.remove(name);
+    }
+
+    pub fn reset_nodes(&mut self, nodes: Vec<Node>) {
+        self.state.reset_nodes(nodes.iter());
+        self.nodes = nodes
+            .into_iter()
+            .map(|n| (n.metadata.name.clone().unwrap_or_default(), n))
+            .collect();
+    }
+
+    pub fn upsert_pod(&mut self, pod: Pod) {
+        self.state.upsert_pod(&pod);
+        self.pods.insert(pod_key(&pod), pod);
+    }
+
+    pub fn remove_pod(&mut self, pod: &Pod) {
+        if let Some(uid) = &pod.metadata.uid {
+            self.state.remove_pod(uid);
+        }
+        self.pods.remove(&pod_key(pod));
+    }
+
+    pub fn reset_pods(&mut self, pods: Vec<Pod>) {
+        self.state.reset_pods(pods.iter());
+        self.pods = pods.into_iter().map(|p| (pod_key(&p), p)).collect();
+    }
+
+    /// Adds or replaces an event (by uid), keeping them ordered by time.
+    pub fn upsert_event(&mut self, event: EventRow) {
+        self.events.retain(|e| e.uid != event.uid);
+        let at = self.events.partition_point(|e| e.at <= event.at);
+        self.events.insert(at, event);
+        if self.events.len() > MAX_EVENTS {
+            let extra = self.events.len() - MAX_EVENTS;
+            self.events.drain(..extra);
+        }
+    }
+
+    pub fn remove_event(&mut self, uid: &str) {
+        self.events.retain(|e| e.uid != uid);
+    }
+
+    /// Replaces the events read from one source.
+    pub fn reset_events(&mut self, source: &str, events: Vec<EventRow>) {
+        self.events.retain(|e| e.source != source);
+        for e in events {
+            self.upsert_event(e);
+        }
+    }
+
+    /// Events about one object, oldest first.
+    pub fn events_of<'a>(
+        &'a self,
+        kind: &'a str,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a EventRow> {
+        self.events
+            .iter()
+            .filter(move |e| e.kind == kind && e.name == name && e.namespace == namespace)
+    }
+
+    /// The scheduling failures as `hami status` takes them: (namespace, name, note),
+    /// oldest first.
+    pub fn scheduling_notes(&self) -> Vec<(String, String, String)> {
+        self.events
+            .iter()
+            .filter(|e| e.kind == "Pod" && is_scheduling_failure(&e.reason))
+            .map(|e| (e.namespace.clone(), e.name.clone(), e.note.clone()))
+            .collect()
+    }
+
+    /// Problems to show on every page (watch errors; resources not yet listed).
+    pub fn banners(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .api_errors
+            .iter()
+            .map(|(what, e)| {
+                format!("The Kubernetes API server cannot be read ({what}): {e}. Showing what was last seen.")
+            })
+            .collect();
+        for (what, synced) in &self.synced {
+            if !synced && !self.api_errors.contains_key(what) {
+                out.push(format!(
+                    "Still listing {what} from the Kubernetes API server…"
+                ));
+            }
+        }
+        out
+    }
+}

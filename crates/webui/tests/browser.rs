@@ -1,0 +1,631 @@
+//! The web UI in a real browser: Debian's Chromium (headless) driven by chromedriver over
+//! its W3C HTTP protocol (a small client below), against the demo's cluster (`hami demo`'s
+//! components in-process, its example pods, its monitors). Every page loads without
+//! console errors and shows what the API server holds: the nodes, one card per
+//! registered GPU or partition, the pods; each CU map has one cell per CU and its owners'
+//! cells match `hami.io/amd-cu-allocated` (decoded by crates/protocol); charts have data
+//! where a monitor has samples and say "No samples yet" where none has; the live refresh
+//! runs; the What-if form plans; unknown objects are 404 pages. axe-core checks each page
+//! (headings, labels, contrast). Screenshots go to target/webui-screenshots/.
+//!
+//! Needs `chromium` and `chromium-driver` (Debian packages; CI installs them) and
+//! `npm ci --prefix crates/webui/tests/axe` (CI runs it): fails clearly without them.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hami_demo::{Cluster, DemoArgs, Progress};
+use hami_protocol::cu_allocated::CuAllocation;
+use hami_protocol::device_list::decode_pod_devices;
+use hami_protocol::names::{Vendor, pod as pod_keys};
+use hami_protocol::node_register::decode_node_devices;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::{Value, json};
+
+// ---- a minimal W3C WebDriver client (blocking HTTP/1.1, one request per connection) ----
+
+fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> Value {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("chromedriver reachable");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let payload = body.map(|b| b.to_string()).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+        payload.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    // Read the head, then exactly Content-Length bytes (chromedriver may keep the
+    // connection open), or chunks until the last one.
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 65536];
+    let head_end = loop {
+        if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = stream.read(&mut buf).expect("chromedriver answers");
+        assert!(n > 0, "{method} {path}: connection closed before the head");
+        raw.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    let chunked = head.contains("transfer-encoding: chunked");
+    loop {
+        let have = raw.len() - head_end;
+        let complete = match length {
+            Some(n) => have >= n,
+            None if chunked => raw.ends_with(b"0\r\n\r\n"),
+            None => false,
+        };
+        if complete {
+            break;
+        }
+        let n = stream.read(&mut buf).expect("chromedriver answers");
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let rest = String::from_utf8_lossy(&raw[head_end..]).into_owned();
+    let body = if chunked { dechunk(&rest) } else { rest };
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{method} {path}: {e}: {body}"))
+}
+
+fn dechunk(mut text: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = text.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        text = &rest[n + 2..];
+    }
+    out
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let bytes: Vec<u8> = text
+        .bytes()
+        .filter(|c| *c != b'=' && !c.is_ascii_whitespace())
+        .collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, c)| {
+            acc | (u32::from(value(*c)) << (18 - 6 * i))
+        });
+        out.push((n >> 16) as u8);
+        if chunk.len() > 2 {
+            out.push((n >> 8) as u8);
+        }
+        if chunk.len() > 3 {
+            out.push(n as u8);
+        }
+    }
+    out
+}
+
+struct Browser {
+    driver: Child,
+    port: u16,
+    session: String,
+    shots: PathBuf,
+}
+
+impl Browser {
+    fn start(shots: PathBuf) -> Browser {
+        for bin in ["chromedriver", "chromium"] {
+            let found = Command::new(bin).arg("--version").output();
+            assert!(
+                found.is_ok_and(|o| o.status.success()),
+                "{bin} is not on PATH: install Debian's chromium and chromium-driver (apt-get install -y --no-install-recommends chromium chromium-driver); CI installs them"
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let profile =
+            std::env::temp_dir().join(format!("hami-webui-chromium-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&profile);
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:loggingPrefs": {"browser": "ALL"},
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--disable-dev-shm-usage", "--window-size=1280,1600",
+                    format!("--user-data-dir={}", profile.display())]
+            }
+        }}});
+        let created = http(port, "POST", "/session", Some(&caps));
+        let session = created["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {created}"))
+            .to_owned();
+        std::fs::create_dir_all(&shots).unwrap();
+        Browser {
+            driver,
+            port,
+            session,
+            shots,
+        }
+    }
+
+    fn cmd(&self, method: &str, what: &str, body: Option<Value>) -> Value {
+        let v = http(
+            self.port,
+            method,
+            &format!("/session/{}/{what}", self.session),
+            body.as_ref(),
+        );
+        assert!(v["value"]["error"].is_null(), "{what}: {v}");
+        v["value"].clone()
+    }
+
+    fn go(&self, url: &str) {
+        self.cmd("POST", "url", Some(json!({"url": url})));
+    }
+
+    fn js(&self, script: &str) -> Value {
+        self.cmd(
+            "POST",
+            "execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+    }
+
+    /// Waits for `script` to return true (bounded).
+    fn wait(&self, script: &str, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.js(script) != Value::Bool(true) {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn text(&self) -> String {
+        self.js("return document.body.innerText;")
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Console messages at SEVERE level since the last call (JS errors, failed loads).
+    fn console_errors(&self) -> Vec<String> {
+        let logs = self.cmd("POST", "se/log", Some(json!({"type": "browser"})));
+        logs.as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["level"] == "SEVERE")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    fn screenshot(&self, name: &str) -> PathBuf {
+        let data = self.cmd("GET", "screenshot", None);
+        let path = self.shots.join(format!("{name}.png"));
+        std::fs::write(&path, base64_decode(data.as_str().unwrap())).unwrap();
+        path
+    }
+
+    /// axe-core's violations of the checks the issue names (headings, labels, contrast,
+    /// and the rest of axe's WCAG A/AA rules), as "rule: target" lines.
+    fn axe(&self, axe_source: &str) -> Vec<String> {
+        self.js(axe_source);
+        let script = "var done = arguments[arguments.length - 1]; axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'best-practice']}}).then(function (r) { done(r.violations.map(function (v) { return v.id + ': ' + v.nodes.slice(0, 3).map(function (n) { return n.target.join(' '); }).join(', '); })); }, function (e) { done(['axe failed: ' + e]); });";
+        let v = self.cmd(
+            "POST",
+            "execute/async",
+            Some(json!({"script": script, "args": []})),
+        );
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| s.as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = http(
+            self.port,
+            "DELETE",
+            &format!("/session/{}", self.session),
+            None,
+        );
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+// ---- the demo, and a monitor stand-in with container samples ----
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Serves, in the monitor's exposition (same families and labels), a utilization and a
+/// memory sample that change per scrape for each `(namespace, pod, container, uuid)`:
+/// the demo runs no GPU processes yet (issue 15), and the charts need samples to draw.
+async fn sampling_monitor(series: Vec<(String, String, String, String)>) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tick = std::sync::Arc::new(AtomicU64::new(0));
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let n = tick.fetch_add(1, Ordering::SeqCst);
+            let series = series.clone();
+            async move {
+                let mut body = String::from("# TYPE hami_container_device_utilization_ratio gauge\n");
+                for (ns, pod, ctr, uuid) in &series {
+                    let labels = format!("zone=\"vGPU\",namespace=\"{ns}\",pod=\"{pod}\",container=\"{ctr}\",vdevice_index=\"0\",device_uuid=\"{uuid}\"");
+                    body.push_str(&format!("hami_container_device_utilization_ratio{{{labels}}} {}\n", 30 + n % 40));
+                    body.push_str(&format!("hami_container_device_memory_bytes{{{labels}}} {}\n", (512 + 64 * (n % 8)) << 20));
+                }
+                body
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.ok() });
+    format!("http://{addr}/metrics")
+}
+
+#[test]
+fn every_page_in_chromium_against_the_demo() {
+    let axe_path = repo().join("crates/webui/tests/axe/node_modules/axe-core/axe.min.js");
+    let axe_source = std::fs::read_to_string(&axe_path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: run `npm ci --prefix crates/webui/tests/axe` (CI does)",
+            axe_path.display()
+        )
+    });
+    let shots = repo().join("target/webui-screenshots");
+    let browser = Browser::start(shots.clone());
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = std::env::temp_dir().join(format!("hami-webui-browser-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let args = DemoArgs {
+        once: true,
+        api_listen: "127.0.0.1:0".parse().unwrap(),
+        examples: repo().join("examples"),
+        kubeconfig_out: dir.join("kubeconfig"),
+        settle_seconds: 25,
+        scenario: None,
+        ui_listen: "127.0.0.1:0".parse().unwrap(),
+    };
+    let (cluster, demo_ui, ui, nodes, pods) = runtime.block_on(async {
+        let mut sink = Vec::new();
+        let mut progress = Progress::new(&mut sink);
+        let cluster = Cluster::start(&args, &mut progress).await.unwrap();
+        let demo_ui = hami_demo::start_ui(&cluster, &args).await.unwrap();
+        let submitted = cluster
+            .submit_examples(&args.examples, &mut progress)
+            .await
+            .unwrap();
+        cluster
+            .settle(&submitted, Duration::from_secs(25), &mut progress)
+            .await;
+        // Card-level counters in the simulated sysfs, as amdgpu exposes them: the real
+        // monitors then report host memory and busy percent per card.
+        for node in &cluster.nodes {
+            let Ok(gpus) = hami_monitor::host_gpus::amd_host_gpus(&node.tree.sysfs_root()) else {
+                continue;
+            };
+            for gpu in gpus {
+                let d = format!("bus/pci/drivers/amdgpu/{}", gpu.pci_bdf);
+                node.tree
+                    .write(&format!("{d}/mem_info_vram_used"), "2147483648\n")
+                    .unwrap();
+                node.tree
+                    .write(&format!("{d}/gpu_busy_percent"), "37\n")
+                    .unwrap();
+            }
+        }
+        let nodes = Api::<Node>::all(cluster.client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let pods = Api::<Pod>::all(cluster.client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        // Container samples for the AMD pods on the MI210 node.
+        let mut series = Vec::new();
+        for pod in &pods {
+            let a = pod.metadata.annotations.clone().unwrap_or_default();
+            let Some(list) = a.get(Vendor::Amd.names().devices_allocated) else {
+                continue;
+            };
+            let runs = decode_pod_devices(list).unwrap();
+            let containers = &pod.spec.as_ref().unwrap().containers;
+            for (run, ctr) in runs
+                .iter()
+                .skip(
+                    pod.spec
+                        .as_ref()
+                        .unwrap()
+                        .init_containers
+                        .as_ref()
+                        .map_or(0, |c| c.len()),
+                )
+                .zip(containers)
+            {
+                for dev in run {
+                    series.push((
+                        "default".to_owned(),
+                        pod.metadata.name.clone().unwrap(),
+                        ctr.name.clone(),
+                        dev.uuid.clone(),
+                    ));
+                }
+            }
+        }
+        assert!(!series.is_empty(), "the demo places AMD pods");
+        let mut monitors: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|n| format!("http://{}/metrics", n.monitor_addr))
+            .collect();
+        monitors.push(sampling_monitor(series).await);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ui = hami_webui::start(
+            cluster.client.clone(),
+            listener,
+            monitors,
+            Duration::from_millis(500),
+        )
+        .unwrap();
+        (cluster, demo_ui, ui, nodes, pods)
+    });
+    let url = ui.url();
+    let mut problems: Vec<String> = Vec::new();
+    let check_page = |browser: &Browser, name: &str, problems: &mut Vec<String>| {
+        let errors = browser.console_errors();
+        if !errors.is_empty() {
+            problems.push(format!("{name}: console errors: {errors:?}"));
+        }
+        let violations = browser.axe(&axe_source);
+        if !violations.is_empty() {
+            problems.push(format!("{name}: axe: {violations:?}"));
+        }
+        browser.screenshot(name);
+    };
+
+    // The demo's own UI serves the same cluster.
+    browser.go(&demo_ui.url());
+    browser.wait(
+        "return document.querySelectorAll('a[href^=\"/nodes/\"]').length >= 3;",
+        "the demo UI's node links",
+    );
+
+    // Overview: every GPU node, every pending GPU pod; the trend has data; live refresh runs.
+    browser.go(&url);
+    browser.wait("return document.body.innerText.indexOf('Still listing') < 0 && document.querySelectorAll('figure.chart svg[data-points]').length >= 2;", "the overview with its trend charts");
+    let text = browser.text();
+    let gpu_nodes: Vec<&Node> = nodes
+        .iter()
+        .filter(|n| {
+            let a = n.metadata.annotations.clone().unwrap_or_default();
+            Vendor::ALL
+                .iter()
+                .any(|v| a.contains_key(v.names().node_register))
+        })
+        .collect();
+    assert!(gpu_nodes.len() >= 3, "{}", gpu_nodes.len());
+    for n in &gpu_nodes {
+        let name = n.metadata.name.clone().unwrap();
+        assert!(text.contains(&name), "overview lists node {name}:\n{text}");
+    }
+    for p in &pods {
+        let bound = p.spec.as_ref().and_then(|s| s.node_name.clone()).is_some();
+        let asks = hami_protocol::requests::pod_requests(p, &Default::default())
+            .is_ok_and(|r| r.iter().any(|c| !c.is_empty()));
+        if !bound && asks {
+            let name = p.metadata.name.clone().unwrap();
+            assert!(
+                text.contains(&format!("default/{name}")),
+                "pending pod {name} listed:\n{text}"
+            );
+        }
+    }
+    // Compute used per type: the real monitors' card busy percent (sysfs above).
+    browser.wait(
+        "return document.body.innerText.indexOf('37% busy') >= 0;",
+        "the cards' busy percent from the monitors",
+    );
+    browser.wait("var s = document.getElementById('live-status'); return !!s && s.textContent.indexOf('Live: updated') === 0;", "the live refresh");
+    check_page(&browser, "overview", &mut problems);
+
+    // Node pages: cards and CU maps against the annotations.
+    for n in &gpu_nodes {
+        let name = n.metadata.name.clone().unwrap();
+        browser.go(&format!("{url}nodes/{name}"));
+        browser.wait(
+            "return document.querySelectorAll('h1').length === 1;",
+            "a node page",
+        );
+        let a = n.metadata.annotations.clone().unwrap_or_default();
+        let mut devices = Vec::new();
+        for v in Vendor::ALL {
+            if let Some(text) = a.get(v.names().node_register) {
+                devices.extend(
+                    decode_node_devices(text)
+                        .unwrap()
+                        .into_iter()
+                        .map(|d| (v, d)),
+                );
+            }
+        }
+        let cards = browser.js("return document.querySelectorAll('section.card').length;");
+        assert_eq!(
+            cards,
+            json!(devices.len()),
+            "node {name}: one card per registered GPU/partition"
+        );
+        // Expected CU owners per card, from the pods' annotations.
+        let mut owners: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for p in &pods {
+            if p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(name.as_str()) {
+                continue;
+            }
+            let pa = p.metadata.annotations.clone().unwrap_or_default();
+            if let Some(text) = pa.get(pod_keys::AMD_CU_ALLOCATED) {
+                for (uuid, set) in CuAllocation::parse(text).unwrap().0 {
+                    owners.entry(uuid).or_default().insert(
+                        format!("default/{}", p.metadata.name.clone().unwrap()),
+                        set.len(),
+                    );
+                }
+            }
+        }
+        for (vendor, d) in &devices {
+            let sel = format!(
+                "document.querySelector('section[data-card=\"' + CSS.escape({}) + '\"]')",
+                json!(d.id)
+            );
+            if *vendor != Vendor::Amd {
+                assert_eq!(
+                    browser.js(&format!("return {sel}.querySelectorAll('rect.cu').length;")),
+                    json!(0)
+                );
+                continue;
+            }
+            let cells = browser.js(&format!("return {sel}.querySelectorAll('rect.cu').length;"));
+            assert_eq!(cells, json!(d.devcore), "{name} {}: one cell per CU", d.id);
+            let drawn = browser.js(&format!("var m = {{}}; {sel}.querySelectorAll('rect.cu').forEach(function (r) {{ var o = r.getAttribute('data-owner'); if (o) m[o] = (m[o] || 0) + 1; }}); return m;"));
+            let expected: BTreeMap<String, u64> = owners.get(&d.id).cloned().unwrap_or_default();
+            let drawn: BTreeMap<String, u64> = serde_json::from_value(drawn).unwrap();
+            assert_eq!(drawn, expected, "{name} {}: CU map owners", d.id);
+        }
+        if name == "mi210-node" {
+            let used = browser.js("return document.body.innerText.indexOf('2048 used') >= 0;");
+            assert_eq!(
+                used,
+                json!(true),
+                "the MI210 cards show the monitor's card memory"
+            );
+        }
+        check_page(&browser, &format!("node-{name}"), &mut problems);
+    }
+    assert!(
+        owners_seen(&pods) > 0,
+        "the demo has pods with CU allocations"
+    );
+
+    // Pod pages: containers asked and got; charts with data for the sampled pods.
+    for p in &pods {
+        let name = p.metadata.name.clone().unwrap();
+        let a = p.metadata.annotations.clone().unwrap_or_default();
+        browser.go(&format!("{url}pods/default/{name}"));
+        browser.wait(
+            "return document.querySelectorAll('h1').length === 1;",
+            "a pod page",
+        );
+        let h1 = browser.js("return document.querySelector('h1').textContent;");
+        assert_eq!(h1, json!(format!("Pod default/{name}")));
+        let spec = p.spec.as_ref().unwrap();
+        let containers =
+            spec.containers.len() + spec.init_containers.as_ref().map_or(0, |c| c.len());
+        let rows = browser.js("return document.querySelectorAll('table tbody')[0].rows.length;");
+        assert_eq!(rows, json!(containers), "pod {name}: a row per container");
+        if a.contains_key(Vendor::Amd.names().devices_allocated) && spec.node_name.is_some() {
+            browser.wait("return document.querySelectorAll('figure.chart svg polyline').length >= 2 && Array.prototype.every.call(document.querySelectorAll('figure.chart svg'), function (s) { return +s.getAttribute('data-points') > 0; });", &format!("pod {name}'s charts with data"));
+            check_page(&browser, &format!("pod-{name}"), &mut problems);
+        } else {
+            let t = browser.text();
+            assert!(
+                t.contains("No samples yet"),
+                "pod {name} without samples says so:\n{t}"
+            );
+            if name == "cannot-fit" {
+                check_page(&browser, &format!("pod-{name}"), &mut problems);
+            }
+        }
+    }
+
+    // What-if: the form plans the default scenario.
+    browser.go(&format!("{url}whatif"));
+    browser.js("document.querySelector('form').submit(); return true;");
+    browser.wait(
+        "return document.querySelectorAll('details').length > 0;",
+        "the plan's results",
+    );
+    assert_eq!(
+        browser.js(
+            "return +document.querySelector('figure.chart svg').getAttribute('data-points') > 0;"
+        ),
+        json!(true)
+    );
+    check_page(&browser, "whatif", &mut problems);
+
+    // Unknown objects.
+    browser.go(&format!("{url}nodes/no-such-node"));
+    assert_eq!(
+        browser.js("return document.querySelector('h1').textContent;"),
+        json!("Not found")
+    );
+    let _ = browser.console_errors(); // the 404 status itself is logged by Chromium
+    browser.screenshot("not-found");
+
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    ui.shutdown();
+    demo_ui.shutdown();
+    runtime.block_on(cluster.shutdown());
+    drop(browser);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn owners_seen(pods: &[Pod]) -> usize {
+    pods.iter()
+        .filter(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(pod_keys::AMD_CU_ALLOCATED))
+        })
+        .count()
+}
