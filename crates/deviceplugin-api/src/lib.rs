@@ -11,7 +11,12 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-#[allow(clippy::all, missing_docs)]
+/// The generated messages and the `Registration`/`DevicePlugin` clients and servers.
+#[allow(
+    clippy::all,
+    missing_docs,
+    reason = "prost/tonic output; the .proto carries its docs"
+)]
 pub mod v1beta1 {
     tonic::include_proto!("v1beta1");
 }
@@ -22,8 +27,9 @@ pub const VERSION: &str = "v1beta1";
 pub const DEVICE_PLUGIN_PATH: &str = "/var/lib/kubelet/device-plugins";
 /// Kubelet's registration socket name inside that directory.
 pub const KUBELET_SOCKET: &str = "kubelet.sock";
-/// Device health values.
+/// `Device.health` of a device the kubelet may allocate.
 pub const HEALTHY: &str = "Healthy";
+/// `Device.health` of a device the kubelet must stop allocating.
 pub const UNHEALTHY: &str = "Unhealthy";
 
 /// Binds a unix socket for a gRPC server, removing a stale socket file first.

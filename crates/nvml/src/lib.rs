@@ -34,8 +34,11 @@ struct Utilization {
 /// What one GPU is doing now (host metrics).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NvmlUsage {
+    /// NVML index.
     pub index: u32,
+    /// `GPU-…` UUID.
     pub uuid: String,
+    /// Product name.
     pub name: String,
     /// Device memory in use by all processes, bytes.
     pub memory_used: u64,
@@ -60,7 +63,9 @@ pub struct NvmlGpu {
 /// What discovery found: GPUs, and a warning per GPU that could not be read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NvmlDiscovery {
+    /// The GPUs NVML could read, in NVML index order.
     pub gpus: Vec<NvmlGpu>,
+    /// One line per GPU skipped, saying which and why (discovery goes on without it).
     pub warnings: Vec<String>,
 }
 
@@ -70,18 +75,31 @@ pub enum NvmlError {
     #[error(
         "cannot load NVML from {library:?}: {reason}. Install the NVIDIA driver on the node and make its libnvidia-ml.so.1 visible to the plugin (mount the driver libraries, or pass --nvml-library PATH)"
     )]
-    Load { library: String, reason: String },
+    /// `dlopen` failed.
+    Load {
+        /// The path or soname given to `dlopen`.
+        library: String,
+        /// `dlerror`'s text.
+        reason: String,
+    },
     #[error(
         "{library:?} is not NVML: symbol {symbol} is missing. Point --nvml-library at the driver's libnvidia-ml.so.1"
     )]
+    /// The library loaded but lacks a function this crate calls.
     Symbol {
+        /// The library that was loaded.
         library: String,
+        /// The missing function.
         symbol: &'static str,
     },
     #[error("{call} failed: {message} (NVML error {code})")]
+    /// An NVML function returned an error.
     Call {
+        /// The NVML function.
         call: &'static str,
+        /// Its `nvmlReturn_t`.
         code: i32,
+        /// `nvmlErrorString` of that code.
         message: String,
     },
 }

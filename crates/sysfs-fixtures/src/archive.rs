@@ -7,7 +7,9 @@ use std::fmt;
 /// One file of a capture, path relative to `topology/nodes`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchiveEntry<'a> {
+    /// E.g. `2/properties` or `2/io_links/0/properties`.
     pub path: &'a str,
+    /// The file's text, as the driver would return it.
     pub contents: &'a str,
 }
 

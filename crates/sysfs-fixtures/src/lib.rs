@@ -77,22 +77,27 @@ pub struct PciGpu {
     pub device_id: u16,
     /// `numa_node` (-1 when the platform does not say).
     pub numa_node: i32,
+    /// `mem_info_vram_total`, in bytes.
     pub vram_bytes: u64,
     /// `product_name` (absent on consumer cards and older kernels).
     pub product_name: Option<String>,
     /// `current_compute_partition` / `current_memory_partition` (absent when the GPU cannot
     /// be partitioned).
     pub partitions: Option<(String, String)>,
-    /// DRM minors of the PCI function itself: `card<N>`, `renderD<M>`.
+    /// DRM minor of the PCI function's own `card<N>`.
     pub card: u32,
+    /// DRM minor of the PCI function's own `renderD<M>`.
     pub render: u32,
 }
 
 /// An XCP platform device (`amdgpu_xcp_<index>`) holding one more partition's DRM nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct XcpDevice {
+    /// `<index>` of `amdgpu_xcp_<index>`, numbered across the whole node (not per card).
     pub index: u32,
+    /// DRM minor of the partition's `card<N>`.
     pub card: u32,
+    /// DRM minor of the partition's `renderD<M>`.
     pub render: u32,
 }
 
