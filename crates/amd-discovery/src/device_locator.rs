@@ -21,20 +21,33 @@ pub struct DrmClient<'a> {
 /// Why a client could not be mapped to one device.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LocateError {
+    /// No device carries the client's DRM minor.
     #[error("no registered device has DRM minor {0}")]
     UnknownMinor(u32),
+    /// The minor and the drm-pdev the client names point at different cards.
     #[error("DRM minor {minor} belongs to {found}, not to drm-pdev {pdev}")]
     PdevMismatch {
+        /// The client's DRM minor.
         minor: u32,
+        /// The drm-pdev (PCI address) the client names.
         pdev: String,
+        /// The card that minor belongs to.
         found: String,
     },
+    /// No device is on the client's drm-pdev.
     #[error("no registered device is on drm-pdev {0}")]
     UnknownPdev(String),
     #[error(
         "drm-pdev {pdev} is a partitioned card ({partitions} partitions): the fd's DRM minor is needed to tell which"
     )]
-    Ambiguous { pdev: String, partitions: usize },
+    /// The pdev alone does not pick one partition of a partitioned card.
+    Ambiguous {
+        /// The drm-pdev the client names.
+        pdev: String,
+        /// How many partitions that card has.
+        partitions: usize,
+    },
+    /// The client gave nothing to locate a device by.
     #[error("the client names neither a drm-pdev nor a DRM minor")]
     Nothing,
 }

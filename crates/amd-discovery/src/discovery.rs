@@ -25,9 +25,11 @@ pub struct Partition {
     pub index: u8,
     /// kubelet device key: the PCI address for partition 0, `amdgpu_xcp_<n>` for others.
     pub device_key: String,
+    /// KFD topology node (`topology/nodes/<n>`) of this partition.
     pub kfd_node: u32,
-    /// DRM minors: `card<card>`, `renderD<render>`.
+    /// DRM card minor (`card<card>`).
     pub card: u32,
+    /// DRM render minor (`renderD<render>`).
     pub render: u32,
     /// Effective CUs of this partition.
     pub compute_units: u32,
@@ -40,22 +42,29 @@ pub struct Partition {
 pub struct Gpu {
     /// PCI address as sysfs names it (lower case), e.g. `0000:05:00.0`.
     pub bdf: String,
+    /// PCI device id (`device`).
     pub device_id: u16,
     /// NUMA node, -1 when unknown.
     pub numa: i32,
+    /// `mem_info_vram_total`, in bytes.
     pub vram_bytes: u64,
     /// Registered product type (always contains `AMD`).
     pub market_name: String,
+    /// `current_compute_partition`, e.g. `CPX`; `None` when the GPU cannot be partitioned.
     pub compute_partition: Option<String>,
+    /// `current_memory_partition`, e.g. `NPS1`; `None` when the GPU cannot be partitioned.
     pub memory_partition: Option<String>,
     /// Whether the GPU can be repartitioned (`available_compute_partition` exists).
     pub partitioning_supported: bool,
+    /// KFD `gfx_target_version` (e.g. 90402 for gfx942); 0 when unknown or out of range.
     pub gfx_target_version: u32,
     /// KFD `unique_id` (ASIC serial), shared by all partitions.
     pub unique_id: u64,
     /// CUs per WGP: 2 on RDNA (gfx10+ consumer parts), 1 on GCN/CDNA.
     pub cu_per_wgp: u32,
+    /// KFD `num_cp_queues` of the card's first node; 0 when out of range.
     pub compute_queues: u32,
+    /// KFD `simd_count` of the card's first node.
     pub simd_count: u32,
     /// PCI addresses of other GPUs reachable over XGMI, sorted.
     pub xgmi_peers: Vec<String>,
@@ -85,7 +94,9 @@ impl Gpu {
 /// What discovery found, plus what it had to leave out and why.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Discovery {
+    /// The GPUs found, each with its partitions.
     pub gpus: Vec<Gpu>,
+    /// One line per GPU or partition left out or corrected, saying why.
     pub warnings: Vec<String>,
 }
 

@@ -17,6 +17,7 @@ pub const TOPOLOGY_NODES: &str = "class/kfd/kfd/topology/nodes";
 pub struct KfdNode {
     /// The node directory number.
     pub id: u32,
+    /// The node's `properties` file, key → value as written.
     pub properties: BTreeMap<String, String>,
     /// `(type, node_to)` of every io_link and p2p_link.
     pub links: Vec<(u32, u32)>,
@@ -25,6 +26,7 @@ pub struct KfdNode {
 }
 
 impl KfdNode {
+    /// A property parsed as an integer; `None` when absent or not a number.
     pub fn u64(&self, name: &str) -> Option<u64> {
         self.properties.get(name).and_then(|v| v.parse().ok())
     }
@@ -65,6 +67,7 @@ pub enum TopologyError {
     #[error(
         "no KFD topology at {0}: the amdgpu driver is not loaded, or --sysfs-root points to the wrong place"
     )]
+    /// The topology directory is absent or cannot be listed.
     Missing(String),
 }
 

@@ -23,6 +23,7 @@ pub enum OperatingMode {
 }
 
 impl OperatingMode {
+    /// Parses `OPERATING_MODE` (case-insensitive; empty means `cu`); the error says which values work.
     pub fn parse(text: &str) -> Result<Self, String> {
         match text.trim().to_ascii_lowercase().as_str() {
             "cu" | "" => Ok(OperatingMode::Cu),
@@ -33,6 +34,7 @@ impl OperatingMode {
         }
     }
 
+    /// The spelling [`OperatingMode::parse`] accepts and the annotation carries.
     pub fn as_str(self) -> &'static str {
         match self {
             OperatingMode::Cu => "cu",
@@ -44,6 +46,7 @@ impl OperatingMode {
 /// Settings that shape registration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RegistrationSettings {
+    /// How whole cards and partitions become devices.
     pub mode: OperatingMode,
     /// `-split_count`; `None` = 2 on gfx12, else 10.
     pub split_count: Option<u32>,
@@ -78,10 +81,13 @@ pub struct RegisteredDevice {
     pub device_key: String,
     /// Value for `ROCR_VISIBLE_DEVICES`.
     pub rocr_id: String,
+    /// DRM card minor (`/dev/dri/card<N>`), mounted into the container.
     pub card: u32,
+    /// DRM render minor (`/dev/dri/renderD<M>`), mounted into the container.
     pub render: u32,
     /// PCI address of the card (dmem region `drm/<bdf>/vram0`).
     pub pci_bdf: String,
+    /// CUs per WGP of the card (2 on RDNA): CU masks must keep a WGP's CUs together.
     pub cu_per_wgp: u32,
     /// Unscaled memory of the device in bytes (dmem limits are real bytes).
     pub mem_bytes: u64,
@@ -106,7 +112,9 @@ impl RegisteredDevice {
 /// Registration result: devices plus notes for the operator.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Registration {
+    /// The devices to register, in discovery order.
     pub devices: Vec<RegisteredDevice>,
+    /// Notes for the operator, e.g. a partition left out.
     pub warnings: Vec<String>,
     /// What the plugin also reports as a Node Event (each also in `warnings`).
     pub notices: Vec<Notice>,
@@ -117,6 +125,7 @@ pub struct Registration {
 pub struct Notice {
     /// Event reason, e.g. [`PARTITION_MISMATCH`].
     pub reason: &'static str,
+    /// Event message, saying what to change.
     pub message: String,
 }
 

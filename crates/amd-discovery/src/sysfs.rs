@@ -8,11 +8,14 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{path}: {problem}")]
 pub struct SysfsError {
+    /// The sysfs file or directory.
     pub path: String,
+    /// What is wrong with it.
     pub problem: String,
 }
 
 impl SysfsError {
+    /// An error about `path`.
     pub fn new(path: &Path, problem: impl Into<String>) -> Self {
         Self {
             path: path.display().to_string(),
