@@ -22,6 +22,7 @@ use crate::container_plan::ContainerPlan;
 
 /// What turns one container request (kubelet device ids) into a container response.
 pub trait Allocator: Send + Sync + 'static {
+    /// Plans the container for kubelet ids `<key>#<share>`; the error becomes the Allocate gRPC error.
     fn allocate(&self, kubelet_ids: Vec<String>) -> BoxFuture<'_, Result<ContainerPlan, String>>;
 
     /// Device keys (kubelet ids are `<key>#<share>`) that GetPreferredAllocation should
@@ -58,6 +59,8 @@ impl<T> Clone for PluginService<T> {
 }
 
 impl<T> PluginService<T> {
+    /// A service serving `devices` through `lister`, planning Allocate with `allocator`.
+    /// `pulse` re-sends the list at that interval; `stop` ends open ListAndWatch streams.
     pub fn new(
         devices: watch::Receiver<T>,
         lister: DeviceLister<T>,

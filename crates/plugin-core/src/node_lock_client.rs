@@ -25,7 +25,9 @@ pub fn unix_now() -> i64 {
 /// Exponential backoff with jitter, bounded by a deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
+    /// First backoff window.
     pub initial: Duration,
+    /// Largest backoff window.
     pub max: Duration,
 }
 
@@ -50,6 +52,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// A backoff that starts at `policy.initial` and never waits past `deadline`.
     pub fn new(policy: RetryPolicy, deadline: Instant) -> Self {
         Backoff {
             policy,
@@ -106,26 +109,41 @@ pub enum LockError {
     #[error(
         "node {node} is locked by {owner} since {age_seconds}s; gave up waiting after {attempts} tries (the lock expires after {expiry_seconds}s)"
     )]
+    /// Another pod held the lock until the deadline.
     Busy {
+        /// The node whose lock was wanted.
         node: String,
+        /// Who holds the lock, as the lock names it.
         owner: String,
+        /// How long it had held it when last read.
         age_seconds: i64,
+        /// Age after which a lock may be taken over.
         expiry_seconds: i64,
+        /// How many tries were made.
         attempts: u32,
     },
     #[error(
         "{what} on node {node}: the deadline passed after {attempts} tries (last error: {last})"
     )]
+    /// Transient errors or conflicts until the deadline.
     Deadline {
+        /// The node whose lock was wanted.
         node: String,
+        /// What was being done, e.g. `taking the node lock`.
         what: &'static str,
+        /// How many tries were made.
         attempts: u32,
+        /// The last error seen.
         last: String,
     },
+    /// The API server refused in a way retrying cannot fix (403, 404, 422 …).
     #[error("{what} on node {node}: {error}")]
     Refused {
+        /// The node whose lock was wanted.
         node: String,
+        /// What was being done, e.g. `taking the node lock`.
         what: &'static str,
+        /// The API server's error.
         error: String,
     },
 }
@@ -187,10 +205,12 @@ enum Step {
 }
 
 impl NodeLockClient {
+    /// A client with the default [`RetryPolicy`].
     pub fn new(client: kube::Client) -> Self {
         Self::with_policy(client, RetryPolicy::default())
     }
 
+    /// A client that backs off as `policy` says.
     pub fn with_policy(client: kube::Client, policy: RetryPolicy) -> Self {
         NodeLockClient { client, policy }
     }
@@ -440,11 +460,15 @@ fn unreachable_busy() -> String {
 /// How the lock was obtained.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TakeOutcome {
+    /// The node was unlocked; now it is ours.
     Taken,
+    /// The lock was already this pod's.
     AlreadyHeld,
     /// Replaced `previous` (expired, future-stamped, unreadable, or its owner is gone).
     TookOver {
+        /// Why the previous lock could be replaced.
         reason: TakeOverReason,
+        /// The previous lock's value.
         previous: String,
     },
 }
@@ -452,6 +476,7 @@ pub enum TakeOutcome {
 /// What a release did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Released {
+    /// The lock was ours and is gone.
     Released,
     /// Not ours (or no lock): left alone.
     NotHeld,

@@ -24,24 +24,39 @@ pub struct NextRun {
 /// Why no run could be taken; each names what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RunError {
+    /// The pod has no device list: the scheduler did not place it.
     #[error("pod has no {key} annotation: it was not scheduled by HAMi")]
-    NoDecision { key: &'static str },
+    NoDecision {
+        /// The annotation that should hold the list.
+        key: &'static str,
+    },
+    /// The device list cannot be decoded.
     #[error("{key} is malformed: {source}")]
     DeviceList {
+        /// The annotation that holds the list.
         key: &'static str,
+        /// What is wrong with it.
         #[source]
         source: DeviceListError,
     },
     #[error(
         "no container of the pod is left to allocate, but kubelet asked for {requested} device(s)"
     )]
-    NothingLeft { requested: usize },
+    /// Every run is used up, yet kubelet asks for more.
+    NothingLeft {
+        /// Devices kubelet asked for.
+        requested: usize,
+    },
     #[error(
         "container run {run} of the pod holds {in_run} device(s) but kubelet asked for {requested}: the request does not match the scheduler's decision"
     )]
+    /// The next run does not match kubelet's request.
     CountMismatch {
+        /// Index of the run (= container in device-list order).
         run: usize,
+        /// Devices in that run.
         in_run: usize,
+        /// Devices kubelet asked for.
         requested: usize,
     },
 }
