@@ -11,11 +11,15 @@ pub const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
 pub const CUDA_ERROR_NOT_INITIALIZED: CuResult = 3;
 /// Returned when the real driver cannot be found (never a non-CUDA code).
 pub const CUDA_ERROR_NOT_FOUND: CuResult = 500;
+/// `CUDA_ERROR_UNKNOWN`: what a free, query or launch that failed inside the hook answers.
+pub const CUDA_ERROR_UNKNOWN: CuResult = 999;
 
 pub const NVML_SUCCESS: c_int = 0;
 pub const NVML_ERROR_INVALID_ARGUMENT: c_int = 2;
 pub const NVML_ERROR_NOT_FOUND: c_int = 6;
 pub const NVML_ERROR_LIBRARY_NOT_FOUND: c_int = 12;
+/// `NVML_ERROR_UNKNOWN`: what a memory query that failed inside the hook answers.
+pub const NVML_ERROR_UNKNOWN: c_int = 999;
 
 /// `CU_MEM_LOCATION_TYPE_DEVICE`.
 pub const LOCATION_DEVICE: c_int = 1;

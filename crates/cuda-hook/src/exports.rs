@@ -1,7 +1,14 @@
 //! The exported functions: `dlsym`, `cuGetProcAddress[_v2]`, the allocation calls and frees,
-//! the virtualized memory queries, the launches. Every body runs under `guarded`; on an
-//! internal failure an allocation is refused with `CUDA_ERROR_OUT_OF_MEMORY` and anything else
-//! passes through: never a non-CUDA code, never an abort.
+//! the virtualized memory queries, the launches. Every body runs under `guarded`, whole; on an
+//! internal failure an allocation is refused with `CUDA_ERROR_OUT_OF_MEMORY`, `dlsym` answers
+//! NULL (never an unlimited real function), `cuGetProcAddress[_v2]` `CUDA_ERROR_NOT_FOUND`,
+//! `cuInit` `CUDA_ERROR_NOT_INITIALIZED`, frees, queries and launches `CUDA_ERROR_UNKNOWN`
+//! (`NVML_ERROR_UNKNOWN` for NVML); the inner guards keep the real call's answer once it has
+//! run. Never a non-CUDA code, never an abort.
+//!
+//! Each export taking a pointer is an `unsafe extern "C" fn` whose contract is the CUDA (or
+//! NVML, or libc) function of the same name: every pointer NULL or valid for what that function
+//! reads and writes during the call. (`missing_safety_doc` is allowed here for that reason.)
 
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
@@ -53,26 +60,29 @@ fn wrapper(sym: Sym) -> *mut c_void {
 
 /// `dlsym`: a lookup of a wrapped name gets the wrapper when the library really has the
 /// symbol (NULL when it does not: never a wrapper around nothing); everything else is
-/// glibc's answer. `RTLD_NEXT` lookups are resolved relative to libvgpu.so (README).
+/// glibc's answer. `RTLD_NEXT` lookups are resolved relative to libvgpu.so (README). An
+/// internal error answers NULL, as for a missing symbol: never an unlimited real function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    let Some(real) = real_dlsym() else {
-        return std::ptr::null_mut();
-    };
-    // SAFETY: glibc's dlsym with the caller's arguments.
-    let found = unsafe { real(handle, symbol) };
-    if found.is_null() || symbol.is_null() {
-        return found;
-    }
-    // SAFETY: non-null NUL-terminated name from the caller (glibc just read it).
-    let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-    match crate::symbols::Sym::from_name(name) {
-        Some(sym) if sym.is_redirected() && found != wrapper(sym) => {
-            note_real(sym, found as usize);
-            wrapper(sym)
+    guarded("dlsym", std::ptr::null_mut(), || {
+        let Some(real) = real_dlsym() else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: glibc's dlsym with the caller's arguments.
+        let found = unsafe { real(handle, symbol) };
+        if found.is_null() || symbol.is_null() {
+            return found;
         }
-        _ => found,
-    }
+        // SAFETY: non-null NUL-terminated name from the caller (glibc just read it).
+        let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+        match crate::symbols::Sym::from_name(name) {
+            Some(sym) if sym.is_redirected() && found != wrapper(sym) => {
+                note_real(sym, found as usize);
+                wrapper(sym)
+            }
+            _ => found,
+        }
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -92,6 +102,10 @@ pub extern "C" fn cuInit(flags: c_uint) -> CuResult {
 
 /// Replaces a real entry point by its wrapper when we wrap that exact symbol: the driver
 /// chose the symbol for the requested version and flags, so the wrapper's ABI matches.
+///
+/// # Safety
+/// `pfn` is NULL or valid for reading and writing a pointer (the caller's out-parameter,
+/// just written by the real `cuGetProcAddress`).
 unsafe fn swap_entry(pfn: *mut *mut c_void) {
     if pfn.is_null() {
         return;
@@ -158,35 +172,33 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     })
 }
 
-/// Reserve on the current device, allocate, release on failure, track on success.
+/// Reserve on the current device, allocate, release on failure, track on success. Runs
+/// inside the export's guard, whose fallback (out of memory) is this function's failure too.
 fn counted(
-    what: &str,
     kind: Kind,
     index: Option<usize>,
     bytes: u64,
     alloc: impl FnOnce() -> (CuResult, u64),
 ) -> CuResult {
-    guarded(what, CUDA_ERROR_OUT_OF_MEMORY, || {
-        let st = state();
-        let index = match index {
-            Some(i) => i,
-            None => match st.current_index() {
-                Ok(i) => i,
-                // No context: the real call fails the same way; let it say so.
-                Err(_) => return alloc().0,
-            },
-        };
-        if let Err(rc) = st.reserve(index, bytes) {
-            return rc;
-        }
-        let (rc, key) = alloc();
-        if rc == CUDA_SUCCESS {
-            st.track(kind, key, index, bytes);
-        } else {
-            st.release(index, bytes);
-        }
-        rc
-    })
+    let st = state();
+    let index = match index {
+        Some(i) => i,
+        None => match st.current_index() {
+            Ok(i) => i,
+            // No context: the real call fails the same way; let it say so.
+            Err(_) => return alloc().0,
+        },
+    };
+    if let Err(rc) = st.reserve(index, bytes) {
+        return rc;
+    }
+    let (rc, key) = alloc();
+    if rc == CUDA_SUCCESS {
+        st.track(kind, key, index, bytes);
+    } else {
+        st.release(index, bytes);
+    }
+    rc
 }
 
 type AllocFn = unsafe extern "C" fn(*mut u64, usize) -> CuResult;
@@ -195,62 +207,67 @@ type AllocPoolFn = unsafe extern "C" fn(*mut u64, usize, *mut c_void, *mut c_voi
 type FreeFn = unsafe extern "C" fn(u64) -> CuResult;
 type FreeAsyncFn = unsafe extern "C" fn(u64, *mut c_void) -> CuResult;
 
-fn out_value(dptr: *mut u64) -> u64 {
-    // SAFETY: read only after a successful real call wrote it (callers check NULL first).
+/// The handle or address a successful real call wrote through `dptr`.
+///
+/// # Safety
+/// `dptr` is non-null and valid for reading a `u64` (the caller's out-parameter, written by
+/// the real call that just succeeded).
+unsafe fn out_value(dptr: *mut u64) -> u64 {
+    // SAFETY: non-null and readable by this function's contract.
     unsafe { *dptr }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> CuResult {
-    let Some(real) = real_fn!(Sym::CuMemAllocV2, AllocFn) else {
-        return CUDA_ERROR_NOT_FOUND;
-    };
-    if dptr.is_null() {
-        // SAFETY: the driver reports the NULL itself.
-        return unsafe { real(dptr, size) };
-    }
-    counted("cuMemAlloc_v2", Kind::Pointer, None, size as u64, || {
-        // SAFETY: the real function with the caller's arguments.
-        let rc = unsafe { real(dptr, size) };
-        (
-            rc,
-            if rc == CUDA_SUCCESS {
-                out_value(dptr)
-            } else {
-                0
-            },
-        )
+    guarded("cuMemAlloc_v2", CUDA_ERROR_OUT_OF_MEMORY, || {
+        let Some(real) = real_fn!(Sym::CuMemAllocV2, AllocFn) else {
+            return CUDA_ERROR_NOT_FOUND;
+        };
+        if dptr.is_null() {
+            // SAFETY: the driver reports the NULL itself.
+            return unsafe { real(dptr, size) };
+        }
+        counted(Kind::Pointer, None, size as u64, || {
+            // SAFETY: the real function with the caller's arguments.
+            let rc = unsafe { real(dptr, size) };
+            (
+                rc,
+                if rc == CUDA_SUCCESS {
+                    // SAFETY: non-null (checked above) and just written by the real call.
+                    unsafe { out_value(dptr) }
+                } else {
+                    0
+                },
+            )
+        })
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: c_uint) -> CuResult {
-    type F = unsafe extern "C" fn(*mut u64, usize, c_uint) -> CuResult;
-    let Some(real) = real_fn!(Sym::CuMemAllocManaged, F) else {
-        return CUDA_ERROR_NOT_FOUND;
-    };
-    if dptr.is_null() {
-        // SAFETY: the driver reports the NULL itself.
-        return unsafe { real(dptr, size, flags) };
-    }
-    counted(
-        "cuMemAllocManaged",
-        Kind::Pointer,
-        None,
-        size as u64,
-        || {
+    guarded("cuMemAllocManaged", CUDA_ERROR_OUT_OF_MEMORY, || {
+        type F = unsafe extern "C" fn(*mut u64, usize, c_uint) -> CuResult;
+        let Some(real) = real_fn!(Sym::CuMemAllocManaged, F) else {
+            return CUDA_ERROR_NOT_FOUND;
+        };
+        if dptr.is_null() {
+            // SAFETY: the driver reports the NULL itself.
+            return unsafe { real(dptr, size, flags) };
+        }
+        counted(Kind::Pointer, None, size as u64, || {
             // SAFETY: the real function with the caller's arguments.
             let rc = unsafe { real(dptr, size, flags) };
             (
                 rc,
                 if rc == CUDA_SUCCESS {
-                    out_value(dptr)
+                    // SAFETY: non-null (checked above) and just written by the real call.
+                    unsafe { out_value(dptr) }
                 } else {
                     0
                 },
             )
-        },
-    )
+        })
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -261,16 +278,16 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     height: usize,
     element: c_uint,
 ) -> CuResult {
-    type F = unsafe extern "C" fn(*mut u64, *mut usize, usize, usize, c_uint) -> CuResult;
-    let Some(real) = real_fn!(Sym::CuMemAllocPitchV2, F) else {
-        return CUDA_ERROR_NOT_FOUND;
-    };
-    let estimate = crate::sizing::pitch_estimate(width as u64, height as u64);
-    let (Some(estimate), false) = (estimate, dptr.is_null() || pitch.is_null()) else {
-        // SAFETY: the driver validates its own arguments.
-        return unsafe { real(dptr, pitch, width, height, element) };
-    };
     guarded("cuMemAllocPitch_v2", CUDA_ERROR_OUT_OF_MEMORY, || {
+        type F = unsafe extern "C" fn(*mut u64, *mut usize, usize, usize, c_uint) -> CuResult;
+        let Some(real) = real_fn!(Sym::CuMemAllocPitchV2, F) else {
+            return CUDA_ERROR_NOT_FOUND;
+        };
+        let estimate = crate::sizing::pitch_estimate(width as u64, height as u64);
+        let (Some(estimate), false) = (estimate, dptr.is_null() || pitch.is_null()) else {
+            // SAFETY: the driver validates its own arguments.
+            return unsafe { real(dptr, pitch, width, height, element) };
+        };
         let st = state();
         let Ok(index) = st.current_index() else {
             // SAFETY: as above.
@@ -313,24 +330,27 @@ macro_rules! alloc_async {
             size: usize,
             stream: *mut c_void,
         ) -> CuResult {
-            let Some(real) = real_fn!($sym, AllocAsyncFn) else {
-                return CUDA_ERROR_NOT_FOUND;
-            };
-            if dptr.is_null() {
-                // SAFETY: the driver reports the NULL itself.
-                return unsafe { real(dptr, size, stream) };
-            }
-            counted(stringify!($name), Kind::Pointer, None, size as u64, || {
-                // SAFETY: the real function with the caller's arguments.
-                let rc = unsafe { real(dptr, size, stream) };
-                (
-                    rc,
-                    if rc == CUDA_SUCCESS {
-                        out_value(dptr)
-                    } else {
-                        0
-                    },
-                )
+            guarded(stringify!($name), CUDA_ERROR_OUT_OF_MEMORY, || {
+                let Some(real) = real_fn!($sym, AllocAsyncFn) else {
+                    return CUDA_ERROR_NOT_FOUND;
+                };
+                if dptr.is_null() {
+                    // SAFETY: the driver reports the NULL itself.
+                    return unsafe { real(dptr, size, stream) };
+                }
+                counted(Kind::Pointer, None, size as u64, || {
+                    // SAFETY: the real function with the caller's arguments.
+                    let rc = unsafe { real(dptr, size, stream) };
+                    (
+                        rc,
+                        if rc == CUDA_SUCCESS {
+                            // SAFETY: non-null (checked above) and just written by the real call.
+                            unsafe { out_value(dptr) }
+                        } else {
+                            0
+                        },
+                    )
+                })
             })
         }
     };
@@ -347,24 +367,27 @@ macro_rules! alloc_pool {
             pool: *mut c_void,
             stream: *mut c_void,
         ) -> CuResult {
-            let Some(real) = real_fn!($sym, AllocPoolFn) else {
-                return CUDA_ERROR_NOT_FOUND;
-            };
-            if dptr.is_null() {
-                // SAFETY: the driver reports the NULL itself.
-                return unsafe { real(dptr, size, pool, stream) };
-            }
-            counted(stringify!($name), Kind::Pointer, None, size as u64, || {
-                // SAFETY: the real function with the caller's arguments.
-                let rc = unsafe { real(dptr, size, pool, stream) };
-                (
-                    rc,
-                    if rc == CUDA_SUCCESS {
-                        out_value(dptr)
-                    } else {
-                        0
-                    },
-                )
+            guarded(stringify!($name), CUDA_ERROR_OUT_OF_MEMORY, || {
+                let Some(real) = real_fn!($sym, AllocPoolFn) else {
+                    return CUDA_ERROR_NOT_FOUND;
+                };
+                if dptr.is_null() {
+                    // SAFETY: the driver reports the NULL itself.
+                    return unsafe { real(dptr, size, pool, stream) };
+                }
+                counted(Kind::Pointer, None, size as u64, || {
+                    // SAFETY: the real function with the caller's arguments.
+                    let rc = unsafe { real(dptr, size, pool, stream) };
+                    (
+                        rc,
+                        if rc == CUDA_SUCCESS {
+                            // SAFETY: non-null (checked above) and just written by the real call.
+                            unsafe { out_value(dptr) }
+                        } else {
+                            0
+                        },
+                    )
+                })
             })
         }
     };
@@ -398,25 +421,29 @@ fn counted_free(what: &str, kind: Kind, key: u64, free: impl FnOnce() -> CuResul
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree_v2(dptr: u64) -> CuResult {
-    let Some(real) = real_fn!(Sym::CuMemFreeV2, FreeFn) else {
-        return CUDA_ERROR_NOT_FOUND;
-    };
-    // SAFETY: the real function with the caller's argument.
-    counted_free("cuMemFree_v2", Kind::Pointer, dptr, || unsafe {
-        real(dptr)
+    guarded("cuMemFree_v2", CUDA_ERROR_UNKNOWN, || {
+        let Some(real) = real_fn!(Sym::CuMemFreeV2, FreeFn) else {
+            return CUDA_ERROR_NOT_FOUND;
+        };
+        // SAFETY: the real function with the caller's argument.
+        counted_free("cuMemFree_v2", Kind::Pointer, dptr, || unsafe {
+            real(dptr)
+        })
     })
 }
 
 macro_rules! free_async {
     ($name:ident, $sym:expr) => {
         #[unsafe(no_mangle)]
-        pub extern "C" fn $name(dptr: u64, stream: *mut c_void) -> CuResult {
-            let Some(real) = real_fn!($sym, FreeAsyncFn) else {
-                return CUDA_ERROR_NOT_FOUND;
-            };
-            // SAFETY: the real function with the caller's arguments.
-            counted_free(stringify!($name), Kind::Pointer, dptr, || unsafe {
-                real(dptr, stream)
+        pub unsafe extern "C" fn $name(dptr: u64, stream: *mut c_void) -> CuResult {
+            guarded(stringify!($name), CUDA_ERROR_UNKNOWN, || {
+                let Some(real) = real_fn!($sym, FreeAsyncFn) else {
+                    return CUDA_ERROR_NOT_FOUND;
+                };
+                // SAFETY: the real function with the caller's arguments.
+                counted_free(stringify!($name), Kind::Pointer, dptr, || unsafe {
+                    real(dptr, stream)
+                })
             })
         }
     };
@@ -431,57 +458,56 @@ pub unsafe extern "C" fn cuMemCreate(
     prop: *const MemAllocationProp,
     flags: u64,
 ) -> CuResult {
-    type F = unsafe extern "C" fn(*mut u64, usize, *const MemAllocationProp, u64) -> CuResult;
-    let Some(real) = real_fn!(Sym::CuMemCreate, F) else {
-        return CUDA_ERROR_NOT_FOUND;
-    };
-    // SAFETY: the caller's property struct, read only when non-null.
-    let device = (!prop.is_null() && !handle.is_null())
-        .then(|| unsafe { ((*prop).location_type, (*prop).location_id) })
-        .filter(|(kind, _)| *kind == LOCATION_DEVICE)
-        .map(|(_, id)| id);
-    let Some(ordinal) = device else {
-        // Host memory or bad arguments: not device memory to count.
-        // SAFETY: the real function with the caller's arguments.
-        return unsafe { real(handle, size, prop, flags) };
-    };
-    let index = guarded("cuMemCreate", None, || {
-        let st = state();
-        st.after_init();
-        st.index_of(ordinal)
-    });
-    let Some(index) = index else {
-        // SAFETY: the driver rejects the bad ordinal itself.
-        return unsafe { real(handle, size, prop, flags) };
-    };
-    counted(
-        "cuMemCreate",
-        Kind::Handle,
-        Some(index),
-        size as u64,
-        || {
+    guarded("cuMemCreate", CUDA_ERROR_OUT_OF_MEMORY, || {
+        type F = unsafe extern "C" fn(*mut u64, usize, *const MemAllocationProp, u64) -> CuResult;
+        let Some(real) = real_fn!(Sym::CuMemCreate, F) else {
+            return CUDA_ERROR_NOT_FOUND;
+        };
+        // SAFETY: the caller's property struct, read only when non-null.
+        let device = (!prop.is_null() && !handle.is_null())
+            .then(|| unsafe { ((*prop).location_type, (*prop).location_id) })
+            .filter(|(kind, _)| *kind == LOCATION_DEVICE)
+            .map(|(_, id)| id);
+        let Some(ordinal) = device else {
+            // Host memory or bad arguments: not device memory to count.
+            // SAFETY: the real function with the caller's arguments.
+            return unsafe { real(handle, size, prop, flags) };
+        };
+        let index = guarded("cuMemCreate", None, || {
+            let st = state();
+            st.after_init();
+            st.index_of(ordinal)
+        });
+        let Some(index) = index else {
+            // SAFETY: the driver rejects the bad ordinal itself.
+            return unsafe { real(handle, size, prop, flags) };
+        };
+        counted(Kind::Handle, Some(index), size as u64, || {
             // SAFETY: the real function with the caller's arguments.
             let rc = unsafe { real(handle, size, prop, flags) };
             (
                 rc,
                 if rc == CUDA_SUCCESS {
-                    out_value(handle)
+                    // SAFETY: non-null (checked above) and just written by the real call.
+                    unsafe { out_value(handle) }
                 } else {
                     0
                 },
             )
-        },
-    )
+        })
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemRelease(handle: u64) -> CuResult {
-    let Some(real) = real_fn!(Sym::CuMemRelease, FreeFn) else {
-        return CUDA_ERROR_NOT_FOUND;
-    };
-    // SAFETY: the real function with the caller's argument.
-    counted_free("cuMemRelease", Kind::Handle, handle, || unsafe {
-        real(handle)
+    guarded("cuMemRelease", CUDA_ERROR_UNKNOWN, || {
+        let Some(real) = real_fn!(Sym::CuMemRelease, FreeFn) else {
+            return CUDA_ERROR_NOT_FOUND;
+        };
+        // SAFETY: the real function with the caller's argument.
+        counted_free("cuMemRelease", Kind::Handle, handle, || unsafe {
+            real(handle)
+        })
     })
 }
 
@@ -490,31 +516,34 @@ pub unsafe extern "C" fn cuArrayCreate_v2(
     array: *mut u64,
     desc: *const ArrayDescriptor,
 ) -> CuResult {
-    type F = unsafe extern "C" fn(*mut u64, *const ArrayDescriptor) -> CuResult;
-    let Some(real) = real_fn!(Sym::CuArrayCreateV2, F) else {
-        return CUDA_ERROR_NOT_FOUND;
-    };
-    // SAFETY: the caller's descriptor, read only when non-null.
-    let bytes = (!desc.is_null() && !array.is_null())
-        .then(|| unsafe { &*desc })
-        .and_then(|d| {
-            crate::sizing::array_bytes(d.width as u64, d.height as u64, 1, d.format, d.channels)
-        });
-    let Some(bytes) = bytes else {
-        // SAFETY: the driver validates its own arguments.
-        return unsafe { real(array, desc) };
-    };
-    counted("cuArrayCreate_v2", Kind::Array, None, bytes, || {
-        // SAFETY: the real function with the caller's arguments.
-        let rc = unsafe { real(array, desc) };
-        (
-            rc,
-            if rc == CUDA_SUCCESS {
-                out_value(array)
-            } else {
-                0
-            },
-        )
+    guarded("cuArrayCreate_v2", CUDA_ERROR_OUT_OF_MEMORY, || {
+        type F = unsafe extern "C" fn(*mut u64, *const ArrayDescriptor) -> CuResult;
+        let Some(real) = real_fn!(Sym::CuArrayCreateV2, F) else {
+            return CUDA_ERROR_NOT_FOUND;
+        };
+        // SAFETY: the caller's descriptor, read only when non-null.
+        let bytes = (!desc.is_null() && !array.is_null())
+            .then(|| unsafe { &*desc })
+            .and_then(|d| {
+                crate::sizing::array_bytes(d.width as u64, d.height as u64, 1, d.format, d.channels)
+            });
+        let Some(bytes) = bytes else {
+            // SAFETY: the driver validates its own arguments.
+            return unsafe { real(array, desc) };
+        };
+        counted(Kind::Array, None, bytes, || {
+            // SAFETY: the real function with the caller's arguments.
+            let rc = unsafe { real(array, desc) };
+            (
+                rc,
+                if rc == CUDA_SUCCESS {
+                    // SAFETY: non-null (checked above) and just written by the real call.
+                    unsafe { out_value(array) }
+                } else {
+                    0
+                },
+            )
+        })
     })
 }
 
@@ -523,48 +552,53 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(
     array: *mut u64,
     desc: *const Array3dDescriptor,
 ) -> CuResult {
-    type F = unsafe extern "C" fn(*mut u64, *const Array3dDescriptor) -> CuResult;
-    let Some(real) = real_fn!(Sym::CuArray3DCreateV2, F) else {
-        return CUDA_ERROR_NOT_FOUND;
-    };
-    // SAFETY: the caller's descriptor, read only when non-null.
-    let bytes = (!desc.is_null() && !array.is_null())
-        .then(|| unsafe { &*desc })
-        .and_then(|d| {
-            crate::sizing::array_bytes(
-                d.width as u64,
-                d.height as u64,
-                d.depth as u64,
-                d.format,
-                d.channels,
+    guarded("cuArray3DCreate_v2", CUDA_ERROR_OUT_OF_MEMORY, || {
+        type F = unsafe extern "C" fn(*mut u64, *const Array3dDescriptor) -> CuResult;
+        let Some(real) = real_fn!(Sym::CuArray3DCreateV2, F) else {
+            return CUDA_ERROR_NOT_FOUND;
+        };
+        // SAFETY: the caller's descriptor, read only when non-null.
+        let bytes = (!desc.is_null() && !array.is_null())
+            .then(|| unsafe { &*desc })
+            .and_then(|d| {
+                crate::sizing::array_bytes(
+                    d.width as u64,
+                    d.height as u64,
+                    d.depth as u64,
+                    d.format,
+                    d.channels,
+                )
+            });
+        let Some(bytes) = bytes else {
+            // SAFETY: the driver validates its own arguments.
+            return unsafe { real(array, desc) };
+        };
+        counted(Kind::Array, None, bytes, || {
+            // SAFETY: the real function with the caller's arguments.
+            let rc = unsafe { real(array, desc) };
+            (
+                rc,
+                if rc == CUDA_SUCCESS {
+                    // SAFETY: non-null (checked above) and just written by the real call.
+                    unsafe { out_value(array) }
+                } else {
+                    0
+                },
             )
-        });
-    let Some(bytes) = bytes else {
-        // SAFETY: the driver validates its own arguments.
-        return unsafe { real(array, desc) };
-    };
-    counted("cuArray3DCreate_v2", Kind::Array, None, bytes, || {
-        // SAFETY: the real function with the caller's arguments.
-        let rc = unsafe { real(array, desc) };
-        (
-            rc,
-            if rc == CUDA_SUCCESS {
-                out_value(array)
-            } else {
-                0
-            },
-        )
+        })
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuArrayDestroy(array: u64) -> CuResult {
-    let Some(real) = real_fn!(Sym::CuArrayDestroy, FreeFn) else {
-        return CUDA_ERROR_NOT_FOUND;
-    };
-    // SAFETY: the real function with the caller's argument.
-    counted_free("cuArrayDestroy", Kind::Array, array, || unsafe {
-        real(array)
+    guarded("cuArrayDestroy", CUDA_ERROR_UNKNOWN, || {
+        let Some(real) = real_fn!(Sym::CuArrayDestroy, FreeFn) else {
+            return CUDA_ERROR_NOT_FOUND;
+        };
+        // SAFETY: the real function with the caller's argument.
+        counted_free("cuArrayDestroy", Kind::Array, array, || unsafe {
+            real(array)
+        })
     })
 }
 
@@ -585,65 +619,73 @@ pub fn virtual_memory(limit: u64, usage: u64, total: u64, free: u64, refusing: b
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CuResult {
-    type F = unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult;
-    let Some(real) = real_fn!(Sym::CuMemGetInfoV2, F) else {
-        return CUDA_ERROR_NOT_FOUND;
-    };
-    if free.is_null() || total.is_null() {
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    // SAFETY: the real function with checked pointers.
-    let rc = unsafe { real(free, total) };
-    if rc != CUDA_SUCCESS {
-        return rc;
-    }
-    guarded("cuMemGetInfo_v2", (), || {
-        let st = state();
-        if let Ok(index) = st.current_index() {
-            // SAFETY: written by the successful call.
-            let (t, f) = unsafe { (*total as u64, *free as u64) };
-            let (t, f) = virtual_memory(
-                st.limit(index),
-                st.usage(index),
-                t,
-                f,
-                st.refuses_all(index),
-            );
-            // SAFETY: checked non-null.
-            unsafe {
-                *total = t as usize;
-                *free = f as usize;
-            }
+    guarded("cuMemGetInfo_v2", CUDA_ERROR_UNKNOWN, || {
+        type F = unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult;
+        let Some(real) = real_fn!(Sym::CuMemGetInfoV2, F) else {
+            return CUDA_ERROR_NOT_FOUND;
+        };
+        if free.is_null() || total.is_null() {
+            return CUDA_ERROR_INVALID_VALUE;
         }
-    });
-    rc
+        // SAFETY: the real function with checked pointers.
+        let rc = unsafe { real(free, total) };
+        if rc != CUDA_SUCCESS {
+            return rc;
+        }
+        guarded("cuMemGetInfo_v2", (), || {
+            let st = state();
+            if let Ok(index) = st.current_index() {
+                // SAFETY: written by the successful call.
+                let (t, f) = unsafe { (*total as u64, *free as u64) };
+                let (t, f) = virtual_memory(
+                    st.limit(index),
+                    st.usage(index),
+                    t,
+                    f,
+                    st.refuses_all(index),
+                );
+                // SAFETY: checked non-null.
+                unsafe {
+                    *total = t as usize;
+                    *free = f as usize;
+                }
+            }
+        });
+        rc
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, device: c_int) -> CuResult {
-    type F = unsafe extern "C" fn(*mut usize, c_int) -> CuResult;
-    let Some(real) = real_fn!(Sym::CuDeviceTotalMemV2, F) else {
-        return CUDA_ERROR_NOT_FOUND;
-    };
-    // SAFETY: the real function with the caller's arguments.
-    let rc = unsafe { real(bytes, device) };
-    if rc == CUDA_SUCCESS && !bytes.is_null() {
-        guarded("cuDeviceTotalMem_v2", (), || {
-            let st = state();
-            st.after_init();
-            if let Some(index) = st.index_of(device) {
-                let limit = st.limit(index);
-                if limit != 0 {
-                    // SAFETY: written by the successful call.
-                    unsafe { *bytes = (*bytes as u64).min(limit) as usize };
+    guarded("cuDeviceTotalMem_v2", CUDA_ERROR_UNKNOWN, || {
+        type F = unsafe extern "C" fn(*mut usize, c_int) -> CuResult;
+        let Some(real) = real_fn!(Sym::CuDeviceTotalMemV2, F) else {
+            return CUDA_ERROR_NOT_FOUND;
+        };
+        // SAFETY: the real function with the caller's arguments.
+        let rc = unsafe { real(bytes, device) };
+        if rc == CUDA_SUCCESS && !bytes.is_null() {
+            guarded("cuDeviceTotalMem_v2", (), || {
+                let st = state();
+                st.after_init();
+                if let Some(index) = st.index_of(device) {
+                    let limit = st.limit(index);
+                    if limit != 0 {
+                        // SAFETY: written by the successful call.
+                        unsafe { *bytes = (*bytes as u64).min(limit) as usize };
+                    }
                 }
-            }
-        });
-    }
-    rc
+            });
+        }
+        rc
+    })
 }
 
-fn nvml_index(device: *mut c_void) -> Option<usize> {
+/// The NVML index of `device`.
+///
+/// # Safety
+/// `device` is an `nvmlDevice_t` as NVML accepts it (the caller's handle, passed on).
+unsafe fn nvml_index(device: *mut c_void) -> Option<usize> {
     let get = real_fn!(
         Sym::NvmlDeviceGetIndex,
         unsafe extern "C" fn(*mut c_void, *mut c_uint) -> c_int
@@ -653,11 +695,16 @@ fn nvml_index(device: *mut c_void) -> Option<usize> {
     (unsafe { get(device, &mut index) } == NVML_SUCCESS).then_some(index as usize)
 }
 
-/// Applies the container's view to NVML (total, free, used).
-fn nvml_view(device: *mut c_void, total: &mut u64, free: &mut u64, used: &mut u64) {
+/// Applies the container's view to NVML (total, free, used). An internal error leaves
+/// NVML's figures as they are (logged).
+///
+/// # Safety
+/// As [`nvml_index`].
+unsafe fn nvml_view(device: *mut c_void, total: &mut u64, free: &mut u64, used: &mut u64) {
     guarded("nvmlDeviceGetMemoryInfo", (), || {
         let st = state();
-        let Some(index) = nvml_index(device) else {
+        // SAFETY: the caller's handle, by this function's contract.
+        let Some(index) = (unsafe { nvml_index(device) }) else {
             return;
         };
         let limit = st.limit(index);
@@ -678,18 +725,23 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     device: *mut c_void,
     memory: *mut NvmlMemory,
 ) -> c_int {
-    type F = unsafe extern "C" fn(*mut c_void, *mut NvmlMemory) -> c_int;
-    let Some(real) = real_fn!(Sym::NvmlDeviceGetMemoryInfo, F) else {
-        return NVML_ERROR_LIBRARY_NOT_FOUND;
-    };
-    // SAFETY: the real function with the caller's arguments.
-    let rc = unsafe { real(device, memory) };
-    if rc == NVML_SUCCESS && !memory.is_null() {
-        // SAFETY: written by the successful call.
-        let m = unsafe { &mut *memory };
-        nvml_view(device, &mut m.total, &mut m.free, &mut m.used);
-    }
-    rc
+    guarded("nvmlDeviceGetMemoryInfo", NVML_ERROR_UNKNOWN, || {
+        type F = unsafe extern "C" fn(*mut c_void, *mut NvmlMemory) -> c_int;
+        let Some(real) = real_fn!(Sym::NvmlDeviceGetMemoryInfo, F) else {
+            return NVML_ERROR_LIBRARY_NOT_FOUND;
+        };
+        // SAFETY: the real function with the caller's arguments.
+        let rc = unsafe { real(device, memory) };
+        if rc == NVML_SUCCESS && !memory.is_null() {
+            // SAFETY: written by the successful call; `device` is the handle NVML just
+            // accepted.
+            unsafe {
+                let m = &mut *memory;
+                nvml_view(device, &mut m.total, &mut m.free, &mut m.used);
+            }
+        }
+        rc
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -697,18 +749,23 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: *mut c_void,
     memory: *mut NvmlMemoryV2,
 ) -> c_int {
-    type F = unsafe extern "C" fn(*mut c_void, *mut NvmlMemoryV2) -> c_int;
-    let Some(real) = real_fn!(Sym::NvmlDeviceGetMemoryInfoV2, F) else {
-        return NVML_ERROR_LIBRARY_NOT_FOUND;
-    };
-    // SAFETY: the real function with the caller's arguments.
-    let rc = unsafe { real(device, memory) };
-    if rc == NVML_SUCCESS && !memory.is_null() {
-        // SAFETY: written by the successful call.
-        let m = unsafe { &mut *memory };
-        nvml_view(device, &mut m.total, &mut m.free, &mut m.used);
-    }
-    rc
+    guarded("nvmlDeviceGetMemoryInfo_v2", NVML_ERROR_UNKNOWN, || {
+        type F = unsafe extern "C" fn(*mut c_void, *mut NvmlMemoryV2) -> c_int;
+        let Some(real) = real_fn!(Sym::NvmlDeviceGetMemoryInfoV2, F) else {
+            return NVML_ERROR_LIBRARY_NOT_FOUND;
+        };
+        // SAFETY: the real function with the caller's arguments.
+        let rc = unsafe { real(device, memory) };
+        if rc == NVML_SUCCESS && !memory.is_null() {
+            // SAFETY: written by the successful call; `device` is the handle NVML just
+            // accepted.
+            unsafe {
+                let m = &mut *memory;
+                nvml_view(device, &mut m.total, &mut m.free, &mut m.used);
+            }
+        }
+        rc
+    })
 }
 
 /// Limiter and handshake before a launch of `cost` tokens (`None`: a graph).
@@ -782,12 +839,14 @@ macro_rules! launch_kernel {
             params: *mut *mut c_void,
             extra: *mut *mut c_void,
         ) -> CuResult {
-            let Some(real) = real_fn!($sym, LaunchFn) else {
-                return CUDA_ERROR_NOT_FOUND;
-            };
-            gate(stringify!($name), Some(blocks(gx, gy, gz)));
-            // SAFETY: the real function with the caller's arguments.
-            unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
+            guarded(stringify!($name), CUDA_ERROR_UNKNOWN, || {
+                let Some(real) = real_fn!($sym, LaunchFn) else {
+                    return CUDA_ERROR_NOT_FOUND;
+                };
+                gate(stringify!($name), Some(blocks(gx, gy, gz)));
+                // SAFETY: the real function with the caller's arguments.
+                unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
+            })
         }
     };
 }
@@ -809,12 +868,14 @@ macro_rules! launch_coop {
             stream: *mut c_void,
             params: *mut *mut c_void,
         ) -> CuResult {
-            let Some(real) = real_fn!($sym, CoopFn) else {
-                return CUDA_ERROR_NOT_FOUND;
-            };
-            gate(stringify!($name), Some(blocks(gx, gy, gz)));
-            // SAFETY: the real function with the caller's arguments.
-            unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
+            guarded(stringify!($name), CUDA_ERROR_UNKNOWN, || {
+                let Some(real) = real_fn!($sym, CoopFn) else {
+                    return CUDA_ERROR_NOT_FOUND;
+                };
+                gate(stringify!($name), Some(blocks(gx, gy, gz)));
+                // SAFETY: the real function with the caller's arguments.
+                unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
+            })
         }
     };
 }
@@ -833,16 +894,18 @@ macro_rules! launch_ex {
             params: *mut *mut c_void,
             extra: *mut *mut c_void,
         ) -> CuResult {
-            let Some(real) = real_fn!($sym, LaunchExFn) else {
-                return CUDA_ERROR_NOT_FOUND;
-            };
-            if !config.is_null() {
-                // SAFETY: the caller's launch configuration, non-null.
-                let g = unsafe { (*config).grid };
-                gate(stringify!($name), Some(blocks(g[0], g[1], g[2])));
-            }
-            // SAFETY: the real function with the caller's arguments.
-            unsafe { real(config, f, params, extra) }
+            guarded(stringify!($name), CUDA_ERROR_UNKNOWN, || {
+                let Some(real) = real_fn!($sym, LaunchExFn) else {
+                    return CUDA_ERROR_NOT_FOUND;
+                };
+                if !config.is_null() {
+                    // SAFETY: the caller's launch configuration, non-null.
+                    let g = unsafe { (*config).grid };
+                    gate(stringify!($name), Some(blocks(g[0], g[1], g[2])));
+                }
+                // SAFETY: the real function with the caller's arguments.
+                unsafe { real(config, f, params, extra) }
+            })
         }
     };
 }
@@ -853,12 +916,14 @@ macro_rules! launch_graph {
     ($name:ident, $sym:expr) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(exec: *mut c_void, stream: *mut c_void) -> CuResult {
-            let Some(real) = real_fn!($sym, GraphFn) else {
-                return CUDA_ERROR_NOT_FOUND;
-            };
-            gate(stringify!($name), None);
-            // SAFETY: the real function with the caller's arguments.
-            unsafe { real(exec, stream) }
+            guarded(stringify!($name), CUDA_ERROR_UNKNOWN, || {
+                let Some(real) = real_fn!($sym, GraphFn) else {
+                    return CUDA_ERROR_NOT_FOUND;
+                };
+                gate(stringify!($name), None);
+                // SAFETY: the real function with the caller's arguments.
+                unsafe { real(exec, stream) }
+            })
         }
     };
 }

@@ -6,6 +6,12 @@
 //! - `hami_kernel_locks::hook_config_file`: the plugin's read-only per-container config, read first.
 //! - [`config`], [`host_pid`], [`limiter`], [`sizing`]: pure cores.
 //! - `sampler`: the utilization thread feeding the region and the limiter.
+//! - `ffi_guard`: the panic guard every exported body runs under (and, in test builds only,
+//!   the fault switch that proves it).
+
+// Each unsafe operation in its own block with the reason it holds (issue 19; crate-level
+// until the workspace's [lints] table reaches this crate).
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod config;
 mod cuda_abi;

@@ -72,7 +72,8 @@ fn is_runtime_caller(map: usize) -> bool {
 }
 
 /// Accepts the interface version the linker offers, up to 2 (glibc 2.35 raised LAV_CURRENT to
-/// 2; answering 1 would be refused on aarch64).
+/// 2; answering 1 would be refused on aarch64). An internal error still accepts it: the
+/// hook stays loaded, at the default log level.
 #[unsafe(no_mangle)]
 pub extern "C" fn la_version(version: c_uint) -> c_uint {
     guarded("la_version", version.min(2), || {
@@ -84,10 +85,13 @@ pub extern "C" fn la_version(version: c_uint) -> c_uint {
 }
 
 /// Asks for bindings from and to every object (a HIP runtime is known by what it defines,
-/// so any object may turn out to be one), and records which objects are HIP runtimes.
+/// so any object may turn out to be one), and records which objects are HIP runtimes. An
+/// internal error leaves the object unrecorded (its calls are not limited: logged).
 ///
 /// # Safety
-/// Called by the dynamic linker with a valid link map and cookie.
+/// Called by the dynamic linker: `map` is NULL or a live link map (`l_name` NULL or
+/// NUL-terminated, `l_ld` the dynamic section of the object mapped at `l_addr`), `cookie`
+/// NULL or its cookie.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn la_objopen(
     map: *mut LinkMap,
@@ -163,13 +167,17 @@ pub unsafe extern "C" fn la_objopen(
 }
 
 /// Before the program's constructors and `main`: puts the pinned values into the process's
-/// `environ`, which the HIP layer walks (rocclr's flag parser does not use `getenv`).
+/// `environ`, which the HIP layer walks (rocclr's flag parser does not use `getenv`). An
+/// internal error leaves `environ` as it was (logged).
 ///
 /// # Safety
 /// Called by the dynamic linker once, before any of the application's code runs.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn la_preinit(_cookie: *mut usize) {
-    guarded("la_preinit", (), crate::pinned_env::apply_to_environ);
+    // SAFETY: before the program's constructors: no other code uses the environment yet.
+    guarded("la_preinit", (), || unsafe {
+        crate::pinned_env::apply_to_environ()
+    });
 }
 
 /// What a binding should resolve to: the wrapper of runtime `index`, or the real address.
@@ -200,10 +208,13 @@ pub fn decide(sym: Sym, definer: Option<usize>, caller_is_runtime: bool) -> Rout
     }
 }
 
-/// Substitutes the wrapper for intercepted HIP calls of callers outside the runtime.
+/// Substitutes the wrapper for intercepted HIP calls of callers outside the runtime. An
+/// internal error binds the symbol where the linker resolved it (the caller still runs).
 ///
 /// # Safety
-/// Called by the dynamic linker with valid pointers.
+/// Called by the dynamic linker: `sym` is NULL or its symbol, whose `st_value` is the
+/// resolved address; `refcook`/`defcook` are NULL or the objects' cookies; `flags` is NULL or
+/// the linker's flag word; `symname` is NULL or NUL-terminated.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn la_symbind64(
     sym: *mut libc::Elf64_Sym,
@@ -213,24 +224,26 @@ pub unsafe extern "C" fn la_symbind64(
     flags: *mut c_uint,
     symname: *const c_char,
 ) -> usize {
-    if sym.is_null() {
-        return 0;
-    }
-    // SAFETY: the linker passes a valid symbol whose st_value is the resolved address.
-    let real = unsafe { (*sym).st_value } as usize;
+    // The fallback is the linker's own answer, read before the guard (a load cannot panic).
+    let real = if sym.is_null() {
+        0
+    } else {
+        // SAFETY: non-null: the linker's symbol, by this function's contract.
+        unsafe { (*sym).st_value as usize }
+    };
     guarded("la_symbind64", real, || {
-        if symname.is_null() {
+        if sym.is_null() || symname.is_null() {
             return real;
         }
         // SAFETY: non-null NUL-terminated name owned by the linker.
         let Some(which) = Sym::from_name(unsafe { CStr::from_ptr(symname) }.to_bytes()) else {
             return real;
         };
-        // SAFETY: the cookies point at the objects' cookies when non-null.
         let read = |cookie: *mut usize| {
             if cookie.is_null() {
                 0
             } else {
+                // SAFETY: non-null: an object's cookie, by this function's contract.
                 unsafe { *cookie }
             }
         };

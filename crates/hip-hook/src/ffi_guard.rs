@@ -1,15 +1,51 @@
-//! No panic crosses the FFI boundary: every exported body runs under `catch_unwind`, and a
-//! panic turns into the caller-chosen fallback (fail closed for allocations).
+//! No panic crosses the FFI boundary: every exported body (the `la_*` callbacks and every
+//! wrapper handed out) runs under [`guarded`], and a panic turns into that export's fallback:
+//! fail closed for allocations, the linker's own answer for lookups (README, "Internal
+//! errors"). `catch_unwind` costs nothing until something panics: no system call, no
+//! allocation on the way in.
+//!
+//! ## Fault injection (test builds only)
+//!
+//! With the `fault-injection` feature, which only this crate's own tests and benches turn on
+//! (through a dev-dependency on itself; release and `cargo build` artifacts never have it),
+//! `AMVGPU_TEST_PANIC_IN=<export>[,<export>…]` (or `*`) makes the guard of those exports
+//! panic before their body runs, so `tests/internal_errors.rs` can check every export's
+//! fallback in a real process. A library built without the feature has no such code: no
+//! variable can make a production hook panic.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Runs `body`; if it panics, logs and returns `fallback`.
 pub fn guarded<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
-    match catch_unwind(AssertUnwindSafe(body)) {
+    match catch_unwind(AssertUnwindSafe(|| {
+        #[cfg(feature = "fault-injection")]
+        fault::inject(what);
+        body()
+    })) {
         Ok(value) => value,
         Err(_) => {
             crate::log::error(format_args!("internal error in {what}; failing closed"));
             fallback
+        }
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+mod fault {
+    use std::sync::OnceLock;
+
+    /// The variable naming the exports whose guard panics.
+    pub const VARIABLE: &str = "AMVGPU_TEST_PANIC_IN";
+
+    /// Read once: the list never changes under a running process.
+    static NAMES: OnceLock<Option<String>> = OnceLock::new();
+
+    pub fn inject(what: &str) {
+        let names = NAMES.get_or_init(|| std::env::var(VARIABLE).ok());
+        if let Some(names) = names
+            && names.split(',').any(|name| name == "*" || name == what)
+        {
+            panic!("{VARIABLE} injected a fault into {what}");
         }
     }
 }

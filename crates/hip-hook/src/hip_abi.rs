@@ -7,6 +7,10 @@ pub const HIP_SUCCESS: HipError = 0;
 pub const HIP_ERROR_INVALID_VALUE: HipError = 1;
 pub const HIP_ERROR_OUT_OF_MEMORY: HipError = 2;
 pub const HIP_ERROR_NOT_INITIALIZED: HipError = 3;
+/// `hipErrorNotFound`: what a lookup that failed inside the hook answers.
+pub const HIP_ERROR_NOT_FOUND: HipError = 500;
+/// `hipErrorUnknown`: what a free or query that failed inside the hook answers.
+pub const HIP_ERROR_UNKNOWN: HipError = 999;
 
 /// `hipDeviceAttributeTotalGlobalMem`.
 pub const ATTR_TOTAL_GLOBAL_MEM: c_int = 84;

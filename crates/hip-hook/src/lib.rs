@@ -4,6 +4,12 @@
 //! - `wrappers`: reserve-before-allocate, frees, limit reporting, pinned `getenv`.
 //! - [`config`], [`environ`], [`pinned_env`]: settings from the pod spec and the process.
 //! - [`sizing`], [`tracker`]: pure accounting helpers.
+//! - `ffi_guard`: the panic guard every exported body runs under (and, in test builds only,
+//!   the fault switch that proves it).
+
+// Each unsafe operation in its own block with the reason it holds (issue 19; crate-level
+// until the workspace's [lints] table reaches this crate).
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod audit;
 pub mod config;

@@ -121,14 +121,21 @@ fn environ_variable() -> Option<*mut *mut *mut libc::c_char> {
     use std::sync::atomic::Ordering::Relaxed;
     let main = crate::symbols::MAIN_PROGRAM.load(Relaxed);
     let libc = crate::symbols::LIBC.load(Relaxed);
-    crate::symbols::lookup_in(main, "environ")
-        .or_else(|| crate::symbols::lookup_in(libc, "environ"))
+    // SAFETY: the program's and libc's link maps from la_objopen: loaded for the process's life.
+    unsafe { crate::symbols::lookup_in(main, "environ") }
+        // SAFETY: as above.
+        .or_else(|| unsafe { crate::symbols::lookup_in(libc, "environ") })
         .map(|address| address as *mut *mut *mut libc::c_char)
 }
 
 /// Rewrites the process's `environ` so that it holds exactly the pinned values. The new
 /// array and its added strings are leaked (libc never frees an array it did not allocate).
-pub fn apply_to_environ() {
+///
+/// # Safety
+/// No other thread reads or changes the environment meanwhile: called before any of the
+/// application's code runs (`la_preinit`) or inside the application's own `clearenv`, which
+/// libc already requires to be free of concurrent environment use.
+pub unsafe fn apply_to_environ() {
     let Some(variable) = environ_variable() else {
         crate::log::error(format_args!(
             "cannot find the process's environ: HSA_CU_MASK and the other pinned variables are enforced only for getenv readers"

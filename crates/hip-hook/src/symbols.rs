@@ -117,6 +117,11 @@ impl Sym {
         NAMES[self as usize].0
     }
 
+    /// Every symbol, in table order.
+    pub fn all() -> impl Iterator<Item = Sym> {
+        NAMES.iter().map(|(_, sym)| *sym)
+    }
+
     /// Symbols bound from libc rather than from HIP.
     pub fn is_libc(self) -> bool {
         matches!(
@@ -183,13 +188,17 @@ pub static MAIN_PROGRAM: AtomicUsize = AtomicUsize::new(0);
 pub static LIBC: AtomicUsize = AtomicUsize::new(0);
 
 /// Looks `name` up in the object whose link map is `map` (0: none).
-pub fn lookup_in(map: usize, name: &str) -> Option<usize> {
+///
+/// # Safety
+/// `map` is 0 or the address of a link map recorded by `la_objopen` ([`RUNTIMES`],
+/// [`MAIN_PROGRAM`], [`LIBC`]) of an object that is still loaded.
+pub unsafe fn lookup_in(map: usize, name: &str) -> Option<usize> {
     if map == 0 {
         return None;
     }
     let map = map as *const crate::audit::LinkMap;
-    // SAFETY: the link maps recorded here are the linker's, from la_objopen, for objects of
-    // the base namespace that stay loaded (the program, libc, HIP runtimes: see `real`).
+    // SAFETY: a live link map by this function's contract; its l_ld is the dynamic section of
+    // the object mapped at l_addr.
     let tables = unsafe { crate::elf_symbols::DynTables::read((*map).l_addr, (*map).l_ld) }?;
     tables.lookup(name.as_bytes())
 }
@@ -219,7 +228,9 @@ pub fn real(runtime: usize, sym: Sym) -> Option<usize> {
     } else {
         RUNTIMES.get(runtime)?.load(Relaxed)
     };
-    let address = lookup_in(map, sym.name())?;
+    // SAFETY: a runtime's or libc's link map from la_objopen; those objects stay loaded (a
+    // program and its libc for the process's life, runtimes while their wrappers run).
+    let address = unsafe { lookup_in(map, sym.name()) }?;
     note_real(runtime, sym, address);
     Some(address)
 }
