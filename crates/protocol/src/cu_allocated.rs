@@ -12,27 +12,48 @@ use crate::cu_list::{CuListError, CuSet};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CuAllocation(pub BTreeMap<String, CuSet>);
 
+/// Why a `hami.io/amd-cu-allocated` value was refused; each names the device.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CuAllocatedError {
+    /// The value is not JSON; the parser's message.
     #[error("hami.io/amd-cu-allocated is not JSON: {0}")]
     Json(String),
+    /// The JSON is not an object.
     #[error("hami.io/amd-cu-allocated must be a JSON object of device id to CU list")]
     NotObject,
+    /// A device's value is not a string.
     #[error("hami.io/amd-cu-allocated[{device:?}]: must be a CU list string such as \"0-75\"")]
-    NotString { device: String },
+    NotString {
+        /// The device id.
+        device: String,
+    },
+    /// A device's CU list is malformed.
     #[error("hami.io/amd-cu-allocated[{device:?}]: {source}")]
     List {
+        /// The device id.
         device: String,
+        /// What is wrong with its list.
         #[source]
         source: CuListError,
     },
+    /// A key is the empty string.
     #[error("hami.io/amd-cu-allocated[{device:?}]: an empty device id")]
-    EmptyId { device: String },
+    EmptyId {
+        /// The (empty) key.
+        device: String,
+    },
+    /// [`CuAllocation::add`] was given CUs the device already holds.
     #[error("CUs {overlap} of device {device:?} are given twice")]
-    Overlap { device: String, overlap: String },
+    Overlap {
+        /// The device id.
+        device: String,
+        /// The CUs given twice, as a CU list.
+        overlap: String,
+    },
 }
 
 impl CuAllocation {
+    /// Decodes the annotation; CU ids are not checked against a GPU's size here (callers do).
     pub fn parse(text: &str) -> Result<Self, CuAllocatedError> {
         let value: Value =
             serde_json::from_str(text).map_err(|e| CuAllocatedError::Json(e.to_string()))?;
@@ -57,6 +78,7 @@ impl CuAllocation {
         Ok(Self(out))
     }
 
+    /// The annotation value: keys sorted, devices with no CUs left out.
     pub fn encode(&self) -> String {
         let map: serde_json::Map<String, Value> = self
             .0

@@ -18,31 +18,62 @@ pub struct CuSet {
 /// Why a CU list or mask was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CuListError {
+    /// No item names a CU.
     #[error("CU list is empty: it must name at least one CU, e.g. 0-75")]
     Empty,
+    /// An item is neither `N` nor `A-B`.
     #[error("CU list item {item:?} is not N or A-B with decimal numbers")]
-    Malformed { item: String },
+    Malformed {
+        /// The item as written.
+        item: String,
+    },
+    /// An item's range ends below its start.
     #[error("CU list item {item:?} runs backwards: write the smaller id first")]
-    Backwards { item: String },
+    Backwards {
+        /// The item as written.
+        item: String,
+    },
+    /// An id is not below the GPU's CU count.
     #[error("CU id {id} is outside the GPU's {devcore} CUs (valid ids are 0-{max})", max = devcore.saturating_sub(1))]
-    OutOfRange { id: u64, devcore: u32 },
+    OutOfRange {
+        /// The highest id of the item.
+        id: u64,
+        /// The GPU's CU count.
+        devcore: u32,
+    },
+    /// A set holds some but not all CUs of a WGP.
     #[error(
         "CU set {set} splits a WGP: on this GPU (2 CUs per WGP) every slice must hold whole CU pairs 2k,2k+1"
     )]
-    SplitWgp { set: String },
+    SplitWgp {
+        /// The set, as a CU list.
+        set: String,
+    },
+    /// A mask entry is not `<gpu index>:<CU list>`.
     #[error("HSA_CU_MASK entry {entry:?} is not <gpu index>:<CU list>")]
-    MaskEntry { entry: String },
+    MaskEntry {
+        /// The entry as written.
+        entry: String,
+    },
+    /// Two mask entries name one GPU.
     #[error("HSA_CU_MASK names GPU {index} twice")]
-    MaskDuplicateIndex { index: u32 },
+    MaskDuplicateIndex {
+        /// The container-local GPU index.
+        index: u32,
+    },
+    /// A mask entry's CU list is malformed.
     #[error("HSA_CU_MASK entry for GPU {index}: {source}")]
     MaskList {
+        /// The container-local GPU index of the entry.
         index: u32,
+        /// What is wrong with its list.
         #[source]
         source: Box<CuListError>,
     },
 }
 
 impl CuSet {
+    /// The empty set.
     pub fn new() -> Self {
         Self::default()
     }
@@ -88,6 +119,7 @@ impl CuSet {
         Ok(set)
     }
 
+    /// Whether the set holds no CU.
     pub fn is_empty(&self) -> bool {
         self.runs.is_empty()
     }
@@ -102,6 +134,7 @@ impl CuSet {
         &self.runs
     }
 
+    /// Whether CU `id` is in the set.
     pub fn contains(&self, id: u32) -> bool {
         self.runs.iter().any(|&(a, b)| a <= id && id <= b)
     }
@@ -321,6 +354,7 @@ impl HsaCuMask {
         Self::parse(text)
     }
 
+    /// The `(GPU index, CUs)` entries, by ascending index.
     pub fn entries(&self) -> &[(u32, CuSet)] {
         &self.entries
     }

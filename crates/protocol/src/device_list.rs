@@ -34,33 +34,54 @@ const CONTAINER: char = ';';
 /// Why a device list could not be written or read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeviceListError {
+    /// A field to write contains a separator of the format.
     #[error(
         "container {container}, device {device}: {field} {value:?} contains one of , : ; which the device-list format reserves; rename it"
     )]
     SeparatorInField {
+        /// Index of the container's run.
         container: usize,
+        /// Index of the device in that run.
         device: usize,
+        /// Which field: `device id` or `device type`.
         field: &'static str,
+        /// Its value.
         value: String,
     },
+    /// A device has an empty id.
     #[error("container {container}, device {device}: the device id is empty")]
-    EmptyUuid { container: usize, device: usize },
+    EmptyUuid {
+        /// Index of the container's run.
+        container: usize,
+        /// Index of the device in that run.
+        device: usize,
+    },
+    /// A device entry does not have four fields.
     #[error(
         "container {container}, device {device}: {entry:?} has {found} comma-separated fields, expected 4 (UUID,TYPE,MEM_MiB,CORES)"
     )]
     FieldCount {
+        /// Index of the container's run.
         container: usize,
+        /// Index of the device in that run.
         device: usize,
+        /// The entry as written.
         entry: String,
+        /// How many fields it has.
         found: usize,
     },
+    /// A numeric field is not a non-negative integer.
     #[error(
         "container {container}, device {device}: {field} {value:?} is not a non-negative integer"
     )]
     BadNumber {
+        /// Index of the container's run.
         container: usize,
+        /// Index of the device in that run.
         device: usize,
+        /// Which field: `memory` or `cores`.
         field: &'static str,
+        /// Its value as written.
         value: String,
     },
 }

@@ -12,7 +12,9 @@
 /// A `/metrics` body format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
+    /// OpenMetrics 1.0.0 (`application/openmetrics-text`).
     OpenMetrics,
+    /// The classic text format 0.0.4 (`text/plain; version=0.0.4`).
     PrometheusText,
 }
 

@@ -47,7 +47,9 @@ pub struct Report {
     "{value:?} is not a device-plugin handshake ({problem}); expected e.g. \"Reported 2026-12-01T10:00:00Z;period=30s\""
 )]
 pub struct HandshakeError {
+    /// The annotation value as read.
     pub value: String,
+    /// What is wrong with it.
     pub problem: String,
 }
 

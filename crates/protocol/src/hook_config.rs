@@ -81,18 +81,29 @@ pub struct HookConfig {
 /// Why a configuration file was refused; each names the line and what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HookConfigError {
+    /// The file is larger than [`MAX_BYTES`]; its size.
     #[error("hook config is {0} bytes, more than the {MAX_BYTES} a reader accepts")]
     TooLarge(usize),
+    /// The file is not UTF-8.
     #[error("hook config is not UTF-8 text")]
     NotUtf8,
+    /// The first line is not the format's header.
     #[error("hook config does not start with the line {HEADER_PREFIX}{VERSION}")]
     MissingHeader,
+    /// The header names another format version; that version.
     #[error(
         "hook config has version {0}; this hook reads version {VERSION}: upgrade the hook or the plugin so they match"
     )]
     UnsupportedVersion(String),
+    /// A line cannot be read: not `key=value`, a key given twice or unknown, a bad value.
     #[error("hook config line {line}: {reason}")]
-    Line { line: usize, reason: String },
+    Line {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// [`HookConfig::validate`] refused a field (or an inode came without its path); which and why.
     #[error("hook config field refused: {0}")]
     Field(String),
 }
@@ -137,7 +148,7 @@ impl HookConfig {
         Ok(())
     }
 
-    /// The file's text. Fails only when a field breaks the rules of [`validate`].
+    /// The file's text. Fails only when a field breaks the rules of [`validate`](Self::validate).
     pub fn encode(&self) -> Result<String, HookConfigError> {
         self.validate()?;
         let mut out = format!("{HEADER_PREFIX}{VERSION}\n");

@@ -30,8 +30,10 @@ pub fn rocr_id(unique_id: u64) -> String {
 /// Why an identity string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdentityError {
+    /// Not `GPU-` + 16 hex digits; the text as given.
     #[error("{0:?} is not a ROCr id: expected GPU- followed by 16 hex digits")]
     RocrId(String),
+    /// Not `<device key>#<share index>`; the text as given.
     #[error("{0:?} is not a kubelet device id: expected <device key>#<share index>")]
     KubeletDeviceId(String),
 }
@@ -61,11 +63,14 @@ pub fn partition_index_from_location_id(location_id: u64) -> u8 {
 /// XCP platform device name for partitions).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KubeletDeviceId {
+    /// PCI BDF of the card, or `amdgpu_xcp_<n>` of a partition.
     pub device_key: String,
+    /// Which share of the device, from 0.
     pub share: u32,
 }
 
 impl KubeletDeviceId {
+    /// Reads `<device key>#<share>`; the key may itself contain `#` (the last one splits).
     pub fn parse(text: &str) -> Result<Self, IdentityError> {
         let err = || IdentityError::KubeletDeviceId(text.to_owned());
         let (key, share) = text.rsplit_once('#').ok_or_else(err)?;

@@ -11,12 +11,15 @@ use core::fmt;
 /// Why a memory-limit string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MemoryLimitError {
+    /// The string is empty or only whitespace.
     #[error("memory limit is empty: write a number of bytes or a number with k/m/g, e.g. 4096m")]
     Empty,
+    /// Not `<digits>[suffix]`; the string as given.
     #[error(
         "memory limit {0:?} is not a number with an optional k/m/g (or Ki/Mi/Gi) suffix, e.g. 4096m"
     )]
     Malformed(String),
+    /// The byte count does not fit in `u64`; the string as given.
     #[error("memory limit {0:?} does not fit in 64 bits of bytes: use a smaller value")]
     Overflow(String),
 }

@@ -4,11 +4,14 @@
 /// The GPU vendors we slice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Vendor {
+    /// AMD GPUs (ROCm/HIP).
     Amd,
+    /// NVIDIA GPUs (CUDA).
     Nvidia,
 }
 
 impl Vendor {
+    /// Every vendor, in the order reports and lists show them.
     pub const ALL: [Vendor; 2] = [Vendor::Amd, Vendor::Nvidia];
 
     /// The "common word" of the vendor: a registered device type must contain it
@@ -56,19 +59,31 @@ impl Vendor {
 /// The per-vendor names of SPEC §1 and §2.
 #[derive(Debug)]
 pub struct VendorNames {
+    /// Whole GPUs or shares of one (`amd.com/gpu`).
     pub resource_count: &'static str,
+    /// Device memory per GPU, MiB (`amd.com/gpumem`).
     pub resource_memory: &'static str,
+    /// Device memory per GPU as a percentage (`amd.com/gpumem-percentage`).
     pub resource_memory_percentage: &'static str,
+    /// Percent of each GPU's compute (`amd.com/gpucores`).
     pub resource_cores: &'static str,
     /// NVIDIA only.
     pub resource_priority: Option<&'static str>,
+    /// Node annotation the plugin registers its devices in (SPEC §2.1).
     pub node_register: &'static str,
+    /// Pod annotation: devices the plugin has yet to allocate (SPEC §2.2).
     pub devices_to_allocate: &'static str,
+    /// Pod annotation: every device the scheduler gave the pod (SPEC §2.2).
     pub devices_allocated: &'static str,
+    /// Pod annotation: only GPUs whose type contains one of these words.
     pub use_gputype: &'static str,
+    /// Pod annotation: no GPU whose type contains one of these words.
     pub nouse_gputype: &'static str,
+    /// Pod annotation: only these GPU ids.
     pub use_gpuuuid: &'static str,
+    /// Pod annotation: none of these GPU ids.
     pub nouse_gpuuuid: &'static str,
+    /// Pod annotation: all GPUs of a container on one NUMA node.
     pub numa_bind: &'static str,
     /// AMD only: multi-GPU containers only on XGMI peers.
     pub link_bind: Option<&'static str>,
@@ -98,6 +113,7 @@ pub fn managed_resources() -> Vec<&'static str> {
         .collect()
 }
 
+/// AMD's names (`amd.com/*`, `hami.io/amd-*`).
 pub static AMD: VendorNames = VendorNames {
     resource_count: "amd.com/gpu",
     resource_memory: "amd.com/gpumem",
@@ -115,6 +131,7 @@ pub static AMD: VendorNames = VendorNames {
     link_bind: Some("amd.com/link-bind"),
 };
 
+/// NVIDIA's names (`nvidia.com/*`, `hami.io/vgpu-*`), as the reference spells them.
 pub static NVIDIA: VendorNames = VendorNames {
     resource_count: "nvidia.com/gpu",
     resource_memory: "nvidia.com/gpumem",
@@ -135,22 +152,33 @@ pub static NVIDIA: VendorNames = VendorNames {
 
 /// Pod annotations (SPEC §2.3).
 pub mod pod {
+    /// The node the scheduler chose for the pod.
     pub const VGPU_NODE: &str = "hami.io/vgpu-node";
+    /// Unix seconds when the scheduler chose the node.
     pub const VGPU_TIME: &str = "hami.io/vgpu-time";
+    /// Where binding stands: [`crate::node_lock::BindPhase`].
     pub const BIND_PHASE: &str = "hami.io/bind-phase";
+    /// Unix seconds when the scheduler bound the pod.
     pub const BIND_TIME: &str = "hami.io/bind-time";
+    /// AMD CUs given to the pod per device: [`crate::cu_allocated`].
     pub const AMD_CU_ALLOCATED: &str = "hami.io/amd-cu-allocated";
+    /// `binpack`, `spread` or `mutex`, optionally with `numa`: how GPUs are picked on a node.
     pub const GPU_SCHEDULER_POLICY: &str = "hami.io/gpu-scheduler-policy";
+    /// `binpack` or `spread`: how the node is picked.
     pub const NODE_SCHEDULER_POLICY: &str = "hami.io/node-scheduler-policy";
     /// Label (and annotation) value that makes the webhook skip an object or namespace.
     pub const WEBHOOK_LABEL: &str = "hami.io/webhook";
+    /// The value of [`WEBHOOK_LABEL`] that makes the webhook skip.
     pub const WEBHOOK_IGNORE: &str = "ignore";
 }
 
 /// Node annotations (SPEC §2.1, §2.4).
 pub mod node {
+    /// The node lock: [`crate::node_lock`].
     pub const MUTEX_LOCK: &str = "hami.io/mutex.lock";
+    /// Overrides the AMD plugin's `OPERATING_MODE` on this node (`cu` or `partition`).
     pub const AMD_OPERATING_MODE: &str = "hami.io/amd-operating-mode";
+    /// Overrides the AMD plugin's `COMPUTE_PARTITION` on this node (e.g. `CPX`).
     pub const AMD_COMPUTE_PARTITION: &str = "hami.io/amd-compute-partition";
 }
 
@@ -175,20 +203,33 @@ pub const DEFAULT_SCHEDULER_NAME: &str = "hami-scheduler";
 
 /// Env variables set by the device plugins or read by the hooks (SPEC §2.6, §5, §6).
 pub mod env {
+    /// ROCr ids of the container's GPUs, in allocation order.
     pub const ROCR_VISIBLE_DEVICES: &str = "ROCR_VISIBLE_DEVICES";
+    /// `0..n-1`: HIP's view of the visible GPUs.
     pub const HIP_VISIBLE_DEVICES: &str = "HIP_VISIBLE_DEVICES";
+    /// CUs per visible GPU: [`crate::cu_list::HsaCuMask`].
     pub const HSA_CU_MASK: &str = "HSA_CU_MASK";
     /// Followed by the container-local GPU index: `HIP_DEVICE_MEMORY_LIMIT_0`.
     pub const HIP_DEVICE_MEMORY_LIMIT_PREFIX: &str = "HIP_DEVICE_MEMORY_LIMIT_";
+    /// Path of the HIP hook inside the container.
     pub const LD_AUDIT: &str = "LD_AUDIT";
+    /// Set when memory is oversubscribed: the HIP hook allocates from managed memory.
     pub const HIP_OVERSUBSCRIBE: &str = "HIP_OVERSUBSCRIBE";
+    /// The user's HIP task priority, pinned by the hook.
     pub const AMD_TASK_PRIORITY: &str = "AMD_TASK_PRIORITY";
+    /// HIP hook log level, 1 (error) to 4 (debug).
     pub const LIBHIP_LOG_LEVEL: &str = "LIBHIP_LOG_LEVEL";
+    /// Path of the HIP hook's shared accounting file (default `/tmp/hipdevshr.cache`).
     pub const HIP_DEVICE_MEMORY_SHARED_CACHE: &str = "HIP_DEVICE_MEMORY_SHARED_CACHE";
+    /// When true, the HIP hook kills a process found above its limit.
     pub const ACTIVE_OOM_KILLER: &str = "ACTIVE_OOM_KILLER";
+    /// CUDA hook memory limit of every GPU; `_<i>` suffixed for GPU `i`.
     pub const CUDA_DEVICE_MEMORY_LIMIT: &str = "CUDA_DEVICE_MEMORY_LIMIT";
+    /// Percent of the SMs the CUDA hook allows.
     pub const CUDA_DEVICE_SM_LIMIT: &str = "CUDA_DEVICE_SM_LIMIT";
+    /// Path of the CUDA hook's shared accounting file (default `/tmp/cudevshr.cache`).
     pub const CUDA_DEVICE_MEMORY_SHARED_CACHE: &str = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
+    /// The user's CUDA task priority, pinned by the hook.
     pub const CUDA_TASK_PRIORITY: &str = "CUDA_TASK_PRIORITY";
 
     /// `HIP_DEVICE_MEMORY_LIMIT_<index>`.

@@ -22,11 +22,14 @@ pub struct NodeLock {
 /// Namespace and name of a pod.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PodRef {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
 }
 
 impl PodRef {
+    /// A reference to pod `name` in `namespace`.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
         Self {
             namespace: namespace.into(),
@@ -44,14 +47,19 @@ impl fmt::Display for PodRef {
 /// Why a lock value could not be read or written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodeLockError {
+    /// The timestamp part cannot be read.
     #[error("node lock {value:?}: {source}")]
     Timestamp {
+        /// The lock value as read.
         value: String,
+        /// What is wrong with its time.
         #[source]
         source: rfc3339::TimestampError,
     },
+    /// Not `<RFC3339 time>,<namespace>,<pod name>`; the value as read.
     #[error("node lock {0:?} is not <RFC3339 time>,<namespace>,<pod name>")]
     Shape(String),
+    /// The owner cannot be written without breaking the format.
     #[error(
         "pod reference {0} cannot be written into a node lock: namespace and name must be non-empty and free of commas"
     )]
@@ -59,6 +67,7 @@ pub enum NodeLockError {
 }
 
 impl NodeLock {
+    /// A lock taken at unix second `taken_at` by `owner`.
     pub fn new(taken_at: i64, owner: PodRef) -> Self {
         Self {
             taken_at,
@@ -111,6 +120,7 @@ impl NodeLock {
         self.taken_at.saturating_sub(now) > expiry_seconds
     }
 
+    /// Whether `pod` holds this lock (a legacy lock has no owner, so nobody does).
     pub fn is_owned_by(&self, pod: &PodRef) -> bool {
         self.owner.as_ref() == Some(pod)
     }
@@ -125,19 +135,27 @@ pub enum LockDecision {
     AlreadyHeld,
     /// Expired, stamped implausibly far in the future, unreadable, or its owner is gone:
     /// replace it.
-    TakeOver { reason: TakeOverReason },
+    TakeOver {
+        /// Why it may be replaced.
+        reason: TakeOverReason,
+    },
     /// Someone else holds it; wait (bounded) and retry.
     Busy {
+        /// The holder; `None` for a legacy lock.
         owner: Option<PodRef>,
+        /// Seconds since it was taken (negative when stamped ahead of our clock).
         age_seconds: i64,
     },
 }
 
+/// Why a lock held by someone else may still be replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TakeOverReason {
+    /// Older than the expiry.
     Expired,
     /// Stamped more than the expiry ahead of our clock (clock skew or a bad writer).
     FutureStamp,
+    /// Its owner pod no longer exists (asked of the API server by the shell).
     OwnerGone,
     /// The value cannot be parsed: nobody can release it, so treat it as abandoned.
     Unreadable,
@@ -198,11 +216,13 @@ pub enum BindPhase {
     Failed,
 }
 
+/// A `hami.io/bind-phase` value that is none of the three; the value as read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("bind phase {0:?} is not one of allocating, success, failed")]
 pub struct BindPhaseError(pub String);
 
 impl BindPhase {
+    /// The annotation value.
     pub const fn as_str(self) -> &'static str {
         match self {
             BindPhase::Allocating => "allocating",
@@ -211,6 +231,7 @@ impl BindPhase {
         }
     }
 
+    /// Reads an annotation value (exact spelling, lower case).
     pub fn parse(text: &str) -> Result<Self, BindPhaseError> {
         match text {
             "allocating" => Ok(BindPhase::Allocating),

@@ -20,12 +20,16 @@ pub enum DeviceMode {
     HamiCore,
     /// One AMD hard compute partition.
     Xcp,
+    /// An NVIDIA MIG instance.
     Mig,
+    /// An NVIDIA GPU shared through MPS.
     Mps,
+    /// A mode this version does not know, kept as written.
     Other(String),
 }
 
 impl DeviceMode {
+    /// Reads the `mode` field; unknown values are kept, not refused.
     pub fn parse(text: &str) -> Self {
         match text {
             "" => DeviceMode::Unspecified,
@@ -37,6 +41,7 @@ impl DeviceMode {
         }
     }
 
+    /// The `mode` field as written.
     pub fn as_str(&self) -> &str {
         match self {
             DeviceMode::Unspecified => "",
@@ -52,18 +57,22 @@ impl DeviceMode {
 /// AMD extras of a registered device (`custominfo`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct CustomInfo {
+    /// PCI address of the card.
     #[serde(rename = "pciBDF", skip_serializing_if = "Option::is_none")]
     pub pci_bdf: Option<String>,
     /// 2 on RDNA (CUs come in WGP pairs), 1 otherwise.
     #[serde(rename = "cuPerWGP", skip_serializing_if = "Option::is_none")]
     pub cu_per_wgp: Option<u32>,
+    /// KFD `num_cp_queues`.
     #[serde(rename = "computeQueues", skip_serializing_if = "Option::is_none")]
     pub compute_queues: Option<u32>,
     /// PCI addresses of the GPUs this one reaches over XGMI.
     #[serde(rename = "xgmiPeers", skip_serializing_if = "Vec::is_empty")]
     pub xgmi_peers: Vec<String>,
+    /// The card's compute partition mode, e.g. `CPX`.
     #[serde(rename = "computePartition", skip_serializing_if = "Option::is_none")]
     pub compute_partition: Option<String>,
+    /// The card's memory partition mode, e.g. `NPS1`.
     #[serde(rename = "memoryPartition", skip_serializing_if = "Option::is_none")]
     pub memory_partition: Option<String>,
 }
@@ -91,33 +100,51 @@ pub struct DeviceInfo {
     pub device_type: String,
     /// NUMA node, -1 when unknown.
     pub numa: i32,
+    /// How the device is sliced.
     pub mode: DeviceMode,
+    /// Whether it may be allocated (a missing field reads as false).
     pub health: bool,
+    /// `devicevendor`, e.g. `AMD`.
     pub device_vendor: String,
+    /// AMD extras (`custominfo`).
     pub custom_info: CustomInfo,
 }
 
 /// Why a register annotation could not be read or written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegisterError {
+    /// The value is not JSON; the parser's message.
     #[error("register annotation is not JSON: {0}")]
     Json(String),
+    /// The JSON is not an array.
     #[error("register annotation must be a JSON array of device objects")]
     NotArray,
+    /// An entry is not an object.
     #[error("device {device}: must be a JSON object")]
-    NotObject { device: usize },
+    NotObject {
+        /// Index of the entry.
+        device: usize,
+    },
+    /// A field is missing, mistyped or out of range.
     #[error("device {device}, field {field:?}: {problem}")]
     Field {
+        /// Index of the entry.
         device: usize,
+        /// The field's JSON name.
         field: &'static str,
+        /// What is wrong with it.
         problem: String,
     },
+    /// Two entries share an id (D-8).
     #[error(
         "devices {first} and {second} share the id {id:?}: every registered device needs its own id"
     )]
     DuplicateId {
+        /// Index of the first entry.
         first: usize,
+        /// Index of the second entry.
         second: usize,
+        /// The shared id.
         id: String,
     },
 }

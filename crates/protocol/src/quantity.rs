@@ -5,14 +5,19 @@
 /// What is wrong with a quantity used as a count.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CountProblem {
+    /// Not a Kubernetes quantity.
     #[error("is not a number")]
     Malformed,
+    /// Below zero.
     #[error("is negative")]
     Negative,
+    /// Has a fractional part.
     #[error("is not a whole number")]
     Fractional,
+    /// Carries a unit suffix; the suffix.
     #[error("has a unit suffix ({0}); these resources take a plain integer")]
     HasUnit(String),
+    /// Does not fit in 64 bits.
     #[error("is too large")]
     TooLarge,
 }

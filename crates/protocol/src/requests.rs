@@ -57,17 +57,21 @@ impl Default for RequestDefaults {
     }
 }
 
+/// Which list of the pod spec a container comes from, and how it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ContainerKind {
+    /// An init container that runs to completion before the app containers.
     Init,
     /// An init container with `restartPolicy: Always` (a native sidecar): it runs beside
     /// the app containers.
     Sidecar,
+    /// An app container (`spec.containers`).
     App,
 }
 
 impl ContainerKind {
+    /// The spelling reports and the JSON output use.
     pub const fn as_str(self) -> &'static str {
         match self {
             ContainerKind::Init => "init",
@@ -80,9 +84,11 @@ impl ContainerKind {
 /// A container in device-list order, with where it sits in the pod spec.
 #[derive(Debug, Clone, Copy)]
 pub struct ContainerSlot<'a> {
+    /// Init, sidecar or app.
     pub kind: ContainerKind,
     /// Index in `spec.initContainers` or `spec.containers`.
     pub index: usize,
+    /// The container itself.
     pub container: &'a Container,
 }
 
@@ -133,6 +139,7 @@ pub fn container_slots(spec: &PodSpec) -> Vec<ContainerSlot<'_>> {
 pub enum MemoryRequest {
     /// All of the GPU's memory.
     Whole,
+    /// This many MiB (`gpumem`).
     Mib(u64),
     /// Percent of the GPU's memory, 1..=100.
     Percent(u32),
@@ -183,15 +190,20 @@ pub struct DeviceRequest {
 /// What one container asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContainerRequest {
+    /// The container's name.
     pub name: String,
+    /// Init, sidecar or app.
     pub kind: ContainerKind,
+    /// The AMD request, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub amd: Option<DeviceRequest>,
+    /// The NVIDIA request, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nvidia: Option<DeviceRequest>,
 }
 
 impl ContainerRequest {
+    /// The request for `vendor`, if any.
     pub fn get(&self, vendor: Vendor) -> Option<&DeviceRequest> {
         match vendor {
             Vendor::Amd => self.amd.as_ref(),
@@ -199,6 +211,7 @@ impl ContainerRequest {
         }
     }
 
+    /// Whether the container asks for no GPU at all.
     pub fn is_empty(&self) -> bool {
         self.amd.is_none() && self.nvidia.is_none()
     }
@@ -210,28 +223,53 @@ impl ContainerRequest {
 pub struct RequestError {
     /// Where, e.g. `spec.containers[1].resources.limits[amd.com/gpucores]`.
     pub field: String,
+    /// What is wrong with it.
     pub problem: RequestProblem,
 }
 
+/// What is wrong with one resource of a request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestProblem {
+    /// The quantity is not a plain non-negative integer.
     #[error("{value:?} {problem}; {hint}")]
     BadQuantity {
+        /// The quantity as written.
         value: String,
+        /// Why it is not.
         problem: CountProblem,
+        /// What the resource takes.
         hint: &'static str,
     },
+    /// The number is outside what the resource takes.
     #[error("{value} is out of range; {hint}")]
-    OutOfRange { value: u64, hint: &'static str },
+    OutOfRange {
+        /// The number.
+        value: u64,
+        /// What the resource takes.
+        hint: &'static str,
+    },
+    /// `gpu: 0` alongside other resources of the vendor.
     #[error("is 0 but {other} is set: ask for at least 1 GPU, or remove {other}")]
-    ZeroCountWithOthers { other: &'static str },
+    ZeroCountWithOthers {
+        /// One of those resources.
+        other: &'static str,
+    },
+    /// Both a memory size and a memory percentage.
     #[error("both {memory} and {percentage} are set: keep one of them")]
     MemoryAndPercentage {
+        /// The memory resource's name.
         memory: &'static str,
+        /// The percentage resource's name.
         percentage: &'static str,
     },
+    /// More GPUs than one container may have.
     #[error("asks for {count} GPUs in one container; at most {max} are supported")]
-    TooManyGpus { count: u64, max: u32 },
+    TooManyGpus {
+        /// GPUs asked for.
+        count: u64,
+        /// The most allowed.
+        max: u32,
+    },
 }
 
 /// Requests of every container of the pod, in device-list order.

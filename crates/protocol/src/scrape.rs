@@ -6,12 +6,16 @@
 /// One sample line: `name{label="value",...} value [timestamp]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
+    /// Metric name as written (with any `_total` suffix).
     pub name: String,
+    /// Label pairs in the order written, values unescaped.
     pub labels: Vec<(String, String)>,
+    /// The sample value.
     pub value: f64,
 }
 
 impl Sample {
+    /// The value of label `name`, if the sample has it.
     pub fn label(&self, name: &str) -> Option<&str> {
         self.labels
             .iter()

@@ -8,22 +8,44 @@ use crate::names::{Vendor, pod};
 /// Why a steering annotation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectionError {
+    /// Not a Go boolean.
     #[error("annotation {key}={value:?}: expected true or false")]
-    Bool { key: &'static str, value: String },
+    Bool {
+        /// The annotation.
+        key: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// Not a GPU policy.
     #[error(
         "annotation {key}={value:?}: expected binpack, spread or mutex, optionally with numa (e.g. binpack,numa)"
     )]
-    GpuPolicy { key: &'static str, value: String },
+    GpuPolicy {
+        /// The annotation.
+        key: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// Not a node policy.
     #[error("annotation {key}={value:?}: expected binpack or spread")]
-    NodePolicy { key: &'static str, value: String },
+    NodePolicy {
+        /// The annotation.
+        key: &'static str,
+        /// Its value.
+        value: String,
+    },
 }
 
 /// Include/exclude rules of one vendor for one pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceSelector {
+    /// `use-gputype`: only types containing one of these (case-insensitive).
     pub use_types: Vec<String>,
+    /// `nouse-gputype`: no type containing one of these (case-insensitive).
     pub nouse_types: Vec<String>,
+    /// `use-gpuuuid`: only these ids (exact).
     pub use_uuids: Vec<String>,
+    /// `nouse-gpuuuid`: none of these ids (exact).
     pub nouse_uuids: Vec<String>,
     /// All GPUs of a container on one NUMA node.
     pub numa_bind: bool,
@@ -57,6 +79,7 @@ fn parse_bool(key: &'static str, value: Option<&String>) -> Result<bool, Selecti
 }
 
 impl DeviceSelector {
+    /// Reads `vendor`'s selection annotations; absent ones select everything.
     pub fn from_annotations(
         vendor: Vendor,
         annotations: &BTreeMap<String, String>,
@@ -106,14 +129,17 @@ pub enum GpuPolicyKind {
     Mutex,
 }
 
+/// How to pick GPUs on a node (`hami.io/gpu-scheduler-policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct GpuPolicy {
+    /// Binpack, spread or mutex.
     pub kind: GpuPolicyKind,
     /// Prefer keeping a container's GPUs on one NUMA node.
     pub numa: bool,
 }
 
 impl GpuPolicy {
+    /// Reads the annotation value, e.g. `binpack,numa` (case-insensitive).
     pub fn parse(value: &str) -> Result<Self, SelectionError> {
         let err = || SelectionError::GpuPolicy {
             key: pod::GPU_SCHEDULER_POLICY,
@@ -141,15 +167,18 @@ impl GpuPolicy {
     }
 }
 
+/// How to pick a node (`hami.io/node-scheduler-policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NodePolicy {
     /// Fill nodes (the default).
     #[default]
     Binpack,
+    /// Spread pods across nodes.
     Spread,
 }
 
 impl NodePolicy {
+    /// Reads the annotation value (case-insensitive).
     pub fn parse(value: &str) -> Result<Self, SelectionError> {
         match value.trim().to_ascii_lowercase().as_str() {
             "binpack" => Ok(NodePolicy::Binpack),
@@ -165,11 +194,14 @@ impl NodePolicy {
 /// The policies a pod asks for; `None` means "use the scheduler's configured default".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PodPolicies {
+    /// `hami.io/gpu-scheduler-policy`, when given.
     pub gpu: Option<GpuPolicy>,
+    /// `hami.io/node-scheduler-policy`, when given.
     pub node: Option<NodePolicy>,
 }
 
 impl PodPolicies {
+    /// Reads both annotations from a pod's annotations.
     pub fn from_annotations(
         annotations: &BTreeMap<String, String>,
     ) -> Result<Self, SelectionError> {
