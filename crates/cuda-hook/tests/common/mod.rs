@@ -90,9 +90,63 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// `tests/c/fault_probe.c`: calls one export by name (tests/internal_errors.rs).
+pub fn fault_probe() -> PathBuf {
+    static PROBE: OnceLock<PathBuf> = OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fault_probe.c");
+            let dir = driver_dir();
+            let out = dir.join("fault_probe");
+            let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+                .args(["-O1", "-o"])
+                .arg(&out)
+                .arg(&source)
+                .arg(format!("-L{}", dir.display()))
+                // Linked like a CUDA application, though it calls the driver only by name.
+                .args(["-Wl,--no-as-needed", "-lcuda", "-ldl"])
+                .status()
+                .unwrap_or_else(|e| {
+                    panic!("a C compiler (cc) is needed for the process tests: {e}")
+                });
+            assert!(status.success(), "compiling {} failed", source.display());
+            out
+        })
+        .clone()
+}
+
+/// The functions `library` exports (defined, in `.text`), from `objdump -T` (binutils).
+pub fn exported_functions(library: &Path) -> Vec<String> {
+    let output = Command::new("objdump")
+        .arg("-T")
+        .arg(library)
+        .output()
+        .unwrap_or_else(|e| panic!("objdump (binutils) is needed to list the exports: {e}"));
+    assert!(
+        output.status.success(),
+        "objdump -T {} failed",
+        library.display()
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|line| line.contains(" DF .text"))
+        .filter_map(|line| line.split_whitespace().last().map(str::to_owned))
+        .collect()
+}
+
 /// The probe under the hook, with the stand-in devices of `scratch` and `env`.
 pub fn command(scratch: &Path, env: &[(&str, String)], args: &[&str]) -> Command {
-    let mut cmd = Command::new(probe());
+    command_for(&probe(), scratch, env, args)
+}
+
+/// `program` under the hook, as [`command`] runs the probe.
+pub fn command_for(
+    program: &Path,
+    scratch: &Path,
+    env: &[(&str, String)],
+    args: &[&str],
+) -> Command {
+    let mut cmd = Command::new(program);
     cmd.args(args)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
