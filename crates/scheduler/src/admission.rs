@@ -24,6 +24,7 @@ pub struct WebhookConfig {
     pub scheduler_name: String,
     /// Also take pods whose schedulerName is `default-scheduler` (the default pod value).
     pub force_overwrite_default_scheduler: bool,
+    /// Request defaults the webhook makes explicit in containers' limits.
     pub defaults: RequestDefaults,
     /// Usernames (AdmissionReview `request.userInfo.username`) that may write the
     /// scheduler-owned annotations: the scheduler's and the device plugins' own identities.
@@ -64,6 +65,7 @@ pub struct PodReview<'a> {
     pub operation: &'a str,
     /// `request.userInfo.username`.
     pub username: &'a str,
+    /// `request.object`: the pod as it will be (absent on DELETE).
     pub object: Option<&'a Pod>,
     /// The pod before an UPDATE.
     pub old_object: Option<&'a Pod>,
@@ -159,14 +161,24 @@ pub fn review_pod(review: &PodReview, config: &WebhookConfig) -> Admission {
     }
 }
 
+/// The webhook's answer for one pod.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Admission {
     /// Not a pod for us; allowed unchanged.
-    Ignore { why: String },
+    Ignore {
+        /// Why it was left alone.
+        why: String,
+    },
     /// Allowed with an RFC 6902 patch (possibly empty).
-    Allow { patch: Vec<Value> },
+    Allow {
+        /// The JSON patch operations.
+        patch: Vec<Value>,
+    },
     /// Refused; the message says what to change.
-    Deny { message: String },
+    Deny {
+        /// The message the user sees.
+        message: String,
+    },
 }
 
 /// JSON Pointer escaping (RFC 6901) of one path segment.

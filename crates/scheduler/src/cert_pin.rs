@@ -29,6 +29,7 @@ pub struct Pins {
 }
 
 impl Pins {
+    /// Pins exactly `current`, with nothing in grace.
     pub fn new(current: Vec<CertificateDer<'static>>) -> Self {
         Pins {
             current,
@@ -49,6 +50,7 @@ impl Pins {
             .retain(|(c, until)| *until > now && !self.current.contains(c));
     }
 
+    /// Whether `cert` is pinned at `now`: current, or replaced less than [`ROTATION_GRACE`] ago.
     pub fn accepts(&self, cert: &CertificateDer<'_>, now: Instant) -> bool {
         self.current.iter().any(|c| c.as_ref() == cert.as_ref())
             || self
@@ -82,6 +84,7 @@ pub struct PinnedClients {
 }
 
 impl PinnedClients {
+    /// A verifier for `pins`, checking handshake signatures with `provider`.
     pub fn new(pins: SharedPins, provider: Arc<CryptoProvider>) -> Self {
         PinnedClients { pins, provider }
     }
@@ -149,6 +152,7 @@ pub struct PinnedServer {
 }
 
 impl PinnedServer {
+    /// A verifier for `pins`, checking handshake signatures with `provider`.
     pub fn new(pins: SharedPins, provider: Arc<CryptoProvider>) -> Self {
         PinnedServer { pins, provider }
     }

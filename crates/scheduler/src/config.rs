@@ -13,6 +13,8 @@ use crate::admission::WebhookConfig;
 use crate::extender::FilterConfig;
 use crate::watch_health::WatchTuning;
 
+/// Command-line flags of `hami-scheduler`; where the config file has a field of the same name, the
+/// flag wins.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SchedulerArgs {
     /// kubeconfig file; without it, $KUBECONFIG, ~/.kube/config, then in-cluster config.
@@ -87,9 +89,10 @@ pub struct SchedulerArgs {
     /// Run leader election on a Lease; only the leader filters and binds.
     #[arg(long)]
     pub leader_elect: bool,
-    /// Lease name and namespace for leader election.
+    /// Lease name for leader election.
     #[arg(long, default_value = "hami-scheduler")]
     pub lease_name: String,
+    /// Lease namespace for leader election (the pod's own when run in-cluster).
     #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
     pub lease_namespace: String,
     /// This replica's identity in the Lease (defaults to the pod name or host name). The
@@ -109,19 +112,27 @@ pub struct SchedulerArgs {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FileConfig {
+    /// Overridden by `--scheduler-name`.
     pub scheduler_name: Option<String>,
+    /// Overridden by `--gpu-scheduler-policy`.
     pub gpu_scheduler_policy: Option<String>,
+    /// Overridden by `--node-scheduler-policy`.
     pub node_scheduler_policy: Option<String>,
+    /// Overridden by `--node-lock-expiry-seconds`.
     pub node_lock_expiry_seconds: Option<u64>,
+    /// Overridden by `--bind-lock-wait-seconds`.
     pub bind_lock_wait_seconds: Option<u64>,
+    /// Also take pods whose schedulerName is `default-scheduler` (no flag).
     pub force_overwrite_default_scheduler: Option<bool>,
     /// Usernames that may write scheduler-owned pod annotations (D-4); default: the
     /// chart's scheduler and device-plugin ServiceAccounts in `$POD_NAMESPACE`.
     pub annotation_writers: Option<Vec<String>>,
+    /// What containers that leave out a count, memory or cores get.
     #[serde(default)]
     pub defaults: FileDefaults,
 }
 
+/// The config file's `defaults:` (HAMi's names).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FileDefaults {
@@ -136,10 +147,15 @@ pub struct FileDefaults {
 /// Everything resolved.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// The `schedulerName` of the pods this scheduler places.
     pub scheduler_name: String,
+    /// What filter decides with.
     pub filter: FilterConfig,
+    /// What the webhook decides with.
     pub webhook: WebhookConfig,
+    /// Node locks older than this may be taken over (D-2).
     pub node_lock_expiry: Duration,
+    /// How long bind waits for a busy node lock.
     pub bind_lock_wait: Duration,
     /// When the node and pod watches count as stalled or failing.
     pub watch: WatchTuning,
@@ -163,6 +179,7 @@ impl SchedulerArgs {
 }
 
 impl Settings {
+    /// Reads the config file `args` names (if any) and resolves it with the flags.
     pub fn load(args: &SchedulerArgs) -> anyhow::Result<Self> {
         let file = match &args.config {
             Some(path) => {
@@ -182,6 +199,8 @@ impl Settings {
         Self::resolve(args, file)
     }
 
+    /// Flags override the file; the file overrides the defaults. Fails on an invalid policy or
+    /// setting.
     pub fn resolve(args: &SchedulerArgs, file: FileConfig) -> anyhow::Result<Self> {
         let scheduler_name = args
             .scheduler_name

@@ -22,16 +22,20 @@ use crate::usage::{collapse, container_grants};
 /// `ExtenderArgs`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ExtenderArgs {
+    /// The pod to place.
     pub pod: Option<Pod>,
     /// Full node objects (when the extender is not `nodeCacheCapable`); we only need names.
     #[serde(default)]
     pub nodes: Option<NodeList>,
+    /// Candidate node names (when the extender is `nodeCacheCapable`).
     #[serde(default)]
     pub nodenames: Option<Vec<String>>,
 }
 
+/// kube-scheduler's `NodeList`; only the items' names are read.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub struct NodeList {
+    /// The nodes, as JSON objects.
     #[serde(default)]
     pub items: Vec<Value>,
 }
@@ -39,22 +43,27 @@ pub struct NodeList {
 /// `ExtenderFilterResult`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExtenderFilterResult {
+    /// Nodes that fit, as objects (answered when asked with objects).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nodes: Option<NodeList>,
+    /// Names of the nodes that fit (answered when asked with names).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nodenames: Option<Vec<String>>,
+    /// Node name → why it does not fit (preemption may help).
     #[serde(
         rename = "failedNodes",
         skip_serializing_if = "BTreeMap::is_empty",
         default
     )]
     pub failed_nodes: BTreeMap<String, String>,
+    /// Node name → why it does not fit in a way preempting pods cannot fix.
     #[serde(
         rename = "failedAndUnresolvableNodes",
         skip_serializing_if = "BTreeMap::is_empty",
         default
     )]
     pub failed_and_unresolvable_nodes: BTreeMap<String, String>,
+    /// A failure of the whole call; empty on success.
     #[serde(skip_serializing_if = "String::is_empty", default)]
     pub error: String,
 }
@@ -68,18 +77,23 @@ impl PartialEq for NodeList {
 /// `ExtenderBindingArgs`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 pub struct ExtenderBindingArgs {
+    /// The pod's name.
     #[serde(rename(serialize = "podName", deserialize = "podname"))]
     pub pod_name: String,
+    /// The pod's namespace.
     #[serde(rename(serialize = "podNamespace", deserialize = "podnamespace"))]
     pub pod_namespace: String,
+    /// The pod's UID.
     #[serde(rename(serialize = "podUID", deserialize = "poduid"), default)]
     pub pod_uid: String,
+    /// The node kube-scheduler chose.
     pub node: String,
 }
 
 /// `ExtenderBindingResult`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExtenderBindingResult {
+    /// Why binding failed; empty on success.
     #[serde(skip_serializing_if = "String::is_empty", default)]
     pub error: String,
 }
@@ -107,8 +121,11 @@ fn decode_value<T: DeserializeOwned>(value: Value) -> Result<T, String> {
 /// Scheduler settings the filter decision uses.
 #[derive(Debug, Clone)]
 pub struct FilterConfig {
+    /// How GPUs are chosen on a node when the pod does not say.
     pub gpu_policy: GpuPolicy,
+    /// How nodes are ranked when the pod does not say.
     pub node_policy: NodePolicy,
+    /// Request defaults for containers that leave fields out.
     pub defaults: RequestDefaults,
 }
 
@@ -125,19 +142,25 @@ impl Default for FilterConfig {
 /// What filter decided, for the shell to carry out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FilterDecision {
+    /// What kube-scheduler is answered.
     pub result: ExtenderFilterResult,
     /// Annotations (and the `hami.io/vgpu-node` label when it fits in a label) to merge
     /// into the pod; the state already holds the reservation.
     pub patch: Option<PodPatch>,
+    /// An Event to record on the pod, e.g. why no node fits.
     pub event: Option<EventNote>,
     /// Refused nodes per refusal label (`fit::refusal_labels`), for the metrics.
     pub refusals: BTreeMap<&'static str, u64>,
 }
 
+/// A change to one pod's metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodPatch {
+    /// The pod's UID: whose reservation to release if the patch fails.
     pub uid: String,
+    /// Annotations to set.
     pub annotations: BTreeMap<String, String>,
+    /// Labels to set.
     pub labels: BTreeMap<String, String>,
 }
 
@@ -162,8 +185,11 @@ impl PodPatch {
 /// An Event to record on the pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventNote {
+    /// Event reason, e.g. `FilteringFailed`.
     pub reason: &'static str,
+    /// `Warning` rather than `Normal`.
     pub warning: bool,
+    /// Event message.
     pub message: String,
 }
 

@@ -35,7 +35,9 @@ pub enum Trust {
 /// A client certificate and its key (PEM), presented to the extender (mutual TLS).
 #[derive(Debug, Clone)]
 pub struct ClientIdentity {
+    /// The certificate chain (PEM).
     pub cert_pem: Vec<u8>,
+    /// Its private key (PEM).
     pub key_pem: Vec<u8>,
 }
 
@@ -52,6 +54,8 @@ impl ClientIdentity {
     }
 }
 
+/// An HTTP(S) client of an extender (what kube-scheduler does): followers forward with it,
+/// the simulated kube-scheduler and the tests call with it.
 #[derive(Clone)]
 pub struct ExtenderClient {
     base: String,

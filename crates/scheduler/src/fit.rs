@@ -23,19 +23,30 @@ use crate::snapshot::{Gpu, GpuUsage, NodeSnapshot};
 /// keep working.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reason {
+    /// Registered unhealthy.
     CardNotHealth,
+    /// Excluded by the pod's `use-gputype`/`nouse-gputype`.
     CardTypeMismatch,
+    /// Excluded by the pod's `use-gpu-uuid`/`nouse-gpu-uuid`.
     CardUuidMismatch,
+    /// Every share of it is taken.
     CardTimeSlicingExhausted,
+    /// Someone uses it, and the pod wants it alone (mutex policy, or all NVIDIA SMs).
     ExclusiveDeviceAllocateConflict,
+    /// Not enough free memory.
     CardInsufficientMemory,
+    /// Not enough free CUs (AMD) or SM percentage (NVIDIA).
     CardInsufficientCore,
+    /// NVIDIA: all SMs are reserved and the request reserves none.
     CardComputeUnitsExhausted,
+    /// The GPUs that fit are not on one NUMA node (`numa-bind`, or a `numa` policy).
     NumaNotFit,
+    /// The GPUs that fit are not XGMI peers of each other (`link-bind`).
     XgmiLinkNotFit,
 }
 
 impl Reason {
+    /// Every reason, in declaration order (the counter's label set).
     pub const ALL: [Reason; 10] = [
         Reason::CardNotHealth,
         Reason::CardTypeMismatch,
@@ -49,6 +60,7 @@ impl Reason {
         Reason::XgmiLinkNotFit,
     ];
 
+    /// The reference's spelling, shown to users and used as the metric label.
     pub const fn as_str(self) -> &'static str {
         match self {
             Reason::CardNotHealth => "CardNotHealth",
@@ -68,8 +80,11 @@ impl Reason {
 /// Node-level refusal labels, beside the GPU-level [`Reason`]s: the bounded `reason`
 /// label set of `hami_scheduler_filter_refusals_total`.
 pub mod refusal {
+    /// Fewer GPUs of the vendor than the container asks for.
     pub const NODE_INSUFFICIENT_DEVICE: &str = "NodeInsufficientDevice";
+    /// The node registered no GPU at all, or the scheduler does not know it.
     pub const NODE_UNREGISTERED: &str = "NodeUnregistered";
+    /// The node registered only another vendor's GPUs.
     pub const NO_VENDOR_GPU: &str = "NoVendorGpu";
     /// A register annotation that does not decode, or a malformed heartbeat.
     pub const REGISTER_INVALID: &str = "RegisterInvalid";
@@ -96,7 +111,9 @@ pub fn refusal_labels() -> Vec<&'static str> {
 /// Why a node does not fit: the text kube-scheduler shows and the counter's labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
+    /// Refusal labels ([`refusal`] constants or [`Reason`] names), one per cause.
     pub labels: Vec<&'static str>,
+    /// What kube-scheduler shows, e.g. `2/4 CardInsufficientMemory`.
     pub text: String,
 }
 
@@ -114,11 +131,14 @@ fn format_reasons(reasons: &BTreeMap<Reason, usize>, considered: usize) -> Strin
 /// The include/exclude rules of both vendors for one pod.
 #[derive(Debug, Clone, Default)]
 pub struct Selectors {
+    /// AMD rules.
     pub amd: DeviceSelector,
+    /// NVIDIA rules.
     pub nvidia: DeviceSelector,
 }
 
 impl Selectors {
+    /// The rules of `vendor`.
     pub fn get(&self, vendor: Vendor) -> &DeviceSelector {
         match vendor {
             Vendor::Amd => &self.amd,
@@ -132,12 +152,16 @@ impl Selectors {
 pub struct FitRequest<'a> {
     /// Device-list order: init containers (and sidecars) first, then app containers.
     pub containers: &'a [ContainerRequest],
+    /// Which GPUs the pod may use.
     pub selectors: &'a Selectors,
+    /// How to choose GPUs on a node.
     pub gpu_policy: GpuPolicy,
+    /// How to rank nodes.
     pub node_policy: NodePolicy,
 }
 
 impl FitRequest<'_> {
+    /// Vendors any container asks for, in [`Vendor::ALL`] order.
     pub fn vendors(&self) -> Vec<Vendor> {
         Vendor::ALL
             .into_iter()
@@ -403,7 +427,8 @@ fn placement(
     Placement { runs, score }
 }
 
-/// The node score with the pod's picks charged as [`crate::usage::collapse`] would charge them: init
+/// The node score with the pod's picks charged as [`crate::usage::collapse`] would charge them:
+/// init
 /// containers at their peak, the others summed.
 fn placement_score(node: &NodeSnapshot, req: &FitRequest<'_>, picks: &[Pick]) -> f64 {
     let (mut used, mut count, mut cores, mut total_cores, mut mem, mut total_mem) =

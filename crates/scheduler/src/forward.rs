@@ -26,9 +26,15 @@ pub enum Route {
     /// Decide here (no election, or this replica leads).
     Local,
     /// Forward to the replica named `leader`.
-    Forward { leader: String },
+    Forward {
+        /// The leader's identity (its pod name).
+        leader: String,
+    },
     /// Answer "not the leader" (kube-scheduler retries).
-    Refuse { why: String },
+    Refuse {
+        /// Why this replica cannot answer, for the error text.
+        why: String,
+    },
 }
 
 /// Decides where one extender call goes.

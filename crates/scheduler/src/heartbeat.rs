@@ -39,6 +39,7 @@ pub struct Heartbeats {
 }
 
 impl Heartbeats {
+    /// No heartbeat seen yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -33,6 +33,8 @@ use crate::runtime::Scheduler;
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 1 << 20;
 
+/// Every endpoint on one listener: `/filter`, `/bind`, `/webhook`, `/healthz`, `/readyz`
+/// (when `--http-bind` is loopback and no `--extender-bind` is given).
 pub fn router(scheduler: Arc<Scheduler>) -> Router {
     Router::new()
         .route("/filter", post(filter))
@@ -67,7 +69,9 @@ pub fn webhook_router(scheduler: Arc<Scheduler>) -> Router {
 /// Where a follower forwards extender calls, and who this replica is.
 #[derive(Clone)]
 pub struct ForwardContext {
+    /// This replica's identity (its pod name), sent in [`crate::forward::FORWARDED_BY`].
     pub identity: String,
+    /// How to reach the leader; `None` when this replica never forwards.
     pub forwarder: Option<Arc<crate::forward::Forwarder>>,
 }
 
@@ -167,6 +171,7 @@ async fn extender_bind(
     json_response(StatusCode::OK, &json!({ "error": error }))
 }
 
+/// `/metrics` (OpenMetrics or Prometheus text, as the scraper asks).
 pub fn metrics_router(scheduler: Arc<Scheduler>) -> Router {
     Router::new()
         .route(
@@ -368,7 +373,9 @@ pub enum ClientAuth {
     /// Exactly the first certificate of this PEM file (the replicas' own serving
     /// certificate), reloaded into `pins` when the file changes (`cert_pin`).
     Pinned {
+        /// The PEM file.
         file: PathBuf,
+        /// The pins it is loaded into.
         pins: crate::cert_pin::SharedPins,
     },
 }

@@ -26,12 +26,14 @@ use crate::watch_health::{Verdict, WatchHealth, WatchReport, WatchTuning, explai
 /// The health of one informer, shared with the HTTP shell.
 #[derive(Debug)]
 pub struct Informer {
+    /// The resource kind watched (`nodes`, `pods`), for logs and errors.
     pub kind: &'static str,
     tuning: WatchTuning,
     health: Mutex<WatchHealth>,
 }
 
 impl Informer {
+    /// An informer of `kind`, healthy until its watch says otherwise.
     pub fn new(kind: &'static str, tuning: WatchTuning) -> Arc<Self> {
         Arc::new(Informer {
             kind,
@@ -48,6 +50,7 @@ impl Informer {
         self.health().report(report, Instant::now());
     }
 
+    /// The watch's health now.
     pub fn verdict(&self) -> Verdict {
         self.health().verdict(&self.tuning, Instant::now())
     }
@@ -62,11 +65,15 @@ impl Informer {
 pub trait Fed:
     Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + 'static
 {
+    /// Applies an added or changed object to the state.
     fn apply(state: &mut ClusterState, object: &Self);
+    /// Removes a deleted object from the state.
     fn delete(state: &mut ClusterState, object: &Self);
     /// Keys of the state's entries of this kind (to drop the ones a relist no longer shows).
     fn known(state: &ClusterState) -> Vec<String>;
+    /// The object's state key (node name, pod UID); `None` when it has none yet.
     fn key(object: &Self) -> Option<String>;
+    /// Drops the state's entry with this key.
     fn forget(state: &mut ClusterState, key: &str);
 }
 

@@ -43,6 +43,7 @@ impl Leadership {
         }
     }
 
+    /// Whether this replica may decide now: always when not elected, else while its lease holds.
     pub fn is_leader(&self) -> bool {
         if !self.elected {
             return true;
@@ -82,7 +83,10 @@ pub enum LeaseStep {
     /// Free or expired: take it.
     TakeOver,
     /// Held by someone else.
-    Follow { holder: String },
+    Follow {
+        /// The holder's identity.
+        holder: String,
+    },
 }
 
 /// The parts of a Lease whose change proves its holder alive (client-go's
@@ -90,14 +94,20 @@ pub enum LeaseStep {
 /// skewed clock, counts as a renewal observed now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRecord {
+    /// `holderIdentity` (empty when none).
     pub holder: String,
+    /// `leaseDurationSeconds` (15 when absent).
     pub duration_seconds: i32,
+    /// `acquireTime` as written.
     pub acquire_time: Option<String>,
+    /// `renewTime` as written.
     pub renew_time: Option<String>,
+    /// `leaseTransitions`.
     pub transitions: i32,
 }
 
 impl LeaseRecord {
+    /// The record of a Lease's spec.
     pub fn of(spec: &LeaseSpec) -> Self {
         let time = |t: &Option<MicroTime>| t.as_ref().map(|t| t.0.to_string());
         LeaseRecord {
@@ -121,6 +131,7 @@ pub struct LeaseObserver {
 }
 
 impl LeaseObserver {
+    /// An observer that has seen nothing (so it waits a lease duration before taking over).
     pub fn new() -> Self {
         Self::default()
     }
@@ -166,6 +177,7 @@ impl LeaseObserver {
 /// other replicas' change detection reads those times, so a skewed clock is harmless;
 /// tests skew it on purpose.
 pub trait WallClock: Send + Sync + 'static {
+    /// The time to write into the Lease.
     fn now(&self) -> Timestamp;
 }
 
@@ -192,10 +204,15 @@ impl WallClock for SkewedClock {
 /// Settings of the election.
 #[derive(Debug, Clone)]
 pub struct ElectionConfig {
+    /// Namespace of the Lease.
     pub namespace: String,
+    /// Name of the Lease.
     pub name: String,
+    /// This replica's `holderIdentity`.
     pub identity: String,
+    /// How long a lease holds without renewal.
     pub lease_duration: Duration,
+    /// How often the lease is read and renewed.
     pub renew_interval: Duration,
 }
 

@@ -29,6 +29,8 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 16))
 }
 
+/// The scheduler's own metrics: filter and bind latencies, filter refusals; the cluster gauges are
+/// rendered from the state.
 #[derive(Debug, Clone)]
 pub struct Metrics {
     filter: Family<Labels, Histogram, fn() -> Histogram>,
@@ -52,6 +54,7 @@ fn result_label(ok: bool) -> Labels {
 }
 
 impl Metrics {
+    /// Every refusal reason starts at 0, so dashboards see a series from the first scrape.
     pub fn new() -> Self {
         let refusals = Family::<Labels, Counter>::default();
         // Every reason from the start: a dashboard's rate() sees 0, not a missing series.
@@ -72,12 +75,14 @@ impl Metrics {
         }
     }
 
+    /// Records one filter call's latency, labelled `result=ok|error`.
     pub fn observe_filter(&self, took: Duration, ok: bool) {
         self.filter
             .get_or_create(&result_label(ok))
             .observe(took.as_secs_f64());
     }
 
+    /// Records one bind call's latency, labelled `result=ok|error`.
     pub fn observe_bind(&self, took: Duration, ok: bool) {
         self.bind
             .get_or_create(&result_label(ok))

@@ -27,8 +27,12 @@ use crate::state::{ClusterState, pod_name};
 use crate::watch_health::Verdict;
 use hami_plugin_core::node_lock_client::{NodeLockClient, unix_now};
 
+/// The scheduler of one replica: its API client, settings, watched state, leadership and metrics;
+/// the HTTP shells call into it.
 pub struct Scheduler {
+    /// The API client (its ServiceAccount's rights).
     pub client: Client,
+    /// The resolved settings.
     pub settings: Settings,
     state: Arc<Mutex<ClusterState>>,
     /// The node and pod watches' health: filter and `/readyz` refuse while either is not
@@ -37,6 +41,7 @@ pub struct Scheduler {
     /// Set by leader election; always true when it is off.
     pub leader: Arc<crate::leader::Leadership>,
     recorder: Recorder,
+    /// Filter and bind latencies and refusals.
     pub metrics: Metrics,
     /// The informer tasks, ended with the scheduler (a replica that is stopped stops
     /// watching too).
@@ -83,6 +88,7 @@ impl Scheduler {
         })
     }
 
+    /// The watched state, locked (a poisoned lock is taken over: see below).
     pub fn state(&self) -> MutexGuard<'_, ClusterState> {
         // A panic while holding the lock cannot leave the state half-updated in a way
         // that matters more than stopping; keep serving.

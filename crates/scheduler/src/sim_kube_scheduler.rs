@@ -26,6 +26,7 @@ use crate::extender_client::ExtenderClient;
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
+/// The simulated kube-scheduler of one scheduler name (see the module doc).
 pub struct SimKubeScheduler {
     client: Client,
     scheduler_name: String,
@@ -39,6 +40,8 @@ struct Backoff {
 }
 
 impl SimKubeScheduler {
+    /// Places pods whose `schedulerName` is `scheduler_name` through `extender`, recording events
+    /// as `default-scheduler`.
     pub fn new(
         client: Client,
         scheduler_name: impl Into<String>,

@@ -13,14 +13,18 @@ use crate::usage::DeviceCharge;
 /// A registered GPU (a whole card or one hard partition) of one vendor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gpu {
+    /// Whose register annotation it came from.
     pub vendor: Vendor,
+    /// The registered device.
     pub info: DeviceInfo,
 }
 
 /// The GPUs a node registered, decoded once per annotation change and shared.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeDevices {
+    /// The node's name.
     pub name: String,
+    /// Every vendor's GPUs, in annotation order.
     pub gpus: Vec<Gpu>,
     /// Register annotations that did not decode; the node offers nothing of that vendor
     /// and filter reports why.
@@ -72,6 +76,7 @@ impl NodeDevices {
         devices
     }
 
+    /// Whether the node registered any GPU of `vendor`.
     pub fn offers(&self, vendor: Vendor) -> bool {
         self.gpus.iter().any(|g| g.vendor == vendor)
     }
@@ -90,6 +95,7 @@ impl NodeDevices {
             .map_or(refusal::REGISTER_INVALID, |(_, l)| *l)
     }
 
+    /// Why `vendor`'s register annotation did not decode, if it did not.
     pub fn register_error(&self, vendor: Vendor) -> Option<&str> {
         self.register_errors
             .iter()
@@ -133,6 +139,7 @@ pub fn withdrawn(node: &Node, vendor: Vendor) -> Option<String> {
 pub struct GpuUsage {
     /// Pods (slots) sharing it.
     pub used: u32,
+    /// MiB reserved.
     pub mem_mib: u64,
     /// CUs for AMD, percent for NVIDIA.
     pub cores: u64,
@@ -141,12 +148,14 @@ pub struct GpuUsage {
 /// A node's GPUs with their usage, the input of [`crate::fit`].
 #[derive(Debug, Clone)]
 pub struct NodeSnapshot {
+    /// The node's registered GPUs (shared with the state).
     pub devices: Arc<NodeDevices>,
     /// Same order as `devices.gpus`.
     pub usage: Vec<GpuUsage>,
 }
 
 impl NodeSnapshot {
+    /// The node with nothing taken.
     pub fn idle(devices: Arc<NodeDevices>) -> Self {
         let usage = vec![GpuUsage::default(); devices.gpus.len()];
         Self { devices, usage }

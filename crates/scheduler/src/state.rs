@@ -26,9 +26,13 @@ use crate::usage::{ContainerGrant, DeviceCharge, collapse, container_grants};
 /// What a pod holds, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodHolding {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// The node it was placed on (`hami.io/vgpu-node`).
     pub node: String,
+    /// What it holds per GPU, summed over its containers as they run.
     pub charges: Vec<DeviceCharge>,
     /// Per container, for the `container_index` of the metrics.
     pub grants: Vec<ContainerGrant>,
@@ -38,8 +42,11 @@ pub struct PodHolding {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("pod {pod}: annotation {key}: {problem}")]
 pub struct HoldingError {
+    /// `namespace/name` of the pod.
     pub pod: String,
+    /// The annotation that could not be read.
     pub key: &'static str,
+    /// What is wrong with it.
     pub problem: String,
 }
 
@@ -94,6 +101,7 @@ pub fn pod_holding(pod: &Pod, scheduler_name: &str) -> Result<Option<PodHolding>
     }))
 }
 
+/// `namespace/name` of a pod (`default` when the namespace is unset), for logs and errors.
 pub fn pod_name(pod: &Pod) -> String {
     pod_ref(pod).to_string()
 }
@@ -254,6 +262,7 @@ impl ClusterState {
         self.heartbeat_check_at = self.heartbeats.next_deadline(now);
     }
 
+    /// Forgets a deleted node and its heartbeats.
     pub fn remove_node(&mut self, name: &str) {
         self.nodes.remove(name);
         self.heartbeats.forget(name);
@@ -398,22 +407,27 @@ impl ClusterState {
         entry.snapshot = snapshot;
     }
 
+    /// The node's GPUs and usage, if the node is known.
     pub fn node(&self, name: &str) -> Option<&NodeSnapshot> {
         self.nodes.get(name).map(|e| &e.snapshot)
     }
 
+    /// Every known node's name.
     pub fn node_names(&self) -> impl Iterator<Item = &String> {
         self.nodes.keys()
     }
 
+    /// Every known node's GPUs and usage.
     pub fn nodes(&self) -> impl Iterator<Item = &NodeSnapshot> {
         self.nodes.values().map(|e| &e.snapshot)
     }
 
+    /// What the pod with this UID holds, if anything.
     pub fn holding(&self, uid: &str) -> Option<&PodHolding> {
         self.pods.get(uid).map(|e| &e.holding)
     }
 
+    /// Whether the pod's filter decision is not yet seen through the informer.
     pub fn is_pending(&self, uid: &str) -> bool {
         self.pods.get(uid).is_some_and(|e| e.pending.is_some())
     }
@@ -423,6 +437,7 @@ impl ClusterState {
         self.pods.iter().map(|(uid, e)| (uid, &e.holding))
     }
 
+    /// Pods holding GPUs.
     pub fn pod_count(&self) -> usize {
         self.pods.len()
     }

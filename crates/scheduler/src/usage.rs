@@ -10,10 +10,13 @@ use hami_protocol::requests::ContainerKind;
 /// What a pod holds on one GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceCharge {
+    /// Registered device id.
     pub uuid: String,
     /// Slots (shares) taken: the number of concurrently running containers on it.
     pub slots: u32,
+    /// MiB held.
     pub mem_mib: u64,
+    /// CUs for AMD, percent for NVIDIA.
     pub cores: u64,
 }
 
@@ -28,8 +31,11 @@ struct Amount {
 /// run (init and sidecar containers first, then app containers, SPEC §2.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerGrant {
+    /// Index of the container's run in the device list.
     pub container_index: usize,
+    /// Registered device id.
     pub uuid: String,
+    /// MiB granted.
     pub mem_mib: u64,
     /// As written in the device list: AMD CUs, NVIDIA percent.
     pub cores: u32,

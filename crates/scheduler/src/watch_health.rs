@@ -52,19 +52,37 @@ pub enum WatchReport {
 /// The verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
+    /// Listed, and making progress.
     Live,
+    /// Not listed yet (or relisting after a restart).
     NotListed,
-    Failing { for_: Duration, error: String },
-    Stalled { for_: Duration },
-    Dead { error: String },
+    /// Errors without a success for longer than the grace (or before the first list).
+    Failing {
+        /// Since the first of them.
+        for_: Duration,
+        /// The latest error.
+        error: String,
+    },
+    /// No event, bookmark or new request for longer than `stall_after`.
+    Stalled {
+        /// Since the last progress.
+        for_: Duration,
+    },
+    /// The watch task ended; the supervisor restarts it.
+    Dead {
+        /// Why it ended.
+        error: String,
+    },
 }
 
 impl Verdict {
+    /// Whether filter may trust this watch.
     pub fn is_live(&self) -> bool {
         *self == Verdict::Live
     }
 }
 
+/// A watch's health, fed [`WatchReport`]s; a pure state machine (the clock is passed in).
 #[derive(Debug, Clone)]
 pub struct WatchHealth {
     listed: bool,
@@ -75,6 +93,7 @@ pub struct WatchHealth {
 }
 
 impl WatchHealth {
+    /// A watch that has not listed yet, last making progress at `now`.
     pub fn new(now: Instant) -> Self {
         WatchHealth {
             listed: false,
@@ -84,6 +103,7 @@ impl WatchHealth {
         }
     }
 
+    /// Takes in what the watch loop saw at `now`.
     pub fn report(&mut self, report: WatchReport, now: Instant) {
         match report {
             WatchReport::Listed => {
@@ -111,6 +131,7 @@ impl WatchHealth {
         self.dead = None;
     }
 
+    /// The verdict at `now` under `tuning`.
     pub fn verdict(&self, tuning: &WatchTuning, now: Instant) -> Verdict {
         if let Some(error) = &self.dead {
             return Verdict::Dead {
