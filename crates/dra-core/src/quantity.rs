@@ -1,6 +1,9 @@
 //! Kubernetes quantities as DRA capacities use them: whole numbers with an optional binary
 //! (`Ki`…`Ei`) or decimal (`k`…`E`) suffix. Fractions and milli-units are refused: no
 //! capacity we publish or consume (bytes, CUs, shares) has them.
+//!
+//! Hand-written: k8s-openapi's `Quantity` is an unparsed string and no workspace dependency
+//! parses one; a general parser would have to be narrowed to whole numbers anyway.
 
 /// Why a quantity is not a whole non-negative number.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -3,6 +3,10 @@
 //! (string, int or bool literal), joined by `&&`. That is what the allocator model
 //! evaluates; any other CEL is refused with an error that names it (the real
 //! kube-scheduler evaluates full CEL; our stand-in does not pretend to).
+//!
+//! Hand-written rather than a CEL library (none is a workspace dependency): only the
+//! selectors this driver writes are read, and a full evaluator would accept expressions the
+//! allocator model could not mirror.
 
 use crate::api::DeviceAttribute;
 

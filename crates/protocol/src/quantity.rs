@@ -1,6 +1,9 @@
 //! Reading Kubernetes quantities where only a plain non-negative integer makes sense
 //! (GPU counts, MiB, percentages). Kubernetes accepts `1.5`, `-1`, `1Gi`, `500m`, `1e3`
 //! for any quantity; for these resources each of them is a user mistake worth naming.
+//!
+//! Hand-written: k8s-openapi's `Quantity` is an unparsed string and no workspace dependency
+//! parses one; a general quantity parser would accept exactly the forms refused here.
 
 /// What is wrong with a quantity used as a count.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

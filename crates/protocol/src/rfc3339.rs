@@ -1,5 +1,10 @@
-//! RFC 3339 timestamps as unix seconds, for the node lock (SPEC §2.4). Hand-written so the
-//! protocol crate needs no time library; proleptic Gregorian, as Kubernetes uses.
+//! RFC 3339 timestamps as unix seconds, for the node lock (SPEC §2.4); proleptic Gregorian,
+//! as Kubernetes uses.
+//!
+//! Hand-written rather than `jiff` (already in the lock file through k8s-openapi): the
+//! protocol crate is linked into the LD_AUDIT/LD_PRELOAD hooks without default features and
+//! stays free of dependencies beyond `thiserror` there, and the node lock needs only UTC
+//! seconds, which these two functions cover (round-trip property-tested below).
 
 /// Why a timestamp was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
