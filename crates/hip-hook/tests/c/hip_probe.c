@@ -14,6 +14,11 @@
 #include <hip/hip_stand_in.h>
 
 extern char **environ;
+/* The legacy (R0000) entry point, under its own symbol name: the header maps the name to R0600. */
+extern hipError_t legacy_get_device_properties(void *props, int device) __asm__("hipGetDeviceProperties");
+/* A part of the runtime (tests/c/rocr_part.c, opened with "part <path>"): its getenv calls are
+ * the runtime's own, which the hook answers with the pinned values. */
+static void *part;
 static void *stack[4096];
 static int depth;
 static void push(void *p) { if (depth < 4096) stack[depth++] = p; }
@@ -152,8 +157,9 @@ int main(int argc, char **argv) {
       /* hipMalloc obtained through hipGetProcAddress, as HIP-aware libraries do */
       hipError_t (*fn)(void **, size_t) = NULL;
       int status = -1;
+      size_t size = num(argv[++i]);
       rc = hipGetProcAddress("hipMalloc", (void **)&fn, 600, 0, &status);
-      hipError_t rc2 = fn ? fn(&p, num(argv[++i])) : -1;
+      hipError_t rc2 = fn ? fn(&p, size) : -1;
       if (rc2 == hipSuccess) push(p);
       printf("procaddr %d %d\n", rc, rc2);
     } else if (!strcmp(op, "dlsym")) {
@@ -163,9 +169,9 @@ int main(int argc, char **argv) {
       if (rc == hipSuccess) push(p);
       printf("dlsym %d\n", rc);
     } else if (!strcmp(op, "setenv")) {
-      setenv(argv[i + 1], argv[i + 2], 1);
+      rc = setenv(argv[i + 1], argv[i + 2], 1);
       i += 2;
-      printf("setenv 0\n");
+      printf("setenv %d\n", rc);
     } else if (!strcmp(op, "allocpitch")) {
       size_t pitch = 0, w = num(argv[i + 1]), h = num(argv[i + 2]);
       i += 2;
@@ -214,6 +220,35 @@ int main(int argc, char **argv) {
       params.poolProps.location.id = (int)num(argv[++i]);
       params.bytesize = num(argv[++i]);
       printf("graphmem %d\n", hipGraphAddMemAllocNode(&node, NULL, NULL, 0, &params));
+    } else if (!strcmp(op, "defaultpool")) {
+      hipMemPool_t pool = NULL;
+      printf("defaultpool %d\n", hipDeviceGetDefaultMemPool(&pool, (int)num(argv[++i])));
+    } else if (!strcmp(op, "poolcreate")) {
+      hipMemPoolProps props;
+      hipMemPool_t pool = NULL;
+      memset(&props, 0, sizeof props);
+      props.allocType = 1;
+      props.location.type = 1;
+      props.location.id = (int)num(argv[++i]);
+      printf("poolcreate %d\n", hipMemPoolCreate(&pool, &props));
+    } else if (!strcmp(op, "3darray")) {
+      hipChannelFormatDesc desc = {32, 0, 0, 0, 2};
+      hipExtent e = {num(argv[i + 1]), num(argv[i + 2]), num(argv[i + 3])};
+      i += 3;
+      rc = hipMalloc3DArray(&p, &desc, e, 0);
+      if (rc == hipSuccess) push(p);
+      printf("3darray %d\n", rc);
+    } else if (!strcmp(op, "propslegacy")) {
+      static char props[4096];
+      printf("propslegacy %d\n", legacy_get_device_properties(props, (int)num(argv[++i])));
+    } else if (!strcmp(op, "part")) {
+      part = dlopen(argv[++i], RTLD_NOW);
+      printf("part %d\n", part ? 0 : -1);
+    } else if (!strcmp(op, "partgetenv") || !strcmp(op, "partsecure")) {
+      const char *(*read)(const char *) = part ? (const char *(*)(const char *))dlsym(part,
+          !strcmp(op, "partgetenv") ? "part_getenv" : "part_secure_getenv") : NULL;
+      const char *v = read ? read(argv[++i]) : NULL;
+      printf("%s %d %s\n", op, read ? 0 : -1, v ? v : "(unset)");
     } else if (!strcmp(op, "unsetenv")) {
       printf("unsetenv %d\n", unsetenv(argv[++i]));
     } else if (!strcmp(op, "putenv")) {

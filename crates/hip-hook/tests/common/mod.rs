@@ -117,6 +117,45 @@ pub fn dlopen_probe() -> PathBuf {
         .clone()
 }
 
+/// `tests/c/rocr_part.c` as a shared object: a runtime part (it defines `hsa_init`) whose
+/// `getenv`/`secure_getenv` calls the hook answers.
+pub fn runtime_part() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/rocr_part.c");
+            let out = runtime_dir().join("librocr_part.so");
+            let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+                .args(["-O1", "-shared", "-fPIC", "-o"])
+                .arg(&out)
+                .arg(&source)
+                .status()
+                .expect("a C compiler (cc) is needed to build the test program");
+            assert!(status.success(), "compiling {} failed", source.display());
+            out
+        })
+        .clone()
+}
+
+/// The functions `library` exports (defined, in `.text`), from `objdump -T` (binutils).
+pub fn exported_functions(library: &Path) -> Vec<String> {
+    let output = Command::new("objdump")
+        .arg("-T")
+        .arg(library)
+        .output()
+        .unwrap_or_else(|e| panic!("objdump (binutils) is needed to list the exports: {e}"));
+    assert!(
+        output.status.success(),
+        "objdump -T {} failed",
+        library.display()
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|line| line.contains(" DF .text"))
+        .filter_map(|line| line.split_whitespace().last().map(str::to_owned))
+        .collect()
+}
+
 /// A copy (its own inode, so the linker loads it as a separate object) of the stand-in
 /// runtime at `dir/name`.
 pub fn runtime_copy(dir: &Path, name: &str) -> PathBuf {
