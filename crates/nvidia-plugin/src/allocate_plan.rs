@@ -62,6 +62,7 @@ impl Default for PlanSettings {
 /// A container of the pod, in device-list order (init containers first).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerInfo {
+    /// The container's name (names its cache directory).
     pub name: String,
     /// The container's env sets `CUDA_DISABLE_CONTROL` to a true value.
     pub disable_control: bool,
@@ -72,13 +73,16 @@ pub struct ContainerInfo {
 pub struct PodState {
     /// `hami.io/vgpu-devices-to-allocate`.
     pub to_allocate: Option<String>,
+    /// The pod's UID (names its cache directories); `None` when the API server gave none.
     pub pod_uid: Option<String>,
+    /// Every container of the pod, in device-list order.
     pub containers: Vec<ContainerInfo>,
 }
 
 /// The full outcome of one container's Allocate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocatePlan {
+    /// Env, devices and mounts for kubelet.
     pub container: ContainerPlan,
     /// Which run (container in device-list order) this request was mapped to.
     pub run_index: usize,
@@ -97,22 +101,42 @@ pub struct AllocatePlan {
 /// Why Allocate must fail; each names what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
+    /// The pod's device list cannot be mapped to this request.
     #[error(transparent)]
     Run(#[from] RunError),
     #[error(
         "GPU {id} of the scheduler's decision is not offered on this node (stale decision or GPU gone)"
     )]
-    UnknownDevice { id: String },
+    /// The decision names a GPU this node does not offer.
+    UnknownDevice {
+        /// The GPU's UUID.
+        id: String,
+    },
+    /// The decision names a GPU that is unhealthy now.
     #[error("GPU {id} of the scheduler's decision is unhealthy")]
-    Unhealthy { id: String },
+    Unhealthy {
+        /// The GPU's UUID.
+        id: String,
+    },
     #[error(
         "the scheduler's decision gives the container {mem} MiB of GPU {id}, which registers only {devmem} MiB"
     )]
-    TooMuchMemory { id: String, mem: u64, devmem: u64 },
+    /// The decision gives more memory than the GPU has.
+    TooMuchMemory {
+        /// The GPU's UUID.
+        id: String,
+        /// MiB the decision gives.
+        mem: u64,
+        /// MiB the GPU registers.
+        devmem: u64,
+    },
+    /// A kubelet device id that is not `<uuid>#<share>` of an offered GPU.
     #[error("kubelet device id {0:?} is not offered by this plugin")]
     UnknownKubeletId(String),
+    /// Kubelet asked for no device.
     #[error("kubelet asked for no device")]
     EmptyRequest,
+    /// The hook config would not be readable by the hook.
     #[error("the container's hook config cannot be written: {0}")]
     HookConfig(hook_config::HookConfigError),
 }

@@ -55,10 +55,12 @@ pub struct Args {
     /// Seconds between device-list re-sends to kubelet (0: only on change).
     #[arg(long = "pulse", default_value_t = 10, global = true)]
     pub pulse: u64,
+    /// What to do instead of serving (default: serve).
     #[command(subcommand)]
     pub command: Option<Command>,
 }
 
+/// Subcommands of `nvidia-device-plugin`.
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Print the GPUs NVML reports and the exact hami.io/node-nvidia-register value.

@@ -51,15 +51,20 @@ pub fn pod_state(pod: &Pod) -> PodState {
 
 /// Allocate against the API server.
 pub struct KubeAllocator {
+    /// The API client.
     pub client: kube::Client,
+    /// The node this plugin serves.
     pub node: String,
+    /// The GPUs offered now (from the publisher).
     pub devices: watch::Receiver<Vec<RegisteredGpu>>,
+    /// How containers are planned.
     pub settings: PlanSettings,
     /// Allocations of one node are serialized (each sees the previous one's patch).
     pub serial: Mutex<()>,
 }
 
 impl KubeAllocator {
+    /// An allocator for `node`, planning from the current `devices`.
     pub fn new(
         client: kube::Client,
         node: String,

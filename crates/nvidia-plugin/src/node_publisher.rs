@@ -18,11 +18,17 @@ use crate::registration::{NvidiaSettings, RegisteredGpu, register};
 
 /// The publisher.
 pub struct NodePublisher {
+    /// The API client.
     pub client: kube::Client,
+    /// The node to publish on.
     pub node: String,
+    /// The loaded NVML.
     pub nvml: Nvml,
+    /// How GPUs become register entries.
     pub settings: NvidiaSettings,
+    /// Also publish `nvidia.com/gpumem` and `nvidia.com/gpucores` as node capacity.
     pub report_node_capacity: bool,
+    /// Where the GPUs offered now go (ListAndWatch and Allocate read them).
     pub devices: watch::Sender<Vec<RegisteredGpu>>,
     /// Seconds between refreshes, announced in the heartbeat (`--register-interval`).
     pub handshake_period_secs: u64,

@@ -15,6 +15,7 @@ pub struct NvidiaSettings {
     pub split_count: u32,
     /// > 1 oversubscribes device memory (sets `CUDA_OVERSUBSCRIBE`).
     pub memory_scaling: f64,
+    /// Multiplies devcore (100 × this).
     pub cores_scaling: f64,
 }
 
@@ -88,7 +89,9 @@ pub fn device_type(name: &str) -> String {
 /// Registration result: devices plus notes for the operator.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Registration {
+    /// The GPUs to register, in NVML index order.
     pub devices: Vec<RegisteredGpu>,
+    /// One line per GPU left out, saying why.
     pub warnings: Vec<String>,
 }
 
