@@ -10,54 +10,81 @@ use serde::{Deserialize, Serialize};
 
 use crate::files::write_atomic;
 
+/// The checkpoint format version this plugin reads and writes.
 pub const VERSION: u32 = 1;
 
+/// Everything prepared on this node (`checkpoint.json` in the plugin directory).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
+    /// Always [`VERSION`].
     pub version: u32,
     /// Claim UID → what was prepared.
     pub claims: BTreeMap<String, PreparedClaim>,
 }
 
+/// What one claim's Prepare did, enough to undo it without the API server.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PreparedClaim {
+    /// The claim's namespace.
     pub namespace: String,
+    /// The claim's name.
     pub name: String,
+    /// The pod the claim is reserved for.
     pub pod_uid: String,
+    /// The devices prepared.
     pub devices: Vec<PreparedDevice>,
+    /// The CDI spec file written.
     pub cdi_file: String,
     /// The CDI spec's text (re-written from here if a crash lost the file).
     pub cdi_spec: String,
+    /// The hook config file written, if the claim is sliced.
     pub hook_config_file: Option<String>,
     /// The hook config's text, likewise.
     pub hook_config: Option<String>,
+    /// The hook's cache directory created, if any.
     pub cache_dir: Option<String>,
     /// dmem region → bytes of this claim.
     pub dmem: BTreeMap<String, u64>,
 }
 
+/// One allocated device of a prepared claim.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PreparedDevice {
+    /// The claim request it was allocated for.
     pub request: String,
+    /// The ResourceSlice pool.
     pub pool: String,
+    /// The device's name in the slice.
     pub device: String,
+    /// The registered device id (what the CU accounting is keyed by).
     pub device_id: String,
     /// CU list (`0-37`), empty for whole devices handed over without a mask.
     pub cus: String,
+    /// Its CDI device id, as answered to kubelet.
     pub cdi_id: String,
 }
 
+/// Why the checkpoint could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
+    /// The file exists but cannot be read.
     #[error("reading checkpoint {path}: {source}")]
     Io {
+        /// The checkpoint file.
         path: String,
+        /// The read error.
         source: std::io::Error,
     },
+    /// Not JSON of this version: the plugin refuses to guess what is prepared.
     #[error(
         "checkpoint {path} is not a version-{VERSION} checkpoint ({problem}); it records which CUs prepared claims hold, so the plugin will not guess: restore it, or drain the node's DRA pods and delete it"
     )]
-    Corrupt { path: String, problem: String },
+    Corrupt {
+        /// The checkpoint file.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+    },
 }
 
 impl Checkpoint {
@@ -87,6 +114,7 @@ impl Checkpoint {
         Ok(cp)
     }
 
+    /// Writes the checkpoint atomically (owner-only, fsynced).
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
         write_atomic(path, &bytes, 0o600, true)

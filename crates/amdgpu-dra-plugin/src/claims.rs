@@ -7,6 +7,7 @@ use kube::api::{Api, ApiResource, DynamicObject};
 
 /// Where claims come from: the API server in production.
 pub trait ClaimSource: Send + Sync + 'static {
+    /// The claim `namespace/name`; the error says why it cannot be read.
     fn get(
         &self,
         namespace: &str,
@@ -18,9 +19,11 @@ pub trait ClaimSource: Send + Sync + 'static {
 /// types (the workspace's k8s-openapi feature has no resource.k8s.io/v1).
 #[derive(Clone)]
 pub struct KubeClaims {
+    /// The API client.
     pub client: kube::Client,
 }
 
+/// kube's description of `resource.k8s.io/v1` ResourceClaims.
 pub fn resource_claims() -> ApiResource {
     ApiResource {
         group: "resource.k8s.io".into(),

@@ -19,16 +19,21 @@ use crate::claims::ClaimSource;
 use crate::dra_v1::{Claim, Device};
 use crate::files::{ensure, remove_if_present, write_atomic};
 
+/// What the driver prepares with.
 pub struct DriverConfig {
+    /// How claims become devices, env and hook configs.
     pub settings: PrepareSettings,
     /// Slice device name → registered device.
     pub devices: BTreeMap<String, RegisteredDevice>,
+    /// Where CDI spec files are written (`--cdi-dir`, `/var/run/cdi` by default).
     pub cdi_dir: PathBuf,
+    /// The checkpoint file.
     pub checkpoint: PathBuf,
     /// The dmem writer (absent when the node has no dmem controller).
     pub dmem: Option<UnboundedSender<DmemJob>>,
 }
 
+/// The DRA driver: prepares and unprepares claims, one at a time, recording each in the checkpoint.
 pub struct Driver<C> {
     config: DriverConfig,
     claims: C,
@@ -36,6 +41,7 @@ pub struct Driver<C> {
 }
 
 impl<C: ClaimSource> Driver<C> {
+    /// A driver resuming from the checkpoint on disk (fails rather than guess when it is corrupt).
     pub fn new(config: DriverConfig, claims: C) -> Result<Self, CheckpointError> {
         let state = Checkpoint::load(&config.checkpoint)?;
         Ok(Self {
@@ -45,6 +51,7 @@ impl<C: ClaimSource> Driver<C> {
         })
     }
 
+    /// A copy of what is prepared now.
     pub async fn checkpoint(&self) -> Checkpoint {
         self.state.lock().await.clone()
     }

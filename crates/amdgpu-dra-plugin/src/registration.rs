@@ -21,8 +21,11 @@ use crate::{DRA_PLUGIN_TYPE, DRA_V1_SERVICE};
 /// What kubelet last said about the registration (`None` until it said something).
 pub type RegistrationState = watch::Receiver<Option<Result<(), String>>>;
 
+/// The kubelet plugin-registration service (`GetInfo`, `NotifyRegistrationStatus`).
 pub struct RegistrationService {
+    /// The DRA driver name kubelet registers.
     pub driver_name: String,
+    /// The DRA socket kubelet is told to dial.
     pub endpoint: String,
     status: watch::Sender<Option<Result<(), String>>>,
 }
@@ -65,6 +68,7 @@ pub struct Sockets {
 }
 
 impl Sockets {
+    /// The sockets of `driver` under kubelet's plugin registry and plugins directories.
     pub fn new(registry_dir: &Path, plugin_dir: &Path, driver: &str) -> Self {
         Self {
             registration: registry_dir.join(format!("{driver}-reg.sock")),

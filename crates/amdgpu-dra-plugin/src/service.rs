@@ -12,7 +12,9 @@ use crate::dra_v1::{
 };
 use crate::driver::Driver;
 
+/// The DRA v1 `DraPlugin` service, handing each request to the driver.
 pub struct DraService<C> {
+    /// The driver doing the work.
     pub driver: Arc<Driver<C>>,
 }
 
