@@ -71,17 +71,20 @@ pub use hami_plugin_core::container_plan::{ContainerPlan, DevicePath, MountPlan}
 /// The annotations of the pod that Allocate reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodAnnotations {
+    /// `hami.io/amd-devices-to-allocate`: the runs still to allocate.
     pub to_allocate: Option<String>,
     /// This pod's own `hami.io/amd-cu-allocated` (earlier containers).
     pub cu_allocated: Option<String>,
     /// The pod's uid and its container names in device-list order (init first), to name
     /// each sliced container's accounting directory; without them no directory is given.
     pub pod_uid: Option<String>,
+    /// The pod's container names, in device-list order.
     pub containers: Vec<String>,
     /// The kinds of those containers, and the pod's whole decision
     /// (`hami.io/amd-devices-allocated`): an app container may reuse the CUs of the pod's
     /// init containers (they have finished), as the scheduler charges them at their peak.
     pub kinds: Vec<ContainerKind>,
+    /// `hami.io/amd-devices-allocated`: the pod's whole decision.
     pub allocated: Option<String>,
 }
 
@@ -108,6 +111,7 @@ fn own_cus_reusable(pod: &PodAnnotations, run_index: usize, device: &str) -> boo
 /// The full outcome of one container's Allocate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocatePlan {
+    /// Env, devices and mounts for kubelet.
     pub container: ContainerPlan,
     /// Which run (container in device-list order) this request was mapped to.
     pub run_index: usize,
@@ -125,6 +129,7 @@ pub struct AllocatePlan {
     pub chosen: Vec<(String, CuSet)>,
     /// True when no run is left: the pod is fully allocated (`bind-phase=success`).
     pub last: bool,
+    /// dmem limits of the VRAM regions the container's devices use.
     pub dmem: Vec<DmemLimit>,
     /// True for a whole-card response (no hook, no mask).
     pub whole_cards: bool,
@@ -134,40 +139,64 @@ pub struct AllocatePlan {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
     /// No run to take (not scheduled, malformed list, nothing left, count mismatch).
+    /// The pod's device list cannot be mapped to this request.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// The pod's own `hami.io/amd-cu-allocated` cannot be read.
     #[error("hami.io/amd-cu-allocated of the pod is malformed: {0}")]
     CuAllocated(#[from] CuAllocatedError),
+    /// The decision names a device this node does not offer.
     #[error(
         "device {id} of the scheduler's decision is not offered on this node (stale decision or GPU gone)"
     )]
-    UnknownDevice { id: String },
+    UnknownDevice {
+        /// The registered device id.
+        id: String,
+    },
+    /// No CUs could be chosen on a device.
     #[error("device {id}: {source}")]
     Cus {
+        /// The registered device id.
         id: String,
+        /// Why not.
         #[source]
         source: CuChoiceError,
     },
+    /// The CU mask of a device cannot be written.
     #[error("device {id}: {source}")]
     Mask {
+        /// The registered device id.
         id: String,
+        /// Why not.
         #[source]
         source: CuListError,
     },
+    /// A kubelet device id that is not a share of an offered device.
     #[error("kubelet device id {0:?} is not offered by this plugin")]
     UnknownKubeletId(String),
+    /// Kubelet asked for no device.
     #[error("kubelet asked for no device")]
     EmptyRequest,
+    /// A pod not placed by HAMi was given a share of a card HAMi pods slice.
     #[error(
         "kubelet id {kubelet_id} is a share of {device}, which holds slices of HAMi pods: a pod not placed by HAMi gets whole cards only, and only free ones; schedule it with HAMi (amd.com/gpucores/gpumem) or free the card"
     )]
-    WholeCardBusy { kubelet_id: String, device: String },
+    WholeCardBusy {
+        /// The kubelet id given.
+        kubelet_id: String,
+        /// The card it is a share of.
+        device: String,
+    },
+    /// A pod not placed by HAMi was given two shares of one card.
     #[error(
         "kubelet chose {ids}: {asked} device(s) asked, but they are shares of only {cards} card(s); a pod not placed by HAMi gets one whole card per amd.com/gpu, so retry (kubelet's preferred allocation spreads over cards) or schedule the pod with HAMi"
     )]
     WholeCardShares {
+        /// The kubelet ids given.
         ids: String,
+        /// Devices asked for.
         asked: usize,
+        /// Cards those ids cover.
         cards: usize,
     },
 }

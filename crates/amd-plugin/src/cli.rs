@@ -99,22 +99,28 @@ pub struct Args {
         global = true
     )]
     pub exporter_socket: PathBuf,
+    /// What to do instead of serving (default: serve).
     #[command(subcommand)]
     pub command: Option<Command>,
 }
 
+/// Subcommands of `k8s-device-plugin`.
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Print the GPUs found and the exact hami.io/node-amd-register value (no API server needed).
     Discover {
+        /// How to print the report.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
 }
 
+/// How `discover` prints its report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
+    /// Human-readable text.
     Text,
+    /// For tools: one JSON document.
     Json,
 }
 

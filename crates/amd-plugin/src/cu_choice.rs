@@ -13,14 +13,29 @@ use hami_protocol::cu_list::CuSet;
 /// Why no slice could be chosen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CuChoiceError {
+    /// A slice of no CUs.
     #[error("a slice of 0 CUs was requested: the scheduler must ask for at least 1")]
     Zero,
+    /// More CUs than the GPU has.
     #[error("{want} CUs were requested but the GPU has only {devcore}")]
-    MoreThanDevice { want: u32, devcore: u32 },
+    MoreThanDevice {
+        /// CUs asked for.
+        want: u32,
+        /// The GPU's CU count.
+        devcore: u32,
+    },
+    /// Other pods hold too many of the GPU's CUs.
     #[error(
         "not enough free CUs: need {need}, free {free} (of {devcore}); other pods hold the rest"
     )]
-    NotEnough { need: u32, free: u32, devcore: u32 },
+    NotEnough {
+        /// CUs asked for.
+        need: u32,
+        /// CUs free.
+        free: u32,
+        /// The GPU's CU count.
+        devcore: u32,
+    },
 }
 
 /// The CU count a slice really gets: `count` on GCN/CDNA; on RDNA whole WGPs, rounded down

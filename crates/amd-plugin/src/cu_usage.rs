@@ -17,9 +17,11 @@ use k8s_openapi::api::core::v1::Pod;
 /// One pod as the usage rebuild sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct PodCus<'a> {
+    /// Namespace and name.
     pub pod: &'a PodRef,
     /// `status.phase`.
     pub phase: Option<&'a str>,
+    /// `hami.io/amd-cu-allocated`, when the scheduler placed the pod.
     pub cu_allocated: Option<&'a str>,
     /// `hami.io/amd-devices-allocated` (whose devices a malformed pod holds).
     pub allocated: Option<&'a str>,
@@ -28,14 +30,18 @@ pub struct PodCus<'a> {
 /// A pod whose annotation could not be read, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkippedPod {
+    /// Namespace and name.
     pub pod: PodRef,
+    /// Why its annotation was not read.
     pub reason: String,
 }
 
 /// The node's CUs in use and the pods left out.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Usage {
+    /// CUs held, per registered device id.
     pub used: CuAllocation,
+    /// Pods left out because their annotation is unreadable.
     pub skipped: Vec<SkippedPod>,
 }
 
@@ -64,14 +70,19 @@ impl<'a> PodCus<'a> {
     }
 }
 
+/// Why the node's CU usage cannot be trusted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UsageError {
+    /// A pod's `hami.io/amd-cu-allocated` cannot be read.
     #[error("pod {pod}: {source}")]
     Malformed {
+        /// The pod.
         pod: PodRef,
+        /// What is wrong with it.
         #[source]
         source: Box<CuAllocatedError>,
     },
+    /// Two pods hold one CU.
     #[error("pods {} and {} both hold CUs {} of device {}: fix or delete one of them", .0.first, .0.second, .0.overlap, .0.device)]
     Overlap(Box<OverlapInfo>),
 }
@@ -79,9 +90,13 @@ pub enum UsageError {
 /// Two pods holding the same CUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OverlapInfo {
+    /// One pod.
     pub first: PodRef,
+    /// The other pod.
     pub second: PodRef,
+    /// The registered device id.
     pub device: String,
+    /// The CUs both hold, as a CU list.
     pub overlap: String,
 }
 

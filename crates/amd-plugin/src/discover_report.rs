@@ -14,7 +14,9 @@ use crate::registration::{Registration, RegistrationSettings, register};
 /// Everything `discover` found.
 #[derive(Debug, Clone)]
 pub struct Report {
+    /// The GPUs sysfs shows.
     pub discovery: Discovery,
+    /// What would be registered from them.
     pub registration: Registration,
     /// The exact `hami.io/node-amd-register` value (`None` when nothing can be offered,
     /// in which case the plugin removes the annotation).

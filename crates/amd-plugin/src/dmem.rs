@@ -27,7 +27,9 @@ pub use crate::dmem_plan::DmemLimit;
 /// The pod's limits, to apply once its cgroup appears.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DmemJob {
+    /// The pod whose cgroup gets the limits.
     pub pod_uid: String,
+    /// One limit per VRAM region.
     pub limits: Vec<DmemLimit>,
 }
 

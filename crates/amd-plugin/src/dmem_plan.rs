@@ -23,6 +23,7 @@ use crate::registration::RegisteredDevice;
 pub struct DmemLimit {
     /// `drm/<pci bdf>/vram0`.
     pub region: String,
+    /// The limit, in bytes.
     pub bytes: u64,
 }
 

@@ -21,8 +21,11 @@ pub mod metricssvc {
 /// One GPU as the exporter reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExporterGpu {
+    /// The device id kubelet sees (PCI address or `amdgpu_xcp_<n>`).
     pub device: String,
+    /// The GPU's UUID as the exporter reports it.
     pub uuid: String,
+    /// The exporter does not report it `unhealthy`.
     pub healthy: bool,
 }
 

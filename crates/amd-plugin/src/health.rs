@@ -25,7 +25,12 @@ pub const DRM_MAJOR: u32 = 226;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeStat {
     /// A character device with its numbers.
-    CharDevice { major: u32, minor: u32 },
+    CharDevice {
+        /// Device major number.
+        major: u32,
+        /// Device minor number.
+        minor: u32,
+    },
     /// Something else (a test tree's plain-file stand-in, a FIFO, a directory).
     Other(&'static str),
     /// `stat` failed (the error's text).
@@ -35,11 +40,15 @@ pub enum NodeStat {
 /// What the health check looks at for one GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthInputs {
+    /// `<dev_root>/dri/renderD<M>`.
     pub render_path: String,
+    /// What `stat` says about it.
     pub render: NodeStat,
     /// The numbers the kernel gave the render node.
     pub expected: (u32, u32),
+    /// `<dev_root>/kfd`.
     pub kfd_path: String,
+    /// What `stat` says about it.
     pub kfd: NodeStat,
 }
 

@@ -11,6 +11,7 @@ pub struct GpuEvent {
     pub reason: &'static str,
     /// `Warning` or `Normal`.
     pub kind: &'static str,
+    /// The event message, naming the GPU.
     pub message: String,
 }
 

@@ -107,9 +107,13 @@ pub async fn record_pod_event(client: &kube::Client, pod: &PodRef, reason: &str,
 
 /// Allocate against the API server.
 pub struct KubeAllocator {
+    /// The API client.
     pub client: kube::Client,
+    /// The node this plugin serves.
     pub node: String,
+    /// The devices offered now (from the publisher).
     pub devices: watch::Receiver<Vec<RegisteredDevice>>,
+    /// How containers are planned.
     pub settings: PlanSettings,
     /// Receives dmem jobs (the cgroup writer); `None` disables dmem.
     pub dmem: Option<tokio::sync::mpsc::UnboundedSender<DmemJob>>,
@@ -120,6 +124,7 @@ pub struct KubeAllocator {
 }
 
 impl KubeAllocator {
+    /// An allocator for `node`, planning from the current `devices`.
     pub fn new(
         client: kube::Client,
         node: String,

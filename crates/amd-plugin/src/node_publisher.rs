@@ -24,12 +24,19 @@ use crate::registration::{Notice, OperatingMode, RegisteredDevice, RegistrationS
 
 /// The publisher.
 pub struct NodePublisher {
+    /// The API client.
     pub client: kube::Client,
+    /// The node to publish on.
     pub node: String,
+    /// Where sysfs is mounted (`--sysfs-root`).
     pub sysfs_root: PathBuf,
+    /// Where `/dev` is mounted (the health check's device nodes).
     pub dev_root: PathBuf,
+    /// How GPUs become registered devices.
     pub settings: RegistrationSettings,
+    /// Also publish `amd.com/gpumem` and `amd.com/gpucores` as node capacity.
     pub report_node_capacity: bool,
+    /// Where the devices offered now go (ListAndWatch and Allocate read them).
     pub devices: watch::Sender<Vec<RegisteredDevice>>,
     previous: Option<Vec<RegisteredDevice>>,
     /// Notices already recorded as Events (each once while it holds).
@@ -41,6 +48,7 @@ pub struct NodePublisher {
 }
 
 impl NodePublisher {
+    /// A publisher with no exporter socket and nothing published yet.
     pub fn new(
         client: kube::Client,
         node: String,

@@ -44,6 +44,7 @@ pub fn rocr_visible_devices(devices: &[&RegisteredDevice]) -> String {
 /// One GPU as ROCr enumerates it inside the container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VisibleGpu {
+    /// Its KFD topology node.
     pub kfd_node: u32,
     /// `GPU-<16 hex>` upper-cased as ROCr compares it, or `Invalid-UUID` for unique_id 0.
     pub uuid: String,
