@@ -242,12 +242,23 @@ fn killing_racing_processes_at_any_instant_blocks_nobody() {
                     &env,
                     &["threads", "4", &(8u64 << 20).to_string(), "1000000"],
                 )
-                .stdout(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
             })
             .collect();
-        std::thread::sleep(std::time::Duration::from_millis(20 + 7 * round));
+        // Each victim says "racing" once all its threads are allocating; the kill then lands
+        // at a different instant of the storm each round (the delay is the instant, not a wait).
+        for victim in &mut victims {
+            let mut line = String::new();
+            std::io::BufRead::read_line(
+                &mut std::io::BufReader::new(victim.stdout.take().unwrap()),
+                &mut line,
+            )
+            .unwrap();
+            assert_eq!(line, "racing\n");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1 + 7 * round));
         for victim in &mut victims {
             victim.kill().unwrap();
             victim.wait().unwrap();

@@ -5,7 +5,6 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
-use std::time::Duration;
 
 use common::{Binding, Run, codes, lines, scratch, stand_in_counters, stderr};
 use hami_region::{Limits, Session};
@@ -514,12 +513,20 @@ fn processes_killed_mid_allocation_neither_block_nor_leak() {
                 let mut run =
                     hooked(Binding::Now, &dir, &limit.to_string()).env("LIBHIP_LOG_LEVEL", "1");
                 run.command
-                    .args(["stress", "4", "100000000", &MIB.to_string()])
-                    .stdout(Stdio::null());
+                    .args(["storm", "4", "100000000", &MIB.to_string()])
+                    .stdout(Stdio::piped());
                 run.command.spawn().unwrap()
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(150));
+        // Killed once every thread of every child is allocating (each says so), not after a
+        // guessed delay.
+        for child in &mut children {
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert_eq!(line, "storming\n");
+        }
         for child in &mut children {
             child.kill().unwrap();
         }

@@ -45,6 +45,7 @@ static void ctx(void) {
 /* One thread of "threads": alloc/free pairs racing the other threads. */
 static size_t thread_bytes, thread_rounds;
 static int thread_bad;
+static int racers_started; /* racers past their first round: "threads" says "racing" then */
 static void *racer(void *arg) {
     /* Thread i allocates (i+1)/8 of the size: mixed sizes share cached blocks. */
     size_t bytes = thread_bytes / 8 * (1 + (size_t)arg % 8);
@@ -58,7 +59,9 @@ static void *racer(void *arg) {
         } else if (rc != 2) {
             __atomic_store_n(&thread_bad, 1, __ATOMIC_RELAXED);
         }
+        if (r == 0) __atomic_add_fetch(&racers_started, 1, __ATOMIC_RELAXED);
     }
+    if (thread_rounds == 0) __atomic_add_fetch(&racers_started, 1, __ATOMIC_RELAXED);
     return 0;
 }
 
@@ -127,8 +130,12 @@ int main(int argc, char **argv) {
         pthread_t t[64];
         thread_bytes = arg(argv, 3);
         thread_rounds = arg(argv, 4);
-        for (int i = 0; i < n && i < 64; i++) pthread_create(&t[i], 0, racer, (void *)(size_t)i);
-        for (int i = 0; i < n && i < 64; i++) pthread_join(t[i], 0);
+        if (n > 64) n = 64;
+        for (int i = 0; i < n; i++) pthread_create(&t[i], 0, racer, (void *)(size_t)i);
+        /* Every racer is mid-storm from here on: a test may kill the process at any instant. */
+        while (__atomic_load_n(&racers_started, __ATOMIC_RELAXED) < n) sched_yield();
+        printf("racing\n");
+        for (int i = 0; i < n; i++) pthread_join(t[i], 0);
         size_t f = 0, total = 0;
         cuMemGetInfo_v2(&f, &total);
         printf("bad=%d free=%zu total=%zu\n", thread_bad, f, total);

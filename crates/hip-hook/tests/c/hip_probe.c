@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,9 +27,13 @@ static void *pop(void) { return depth ? stack[--depth] : NULL; }
 static size_t num(const char *s) { return (size_t)strtoull(s, NULL, 0); }
 
 struct stress { size_t size; int iterations; long ok, oom, other; };
+static int stress_started; /* threads past their first allocation: "storm" says "storming" then */
 static void *stress_thread(void *arg) {
   struct stress *s = arg;
+  if (s->iterations == 0) __atomic_add_fetch(&stress_started, 1, __ATOMIC_RELAXED);
   for (int i = 0; i < s->iterations; i++) {
+    if (i == 1) __atomic_add_fetch(&stress_started, 1, __ATOMIC_RELAXED);
+    if (i == 0 && s->iterations == 1) __atomic_add_fetch(&stress_started, 1, __ATOMIC_RELAXED);
     void *p = NULL;
     hipError_t rc = hipMalloc(&p, s->size);
     if (rc == hipSuccess) {
@@ -267,7 +272,9 @@ int main(int argc, char **argv) {
       /* say so, then wait to be killed */
       printf("ready\n");
       for (;;) pause();
-    } else if (!strcmp(op, "stress")) {
+    } else if (!strcmp(op, "stress") || !strcmp(op, "storm")) {
+      /* storm: stress that first says "storming" once every thread is past its first
+       * allocation, so that a test can kill it mid-allocation without guessing when */
       int threads = (int)num(argv[i + 1]), iterations = (int)num(argv[i + 2]);
       size_t size = num(argv[i + 3]);
       i += 3;
@@ -277,6 +284,10 @@ int main(int argc, char **argv) {
       for (int k = 0; k < threads; k++) {
         s[k] = (struct stress){size, iterations, 0, 0, 0};
         pthread_create(&t[k], NULL, stress_thread, &s[k]);
+      }
+      if (!strcmp(op, "storm")) {
+        while (__atomic_load_n(&stress_started, __ATOMIC_RELAXED) < threads) sched_yield();
+        printf("storming\n");
       }
       long ok = 0, oom = 0, other = 0;
       for (int k = 0; k < threads; k++) {
