@@ -14,7 +14,9 @@ use crate::scenario::Workload;
 /// A pod to plan and the workload it came from.
 #[derive(Debug, Clone)]
 pub struct PlannedPod {
+    /// Index of its workload in the scenario.
     pub workload: usize,
+    /// The pod, named and ready for filter.
     pub pod: Pod,
 }
 
@@ -24,20 +26,27 @@ pub enum PodOutcome {
     /// Filter chose `node`; `charges` is what the pod holds there, read back from the
     /// cluster state.
     Placed {
+        /// The node filter chose.
         node: String,
+        /// What the pod holds there.
         charges: Vec<DeviceCharge>,
     },
     /// The pod asks for no GPU: the extender passes every node on, kube-scheduler decides.
     NoGpu,
     /// No node fits, or the request was refused; `reason` is the scheduler's text
     /// (the FilteringFailed event message, or the extender error).
-    Unplaceable { reason: String },
+    Unplaceable {
+        /// The scheduler's text.
+        reason: String,
+    },
 }
 
 /// One policy pair's run.
 #[derive(Debug)]
 pub struct PolicyRun {
+    /// The GPU policy of this run.
     pub gpu_policy: GpuPolicy,
+    /// The node policy of this run.
     pub node_policy: NodePolicy,
     /// Same order as the pods given.
     pub outcomes: Vec<PodOutcome>,

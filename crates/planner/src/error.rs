@@ -7,24 +7,47 @@
 pub enum PlanError {
     /// The scenario file could not be read.
     #[error("cannot read scenario {path}: {problem}")]
-    Read { path: String, problem: String },
+    Read {
+        /// The scenario file.
+        path: String,
+        /// The I/O error.
+        problem: String,
+    },
     /// The text is not YAML (or JSON) at all.
     #[error("scenario {path} is not valid YAML: {problem}")]
-    Yaml { path: String, problem: String },
+    Yaml {
+        /// The scenario file.
+        path: String,
+        /// The parser's message.
+        problem: String,
+    },
     /// A field is missing, unknown or has a bad value; `field` is its path, e.g.
     /// `fleet[1].count`.
     #[error("scenario {path}: {field}: {problem}")]
     Field {
+        /// The scenario file.
         path: String,
+        /// The field's path.
         field: String,
+        /// What is wrong and what to write instead.
         problem: String,
     },
     /// A flag has a bad value.
     #[error("{flag}: {problem}")]
-    Flag { flag: &'static str, problem: String },
+    Flag {
+        /// The flag, e.g. `--gpu-policy`.
+        flag: &'static str,
+        /// What is wrong with its value.
+        problem: String,
+    },
     /// A capture's sysfs tree could not be built or discovered (not the user's fault).
     #[error("capture {capture}: {problem}")]
-    Fixture { capture: String, problem: String },
+    Fixture {
+        /// The capture's name.
+        capture: String,
+        /// What failed.
+        problem: String,
+    },
 }
 
 impl PlanError {

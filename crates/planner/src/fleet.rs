@@ -23,7 +23,9 @@ use crate::scenario::{CaptureName, GpuModel, GpuSource, NodeGroup};
 /// What one node of a group registers, per vendor.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NodeDevicesSpec {
+    /// AMD register entries.
     pub amd: Vec<DeviceInfo>,
+    /// NVIDIA register entries.
     pub nvidia: Vec<DeviceInfo>,
 }
 

@@ -25,8 +25,10 @@ use crate::scenario::{Scenario, gpu_policies, node_policies, parse_scenario};
 /// How the plan is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum OutputFormat {
+    /// One table per policy pair, for people.
     #[default]
     Table,
+    /// One JSON document (the [`report::PlanReport`]), for tools.
     Json,
 }
 

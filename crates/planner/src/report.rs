@@ -30,47 +30,73 @@ use crate::scenario::{Workload, node_policy_name};
 /// Pods named per unplaceable reason in a report.
 const NAMED_PODS: usize = 5;
 
+/// The whole plan: the fleet's size and one report per policy pair.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlanReport {
+    /// The scenario's name.
     pub scenario: String,
+    /// Nodes in the fleet.
     pub nodes: usize,
+    /// GPUs registered in the fleet.
     pub gpus: usize,
+    /// Pods planned.
     pub pods: usize,
+    /// One per GPU × node policy pair, in the scenario's order.
     pub policies: Vec<PolicyReport>,
 }
 
+/// What one policy pair does with the scenario.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PolicyReport {
+    /// The GPU policy as the scenario names it.
     pub gpu_policy: String,
+    /// The node policy.
     pub node_policy: String,
+    /// Pods filter placed.
     pub placed: usize,
+    /// Pods no node fits.
     pub unplaceable: usize,
     /// Pods asking for no GPU (left to kube-scheduler).
     pub no_gpu: usize,
+    /// Per workload, in scenario order.
     pub workloads: Vec<WorkloadReport>,
+    /// Unplaceable pods grouped by the scheduler's message.
     pub reasons: Vec<ReasonGroup>,
+    /// Nodes holding at least one pod.
     pub nodes_used: usize,
+    /// GPUs holding at least one pod.
     pub gpus_busy: usize,
+    /// Busy GPUs with memory, compute and a share slot still free.
     pub gpus_partial: usize,
+    /// Device memory, MiB.
     pub memory: Capacity,
+    /// AMD compute units.
     pub amd_cus: Capacity,
     /// Percent of NVIDIA cards (100 per card).
     pub nvidia_cores: Capacity,
+    /// Where each placed pod went.
     pub placements: Vec<PodPlacement>,
 }
 
+/// One workload's outcome under one policy pair.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WorkloadReport {
+    /// The workload's template name.
     pub name: String,
+    /// Pods made from it.
     pub pods: usize,
+    /// Of those, placed.
     pub placed: usize,
+    /// Of those, unplaceable.
     pub unplaceable: usize,
 }
 
 /// Unplaceable pods with one scheduler message.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReasonGroup {
+    /// The scheduler's message.
     pub reason: String,
+    /// How many pods got it.
     pub count: usize,
     /// The first few pods, `namespace/name`.
     pub pods: Vec<String>,
@@ -79,7 +105,9 @@ pub struct ReasonGroup {
 /// Totals of one resource (MiB, CUs or percent).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Capacity {
+    /// Registered.
     pub total: u64,
+    /// Reserved by placed pods.
     pub used: u64,
     /// Free on busy GPUs that no slice of the scenario fits any more.
     pub stranded: u64,
@@ -114,16 +142,23 @@ fn pct(part: u64, whole: u64) -> f64 {
     }
 }
 
+/// Where one pod went.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PodPlacement {
+    /// `namespace/name`.
     pub pod: String,
+    /// The node.
     pub node: String,
+    /// What it holds on each GPU.
     pub devices: Vec<DevicePlacement>,
 }
 
+/// What a pod holds on one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DevicePlacement {
+    /// Registered device id.
     pub id: String,
+    /// MiB.
     pub mem_mib: u64,
     /// CUs (AMD) or percent (NVIDIA).
     pub cores: u64,

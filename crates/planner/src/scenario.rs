@@ -29,12 +29,14 @@ pub enum CaptureName {
 }
 
 impl CaptureName {
+    /// Every capture (the names an error lists when one is unknown).
     pub const ALL: [CaptureName; 3] = [
         CaptureName::Mi210Xgmi,
         CaptureName::Mi300xCpx,
         CaptureName::OneGpu,
     ];
 
+    /// The name a scenario file uses.
     pub fn as_str(self) -> &'static str {
         match self {
             CaptureName::Mi210Xgmi => "mi210-xgmi",
@@ -43,6 +45,7 @@ impl CaptureName {
         }
     }
 
+    /// Reads a capture name; `None` when there is no such capture.
     pub fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.as_str() == text)
     }
@@ -54,7 +57,9 @@ pub enum GpuSource {
     /// Discovered from a capture's sysfs tree and registered exactly as the AMD plugin
     /// registers them.
     Capture {
+        /// Which capture.
         capture: CaptureName,
+        /// How the plugin would register it.
         settings: RegistrationSettings,
     },
     /// Described inline.
@@ -64,14 +69,19 @@ pub enum GpuSource {
 /// GPUs described inline: `count` identical cards per node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuModel {
+    /// Whose card.
     pub vendor: Vendor,
+    /// The registered type, e.g. `AMD Instinct MI300X`.
     pub device_type: String,
+    /// Cards per node.
     pub count: u32,
+    /// Device memory per card, MiB.
     pub memory_mib: u64,
     /// AMD: compute units; NVIDIA: 100 (percent).
     pub cores: u32,
     /// How many pods may share one card.
     pub share: u32,
+    /// NUMA node of the cards (-1 unknown).
     pub numa: i32,
     /// The cards of this model on one node form one XGMI hive (all pairwise peers).
     pub xgmi: bool,
@@ -80,19 +90,25 @@ pub struct GpuModel {
 /// `count` nodes named `<name>-0`, `<name>-1`, ...
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeGroup {
+    /// Node name prefix.
     pub name: String,
+    /// Nodes in the group.
     pub count: u32,
+    /// Their GPUs.
     pub gpus: GpuSource,
 }
 
 /// `count` pods made from one template, named `<template name>-0`, ...
 #[derive(Debug, Clone, PartialEq)]
 pub struct Workload {
+    /// Pods made from the template.
     pub count: u32,
+    /// The template.
     pub pod: Pod,
 }
 
 impl Workload {
+    /// The template's name (pods are named `<name>-<n>`).
     pub fn name(&self) -> &str {
         self.pod.metadata.name.as_deref().unwrap_or_default()
     }
@@ -101,17 +117,24 @@ impl Workload {
 /// One GPU policy to compare, with the text the user wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamedGpuPolicy {
+    /// The policy as written, e.g. `binpack,numa`.
     pub name: String,
+    /// The policy.
     pub policy: GpuPolicy,
 }
 
 /// A parsed, validated scenario.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
+    /// `name:`, or the file's path when absent.
     pub name: String,
+    /// Node groups.
     pub fleet: Vec<NodeGroup>,
+    /// Workloads, in arrival order.
     pub workloads: Vec<Workload>,
+    /// GPU policies to compare.
     pub gpu_policies: Vec<NamedGpuPolicy>,
+    /// Node policies to compare.
     pub node_policies: Vec<NodePolicy>,
 }
 
@@ -198,6 +221,7 @@ fn some_whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i6
 
 /// The policies compared when the scenario names none.
 pub const DEFAULT_GPU_POLICIES: [&str; 2] = ["binpack", "spread"];
+/// The node policies compared when the scenario names none.
 pub const DEFAULT_NODE_POLICIES: [&str; 2] = ["binpack", "spread"];
 
 /// Parses scenario text; `path` is only used in messages.
@@ -345,6 +369,7 @@ pub fn node_policies(items: &[String]) -> Result<Vec<NodePolicy>, (usize, String
     Ok(out)
 }
 
+/// The name a scenario file uses for `policy`.
 pub fn node_policy_name(policy: NodePolicy) -> &'static str {
     match policy {
         NodePolicy::Binpack => "binpack",
