@@ -28,45 +28,66 @@ use serde::Serialize;
 #[error("{0}")]
 pub struct ReportError(pub String);
 
+/// What one pod asked for and got (`hami inspect pod`).
 #[derive(Debug, Serialize)]
 pub struct PodReport {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
     /// The node the scheduler chose (`hami.io/vgpu-node`), else `spec.nodeName`.
     pub node: Option<String>,
+    /// `hami.io/bind-phase`, when set.
     pub bind_phase: Option<String>,
+    /// Per container, in device-list order.
     pub containers: Vec<ContainerReport>,
     /// Things an operator should know (unpadded annotations, count mismatches).
     pub notes: Vec<String>,
 }
 
+/// What one container asked for and got.
 #[derive(Debug, Serialize)]
 pub struct ContainerReport {
+    /// The container's name.
     pub name: String,
+    /// Init, sidecar or app.
     pub kind: ContainerKind,
+    /// Its GPU requests, one per vendor.
     pub asked: Vec<Asked>,
+    /// The devices its run of the device list names.
     pub got: Vec<Got>,
     /// The device plugin has not yet allocated this container's devices.
     pub waiting_for_allocate: bool,
 }
 
+/// One vendor's request of a container.
 #[derive(Debug, Serialize)]
 pub struct Asked {
+    /// `AMD` or `NVIDIA`.
     pub vendor: &'static str,
+    /// GPUs asked for.
     pub count: u32,
+    /// Memory per GPU.
     pub memory: MemoryRequest,
+    /// Percent of each GPU's compute.
     pub cores_percent: u32,
 }
 
+/// One device a container got.
 #[derive(Debug, Serialize)]
 pub struct Got {
+    /// `AMD` or `NVIDIA`.
     pub vendor: &'static str,
+    /// Registered device id.
     pub uuid: String,
+    /// Registered device type.
     #[serde(rename = "type")]
     pub device_type: String,
+    /// MiB granted.
     pub memory_mib: u64,
     /// CU count for AMD, percent of SMs for NVIDIA.
     pub cores: u32,
+    /// `CUs` or `%`.
     pub cores_unit: &'static str,
     /// From `hami.io/amd-cu-allocated`: the CU ids of this device in the pod.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -138,6 +159,7 @@ fn runs_per_container(
         .collect())
 }
 
+/// The report of one pod; fails when its requests or annotations cannot be read.
 pub fn pod_report(pod: &Pod) -> Result<PodReport, ReportError> {
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
     let requests =
@@ -241,42 +263,65 @@ pub fn pod_report(pod: &Pod) -> Result<PodReport, ReportError> {
     })
 }
 
+/// What one node registered (`hami inspect node`).
 #[derive(Debug, Serialize)]
 pub struct NodeReport {
+    /// The node's name.
     pub name: String,
+    /// Every registered device, AMD first.
     pub devices: Vec<NodeDevice>,
+    /// The node lock, when held.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock: Option<LockReport>,
+    /// `hami.io/amd-operating-mode`, when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub amd_operating_mode: Option<String>,
+    /// `hami.io/amd-compute-partition`, when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub amd_compute_partition: Option<String>,
 }
 
+/// One registered device of a node.
 #[derive(Debug, Serialize)]
 pub struct NodeDevice {
+    /// `AMD` or `NVIDIA`.
     pub vendor: &'static str,
+    /// DRM card minor (AMD) or NVML index (NVIDIA).
     pub index: u32,
+    /// Registered device id.
     pub id: String,
+    /// Registered device type.
     #[serde(rename = "type")]
     pub device_type: String,
+    /// Pods that may share it.
     pub shares: u32,
+    /// Device memory, MiB.
     pub memory_mib: u64,
+    /// AMD: CUs; NVIDIA: 100 × core scaling.
     pub cores: u32,
+    /// NUMA node (-1 unknown).
     pub numa: i32,
+    /// `hami-core`, `xcp`, …
     pub mode: String,
+    /// Whether it may be allocated.
     pub health: bool,
+    /// PCI address (AMD).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pci_bdf: Option<String>,
+    /// XGMI peers' PCI addresses (AMD).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub xgmi_peers: Vec<String>,
 }
 
+/// The node lock `hami.io/mutex.lock`.
 #[derive(Debug, Serialize)]
 pub struct LockReport {
+    /// The value as written.
     pub value: String,
+    /// The holding pod, `namespace/name`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// When it was taken, RFC 3339 UTC.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub taken_at: Option<String>,
     /// Set when the value cannot be read; the scheduler treats such a lock as abandoned.
@@ -284,6 +329,7 @@ pub struct LockReport {
     pub problem: Option<String>,
 }
 
+/// The report of one node; fails when a register annotation cannot be read.
 pub fn node_report(node: &Node) -> Result<NodeReport, ReportError> {
     let annotations = node.metadata.annotations.clone().unwrap_or_default();
     let mut devices = Vec::new();

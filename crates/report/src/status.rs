@@ -9,40 +9,61 @@ use hami_scheduler::state::ClusterState;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Serialize;
 
+/// Who holds which slice where, and what waits (`hami status`).
 #[derive(Debug, Serialize)]
 pub struct StatusReport {
+    /// Nodes that registered GPUs (or failed to), by name.
     pub nodes: Vec<NodeStatus>,
+    /// GPU pods without a node, with the scheduler's latest word.
     pub pending: Vec<PendingPod>,
 }
 
+/// One node's GPUs.
 #[derive(Debug, Serialize)]
 pub struct NodeStatus {
+    /// The node's name.
     pub name: String,
+    /// Its GPUs, in register order.
     pub gpus: Vec<GpuStatus>,
+    /// Register annotations that did not decode.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
 }
 
+/// One GPU's usage.
 #[derive(Debug, Serialize)]
 pub struct GpuStatus {
+    /// `AMD` or `NVIDIA`.
     pub vendor: &'static str,
+    /// Registered device id.
     pub id: String,
+    /// Registered device type.
     #[serde(rename = "type")]
     pub device_type: String,
+    /// Registered healthy.
     pub healthy: bool,
+    /// Shares taken.
     pub shares_used: u32,
+    /// Shares registered.
     pub shares: u32,
+    /// MiB reserved.
     pub memory_used_mib: u64,
+    /// MiB registered.
     pub memory_mib: u64,
     /// AMD: CUs; NVIDIA: percent.
     pub cores_used: u64,
+    /// AMD: CUs registered; NVIDIA: 100 × core scaling.
     pub cores: u32,
+    /// Pods holding a share, `namespace/name`, sorted.
     pub holders: Vec<String>,
 }
 
+/// A GPU pod not placed yet.
 #[derive(Debug, Serialize)]
 pub struct PendingPod {
+    /// `namespace/name`.
     pub pod: String,
+    /// The latest scheduler event's message about it (or why none is known).
     pub reason: String,
 }
 
