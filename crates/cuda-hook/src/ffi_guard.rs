@@ -1,7 +1,7 @@
 //! No panic crosses the FFI boundary: every exported body (`dlsym`, `cuGetProcAddress[_v2]`
 //! and every wrapper) runs under [`guarded`], and a panic turns into that export's fallback:
-//! fail closed for allocations, the linker's own answer for lookups (README, "Internal
-//! errors"). `catch_unwind` costs nothing until something panics: no system call, no
+//! out of memory for allocations, NULL from `dlsym`, an error code elsewhere (README,
+//! "Internal errors"). `catch_unwind` costs nothing until something panics: no system call, no
 //! allocation on the way in.
 //!
 //! ## Fault injection (test builds only)

@@ -1,7 +1,7 @@
 //! No panic crosses the FFI boundary: every exported body (the `la_*` callbacks and every
 //! wrapper handed out) runs under [`guarded`], and a panic turns into that export's fallback:
-//! fail closed for allocations, the linker's own answer for lookups (README, "Internal
-//! errors"). `catch_unwind` costs nothing until something panics: no system call, no
+//! out of memory for allocations, the linker's own address from `la_symbind64`, a refusal for
+//! environment changes (README, "Internal errors"). `catch_unwind` costs nothing until something panics: no system call, no
 //! allocation on the way in.
 //!
 //! ## Fault injection (test builds only)
