@@ -179,6 +179,19 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
         .await,
         "the NVIDIA plugin never registered the node"
     );
+    // And with kubelet: a pod that reaches a node before its plugin registered there fails
+    // admission (UnexpectedAdmissionError), as with a real kubelet; the scheduler offers
+    // only nodes whose kubelet reports the resource.
+    let kubelet_reports = || {
+        server.get_object("v1", "nodes", "", NODE).unwrap()["status"]["allocatable"]
+            ["nvidia.com/gpu"]
+            .as_str()
+            .is_some_and(|n| n != "0")
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), async || kubelet_reports()).await,
+        "the NVIDIA plugin never registered with kubelet"
+    );
     let gpu = decode_node_devices(&node_annotation().unwrap()).unwrap()[0].clone();
     // What the scheduler writes at filter + bind, as an admin would see it written.
     let list = encode_pod_devices(&[vec![ContainerDevice {
@@ -188,20 +201,8 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
         cores: 30,
     }]])
     .unwrap();
-    server
-        .create_object(
-            "v1",
-            "pods",
-            Some("default"),
-            json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "cuda-slice", "annotations": {
-                    NVIDIA.devices_to_allocate: list, NVIDIA.devices_allocated: list,
-                    pod_keys::VGPU_NODE: NODE, pod_keys::BIND_PHASE: "allocating",
-                    pod_keys::BIND_TIME: "1700000000"}},
-                "spec": {"nodeName": NODE, "schedulerName": "hami-scheduler", "containers": [
-                    {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}),
-        )
-        .unwrap();
+    // The scheduler's order: the node lock first, then the binding that shows kubelet the
+    // pod (kubelet-sim allocates a pod once, as soon as it sees it on its node).
     let lock = NodeLock::new(1_700_000_000, PodRef::new("default", "cuda-slice"))
         .encode()
         .unwrap();
@@ -218,6 +219,20 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
     kube::Api::<k8s_openapi::api::core::v1::Node>::all(admin)
         .patch(NODE, &Default::default(), &kube::api::Patch::Merge(patch))
         .await
+        .unwrap();
+    server
+        .create_object(
+            "v1",
+            "pods",
+            Some("default"),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "cuda-slice", "annotations": {
+                    NVIDIA.devices_to_allocate: list, NVIDIA.devices_allocated: list,
+                    pod_keys::VGPU_NODE: NODE, pod_keys::BIND_PHASE: "allocating",
+                    pod_keys::BIND_TIME: "1700000000"}},
+                "spec": {"nodeName": NODE, "schedulerName": "hami-scheduler", "containers": [
+                    {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}),
+        )
         .unwrap();
     let committed = wait_until(Duration::from_secs(20), async || {
         server
