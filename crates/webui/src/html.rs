@@ -35,11 +35,15 @@ pub fn url_segment(text: &str) -> String {
 /// A rendered page and its HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page {
+    /// HTTP status, e.g. 404 for an unknown node.
     pub status: u16,
+    /// The whole document.
     pub html: String,
 }
 
+/// The stylesheet every page links (`/static/style.css`).
 pub const CSS: &str = include_str!("../assets/style.css");
+/// The script that refreshes live pages (`/static/live.js`).
 pub const LIVE_JS: &str = include_str!("../assets/live.js");
 
 /// The frame every page shares. `live` pages refresh their `<main>` where JavaScript runs.
@@ -58,6 +62,7 @@ pub fn frame(title: &str, banners: &[String], live: bool, body: &str) -> String 
     out
 }
 
+/// The banners (watch errors, unreachable monitors) as alert `<div>`s, escaped.
 pub fn banner_html(banners: &[String]) -> String {
     let mut out = String::new();
     for b in banners {
@@ -66,6 +71,7 @@ pub fn banner_html(banners: &[String]) -> String {
     out
 }
 
+/// A 404 page saying `what` was not found.
 pub fn not_found(what: &str, banners: &[String]) -> Page {
     Page {
         status: 404,

@@ -56,16 +56,20 @@ pub struct UiArgs {
 
 /// A running UI.
 pub struct RunningUi {
+    /// Where it listens.
     pub addr: SocketAddr,
+    /// The state its pages read (watched objects and scraped metrics).
     pub shared: Shared,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl RunningUi {
+    /// `http://<addr>/`.
     pub fn url(&self) -> String {
         server::local_url(self.addr)
     }
 
+    /// Stops the server, the watchers and the scraper.
     pub fn shutdown(self) {
         for t in self.tasks {
             t.abort();

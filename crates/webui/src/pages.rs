@@ -95,6 +95,7 @@ fn events_table(events: &[&EventRow]) -> String {
     )
 }
 
+/// `/`: GPUs by type, the last hour's trend, pending GPU pods and the nodes.
 pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
     let report = report_from_state(&world.state, world.pods.values(), &world.scheduling_notes());
     let used = used_by_device(metrics);
@@ -339,6 +340,7 @@ fn node_pods<'a>(world: &'a World, node: &str) -> (Vec<Slice<'a>>, Vec<String>) 
     (slices, problems)
 }
 
+/// `/nodes/<name>`: the node's GPUs, CU maps and the pods on them.
 pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
     let banners = banners(world, metrics);
     let Some(object) = world.nodes.get(name) else {
@@ -544,6 +546,7 @@ pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
     }
 }
 
+/// `/pods/<namespace>/<name>`: what the pod asked for, got and uses.
 pub fn pod(world: &World, metrics: &Metrics, namespace: &str, name: &str, now: i64) -> Page {
     let banners = banners(world, metrics);
     let key = format!("{namespace}/{name}");

@@ -15,7 +15,9 @@ pub const HISTORY_SECONDS: i64 = 3600;
 pub struct Usage {
     /// Percent of the device's compute (AMD: engine busy time of the container's processes).
     pub utilization: Option<f64>,
+    /// Device memory in use, bytes.
     pub memory_bytes: Option<f64>,
+    /// The container's memory limit on the device, bytes.
     pub limit_bytes: Option<f64>,
 }
 
@@ -27,6 +29,7 @@ pub type SeriesKey = (String, String, String, String);
 pub struct Series(pub VecDeque<(i64, f64)>);
 
 impl Series {
+    /// Appends a point at `at` and drops what is older than an hour.
     pub fn push(&mut self, at: i64, value: f64) {
         self.0.push_back((at, value));
         self.prune(at);
@@ -47,7 +50,9 @@ impl Series {
 /// Cluster-wide totals at one scrape, for the overview's trend.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Totals {
+    /// MiB the scheduler granted, all GPUs.
     pub memory_granted_mib: f64,
+    /// MiB the monitors report in use.
     pub memory_used_mib: f64,
     /// Mean utilization over the containers that report one, percent.
     pub utilization: f64,
@@ -56,23 +61,34 @@ pub struct Totals {
 /// The state of one monitor endpoint.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Endpoint {
+    /// The monitor's `/metrics` URL.
     pub url: String,
     /// Seconds since the epoch of the last good scrape.
     pub last_ok: Option<i64>,
+    /// The last scrape's error, while it lasts.
     pub error: Option<String>,
+    /// Lines of the last body that were not samples.
     pub bad_lines: usize,
 }
 
+/// Everything scraped from the monitors.
 #[derive(Debug, Default)]
 pub struct Metrics {
+    /// One per monitor URL, in the order given.
     pub endpoints: Vec<Endpoint>,
+    /// The latest sample per container and device.
     pub latest: BTreeMap<SeriesKey, Usage>,
     /// Card-level (host) samples by device uuid: (utilization percent, memory bytes).
     pub cards: BTreeMap<String, (Option<f64>, Option<f64>)>,
+    /// Utilization history per container and device.
     pub utilization: BTreeMap<SeriesKey, Series>,
+    /// Memory history per container and device.
     pub memory: BTreeMap<SeriesKey, Series>,
+    /// Cluster MiB granted, over the last hour.
     pub trend_granted: Series,
+    /// Cluster MiB in use, over the last hour.
     pub trend_used: Series,
+    /// Mean utilization, over the last hour.
     pub trend_utilization: Series,
 }
 
@@ -86,6 +102,7 @@ fn key(s: &Sample) -> Option<SeriesKey> {
 }
 
 impl Metrics {
+    /// Nothing scraped yet from `urls`.
     pub fn with_endpoints(urls: &[String]) -> Self {
         Metrics {
             endpoints: urls

@@ -95,6 +95,7 @@ pub async fn run(world: Arc<RwLock<World>>, metrics: Arc<RwLock<Metrics>>, inter
     }
 }
 
+/// Seconds since the epoch (the clock the scraper stamps samples with).
 pub fn unix_now() -> i64 {
     now()
 }

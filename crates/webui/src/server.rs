@@ -17,9 +17,12 @@ use crate::scrape::unix_now;
 use crate::world::World;
 use crate::{pages, whatif};
 
+/// What the handlers read, written by the watchers and the scraper.
 #[derive(Clone)]
 pub struct Shared {
+    /// The watched Kubernetes objects.
     pub world: Arc<RwLock<World>>,
+    /// The scraped monitor metrics.
     pub metrics: Arc<RwLock<Metrics>>,
 }
 
@@ -107,6 +110,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
+/// Every page, the static assets and `/healthz`.
 pub fn router(shared: Shared) -> Router {
     Router::new()
         .route("/", get(overview))
@@ -132,6 +136,7 @@ pub async fn serve(listener: tokio::net::TcpListener, shared: Shared) -> std::io
     axum::serve(listener, router(shared)).await
 }
 
+/// The URL to open for a listener at `addr`.
 pub fn local_url(addr: SocketAddr) -> String {
     format!("http://{addr}/")
 }

@@ -14,6 +14,7 @@ pub const PALETTE: [&str; 10] = [
     "#1f5fa8", "#b3461b", "#2e7d32", "#7b3fa0", "#a8326e", "#00727a", "#8a6d00", "#4e5a68",
     "#c2185b", "#355e3b",
 ];
+/// Colour of free CUs.
 pub const FREE: &str = "#e3e7ec";
 
 /// A line chart of the last hour; `None` in place of the chart when nothing was sampled.
@@ -133,7 +134,9 @@ pub fn meter(label: &str, granted: f64, used: Option<f64>, total: f64, unit: &st
 
 /// One owner of CUs on a card.
 pub struct CuOwner<'a> {
+    /// `namespace/name` of the pod.
     pub pod: &'a str,
+    /// Its CUs on the card.
     pub cus: &'a CuSet,
 }
 

@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 
 use crate::world::{EventRow, World};
 
+/// A core/v1 Event as a row (its time: last, first, event time, else creation).
 pub fn core_event_row(e: &CoreEvent) -> EventRow {
     let at = e
         .last_timestamp
@@ -42,6 +43,7 @@ pub fn core_event_row(e: &CoreEvent) -> EventRow {
     }
 }
 
+/// An events.k8s.io/v1 Event as a row.
 pub fn new_event_row(e: &NewEvent) -> EventRow {
     let at = e
         .event_time

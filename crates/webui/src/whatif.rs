@@ -15,7 +15,9 @@ pub const DEFAULT_SCENARIO: &str = include_str!("../../../examples/scenarios/sma
 
 /// Bounds on what one request may plan (the UI is shared; a plan holds a CPU).
 pub const MAX_NODES: u64 = 2000;
+/// Most pods one plan may create.
 pub const MAX_PODS: u64 = 20000;
+/// Largest scenario accepted, bytes.
 pub const MAX_SCENARIO_BYTES: usize = 256 * 1024;
 
 /// Parses, bounds and plans a scenario; errors are for the user to fix.

@@ -20,11 +20,17 @@ pub struct EventRow {
     pub source: &'static str,
     /// Seconds since the epoch (the event's last time, else its first).
     pub at: i64,
+    /// Kind of the object it is about (`Pod`, `Node`, …).
     pub kind: String,
+    /// Namespace of that object.
     pub namespace: String,
+    /// Name of that object.
     pub name: String,
+    /// The event's reason, e.g. `FilteringFailed`.
     pub reason: String,
+    /// Its message.
     pub note: String,
+    /// A `Warning` rather than a `Normal` event.
     pub warning: bool,
 }
 
@@ -36,12 +42,16 @@ pub fn is_scheduling_failure(reason: &str) -> bool {
     )
 }
 
+/// What the watchers have seen, and the scheduler's view computed from it.
 #[derive(Debug, Default)]
 pub struct World {
+    /// By name.
     pub nodes: BTreeMap<String, Node>,
     /// By `namespace/name` (pages address pods by name).
     pub pods: BTreeMap<String, Pod>,
+    /// Oldest first, at most [`MAX_EVENTS`].
     pub events: Vec<EventRow>,
+    /// The scheduler's cluster state, fed the same nodes and pods.
     pub state: ClusterState,
     /// Which resources have completed their first list.
     pub synced: BTreeMap<&'static str, bool>,
@@ -49,6 +59,7 @@ pub struct World {
     pub api_errors: BTreeMap<&'static str, String>,
 }
 
+/// `namespace/name` (`default` when the namespace is unset).
 pub fn pod_key(pod: &Pod) -> String {
     format!(
         "{}/{}",
@@ -58,17 +69,20 @@ pub fn pod_key(pod: &Pod) -> String {
 }
 
 impl World {
+    /// Adds or replaces a node.
     pub fn upsert_node(&mut self, node: Node) {
         self.state.upsert_node(&node);
         let name = node.metadata.name.clone().unwrap_or_default();
         self.nodes.insert(name, node);
     }
 
+    /// Forgets a deleted node.
     pub fn remove_node(&mut self, name: &str) {
         self.state.remove_node(name);
         self.nodes.remove(name);
     }
 
+    /// Replaces every node (after a relist).
     pub fn reset_nodes(&mut self, nodes: Vec<Node>) {
         self.state.reset_nodes(nodes.iter());
         self.nodes = nodes
@@ -77,11 +91,13 @@ impl World {
             .collect();
     }
 
+    /// Adds or replaces a pod.
     pub fn upsert_pod(&mut self, pod: Pod) {
         self.state.upsert_pod(&pod);
         self.pods.insert(pod_key(&pod), pod);
     }
 
+    /// Forgets a deleted pod.
     pub fn remove_pod(&mut self, pod: &Pod) {
         if let Some(uid) = &pod.metadata.uid {
             self.state.remove_pod(uid);
@@ -89,6 +105,7 @@ impl World {
         self.pods.remove(&pod_key(pod));
     }
 
+    /// Replaces every pod (after a relist).
     pub fn reset_pods(&mut self, pods: Vec<Pod>) {
         self.state.reset_pods(pods.iter());
         self.pods = pods.into_iter().map(|p| (pod_key(&p), p)).collect();
@@ -105,6 +122,7 @@ impl World {
         }
     }
 
+    /// Forgets a deleted event.
     pub fn remove_event(&mut self, uid: &str) {
         self.events.retain(|e| e.uid != uid);
     }
