@@ -323,12 +323,15 @@ impl State {
     /// Remembers a new allocation. The driver handing out a key we still hold means the old
     /// allocation was freed by a path we do not wrap: its bytes go back instead of being lost
     /// under the new record.
+    ///
+    /// A panic while the records are held (a bug) poisons their lock; the next caller takes
+    /// them as they are (every change to them is a single insert or remove).
     pub fn track(&self, kind: Kind, key: u64, index: usize, bytes: u64) {
-        let replaced = self
-            .allocations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((kind, key), (index, bytes));
+        let mut allocations = self.allocations.lock().unwrap_or_else(|p| p.into_inner());
+        // Test builds only: `allocations` in VGPU_TEST_PANIC_IN panics here, lock held.
+        crate::ffi_guard::fault_point("allocations");
+        let replaced = allocations.insert((kind, key), (index, bytes));
+        drop(allocations);
         if let Some((old_index, old_bytes)) = replaced {
             crate::log::warn(format_args!(
                 "the driver returned {key:#x} again while it was recorded with {old_bytes} bytes on device {old_index}: it was freed by a call this hook does not wrap; its bytes are returned"

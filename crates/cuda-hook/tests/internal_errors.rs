@@ -106,6 +106,27 @@ fn every_export_fails_closed_and_the_application_goes_on() {
 }
 
 #[test]
+fn a_panic_with_the_records_locked_leaves_later_calls_working_and_the_books_conservative() {
+    // The first allocation panics after its reservation, with the allocation records locked
+    // (poisoning that lock): it answers out of memory, and its 4 KiB stay charged (the books
+    // never show less than the device holds). Every later call works.
+    let (status, out, err, _) = call("allocations", Some("allocations#1"));
+    assert!(
+        err.contains("internal error in cuMemAlloc_v2; failing closed"),
+        "{out}\n{err}"
+    );
+    assert!(status.success(), "{status}\n{out}\n{err}");
+    let total = 64u64 << 20;
+    assert!(
+        out.contains(&format!(
+            "held=2 alloc=0 free=0 info=0 free={} total={total}\n",
+            total - 4096
+        )),
+        "{out}\n{err}"
+    );
+}
+
+#[test]
 fn without_the_switch_or_with_another_export_named_the_calls_work() {
     for fault in [None, Some("cuMemFree_v2")] {
         let (status, out, err, peak) = call("cuMemAlloc_v2", fault);

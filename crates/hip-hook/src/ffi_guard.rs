@@ -8,10 +8,11 @@
 //!
 //! With the `fault-injection` feature, which only this crate's own tests and benches turn on
 //! (through a dev-dependency on itself; release and `cargo build` artifacts never have it),
-//! `AMVGPU_TEST_PANIC_IN=<export>[,<export>…]` (or `*`) makes the guard of those exports
-//! panic before their body runs, so `tests/internal_errors.rs` can check every export's
-//! fallback in a real process. A library built without the feature has no such code: no
-//! variable can make a production hook panic.
+//! `AMVGPU_TEST_PANIC_IN=<name>[,<name>…]` (or `*`) makes the guard of those exports panic
+//! before their body runs, so `tests/internal_errors.rs` can check every export's fallback in
+//! a real process; `<name>#<n>` panics only the n-th time. A few [`fault_point`]s inside the
+//! state (with its lock held) are named the same way, to poison it. A library built without
+//! the feature has no such code: no variable can make a production hook panic.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -30,22 +31,44 @@ pub fn guarded<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
     }
 }
 
+/// A place inside the state where a test build can panic (named like an export in
+/// `AMVGPU_TEST_PANIC_IN`); nothing at all in a production build.
+#[inline(always)]
+pub fn fault_point(_what: &str) {
+    #[cfg(feature = "fault-injection")]
+    fault::inject(_what);
+}
+
 #[cfg(feature = "fault-injection")]
 mod fault {
     use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
     /// The variable naming the exports whose guard panics.
     pub const VARIABLE: &str = "AMVGPU_TEST_PANIC_IN";
 
     /// Read once: the list never changes under a running process.
     static NAMES: OnceLock<Option<String>> = OnceLock::new();
+    /// Times each entry of the list (by position) was reached, for `<name>#<n>`.
+    static HITS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
 
     pub fn inject(what: &str) {
         let names = NAMES.get_or_init(|| std::env::var(VARIABLE).ok());
-        if let Some(names) = names
-            && names.split(',').any(|name| name == "*" || name == what)
-        {
-            panic!("{VARIABLE} injected a fault into {what}");
+        let Some(names) = names else {
+            return;
+        };
+        for (index, entry) in names.split(',').enumerate() {
+            let (name, nth) = match entry.split_once('#') {
+                Some((name, n)) => (name, n.parse::<u64>().ok()),
+                None => (entry, None),
+            };
+            if name != "*" && name != what {
+                continue;
+            }
+            let hit = HITS.get(index).map_or(1, |h| h.fetch_add(1, Relaxed) + 1);
+            if nth.is_none_or(|n| n == hit) {
+                panic!("{VARIABLE} injected a fault into {what}");
+            }
         }
     }
 }

@@ -190,8 +190,13 @@ impl ProcessState {
         }
     }
 
+    /// The allocation records. A panic while they are held (a bug) poisons the lock; the
+    /// next caller takes them as they are (every change to them is a single insert or remove).
     pub fn tracker(&self) -> MutexGuard<'_, Tracker> {
-        self.tracker.lock().unwrap_or_else(|p| p.into_inner())
+        let tracker = self.tracker.lock().unwrap_or_else(|p| p.into_inner());
+        // Test builds only: `tracker` in AMVGPU_TEST_PANIC_IN panics here, lock held.
+        crate::ffi_guard::fault_point("tracker");
+        tracker
     }
 
     /// The limit in force on `device`: the region's, else the configured one.

@@ -217,6 +217,28 @@ fn every_export_and_wrapper_fails_closed_and_the_application_goes_on() {
 }
 
 #[test]
+fn a_panic_with_the_records_locked_leaves_later_calls_working_and_the_books_conservative() {
+    // The first allocation panics after its reservation, with the allocation records locked
+    // (poisoning that lock): it answers out of memory, and its 1 KiB stays charged (the books
+    // never show less than the device holds). Every later call works.
+    let dir = scratch("poisoned");
+    let out = probe(
+        &dir,
+        Some("tracker#1"),
+        &["malloc", "1024", "malloc", "2048", "free", "meminfo"],
+    );
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(
+        err.contains("internal error in hipMalloc; failing closed"),
+        "{stdout}\n{err}"
+    );
+    assert!(out.status.success(), "{stdout}\n{err}");
+    assert_eq!(codes(&out), [2, 0, 0, 0], "{stdout}\n{err}");
+    let limit = 16i64 << 20;
+    assert_eq!(lines(&out)[3].1, [0, limit - 1024, limit], "{stdout}");
+}
+
+#[test]
 fn without_the_switch_or_with_another_export_named_the_calls_work() {
     for fault in [None, Some("hipFree")] {
         let dir = scratch("no-fault");

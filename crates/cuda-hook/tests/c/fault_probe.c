@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
     if (init == 0) FN(int (*)(void **, unsigned, int), "cuCtxCreate_v2")(&context, 0, 0);
     /* Something for the frees to free, allocated before the faulted call. */
     u64 held = 0;
-    if (init == 0) FN(int (*)(u64 *, size_t), "cuMemAlloc_v2")(&held, 4096);
+    int held_rc = init == 0 ? FN(int (*)(u64 *, size_t), "cuMemAlloc_v2")(&held, 4096) : -1;
 
     long rc;
     u64 out = 0;
@@ -113,6 +113,15 @@ int main(int argc, char **argv) {
         rc = FN(int (*)(const void *, void *, void **, void **), name)(&config, NULL, NULL, NULL);
     } else if (!strcmp(name, "cuGraphLaunch") || !strcmp(name, "cuGraphLaunch_ptsz")) {
         rc = FN(int (*)(void *, void *), name)(NULL, NULL);
+    } else if (!strcmp(name, "allocations")) {
+        /* Not an export: the hook's allocation records, poisoned by a panic while locked
+         * ("allocations#1": the 4 KiB above). The calls after it must still work. */
+        int alloc = FN(int (*)(u64 *, size_t), "cuMemAlloc_v2")(&out, 1 << 20);
+        int freed = FN(int (*)(u64), "cuMemFree_v2")(out);
+        int info = FN(int (*)(size_t *, size_t *), "cuMemGetInfo_v2")(&free_bytes, &total);
+        printf("held=%d alloc=%d free=%d info=%d free=%zu total=%zu\n", held_rc, alloc, freed,
+               info, free_bytes, total);
+        rc = 0;
     } else {
         printf("unknown %s\n", name);
         return 5;
