@@ -15,6 +15,7 @@ pub fn parse_dir_name(name: &str) -> Option<(&str, &str)> {
 /// Why a directory's files cannot be used (yet).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CacheDirError {
+    /// More region files than a container can have; how many.
     #[error(
         "{0} cache files; at most 2 are expected (one HAMi-core, one HIP region): remove the stale ones"
     )]
@@ -69,8 +70,11 @@ pub fn orphan_decision(
 /// One entry of the containers directory.
 #[derive(Debug, Clone)]
 pub struct DirEntry {
+    /// File name, `<pod uid>_<container>`.
     pub name: String,
+    /// Full path.
     pub path: PathBuf,
+    /// Last modification, for the garbage collection grace.
     pub mtime: SystemTime,
 }
 

@@ -9,7 +9,9 @@
 /// A process's pod UID and container id, as its cgroup path names them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodContainer {
+    /// The pod's UID, with `-` (as the API server writes it).
     pub pod_uid: String,
+    /// The runtime's container id.
     pub container_id: String,
 }
 

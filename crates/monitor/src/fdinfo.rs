@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 /// What one DRM file descriptor reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DrmClient {
+    /// `drm-driver`, e.g. `amdgpu`.
     pub driver: String,
     /// PCI address of the device (`drm-pdev`), e.g. `0000:c1:00.0`.
     pub pdev: String,

@@ -18,34 +18,54 @@ pub const HEADER_LEN: usize = 12;
 /// Where the fields of one layout version sit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
+    /// `v1` or `v0`.
     pub name: &'static str,
+    /// File size of this layout.
     pub size: usize,
+    /// Byte offset of the device count.
     pub device_num: usize,
+    /// Byte offset of `uuids[]`.
     pub uuids: usize,
+    /// Byte offset of `limit[]`.
     pub limit: usize,
+    /// Byte offset of `sm_limit[]`.
     pub sm_limit: usize,
+    /// Byte offset of `procs[]`.
     pub procs: usize,
+    /// Byte offset of `proc_num`.
     pub proc_num: usize,
+    /// Byte offset of `utilization_switch`.
     pub utilization_switch: usize,
+    /// Byte offset of `recent_kernel`.
     pub recent_kernel: usize,
+    /// Byte offset of `priority`.
     pub priority: usize,
+    /// Byte offset of `last_kernel_time` (absent in v0).
     pub last_kernel_time: Option<usize>,
+    /// Where the fields of a process slot sit.
     pub slot: SlotLayout,
 }
 
 /// Where the fields of one process slot sit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotLayout {
+    /// Bytes per slot.
     pub size: usize,
+    /// Offset of `pid` in a slot.
     pub pid: usize,
+    /// Offset of `hostpid`.
     pub hostpid: usize,
+    /// Offset of `used[]`.
     pub used: usize,
     /// `device_memory_t` size: context, module, data, offset, total (+ reserved in v1).
     pub used_stride: usize,
+    /// Offset of `monitorused[]`.
     pub monitorused: usize,
+    /// Offset of `device_util[]`.
     pub util: usize,
     /// `device_util_t` size: dec, enc, sm (+ reserved in v1).
     pub util_stride: usize,
+    /// Offset of `status`.
     pub status: usize,
 }
 
@@ -109,30 +129,53 @@ pub const PRE_V0_SIZE: usize = 804_680;
 /// Why a cache file cannot be read (yet). Each names what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CoreRegionError {
+    /// The file has no bytes yet.
     #[error(
         "the cache file is empty (0 bytes): the container's first CUDA process has not created it yet, or was killed while creating it"
     )]
     Empty,
+    /// Shorter than the header; its size.
     #[error(
         "the cache file has {0} bytes, fewer than the 12-byte header: not a HAMi-core region, or still being created"
     )]
     Truncated(usize),
+    /// The header is still zero.
     #[error(
         "the cache file's header is still zero: HAMi-core has not finished initialising it (retried on the next scan)"
     )]
     NotInitialized,
+    /// Not HAMi-core's magic.
     #[error(
         "wrong magic {found} (expected {MAGIC}): not a HAMi-core shared region; remove the file if nothing uses it"
     )]
-    WrongMagic { found: i32 },
+    WrongMagic {
+        /// The magic read.
+        found: i32,
+    },
+    /// A version and size this monitor does not know.
     #[error(
         "HAMi-core region version {major}.{minor} with {size} bytes is not supported (this monitor reads 1.1, 1.2 and v0); upgrade the monitor or HAMi-core so they match"
     )]
-    UnknownVersion { major: u32, minor: u32, size: usize },
+    UnknownVersion {
+        /// Major version read.
+        major: u32,
+        /// Minor version read.
+        minor: u32,
+        /// File size.
+        size: usize,
+    },
+    /// Smaller than the smallest known layout.
     #[error("the cache file has {size} bytes, fewer than the smallest known layout (v0, {} bytes){}; the file is truncated, or from a HAMi-core older than 2024-04-18, which has no utilization fields — upgrade it", V0.size, if *.size == PRE_V0_SIZE || *.size == PRE_V0_SIZE + 1 { " — this is the pre-2024-04 layout" } else { "" })]
-    TooSmall { size: usize },
+    TooSmall {
+        /// File size.
+        size: usize,
+    },
+    /// Between the v0 and v1 sizes.
     #[error("the cache file has {size} bytes: more than a v0 region ({} bytes) and fewer than a v1 region ({} bytes); a v1 file still growing or truncated (retried on the next scan)", V0.size + 1, V1.size)]
-    BetweenLayouts { size: usize },
+    BetweenLayouts {
+        /// File size.
+        size: usize,
+    },
 }
 
 impl CoreRegionError {
@@ -219,9 +262,13 @@ pub fn unresolved_slots(bytes: &(impl RegionBytes + ?Sized), layout: &Layout) ->
 /// Memory one container holds on one device, summed over its live process slots.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoryBreakdown {
+    /// CUDA contexts, bytes.
     pub context: u64,
+    /// Loaded modules, bytes.
     pub module: u64,
+    /// Allocations, bytes.
     pub data: u64,
+    /// Their total as HAMi-core counts it, bytes.
     pub total: u64,
 }
 
@@ -230,11 +277,13 @@ pub struct MemoryBreakdown {
 pub struct CoreDevice {
     /// In-container (NVML order) device index.
     pub index: usize,
+    /// NVML UUID of the device.
     pub uuid: String,
     /// Bytes, 0 = unlimited.
     pub limit: u64,
     /// Percent.
     pub sm_limit: u64,
+    /// Memory held by live processes.
     pub memory: MemoryBreakdown,
     /// Σ `sm_util` of live slots, unclamped (clamping is the caller's decision, D-6).
     pub sm_util_sum: u64,
@@ -243,12 +292,17 @@ pub struct CoreDevice {
 /// Everything the monitor reports from one region.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CoreReading {
+    /// `v1` or `v0`.
     pub layout: &'static str,
+    /// Major version from the header.
     pub major: u32,
+    /// Minor version from the header.
     pub minor: u32,
+    /// Device slots with a UUID.
     pub devices: Vec<CoreDevice>,
     /// Unix seconds; `None` for v0 or when never set.
     pub last_kernel_time: Option<u64>,
+    /// `priority` of the region.
     pub priority: i32,
     /// Live process slots (status ≠ 0 and host pid not known dead).
     pub live_processes: usize,

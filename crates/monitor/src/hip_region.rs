@@ -15,26 +15,40 @@ use crate::region_bytes::RegionBytes;
 /// Why a HIP region cannot be read (yet).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HipRegionError {
+    /// The file has no bytes yet.
     #[error("the HIP accounting file is empty (0 bytes): its first process has not sized it yet")]
     Empty,
+    /// Not the region's size.
     #[error(
         "the HIP accounting file has {size} bytes, {REGION_SIZE} expected: truncated, or still being created"
     )]
-    Truncated { size: usize },
+    Truncated {
+        /// File size.
+        size: usize,
+    },
+    /// The magic is still zero.
     #[error(
         "the HIP accounting file's magic is still zero: its creator has not finished initialising it (retried on the next scan)"
     )]
     NotInitialized,
+    /// Not the HIP region's magic.
     #[error(
         "wrong magic {found:#010x} (expected {MAGIC:#010x}, \"HIPR\"): not a HIP accounting region"
     )]
-    WrongMagic { found: u32 },
+    WrongMagic {
+        /// The magic read.
+        found: u32,
+    },
+    /// A major version this monitor does not read.
     #[error(
         "HIP accounting region version {major}.{minor} ({detail}) is not supported by this monitor (major {MAJOR_VERSION}); upgrade the monitor to match libamvgpu.so"
     )]
     UnknownVersion {
+        /// Major version read.
         major: u32,
+        /// Minor version read.
         minor: u32,
+        /// What else the header says.
         detail: String,
     },
 }
@@ -63,6 +77,7 @@ pub struct HipDevice {
     pub accounted: u64,
     /// Bytes; `None` when no limit is configured.
     pub limit: Option<u64>,
+    /// Highest `used` since the region was created, bytes.
     pub peak: u64,
     /// Σ `sm_util` written by a sampler into live slots (0 when none writes it).
     pub sm_util_sum: u64,
@@ -71,9 +86,13 @@ pub struct HipDevice {
 /// Everything the monitor reports from one HIP region.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HipReading {
+    /// Minor version from the header.
     pub minor: u32,
+    /// Device accounts, by in-container ordinal.
     pub devices: Vec<HipDevice>,
+    /// Process slots whose process lives.
     pub live_processes: usize,
+    /// Process slots whose process is gone.
     pub dead_processes: usize,
     /// Host pids of live slots that know theirs (0s left out).
     pub hostpids: Vec<i32>,

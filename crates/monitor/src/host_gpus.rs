@@ -23,7 +23,9 @@ pub struct HostGpu {
     pub device_type: String,
     /// PCI address, what DRM fdinfo calls `drm-pdev`.
     pub pci_bdf: String,
+    /// `mem_info_vram_used`, bytes.
     pub memory_used: Option<u64>,
+    /// `gpu_busy_percent`.
     pub busy_percent: Option<f64>,
 }
 

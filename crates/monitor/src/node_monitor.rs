@@ -36,8 +36,11 @@ use hami_amd_discovery::registration::RegisteredDevice;
 pub struct MonitorConfig {
     /// `$HOOK_PATH`; directories live in `<hook_path>/containers`.
     pub hook_path: PathBuf,
+    /// Where the host's `/proc` is mounted.
     pub proc_root: PathBuf,
+    /// Where the host's `/sys` is mounted.
     pub sys_root: PathBuf,
+    /// The node this monitor runs on.
     pub node_name: String,
     /// Directories of unknown pods are removed once this old (informer lag).
     pub gc_grace: Duration,
@@ -61,22 +64,32 @@ struct Tracked {
 /// One device of one container, as reported.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceMetrics {
+    /// Position in the container's granted devices; `None` when not granted through HAMi.
     pub vdevice_index: Option<usize>,
+    /// Registered device id.
     pub device_uuid: String,
+    /// Bytes the region accounts.
     pub memory_used: Option<u64>,
+    /// Bytes allowed; `None` when unlimited.
     pub memory_limit: Option<u64>,
     /// HAMi-core only.
     pub breakdown: Option<MemoryBreakdown>,
+    /// Compute utilization, when sampled.
     pub utilization: Option<DeviceUtilization>,
 }
 
 /// One container, as reported.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerMetrics {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub pod: String,
+    /// The container's name.
     pub container: String,
+    /// Its devices.
     pub devices: Vec<DeviceMetrics>,
+    /// Seconds since its last kernel launch (HAMi-core v1).
     pub last_kernel_elapsed: Option<u64>,
 }
 
@@ -84,12 +97,19 @@ pub struct ContainerMetrics {
 /// time, before any process runs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Allocation {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub pod: String,
+    /// The container's name.
     pub container: String,
+    /// `AMD` or `NVIDIA`.
     pub vendor: &'static str,
+    /// Position in the container's granted devices.
     pub vdevice_index: usize,
+    /// Registered device id.
     pub device_uuid: String,
+    /// Device memory granted, bytes.
     pub memory_bytes: u64,
     /// AMD: CU count; NVIDIA: percent of SMs.
     pub cores: u32,
@@ -100,10 +120,15 @@ pub struct Allocation {
 /// Everything one scrape reports.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
+    /// The node.
     pub node: String,
+    /// Containers with a readable region or sampled utilization.
     pub containers: Vec<ContainerMetrics>,
+    /// Every device granted to a container on this node.
     pub allocations: Vec<Allocation>,
+    /// Host per-GPU readings.
     pub host: Arc<Vec<HostGpu>>,
+    /// Errors counted since start, by kind.
     pub errors: BTreeMap<&'static str, u64>,
 }
 
@@ -228,6 +253,7 @@ fn record_locked(file: &File, offset: usize) -> bool {
 }
 
 impl NodeMonitor {
+    /// A monitor over `config`'s directories; nothing read yet.
     pub fn new(config: MonitorConfig) -> NodeMonitor {
         let proc = ProcRoot::new(&config.proc_root);
         NodeMonitor {
@@ -243,6 +269,7 @@ impl NodeMonitor {
         }
     }
 
+    /// The errors counted so far.
     pub fn errors(&self) -> &ErrorLog {
         &self.errors
     }

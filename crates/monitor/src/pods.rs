@@ -22,6 +22,7 @@ use crate::cgroup::container_id_from_status;
 /// One container of a pod, in device-list order (init and sidecar containers first).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerInfo {
+    /// The container's name.
     pub name: String,
     /// `init`, `sidecar` or `app`.
     pub kind: &'static str,
@@ -36,9 +37,13 @@ pub struct ContainerInfo {
 /// What the monitor knows of one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodInfo {
+    /// The pod's UID.
     pub uid: String,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// Its containers, in device-list order.
     pub containers: Vec<ContainerInfo>,
     /// `hami.io/amd-cu-allocated`: device id → CU list text (pod-wide).
     pub cu_allocated: Vec<(String, String)>,
@@ -47,6 +52,7 @@ pub struct PodInfo {
 }
 
 impl PodInfo {
+    /// The container named `name`, if the pod has one.
     pub fn container(&self, name: &str) -> Option<&ContainerInfo> {
         self.containers.iter().find(|c| c.name == name)
     }
@@ -152,6 +158,7 @@ pub fn pod_info(pod: &Pod, scheduler_name: &str) -> Option<PodInfo> {
 /// The pods of the node by UID, and containers by runtime id.
 #[derive(Debug, Default, Clone)]
 pub struct PodIndex {
+    /// Pods by UID.
     pub by_uid: HashMap<String, Arc<PodInfo>>,
     /// container id → (pod UID, container name).
     pub by_container_id: HashMap<String, (String, String)>,
@@ -180,6 +187,7 @@ impl PodIndex {
         index
     }
 
+    /// The pod with this UID, if it is on the node.
     pub fn get(&self, uid: &str) -> Option<&Arc<PodInfo>> {
         self.by_uid.get(uid)
     }

@@ -9,16 +9,19 @@ use hami_amd_discovery::device_locator::drm_minor_of_path;
 
 use crate::fdinfo::{DrmClient, parse_fdinfo};
 
+/// The `/proc` to read (the host's, mounted into the monitor, or a test tree).
 #[derive(Debug, Clone)]
 pub struct ProcRoot {
     root: PathBuf,
 }
 
 impl ProcRoot {
+    /// Reads under `root` instead of `/proc`.
     pub fn new(root: impl Into<PathBuf>) -> ProcRoot {
         ProcRoot { root: root.into() }
     }
 
+    /// The root it reads.
     pub fn path(&self) -> &Path {
         &self.root
     }

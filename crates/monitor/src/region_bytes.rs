@@ -7,14 +7,20 @@
 
 /// Little-endian reads at byte offsets.
 pub trait RegionBytes {
+    /// Size in bytes.
     fn len(&self) -> usize;
+    /// The byte at `offset` (0 out of bounds).
     fn byte_at(&self, offset: usize) -> u8;
+    /// Little-endian `u32` at `offset` (0 out of bounds).
     fn u32_at(&self, offset: usize) -> u32;
+    /// Little-endian `u64` at `offset` (0 out of bounds).
     fn u64_at(&self, offset: usize) -> u64;
 
+    /// Whether there are no bytes.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Little-endian `i32` at `offset` (0 out of bounds).
     fn i32_at(&self, offset: usize) -> i32 {
         self.u32_at(offset) as i32
     }
@@ -73,6 +79,7 @@ pub struct Segments {
 }
 
 impl Segments {
+    /// No ranges yet of a file of `len` bytes.
     pub fn new(len: usize) -> Segments {
         Segments {
             len,

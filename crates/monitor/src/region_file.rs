@@ -26,20 +26,28 @@ pub const READ_BUDGET: Duration = Duration::from_millis(50);
 /// Why a region file could not be opened or read.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
+    /// Not a regular file; what it is.
     #[error(
         "is a {0}, not a regular file: region files are plain files the hook creates; remove it"
     )]
     NotRegular(&'static str),
+    /// A symbolic link.
     #[error("is a symbolic link, which is never followed: remove it")]
     Symlink,
+    /// The file shrank while being read.
     #[error("shrank while being read ({got} of {wanted} bytes at offset {at}): truncated")]
     ShortRead {
+        /// Offset read from.
         at: usize,
+        /// Bytes wanted.
         wanted: usize,
+        /// Bytes got.
         got: usize,
     },
+    /// Reading took longer than [`READ_BUDGET`].
     #[error("reading took more than {} ms: dropped until the next scan", READ_BUDGET.as_millis())]
     TooSlow,
+    /// Any other I/O error.
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -212,6 +220,7 @@ impl BudgetedRead<'_> {
         Ok(&self.segments)
     }
 
+    /// The bytes read.
     pub fn finish(self) -> Segments {
         self.segments
     }

@@ -20,8 +20,11 @@ use crate::pods::{PodIndex, PodInformer};
 /// Settings of a running monitor.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    /// What the monitor scans.
     pub monitor: MonitorConfig,
+    /// Where `/metrics` is served.
     pub bind: SocketAddr,
+    /// Which pre-2026 metric names are served beside the `hami_*` ones.
     pub legacy_metrics: LegacyMetrics,
     /// The scheduler whose pods' allocation annotations are believed (D-4).
     pub scheduler_name: String,

@@ -67,6 +67,7 @@ pub struct AmdDeviceUtil {
     pub vdevice_index: Option<usize>,
     /// Registered id of the device, or its PCI address when unknown.
     pub uuid: String,
+    /// The utilization.
     pub util: DeviceUtilization,
 }
 
