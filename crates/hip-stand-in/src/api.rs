@@ -153,6 +153,42 @@ pub extern "C" fn hipDeviceSynchronize() -> HipError {
     entry(|_| Ok(()))
 }
 
+/// `hipModuleLaunchKernel(f, grid x/y/z, block x/y/z, shared bytes, stream, params,
+/// extra)`: a kernel of grid x·y·z blocks on the current device; the caller waits for its
+/// device time (blocks × `FAKE_HIP_BLOCK_NS`, at most 10 s), which the driver records as
+/// this process's engine time on that device. The function handle is not looked at beyond
+/// NULL (no code runs).
+#[unsafe(no_mangle)]
+pub extern "C" fn hipModuleLaunchKernel(
+    function: *mut c_void,
+    grid_x: c_uint,
+    grid_y: c_uint,
+    grid_z: c_uint,
+    _block_x: c_uint,
+    _block_y: c_uint,
+    _block_z: c_uint,
+    _shared_bytes: c_uint,
+    _stream: *mut c_void,
+    _params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> HipError {
+    entry(|rt| {
+        if function.is_null() || grid_x == 0 || grid_y == 0 || grid_z == 0 {
+            return Err(HIP_ERROR_INVALID_VALUE);
+        }
+        let device = rt.current_device()?;
+        let blocks = u64::from(grid_x) * u64::from(grid_y) * u64::from(grid_z);
+        let ns = blocks
+            .saturating_mul(rt.config.block_ns)
+            .min(10_000_000_000);
+        let start = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_nanos(ns));
+        rt.drm
+            .record_busy(device, start.elapsed().as_nanos() as u64);
+        Ok(())
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn hipDeviceTotalMem(bytes: *mut usize, device: c_int) -> HipError {
     entry(|rt| {
@@ -699,6 +735,7 @@ fn exported(name: &[u8]) -> Option<usize> {
         b"hipInit" => hipInit as *const () as usize,
         b"hipGetDeviceCount" => hipGetDeviceCount as *const () as usize,
         b"hipSetDevice" => hipSetDevice as *const () as usize,
+        b"hipModuleLaunchKernel" => hipModuleLaunchKernel as *const () as usize,
         b"hipGetDevice" => hipGetDevice as *const () as usize,
         b"hipDeviceTotalMem" => hipDeviceTotalMem as *const () as usize,
         b"hipDeviceGetAttribute" => hipDeviceGetAttribute as *const () as usize,

@@ -17,6 +17,12 @@ pub struct Config {
     /// `FAKE_HIP_RUNTIME_VERSION`: what `hipRuntimeGetVersion` reports, default 60000000
     /// (ROCm 6.0); below 60000000 `hipMemCreate` reads ROCm 5's `hipMemAllocationProp`.
     pub runtime_version: i32,
+    /// `FAKE_HIP_BLOCK_NS`: device time of one thread block of a launched kernel, default
+    /// 1000 ns (a kernel of 1000 blocks keeps the device busy 1 ms).
+    pub block_ns: u64,
+    /// `FAKE_AMDGPU_DRIVER_SOCKET`: the stand-in amdgpu kernel driver's socket (see
+    /// `drm_client.rs`); with it the devices are the container's `/dev/dri/renderD*` nodes.
+    pub driver_socket: Option<std::path::PathBuf>,
 }
 
 /// Most devices the stand-in models (the hook's region holds 64).
@@ -67,7 +73,23 @@ impl Config {
                 }
             },
         };
+        let block_ns = match lookup("FAKE_HIP_BLOCK_NS") {
+            None => 1000,
+            Some(text) => match text.trim().parse::<u64>() {
+                Ok(n) if (1..=1_000_000_000).contains(&n) => n,
+                _ => {
+                    return Err(format!(
+                        "FAKE_HIP_BLOCK_NS={text:?}: write the nanoseconds one thread block takes, from 1 to 1000000000"
+                    ));
+                }
+            },
+        };
+        let driver_socket = lookup("FAKE_AMDGPU_DRIVER_SOCKET")
+            .filter(|p| !p.is_empty())
+            .map(Into::into);
         Ok(Config {
+            block_ns,
+            driver_socket,
             runtime_version,
             device_count,
             device_memory,
@@ -121,5 +143,7 @@ mod tests {
         assert!(err.contains("50221153"), "{err}");
         let err = Config::from_lookup(lookup(&[("FAKE_HIP_CU_COUNT", "0")])).unwrap_err();
         assert!(err.contains("1 to 1024"), "{err}");
+        let err = Config::from_lookup(lookup(&[("FAKE_HIP_BLOCK_NS", "0")])).unwrap_err();
+        assert!(err.contains("nanoseconds"), "{err}");
     }
 }

@@ -9,4 +9,5 @@ mod api;
 pub mod config;
 pub mod cu_mask;
 mod device_memory;
+pub mod drm_client;
 mod runtime;

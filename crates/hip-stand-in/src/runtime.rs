@@ -8,6 +8,7 @@ use crate::abi::{HIP_ERROR_INVALID_DEVICE, HIP_ERROR_NO_DEVICE, HipError};
 use crate::allocations::Table;
 use crate::config::Config;
 use crate::device_memory::DeviceMemory;
+use crate::drm_client::{DrmClients, render_minors};
 
 pub struct Runtime {
     pub config: Config,
@@ -19,6 +20,8 @@ pub struct Runtime {
     /// `ROC_GLOBAL_CU_MASK` as HIP's flag parser reads it at initialisation: by walking
     /// `environ`, not through `getenv` (rocclr's `Flag::init`).
     pub global_cu_mask: Option<String>,
+    /// What the amdgpu driver records of this process's kernels (`drm_client.rs`).
+    pub drm: DrmClients,
 }
 
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
@@ -63,10 +66,19 @@ fn from_environ(name: &str) -> Option<String> {
 }
 
 fn init() -> Result<Runtime, String> {
-    let config = Config::from_lookup(|key| {
+    let mut config = Config::from_lookup(|key| {
         let key = std::ffi::CString::new(key).ok()?;
         getenv(&key)
     })?;
+    // With a driver, the devices are the render nodes this process can see, as ROCr finds
+    // them: a container has exactly the ones kubelet gave it.
+    let minors = if config.driver_socket.is_some() {
+        let minors = render_minors(std::path::Path::new("/dev/dri"));
+        config.device_count = minors.len().min(crate::config::MAX_DEVICES);
+        minors
+    } else {
+        Vec::new()
+    };
     let memory = DeviceMemory::open(config.shared_state.as_deref(), config.device_memory)?;
     Ok(Runtime {
         memory,
@@ -77,6 +89,7 @@ fn init() -> Result<Runtime, String> {
             None
         },
         global_cu_mask: from_environ("ROC_GLOBAL_CU_MASK"),
+        drm: DrmClients::new(config.driver_socket.clone(), minors),
         config,
     })
 }
