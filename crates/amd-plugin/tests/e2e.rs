@@ -86,6 +86,7 @@ impl Harness {
                 node_name: NODE.into(),
                 record_dir: None,
                 run_containers: false,
+                runtime: Default::default(),
                 sync_interval_ms: 50,
             },
             client.clone(),

@@ -354,6 +354,7 @@ impl Stack {
                 node_name: name.into(),
                 record_dir: None,
                 run_containers: false,
+                runtime: Default::default(),
                 sync_interval_ms: 100,
             },
             self.client.clone(),

@@ -25,22 +25,40 @@ use tokio::task::JoinHandle;
 
 use crate::{DemoArgs, Progress};
 
-/// A simulated GPU node: its sysfs tree, kubelet, plugin and monitor.
+/// A simulated GPU node: its sysfs tree, kubelet, plugin, monitor and (with containers)
+/// the kernel side of its stand-in driver.
 pub struct SimNode {
     pub name: String,
     pub description: String,
     pub tree: FixtureTree,
     pub kubelet: KubeletSim,
+    /// Container logs (`<ns>_<pod>_<container>.log`) and allocation records.
+    pub record_dir: PathBuf,
+    driver: Option<NodeDriver>,
     plugin_stop: watch::Sender<bool>,
     plugin: JoinHandle<anyhow::Result<()>>,
     pub monitor_addr: SocketAddr,
     monitor: JoinHandle<anyhow::Result<()>>,
 }
 
+/// The kernel side of a node's stand-in driver.
+enum NodeDriver {
+    Amd(crate::amdgpu_driver::AmdgpuDriver),
+    Cuda(crate::cuda_driver::CudaDriver),
+}
+
+/// How a node's containers run: the "image" (the host's files plus the stand-in runtime's
+/// library directory, the workload program on PATH, the stand-in hardware's settings).
+struct NodeContainers {
+    image_env: Vec<String>,
+    dev_root: PathBuf,
+}
+
 /// The vendor-independent parts of a simulated node, before its plugin starts.
 struct NodePlumbing {
     sockets: PathBuf,
     hook_path: PathBuf,
+    record_dir: PathBuf,
     kubelet: KubeletSim,
     monitor_addr: SocketAddr,
     monitor: JoinHandle<anyhow::Result<()>>,
@@ -60,6 +78,8 @@ impl NodePlumbing {
             description: description.into(),
             tree,
             kubelet: self.kubelet,
+            record_dir: self.record_dir,
+            driver: None,
             plugin_stop,
             plugin,
             monitor_addr: self.monitor_addr,
@@ -93,18 +113,24 @@ pub enum Submitted {
     },
 }
 
-/// The stand-in NVML built with the workspace (`libnvidia_ml.so` in the binary's `deps/`
-/// or beside it), linked into a driver-like directory as `libnvidia-ml.so.1`.
-fn nvml_stand_in(workdir: &Path) -> Option<PathBuf> {
+/// A library or program built with the workspace: beside this executable, in its `deps/`
+/// (cdylibs built as dependencies) or one level up (test binaries live in `deps/`).
+pub fn built(name: &str) -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    let built = [
-        dir.join("deps/libnvidia_ml.so"),
-        dir.join("libnvidia_ml.so"),
-        dir.join("../libnvidia_ml.so"),
+    [
+        dir.join(name),
+        dir.join("deps").join(name),
+        dir.join("..").join(name),
     ]
     .into_iter()
-    .find(|p| p.exists())?;
+    .find(|p| p.exists())
+}
+
+/// The stand-in NVML built with the workspace (`libnvidia_ml.so`), linked into a
+/// driver-like directory as `libnvidia-ml.so.1`.
+fn nvml_stand_in(workdir: &Path) -> Option<PathBuf> {
+    let built = built("libnvidia_ml.so")?;
     let driver = workdir.join("nvidia-driver");
     std::fs::create_dir_all(&driver).ok()?;
     let link = driver.join("libnvidia-ml.so.1");
@@ -112,6 +138,86 @@ fn nvml_stand_in(workdir: &Path) -> Option<PathBuf> {
         std::os::unix::fs::symlink(&built, &link).ok()?;
     }
     Some(driver)
+}
+
+/// The workload program: `hami-workload` built beside this executable, or this executable
+/// when it is `hami` (which answers to that name, busybox-style).
+fn workload_program() -> Option<PathBuf> {
+    if let Some(p) = built("hami-workload") {
+        return Some(p);
+    }
+    let exe = std::env::current_exe().ok()?;
+    (exe.file_name()? == "hami").then_some(exe)
+}
+
+/// Whether containers can be made here (root, util-linux `unshare`).
+fn namespaces_work() -> bool {
+    std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The demo's "images": `bin/hami-workload` and one library directory per vendor with the
+/// stand-in runtime under its real sonames. `None` (with the reason) when something was
+/// not built.
+struct Images {
+    bin: PathBuf,
+    amd_lib: PathBuf,
+    nvidia_lib: PathBuf,
+    amd_hook: PathBuf,
+    nvidia_hook: PathBuf,
+}
+
+impl Images {
+    fn prepare(workdir: &Path) -> Result<Images, String> {
+        let need = |name: &str| {
+            built(name).ok_or_else(|| {
+                format!("{name} is not built beside this binary (build the workspace)")
+            })
+        };
+        let workload = workload_program().ok_or("hami-workload is not built beside this binary")?;
+        let (hip, cuda, nvml) = (
+            need("libamdhip64.so")?,
+            need("libcuda.so")?,
+            need("libnvidia_ml.so")?,
+        );
+        let images = Images {
+            bin: workdir.join("image/bin"),
+            amd_lib: workdir.join("image/rocm-lib"),
+            nvidia_lib: workdir.join("image/cuda-lib"),
+            amd_hook: need("libamvgpu.so")?,
+            nvidia_hook: need("libvgpu.so")?,
+        };
+        let link = |target: &Path, link: PathBuf| -> Result<(), String> {
+            if let Some(dir) = link.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+            }
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(target, &link)
+                .map_err(|e| format!("{}: {e}", link.display()))
+        };
+        link(&workload, images.bin.join("hami-workload"))?;
+        link(&hip, images.amd_lib.join("libamdhip64.so.6"))?;
+        link(&hip, images.amd_lib.join("libamdhip64.so"))?;
+        link(&cuda, images.nvidia_lib.join("libcuda.so.1"))?;
+        link(&nvml, images.nvidia_lib.join("libnvidia-ml.so.1"))?;
+        Ok(images)
+    }
+
+    fn path(&self) -> String {
+        format!("PATH={}:/usr/local/bin:/usr/bin:/bin", self.bin.display())
+    }
+}
+
+/// Installs a hook where the plugin mounts it from (a node's init container copies it).
+fn install_hook(hook: &Path, hook_path: &Path, name: &str) -> anyhow::Result<()> {
+    let dir = hook_path.join("vgpu");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(hook, dir.join(name))?;
+    Ok(())
 }
 
 fn free_local_addr() -> anyhow::Result<SocketAddr> {
@@ -207,10 +313,25 @@ impl Cluster {
         ));
         progress.step("simulated kube-scheduler watching pending pods");
 
+        let images = if !namespaces_work() {
+            progress.step("cannot create PID and mount namespaces here (run as root, with util-linux's unshare): pods run no processes");
+            None
+        } else {
+            match Images::prepare(&workdir) {
+                Ok(images) => {
+                    progress.step("app containers run hami-workload in their own PID and mount namespaces, on the stand-in HIP/CUDA runtimes under the real hooks");
+                    Some(images)
+                }
+                Err(e) => {
+                    progress.step(format!("{e}: pods run no processes"));
+                    None
+                }
+            }
+        };
         let mut nodes = Vec::new();
         match nvml_stand_in(&workdir) {
             Some(driver_dir) => {
-                let node = Self::start_nvidia_node(&api, &client, &workdir, &driver_dir).await?;
+                let node = Self::start_nvidia_node(&api, &client, &workdir, &driver_dir, images.as_ref()).await?;
                 progress.step(format!("node {}: {}: device plugin, kubelet and monitor running", node.name, node.description));
                 nodes.push(node);
             }
@@ -228,7 +349,18 @@ impl Cluster {
                 hami_sysfs_fixtures::mi210_xgmi()?,
             ),
         ] {
-            nodes.push(Self::start_node(&api, &client, name, description, tree, &workdir).await?);
+            nodes.push(
+                Self::start_node(
+                    &api,
+                    &client,
+                    name,
+                    description,
+                    tree,
+                    &workdir,
+                    images.as_ref(),
+                )
+                .await?,
+            );
             progress.step(format!(
                 "node {name}: {description}: device plugin, kubelet and monitor running"
             ));
@@ -288,21 +420,32 @@ impl Cluster {
         name: &str,
         workdir: &Path,
         sys_root: PathBuf,
+        proc_root: PathBuf,
+        containers: Option<NodeContainers>,
     ) -> anyhow::Result<NodePlumbing> {
         api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
             .map_err(|e| anyhow::anyhow!("cannot create node {name}: {e:?}"))?;
         let sockets = workdir.join(name).join("device-plugins");
         let hook_path = workdir.join(name).join("hook");
-        let proc_root = workdir.join(name).join("proc");
+        let record_dir = workdir.join(name).join("pods");
         std::fs::create_dir_all(&sockets)?;
         std::fs::create_dir_all(hook_path.join("vgpu/containers"))?;
         std::fs::create_dir_all(&proc_root)?;
+        let run_containers = containers.is_some();
+        let runtime = containers
+            .map(|c| hami_kubelet_sim::container_runtime::RuntimeArgs {
+                dev_root: c.dev_root,
+                image_env: c.image_env,
+                state_dir: Some(workdir.join(name).join("containers")),
+            })
+            .unwrap_or_default();
         let kubelet = KubeletSim::start(
             hami_kubelet_sim::Args {
                 socket_dir: sockets.clone(),
                 node_name: name.into(),
-                record_dir: None,
-                run_containers: false,
+                record_dir: Some(record_dir.clone()),
+                run_containers,
+                runtime,
                 sync_interval_ms: 100,
             },
             client.clone(),
@@ -332,6 +475,7 @@ impl Cluster {
         Ok(NodePlumbing {
             sockets,
             hook_path,
+            record_dir,
             kubelet,
             monitor_addr,
             monitor,
@@ -346,8 +490,50 @@ impl Cluster {
         description: &str,
         tree: FixtureTree,
         workdir: &Path,
+        images: Option<&Images>,
     ) -> anyhow::Result<SimNode> {
-        let base = Self::node_plumbing(api, client, name, workdir, tree.sysfs_root()).await?;
+        let node_dir = workdir.join(name);
+        // The monitor reads the driver model's proc-shaped tree (amdgpu_driver.rs).
+        let proc_root = node_dir.join("proc");
+        let socket = node_dir.join("amdgpu.sock");
+        let containers = images.map(|images| {
+            let first = crate::amdgpu_driver::first_device(&tree.sysfs_root());
+            let mut image_env = vec![
+                images.path(),
+                format!("LD_LIBRARY_PATH={}", images.amd_lib.display()),
+                format!("FAKE_AMDGPU_DRIVER_SOCKET={}", socket.display()),
+            ];
+            if let Some((mem, cus)) = first {
+                image_env.push(format!("FAKE_HIP_DEVICE_MEMORY={mem}"));
+                image_env.push(format!("FAKE_HIP_CU_COUNT={cus}"));
+            }
+            NodeContainers {
+                image_env,
+                dev_root: tree.dev_root(),
+            }
+        });
+        let base = Self::node_plumbing(
+            api,
+            client,
+            name,
+            workdir,
+            tree.sysfs_root(),
+            proc_root.clone(),
+            containers,
+        )
+        .await?;
+        let driver = match images {
+            Some(images) => {
+                install_hook(&images.amd_hook, &base.hook_path, "libamvgpu.so")?;
+                Some(NodeDriver::Amd(crate::amdgpu_driver::AmdgpuDriver::start(
+                    &socket,
+                    &proc_root,
+                    &tree.sysfs_root(),
+                    base.kubelet.containers_handle(),
+                )?))
+            }
+            None => None,
+        };
         let mut args = hami_amd_plugin::cli::Args::parse_from(["k8s-device-plugin"]);
         args.sysfs_root = tree.sysfs_root();
         args.dev_root = tree.dev_root();
@@ -367,7 +553,9 @@ impl Cluster {
             client.clone(),
             stop_rx,
         ));
-        Ok(base.into_node(name, description, tree, plugin_stop, plugin))
+        let mut node = base.into_node(name, description, tree, plugin_stop, plugin);
+        node.driver = driver;
+        Ok(node)
     }
 
     /// An NVIDIA node whose driver is the workspace's stand-in NVML (one 16 GiB GPU).
@@ -376,10 +564,46 @@ impl Cluster {
         client: &Client,
         workdir: &Path,
         driver_dir: &Path,
+        images: Option<&Images>,
     ) -> anyhow::Result<SimNode> {
         let name = "nvidia-node";
         let tree = FixtureTree::empty()?;
-        let base = Self::node_plumbing(api, client, name, workdir, tree.sysfs_root()).await?;
+        let node_dir = workdir.join(name);
+        let socket = node_dir.join("nvidia.sock");
+        let containers = images.map(|images| NodeContainers {
+            image_env: vec![
+                images.path(),
+                format!("LD_LIBRARY_PATH={}", images.nvidia_lib.display()),
+                "FAKE_CUDA_DEVICE_COUNT=1".into(),
+                "FAKE_CUDA_DEVICE_MEMORY=16g".into(),
+                format!(
+                    "FAKE_CUDA_SHARED_STATE={}",
+                    node_dir.join("cuda-devices.state").display()
+                ),
+                format!("FAKE_CUDA_DRIVER_SOCKET={}", socket.display()),
+            ],
+            dev_root: tree.dev_root(),
+        });
+        // The host's /proc: the monitor resolves the pods' host pids from it.
+        let base = Self::node_plumbing(
+            api,
+            client,
+            name,
+            workdir,
+            tree.sysfs_root(),
+            "/proc".into(),
+            containers,
+        )
+        .await?;
+        let driver = match images {
+            Some(images) => {
+                install_hook(&images.nvidia_hook, &base.hook_path, "libvgpu.so")?;
+                Some(NodeDriver::Cuda(crate::cuda_driver::CudaDriver::start(
+                    &socket,
+                )?))
+            }
+            None => None,
+        };
         let mut args = hami_nvidia_plugin::cli::Args::parse_from(["nvidia-device-plugin"]);
         args.nvml_library = driver_dir.join("libnvidia-ml.so.1").display().to_string();
         args.device_plugin_dir = base.sockets.clone();
@@ -396,7 +620,9 @@ impl Cluster {
             stop_rx,
         ));
         let description = "1 × NVIDIA GPU from the stand-in driver (16 GiB)";
-        Ok(base.into_node(name, description, tree, plugin_stop, plugin))
+        let mut node = base.into_node(name, description, tree, plugin_stop, plugin);
+        node.driver = driver;
+        Ok(node)
     }
 
     /// Creates every pod of `dir` (YAML, file-name order) through the API, so the webhook
@@ -406,8 +632,22 @@ impl Cluster {
         dir: &Path,
         progress: &mut Progress<'_>,
     ) -> anyhow::Result<Vec<Submitted>> {
+        // No directory: the built-in examples, written out so the hints can point at them.
+        let dir = if crate::examples::is_built_in(dir) {
+            let out = self.examples_dir(dir);
+            std::fs::create_dir_all(&out)?;
+            for (file, text) in crate::examples::BUILT_IN {
+                std::fs::write(out.join(file), text)?;
+            }
+            out
+        } else {
+            dir.to_path_buf()
+        };
+        let dir = dir.as_path();
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(|e| anyhow::anyhow!("cannot read the examples directory {}: {e} (run from the repository root or pass --examples DIR)", dir.display()))?
+            .map_err(|e| {
+                anyhow::anyhow!("cannot read the examples directory {}: {e}", dir.display())
+            })?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
             .collect();
@@ -529,6 +769,16 @@ impl Cluster {
         out
     }
 
+    /// Where the submitted examples are: `--examples DIR`, else the built-in ones written
+    /// into the demo's work directory.
+    pub fn examples_dir(&self, given: &Path) -> PathBuf {
+        if crate::examples::is_built_in(given) {
+            self.workdir.join("examples")
+        } else {
+            given.to_path_buf()
+        }
+    }
+
     pub fn hints(&self, args: &DemoArgs) -> String {
         let kc = self.kubeconfig.display();
         let mut text = String::new();
@@ -540,7 +790,7 @@ impl Cluster {
         text.push_str("  kubectl describe pod cannot-fit                          # the scheduler's events say why it waits\n");
         text.push_str(&format!(
             "  sed 's/share-a/share-c/' {}/01-share-a.yaml | kubectl create -f -   # submit your own pods\n",
-            args.examples.display()
+            self.examples_dir(&args.examples).display()
         ));
         text.push_str(&format!("API server: {}\n", self.api.url()));
         text.push_str(&format!(
@@ -549,10 +799,21 @@ impl Cluster {
         ));
         for node in &self.nodes {
             text.push_str(&format!(
-                "Monitor of {}: http://{}/metrics\n",
-                node.name, node.monitor_addr
+                "Monitor of {}: http://{}/metrics   container logs: {}\n",
+                node.name,
+                node.monitor_addr,
+                node.record_dir.display()
             ));
         }
+        let monitors: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("--monitor http://{}/metrics", n.monitor_addr))
+            .collect();
+        text.push_str(&format!(
+            "Live per-pod memory and utilization: hami status --kubeconfig {kc} {}\n",
+            monitors.join(" ")
+        ));
         text
     }
 
@@ -562,6 +823,11 @@ impl Cluster {
             let _ = node.plugin.await;
             node.monitor.abort();
             node.kubelet.shutdown().await;
+            match &node.driver {
+                Some(NodeDriver::Amd(d)) => d.stop(),
+                Some(NodeDriver::Cuda(d)) => d.stop(),
+                None => {}
+            }
         }
         for task in self.background {
             task.abort();

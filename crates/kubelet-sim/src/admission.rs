@@ -24,6 +24,9 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use crate::container_runtime::{
+    ContainerRecord, ContainerSpec, MountSpec, RunningContainer, RuntimeArgs, container_id,
+};
 use crate::device_state::DeviceState;
 use crate::records::{RECORD_ANNOTATION, container_record};
 
@@ -34,8 +37,11 @@ pub struct AdmissionConfig {
     pub dir: PathBuf,
     /// Also write `<ns>_<pod>.json` records here.
     pub record_dir: Option<PathBuf>,
-    /// Start app containers that have a command as local processes with the returned env.
+    /// Start app containers that have a command as containers (`container_runtime.rs`)
+    /// with the returned env, mounts and devices.
     pub run_containers: bool,
+    /// How containers are started.
+    pub runtime: RuntimeArgs,
 }
 
 /// The worker: call [`Admission::sync`] repeatedly.
@@ -47,11 +53,21 @@ pub struct Admission {
     admitted: HashSet<String>,
     /// Allocated pods whose record and status the API server has not taken yet.
     unreported: HashMap<String, Report>,
-    pub children: Vec<std::process::Child>,
+    /// Started containers, killed when their pod goes (or at shutdown).
+    pub containers: Vec<RunningContainer>,
+    /// What others may know of them (host pid of each pid 1), refreshed every pass.
+    pub running: Arc<Mutex<Vec<ContainerRecord>>>,
 }
 
-/// An app container's name and the env its Allocate calls returned.
-type AppEnv = (String, BTreeMap<String, String>);
+/// What an app container's Allocate calls returned, to start it with.
+#[derive(Debug, Clone, Default)]
+struct AppAlloc {
+    name: String,
+    envs: BTreeMap<String, String>,
+    mounts: Vec<MountSpec>,
+    /// (container path, host path).
+    devices: Vec<(String, String)>,
+}
 
 /// What admission decided for one pod, to be written to the API server.
 struct Report {
@@ -59,8 +75,8 @@ struct Report {
     name: String,
     record_text: String,
     status: Value,
-    /// App containers' env, for `run_containers`, once the pod is reported Running.
-    start: Option<(PodSpec, Vec<AppEnv>)>,
+    /// App containers' allocations, for `run_containers`, once the pod is reported Running.
+    start: Option<(String, PodSpec, Vec<AppAlloc>)>,
 }
 
 fn lock(state: &Mutex<DeviceState>) -> std::sync::MutexGuard<'_, DeviceState> {
@@ -100,8 +116,35 @@ impl Admission {
             state,
             admitted: HashSet::new(),
             unreported: HashMap::new(),
-            children: Vec::new(),
+            containers: Vec::new(),
+            running: Arc::new(Mutex::new(Vec::new())),
         }
+    }
+
+    /// Kills every container (kubelet-sim stops).
+    pub fn stop_containers(&mut self) {
+        for mut c in self.containers.drain(..) {
+            c.kill();
+        }
+        lock_running(&self.running).clear();
+    }
+
+    /// Kills containers of pods that are gone or finished; notes exits; publishes records.
+    fn tend_containers(&mut self, live: &HashSet<String>) {
+        let mut kept = Vec::new();
+        for mut c in self.containers.drain(..) {
+            if !live.contains(&c.record.pod_uid) {
+                tracing::info!(pod = %format!("{}/{}", c.record.namespace, c.record.pod), container = %c.record.container, "pod gone: killing its container");
+                c.kill();
+                continue;
+            }
+            if let Some(status) = c.poll() {
+                tracing::info!(pod = %format!("{}/{}", c.record.namespace, c.record.pod), container = %c.record.container, "container exited: {status}");
+            }
+            kept.push(c);
+        }
+        self.containers = kept;
+        *lock_running(&self.running) = self.containers.iter().map(|c| c.record.clone()).collect();
     }
 
     /// One pass: release ids of finished or deleted pods, admit new pods.
@@ -126,6 +169,7 @@ impl Admission {
             .collect();
         self.admitted.retain(|uid| present.contains(uid.as_str()));
         self.unreported.retain(|uid, _| live.contains(uid));
+        self.tend_containers(&live);
         let mut first_error = None;
         for pod in &list.items {
             let Some(uid) = pod.metadata.uid.clone() else {
@@ -164,9 +208,9 @@ impl Admission {
         )
         .await?;
         if let Some(report) = self.unreported.remove(uid)
-            && let Some((spec, app_envs)) = report.start
+            && let Some((uid, spec, apps)) = report.start
         {
-            self.start_processes(&spec, &app_envs, &report.namespace, &report.name);
+            self.start_processes(&uid, &spec, &apps, &report.namespace, &report.name);
         }
         Ok(())
     }
@@ -184,7 +228,7 @@ impl Admission {
         let mut records = serde_json::Map::new();
         let mut failure: Option<String> = None;
         let mut init_ids: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let mut app_envs: Vec<(String, BTreeMap<String, String>)> = Vec::new();
+        let mut apps: Vec<AppAlloc> = Vec::new();
         for slot in container_slots(spec) {
             let known: BTreeSet<String> = lock(&self.state).resources.keys().cloned().collect();
             let wants = match container_resources(slot.container, &known) {
@@ -195,14 +239,28 @@ impl Admission {
                 }
             };
             let mut container_record_entries = Vec::new();
-            let mut envs = BTreeMap::new();
+            let mut app = AppAlloc {
+                name: slot.container.name.clone(),
+                ..AppAlloc::default()
+            };
             for (resource, count) in wants {
                 match self
                     .allocate_one(uid, &resource, count, slot.kind, &mut init_ids)
                     .await
                 {
                     Ok((ids, response)) => {
-                        envs.extend(response.envs.clone());
+                        app.envs.extend(response.envs.clone());
+                        app.mounts.extend(response.mounts.iter().map(|m| MountSpec {
+                            container_path: m.container_path.clone(),
+                            host_path: m.host_path.clone(),
+                            read_only: m.read_only,
+                        }));
+                        app.devices.extend(
+                            response
+                                .devices
+                                .iter()
+                                .map(|d| (d.container_path.clone(), d.host_path.clone())),
+                        );
                         container_record_entries.push(container_record(&resource, &ids, &response));
                     }
                     Err(e) => {
@@ -221,7 +279,7 @@ impl Admission {
                 );
             }
             if slot.kind == ContainerKind::App {
-                app_envs.push((slot.container.name.clone(), envs));
+                apps.push(app);
             }
         }
         let record_text = Value::Object(records).to_string();
@@ -230,6 +288,10 @@ impl Admission {
             let _ = std::fs::write(dir.join(format!("{ns}_{name}.json")), &record_text);
         }
         let status = match &failure {
+            None if self.config.run_containers => {
+                json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                    "containerStatuses": container_statuses(uid, spec)}})
+            }
             None => {
                 json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
             }
@@ -240,8 +302,8 @@ impl Admission {
                     "message": format!("Allocate failed due to {e}, which is unexpected")}})
             }
         };
-        let start =
-            (failure.is_none() && self.config.run_containers).then(|| (spec.clone(), app_envs));
+        let start = (failure.is_none() && self.config.run_containers)
+            .then(|| (uid.to_owned(), spec.clone(), apps));
         Report {
             namespace: ns,
             name,
@@ -352,38 +414,108 @@ impl Admission {
 
     fn start_processes(
         &mut self,
-        spec: &k8s_openapi::api::core::v1::PodSpec,
-        app_envs: &[(String, BTreeMap<String, String>)],
+        uid: &str,
+        spec: &PodSpec,
+        apps: &[AppAlloc],
         ns: &str,
         name: &str,
     ) {
+        let image_env = match self.config.runtime.image_env() {
+            Ok(env) => env,
+            Err(e) => {
+                tracing::warn!("cannot start containers: {e}");
+                return;
+            }
+        };
+        let state = self.config.runtime.state_dir.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!(
+                "kubelet-sim-{}-{}",
+                self.config.node,
+                std::process::id()
+            ))
+        });
         for c in &spec.containers {
             let Some(command) = c.command.as_ref().filter(|c| !c.is_empty()) else {
                 continue;
             };
-            let mut cmd = std::process::Command::new(&command[0]);
-            cmd.args(&command[1..]).args(c.args.iter().flatten());
-            for e in c.env.iter().flatten() {
-                if let Some(v) = &e.value {
-                    cmd.env(&e.name, v);
+            let alloc = apps.iter().find(|a| a.name == c.name);
+            let mut env = image_env.clone();
+            env.extend(
+                c.env
+                    .iter()
+                    .flatten()
+                    .filter_map(|e| Some((e.name.clone(), e.value.clone()?))),
+            );
+            if let Some(a) = alloc {
+                env.extend(a.envs.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            let log = self.config.record_dir.as_ref().map(|dir| {
+                let _ = std::fs::create_dir_all(dir);
+                dir.join(format!("{ns}_{name}_{}.log", c.name))
+            });
+            let container = ContainerSpec {
+                pod_uid: uid.to_owned(),
+                namespace: ns.to_owned(),
+                pod: name.to_owned(),
+                container: c.name.clone(),
+                container_id: container_id(uid, &c.name),
+                argv: command
+                    .iter()
+                    .chain(c.args.iter().flatten())
+                    .cloned()
+                    .collect(),
+                env,
+                mounts: alloc.map(|a| a.mounts.clone()).unwrap_or_default(),
+                devices: alloc.map(|a| a.devices.clone()).unwrap_or_default(),
+                log,
+            };
+            let scratch = state.join(format!("{uid}_{}", c.name));
+            match RunningContainer::start(&container, &self.config.runtime.dev_root, &scratch) {
+                Ok(running) => self.containers.push(running),
+                Err(e) => {
+                    tracing::warn!(pod = %format!("{ns}/{name}"), container = %c.name, "cannot start the container: {e}")
                 }
             }
-            if let Some((_, envs)) = app_envs.iter().find(|(n, _)| *n == c.name) {
-                cmd.envs(envs);
-            }
-            if let Some(dir) = &self.config.record_dir
-                && let Ok(log) =
-                    std::fs::File::create(dir.join(format!("{ns}_{name}_{}.log", c.name)))
-                && let Ok(err) = log.try_clone()
-            {
-                cmd.stdout(log).stderr(err);
-            }
-            match cmd.spawn() {
-                Ok(child) => self.children.push(child),
-                Err(e) => tracing::warn!(container = %c.name, "cannot start {:?}: {e}", command[0]),
-            }
         }
+        *lock_running(&self.running) = self.containers.iter().map(|c| c.record.clone()).collect();
     }
+}
+
+fn lock_running(
+    m: &Mutex<Vec<ContainerRecord>>,
+) -> std::sync::MutexGuard<'_, Vec<ContainerRecord>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The app containers' statuses a kubelet posts, with the ids their processes' cgroups
+/// carry (`containerd://<id>`), so node agents can map processes to containers.
+fn container_statuses(uid: &str, spec: &PodSpec) -> Value {
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    Value::Array(
+        spec.containers
+            .iter()
+            .map(|c| {
+                let running = c.command.as_ref().is_some_and(|c| !c.is_empty());
+                json!({
+                    "name": c.name,
+                    "image": c.image.clone().unwrap_or_default(),
+                    "imageID": "",
+                    "containerID": format!("containerd://{}", container_id(uid, &c.name)),
+                    "ready": running,
+                    "started": running,
+                    "restartCount": 0,
+                    "state": if running {
+                        json!({"running": {"startedAt": now}})
+                    } else {
+                        json!({"waiting": {"reason": "NoCommand"}})
+                    },
+                })
+            })
+            .collect(),
+    )
 }
 
 fn phase(pod: &Pod) -> Option<&str> {

@@ -14,6 +14,7 @@
 //!   and `kubelet.sock` re-created; device assignments (kubelet's checkpoint) survive.
 
 pub mod admission;
+pub mod container_runtime;
 pub mod device_state;
 pub mod records;
 pub mod registration_service;
@@ -46,9 +47,12 @@ pub struct Args {
     /// Also write `<namespace>_<pod>.json` allocation records (and container logs) here.
     #[arg(long)]
     pub record_dir: Option<PathBuf>,
-    /// Start app containers that have a command as local processes with the returned env.
+    /// Start app containers that have a command as containers (own PID and mount
+    /// namespaces) with the returned env, mounts and devices (needs root and util-linux).
     #[arg(long)]
     pub run_containers: bool,
+    #[command(flatten)]
+    pub runtime: container_runtime::RuntimeArgs,
     /// Milliseconds between pod list passes.
     #[arg(long, default_value_t = 200)]
     pub sync_interval_ms: u64,
@@ -74,6 +78,7 @@ pub struct KubeletSim {
     registration_task: tokio::task::JoinHandle<()>,
     worker_stop: watch::Sender<bool>,
     worker_task: tokio::task::JoinHandle<()>,
+    running: Arc<Mutex<Vec<container_runtime::ContainerRecord>>>,
 }
 
 fn start_registration(
@@ -119,10 +124,12 @@ impl KubeletSim {
                 dir: args.socket_dir.clone(),
                 record_dir: args.record_dir.clone(),
                 run_containers: args.run_containers,
+                runtime: args.runtime.clone(),
             },
             client.clone(),
             state.clone(),
         );
+        let running = admission.running.clone();
         let interval = Duration::from_millis(args.sync_interval_ms.max(10));
         let node_name = args.node_name.clone();
         let worker_changed = changed.clone();
@@ -151,10 +158,7 @@ impl KubeletSim {
                     _ = stop_rx.wait_for(|s| *s) => break,
                 }
             }
-            for mut child in admission.children.drain(..) {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            admission.stop_containers();
         });
         Ok(Self {
             args,
@@ -164,7 +168,22 @@ impl KubeletSim {
             registration_task,
             worker_stop,
             worker_task,
+            running,
         })
+    }
+
+    /// The containers running now (with the host pid of each one's pid 1).
+    pub fn containers(&self) -> Vec<container_runtime::ContainerRecord> {
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A handle on the running containers that outlives borrows of `self` (a node's
+    /// driver model asks it which container a process is in).
+    pub fn containers_handle(&self) -> Arc<Mutex<Vec<container_runtime::ContainerRecord>>> {
+        self.running.clone()
     }
 
     /// The shared device state (registrations, device lists, assignments).

@@ -25,6 +25,7 @@ async fn admitted_despite(resource: &str) {
             node_name: "n1".into(),
             record_dir: None,
             run_containers: false,
+            runtime: Default::default(),
             sync_interval_ms: 20,
         },
         client.clone(),

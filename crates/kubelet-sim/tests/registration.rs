@@ -23,6 +23,7 @@ async fn refuses_bad_registrations_and_creates_its_node() {
             node_name: "n9".into(),
             record_dir: None,
             run_containers: false,
+            runtime: Default::default(),
             sync_interval_ms: 20,
         },
         client,

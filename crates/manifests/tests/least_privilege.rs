@@ -197,6 +197,7 @@ async fn run_flow(rbac_objects: Vec<Object>, expect_success: bool) -> Outcome {
             node_name: NODE.into(),
             record_dir: None,
             run_containers: false,
+            runtime: Default::default(),
             sync_interval_ms: 50,
         },
         kubelet,

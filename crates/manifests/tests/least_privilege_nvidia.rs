@@ -139,6 +139,7 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
             node_name: NODE.into(),
             record_dir: None,
             run_containers: false,
+            runtime: Default::default(),
             sync_interval_ms: 50,
         },
         kubelet,

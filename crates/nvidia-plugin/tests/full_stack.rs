@@ -120,6 +120,7 @@ async fn scheduler_plugin_and_kubelet_place_and_start_nvidia_slices() {
             node_name: NODE.into(),
             record_dir: None,
             run_containers: false,
+            runtime: Default::default(),
             sync_interval_ms: 50,
         },
         client.clone(),
