@@ -7,8 +7,13 @@
 //! monitor; submits the pods in `examples/`; and prints one table per node of who got
 //! which slice. Every part is the real component talking the real protocol.
 
+mod amdgpu_driver;
 mod cluster;
+mod cuda_driver;
+mod examples;
 mod report;
+pub use report::{Live, scrape};
+pub mod workload;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -25,8 +30,9 @@ pub struct DemoArgs {
     /// Address of the embedded API server (a free port is used if this one is taken).
     #[arg(long, default_value = "127.0.0.1:6443")]
     pub api_listen: SocketAddr,
-    /// Directory of pod YAML files to submit, in file-name order.
-    #[arg(long, default_value = "examples")]
+    /// Directory of pod YAML files to submit, in file-name order; `built-in`: the
+    /// repository's examples/, built into this binary.
+    #[arg(long, default_value = examples::BUILT_IN_NAME)]
     pub examples: PathBuf,
     /// Where to write the kubeconfig for kubectl.
     #[arg(long, default_value = "hami-demo.kubeconfig")]
@@ -91,6 +97,7 @@ pub async fn run(args: DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             &mut progress,
         )
         .await;
+    report::wait_for_live(&cluster, Duration::from_secs(10), Duration::from_secs(2)).await;
     let tables = report::render(&cluster, &submitted).await?;
     progress.print(tables);
     progress.print(cluster.hints(&args));
@@ -99,8 +106,22 @@ pub async fn run(args: DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         ui.url()
     ));
     if !args.once {
-        progress.step("serving until Ctrl-C");
-        tokio::signal::ctrl_c().await?;
+        progress.step("serving until Ctrl-C; the tables are printed again every 15 s with the monitors' live USED and UTIL");
+        let ctrl_c = tokio::signal::ctrl_c();
+        tokio::pin!(ctrl_c);
+        loop {
+            tokio::select! {
+                result = &mut ctrl_c => {
+                    result?;
+                    break;
+                }
+                _ = tokio::time::sleep(Duration::from_secs(15)) => {
+                    let tables = report::render(&cluster, &submitted).await?;
+                    progress.step("live:");
+                    progress.print(tables);
+                }
+            }
+        }
     }
     ui.shutdown();
     cluster.shutdown().await;

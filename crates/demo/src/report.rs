@@ -1,4 +1,5 @@
-//! The per-node tables: GPU, pod/container, memory, CUs and CU range, utilization.
+//! The per-node tables: GPU, pod/container, memory granted, CUs and CU range, and live from
+//! the node's monitor: device memory used and utilization.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -13,11 +14,21 @@ use kube::api::{Api, ListParams};
 
 use crate::cluster::{Cluster, Submitted};
 
-/// `(namespace, pod, container, vdevice index)` → utilization percent, from a monitor.
-type Utilization = BTreeMap<(String, String, String, String), f64>;
+/// `(namespace, pod, container, vdevice index)` → a value from a monitor.
+type PerDevice = BTreeMap<(String, String, String, String), f64>;
 
-fn scrape(addr: SocketAddr) -> Utilization {
-    let mut out = Utilization::new();
+/// What a monitor measures per container and device.
+#[derive(Debug, Default, Clone)]
+pub struct Live {
+    /// Utilization percent.
+    pub util: PerDevice,
+    /// Device memory in use, bytes.
+    pub memory: PerDevice,
+}
+
+/// Reads a monitor's `/metrics` (nothing when it does not answer).
+pub fn scrape(addr: SocketAddr) -> Live {
+    let mut out = Live::default();
     let Ok(mut stream) =
         std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2))
     else {
@@ -28,10 +39,14 @@ fn scrape(addr: SocketAddr) -> Utilization {
         stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     let mut text = String::new();
     let _ = stream.read_to_string(&mut text);
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("hami_container_device_utilization_ratio{"))
-    {
+    for line in text.lines() {
+        let into = if line.starts_with("hami_container_device_utilization_ratio{") {
+            &mut out.util
+        } else if line.starts_with("hami_container_device_memory_bytes{") {
+            &mut out.memory
+        } else {
+            continue;
+        };
         let Some((labels, value)) = line.rsplit_once(' ') else {
             continue;
         };
@@ -44,7 +59,7 @@ fn scrape(addr: SocketAddr) -> Utilization {
                 .to_owned()
         };
         if let Ok(v) = value.parse::<f64>() {
-            out.insert(
+            into.insert(
                 (
                     label("namespace"),
                     label("pod"),
@@ -64,6 +79,7 @@ struct Row {
     memory: String,
     cus: String,
     range: String,
+    used: String,
     util: String,
 }
 
@@ -73,7 +89,7 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
     let mut text = String::new();
     for node in &cluster.nodes {
         let addr = node.monitor_addr;
-        let util = tokio::task::spawn_blocking(move || scrape(addr))
+        let live = tokio::task::spawn_blocking(move || scrape(addr))
             .await
             .unwrap_or_default();
         let (gpus, devcore_of, partitions) = {
@@ -184,7 +200,13 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
                             format!("{}/{devcore}", dev.cores)
                         },
                         range,
-                        util: util
+                        used: live
+                            .memory
+                            .get(&key)
+                            .map(|b| format!("{} MiB", (*b as u64) >> 20))
+                            .unwrap_or_else(|| "-".into()),
+                        util: live
+                            .util
                             .get(&key)
                             .map(|u| format!("{u:.0}%"))
                             .unwrap_or_else(|| "-".into()),
@@ -202,9 +224,17 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
             busy.len()
         ));
         let mut table = vec![
-            ["GPU", "POD/CONTAINER", "MEMORY", "CUS", "CU RANGE", "UTIL"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "GPU",
+                "POD/CONTAINER",
+                "MEMORY",
+                "CUS",
+                "CU RANGE",
+                "USED",
+                "UTIL",
+            ]
+            .map(String::from)
+            .to_vec(),
         ];
         for r in &rows {
             table.push(vec![
@@ -213,6 +243,7 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
                 r.memory.clone(),
                 r.cus.clone(),
                 r.range.clone(),
+                r.used.clone(),
                 r.util.clone(),
             ]);
         }
@@ -278,4 +309,61 @@ fn align(rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Waits (at most `limit`) until every running GPU container's process shows in its node
+/// monitor's utilization, then for one more monitor refresh, so the tables do not show
+/// the first window, which holds only part of a process's life.
+pub async fn wait_for_live(
+    cluster: &Cluster,
+    limit: std::time::Duration,
+    refresh: std::time::Duration,
+) {
+    let deadline = tokio::time::Instant::now() + limit;
+    let pods: Api<Pod> = Api::all(cluster.client.clone());
+    loop {
+        let Ok(list) = pods.list(&ListParams::default()).await else {
+            return;
+        };
+        let mut complete = true;
+        for node in &cluster.nodes {
+            let running = node.kubelet.containers();
+            if running.is_empty() {
+                continue;
+            }
+            let addr = node.monitor_addr;
+            let live = tokio::task::spawn_blocking(move || scrape(addr))
+                .await
+                .unwrap_or_default();
+            for c in running.iter().filter(|c| c.init_pid.is_some()) {
+                let record = list
+                    .items
+                    .iter()
+                    .find(|p| p.metadata.uid.as_deref() == Some(c.pod_uid.as_str()))
+                    .and_then(|p| p.metadata.annotations.as_ref())
+                    .and_then(|a| a.get(hami_kubelet_sim::records::RECORD_ANNOTATION))
+                    .cloned()
+                    .unwrap_or_default();
+                let gpu = hami_kubelet_sim::records::envs_of(&record, &c.container)
+                    .is_some_and(|e| !e.is_empty());
+                let key = (
+                    c.namespace.clone(),
+                    c.pod.clone(),
+                    c.container.clone(),
+                    "0".into(),
+                );
+                if gpu && !live.util.contains_key(&key) {
+                    complete = false;
+                }
+            }
+        }
+        if complete {
+            tokio::time::sleep(refresh).await;
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 }

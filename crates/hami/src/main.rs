@@ -53,6 +53,9 @@ enum Command {
     /// Serve the web UI (read-only): GPUs by type and node, cards with their slices and
     /// AMD CU maps, per-pod asked vs got with live utilization, and What-if planning.
     Ui(hami_webui::UiArgs),
+    /// The demo's GPU-busy container process: allocates device memory through the HIP or
+    /// CUDA runtime and keeps the GPU busy a share of the time (also run as `hami-workload`).
+    Workload(hami_demo::workload::WorkloadArgs),
 }
 
 #[derive(Subcommand)]
@@ -79,7 +82,21 @@ pub enum Output {
 }
 
 fn main() -> ExitCode {
+    // Busybox-style: the demo's containers run this binary as `hami-workload`.
+    if std::env::args_os()
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|f| f == "hami-workload")
+        })
+        .unwrap_or(false)
+    {
+        use clap::Parser as _;
+        return hami_demo::workload::run(&hami_demo::workload::WorkloadArgs::parse());
+    }
     let output = match Cli::parse().command {
+        Command::Workload(args) => return hami_demo::workload::run(&args),
         Command::Apiserver(args) => return serve(hami_apiserver::serve(args), "info"),
         Command::KubeletSim(args) => return serve(hami_kubelet_sim::run(args), "info"),
         Command::Plan(args) => return plan(&args),
