@@ -100,6 +100,7 @@ fn parse_image(what: &str, reference: &str) -> Result<Image, crate::Error> {
 }
 
 impl ManifestsArgs {
+    /// The settings the flags describe; fails on an invalid one.
     pub fn settings(&self) -> Result<Settings, crate::Error> {
         let mut s = Settings {
             namespace: self.namespace.clone(),

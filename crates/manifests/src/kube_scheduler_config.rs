@@ -10,45 +10,66 @@ use serde::Serialize;
 use crate::names;
 use crate::settings::Settings;
 
+/// `kubescheduler.config.k8s.io/v1` `KubeSchedulerConfiguration` (the fields we set).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeSchedulerConfiguration {
+    /// `kubescheduler.config.k8s.io/v1`.
     pub api_version: String,
+    /// `KubeSchedulerConfiguration`.
     pub kind: String,
+    /// The sidecars' leader election.
     pub leader_election: LeaderElection,
+    /// One profile, named for our scheduler.
     pub profiles: Vec<Profile>,
+    /// The HAMi extender.
     pub extenders: Vec<Extender>,
 }
 
+/// Upstream `LeaderElectionConfiguration` (the fields we set).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaderElection {
+    /// Whether the sidecars elect a leader.
     pub leader_elect: bool,
+    /// The Lease's name.
     pub resource_name: String,
+    /// The Lease's namespace.
     pub resource_namespace: String,
 }
 
+/// Upstream `KubeSchedulerProfile` (the name only).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Profile {
+    /// The `schedulerName` the profile serves.
     pub scheduler_name: String,
 }
 
+/// Upstream `Extender`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Extender {
+    /// Base URL of the extender listener.
     pub url_prefix: String,
+    /// `filter`.
     pub filter_verb: String,
+    /// `bind`.
     pub bind_verb: String,
     /// Upstream `EnableHTTPS bool \`json:"enableHTTPS"\``: not camelCase.
     #[serde(rename = "enableHTTPS")]
     pub enable_https: bool,
+    /// How kube-scheduler verifies the extender and authenticates to it.
     pub tls_config: TlsConfig,
+    /// The extender keeps its own node cache (kube-scheduler sends names only).
     pub node_cache_capable: bool,
+    /// Weight of its prioritize scores (no prioritize verb is set).
     pub weight: i64,
+    /// Per-call timeout, e.g. `30s`.
     pub http_timeout: String,
     /// Any extender error fails the scheduling cycle (never schedule GPU pods blind).
     pub ignorable: bool,
+    /// Resources the extender decides for.
     pub managed_resources: Vec<ManagedResource>,
 }
 
@@ -59,19 +80,26 @@ pub struct Extender {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsConfig {
+    /// Name the extender's certificate must carry.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_name: Option<String>,
+    /// Client certificate kube-scheduler presents.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cert_file: Option<String>,
+    /// Its key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key_file: Option<String>,
+    /// CA that verifies the extender's serving certificate.
     pub ca_file: String,
 }
 
+/// Upstream `ExtenderManagedResource`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ManagedResource {
+    /// The extended resource, e.g. `amd.com/gpu`.
     pub name: String,
+    /// Whether kube-scheduler's own fit skips it.
     pub ignored_by_scheduler: bool,
 }
 
@@ -95,6 +123,7 @@ fn tls_config(settings: &Settings) -> TlsConfig {
     }
 }
 
+/// The configuration for `settings`.
 pub fn config(settings: &Settings) -> KubeSchedulerConfiguration {
     KubeSchedulerConfiguration {
         api_version: "kubescheduler.config.k8s.io/v1".into(),

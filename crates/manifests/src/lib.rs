@@ -18,8 +18,10 @@ pub use settings::{KubeVersion, Settings, TlsMode, Values};
 /// Why manifests could not be produced.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A setting is out of range or inconsistent; what is wrong.
     #[error("invalid settings: {0}")]
     Invalid(String),
+    /// An object could not be written as YAML; the serializer's message.
     #[error("cannot write YAML: {0}")]
     Yaml(String),
 }

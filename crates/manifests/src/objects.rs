@@ -35,17 +35,29 @@ use crate::settings::{PodPlacement, Settings, TlsMode};
 /// One object of the installation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Object {
+    /// The installation's namespace.
     Namespace(Namespace),
+    /// A component's identity.
     ServiceAccount(ServiceAccount),
+    /// Cluster-wide rights of a component.
     ClusterRole(ClusterRole),
+    /// Binds a ClusterRole to its ServiceAccount.
     ClusterRoleBinding(ClusterRoleBinding),
+    /// Namespaced rights of a component.
     Role(Role),
+    /// Binds a Role to its ServiceAccount.
     RoleBinding(RoleBinding),
+    /// The kube-scheduler configuration.
     ConfigMap(ConfigMap),
+    /// The scheduler's, the monitor's and the web UI's Services.
     Service(Service),
+    /// The scheduler and the web UI.
     Deployment(Deployment),
+    /// The node components.
     DaemonSet(DaemonSet),
+    /// The certgen Jobs.
     Job(Job),
+    /// The webhook and its guard.
     MutatingWebhookConfiguration(MutatingWebhookConfiguration),
     /// cert-manager Issuer/Certificate, prometheus-operator ServiceMonitor.
     Custom(Value),
@@ -380,6 +392,7 @@ pub fn rbac_objects(settings: &Settings) -> Vec<Object> {
 /// rights are hooks themselves, created first in each phase (lower weight) and removed
 /// when the phase succeeds (as ingress-nginx's certgen does).
 pub const CERTGEN_RBAC_HOOK_WEIGHT: &str = "-5";
+/// Helm hook weight of the certgen Jobs, after their RBAC.
 pub const CERTGEN_JOB_HOOK_WEIGHT: &str = "0";
 const CERTGEN_HOOKS: &str = "pre-install,pre-upgrade,post-install,post-upgrade";
 const HOOK_DELETE_POLICY: &str = "before-hook-creation,hook-succeeded";
@@ -491,6 +504,7 @@ fn kube_scheduler_tls_items(settings: &Settings) -> Vec<KeyToPath> {
     }
 }
 
+/// The scheduler Deployment: the extender and webhook beside a kube-scheduler sidecar.
 pub fn scheduler_deployment(settings: &Settings) -> Object {
     let ns = settings.namespace.as_str();
     let v = &settings.values;
@@ -669,8 +683,11 @@ pub fn scheduler_service(settings: &Settings) -> Object {
     })
 }
 
+/// Name of the webhook's match condition: a GPU pod, or one carrying a scheduler-owned annotation.
 pub const WEBHOOK_MATCH_CONDITION: &str = "gpu-pod-or-scheduler-annotation";
+/// Name of the guard webhook's match condition: the pod carries a scheduler-owned annotation.
 pub const GUARD_MATCH_CONDITION: &str = "carries-scheduler-annotation";
+/// Name of the condition that lets the scheduler's and plugins' own writes through.
 pub const NOT_A_WRITER_CONDITION: &str = "not-a-hami-writer";
 /// The second webhook: D-4 everywhere, selectors or not.
 pub const GUARD_WEBHOOK_NAME: &str = "guard.vgpu.hami.io";
@@ -1067,10 +1084,12 @@ fn install_script(src: &str, file: &str) -> String {
     )
 }
 
+/// The init-container script that installs the AMD hook atomically.
 pub fn hook_install_script() -> String {
     install_script(HOOK_IN_IMAGE, "libamvgpu.so")
 }
 
+/// The init-container script that installs the NVIDIA hook atomically.
 pub fn nvidia_hook_install_script() -> String {
     install_script(NVIDIA_HOOK_IN_IMAGE, "libvgpu.so")
 }

@@ -32,6 +32,7 @@ pub enum TlsMode {
 }
 
 impl TlsMode {
+    /// The spelling in values (`certgen`, `cert-manager`).
     pub fn value(self) -> &'static str {
         match self {
             TlsMode::Certgen => "certgen",
@@ -44,12 +45,16 @@ impl TlsMode {
 /// `v1.30.4+k3s1`): what Helm's `.Capabilities.KubeVersion` holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeVersion {
+    /// Major version.
     pub major: u32,
+    /// Minor version.
     pub minor: u32,
+    /// Patch version (0 when not given).
     pub patch: u32,
 }
 
 impl KubeVersion {
+    /// Reads `v1.30.4`, `1.30`, `v1.29.8-gke.1031000`, `v1.30.4+k3s1`.
     pub fn parse(s: &str) -> Result<KubeVersion, String> {
         let bad = || {
             format!(
@@ -78,6 +83,7 @@ impl KubeVersion {
         format!("v{}.{}.{}", self.major, self.minor, self.patch)
     }
 
+    /// Whether webhooks' `matchConditions` are on by default (1.28 and later).
     pub fn has_match_conditions(&self) -> bool {
         self.minor >= MATCH_CONDITIONS_MINOR
     }
@@ -86,12 +92,16 @@ impl KubeVersion {
 /// One container image; `reference()` is `registry/repository:tag`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Image {
+    /// E.g. `ghcr.io`.
     pub registry: String,
+    /// E.g. `hami-rs/hami-scheduler`.
     pub repository: String,
+    /// E.g. `0.1.0`.
     pub tag: String,
 }
 
 impl Image {
+    /// `registry/repository:tag`.
     pub fn reference(&self) -> String {
         format!("{}/{}:{}", self.registry, self.repository, self.tag)
     }
@@ -101,49 +111,71 @@ impl Image {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodPlacement {
+    /// `priorityClassName` of the pods (empty: none).
     pub priority_class_name: String,
+    /// `nodeSelector` of the pods.
     pub node_selector: BTreeMap<String, String>,
+    /// `tolerations` of the pods.
     pub tolerations: Vec<Toleration>,
     /// `{}` in values: no affinity.
     pub affinity: Affinity,
+    /// `resources` of the main container.
     pub resources: ResourceRequirements,
 }
 
+/// `images:`: where the hami-rs images come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Images {
+    /// Registry of the hami-rs images.
     pub registry: String,
+    /// Tag of the hami-rs images.
     pub tag: String,
+    /// `imagePullPolicy` of every container.
     pub pull_policy: String,
+    /// The scheduler image (scheduler, web UI).
     pub scheduler: Repository,
+    /// The node image (plugins, monitor, labeller, hooks).
     pub node: Repository,
 }
 
+/// `images.<image>:`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Repository {
+    /// Repository within the registry.
     pub repository: String,
 }
 
+/// `scheduler:`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SchedulerValues {
+    /// Scheduler Deployment replicas.
     pub replicas: i32,
+    /// The `schedulerName` the webhook sets and the kube-scheduler profile serves.
     pub scheduler_name: String,
+    /// Default GPU policy (`spread` or `binpack`).
     pub gpu_scheduler_policy: String,
+    /// Default node policy (`binpack` or `spread`).
     pub node_scheduler_policy: String,
+    /// The kube-scheduler sidecar.
     pub kube_scheduler: KubeSchedulerValues,
+    /// Where the scheduler pods run.
     #[serde(flatten)]
     pub pod: PodPlacement,
 }
 
+/// `scheduler.kubeScheduler:`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeSchedulerValues {
     /// An empty tag means the cluster's own release.
     pub image: Image,
+    /// `resources` of the sidecar.
     pub resources: ResourceRequirements,
 }
 
+/// `webhook:`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookValues {
@@ -151,30 +183,40 @@ pub struct WebhookValues {
     pub failure_policy_without_match_conditions: String,
 }
 
+/// `tls:`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsValues {
+    /// How the serving certificate is made.
     pub mode: TlsMode,
+    /// The certgen Jobs (`mode: certgen`).
     pub certgen: CertgenValues,
 }
 
+/// `tls.certgen:`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CertgenValues {
+    /// The kube-webhook-certgen image.
     pub image: Image,
+    /// Where the Jobs run.
     #[serde(flatten)]
     pub pod: PodPlacement,
 }
 
+/// `devicePlugin:` (AMD).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DevicePluginValues {
     /// `None`: the plugin's own default (2 shares on gfx12, else 10).
     pub split_count: Option<u32>,
+    /// Memory oversubscription factor (a string so `1.5` stays exact).
     pub device_memory_scaling: String,
+    /// Seconds between health re-sends to kubelet.
     pub pulse: u64,
     /// Also publish `amd.com/gpumem`/`amd.com/gpucores` capacity (needs `nodes/status` patch).
     pub report_node_capacity: bool,
+    /// `cu` (cards sliced by CU masks) or `partition` (one device per XCP).
     pub operating_mode: String,
     /// Host directory under which `vgpu/libamvgpu.so` is installed.
     pub host_hook_path: String,
@@ -186,7 +228,9 @@ pub struct DevicePluginValues {
     /// Host path of AMD's device-metrics exporter socket (`--exporter-socket`, a health
     /// source); its directory is mounted read-only. Empty: not used.
     pub exporter_socket: String,
+    /// CDI device names in Allocate answers.
     pub cdi: CdiValues,
+    /// Where the plugin pods run.
     #[serde(flatten)]
     pub pod: PodPlacement,
 }
@@ -196,31 +240,43 @@ pub struct DevicePluginValues {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CdiValues {
+    /// Answer Allocate with CDI device names.
     pub enabled: bool,
+    /// Host directory of the plugin's CDI spec.
     pub spec_dir: String,
 }
 
+/// `nvidiaDevicePlugin:`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NvidiaDevicePluginValues {
+    /// Install the NVIDIA device plugin.
     pub enabled: bool,
+    /// Shares per GPU.
     pub device_split_count: u32,
+    /// Memory oversubscription factor (a string so `1.5` stays exact).
     pub device_memory_scaling: String,
+    /// Core oversubscription factor (a string so `1.5` stays exact).
     pub device_cores_scaling: String,
+    /// Also publish `nvidia.com/gpumem`/`nvidia.com/gpucores` capacity.
     pub report_node_capacity: bool,
     /// Host directory under which `vgpu/libvgpu.so` and `vgpu/ld.so.preload` live.
     pub host_hook_path: String,
     /// RuntimeClass that exposes the driver (NVML) to the plugin, e.g. `nvidia`; empty: the
     /// node's default runtime does.
     pub runtime_class_name: String,
+    /// Where the plugin pods run.
     #[serde(flatten)]
     pub pod: PodPlacement,
 }
 
+/// A component with nothing but an on switch and placement (`nodeLabeller:`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ComponentValues {
+    /// Install it.
     pub enabled: bool,
+    /// Where its pods run.
     #[serde(flatten)]
     pub pod: PodPlacement,
 }
@@ -229,31 +285,39 @@ pub struct ComponentValues {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WebuiValues {
+    /// Install it.
     pub enabled: bool,
     /// Prometheus whose `/federate` has the monitors' series; empty for none.
     pub prometheus_url: String,
+    /// Where its pod runs.
     #[serde(flatten)]
     pub pod: PodPlacement,
 }
 
+/// `monitor:`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MonitorValues {
+    /// Install it.
     pub enabled: bool,
     /// Pre-2026 metric names beside the `hami_*` ones: `none`, `seed` (seed 004's
     /// utilization name) or `all` (`k8s-vgpu-monitor --legacy-metrics`).
     pub legacy_metrics: String,
+    /// Where its pods run.
     #[serde(flatten)]
     pub pod: PodPlacement,
 }
 
+/// `serviceMonitor:`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceMonitorValues {
+    /// Create ServiceMonitors for the scheduler and the monitor.
     pub enabled: bool,
     /// Added to the ServiceMonitors' labels (what the Prometheus' serviceMonitorSelector
     /// matches, e.g. `release: kube-prometheus-stack`).
     pub labels: BTreeMap<String, String>,
+    /// Scrape interval, e.g. `15s`.
     pub interval: String,
 }
 
@@ -261,15 +325,25 @@ pub struct ServiceMonitorValues {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Values {
+    /// `images:`.
     pub images: Images,
+    /// `scheduler:`.
     pub scheduler: SchedulerValues,
+    /// `webhook:`.
     pub webhook: WebhookValues,
+    /// `tls:`.
     pub tls: TlsValues,
+    /// `devicePlugin:`.
     pub device_plugin: DevicePluginValues,
+    /// `nvidiaDevicePlugin:`.
     pub nvidia_device_plugin: NvidiaDevicePluginValues,
+    /// `monitor:`.
     pub monitor: MonitorValues,
+    /// `webui:`.
     pub webui: WebuiValues,
+    /// `nodeLabeller:`.
     pub node_labeller: ComponentValues,
+    /// `serviceMonitor:`.
     pub service_monitor: ServiceMonitorValues,
 }
 
@@ -279,10 +353,12 @@ impl Values {
         serde_json::from_value(v).map_err(|e| format!("values: {e}"))
     }
 
+    /// `images.registry/images.scheduler.repository:images.tag`.
     pub fn scheduler_image(&self) -> Image {
         self.ours(&self.images.scheduler.repository)
     }
 
+    /// `images.registry/images.node.repository:images.tag`.
     pub fn node_image(&self) -> Image {
         self.ours(&self.images.node.repository)
     }
@@ -307,8 +383,11 @@ impl Default for Values {
 /// Everything the manifests depend on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
+    /// The namespace installed into.
     pub namespace: String,
+    /// The cluster's version.
     pub kube_version: KubeVersion,
+    /// The chart's values.
     pub values: Values,
 }
 
