@@ -121,6 +121,24 @@ unsafe fn swap_entry(pfn: *mut *mut c_void) {
     }
 }
 
+/// [`swap_entry`] under its own guard: an internal error clears the entry, so the caller
+/// gets `CUDA_ERROR_NOT_FOUND` and no function rather than the real, unlimited one.
+///
+/// # Safety
+/// As [`swap_entry`].
+unsafe fn swapped_or_cleared(what: &str, pfn: *mut *mut c_void) -> bool {
+    let swapped = guarded(what, false, || {
+        // SAFETY: as this function's contract requires.
+        unsafe { swap_entry(pfn) };
+        true
+    });
+    if !swapped && !pfn.is_null() {
+        // SAFETY: non-null and writable by this function's contract.
+        unsafe { *pfn = std::ptr::null_mut() };
+    }
+    swapped
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetProcAddress(
     symbol: *const c_char,
@@ -135,9 +153,9 @@ pub unsafe extern "C" fn cuGetProcAddress(
         };
         // SAFETY: the real function with the caller's arguments.
         let rc = unsafe { real(symbol, pfn, version, flags) };
-        if rc == CUDA_SUCCESS {
-            // SAFETY: pfn as written by the driver.
-            unsafe { swap_entry(pfn) };
+        // SAFETY: pfn as written by the driver.
+        if rc == CUDA_SUCCESS && !unsafe { swapped_or_cleared("cuGetProcAddress", pfn) } {
+            return CUDA_ERROR_NOT_FOUND;
         }
         rc
     })
@@ -164,9 +182,9 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
         };
         // SAFETY: the real function with the caller's arguments.
         let rc = unsafe { real(symbol, pfn, version, flags, status) };
-        if rc == CUDA_SUCCESS {
-            // SAFETY: pfn as written by the driver.
-            unsafe { swap_entry(pfn) };
+        // SAFETY: pfn as written by the driver.
+        if rc == CUDA_SUCCESS && !unsafe { swapped_or_cleared("cuGetProcAddress_v2", pfn) } {
+            return CUDA_ERROR_NOT_FOUND;
         }
         rc
     })

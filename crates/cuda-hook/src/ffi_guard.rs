@@ -4,22 +4,23 @@
 //! "Internal errors"). `catch_unwind` costs nothing until something panics: no system call, no
 //! allocation on the way in.
 //!
-//! ## Fault injection (test builds only)
+//! ## Fault injection (debug builds only)
 //!
-//! With the `fault-injection` feature, which only this crate's own tests and benches turn on
-//! (through a dev-dependency on itself; release and `cargo build` artifacts never have it),
-//! `VGPU_TEST_PANIC_IN=<name>[,<name>…]` (or `*`) makes the guard of those exports panic
-//! before their body runs, so `tests/internal_errors.rs` can check every export's fallback in
-//! a real process; `<name>#<n>` panics only the n-th time. A few [`fault_point`]s inside the
-//! state (with its lock held) are named the same way, to poison it. A library built without
-//! the feature has no such code: no variable can make a production hook panic.
+//! In a build with debug assertions (`cargo test`, `cargo build`; never the `--release`
+//! build the images ship), `VGPU_TEST_PANIC_IN=<name>[,<name>…]` (or `*`) makes the guard of
+//! those exports panic before their body runs, so `tests/internal_errors.rs` can check every
+//! export's fallback in a real process; `<name>#<n>` panics only the n-th time. A few [`fault_point`]s
+//! inside the state (with its lock held) are named the same way, to poison it. A release
+//! library has no such code: no variable can make a production hook panic. (Gated on
+//! `debug_assertions` rather than a feature so that every debug build of the hook — its own
+//! tests', and the demo's, which links it as a normal dependency — is the same artifact.)
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Runs `body`; if it panics, logs and returns `fallback`.
 pub fn guarded<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(|| {
-        #[cfg(feature = "fault-injection")]
+        #[cfg(debug_assertions)]
         fault::inject(what);
         body()
     })) {
@@ -35,11 +36,11 @@ pub fn guarded<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
 /// `VGPU_TEST_PANIC_IN`); nothing at all in a production build.
 #[inline(always)]
 pub fn fault_point(_what: &str) {
-    #[cfg(feature = "fault-injection")]
+    #[cfg(debug_assertions)]
     fault::inject(_what);
 }
 
-#[cfg(feature = "fault-injection")]
+#[cfg(debug_assertions)]
 mod fault {
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -1,7 +1,7 @@
 //! Every export of libvgpu.so, made to fail inside, answers its fallback in a real process
 //! that goes on running (issue 19). The failure is the test build's fault switch
 //! (`VGPU_TEST_PANIC_IN`, src/ffi_guard.rs: a panic inside the export's guard, compiled only
-//! with the `fault-injection` feature that `cargo test` turns on). The exports are read from
+//! into builds with debug assertions, as `cargo test`'s). The exports are read from
 //! the built library, so an export without a line in [`FALLBACKS`] fails the test.
 
 mod common;
@@ -89,12 +89,17 @@ fn every_export_fails_closed_and_the_application_goes_on() {
         let log = format!("internal error in {export}; failing closed");
         assert!(
             err.contains(&log),
-            "{export}: no {log:?} on stderr; was libvgpu.so built without the fault-injection feature (a plain `cargo build` overwrites target/debug/deps/libvgpu.so)?\n{out}\n{err}"
+            "{export}: no {log:?} on stderr; was libvgpu.so built without debug assertions (a release build has no fault switch)?\n{out}\n{err}"
         );
         assert!(
-            status.success() && out.contains(&format!("{export} {fallback}\nsurvived\n")),
+            status.success()
+                && out.contains(&format!("{export} {fallback}\n"))
+                && out.ends_with("survived\n"),
             "{export} must answer {fallback} and the application go on: {status}\n{out}\n{err}"
         );
+        if export.starts_with("cuGetProcAddress") {
+            assert!(out.contains("entry null\n"), "{export}: {out}");
+        }
         if *fallback == 2 {
             // Only the probe's own 4 KiB from before (none when cuMemAlloc_v2 itself fails).
             assert!(
@@ -124,6 +129,29 @@ fn a_panic_with_the_records_locked_leaves_later_calls_working_and_the_books_cons
         )),
         "{out}\n{err}"
     );
+}
+
+#[test]
+fn an_internal_error_after_the_real_lookup_hands_out_no_function() {
+    // `#2`: the second guard of the call, the one choosing the wrapper once the driver has
+    // written the real (unlimited) entry point.
+    for export in ["cuGetProcAddress", "cuGetProcAddress_v2"] {
+        let (status, out, err, _) = call(export, Some(&format!("{export}#2")));
+        assert!(
+            err.contains(&format!("internal error in {export}")),
+            "{err}"
+        );
+        assert!(status.success(), "{status}\n{out}\n{err}");
+        assert!(
+            out.contains(&format!("{export} 500\nentry null\n")),
+            "{out}\n{err}"
+        );
+        let (_, out, err, _) = call(export, None);
+        assert!(
+            out.contains(&format!("{export} 0\nentry set\n")),
+            "{out}\n{err}"
+        );
+    }
 }
 
 #[test]

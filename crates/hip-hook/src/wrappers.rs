@@ -1364,7 +1364,7 @@ pub unsafe extern "C" fn hipGetProcAddress<const R: usize>(
         if code != HIP_SUCCESS || symbol.is_null() || pfn.is_null() {
             return code;
         }
-        guarded("hipGetProcAddress", code, || {
+        let swapped = guarded("hipGetProcAddress", false, || {
             // SAFETY: non-null NUL-terminated name; pfn non-null and written by the real call.
             let (name, found) = unsafe { (CStr::from_ptr(symbol).to_bytes(), *pfn as usize) };
             if let Some(sym) = Sym::from_name(name)
@@ -1378,8 +1378,16 @@ pub unsafe extern "C" fn hipGetProcAddress<const R: usize>(
                     unsafe { *pfn = wrapper as *mut c_void };
                 }
             }
-            code
-        })
+            true
+        });
+        if !swapped {
+            // An internal error after the real lookup: no function rather than the real,
+            // unlimited one.
+            // SAFETY: pfn non-null, the caller's out-pointer.
+            unsafe { *pfn = std::ptr::null_mut() };
+            return HIP_ERROR_NOT_FOUND;
+        }
+        code
     })
 }
 

@@ -1,8 +1,7 @@
 //! Every export of libamvgpu.so (the `la_*` callbacks) and every wrapper it hands out, made to
 //! fail inside, answers its fallback in a real process that goes on running (issue 19). The
 //! failure is the test build's fault switch (`AMVGPU_TEST_PANIC_IN`, src/ffi_guard.rs: a panic
-//! inside the guard, compiled only with the `fault-injection` feature that `cargo test` turns
-//! on). The exports are read from the built library and the wrappers from the hook's symbol
+//! inside the guard, compiled only into builds with debug assertions, as `cargo test`'s). The exports are read from the built library and the wrappers from the hook's symbol
 //! table, so one without a case here fails the test.
 
 mod common;
@@ -187,7 +186,7 @@ fn every_export_and_wrapper_fails_closed_and_the_application_goes_on() {
         let log = format!("internal error in {}; failing closed", case.fault);
         assert!(
             err.contains(&log),
-            "{}: no {log:?} on stderr; was libamvgpu.so built without the fault-injection feature (a plain `cargo build` overwrites target/debug/deps/libamvgpu.so)?\n{stdout}\n{err}",
+            "{}: no {log:?} on stderr; was libamvgpu.so built without debug assertions (a release build has no fault switch)?\n{stdout}\n{err}",
             case.fault
         );
         assert!(
@@ -236,6 +235,21 @@ fn a_panic_with_the_records_locked_leaves_later_calls_working_and_the_books_cons
     assert_eq!(codes(&out), [2, 0, 0, 0], "{stdout}\n{err}");
     let limit = 16i64 << 20;
     assert_eq!(lines(&out)[3].1, [0, limit - 1024, limit], "{stdout}");
+}
+
+#[test]
+fn an_internal_error_after_the_real_lookup_hands_out_no_function() {
+    // `#2`: the second guard of the call, the one choosing the wrapper once the runtime has
+    // written the real (unlimited) function. The probe calls what it got (-1: nothing).
+    let dir = scratch("procaddr");
+    let out = probe(&dir, Some("hipGetProcAddress#2"), &["procaddr", OVER]);
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(err.contains("internal error in hipGetProcAddress"), "{err}");
+    assert!(out.status.success(), "{stdout}\n{err}");
+    assert_eq!(lines(&out)[0].1, [500, -1], "{stdout}\n{err}");
+    // Without the fault the wrapper comes back and limits the call.
+    let out = probe(&dir, None, &["procaddr", OVER]);
+    assert_eq!(lines(&out)[0].1, [0, 2], "{}", stderr(&out));
 }
 
 #[test]

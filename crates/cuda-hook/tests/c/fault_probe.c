@@ -127,6 +127,7 @@ int main(int argc, char **argv) {
         return 5;
     }
     printf("%s %ld\n", name, rc);
+    if (!strncmp(name, "cuGetProcAddress", 16)) printf("entry %s\n", pfn ? "set" : "null");
     printf("survived\n");
     return 0;
 }
