@@ -25,29 +25,57 @@ use crate::selector::{self, Term};
 /// A DeviceClass as the allocator needs it: its name and CEL selectors.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceClass {
+    /// The class's name.
     pub name: String,
+    /// Its CEL selectors, each read by [`crate::selector::parse`].
     pub selectors: Vec<String>,
 }
 
+/// Why a claim could not be allocated; each names the request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AllocError {
+    /// The claim uses a feature this model does not implement.
     #[error("request {request:?}: {what} is not supported by this allocator model")]
-    Unsupported { request: String, what: String },
+    Unsupported {
+        /// The request.
+        request: String,
+        /// The feature.
+        what: String,
+    },
+    /// The request names a class that does not exist.
     #[error("request {request:?}: device class {class:?} does not exist")]
-    NoClass { request: String, class: String },
+    NoClass {
+        /// The request.
+        request: String,
+        /// The class name.
+        class: String,
+    },
+    /// A selector is not one this model reads.
     #[error(transparent)]
     Selector(#[from] selector::SelectorError),
+    /// A capacity request is not a whole quantity.
     #[error("request {request:?}: bad quantity: {source}")]
     Quantity {
+        /// The request.
         request: String,
+        /// What is wrong with the quantity.
         source: quantity::QuantityError,
     },
+    /// A count below 1.
     #[error("request {request:?}: count {count} must be at least 1")]
-    Count { request: String, count: i64 },
+    Count {
+        /// The request.
+        request: String,
+        /// The count given.
+        count: i64,
+    },
+    /// A constraint names a request the claim lacks; that name.
     #[error("constraint names request {0:?}, which the claim does not have")]
     ConstraintRequest(String),
+    /// No combination of free devices fits; what was short.
     #[error("cannot allocate all requests: no combination of free devices fits ({0})")]
     Unsatisfiable(String),
+    /// The search hit its step budget; the steps taken.
     #[error("search gave up after {0} steps")]
     Budget(u64),
 }
@@ -57,7 +85,9 @@ type Key = (String, String, String);
 /// What existing allocations hold of one device.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceUse {
+    /// Claims holding the device.
     pub allocations: u32,
+    /// Capacity consumed, by capacity name.
     pub consumed: BTreeMap<String, u64>,
 }
 

@@ -10,7 +10,9 @@ use hami_amd_plugin::allocate_plan::MountPlan;
 use hami_amd_plugin::cdi::{CDI_VERSION, validate};
 use serde_json::{Value, json};
 
+/// CDI vendor of the claim specs.
 pub const CDI_VENDOR: &str = "k8s.amdgpu.hami-rs.io";
+/// CDI class of the claim specs (ids are `k8s.amdgpu.hami-rs.io/claim=<name>`).
 pub const CDI_CLASS: &str = "claim";
 
 /// `<vendor>/<class>`.
@@ -36,8 +38,11 @@ pub fn device_id(claim_uid: &str, device: &str) -> String {
 /// A device's DRM nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CdiDevice {
+    /// The slice device name.
     pub device: String,
+    /// DRM card minor.
     pub card: u32,
+    /// DRM render minor.
     pub render: u32,
 }
 

@@ -28,10 +28,13 @@ use crate::slice::{COMPUTE_UNITS, MEMORY};
 /// Where the node keeps hooks, caches and configs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrepareSettings {
+    /// The DRA driver name.
     pub driver: String,
     /// Pool name = node name.
     pub node: String,
+    /// Host path of the HIP hook, mounted into sliced containers.
     pub hook_host_path: String,
+    /// Where the hook appears in the container (`LD_AUDIT`).
     pub hook_container_path: String,
     /// Host root of per-claim cache dirs (`<root>/claims/<uid>`) and hook configs.
     pub cache_host_root: String,
@@ -40,80 +43,144 @@ pub struct PrepareSettings {
 /// One device the claim got on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PreparedDevice {
+    /// The claim request it was allocated for.
     pub request: String,
+    /// The ResourceSlice pool.
     pub pool: String,
+    /// The device's name in the slice.
     pub device: String,
+    /// Which share of a multi-allocation device (`shareID`).
     pub share_id: Option<String>,
     /// Registered id (AMD SMI UUID or partition id).
     pub device_id: String,
+    /// Device memory granted, bytes.
     pub mem_bytes: u64,
+    /// CUs granted.
     pub cus: CuSet,
+    /// Its CDI device id.
     pub cdi_id: String,
 }
 
+/// What preparing one claim does, for the shell to carry out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreparePlan {
+    /// The claim's UID.
     pub claim_uid: String,
+    /// The pod it is reserved for.
     pub pod_uid: String,
+    /// Its devices on this node.
     pub devices: Vec<PreparedDevice>,
     /// True when every device is handed over whole (no hook, no mask, no dmem).
     pub whole: bool,
+    /// Env for the claim's containers.
     pub env: BTreeMap<String, String>,
+    /// Mounts for the claim's containers (the hook, its config and cache).
     pub mounts: Vec<MountPlan>,
+    /// Host path of the hook config to write, and its content.
     pub hook_config: Option<(String, HookConfig)>,
+    /// Host cache directory to create, if sliced.
     pub cache_dir: Option<String>,
+    /// dmem limits to apply to the pod's cgroup.
     pub dmem: Vec<DmemLimit>,
+    /// The claim's CDI spec.
     pub cdi_spec: Value,
+    /// Device status to write into the claim.
     pub status: Vec<AllocatedDeviceStatus>,
 }
 
+/// Why a claim cannot be prepared; each names the claim.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PrepareError {
+    /// The claim has no UID; its name.
     #[error("claim {0} has no metadata.uid")]
     NoUid(String),
+    /// The claim kubelet names was replaced.
     #[error(
         "claim {claim}: the kubelet asked for uid {asked} but the API server has {found} (deleted and recreated?)"
     )]
     UidMismatch {
+        /// The claim.
         claim: String,
+        /// The UID kubelet asked for.
         asked: String,
+        /// The UID the API server has.
         found: String,
     },
+    /// The claim is not allocated; its name.
     #[error("claim {0} is not allocated (status.allocation is empty)")]
     NotAllocated(String),
+    /// The claim is reserved for no pod; its name.
     #[error("claim {0} is reserved for no pod (status.reservedFor is empty)")]
     NotReserved(String),
+    /// The claim is reserved for several consumers.
     #[error(
         "claim {claim} is reserved for {n} consumers; this driver enforces slice limits per pod and prepares claims of exactly one pod (use one claim per container or pod)"
     )]
-    Shared { claim: String, n: usize },
+    Shared {
+        /// The claim.
+        claim: String,
+        /// How many.
+        n: usize,
+    },
+    /// The claim is reserved for something other than a pod.
     #[error("claim {claim} is reserved for a {resource}, not a pod")]
-    NotPod { claim: String, resource: String },
+    NotPod {
+        /// The claim.
+        claim: String,
+        /// What it is reserved for.
+        resource: String,
+    },
+    /// None of the claim's devices are this driver's on this node; the claim.
     #[error("claim {0} has no device of driver this node's driver on pool (node) of this node")]
     NothingHere(String),
+    /// The claim names a device this node does not have.
     #[error("claim {claim}: device {device} is not a device of this node (pool {pool})")]
     UnknownDevice {
+        /// The claim.
         claim: String,
+        /// The pool it names.
         pool: String,
+        /// The device it names.
         device: String,
     },
+    /// A consumed capacity is not a whole quantity.
     #[error("claim {claim}: device {device}: consumedCapacity.{key}: {source}")]
     Quantity {
+        /// The claim.
         claim: String,
+        /// The device.
         device: String,
+        /// The capacity name.
         key: &'static str,
+        /// What is wrong with it.
         source: quantity::QuantityError,
     },
+    /// No CUs could be chosen on a device.
     #[error("claim {claim}: device {device}: {source}")]
     Cus {
+        /// The claim.
         claim: String,
+        /// The device.
         device: String,
+        /// Why not.
         source: CuChoiceError,
     },
+    /// The CU mask cannot be written.
     #[error("claim {claim}: CU mask: {source}")]
-    Mask { claim: String, source: CuListError },
+    Mask {
+        /// The claim.
+        claim: String,
+        /// Why not.
+        source: CuListError,
+    },
+    /// The CDI spec is invalid.
     #[error("claim {claim}: CDI spec: {problem}")]
-    Cdi { claim: String, problem: String },
+    Cdi {
+        /// The claim.
+        claim: String,
+        /// What is wrong.
+        problem: String,
+    },
 }
 
 /// Plans Prepare of `claim` (the object read from the API server) for kubelet's

@@ -8,10 +8,12 @@
 /// Why a quantity is not a whole non-negative number.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
+    /// Not a whole non-negative number with an optional suffix; the text.
     #[error(
         "quantity {0:?} is not a whole non-negative number with an optional Ki/Mi/Gi/Ti/Pi/Ei or k/M/G/T/P/E suffix"
     )]
     Malformed(String),
+    /// Beyond `u64`; the text.
     #[error("quantity {0:?} is too large")]
     TooLarge(String),
 }

@@ -13,20 +13,26 @@ use crate::api::DeviceAttribute;
 /// One conjunct of a selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Term {
+    /// `device.driver == "<d>"`.
     Driver(String),
     /// Fully qualified attribute name (`<domain>/<name>`) equals the value.
     Attribute {
+        /// `<domain>/<name>`.
         name: String,
+        /// The literal it must equal.
         value: DeviceAttribute,
     },
 }
 
+/// A selector this model cannot read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "selector {expression:?}: {problem}; supported: `device.driver == \"…\"` and `device.attributes[\"<domain>\"].<name> == <string|int|bool>` joined by &&"
 )]
 pub struct SelectorError {
+    /// The expression.
     pub expression: String,
+    /// What is not supported in it.
     pub problem: String,
 }
 

@@ -19,12 +19,15 @@ use crate::quantity::{format_bytes, format_count};
 
 /// Capacity names (the webhook converts HAMi's `gpumem`/`gpucores` into them).
 pub const MEMORY: &str = "memory";
+/// Capacity name of a device's compute units.
 pub const COMPUTE_UNITS: &str = "computeUnits";
+/// Capacity name of a device's shares (claims it may serve at once).
 pub const SHARES: &str = "shares";
 /// Taint key of an unhealthy device.
 pub const UNHEALTHY_TAINT: &str = "amdgpu.hami-rs.io/unhealthy";
 /// `type` attribute values a DeviceClass selects on.
 pub const TYPE_SLICE: &str = "amdgpu-slice";
+/// `type` of a hard compute partition.
 pub const TYPE_PARTITION: &str = "amdgpu-partition";
 /// Upstream's limit per slice when any device has taints (ResourceSliceMaxDevicesWithAdvancedFeatures).
 pub const MAX_DEVICES_PER_SLICE: usize = 64;
@@ -32,15 +35,23 @@ pub const MAX_DEVICES_PER_SLICE: usize = 64;
 /// Who the slices belong to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRef {
+    /// The node's name (also the pool name).
     pub name: String,
+    /// The node's UID (the slices' owner reference).
     pub uid: String,
 }
 
 /// Why slices cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SliceError {
+    /// A registered device has no discovered GPU behind it.
     #[error("registered device {id} (PCI {bdf}) has no GPU in the discovery it came from")]
-    NoGpu { id: String, bdf: String },
+    NoGpu {
+        /// The registered id.
+        id: String,
+        /// Its PCI address.
+        bdf: String,
+    },
 }
 
 /// `gfx_target_version` 90402 → `9.4.2` (a semver the API server accepts).
