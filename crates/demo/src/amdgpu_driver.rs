@@ -88,6 +88,16 @@ impl AmdgpuDriver {
     }
 }
 
+/// The cgroup of the container `pid` runs in (None outside kubelet-sim's containers).
+fn cgroup_of(shared: &Shared, pid: i32) -> Option<String> {
+    let containers = shared
+        .containers
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    container_of_pid(&containers, pid).map(|c| c.cgroup_path())
+}
+
 fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text)?;
@@ -127,20 +137,14 @@ async fn serve_client(stream: tokio::net::UnixStream, shared: &Shared) {
         *next += 1;
         *next - 1
     };
-    let cgroup = {
-        let containers = shared
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        container_of_pid(&containers, pid).map_or_else(|| "/".to_owned(), |c| c.cgroup_path())
-    };
+    let mut cgroup = cgroup_of(shared, pid);
     let dir = shared.root.join(pid.to_string());
     let fd = client + 2;
     let setup = || -> std::io::Result<()> {
         std::fs::create_dir_all(dir.join("fd"))?;
         std::fs::create_dir_all(dir.join("fdinfo"))?;
-        write_atomically(&dir.join("cgroup"), &format!("0::{cgroup}\n"))?;
+        let path = cgroup.as_deref().unwrap_or("/");
+        write_atomically(&dir.join("cgroup"), &format!("0::{path}\n"))?;
         write_atomically(
             &dir.join("fdinfo").join(fd.to_string()),
             &fdinfo(client, &pdev, 0),
@@ -159,6 +163,14 @@ async fn serve_client(stream: tokio::net::UnixStream, shared: &Shared) {
                 continue;
             };
             busy = busy.saturating_add(ns);
+            // A process that connected before kubelet-sim listed its container: its
+            // cgroup is known by now (the kernel knows it from the start).
+            if cgroup.is_none() {
+                cgroup = cgroup_of(shared, pid);
+                if let Some(path) = &cgroup {
+                    let _ = write_atomically(&dir.join("cgroup"), &format!("0::{path}\n"));
+                }
+            }
             let _ = write_atomically(
                 &dir.join("fdinfo").join(fd.to_string()),
                 &fdinfo(client, &pdev, busy),

@@ -11,8 +11,9 @@ mod amdgpu_driver;
 mod cluster;
 mod cuda_driver;
 mod examples;
+pub mod live;
 mod report;
-pub use report::{Live, scrape};
+pub use live::{Live, scrape};
 pub mod workload;
 
 use std::io::Write;

@@ -2,8 +2,6 @@
 //! the node's monitor: device memory used and utilization.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::SocketAddr;
 
 use hami_protocol::cu_list::HsaCuMask;
 use hami_protocol::device_list::decode_pod_devices;
@@ -13,65 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
 use crate::cluster::{Cluster, Submitted};
-
-/// `(namespace, pod, container, vdevice index)` → a value from a monitor.
-type PerDevice = BTreeMap<(String, String, String, String), f64>;
-
-/// What a monitor measures per container and device.
-#[derive(Debug, Default, Clone)]
-pub struct Live {
-    /// Utilization percent.
-    pub util: PerDevice,
-    /// Device memory in use, bytes.
-    pub memory: PerDevice,
-}
-
-/// Reads a monitor's `/metrics` (nothing when it does not answer).
-pub fn scrape(addr: SocketAddr) -> Live {
-    let mut out = Live::default();
-    let Ok(mut stream) =
-        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2))
-    else {
-        return out;
-    };
-    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-    let _ =
-        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    for line in text.lines() {
-        let into = if line.starts_with("hami_container_device_utilization_ratio{") {
-            &mut out.util
-        } else if line.starts_with("hami_container_device_memory_bytes{") {
-            &mut out.memory
-        } else {
-            continue;
-        };
-        let Some((labels, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let label = |key: &str| {
-            labels
-                .split(&format!("{key}=\""))
-                .nth(1)
-                .and_then(|rest| rest.split('"').next())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        if let Ok(v) = value.parse::<f64>() {
-            into.insert(
-                (
-                    label("namespace"),
-                    label("pod"),
-                    label("container"),
-                    label("vdevice_index"),
-                ),
-                v,
-            );
-        }
-    }
-    out
-}
+use crate::live::scrape;
 
 struct Row {
     gpu: String,

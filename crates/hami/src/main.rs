@@ -191,11 +191,24 @@ fn show_status(args: status::StatusArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(status::collect(&args)) {
-        Ok(report) => {
+    let collected = runtime.block_on(async {
+        let report = status::collect(&args).await?;
+        let (usage, monitor_errors) = status::live_usage(&args.monitors).await;
+        anyhow::Ok(status::Status {
+            report,
+            usage,
+            monitor_errors,
+        })
+    });
+    match collected {
+        Ok(status) => {
             match args.output {
-                Output::Table => print!("{}", status::render(&report, args.all)),
-                Output::Json => print!("{}", to_json(&report)),
+                Output::Table => print!(
+                    "{}{}",
+                    status::render(&status.report, args.all),
+                    status::render_usage(&status.usage, &status.monitor_errors)
+                ),
+                Output::Json => print!("{}", to_json(&status)),
             }
             ExitCode::SUCCESS
         }

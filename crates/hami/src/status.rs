@@ -23,6 +23,96 @@ pub struct StatusArgs {
     pub all: bool,
     #[arg(long, short, value_enum, default_value_t = crate::Output::Table)]
     pub output: crate::Output,
+    /// A node monitor's metrics URL (`http://<node>:9394/metrics`; the demo prints its
+    /// monitors'): adds each pod's live device memory used / limit and utilization.
+    /// Repeatable.
+    #[arg(long = "monitor", value_name = "URL")]
+    pub monitors: Vec<String>,
+}
+
+/// One container's device as its node's monitor measures it now.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PodUsage {
+    pub pod: String,
+    pub container: String,
+    pub vdevice_index: String,
+    pub device_uuid: String,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_limit_bytes: Option<u64>,
+    pub utilization_percent: Option<f64>,
+}
+
+/// `StatusReport` plus the monitors' live readings (absent without `--monitor`).
+#[derive(Debug, serde::Serialize)]
+pub struct Status {
+    #[serde(flatten)]
+    pub report: StatusReport,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<PodUsage>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub monitor_errors: Vec<String>,
+}
+
+/// Reads each monitor (a blocking scrape each, off the async threads).
+pub async fn live_usage(monitors: &[String]) -> (Vec<PodUsage>, Vec<String>) {
+    let urls = monitors.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let mut live = hami_demo::Live::default();
+        let mut errors = Vec::new();
+        for url in &urls {
+            match hami_demo::live::fetch(url) {
+                Ok(l) => live.extend(l),
+                Err(e) => errors.push(e),
+            }
+        }
+        let usage = live
+            .device
+            .iter()
+            .map(|(key, uuid)| PodUsage {
+                pod: format!("{}/{}", key.0, key.1),
+                container: key.2.clone(),
+                vdevice_index: key.3.clone(),
+                device_uuid: uuid.clone(),
+                memory_used_bytes: live.memory.get(key).map(|b| *b as u64),
+                memory_limit_bytes: live.limit.get(key).map(|b| *b as u64),
+                utilization_percent: live.util.get(key).copied(),
+            })
+            .collect();
+        (usage, errors)
+    })
+    .await
+    .unwrap_or_default()
+}
+
+/// The live section: per pod, container and device.
+pub fn render_usage(usage: &[PodUsage], errors: &[String]) -> String {
+    let mut out = String::new();
+    for e in errors {
+        out.push_str(&format!("monitor unreadable: {e}\n"));
+    }
+    if usage.is_empty() {
+        return out;
+    }
+    out.push_str("Pods (live, from the node monitors):\n");
+    let mut table = Table::new(&["  POD", "CONTAINER", "DEVICE", "GPU", "MEMORY USED", "UTIL"]);
+    let mib = |b: Option<u64>| b.map_or("-".to_owned(), |b| (b >> 20).to_string());
+    for u in usage {
+        table.row(vec![
+            format!("  {}", u.pod),
+            u.container.clone(),
+            u.vdevice_index.clone(),
+            u.device_uuid.clone(),
+            format!(
+                "{}/{} MiB",
+                mib(u.memory_used_bytes),
+                mib(u.memory_limit_bytes)
+            ),
+            u.utilization_percent
+                .map_or("-".to_owned(), |p| format!("{p:.0}%")),
+        ]);
+    }
+    out.push_str(&table.render());
+    out
 }
 
 pub fn render(report: &StatusReport, all: bool) -> String {

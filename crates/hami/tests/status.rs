@@ -95,3 +95,71 @@ async fn status_shows_holders_free_capacity_and_why_pods_wait() {
         "{text}"
     );
 }
+
+/// A monitor's `/metrics`, served once per connection by a thread.
+fn serve_metrics(body: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            // The whole request, so closing does not reset the connection under it.
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_live_memory_and_utilization_from_monitors() {
+    let api = ApiServer::start(Config::default()).await.unwrap();
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "hami-status-live-{}.kubeconfig",
+        std::process::id()
+    ));
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let url = serve_metrics(concat!(
+        "# TYPE hami_container_device_memory_bytes gauge\n",
+        "hami_container_device_memory_bytes{namespace=\"ml\",pod=\"a\",container=\"c\",vdevice_index=\"0\",device_uuid=\"G1\",zone=\"vGPU\"} 4294967296\n",
+        "hami_vgpu_memory_limit_bytes{namespace=\"ml\",pod=\"a\",container=\"c\",vdevice_index=\"0\",device_uuid=\"G1\",zone=\"vGPU\"} 8589934592\n",
+        "hami_container_device_utilization_ratio{namespace=\"ml\",pod=\"a\",container=\"c\",vdevice_index=\"0\",device_uuid=\"G1\",zone=\"vGPU\"} 37\n",
+    ));
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_hami"))
+            .args(["status", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(["--monitor", &url, "--monitor", "http://127.0.0.1:1/metrics"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("ml/a "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells,
+        ["ml/a", "c", "0", "G1", "4096/8192", "MiB", "37%"],
+        "{text}"
+    );
+    assert!(
+        text.contains("monitor unreadable: cannot connect to 127.0.0.1:1"),
+        "{text}"
+    );
+}

@@ -101,6 +101,9 @@ pub struct ContainerRecord {
     pub container_id: String,
     /// Host pid of the container's pid 1 (None until it is seen, or after it exited).
     pub init_pid: Option<i32>,
+    /// Host pid of the `unshare` holding its namespaces (known from the start: every
+    /// process of the container descends from it).
+    pub runtime_pid: i32,
 }
 
 impl ContainerRecord {
@@ -380,6 +383,7 @@ impl RunningContainer {
                 container: spec.container.clone(),
                 container_id: spec.container_id.clone(),
                 init_pid: None,
+                runtime_pid: child.id() as i32,
             },
             child,
             exited: false,
@@ -465,11 +469,15 @@ pub fn parent_of(pid: i32) -> Option<i32> {
 }
 
 /// The container (of `containers`) a host pid runs in: the nearest ancestor (or itself)
-/// that is a container's pid 1, as cgroup membership is inherited by children.
+/// that is a container's pid 1 or the `unshare` that made it, as cgroup membership is
+/// inherited by children.
 pub fn container_of_pid(containers: &[ContainerRecord], pid: i32) -> Option<&ContainerRecord> {
     let mut at = pid;
     for _ in 0..64 {
-        if let Some(c) = containers.iter().find(|c| c.init_pid == Some(at)) {
+        if let Some(c) = containers
+            .iter()
+            .find(|c| c.init_pid == Some(at) || c.runtime_pid == at)
+        {
             return Some(c);
         }
         at = parent_of(at)?;
