@@ -4,8 +4,14 @@
 //! generated certificate, registered through a MutatingWebhookConfiguration), the simulated
 //! kube-scheduler, two simulated AMD nodes built from the real KFD captures (an MI300X CPX
 //! node and an MI210 XGMI node) each with its device plugin, simulated kubelet and
-//! monitor; submits the pods in `examples/`; and prints one table per node of who got
-//! which slice. Every part is the real component talking the real protocol.
+//! monitor; submits the pods in `examples/` (built in); and prints one table per node of who
+//! got which slice. Every part is the real component talking the real protocol.
+//!
+//! With root and util-linux, the simulated kubelets run each app container's command
+//! (`hami-workload`, `workload.rs`) in its own PID and mount namespace with exactly the env,
+//! mounts and device nodes Allocate returned, on the stand-in HIP or CUDA runtime under the
+//! real hook; each node's stand-in driver has its kernel side here (`amdgpu_driver.rs`,
+//! `cuda_driver.rs`), and the tables show the monitors' live memory used and utilization.
 
 mod amdgpu_driver;
 mod cluster;

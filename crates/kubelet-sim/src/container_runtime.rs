@@ -119,6 +119,8 @@ pub struct RunningContainer {
     pub record: ContainerRecord,
     child: Child,
     exited: bool,
+    /// The container's layers on the host, removed once it is killed.
+    scratch: PathBuf,
 }
 
 /// A container id like a runtime's: 64 hex digits, stable for a pod uid and container name.
@@ -387,6 +389,7 @@ impl RunningContainer {
             },
             child,
             exited: false,
+            scratch: scratch.to_path_buf(),
         })
     }
 
@@ -429,6 +432,8 @@ impl RunningContainer {
         }
         self.exited = true;
         self.record.init_pid = None;
+        // Its mount namespace is gone with it: the layers are plain directories now.
+        let _ = std::fs::remove_dir_all(&self.scratch);
     }
 }
 

@@ -59,6 +59,12 @@ typedef struct {
 hipError_t hipInit(unsigned int flags);
 hipError_t hipGetDeviceCount(int *count);
 hipError_t hipSetDevice(int device);
+/* A kernel of gridX*gridY*gridZ blocks on the current device (no code runs): the caller
+ * waits blocks x FAKE_HIP_BLOCK_NS; the engine time goes to FAKE_AMDGPU_DRIVER_SOCKET. */
+hipError_t hipModuleLaunchKernel(void *f, unsigned gridX, unsigned gridY, unsigned gridZ,
+                                 unsigned blockX, unsigned blockY, unsigned blockZ,
+                                 unsigned sharedBytes, void *stream, void **params,
+                                 void **extra);
 hipError_t hipGetDevice(int *device);
 hipError_t hipDeviceTotalMem(size_t *bytes, int device);
 hipError_t hipDeviceGetAttribute(int *value, int attribute, int device);
