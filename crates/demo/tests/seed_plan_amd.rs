@@ -1,0 +1,170 @@
+//! Seed 004's test plan, AMD side, on the demo cluster (issue 15): several GPU-busy pods
+//! share one MI210, each process in its own PID namespace, each busy a known share of the
+//! time; the AMD monitor's utilization (engine time from the DRM clients, D-7) equals each
+//! pod's true share within ±3 points, summed on the device never above 100, and a killed
+//! process's share is gone within one refresh. (The NVIDIA side is
+//! `crates/cuda-hook/tests/seed_plan.rs`.) Needs root and util-linux, as the demo's
+//! containers do.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use hami_demo::{Cluster, DemoArgs, Progress, scrape};
+
+const SHARES: [(&str, f64); 3] = [("train-20", 20.0), ("infer-30", 30.0), ("tune-35", 35.0)];
+/// The demo monitors' refresh interval.
+const REFRESH: Duration = Duration::from_secs(2);
+
+fn pod(name: &str, share: f64) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  annotations: {{amd.com/use-gputype: MI210, hami.io/gpu-scheduler-policy: binpack}}
+spec:
+  containers:
+  - name: main
+    image: rocm/pytorch
+    command: ["hami-workload", "--runtime", "hip", "--memory-mib", "1024", "--busy-percent", "{share}"]
+    resources:
+      limits: {{amd.com/gpu: 1, amd.com/gpumem: 4096, amd.com/gpucores: 25}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_amd_pod_reports_its_true_share() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = std::env::temp_dir().join(format!("hami-seed-amd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, (name, share)) in SHARES.iter().enumerate() {
+        std::fs::write(dir.join(format!("{i}.yaml")), pod(name, *share)).unwrap();
+    }
+    let args = DemoArgs {
+        once: true,
+        api_listen: "127.0.0.1:0".parse().unwrap(),
+        examples: dir.clone(),
+        kubeconfig_out: dir.join("kubeconfig"),
+        settle_seconds: 20,
+        scenario: None,
+        ui_listen: "127.0.0.1:0".parse().unwrap(),
+    };
+    let mut sink = Vec::new();
+    let mut progress = Progress::new(&mut sink);
+    let cluster = Cluster::start(&args, &mut progress).await.unwrap();
+    let submitted = cluster.submit_examples(&dir, &mut progress).await.unwrap();
+    cluster
+        .settle(&submitted, Duration::from_secs(20), &mut progress)
+        .await;
+    let log = String::from_utf8_lossy(&sink).into_owned();
+    assert!(log.contains("app containers run hami-workload"), "{log}");
+    let node = cluster
+        .nodes
+        .iter()
+        .find(|n| n.name == "mi210-node")
+        .unwrap();
+    let addr = node.monitor_addr;
+    let key = |pod: &str| {
+        (
+            "default".to_owned(),
+            pod.to_owned(),
+            "main".to_owned(),
+            "0".to_owned(),
+        )
+    };
+    // (utilization, device) per pod from one scrape.
+    let read = || async move {
+        let live = tokio::task::spawn_blocking(move || scrape(addr))
+            .await
+            .unwrap();
+        SHARES
+            .iter()
+            .map(|(name, _)| {
+                (
+                    *name,
+                    (
+                        live.util.get(&key(name)).copied(),
+                        live.device.get(&key(name)).cloned().unwrap_or_default(),
+                    ),
+                )
+            })
+            .collect::<BTreeMap<_, _>>()
+    };
+    // Warm-up: every pod seen, then two more refreshes (the first window holds only part
+    // of a process's life).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = read().await;
+        if now.values().all(|(u, _)| u.is_some_and(|u| u > 0.0)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pods never showed utilization: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(2 * REFRESH).await;
+    let devices: std::collections::BTreeSet<String> =
+        read().await.values().map(|(_, d)| d.clone()).collect();
+    assert_eq!(
+        devices.len(),
+        1,
+        "binpack puts the pods on one GPU: {devices:?}"
+    );
+
+    // Measure: one reading per refresh window over five windows.
+    let mut sums: BTreeMap<&str, f64> = BTreeMap::new();
+    let windows = 5;
+    for _ in 0..windows {
+        let now = read().await;
+        let total: f64 = now.values().filter_map(|(u, _)| *u).sum();
+        assert!(total <= 100.0, "the device's pods sum to {total}: {now:?}");
+        for (name, (u, _)) in &now {
+            *sums.entry(name).or_default() += u.unwrap_or(0.0);
+        }
+        tokio::time::sleep(REFRESH).await;
+    }
+    for (name, share) in SHARES {
+        let mean = sums[name] / windows as f64;
+        assert!(
+            (mean - share).abs() <= 3.0,
+            "{name} busy {share}% of the time reported {mean:.1}% (mean of {windows} windows)"
+        );
+    }
+
+    // Kill one pod's process (pid 1 of its namespace, by host pid): its share is gone
+    // within one refresh; the others stay.
+    let victim = node
+        .kubelet
+        .containers()
+        .into_iter()
+        .find(|c| c.pod == "infer-30")
+        .and_then(|c| c.init_pid)
+        .unwrap();
+    // SAFETY: kill(2) on a process this test's kubelet-sim started.
+    assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
+    let killed = Instant::now();
+    loop {
+        let now = read().await;
+        if now["infer-30"].0.unwrap_or(0.0) == 0.0 {
+            assert!(
+                now["train-20"].0.unwrap_or(0.0) > 0.0,
+                "the others stay: {now:?}"
+            );
+            break;
+        }
+        // One refresh to notice, plus the scrape's own delay.
+        assert!(
+            killed.elapsed() < REFRESH + Duration::from_millis(1500),
+            "a killed process's share still reported {:?} after {:?}",
+            now["infer-30"],
+            killed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
