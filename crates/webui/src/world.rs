@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use hami_protocol::requests::pod_ref;
 use hami_scheduler::state::ClusterState;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
@@ -61,11 +62,7 @@ pub struct World {
 
 /// `namespace/name` (`default` when the namespace is unset).
 pub fn pod_key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
+    pod_ref(pod).to_string()
 }
 
 impl World {
