@@ -3,7 +3,7 @@
 //! `libcuda.so.1`, found through the image's library path), allocates the requested memory
 //! on each visible device (an allocation the slice refuses is reported, and a smaller
 //! fallback tried, as a framework retrying with a smaller batch does), then keeps each
-//! device busy `--busy-percent` of the wall time with 1 ms kernels (1000 blocks at the
+//! device busy `--busy-percent` of the wall time (one share for all, or one per device) with 1 ms kernels (1000 blocks at the
 //! stand-ins' default 1 µs per block): a kernel is launched whenever the device's busy
 //! time since start is below the share, else the process sleeps, so the long-run share is
 //! exact whatever the scheduler does. Runs until killed.
@@ -33,9 +33,10 @@ pub struct WorkloadArgs {
     /// What to allocate instead when `--memory-mib` is refused, MiB (0: nothing).
     #[arg(long, default_value_t = 0)]
     pub fallback_mib: u64,
-    /// Share of the wall time each device is kept busy, 1..=100.
-    #[arg(long, default_value_t = 30.0)]
-    pub busy_percent: f64,
+    /// Share of the wall time each device is kept busy, 1..=100; a comma-separated list
+    /// gives one per device in the runtime's order (the last one repeats).
+    #[arg(long, value_delimiter = ',', default_value = "30")]
+    pub busy_percent: Vec<f64>,
 }
 
 type Fn0 = unsafe extern "C" fn(c_uint) -> c_int;
@@ -316,11 +317,13 @@ fn cuda(args: &WorkloadArgs) -> Result<Vec<Box<dyn Device>>, String> {
 
 /// Runs the workload; returns only on an error (the exit status).
 pub fn run(args: &WorkloadArgs) -> std::process::ExitCode {
-    if !(args.busy_percent > 0.0 && args.busy_percent <= 100.0) {
-        eprintln!(
-            "--busy-percent {}: write a share from 1 to 100",
-            args.busy_percent
-        );
+    if let Some(bad) = args
+        .busy_percent
+        .iter()
+        .find(|p| !(**p > 0.0 && **p <= 100.0))
+        .or(args.busy_percent.is_empty().then_some(&0.0))
+    {
+        eprintln!("--busy-percent {bad}: write shares from 1 to 100");
         return std::process::ExitCode::from(2);
     }
     let devices = match args.runtime {
@@ -338,12 +341,15 @@ pub fn run(args: &WorkloadArgs) -> std::process::ExitCode {
             return std::process::ExitCode::from(1);
         }
     };
+    let shares: Vec<f64> = (0..devices.len())
+        .map(|i| args.busy_percent[i.min(args.busy_percent.len() - 1)] / 100.0)
+        .collect();
+    let said: Vec<String> = shares.iter().map(|s| format!("{}%", s * 100.0)).collect();
     println!(
-        "keeping {} device(s) busy {}% of the time",
+        "keeping {} device(s) busy {} of the time",
         devices.len(),
-        args.busy_percent
+        said.join(", ")
     );
-    let share = args.busy_percent / 100.0;
     let start = Instant::now();
     let mut busy = vec![Duration::ZERO; devices.len()];
     loop {
@@ -351,7 +357,7 @@ pub fn run(args: &WorkloadArgs) -> std::process::ExitCode {
         let behind = busy
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.as_secs_f64() < share * wall.as_secs_f64())
+            .filter(|(i, b)| b.as_secs_f64() < shares[*i] * wall.as_secs_f64())
             .min_by_key(|(_, b)| **b)
             .map(|(i, _)| i);
         match behind {
@@ -366,7 +372,8 @@ pub fn run(args: &WorkloadArgs) -> std::process::ExitCode {
             None => {
                 let next = busy
                     .iter()
-                    .map(|b| b.as_secs_f64() / share - wall.as_secs_f64())
+                    .zip(&shares)
+                    .map(|(b, share)| b.as_secs_f64() / share - wall.as_secs_f64())
                     .fold(f64::INFINITY, f64::min);
                 std::thread::sleep(Duration::from_secs_f64(next.clamp(0.0005, 0.05)));
             }

@@ -1,8 +1,10 @@
 //! Seed 004's test plan, AMD side, on the demo cluster (issue 15): several GPU-busy pods
 //! share one MI210, each process in its own PID namespace, each busy a known share of the
 //! time; the AMD monitor's utilization (engine time from the DRM clients, D-7) equals each
-//! pod's true share within ±3 points, summed on the device never above 100, and a killed
-//! process's share is gone within one refresh. (The NVIDIA side is
+//! pod's true share within ±3 points, summed on a device never above 100, a killed
+//! process's share is gone within one refresh, and a two-GPU pod whose process reorders
+//! its devices (`HIP_VISIBLE_DEVICES=1,0`) has each share on the right GPU (the driver
+//! knows the render node, whatever index the runtime gave it). (The NVIDIA side is
 //! `crates/cuda-hook/tests/seed_plan.rs`.) Needs root and util-linux, as the demo's
 //! containers do.
 
@@ -33,6 +35,33 @@ spec:
     )
 }
 
+/// Two GPUs; the process sees them reordered and keeps its device 0 busy 12 %, its device 1
+/// 4 %. The stand-in runtime numbers a container's GPUs by render minor, so after
+/// `HIP_VISIBLE_DEVICES=1,0` its device 0 is the pod's GPU with the higher minor.
+const PAIR: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: pair
+  annotations: {amd.com/use-gputype: MI210}
+spec:
+  containers:
+  - name: main
+    image: rocm/pytorch
+    command: ["env", "HIP_VISIBLE_DEVICES=1,0", "hami-workload", "--runtime", "hip", "--memory-mib", "512", "--busy-percent", "12,4"]
+    resources:
+      limits: {amd.com/gpu: 2, amd.com/gpumem: 4096, amd.com/gpucores: 25}
+"#;
+
+/// (pod, vdevice index) → true share; the pair's two entries are settled once its GPUs'
+/// render minors are known.
+const EXPECTED: [(&str, &str, f64); 5] = [
+    ("train-20", "0", 20.0),
+    ("infer-30", "0", 30.0),
+    ("tune-35", "0", 35.0),
+    ("pair", "0", f64::NAN),
+    ("pair", "1", f64::NAN),
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_amd_pod_reports_its_true_share() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -42,6 +71,7 @@ async fn each_amd_pod_reports_its_true_share() {
     for (i, (name, share)) in SHARES.iter().enumerate() {
         std::fs::write(dir.join(format!("{i}.yaml")), pod(name, *share)).unwrap();
     }
+    std::fs::write(dir.join("9-pair.yaml"), PAIR).unwrap();
     let args = DemoArgs {
         once: true,
         api_listen: "127.0.0.1:0".parse().unwrap(),
@@ -66,27 +96,28 @@ async fn each_amd_pod_reports_its_true_share() {
         .find(|n| n.name == "mi210-node")
         .unwrap();
     let addr = node.monitor_addr;
-    let key = |pod: &str| {
+    let key = |pod: &str, index: &str| {
         (
             "default".to_owned(),
             pod.to_owned(),
             "main".to_owned(),
-            "0".to_owned(),
+            index.to_owned(),
         )
     };
-    // (utilization, device) per pod from one scrape.
+    // (utilization, device) per (pod, vdevice index) from one scrape.
     let read = || async move {
         let live = tokio::task::spawn_blocking(move || scrape(addr))
             .await
             .unwrap();
-        SHARES
+        EXPECTED
             .iter()
-            .map(|(name, _)| {
+            .map(|(pod, index, _)| {
+                let k = key(pod, index);
                 (
-                    *name,
+                    (*pod, *index),
                     (
-                        live.util.get(&key(name)).copied(),
-                        live.device.get(&key(name)).cloned().unwrap_or_default(),
+                        live.util.get(&k).copied(),
+                        live.device.get(&k).cloned().unwrap_or_default(),
                     ),
                 )
             })
@@ -107,31 +138,66 @@ async fn each_amd_pod_reports_its_true_share() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tokio::time::sleep(2 * REFRESH).await;
-    let devices: std::collections::BTreeSet<String> =
-        read().await.values().map(|(_, d)| d.clone()).collect();
+    let first = read().await;
+    let devices: std::collections::BTreeSet<&String> = first
+        .iter()
+        .filter(|((pod, _), _)| *pod != "pair")
+        .map(|(_, (_, d))| d)
+        .collect();
     assert_eq!(
         devices.len(),
         1,
-        "binpack puts the pods on one GPU: {devices:?}"
+        "binpack puts the pods on one GPU: {first:?}"
+    );
+    assert_ne!(
+        first[&("pair", "0")].1,
+        first[&("pair", "1")].1,
+        "the pair has two GPUs: {first:?}"
     );
 
+    // The truth for the pair: its process's device 0 (12 %) is the GPU with the higher
+    // render minor, whichever vdevice index the pod's device list gave it.
+    let minor_of: BTreeMap<String, u32> =
+        hami_monitor::host_gpus::amd_host(&node.tree.sysfs_root())
+            .unwrap()
+            .1
+            .into_iter()
+            .map(|d| (d.info.id, d.render))
+            .collect();
+    let (m0, m1) = (
+        minor_of[&first[&("pair", "0")].1],
+        minor_of[&first[&("pair", "1")].1],
+    );
+    let pair_share = |index: &str| match (index, m0 > m1) {
+        ("0", true) | ("1", false) => 12.0,
+        _ => 4.0,
+    };
+
     // Measure: one reading per refresh window over five windows.
-    let mut sums: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut sums: BTreeMap<(&str, &str), f64> = BTreeMap::new();
     let windows = 5;
     for _ in 0..windows {
         let now = read().await;
-        let total: f64 = now.values().filter_map(|(u, _)| *u).sum();
-        assert!(total <= 100.0, "the device's pods sum to {total}: {now:?}");
-        for (name, (u, _)) in &now {
-            *sums.entry(name).or_default() += u.unwrap_or(0.0);
+        let mut per_device: BTreeMap<&String, f64> = BTreeMap::new();
+        for (at, (u, device)) in &now {
+            *per_device.entry(device).or_default() += u.unwrap_or(0.0);
+            *sums.entry(*at).or_default() += u.unwrap_or(0.0);
+        }
+        for (device, total) in per_device {
+            assert!(total <= 100.0, "{device}: its pods sum to {total}: {now:?}");
         }
         tokio::time::sleep(REFRESH).await;
     }
-    for (name, share) in SHARES {
-        let mean = sums[name] / windows as f64;
+    for (pod, index, share) in EXPECTED {
+        let share = if pod == "pair" {
+            pair_share(index)
+        } else {
+            share
+        };
+        let mean = sums[&(pod, index)] / windows as f64;
         assert!(
             (mean - share).abs() <= 3.0,
-            "{name} busy {share}% of the time reported {mean:.1}% (mean of {windows} windows)"
+            "{pod} device {index} busy {share}% of the time reported {mean:.1}% (mean of {windows} windows)"
         );
     }
 
@@ -149,9 +215,9 @@ async fn each_amd_pod_reports_its_true_share() {
     let killed = Instant::now();
     loop {
         let now = read().await;
-        if now["infer-30"].0.unwrap_or(0.0) == 0.0 {
+        if now[&("infer-30", "0")].0.unwrap_or(0.0) == 0.0 {
             assert!(
-                now["train-20"].0.unwrap_or(0.0) > 0.0,
+                now[&("train-20", "0")].0.unwrap_or(0.0) > 0.0,
                 "the others stay: {now:?}"
             );
             break;
@@ -160,7 +226,7 @@ async fn each_amd_pod_reports_its_true_share() {
         assert!(
             killed.elapsed() < REFRESH + Duration::from_millis(1500),
             "a killed process's share still reported {:?} after {:?}",
-            now["infer-30"],
+            now[&("infer-30", "0")],
             killed.elapsed()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;

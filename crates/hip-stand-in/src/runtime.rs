@@ -65,6 +65,21 @@ fn from_environ(name: &str) -> Option<String> {
         .map(|(_, value)| value.to_string_lossy().into_owned())
 }
 
+/// The devices `HIP_VISIBLE_DEVICES` leaves, in its order: indices into what the process
+/// can see, as HIP reads it; the list stops at the first entry that is not a visible
+/// index (or repeats one), as the runtime does.
+pub fn visible(minors: Vec<u32>, spec: Option<&str>) -> Vec<u32> {
+    let Some(spec) = spec else { return minors };
+    let mut out = Vec::new();
+    for item in spec.split(',').map(str::trim) {
+        match item.parse::<usize>().ok().and_then(|i| minors.get(i)) {
+            Some(m) if !out.contains(m) => out.push(*m),
+            _ => break,
+        }
+    }
+    out
+}
+
 fn init() -> Result<Runtime, String> {
     let mut config = Config::from_lookup(|key| {
         let key = std::ffi::CString::new(key).ok()?;
@@ -73,7 +88,10 @@ fn init() -> Result<Runtime, String> {
     // With a driver, the devices are the render nodes this process can see, as ROCr finds
     // them: a container has exactly the ones kubelet gave it.
     let minors = if config.driver_socket.is_some() {
-        let minors = render_minors(std::path::Path::new("/dev/dri"));
+        let minors = visible(
+            render_minors(std::path::Path::new("/dev/dri")),
+            getenv(c"HIP_VISIBLE_DEVICES").as_deref(),
+        );
         config.device_count = minors.len().min(crate::config::MAX_DEVICES);
         minors
     } else {
@@ -131,5 +149,18 @@ impl Runtime {
 
     pub fn set_current_device(&self, device: usize) {
         CURRENT_DEVICE.with(|current| current.set(device));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hip_visible_devices_reorders_and_stops_at_a_bad_entry() {
+        let minors = vec![128, 129, 130];
+        assert_eq!(super::visible(minors.clone(), None), minors);
+        assert_eq!(super::visible(minors.clone(), Some("2,0")), vec![130, 128]);
+        assert_eq!(super::visible(minors.clone(), Some("1,7,0")), vec![129]);
+        assert_eq!(super::visible(minors.clone(), Some("1,1")), vec![129]);
+        assert!(super::visible(minors, Some("x")).is_empty());
     }
 }
