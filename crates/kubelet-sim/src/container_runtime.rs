@@ -9,8 +9,9 @@
 //! - `/dev` is a fresh tmpfs holding `null`, `zero`, `full`, `random`, `urandom`, `tty`
 //!   bound from the host and the Allocate device nodes (from `dev_root`), as runc builds it;
 //! - a mount target that does not exist is created in a copy-on-write overlay of its
-//!   nearest existing ancestor directory (the image layer a runtime would create it in),
-//!   so nothing is created on the host (`/usr/local/vgpu/…`, `/etc/ld.so.preload`);
+//!   nearest existing ancestor directory (the image layer a runtime would create it in;
+//!   its upper directory in a tmpfs of the container's), so nothing is created on the host
+//!   (`/usr/local/vgpu/…`, `/etc/ld.so.preload`);
 //! - mounts are bound parents first; `/etc/ld.so.preload` last, as it changes every later
 //!   `exec` of the script;
 //! - read-only mounts are remounted read-only.
@@ -269,9 +270,17 @@ pub fn setup_script(
                 ));
             }
             if !layered.iter().any(|l| ancestor.starts_with(l)) {
+                // The layer lives in a tmpfs of the container's own: an overlay's upper
+                // directory cannot be on every filesystem (not on overlayfs, as /tmp is in
+                // many CI containers), and it vanishes with the namespace.
                 let layer = scratch.join(format!("layer-{n}"));
                 let (upper, work) = (layer.join("upper"), layer.join("work"));
-                lines.push(format!("mkdir -p {} {}", q(&upper), q(&work)));
+                lines.push(format!(
+                    "mkdir -p {l} && mount -t tmpfs -o mode=755 tmpfs {l} && mkdir -p {} {}",
+                    q(&upper),
+                    q(&work),
+                    l = q(&layer)
+                ));
                 lines.push(format!(
                     "mount -t overlay overlay -o {} {}",
                     quote(&format!(
