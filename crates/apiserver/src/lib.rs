@@ -17,6 +17,7 @@ pub mod connections;
 pub mod depth;
 pub mod discovery;
 pub mod event_mirror;
+pub mod event_ttl;
 pub mod faults;
 pub mod http;
 pub mod kubeconfig;
@@ -63,6 +64,12 @@ pub struct Config {
     pub data_dir: Option<PathBuf>,
     /// Watch events kept for resuming watches; older resourceVersions get 410 Expired.
     pub history_limit: usize,
+    /// Watch events older than this are dropped from the history too (410 Expired).
+    pub history_max_age: Duration,
+    /// Events are deleted this long after their last write (kube-apiserver's `--event-ttl`).
+    pub event_ttl: Duration,
+    /// At most this many Events are kept (core and events.k8s.io together); the oldest go.
+    pub max_events: usize,
     /// Events buffered per watcher before a slow watcher is ended with 410.
     pub watch_buffer: usize,
     /// Interval of BOOKMARK events for watches that allow them.
@@ -92,6 +99,9 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: None,
             history_limit: store::DEFAULT_HISTORY,
+            history_max_age: store::DEFAULT_HISTORY_AGE,
+            event_ttl: store::DEFAULT_EVENT_TTL,
+            max_events: store::DEFAULT_MAX_EVENTS,
             watch_buffer: 16 * 1024,
             bookmark_interval: Duration::from_secs(10),
             default_watch_timeout: Duration::from_secs(1800),
@@ -112,6 +122,8 @@ impl ApiServer {
     /// Binds, loads persisted state if any, and serves in a background task.
     pub async fn start(config: Config) -> anyhow::Result<RunningApiServer> {
         let mut store = Store::new(config.history_limit);
+        store.set_history_max_age(config.history_max_age);
+        store.set_event_bounds(config.event_ttl, config.max_events);
         let persistence = match &config.data_dir {
             Some(dir) => Some(persistence::Persistence::open(dir, &mut store)?),
             None => None,
@@ -217,6 +229,12 @@ impl RunningApiServer {
 
     pub fn clear_request_log(&self) {
         self.state.log.clear()
+    }
+
+    /// What the store holds (objects, Events, watch history) and the request log's length:
+    /// for soaks and bounds tests.
+    pub fn store_stats(&self) -> (store::StoreStats, usize) {
+        (self.state.read(|s| s.stats()), self.state.log.len())
     }
 
     /// The current global resourceVersion.

@@ -67,6 +67,15 @@ impl RequestLog {
             .collect()
     }
 
+    /// Records kept.
+    pub fn len(&self) -> usize {
+        self.records.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn clear(&self) {
         self.records
             .lock()

@@ -150,6 +150,29 @@ impl LabelSelector {
     }
 }
 
+/// The canonical query-string form (`a=b,c!=d,e in (f,g),h notin (i),j,!k`), which
+/// [`LabelSelector::parse`] reads back to the same selector (the fuzz target
+/// `apiserver_selectors` holds it to that).
+impl std::fmt::Display for LabelSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(",");
+        for (i, r) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            match r {
+                LabelReq::Eq(k, v) => write!(f, "{k}={v}")?,
+                LabelReq::NotEq(k, v) => write!(f, "{k}!={v}")?,
+                LabelReq::In(k, s) => write!(f, "{k} in ({})", set(s))?,
+                LabelReq::NotIn(k, s) => write!(f, "{k} notin ({})", set(s))?,
+                LabelReq::Exists(k) => f.write_str(k)?,
+                LabelReq::NotExists(k) => write!(f, "!{k}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A parsed field selector: `field=value` / `field!=value` terms, all of which must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSelector(pub Vec<(String, bool, String)>);
@@ -223,21 +246,113 @@ pub fn field_value(obj: &Value, field: &str) -> String {
     }
 }
 
+/// The canonical query-string form (`f=v,g!=w`, values escaped), which
+/// [`FieldSelector::parse`] reads back to the same selector.
+impl std::fmt::Display for FieldSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (field, eq, value)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            let op = if *eq { "=" } else { "!=" };
+            write!(f, "{field}{op}{}", escape_value(value))?;
+        }
+        Ok(())
+    }
+}
+
+/// Splits a field selector on the commas that are not escaped (`\,`).
+fn split_unescaped_commas(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut escaped) = (0, false);
+    for (i, c) in s.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            ',' => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+/// The field, operator (`true` for `=`/`==`) and raw value of one term: the first operator
+/// from the left wins, as in apimachinery's `splitTerm` (so `a==b=c` is `a`, `==`, `b=c`,
+/// which then fails for the unescaped `=`).
+fn split_term(term: &str) -> Option<(&str, bool, &str)> {
+    let mut escaped = false;
+    for (i, c) in term.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        if c == '\\' {
+            escaped = true;
+            continue;
+        }
+        let rest = &term[i..];
+        for (op, eq) in [("!=", false), ("==", true), ("=", true)] {
+            if let Some(value) = rest.strip_prefix(op) {
+                return Some((&term[..i], eq, value));
+            }
+        }
+    }
+    None
+}
+
+/// A field selector value with its escapes (`\\`, `\,`, `\=`) undone; an unescaped `,` or
+/// `=`, or any other escape, is an error (apimachinery's `UnescapeValue`).
+fn unescape_value(v: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(v.len());
+    let mut escaped = false;
+    for c in v.chars() {
+        if escaped {
+            if !matches!(c, '\\' | ',' | '=') {
+                return Err(format!("invalid escape sequence: '\\{c}'"));
+            }
+            out.push(c);
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' => escaped = true,
+            ',' | '=' => return Err(format!("unescaped rune: '{c}'")),
+            _ => out.push(c),
+        }
+    }
+    if escaped {
+        return Err("invalid escape sequence: a trailing '\\'".into());
+    }
+    Ok(out)
+}
+
+/// The inverse of [`unescape_value`].
+fn escape_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        if matches!(c, '\\' | ',' | '=') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 impl FieldSelector {
+    /// Parses `field=value,field!=value` as kube-apiserver does: terms split on unescaped
+    /// commas, the first operator in a term wins, values unescaped (`\,`, `\=`, `\\`).
     pub fn parse(s: &str, plural: &str) -> Result<Self, ApiError> {
         let mut terms = Vec::new();
         if s.trim().is_empty() {
             return Ok(FieldSelector(terms));
         }
-        for part in s.split(',') {
+        for part in split_unescaped_commas(s) {
             let p = part.trim();
-            let (field, eq, value) = if let Some((f, v)) = p.split_once("!=") {
-                (f, false, v)
-            } else if let Some((f, v)) = p.split_once("==") {
-                (f, true, v)
-            } else if let Some((f, v)) = p.split_once('=') {
-                (f, true, v)
-            } else {
+            let Some((field, eq, value)) = split_term(p) else {
                 return Err(ApiError::bad_request(format!(
                     "invalid selector: '{s}'; can't understand '{p}'"
                 )));
@@ -251,7 +366,10 @@ impl FieldSelector {
                     "field label not supported: {field}"
                 )));
             }
-            terms.push((field.to_string(), eq, value.trim().to_string()));
+            let value = unescape_value(value.trim()).map_err(|e| {
+                ApiError::bad_request(format!("invalid field selector: '{s}': {e}"))
+            })?;
+            terms.push((field.to_string(), eq, value));
         }
         Ok(FieldSelector(terms))
     }
@@ -322,6 +440,15 @@ mod tests {
         assert!(FieldSelector::parse("spec.bogus=x", "pods").is_err());
         assert!(FieldSelector::parse("spec.nodeName=x", "configmaps").is_err());
         assert!(FieldSelector::parse("nonsense", "pods").is_err());
+        // The first operator wins; an unescaped `=` or `,` in a value is refused, escaped
+        // ones are the characters (found by the apiserver_selectors fuzz target).
+        assert!(FieldSelector::parse("status.phase==a==b", "pods").is_err());
+        let fs = FieldSelector::parse(r"spec.nodeName=a\=b\,c\\,status.phase!=x", "pods").unwrap();
+        assert_eq!(fs.0[0], ("spec.nodeName".into(), true, r"a=b,c\".into()));
+        assert_eq!(fs.0[1], ("status.phase".into(), false, "x".into()));
+        assert_eq!(FieldSelector::parse(&fs.to_string(), "pods").unwrap(), fs);
+        assert!(FieldSelector::parse(r"spec.nodeName=a\x", "pods").is_err());
+        assert!(FieldSelector::parse("spec.nodeName=a\\", "pods").is_err());
         let unscheduled = json!({"metadata": {"name": "b"}, "spec": {}});
         assert!(
             FieldSelector::parse("spec.nodeName=", "pods")

@@ -4,9 +4,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::event_ttl::EventExpiry;
 use crate::managed_fields;
 use crate::meta;
 use crate::patch::{self, PatchType};
@@ -100,7 +102,18 @@ impl DeleteOptions {
 
 type Key = (String, String);
 
-pub const DEFAULT_HISTORY: usize = 10_000;
+/// Watch-history entries kept (all types together). Under the soak's churn (~30 writes/s,
+/// ~1.8 KiB of JSON each) that is over two minutes of history, ~7 MiB; kube-apiserver's
+/// watch cache keeps 100 per type by default and sends older watches to etcd, which keeps
+/// up to its 5-minute compaction ([`DEFAULT_HISTORY_AGE`]).
+pub const DEFAULT_HISTORY: usize = 4096;
+
+/// Watch-history entries older than this are dropped (a watch from before them gets 410
+/// Expired and relists): etcd's default compaction interval under kube-apiserver, after
+/// which it answers the same.
+pub const DEFAULT_HISTORY_AGE: Duration = Duration::from_secs(300);
+
+pub use crate::event_ttl::{DEFAULT_EVENT_TTL, DEFAULT_MAX_EVENTS};
 
 /// The namespaces a fresh Kubernetes cluster has.
 pub const DEFAULT_NAMESPACES: &[&str] =
@@ -111,6 +124,13 @@ pub struct Store {
     objects: Vec<BTreeMap<Key, Arc<StoredObject>>>,
     history: VecDeque<Arc<WatchEvent>>,
     history_limit: usize,
+    /// When each `history` entry was written (same order and length).
+    history_times: VecDeque<Instant>,
+    history_max_age: Duration,
+    /// Which Events go when (kube-apiserver's event TTL, plus a count bound).
+    event_expiry: EventExpiry,
+    /// Set while expired Events are being deleted (their deletes are commits too).
+    expiring: bool,
     /// Every event with rv > `compacted_rv` is in `history`.
     compacted_rv: u64,
     pending: Vec<Arc<WatchEvent>>,
@@ -118,6 +138,20 @@ pub struct Store {
     pub ctx: WriteContext,
     /// Internal: skip update bookkeeping of managedFields (apply does its own).
     applying: bool,
+}
+
+/// See [`Store::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Objects of every type, and the length of their JSON.
+    pub objects: usize,
+    pub object_bytes: usize,
+    /// Of those, Events (core `v1` and `events.k8s.io/v1`).
+    pub events: usize,
+    /// Watch-history entries, and the JSON they hold (each distinct text once, shared with
+    /// the live objects included).
+    pub history: usize,
+    pub history_bytes: usize,
 }
 
 /// The request-level options of a write.
@@ -247,11 +281,27 @@ impl Store {
             objects: RESOURCES.iter().map(|_| BTreeMap::new()).collect(),
             history: VecDeque::new(),
             history_limit: history_limit.max(1),
+            history_times: VecDeque::new(),
+            history_max_age: DEFAULT_HISTORY_AGE,
+            event_expiry: EventExpiry::default(),
+            expiring: false,
             compacted_rv: 0,
             pending: Vec::new(),
             ctx: WriteContext::default(),
             applying: false,
         }
+    }
+
+    /// Events older than `ttl` since their last write are deleted, and the oldest beyond
+    /// `max` (defaults: [`DEFAULT_EVENT_TTL`], [`DEFAULT_MAX_EVENTS`]).
+    pub fn set_event_bounds(&mut self, ttl: Duration, max: usize) {
+        self.event_expiry.ttl = ttl;
+        self.event_expiry.max = max;
+    }
+
+    /// Watch-history entries older than `age` are dropped (default [`DEFAULT_HISTORY_AGE`]).
+    pub fn set_history_max_age(&mut self, age: Duration) {
+        self.history_max_age = age;
     }
 
     /// Creates `default`, `kube-system`, `kube-public` and `kube-node-lease` if missing.
@@ -276,6 +326,32 @@ impl Store {
     /// The oldest resourceVersion a watch may start from.
     pub fn compacted_rv(&self) -> u64 {
         self.compacted_rv
+    }
+
+    /// What the store holds right now (objects, Events, watch history), in entries and JSON
+    /// bytes: the figures that must stay bounded under churn.
+    pub fn stats(&self) -> StoreStats {
+        let mut st = StoreStats {
+            history: self.history.len(),
+            ..StoreStats::default()
+        };
+        for (r, map) in RESOURCES.iter().zip(&self.objects) {
+            st.objects += map.len();
+            st.object_bytes += map.values().map(|o| o.json.len()).sum::<usize>();
+            if r.plural == "events" {
+                st.events += map.len();
+            }
+        }
+        // Texts an entry shares with a stored object or another entry count once.
+        let mut seen = std::collections::HashSet::new();
+        for ev in &self.history {
+            for o in std::iter::once(&ev.object).chain(&ev.prev) {
+                if seen.insert(Arc::as_ptr(&o.json) as *const u8) {
+                    st.history_bytes += o.json.len();
+                }
+            }
+        }
+        st
     }
 
     /// Number of objects of one type.
@@ -305,6 +381,7 @@ impl Store {
             }
             if self.history.back().is_some_and(|h| Arc::ptr_eq(h, ev)) {
                 self.history.pop_back();
+                self.history_times.pop_back();
             }
         }
     }
@@ -312,6 +389,7 @@ impl Store {
     /// Forgets the watch history: any watch from an older resourceVersion gets 410 Expired.
     pub fn expire_history(&mut self) {
         self.history.clear();
+        self.history_times.clear();
         self.compacted_rv = self.rv;
     }
 
@@ -332,6 +410,13 @@ impl Store {
         if let Ok(rv) = obj_rv(&obj).parse::<u64>() {
             self.rv = self.rv.max(rv);
         }
+        if r.plural == "events" {
+            // The TTL of a restored Event starts again, as a restarted server's would.
+            self.event_expiry.written(
+                (resource_index(r), (ns.clone(), name.clone())),
+                Instant::now(),
+            );
+        }
         self.objects[resource_index(r)]
             .insert((ns, name), Arc::new(StoredObject::from_value(r, &obj)));
         self.compacted_rv = self.rv;
@@ -340,7 +425,11 @@ impl Store {
 
     /// Removes an object without an event (restore from persistence).
     pub fn restore_delete(&mut self, r: &'static ResourceType, ns: &str, name: &str, rv: u64) {
-        self.objects[resource_index(r)].remove(&(ns.to_string(), name.to_string()));
+        let key = (ns.to_string(), name.to_string());
+        if r.plural == "events" {
+            self.event_expiry.deleted(&(resource_index(r), key.clone()));
+        }
+        self.objects[resource_index(r)].remove(&key);
         self.rv = self.rv.max(rv);
         self.compacted_rv = self.rv;
     }
@@ -479,11 +568,20 @@ impl Store {
         self.rv += 1;
         set_meta(&mut obj, "resourceVersion", json!(self.rv.to_string()));
         let stored = Arc::new(StoredObject::from_value(r, &obj));
-        let map = &mut self.objects[resource_index(r)];
+        let idx = resource_index(r);
+        let map = &mut self.objects[idx];
         if ty == EventType::Deleted {
             map.remove(&key);
         } else {
             map.insert(key.clone(), stored.clone());
+        }
+        let now = Instant::now();
+        if r.plural == "events" {
+            if ty == EventType::Deleted {
+                self.event_expiry.deleted(&(idx, key.clone()));
+            } else {
+                self.event_expiry.written((idx, key.clone()), now);
+            }
         }
         let ev = Arc::new(WatchEvent {
             rv: self.rv,
@@ -496,7 +594,14 @@ impl Store {
         });
         let obj = Arc::new(obj);
         self.history.push_back(ev.clone());
-        while self.history.len() > self.history_limit {
+        self.history_times.push_back(now);
+        while self.history.len() > self.history_limit
+            || self
+                .history_times
+                .front()
+                .is_some_and(|t| now.duration_since(*t) > self.history_max_age)
+        {
+            self.history_times.pop_front();
             if let Some(old) = self.history.pop_front() {
                 self.compacted_rv = old.rv;
             }
@@ -505,7 +610,23 @@ impl Store {
         if r.group == "events.k8s.io" && r.plural == "events" {
             self.mirror_event(ty, &obj);
         }
+        if !self.expiring {
+            self.expire_events(now);
+        }
         obj
+    }
+
+    /// Deletes the Events past their TTL or beyond the count bound (DELETED events for
+    /// watchers and the journal; an `events.k8s.io` Event takes its core mirror along).
+    fn expire_events(&mut self, now: Instant) {
+        self.expiring = true;
+        while let Some((idx, key)) = self.event_expiry.next_expired(now) {
+            let r = &RESOURCES[idx];
+            if let Some(prev) = self.objects[idx].get(&key).cloned() {
+                self.commit(r, key, prev.to_value(), Some(prev), EventType::Deleted);
+            }
+        }
+        self.expiring = false;
     }
 
     /// Keeps the core `v1` copy of an `events.k8s.io/v1` Event (see `event_mirror`).

@@ -186,6 +186,25 @@ pub fn validate(r: &ResourceType, obj: &Value) -> Causes {
             }
         }
     }
+    if r.group == "events.k8s.io"
+        && let Some(series) = obj.get("series").filter(|s| !s.is_null())
+    {
+        // kube-apiserver's ValidateEventCreate/Update: a series is a repeat, with its time.
+        if series
+            .get("count")
+            .and_then(Value::as_i64)
+            .is_none_or(|c| c < 2)
+        {
+            causes.push(("series.count", "Invalid value: should be at least 2".into()));
+        }
+        if series
+            .get("lastObservedTime")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            causes.push(("series.lastObservedTime", "Required value".into()));
+        }
+    }
     if r.plural == "mutatingwebhookconfigurations"
         && let Some(hooks) = obj.get("webhooks").and_then(Value::as_array)
     {
@@ -279,6 +298,21 @@ mod tests {
         assert_eq!(pod_qos_class(&g), "Guaranteed");
         let b = json!({"spec": {"containers": [{"name": "a", "resources": {"limits": {"nvidia.com/gpu": 1}, "requests": {"cpu": "1"}}}]}});
         assert_eq!(pod_qos_class(&b), "Burstable");
+    }
+
+    #[test]
+    fn event_series_needs_a_count_and_a_time() {
+        let ev = crate::resources::lookup("events.k8s.io", "v1", "events").unwrap();
+        let with = |series: Value| json!({"metadata": {"name": "e"}, "series": series});
+        assert_eq!(validate(ev, &with(json!({}))).len(), 2);
+        assert!(
+            validate(
+                ev,
+                &with(json!({"count": 2, "lastObservedTime": "2026-01-01T00:00:00.000000Z"}))
+            )
+            .is_empty()
+        );
+        assert!(validate(ev, &json!({"metadata": {"name": "e"}})).is_empty());
     }
 
     #[test]

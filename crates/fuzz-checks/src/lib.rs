@@ -7,11 +7,16 @@
 //! decoders are total (no panic on any input, errors are the typed ones) and what they
 //! accept round-trips: `decode(encode(decode(x))) == decode(x)`.
 
+mod apiserver;
 mod control_plane;
 mod node;
 mod plugin_inputs;
 mod protocol_codecs;
 
+pub use apiserver::{
+    apiserver_json_body, apiserver_patch, apiserver_protobuf_body, apiserver_selectors,
+    apiserver_yaml_body,
+};
 pub use control_plane::{admission_review, extender_json};
 pub use node::{fdinfo, hami_core_region, hip_region, kfd_properties};
 pub use plugin_inputs::{hook_config, kubelet_messages, run_mapping};
@@ -46,6 +51,11 @@ pub const TARGETS: &[Target] = &[
     ("hook_config", hook_config),
     ("kubelet_messages", kubelet_messages),
     ("run_mapping", run_mapping),
+    ("apiserver_json_body", apiserver_json_body),
+    ("apiserver_yaml_body", apiserver_yaml_body),
+    ("apiserver_protobuf_body", apiserver_protobuf_body),
+    ("apiserver_patch", apiserver_patch),
+    ("apiserver_selectors", apiserver_selectors),
 ];
 
 /// Text of the input when it is UTF-8: most wire formats are strings (annotations, env

@@ -20,49 +20,73 @@ pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
 /// The four bytes that start every Kubernetes protobuf document.
 pub const MAGIC: &[u8] = b"k8s\0";
 
-fn message<M: Message + Default + ToJson>(raw: &[u8], kind: &str) -> Result<Value, ApiError> {
-    M::decode(raw).map(|m| m.to_json()).map_err(|e| {
-        ApiError::bad_request(format!("error decoding the protobuf body as a {kind}: {e}"))
-    })
+/// One decoded message: its JSON form, and (when asked for) its canonical re-encoding.
+type Decoded = (Value, Option<Vec<u8>>);
+
+fn message<M: Message + Default + ToJson>(
+    raw: &[u8],
+    kind: &str,
+    reencode: bool,
+) -> Result<Decoded, ApiError> {
+    M::decode(raw)
+        .map(|m| (m.to_json(), reencode.then(|| m.encode_to_vec())))
+        .map_err(|e| {
+            ApiError::bad_request(format!("error decoding the protobuf body as a {kind}: {e}"))
+        })
 }
 
 /// The JSON form of one message, by the apiVersion and kind the envelope names.
 pub fn decode_kind(api_version: &str, kind: &str, raw: &[u8]) -> Result<Value, ApiError> {
+    dispatch(api_version, kind, raw, false).map(|(v, _)| v)
+}
+
+/// As [`decode_kind`], plus the message re-encoded by prost (unknown fields dropped, fields
+/// in canonical order). For round-trip checks (the `apiserver_protobuf_body` fuzz target):
+/// decoding the re-encoding must give the same JSON.
+pub fn decode_kind_reencoded(
+    api_version: &str,
+    kind: &str,
+    raw: &[u8],
+) -> Result<(Value, Vec<u8>), ApiError> {
+    dispatch(api_version, kind, raw, true).map(|(v, b)| (v, b.unwrap_or_default()))
+}
+
+fn dispatch(api_version: &str, kind: &str, raw: &[u8], re: bool) -> Result<Decoded, ApiError> {
     use k8s_pb::api::{
         admissionregistration, authentication, coordination, core, events, policy, rbac,
     };
     use k8s_pb::apimachinery::pkg::apis::meta;
     match (api_version, kind) {
-        ("v1", "Namespace") => message::<core::v1::Namespace>(raw, kind),
-        ("v1", "Node") => message::<core::v1::Node>(raw, kind),
-        ("v1", "Pod") => message::<core::v1::Pod>(raw, kind),
-        ("v1", "Event") => message::<core::v1::Event>(raw, kind),
-        ("v1", "ConfigMap") => message::<core::v1::ConfigMap>(raw, kind),
-        ("v1", "Secret") => message::<core::v1::Secret>(raw, kind),
-        ("v1", "ResourceQuota") => message::<core::v1::ResourceQuota>(raw, kind),
-        ("v1", "ServiceAccount") => message::<core::v1::ServiceAccount>(raw, kind),
-        ("v1", "Binding") => message::<core::v1::Binding>(raw, kind),
-        ("policy/v1", "Eviction") => message::<policy::v1::Eviction>(raw, kind),
+        ("v1", "Namespace") => message::<core::v1::Namespace>(raw, kind, re),
+        ("v1", "Node") => message::<core::v1::Node>(raw, kind, re),
+        ("v1", "Pod") => message::<core::v1::Pod>(raw, kind, re),
+        ("v1", "Event") => message::<core::v1::Event>(raw, kind, re),
+        ("v1", "ConfigMap") => message::<core::v1::ConfigMap>(raw, kind, re),
+        ("v1", "Secret") => message::<core::v1::Secret>(raw, kind, re),
+        ("v1", "ResourceQuota") => message::<core::v1::ResourceQuota>(raw, kind, re),
+        ("v1", "ServiceAccount") => message::<core::v1::ServiceAccount>(raw, kind, re),
+        ("v1", "Binding") => message::<core::v1::Binding>(raw, kind, re),
+        ("policy/v1", "Eviction") => message::<policy::v1::Eviction>(raw, kind, re),
         ("authentication.k8s.io/v1", "TokenRequest") => {
-            message::<authentication::v1::TokenRequest>(raw, kind)
+            message::<authentication::v1::TokenRequest>(raw, kind, re)
         }
-        ("coordination.k8s.io/v1", "Lease") => message::<coordination::v1::Lease>(raw, kind),
-        ("events.k8s.io/v1", "Event") => message::<events::v1::Event>(raw, kind),
+        ("coordination.k8s.io/v1", "Lease") => message::<coordination::v1::Lease>(raw, kind, re),
+        ("events.k8s.io/v1", "Event") => message::<events::v1::Event>(raw, kind, re),
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
-            message::<rbac::v1::ClusterRole>(raw, kind)
+            message::<rbac::v1::ClusterRole>(raw, kind, re)
         }
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
-            message::<rbac::v1::ClusterRoleBinding>(raw, kind)
+            message::<rbac::v1::ClusterRoleBinding>(raw, kind, re)
         }
-        ("rbac.authorization.k8s.io/v1", "Role") => message::<rbac::v1::Role>(raw, kind),
+        ("rbac.authorization.k8s.io/v1", "Role") => message::<rbac::v1::Role>(raw, kind, re),
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => {
-            message::<rbac::v1::RoleBinding>(raw, kind)
+            message::<rbac::v1::RoleBinding>(raw, kind, re)
         }
         ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
-            message::<admissionregistration::v1::MutatingWebhookConfiguration>(raw, kind)
+            message::<admissionregistration::v1::MutatingWebhookConfiguration>(raw, kind, re)
         }
         // client-go sends DeleteOptions in the version of the resource it deletes.
-        (_, "DeleteOptions") => message::<meta::v1::DeleteOptions>(raw, kind),
+        (_, "DeleteOptions") => message::<meta::v1::DeleteOptions>(raw, kind, re),
         _ => Err(ApiError::new(
             415,
             "UnsupportedMediaType",
@@ -73,9 +97,17 @@ pub fn decode_kind(api_version: &str, kind: &str, raw: &[u8]) -> Result<Value, A
     }
 }
 
-/// Decodes a protobuf request body into the JSON object it stands for, `apiVersion` and
-/// `kind` included.
-pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
+/// What the `runtime.Unknown` envelope of a protobuf body names, and the message it carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    pub api_version: String,
+    pub kind: String,
+    pub raw: Vec<u8>,
+}
+
+/// Reads the magic and the `runtime.Unknown` envelope of a protobuf body (400 when either is
+/// malformed, 415 for a content encoding we do not decode); the message is left undecoded.
+pub fn envelope(body: &[u8]) -> Result<Envelope, ApiError> {
     let rest = body.strip_prefix(MAGIC).ok_or_else(|| {
         ApiError::bad_request(format!(
             "the {MEDIA_TYPE} body does not start with the Kubernetes magic number \"k8s\\x00\""
@@ -98,13 +130,22 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
         ));
     }
     let tm = unknown.type_meta.unwrap_or_default();
-    let api_version = tm.api_version.unwrap_or_default();
-    let kind = tm.kind.unwrap_or_default();
-    let mut obj = decode_kind(
-        &api_version,
-        &kind,
-        unknown.raw.as_deref().unwrap_or_default(),
-    )?;
+    Ok(Envelope {
+        api_version: tm.api_version.unwrap_or_default(),
+        kind: tm.kind.unwrap_or_default(),
+        raw: unknown.raw.unwrap_or_default(),
+    })
+}
+
+/// Decodes a protobuf request body into the JSON object it stands for, `apiVersion` and
+/// `kind` included.
+pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
+    let Envelope {
+        api_version,
+        kind,
+        raw,
+    } = envelope(body)?;
+    let mut obj = decode_kind(&api_version, &kind, &raw)?;
     if let Some(m) = obj.as_object_mut() {
         m.insert("apiVersion".into(), Value::String(api_version));
         m.insert("kind".into(), Value::String(kind));

@@ -216,3 +216,33 @@ fn accept_headers() {
         assert!(!accepts_json(a), "{a}");
     }
 }
+
+/// A Quantity message without its string field is Go's zero Quantity, "0" in JSON; a null
+/// in `limits` would leave the stored pod unreadable to typed clients (found by the
+/// apiserver_protobuf_body fuzz target).
+#[test]
+fn quantity_without_its_string_is_zero() {
+    let pod = core::Pod {
+        metadata: Some(meta::ObjectMeta {
+            name: s("p"),
+            ..Default::default()
+        }),
+        spec: Some(core::PodSpec {
+            containers: vec![core::Container {
+                name: s("c"),
+                resources: Some(core::ResourceRequirements {
+                    limits: BTreeMap::from([("cpu".into(), Quantity { string: None })]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let v = decode(&envelope("v1", "Pod", &pod)).unwrap();
+    assert_eq!(
+        v["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+        "0"
+    );
+}

@@ -192,9 +192,11 @@ impl ToJson for Duration {
     }
 }
 
+/// A Quantity message without its string is Go's zero Quantity, which it writes as "0"
+/// (a null in a resource map would make the object unreadable to typed clients).
 impl ToJson for Quantity {
     fn to_json(&self) -> Value {
-        self.string.clone().map_or(Value::Null, Value::String)
+        Value::String(self.string.clone().unwrap_or_else(|| "0".into()))
     }
 }
 
