@@ -12,11 +12,52 @@
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::DistinguishedName;
+use rustls::client::danger::{ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
+
+/// The handshake-signature half of a rustls verifier (client or server side), which only
+/// the certificate check differs in: checks with `self.<field>`, a `CryptoProvider`.
+macro_rules! handshake_signatures {
+    ($provider:tt) => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &::rustls::pki_types::CertificateDer<'_>,
+            dss: &::rustls::DigitallySignedStruct,
+        ) -> Result<::rustls::client::danger::HandshakeSignatureValid, ::rustls::Error> {
+            ::rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.$provider.signature_verification_algorithms,
+            )
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &::rustls::pki_types::CertificateDer<'_>,
+            dss: &::rustls::DigitallySignedStruct,
+        ) -> Result<::rustls::client::danger::HandshakeSignatureValid, ::rustls::Error> {
+            ::rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.$provider.signature_verification_algorithms,
+            )
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<::rustls::SignatureScheme> {
+            self.$provider
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    };
+}
+pub(crate) use handshake_signatures;
 
 /// How long replaced pins stay accepted.
 pub const ROTATION_GRACE: Duration = Duration::from_secs(600);
@@ -108,39 +149,7 @@ impl ClientCertVerifier for PinnedClients {
         }
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    handshake_signatures!(provider);
 }
 
 /// Accepts a server that presents a pinned certificate (whatever name it is reached by:
@@ -174,39 +183,7 @@ impl ServerCertVerifier for PinnedServer {
         }
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    handshake_signatures!(provider);
 }
 
 #[cfg(test)]

@@ -473,6 +473,7 @@ async fn init_container_pods_count_at_their_peak() {
     .await
     .unwrap();
     wait_bound(&c.client, "fits").await;
+    // Deliberate: a non-event has no condition to wait on; give a wrong bind time to happen.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         pods.get("too-much")

@@ -106,7 +106,13 @@ async fn leader_killed_during_bind_no_double_booking() {
         b.scheduler.synced()
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // b has read the Lease and found a holding it (it tried and deferred, not yet tried).
+    until(
+        "replica b sees replica a's lease",
+        Duration::from_secs(5),
+        || b.scheduler.leader.holder().as_deref() == Some("replica-a"),
+    )
+    .await;
     assert!(
         a.scheduler.leader.is_leader() && !b.scheduler.leader.is_leader(),
         "exactly one leader"
@@ -148,8 +154,19 @@ async fn leader_killed_during_bind_no_double_booking() {
     );
     let a_sched = a.scheduler.clone();
     let p1_bind = bind_args(&p1);
+    api.clear_request_log();
     let bind = tokio::spawn(async move { a_sched.bind(p1_bind).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The bind is under way: it has read node n to take the node lock (held by the blocker).
+    until(
+        "the leader's bind reads the node lock",
+        Duration::from_secs(5),
+        || {
+            api.request_log()
+                .iter()
+                .any(|r| r.verb == "get" && r.resource == "nodes" && r.name.as_deref() == Some("n"))
+        },
+    )
+    .await;
     // Kill the leader: its bind and its lease renewals stop.
     bind.abort();
     a.election.abort();

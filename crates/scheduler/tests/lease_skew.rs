@@ -117,6 +117,8 @@ async fn a_hung_renewal_is_abandoned() {
         assert!(Instant::now() < deadline, "leadership outlived its lease");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // Deliberate, the scenario itself: the server stays hung a while past the lapse, so the
+    // renewal in flight is one that must be abandoned.
     tokio::time::sleep(Duration::from_millis(500)).await;
     api.faults().set_latency(Duration::ZERO);
     let cleared = Instant::now();

@@ -103,7 +103,8 @@ async fn killed_and_stalled_watches_make_the_scheduler_unready_until_they_recove
         .create(&PostParams::default(), &pod)
         .await
         .unwrap();
-    // A quiet cluster stays ready across several server-side watch timeouts (1 s).
+    // A quiet cluster stays ready across several server-side watch timeouts (1 s): the
+    // sleep is the thing under test (a non-event), not synchronisation.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(readyz(port).0, 200, "a quiet watch is not a stalled one");
 
