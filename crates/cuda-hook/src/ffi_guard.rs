@@ -6,10 +6,10 @@
 //!
 //! ## Fault injection (debug builds only)
 //!
-//! In a build with debug assertions (`cargo test`, `cargo build`; never the `--release`
-//! build the images ship), `VGPU_TEST_PANIC_IN=<name>[,<name>…]` (or `*`) makes the guard of
-//! those exports panic before their body runs, so `tests/internal_errors.rs` can check every
-//! export's fallback in a real process; `<name>#<n>` panics only the n-th time. A few [`fault_point`]s
+//! In a build with debug assertions (`cargo test`, `cargo build`; never the `--release` build
+//! the images ship), `VGPU_TEST_PANIC_IN=<name>[,<name>…]` (or `*`) makes the guard of those
+//! exports panic before their body runs, so `tests/internal_errors.rs` can check every export's
+//! fallback in a real process; `<name>#<n>` panics only the n-th time. A few [`fault_point`]s
 //! inside the state (with its lock held) are named the same way, to poison it. A release
 //! library has no such code: no variable can make a production hook panic. (Gated on
 //! `debug_assertions` rather than a feature so that every debug build of the hook — its own

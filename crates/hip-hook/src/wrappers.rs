@@ -256,8 +256,8 @@ unsafe fn linear(
 /// `hipMalloc` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipMalloc`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipMalloc`: each pointer argument is NULL or valid for what that function reads
+/// and writes during the call.
 pub unsafe extern "C" fn hipMalloc<const R: usize>(ptr: *mut *mut c_void, size: usize) -> HipError {
     guarded("hipMalloc", HIP_ERROR_OUT_OF_MEMORY, || {
         if state().config.oversubscribe {
@@ -284,8 +284,8 @@ pub unsafe extern "C" fn hipMalloc<const R: usize>(ptr: *mut *mut c_void, size: 
 /// `hipExtMallocWithFlags` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipExtMallocWithFlags`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipExtMallocWithFlags`: each pointer argument is NULL or valid for what that
+/// function reads and writes during the call.
 pub unsafe extern "C" fn hipExtMallocWithFlags<const R: usize>(
     ptr: *mut *mut c_void,
     size: usize,
@@ -356,8 +356,8 @@ pub unsafe extern "C" fn hipMallocAsync<const R: usize>(
 /// `hipMallocFromPoolAsync` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipMallocFromPoolAsync`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipMallocFromPoolAsync`: each pointer argument is NULL or valid for what that
+/// function reads and writes during the call.
 pub unsafe extern "C" fn hipMallocFromPoolAsync<const R: usize>(
     ptr: *mut *mut c_void,
     size: usize,
@@ -425,8 +425,8 @@ pub unsafe extern "C" fn hipMallocPitch<const R: usize>(
 /// `hipMalloc3D` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipMalloc3D`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipMalloc3D`: each pointer argument is NULL or valid for what that function reads
+/// and writes during the call.
 pub unsafe extern "C" fn hipMalloc3D<const R: usize>(
     pitched: *mut HipPitchedPtr,
     extent: HipExtent,
@@ -472,8 +472,8 @@ fn undo_linear<const R: usize>(address: usize) {
 /// `hipFree` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipFree`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipFree`: each pointer argument is NULL or valid for what that function reads and
+/// writes during the call.
 pub unsafe extern "C" fn hipFree<const R: usize>(ptr: *mut c_void) -> HipError {
     guarded("hipFree", HIP_ERROR_UNKNOWN, || {
         let Some(real) = real_fn::<FreeFn>(R, Sym::HipFree) else {
@@ -489,8 +489,8 @@ pub unsafe extern "C" fn hipFree<const R: usize>(ptr: *mut c_void) -> HipError {
 /// `hipFreeAsync` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipFreeAsync`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipFreeAsync`: each pointer argument is NULL or valid for what that function reads
+/// and writes during the call.
 pub unsafe extern "C" fn hipFreeAsync<const R: usize>(
     ptr: *mut c_void,
     stream: *mut c_void,
@@ -617,8 +617,8 @@ pub unsafe extern "C" fn hipMalloc3DArray<const R: usize>(
 /// `hipFreeArray` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipFreeArray`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipFreeArray`: each pointer argument is NULL or valid for what that function reads
+/// and writes during the call.
 pub unsafe extern "C" fn hipFreeArray<const R: usize>(array: *mut c_void) -> HipError {
     guarded("hipFreeArray", HIP_ERROR_UNKNOWN, || {
         let Some(real) = real_fn::<FreeFn>(R, Sym::HipFreeArray) else {
@@ -792,8 +792,8 @@ pub unsafe extern "C" fn hipArrayDestroy<const R: usize>(array: *mut c_void) -> 
 /// `hipMallocMipmappedArray` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipMallocMipmappedArray`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipMallocMipmappedArray`: each pointer argument is NULL or valid for what that
+/// function reads and writes during the call.
 pub unsafe extern "C" fn hipMallocMipmappedArray<const R: usize>(
     mipmapped: *mut *mut c_void,
     desc: *const HipChannelFormatDesc,
@@ -833,8 +833,8 @@ pub unsafe extern "C" fn hipMallocMipmappedArray<const R: usize>(
 /// `hipMipmappedArrayCreate` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipMipmappedArrayCreate`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipMipmappedArrayCreate`: each pointer argument is NULL or valid for what that
+/// function reads and writes during the call.
 pub unsafe extern "C" fn hipMipmappedArrayCreate<const R: usize>(
     mipmapped: *mut *mut c_void,
     desc: *const HipArray3DDescriptor,
@@ -869,8 +869,8 @@ pub unsafe extern "C" fn hipMipmappedArrayCreate<const R: usize>(
 /// `hipFreeMipmappedArray` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipFreeMipmappedArray`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipFreeMipmappedArray`: each pointer argument is NULL or valid for what that
+/// function reads and writes during the call.
 pub unsafe extern "C" fn hipFreeMipmappedArray<const R: usize>(mipmapped: *mut c_void) -> HipError {
     guarded("hipFreeMipmappedArray", HIP_ERROR_UNKNOWN, || {
         let Some(real) = real_fn::<FreeFn>(R, Sym::HipFreeMipmappedArray) else {
@@ -889,8 +889,8 @@ pub unsafe extern "C" fn hipFreeMipmappedArray<const R: usize>(mipmapped: *mut c
 /// `hipMipmappedArrayDestroy` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipMipmappedArrayDestroy`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipMipmappedArrayDestroy`: each pointer argument is NULL or valid for what that
+/// function reads and writes during the call.
 pub unsafe extern "C" fn hipMipmappedArrayDestroy<const R: usize>(
     mipmapped: *mut c_void,
 ) -> HipError {
@@ -914,8 +914,8 @@ pub unsafe extern "C" fn hipMipmappedArrayDestroy<const R: usize>(
 /// elsewhere they pass through.
 ///
 /// # Safety
-/// As HIP's `hipGraphAddMemAllocNode`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipGraphAddMemAllocNode`: each pointer argument is NULL or valid for what that
+/// function reads and writes during the call.
 pub unsafe extern "C" fn hipGraphAddMemAllocNode<const R: usize>(
     node: *mut *mut c_void,
     graph: *mut c_void,
@@ -1030,8 +1030,8 @@ unsafe fn allocation_device(runtime: usize, prop: *const c_void) -> Result<Optio
 /// `hipMemCreate` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipMemCreate`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipMemCreate`: each pointer argument is NULL or valid for what that function reads
+/// and writes during the call.
 pub unsafe extern "C" fn hipMemCreate<const R: usize>(
     handle: *mut *mut c_void,
     size: usize,
@@ -1130,8 +1130,8 @@ pub unsafe extern "C" fn hipMemPoolCreate<const R: usize>(
 /// `hipDeviceGetDefaultMemPool` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipDeviceGetDefaultMemPool`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipDeviceGetDefaultMemPool`: each pointer argument is NULL or valid for what that
+/// function reads and writes during the call.
 pub unsafe extern "C" fn hipDeviceGetDefaultMemPool<const R: usize>(
     pool: *mut *mut c_void,
     device: c_int,
@@ -1230,8 +1230,8 @@ unsafe fn patch_total(props: *mut c_void, device: c_int, offset: usize) {
 /// `hipGetDevicePropertiesR0600` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipGetDevicePropertiesR0600`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipGetDevicePropertiesR0600`: each pointer argument is NULL or valid for what that
+/// function reads and writes during the call.
 pub unsafe extern "C" fn hipGetDevicePropertiesR0600<const R: usize>(
     props: *mut c_void,
     device: c_int,
@@ -1256,8 +1256,8 @@ pub unsafe extern "C" fn hipGetDevicePropertiesR0600<const R: usize>(
 /// `hipGetDeviceProperties` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipGetDeviceProperties`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipGetDeviceProperties`: each pointer argument is NULL or valid for what that
+/// function reads and writes during the call.
 pub unsafe extern "C" fn hipGetDeviceProperties<const R: usize>(
     props: *mut c_void,
     device: c_int,
@@ -1282,8 +1282,8 @@ pub unsafe extern "C" fn hipGetDeviceProperties<const R: usize>(
 /// `hipDeviceGetAttribute` as callers bound to runtime `R` get it.
 ///
 /// # Safety
-/// As HIP's `hipDeviceGetAttribute`: each pointer argument is NULL or valid for what that function
-/// reads and writes during the call.
+/// As HIP's `hipDeviceGetAttribute`: each pointer argument is NULL or valid for what that
+/// function reads and writes during the call.
 pub unsafe extern "C" fn hipDeviceGetAttribute<const R: usize>(
     value: *mut c_int,
     attribute: c_int,
