@@ -323,6 +323,8 @@ impl Injector<'_> {
                 let f = self.stack.api().faults();
                 f.fail_next(Some("patch"), Some("pods"), n, 409);
                 f.fail_next(Some("patch"), Some("nodes"), n, 409);
+                // kubelet-sim's status writes (it retries its record and status until taken).
+                f.fail_next(Some("patch"), Some("pods/status"), n, 409);
                 f.fail_next(
                     Some("create"),
                     Some("pods/binding"),
@@ -336,7 +338,7 @@ impl Injector<'_> {
                     409,
                 );
                 self.log.push(format!(
-                    "FAULT 409 storm: next {n} pod and node patches, bindings and lease updates"
+                    "FAULT 409 storm: next {n} pod, pod status and node patches, bindings and lease updates"
                 ));
             }
             FaultKind::WatchDrop => {

@@ -7,7 +7,8 @@ use crate::rng::Rng;
 /// The kinds of fault the harness injects (issue 18).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FaultKind {
-    /// A burst of 409 Conflict answers on pod/node patches, pod binding and Lease updates.
+    /// A burst of 409 Conflict answers on pod, pod status and node patches, pod binding and
+    /// Lease updates.
     ConflictStorm,
     /// Every open watch is ended (and sometimes the watch history expired: 410 on resume).
     WatchDrop,

@@ -46,8 +46,14 @@ pub struct SoakSample {
     pub monitor_errors: f64,
     /// Monitor errors of kinds not in [`KNOWN_MONITOR_NOISE`].
     pub monitor_errors_unexpected: f64,
-    /// Event objects the API server holds (it has no event TTL).
+    /// Event objects the API server holds.
     pub events: u64,
+    /// What the API server's store holds: objects (all types) and watch-history entries,
+    /// with their JSON in KiB (`Store::stats`).
+    pub api_objects: u64,
+    pub api_object_kib: u64,
+    pub api_history: u64,
+    pub api_history_kib: u64,
     pub pods_created: u64,
     pub running: u64,
 }
@@ -162,7 +168,7 @@ impl SoakReport {
     /// One line per sample: the table BENCHMARKS.md shows.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "t(s)  RSS(MiB) threads tasks fds(sock/pipe/anon/file) api-conns scrape-ms(max) filter-ms pods-created running events warn-events api-5xx monitor-errors(unexpected)\n",
+            "t(s)  RSS(MiB) threads tasks fds(sock/pipe/anon/file) api-conns scrape-ms(max) filter-ms pods-created running events warn-events api-5xx monitor-errors(unexpected) api-objects(KiB) api-history(KiB)\n",
         );
         for x in &self.samples {
             let fd = |k: &str| x.fds.get(k).copied().unwrap_or(0);
@@ -174,7 +180,7 @@ impl SoakReport {
                 .sum();
             let _ = writeln!(
                 s,
-                "{:5.0} {:8.1} {:7} {:5} {:4} ({}/{}/{}/{}) {:9} {:14.1} {:9} {:12} {:7} {:6} {:11} {:7} {:10} ({})",
+                "{:5.0} {:8.1} {:7} {:5} {:4} ({}/{}/{}/{}) {:9} {:14.1} {:9} {:12} {:7} {:6} {:11} {:7} {:10} ({}) {:6} ({}) {:6} ({})",
                 x.at_s,
                 x.rss_kib as f64 / 1024.0,
                 x.threads,
@@ -194,7 +200,11 @@ impl SoakReport {
                 x.warning_events,
                 x.api_5xx,
                 x.monitor_errors,
-                x.monitor_errors_unexpected
+                x.monitor_errors_unexpected,
+                x.api_objects,
+                x.api_object_kib,
+                x.api_history,
+                x.api_history_kib
             );
         }
         s
@@ -235,6 +245,11 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         let api = stack.api();
         sample.api_connections = api.open_connections() as u64;
         sample.api_in_flight = api.requests_in_flight() as u64;
+        let (stats, _) = api.store_stats();
+        sample.api_objects = stats.objects as u64;
+        sample.api_object_kib = (stats.object_bytes / 1024) as u64;
+        sample.api_history = stats.history as u64;
+        sample.api_history_kib = (stats.history_bytes / 1024) as u64;
         api_5xx += api.request_log().iter().filter(|r| r.status >= 500).count() as u64;
         api.clear_request_log();
         sample.api_5xx = api_5xx;
