@@ -88,6 +88,8 @@ fn each_partition_gets_its_own_containers_busy_time() {
     });
     let index = PodIndex::from_pods(pods.iter(), "hami-scheduler");
     monitor.refresh(index.clone());
+    // Deliberate: utilization is busy time over wall time, so the two samples need an
+    // interval between them (this is not waiting for anything).
     std::thread::sleep(Duration::from_millis(100));
     // Only the container on partition 3 is busy (far beyond the interval: reads 100).
     set_busy(&proc_root, 300, &p3.pci_bdf, 7, 60_000_000_000);

@@ -168,6 +168,31 @@ async fn scrape(port: u16) -> String {
     out.split_once("\r\n\r\n").unwrap().1.to_owned()
 }
 
+/// Scrapes until `done` holds for the samples (bounded: a few refresh intervals), and
+/// returns that scrape's text.
+async fn scrape_until(
+    port: u16,
+    what: &str,
+    done: impl Fn(&[(String, BTreeMap<String, String>, f64)]) -> bool,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        // Until the monitor listens, there is nothing to scrape yet.
+        let text = match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            Ok(_) => scrape(port).await,
+            Err(_) => String::new(),
+        };
+        if !text.is_empty() && done(&samples(&text)) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// `(name, labels, value)` of each sample line.
 fn samples(text: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
     let mut out = Vec::new();
@@ -409,7 +434,12 @@ async fn several_busy_pods_on_one_node_report_what_they_used() {
             }
         })
     };
-    std::thread::sleep(Duration::from_millis(50));
+    // The writer has written every descriptor once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !clients.iter().all(|(path, _, _)| path.exists()) {
+        assert!(Instant::now() < deadline, "fdinfo writer never wrote");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 
     let port = free_port();
     let config = ServeConfig {
@@ -430,9 +460,20 @@ async fn several_busy_pods_on_one_node_report_what_they_used() {
     let monitor = tokio::spawn(serve(config, client.clone(), async {
         let _ = rx.await;
     }));
-    // Initial refresh + two more: AMD utilization needs two samples.
-    tokio::time::sleep(Duration::from_millis(3300)).await;
-    let text = scrape(port).await;
+    // AMD utilization needs two samples (two refreshes): wait until both AMD pods show it.
+    let text = scrape_until(port, "AMD utilization", |all| {
+        [("amd-d", "train"), ("amd-e", "infer")]
+            .iter()
+            .all(|(pod, ctr)| {
+                value(
+                    all,
+                    "hami_container_device_utilization_ratio",
+                    &[("pod", pod), ("container", ctr), ("zone", "vGPU")],
+                )
+                .is_some()
+            })
+    })
+    .await;
     let all = samples(&text);
     let util = |pod: &str, ctr: &str| {
         value(
@@ -600,8 +641,18 @@ async fn several_busy_pods_on_one_node_report_what_they_used() {
 
     // A pod deleted mid-run: its series and directory go away.
     pods.delete("nv-c", &DeleteParams::default()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2200)).await;
-    let all = samples(&scrape(port).await);
+    let nv_c_dir = containers.join(format!("{}_main", uid["nv-c"]));
+    let text = scrape_until(port, "nv-c's series and directory gone", |all| {
+        value(
+            all,
+            "hami_container_device_utilization_ratio",
+            &[("pod", "nv-c")],
+        )
+        .is_none()
+            && !nv_c_dir.exists()
+    })
+    .await;
+    let all = samples(&text);
     assert_eq!(
         value(
             &all,
