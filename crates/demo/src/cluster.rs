@@ -140,14 +140,17 @@ fn nvml_stand_in(workdir: &Path) -> Option<PathBuf> {
     Some(driver)
 }
 
-/// The workload program: `hami-workload` built beside this executable, or this executable
-/// when it is `hami` (which answers to that name, busybox-style).
-fn workload_program() -> Option<PathBuf> {
-    if let Some(p) = built("hami-workload") {
-        return Some(p);
-    }
+/// The workload program of an installed demo: this executable when it is `hami` (which
+/// answers to `hami-workload`, busybox-style), else `hami-workload` beside it. Not looked
+/// for in a build's other directories: a library user (a test) that wants processes names
+/// the program ([`Cluster::start_with`]).
+pub fn workload_program() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    (exe.file_name()? == "hami").then_some(exe)
+    if exe.file_name()? == "hami" {
+        return Some(exe);
+    }
+    let beside = exe.parent()?.join("hami-workload");
+    beside.exists().then_some(beside)
 }
 
 /// Whether containers can be made here (root, util-linux `unshare`).
@@ -172,13 +175,12 @@ struct Images {
 }
 
 impl Images {
-    fn prepare(workdir: &Path) -> Result<Images, String> {
+    fn prepare(workdir: &Path, workload: &Path) -> Result<Images, String> {
         let need = |name: &str| {
             built(name).ok_or_else(|| {
                 format!("{name} is not built beside this binary (build the workspace)")
             })
         };
-        let workload = workload_program().ok_or("hami-workload is not built beside this binary")?;
         let (hip, cuda, nvml) = (
             need("libamdhip64.so")?,
             need("libcuda.so")?,
@@ -199,7 +201,7 @@ impl Images {
             std::os::unix::fs::symlink(target, &link)
                 .map_err(|e| format!("{}: {e}", link.display()))
         };
-        link(&workload, images.bin.join("hami-workload"))?;
+        link(workload, images.bin.join("hami-workload"))?;
         link(&hip, images.amd_lib.join("libamdhip64.so.6"))?;
         link(&hip, images.amd_lib.join("libamdhip64.so"))?;
         link(&cuda, images.nvidia_lib.join("libcuda.so.1"))?;
@@ -225,7 +227,18 @@ fn free_local_addr() -> anyhow::Result<SocketAddr> {
 }
 
 impl Cluster {
+    /// Starts the cluster; its pods run processes when [`workload_program`] finds one.
     pub async fn start(args: &DemoArgs, progress: &mut Progress<'_>) -> anyhow::Result<Cluster> {
+        Self::start_with(args, workload_program(), progress).await
+    }
+
+    /// Starts the cluster; with `workload` (the `hami-workload` program) app containers
+    /// that have a command run as processes where namespaces can be made.
+    pub async fn start_with(
+        args: &DemoArgs,
+        workload: Option<PathBuf>,
+        progress: &mut Progress<'_>,
+    ) -> anyhow::Result<Cluster> {
         let workdir = std::env::temp_dir().join(format!("hami-demo-{}", std::process::id()));
         std::fs::create_dir_all(&workdir)?;
 
@@ -313,11 +326,9 @@ impl Cluster {
         ));
         progress.step("simulated kube-scheduler watching pending pods");
 
-        let images = if !namespaces_work() {
-            progress.step("cannot create PID and mount namespaces here (run as root, with util-linux's unshare): pods run no processes");
-            None
-        } else {
-            match Images::prepare(&workdir) {
+        let has_workload = workload.is_some();
+        let images = if let Some(workload) = workload.filter(|_| namespaces_work()) {
+            match Images::prepare(&workdir, &workload) {
                 Ok(images) => {
                     progress.step("app containers run hami-workload in their own PID and mount namespaces, on the stand-in HIP/CUDA runtimes under the real hooks");
                     Some(images)
@@ -327,6 +338,12 @@ impl Cluster {
                     None
                 }
             }
+        } else if !has_workload {
+            progress.step("no hami-workload program: pods run no processes");
+            None
+        } else {
+            progress.step("cannot create PID and mount namespaces here (run as root, with util-linux's unshare): pods run no processes");
+            None
         };
         let mut nodes = Vec::new();
         match nvml_stand_in(&workdir) {

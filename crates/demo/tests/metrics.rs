@@ -163,7 +163,10 @@ async fn every_endpoint_passes_promtool_and_agrees_on_device_types() {
     };
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);
-    let cluster = Cluster::start(&args, &mut progress).await.unwrap();
+    let workload = Some(env!("CARGO_BIN_EXE_hami-workload").into());
+    let cluster = Cluster::start_with(&args, workload, &mut progress)
+        .await
+        .unwrap();
     // Live host counters, so the monitors emit their per-GPU series with device_type.
     for node in &cluster.nodes {
         let Ok(gpus) = hami_monitor::host_gpus::amd_host_gpus(&node.tree.sysfs_root()) else {

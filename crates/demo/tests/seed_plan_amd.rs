@@ -83,7 +83,10 @@ async fn each_amd_pod_reports_its_true_share() {
     };
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);
-    let cluster = Cluster::start(&args, &mut progress).await.unwrap();
+    let workload = Some(env!("CARGO_BIN_EXE_hami-workload").into());
+    let cluster = Cluster::start_with(&args, workload, &mut progress)
+        .await
+        .unwrap();
     let submitted = cluster.submit_examples(&dir, &mut progress).await.unwrap();
     cluster
         .settle(&submitted, Duration::from_secs(20), &mut progress)

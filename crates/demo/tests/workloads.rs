@@ -78,7 +78,10 @@ async fn pods_run_gpu_busy_processes_the_monitors_see() {
     };
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);
-    let cluster = Cluster::start(&args, &mut progress).await.unwrap();
+    let workload = Some(env!("CARGO_BIN_EXE_hami-workload").into());
+    let cluster = Cluster::start_with(&args, workload, &mut progress)
+        .await
+        .unwrap();
     let log = |sink: &Vec<u8>| String::from_utf8_lossy(sink).into_owned();
     assert!(
         log(&sink).contains("app containers run hami-workload"),
