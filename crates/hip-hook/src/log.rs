@@ -6,7 +6,8 @@ use std::fmt::Arguments;
 use hami_kernel_locks::hook_log::emit;
 pub use hami_kernel_locks::hook_log::{DEBUG, ERROR, INFO, WARN, enabled, parse_level, set_level};
 
-const TAG: &str = "amvgpu";
+/// The tag of every line this hook logs.
+pub(crate) const TAG: &str = "amvgpu";
 
 pub fn error(args: Arguments<'_>) {
     emit(TAG, ERROR, args);
