@@ -1,8 +1,8 @@
 //! Prepare latency as kubelet sees it: NodePrepareResources of one claim over the plugin's
 //! unix socket (claim read, CU choice, hook config + CDI spec written atomically with
 //! fsync, checkpoint saved), then NodeUnprepareResources, on the MI210 capture with up to
-//! 9 claims held per GPU. The claim source is in memory (the API server round trip is not
-//! in the figure; the embedded server's resource.k8s.io comes next phase).
+//! 9 claims held per GPU. The claim source is in memory (the API server round trips, the claim
+//! read and the status.devices write, are not in the figure).
 //! Run: `cargo bench -p hami-amdgpu-dra-plugin --bench prepare_latency` (CLAIMS=n).
 
 use std::collections::BTreeMap;
@@ -32,6 +32,22 @@ impl ClaimSource for Claims {
             .get(name)
             .cloned()
             .ok_or_else(|| "not found".into())
+    }
+
+    async fn set_device_status(
+        &self,
+        _: &str,
+        name: &str,
+        _: &str,
+        driver: &str,
+        devices: &[AllocatedDeviceStatus],
+    ) -> Result<(), String> {
+        let mut claims = self.0.lock().unwrap();
+        let c = claims.get_mut(name).ok_or("not found")?;
+        let status = c.status.get_or_insert_default();
+        status.devices.retain(|d| d.driver != driver);
+        status.devices.extend_from_slice(devices);
+        Ok(())
     }
 }
 

@@ -4,6 +4,8 @@
 //! in between leaves at worst files a retry overwrites. Only the checkpoint is fsynced; it
 //! holds the CDI spec and hook config texts, and a repeated prepare restores those files
 //! if a crash lost them (one durable write per call keeps prepare in a few milliseconds).
+//! Prepare also writes the claim's `status.devices` (CU ranges, bytes); unprepare leaves it:
+//! the claim's deallocation clears it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -134,6 +136,17 @@ impl<C: ClaimSource> Driver<C> {
                 .map(|l| (l.region.clone(), l.bytes))
                 .collect(),
         };
+        // Before the checkpoint: a failed write fails this prepare, and kubelet's retry
+        // plans and writes again (the status is where monitor and UI read the CU ranges).
+        self.claims
+            .set_device_status(
+                &c.namespace,
+                &c.name,
+                &c.uid,
+                &self.config.settings.driver,
+                &plan.status,
+            )
+            .await?;
         let devices = devices_of(&entry);
         state.claims.insert(c.uid.clone(), entry);
         if let Err(e) = state.save(&self.config.checkpoint) {

@@ -36,6 +36,27 @@ impl ClaimSource for Claims {
             .cloned()
             .ok_or_else(|| format!("resourceclaims \"{name}\" not found"))
     }
+
+    async fn set_device_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        driver: &str,
+        devices: &[AllocatedDeviceStatus],
+    ) -> Result<(), String> {
+        let mut claims = self.0.lock().unwrap();
+        let c = claims
+            .get_mut(&(namespace.to_string(), name.to_string()))
+            .ok_or_else(|| format!("resourceclaims \"{name}\" not found"))?;
+        if c.metadata.uid.as_deref() != Some(uid) {
+            return Err(format!("resourceclaims \"{name}\" has another UID"));
+        }
+        let status = c.status.get_or_insert_default();
+        status.devices.retain(|d| d.driver != driver);
+        status.devices.extend_from_slice(devices);
+        Ok(())
+    }
 }
 
 fn claim(name: &str, uid: &str, device: &str, mem: &str, cus: &str) -> ResourceClaim {
@@ -226,6 +247,15 @@ async fn kubelet_registers_prepares_and_unprepares_across_restarts() {
         a.devices[0].cdi_device_ids,
         vec!["k8s.amdgpu.hami-rs.io/claim=uid-a-gpu-0".to_string()]
     );
+
+    // The claim's status.devices names the device and its CU range.
+    let st = claims.0.lock().unwrap()[&("default".to_string(), "a".to_string())]
+        .status
+        .clone()
+        .unwrap();
+    assert_eq!(st.devices.len(), 1, "{st:?}");
+    assert_eq!(st.devices[0].device, "gpu-0");
+    assert!(st.devices[0].data.as_ref().unwrap()["cuRanges"].is_string());
 
     // Files on disk: the CDI spec with the slice's env, the read-only hook config.
     let cdi_a = n.dir.join("cdi/k8s.amdgpu.hami-rs.io-claim_uid-a.json");
