@@ -211,6 +211,8 @@ async fn limit_holds_for_every_container_and_restart_in_each_runtime_layout() {
             async move { apply_job(&root, job, Duration::from_secs(10)).await }
         });
         let pod_dir = layout.pod_dir(&root);
+        // Deliberate, the case under test: the pod's cgroup appears only after the writer
+        // has started waiting for it.
         tokio::time::sleep(Duration::from_millis(120)).await;
         mkcg(&pod_dir);
         let written = writer.await.unwrap().unwrap();

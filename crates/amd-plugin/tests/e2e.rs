@@ -864,7 +864,8 @@ async fn compute_partition_mismatch_is_an_event_once() {
             .iter()
             .all(|m| m.contains("runs compute partition QPX but the node expects CPX"))
     );
-    // Published every second (register interval 1 s): still one Event per card.
+    // Published every second (register interval 1 s): still one Event per card. The sleep
+    // is deliberate: a non-event (no second Event) has no condition to wait on.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(count().await.len(), 8);
 }
