@@ -5,22 +5,28 @@ use hami_cuda_region::MAX_DEVICES;
 use hami_protocol::memory_limit::parse_memory_limit;
 use hami_protocol::names::env;
 
+/// The region file when `CUDA_DEVICE_MEMORY_SHARED_CACHE` is unset (HAMi-core's default).
 pub const DEFAULT_CACHE: &str = "/tmp/cudevshr.cache";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// The hook's settings for this process.
 pub struct HookConfig {
     /// Bytes per container device, 0 = no limit.
     pub limits: [u64; MAX_DEVICES],
     /// Devices whose limit variable could not be read: they refuse every allocation (D-3).
     pub fail_closed: [bool; MAX_DEVICES],
+    /// Why each unreadable limit was refused, logged once at start-up.
     pub limit_errors: Vec<String>,
     /// Percent per device (1..=100).
     pub sm_limits: [u64; MAX_DEVICES],
+    /// The shared region's file.
     pub cache_path: String,
     /// Inode of the region file the plugin created (config `shared-cache-inode`): only that
     /// file is used, never a re-created one.
     pub cache_inode: Option<u64>,
+    /// `CUDA_TASK_PRIORITY`, written to this process's slot for the limiter.
     pub priority: i32,
+    /// `LIBCUDA_LOG_LEVEL` (see [`crate::log`]).
     pub log_level: u8,
     /// `GPU_CORE_UTILIZATION_POLICY`: Some(true) force, Some(false) disable, None = region.
     pub utilization_policy: Option<bool>,

@@ -4,6 +4,8 @@
 /// settled after the call).
 pub const PITCH_ALIGN: u64 = 512;
 
+/// Bytes reserved for a pitched allocation of `height` rows of `width` bytes before the
+/// driver says the real pitch (rows rounded up to [`PITCH_ALIGN`]); `None` on overflow.
 pub fn pitch_estimate(width: u64, height: u64) -> Option<u64> {
     width
         .checked_next_multiple_of(PITCH_ALIGN)?
@@ -21,6 +23,7 @@ pub fn format_bytes(format: u32) -> u64 {
     }
 }
 
+/// Bytes of a CUDA array (1D/2D/3D: zero height or depth count as 1); `None` on overflow.
 pub fn array_bytes(width: u64, height: u64, depth: u64, format: u32, channels: u32) -> Option<u64> {
     width
         .checked_mul(height.max(1))?

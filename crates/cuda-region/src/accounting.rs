@@ -17,9 +17,13 @@ use crate::layout::{MAX_DEVICES, MAX_PROCS, ProcSlot, STATUS_FREE, STATUS_RUNNIN
 /// An allocation that does not fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refusal {
+    /// The device index.
     pub device: usize,
+    /// Bytes asked for.
     pub requested: u64,
+    /// Bytes the container already uses on the device.
     pub used: u64,
+    /// The device's limit in bytes.
     pub limit: u64,
 }
 
@@ -34,6 +38,7 @@ impl std::fmt::Display for Refusal {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why no process slot could be claimed.
 pub enum SlotError {
     /// All 1,024 process slots hold live processes.
     Full,

@@ -24,6 +24,7 @@ pub struct InitValues {
     pub limits: [u64; MAX_DEVICES],
     /// Percent per device.
     pub sm_limits: [u64; MAX_DEVICES],
+    /// Task priority written to the region (`CUDA_TASK_PRIORITY`).
     pub priority: i32,
 }
 
@@ -38,29 +39,43 @@ impl Default for InitValues {
 }
 
 #[derive(Debug)]
+/// Why the region could not be used.
 pub enum RegionError {
+    /// A system call on the file failed.
     Io {
+        /// The operation that failed.
         what: &'static str,
+        /// The region file.
         path: PathBuf,
+        /// What the kernel said.
         source: io::Error,
     },
     /// The file exists with another size: another layout (v0, pre-v0) or something else.
     WrongSize {
+        /// The region file.
         path: PathBuf,
+        /// Its size in bytes.
         size: u64,
     },
     /// The file carries another magic or version.
     Foreign {
+        /// The region file.
         path: PathBuf,
+        /// Its `initialized_flag`.
         magic: i32,
+        /// Its major version.
         major: u32,
+        /// Its minor version.
         minor: u32,
     },
+    /// No process slot could be claimed.
     Slots(SlotError),
     /// The path is not a regular file this hook can trust (the directory is writable by the
     /// tenant): a symbolic link, FIFO, directory, device, socket or hard-linked file.
     Unsafe {
+        /// The region file.
         path: PathBuf,
+        /// What it is instead.
         what: String,
     },
 }
@@ -422,16 +437,19 @@ impl Region {
         }
     }
 
+    /// The mapped region.
     pub fn shared(&self) -> &SharedRegion {
         // SAFETY: the mapping is REGION_SIZE bytes, page-aligned, alive until Drop; every
         // field is valid for any bit pattern and only accessed through atomics.
         unsafe { &*self.map }
     }
 
+    /// The region file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// This process's slot.
     pub fn slot_index(&self) -> usize {
         self.slot
     }
@@ -461,6 +479,7 @@ impl Region {
             .collect()
     }
 
+    /// The memory limit of `device` in bytes (0: none, or no such device).
     pub fn limit(&self, device: usize) -> u64 {
         self.shared()
             .limit
@@ -468,6 +487,7 @@ impl Region {
             .map_or(0, |l| l.load(Relaxed))
     }
 
+    /// The SM limit of `device` in percent (100 when out of range).
     pub fn sm_limit(&self, device: usize) -> u64 {
         self.shared()
             .sm_limit
@@ -475,6 +495,7 @@ impl Region {
             .map_or(100, |l| l.load(Relaxed))
     }
 
+    /// Bytes all processes use on `device`.
     pub fn device_usage(&self, device: usize) -> u64 {
         accounting::device_usage(self.shared(), device)
     }
@@ -553,6 +574,7 @@ impl Region {
         freed
     }
 
+    /// Writes this process's host pid into its slot.
     pub fn set_hostpid(&self, hostpid: i32) {
         self.shared().procs[self.slot]
             .hostpid

@@ -16,10 +16,15 @@ const LA_SYMB_NOPLTEXIT: c_uint = 0x02;
 /// The first members of glibc's `struct link_map` (the public part).
 #[repr(C)]
 pub struct LinkMap {
+    /// Difference between the object's addresses in the file and in memory.
     pub l_addr: usize,
+    /// Path of the object (empty for the main program).
     pub l_name: *const c_char,
+    /// The object's dynamic section.
     pub l_ld: *mut libc::c_void,
+    /// Next object in load order.
     pub l_next: *mut LinkMap,
+    /// Previous object in load order.
     pub l_prev: *mut LinkMap,
 }
 
@@ -34,6 +39,7 @@ pub enum ObjectKind {
     HipRuntime,
     /// Defines `hsa_init`: ROCr, which reads the slice's variables.
     RuntimePart,
+    /// Anything else (the program, its other libraries): its HIP calls are redirected.
     Other,
 }
 
@@ -183,7 +189,9 @@ pub unsafe extern "C" fn la_preinit(_cookie: *mut usize) {
 /// What a binding should resolve to: the wrapper of runtime `index`, or the real address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
+    /// The real function, unredirected.
     Real,
+    /// The wrapper for the runtime of this index (0 for the environment wrappers).
     Wrapper(usize),
 }
 

@@ -7,17 +7,23 @@ use hami_protocol::memory_limit::parse_memory_limit;
 use hami_region::Limits;
 use hami_region::layout::MAX_DEVICES;
 
+/// The region file when `HIP_DEVICE_MEMORY_SHARED_CACHE` is unset.
 pub const DEFAULT_CACHE: &str = "/tmp/hipdevshr.cache";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// The hook's settings for this process.
 pub struct HookConfig {
+    /// Bytes per device (`LIMIT_NONE` where none is set; 0, refusing every allocation, where
+    /// the variable could not be read).
     pub limits: Limits,
     /// Limit variables that could not be read (each made its device fail closed).
     pub limit_errors: Vec<String>,
+    /// The shared region's file.
     pub cache_path: String,
     /// The inode of the region file the plugin created (config file only): then only that
     /// file is used, never a new one.
     pub cache_inode: Option<u64>,
+    /// `LIBHIP_LOG_LEVEL` (see [`crate::log`]).
     pub log_level: u8,
     /// `HIP_OVERSUBSCRIBE`: hipMalloc allocates managed memory.
     pub oversubscribe: bool,
@@ -28,6 +34,7 @@ pub struct HookConfig {
     pub attach_region: bool,
 }
 
+/// Whether a boolean variable is on (`1`, `true`, `yes`, `on`, any case; unset is off).
 pub fn truthy(value: Option<&str>) -> bool {
     matches!(
         value.map(|v| v.trim().to_ascii_lowercase()).as_deref(),

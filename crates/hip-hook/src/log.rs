@@ -9,15 +9,19 @@ pub use hami_kernel_locks::hook_log::{DEBUG, ERROR, INFO, WARN, enabled, parse_l
 /// The tag of every line this hook logs.
 pub(crate) const TAG: &str = "amvgpu";
 
+/// An error: something refused or failed.
 pub fn error(args: Arguments<'_>) {
     emit(TAG, ERROR, args);
 }
+/// A warning: something the operator should know.
 pub fn warn(args: Arguments<'_>) {
     emit(TAG, WARN, args);
 }
+/// Information (written at level 3 and above).
 pub fn info(args: Arguments<'_>) {
     emit(TAG, INFO, args);
 }
+/// Detail (written at level 4).
 pub fn debug(args: Arguments<'_>) {
     emit(TAG, DEBUG, args);
 }

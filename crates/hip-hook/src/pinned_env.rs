@@ -14,6 +14,7 @@
 use std::ffi::{CStr, CString};
 use std::sync::OnceLock;
 
+/// The variables the hook keeps at the pod spec's value for the runtime and the application.
 pub const PINNED: [&str; 4] = [
     "HSA_CU_MASK",
     "ROC_GLOBAL_CU_MASK",

@@ -6,43 +6,79 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Sym {
+    /// `hipMalloc`.
     HipMalloc,
+    /// `hipFree`.
     HipFree,
+    /// `hipMallocAsync`.
     HipMallocAsync,
+    /// `hipFreeAsync`.
     HipFreeAsync,
+    /// `hipMallocFromPoolAsync`.
     HipMallocFromPoolAsync,
+    /// `hipMalloc3D`.
     HipMalloc3D,
+    /// `hipMallocPitch`.
     HipMallocPitch,
+    /// `hipMallocArray`.
     HipMallocArray,
+    /// `hipMalloc3DArray`.
     HipMalloc3DArray,
+    /// `hipFreeArray`.
     HipFreeArray,
+    /// `hipMallocManaged`.
     HipMallocManaged,
+    /// `hipExtMallocWithFlags`.
     HipExtMallocWithFlags,
+    /// `hipMemCreate`.
     HipMemCreate,
+    /// `hipMemRelease`.
     HipMemRelease,
+    /// `hipMemPoolCreate`.
     HipMemPoolCreate,
+    /// `hipDeviceGetDefaultMemPool`.
     HipDeviceGetDefaultMemPool,
+    /// `hipMemGetInfo`.
     HipMemGetInfo,
+    /// `hipGetDeviceProperties`.
     HipGetDeviceProperties,
+    /// `hipGetDevicePropertiesR0600`.
     HipGetDevicePropertiesR0600,
+    /// `hipDeviceGetAttribute`.
     HipDeviceGetAttribute,
+    /// `hipDeviceTotalMem`.
     HipDeviceTotalMem,
+    /// `hipGetProcAddress`.
     HipGetProcAddress,
+    /// `hipMemAllocPitch`.
     HipMemAllocPitch,
+    /// `hipArrayCreate`.
     HipArrayCreate,
+    /// `hipArray3DCreate`.
     HipArray3DCreate,
+    /// `hipArrayDestroy`.
     HipArrayDestroy,
+    /// `hipMallocMipmappedArray`.
     HipMallocMipmappedArray,
+    /// `hipFreeMipmappedArray`.
     HipFreeMipmappedArray,
+    /// `hipMipmappedArrayCreate`.
     HipMipmappedArrayCreate,
+    /// `hipMipmappedArrayDestroy`.
     HipMipmappedArrayDestroy,
+    /// `hipGraphAddMemAllocNode`.
     HipGraphAddMemAllocNode,
+    /// `getenv` of the runtime and its parts: pinned names answer the pod spec's value.
     Getenv,
+    /// `secure_getenv` of the runtime and its parts: pinned names answer the pod spec's value.
     SecureGetenv,
     /// The application's environment changes (libc): pinned names are kept.
     Setenv,
+    /// `putenv` of the application (libc): pinned names are kept.
     Putenv,
+    /// `unsetenv` of the application (libc): pinned names are kept.
     Unsetenv,
+    /// `clearenv` of the application (libc): pinned names are kept.
     Clearenv,
     /// Called, never redirected.
     HipGetDevice,
@@ -50,6 +86,7 @@ pub enum Sym {
     HipRuntimeGetVersion,
 }
 
+/// Number of [`Sym`]s (the length of [`REAL`]).
 pub const COUNT: usize = Sym::HipRuntimeGetVersion as usize + 1;
 
 const NAMES: [(&str, Sym); COUNT] = [
@@ -101,6 +138,7 @@ const NAMES: [(&str, Sym); COUNT] = [
 ];
 
 impl Sym {
+    /// The symbol named `name`, if the hook knows it.
     pub fn from_name(name: &[u8]) -> Option<Sym> {
         // Cheap rejection first: this runs for every audited binding.
         match name.first() {
@@ -113,6 +151,7 @@ impl Sym {
             .map(|(_, sym)| *sym)
     }
 
+    /// The symbol's C name.
     pub fn name(self) -> &'static str {
         NAMES[self as usize].0
     }
@@ -185,6 +224,7 @@ pub fn add_runtime(map: usize) -> Option<usize> {
 /// Link maps of the application's program and of its libc (the object of the base namespace
 /// that defines `environ` and `setenv`), from `la_objopen`.
 pub static MAIN_PROGRAM: AtomicUsize = AtomicUsize::new(0);
+/// See [`MAIN_PROGRAM`].
 pub static LIBC: AtomicUsize = AtomicUsize::new(0);
 
 /// Looks `name` up in the object whose link map is `map` (0: none).

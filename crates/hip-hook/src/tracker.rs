@@ -29,6 +29,7 @@ impl Hasher for AddressHasher {
 type Fast = BuildHasherDefault<AddressHasher>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The kind of handle a record is keyed by: each is freed by its own calls.
 pub enum Space {
     /// Device pointers (hipFree / hipFreeAsync).
     Pointer,
@@ -41,12 +42,16 @@ pub enum Space {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a live allocation holds in the region.
 pub struct Record {
+    /// The device it was reserved on.
     pub device: usize,
+    /// Bytes reserved for it.
     pub bytes: u64,
 }
 
 #[derive(Debug, Default)]
+/// The hook's live allocations and known memory pools, so frees release what was reserved.
 pub struct Tracker {
     live: HashMap<(Space, usize), Record, Fast>,
     /// Memory pools whose device we saw (hipMemPoolCreate, hipDeviceGetDefaultMemPool).
@@ -60,14 +65,17 @@ impl Tracker {
         self.live.insert((space, address), record)
     }
 
+    /// Forgets an allocation, returning what it held (`None`: not one of ours).
     pub fn remove(&mut self, space: Space, address: usize) -> Option<Record> {
         self.live.remove(&(space, address))
     }
 
+    /// Notes the device of a memory pool.
     pub fn note_pool(&mut self, pool: usize, device: usize) {
         self.pools.insert(pool, device);
     }
 
+    /// The device of a pool seen before.
     pub fn pool_device(&self, pool: usize) -> Option<usize> {
         self.pools.get(&pool).copied()
     }

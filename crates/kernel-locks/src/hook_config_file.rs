@@ -17,7 +17,12 @@ use hami_protocol::hook_config::{HookConfig, MAX_BYTES, PATH_ENV, decode};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     /// The plugin's file (or `HAMI_HOOK_CONFIG`'s where the fixed path does not exist).
-    File { path: String, config: HookConfig },
+    File {
+        /// The file read.
+        path: String,
+        /// Its settings.
+        config: HookConfig,
+    },
     /// No file: the environment.
     Absent,
     /// A file exists but cannot be used: fail closed, with the reason.

@@ -8,9 +8,13 @@ use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 static LEVEL: AtomicU8 = AtomicU8::new(WARN);
 
+/// Only errors.
 pub const ERROR: u8 = 1;
+/// Errors and warnings (the default).
 pub const WARN: u8 = 2;
+/// Also what the hook noticed and worked around (fallbacks taken, dead processes reclaimed).
 pub const INFO: u8 = 3;
+/// Also where the settings came from and other detail.
 pub const DEBUG: u8 = 4;
 
 /// Parses a log-level value; anything unreadable keeps the default.
@@ -19,10 +23,12 @@ pub fn parse_level(text: Option<&str>) -> u8 {
         .map_or(WARN, |level| level.clamp(ERROR, DEBUG))
 }
 
+/// Sets the process-wide level (once, from the hook's settings).
 pub fn set_level(level: u8) {
     LEVEL.store(level, Relaxed);
 }
 
+/// Whether lines at `level` are written, so callers can skip building a costly message.
 pub fn enabled(level: u8) -> bool {
     level <= LEVEL.load(Relaxed)
 }

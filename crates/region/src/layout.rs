@@ -29,7 +29,9 @@ pub const SLOT_ACTIVE: u32 = 1;
 pub struct RegionHeader {
     /// [`MAGIC`] once initialised; 0 while the creator is still writing.
     pub magic: AtomicU32,
+    /// Layout major version: a reader refuses another.
     pub major: AtomicU32,
+    /// Layout minor version: additions a reader of the same major may ignore.
     pub minor: AtomicU32,
     /// [`MAX_DEVICES`] at creation.
     pub max_devices: AtomicU32,
@@ -43,6 +45,7 @@ pub struct RegionHeader {
     pub configured_devices: AtomicU32,
     /// One past the highest slot index ever claimed: readers scan `slots[..slot_high_water]`.
     pub slot_high_water: AtomicU32,
+    /// Zero; room for header fields without a new major version.
     pub reserved: [AtomicU64; 3],
 }
 
@@ -58,15 +61,20 @@ pub struct DeviceAccount {
     pub limit: AtomicU64,
     /// Highest `used` seen since creation.
     pub peak: AtomicU64,
+    /// Zero; pads the account to its cache line.
     pub reserved: [AtomicU64; 4],
 }
 
 /// Utilization of one device by one process (SPEC §6), written by samplers.
 #[repr(C)]
 pub struct DeviceUtil {
+    /// Decoder utilization, percent.
     pub dec_util: AtomicU64,
+    /// Encoder utilization, percent.
     pub enc_util: AtomicU64,
+    /// Compute utilization, percent.
     pub sm_util: AtomicU64,
+    /// Zero; room for another figure.
     pub reserved: AtomicU64,
 }
 
@@ -85,6 +93,7 @@ pub struct ProcSlot {
     /// Start time of the process in clock ticks since boot (`/proc/<pid>/stat` field 22),
     /// for humans and monitors; liveness uses the record lock, not this.
     pub start_time: AtomicU64,
+    /// Zero; room for slot fields without a new major version.
     pub reserved: [AtomicU64; 5],
     /// Bytes this process holds per device.
     pub used: [AtomicU64; MAX_DEVICES],
@@ -97,8 +106,11 @@ pub struct ProcSlot {
 /// The whole file.
 #[repr(C)]
 pub struct RegionLayout {
+    /// Identity and geometry.
     pub header: RegionHeader,
+    /// One account per device.
     pub devices: [DeviceAccount; MAX_DEVICES],
+    /// One slot per process.
     pub slots: [ProcSlot; MAX_PROCS],
 }
 

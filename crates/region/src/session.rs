@@ -44,39 +44,71 @@ impl Limits {
 /// Why the region could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum RegionError {
+    /// The file cannot be opened or created.
     #[error(
         "cannot open the shared accounting file {path}: {source}; make sure its directory exists and is writable, or set HIP_DEVICE_MEMORY_SHARED_CACHE to a writable path"
     )]
-    Open { path: PathBuf, source: io::Error },
-    #[error("cannot {what} the shared accounting file {path}: {source}")]
-    Io {
-        what: &'static str,
+    Open {
+        /// The region file.
         path: PathBuf,
+        /// What `open(2)` said.
         source: io::Error,
     },
+    /// A system call on the file failed.
+    #[error("cannot {what} the shared accounting file {path}: {source}")]
+    Io {
+        /// The operation that failed.
+        what: &'static str,
+        /// The region file.
+        path: PathBuf,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// The file holds another layout version (or is not a region).
     #[error(
         "{path} is not a version {MAJOR_VERSION}.x HIP accounting region ({found}); delete it once no process uses it, or set HIP_DEVICE_MEMORY_SHARED_CACHE to another path"
     )]
-    Incompatible { path: PathBuf, found: String },
+    Incompatible {
+        /// The region file.
+        path: PathBuf,
+        /// What its header holds instead.
+        found: String,
+    },
+    /// Every process slot is held by a live process.
     #[error(
         "all {MAX_PROCS} process slots of {path} are held by live processes: no more processes can use the GPU in this container"
     )]
-    Full { path: PathBuf },
+    Full {
+        /// The region file.
+        path: PathBuf,
+    },
     /// The path is not a plain file this process may use: the directory is writable by the
     /// container, so a symbolic link, FIFO, directory or hard link there may be planted.
     #[error(
         "refusing the shared accounting file {path}: {reason}; it must be a regular file with one link that this hook created; remove it, or set HIP_DEVICE_MEMORY_SHARED_CACHE to another path"
     )]
-    Unsafe { path: PathBuf, reason: String },
+    Unsafe {
+        /// The region file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// Why a reservation was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ReserveError {
+    /// The reservation would pass the device's limit.
     #[error(
         "device {device}: {} bytes requested, {} of {} bytes in use", .over.requested, .over.used, .over.limit
     )]
-    OverLimit { device: usize, over: OverLimit },
+    OverLimit {
+        /// The device index.
+        device: usize,
+        /// The figures that refused it.
+        over: OverLimit,
+    },
+    /// The device index is outside the region.
     #[error("device index {0} is outside the region's {MAX_DEVICES} devices")]
     NoSuchDevice(usize),
 }
@@ -84,8 +116,11 @@ pub enum ReserveError {
 /// Usage of one device as the region sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceUsage {
+    /// Bytes reserved by all processes.
     pub used: u64,
+    /// Limit in bytes, [`LIMIT_NONE`](crate::layout::LIMIT_NONE) if none.
     pub limit: u64,
+    /// Highest `used` seen since creation.
     pub peak: u64,
 }
 
@@ -101,9 +136,13 @@ pub struct Reclaimed {
 /// One slot as a reader sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotView {
+    /// The slot's index in the region.
     pub index: usize,
+    /// PID in the container's PID namespace.
     pub pid: i32,
+    /// PID in the host namespace, 0 while unknown.
     pub hostpid: i32,
+    /// Whether its owner lives (holds the slot's record lock; a failed probe counts as alive).
     pub alive: bool,
     /// `(device, bytes)` for devices where the slot holds bytes.
     pub used: Vec<(usize, u64)>,
