@@ -2,7 +2,7 @@
 //! `registration` serves the plugin-registry socket (pluginregistration v1), `service` the
 //! DRA v1 `NodePrepareResources`/`NodeUnprepareResources` on the plugin socket, `driver`
 //! does the work (idempotent, serialised, checkpointed in `checkpoint`), `claims` reads
-//! ResourceClaims from the API server.
+//! ResourceClaims from the API server, `slice_publisher` keeps the node's ResourceSlices.
 
 #[allow(clippy::all, missing_docs)]
 pub mod dra_v1 {
@@ -20,6 +20,7 @@ pub mod driver;
 pub mod files;
 pub mod registration;
 pub mod service;
+pub mod slice_publisher;
 
 /// Kubelet's plugin-registry directory on a real node.
 pub const PLUGINS_REGISTRY: &str = "/var/lib/kubelet/plugins_registry";

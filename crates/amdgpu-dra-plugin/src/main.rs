@@ -1,7 +1,6 @@
 //! `amdgpu-dra-plugin`: the kubelet DRA plugin for AMD GPU slices. `slices` prints the
-//! node's ResourceSlices (JSON) from discovery; without a subcommand it serves kubelet.
-//! Publishing the slices to the API server comes with the k8s-openapi switch (issue 20,
-//! next phase).
+//! node's ResourceSlices (JSON) from discovery; without a subcommand it serves kubelet and
+//! keeps the node's ResourceSlices published (`slice_publisher`, every `--publish-interval`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +12,7 @@ use hami_amd_discovery::registration::RegistrationSettings;
 use hami_amdgpu_dra_plugin::claims::KubeClaims;
 use hami_amdgpu_dra_plugin::driver::{Driver, DriverConfig};
 use hami_amdgpu_dra_plugin::registration::{Sockets, serve};
+use hami_amdgpu_dra_plugin::slice_publisher::SlicePublisher;
 use hami_dra_core::prepare::PrepareSettings;
 use hami_dra_core::slice::{self, NodeRef};
 
@@ -47,6 +47,9 @@ struct Args {
     cache_root: String,
     #[arg(long, default_value = "/sys/fs/cgroup")]
     cgroup_root: PathBuf,
+    /// Seconds between ResourceSlice reconciles (health and device changes show up this fast).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    publish_interval: u64,
     #[command(subcommand)]
     command: Option<Cmd>,
 }
@@ -160,7 +163,7 @@ async fn run(
     let config = DriverConfig {
         settings: PrepareSettings {
             driver: args.driver_name.clone(),
-            node,
+            node: node.clone(),
             hook_host_path: args.hook_host_path.clone(),
             hook_container_path: hami_amd_plugin::allocate_plan::HOOK_CONTAINER_PATH.into(),
             cache_host_root: args.cache_root.clone(),
@@ -170,6 +173,23 @@ async fn run(
         checkpoint: plugin_dir.join("checkpoint.json"),
         dmem,
     };
+    let publisher = SlicePublisher {
+        client: client.clone(),
+        driver: args.driver_name.clone(),
+        node: node.clone(),
+        sysfs_root: args.sysfs_root.clone(),
+        dev_root: args.dev_root.clone(),
+        settings: RegistrationSettings {
+            split_count: args.split_count,
+            ..Default::default()
+        },
+    };
+    let publishing = tokio::spawn(publisher.run(
+        Duration::from_secs(args.publish_interval),
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        },
+    ));
     let driver = Arc::new(Driver::new(config, KubeClaims { client })?);
     let sockets = Sockets::new(&args.registry_dir, &plugin_dir, &args.driver_name);
     let (_state, handle) = serve(driver, &args.driver_name, &sockets, async {
@@ -178,5 +198,6 @@ async fn run(
     .await?;
     tracing::info!(registration = %sockets.registration.display(), dra = %sockets.dra.display(), "serving kubelet");
     handle.await?;
+    publishing.abort();
     Ok(())
 }

@@ -18,6 +18,7 @@ K8S_OPENAPI = "k8s-openapi-0.29.0"
 MODULES = {
     "api/core/v1": "api/core/v1",
     "api/coordination/v1": "api/coordination/v1",
+    "api/resource/v1": "api/resource/v1",
     "api/events/v1": "api/events/v1",
     "api/rbac/v1": "api/rbac/v1",
     "api/admissionregistration/v1": "api/admissionregistration/v1",

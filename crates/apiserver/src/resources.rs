@@ -185,6 +185,44 @@ pub static RESOURCES: &[ResourceType] = &[
         &[],
         &[],
     ),
+    // resource.k8s.io/v1 (DRA, GA in 1.34): what a DRA driver, kube-scheduler and the
+    // resourceclaim controller read and write. Only claims have a status subresource upstream.
+    rt(
+        ("resource.k8s.io", "v1"),
+        "deviceclasses",
+        "deviceclass",
+        "DeviceClass",
+        false,
+        &[],
+        &[],
+    ),
+    rt(
+        ("resource.k8s.io", "v1"),
+        "resourceslices",
+        "resourceslice",
+        "ResourceSlice",
+        false,
+        &[],
+        &[],
+    ),
+    rt(
+        ("resource.k8s.io", "v1"),
+        "resourceclaims",
+        "resourceclaim",
+        "ResourceClaim",
+        true,
+        &[],
+        &["status"],
+    ),
+    rt(
+        ("resource.k8s.io", "v1"),
+        "resourceclaimtemplates",
+        "resourceclaimtemplate",
+        "ResourceClaimTemplate",
+        true,
+        &[],
+        &[],
+    ),
 ];
 
 /// The served groups other than the core group, in discovery order (one version each).
@@ -247,6 +285,12 @@ mod tests {
                 .group_resource(),
             "events.events.k8s.io"
         );
-        assert_eq!(named_groups().len(), 4);
+        assert_eq!(named_groups().len(), 5);
+        assert_eq!(
+            lookup("resource.k8s.io", "v1", "resourceclaims")
+                .unwrap()
+                .group_resource(),
+            "resourceclaims.resource.k8s.io"
+        );
     }
 }

@@ -2669,6 +2669,419 @@ impl ToJson for k8s_pb::api::coordination::v1::LeaseSpec {
         Value::Object(m)
     }
 }
+impl ToJson for k8s_pb::api::resource::v1::AllocatedDeviceStatus {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "driver", &self.driver);
+        put(&mut m, "pool", &self.pool);
+        put(&mut m, "device", &self.device);
+        put(&mut m, "shareID", &self.share_id);
+        put(&mut m, "conditions", &self.conditions);
+        put(&mut m, "data", &self.data);
+        put(&mut m, "networkData", &self.network_data);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::AllocationResult {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "devices", &self.devices);
+        put(&mut m, "nodeSelector", &self.node_selector);
+        put(&mut m, "allocationTimestamp", &self.allocation_timestamp);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::CelDeviceSelector {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "expression", &self.expression);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::CapacityRequestPolicy {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "default", &self.default);
+        put(&mut m, "validValues", &self.valid_values);
+        put(&mut m, "validRange", &self.valid_range);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::CapacityRequestPolicyRange {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "min", &self.min);
+        put(&mut m, "max", &self.max);
+        put(&mut m, "step", &self.step);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::CapacityRequirements {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "requests", &self.requests);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::Counter {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "value", &self.value);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::CounterSet {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "name", &self.name);
+        put(&mut m, "counters", &self.counters);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::Device {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "name", &self.name);
+        put(&mut m, "attributes", &self.attributes);
+        put(&mut m, "capacity", &self.capacity);
+        put(&mut m, "consumesCounters", &self.consumes_counters);
+        put(&mut m, "nodeName", &self.node_name);
+        put(&mut m, "nodeSelector", &self.node_selector);
+        put(&mut m, "allNodes", &self.all_nodes);
+        put(&mut m, "taints", &self.taints);
+        put(&mut m, "bindsToNode", &self.binds_to_node);
+        put(&mut m, "bindingConditions", &self.binding_conditions);
+        put(
+            &mut m,
+            "bindingFailureConditions",
+            &self.binding_failure_conditions,
+        );
+        put(
+            &mut m,
+            "allowMultipleAllocations",
+            &self.allow_multiple_allocations,
+        );
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceAllocationConfiguration {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "source", &self.source);
+        put(&mut m, "requests", &self.requests);
+        put_inline(&mut m, &self.device_configuration);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceAllocationResult {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "results", &self.results);
+        put(&mut m, "config", &self.config);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceAttribute {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "int", &self.int);
+        put(&mut m, "bool", &self.bool);
+        put(&mut m, "string", &self.string);
+        put(&mut m, "version", &self.version);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceCapacity {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "value", &self.value);
+        put(&mut m, "requestPolicy", &self.request_policy);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceClaim {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "requests", &self.requests);
+        put(&mut m, "constraints", &self.constraints);
+        put(&mut m, "config", &self.config);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceClaimConfiguration {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "requests", &self.requests);
+        put_inline(&mut m, &self.device_configuration);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceClass {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "metadata", &self.metadata);
+        put(&mut m, "spec", &self.spec);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceClassConfiguration {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put_inline(&mut m, &self.device_configuration);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceClassList {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "metadata", &self.metadata);
+        put(&mut m, "items", &self.items);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceClassSpec {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "selectors", &self.selectors);
+        put(&mut m, "config", &self.config);
+        put(&mut m, "extendedResourceName", &self.extended_resource_name);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceConfiguration {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "opaque", &self.opaque);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceConstraint {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "requests", &self.requests);
+        put(&mut m, "matchAttribute", &self.match_attribute);
+        put(&mut m, "distinctAttribute", &self.distinct_attribute);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceCounterConsumption {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "counterSet", &self.counter_set);
+        put(&mut m, "counters", &self.counters);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceRequest {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "name", &self.name);
+        put(&mut m, "exactly", &self.exactly);
+        put(&mut m, "firstAvailable", &self.first_available);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceRequestAllocationResult {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "request", &self.request);
+        put(&mut m, "driver", &self.driver);
+        put(&mut m, "pool", &self.pool);
+        put(&mut m, "device", &self.device);
+        put(&mut m, "adminAccess", &self.admin_access);
+        put(&mut m, "tolerations", &self.tolerations);
+        put(&mut m, "bindingConditions", &self.binding_conditions);
+        put(
+            &mut m,
+            "bindingFailureConditions",
+            &self.binding_failure_conditions,
+        );
+        put(&mut m, "shareID", &self.share_id);
+        put(&mut m, "consumedCapacity", &self.consumed_capacity);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceSelector {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "cel", &self.cel);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceSubRequest {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "name", &self.name);
+        put(&mut m, "deviceClassName", &self.device_class_name);
+        put(&mut m, "selectors", &self.selectors);
+        put(&mut m, "allocationMode", &self.allocation_mode);
+        put(&mut m, "count", &self.count);
+        put(&mut m, "tolerations", &self.tolerations);
+        put(&mut m, "capacity", &self.capacity);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceTaint {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "key", &self.key);
+        put(&mut m, "value", &self.value);
+        put(&mut m, "effect", &self.effect);
+        put(&mut m, "timeAdded", &self.time_added);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::DeviceToleration {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "key", &self.key);
+        put(&mut m, "operator", &self.operator);
+        put(&mut m, "value", &self.value);
+        put(&mut m, "effect", &self.effect);
+        put(&mut m, "tolerationSeconds", &self.toleration_seconds);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::ExactDeviceRequest {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "deviceClassName", &self.device_class_name);
+        put(&mut m, "selectors", &self.selectors);
+        put(&mut m, "allocationMode", &self.allocation_mode);
+        put(&mut m, "count", &self.count);
+        put(&mut m, "adminAccess", &self.admin_access);
+        put(&mut m, "tolerations", &self.tolerations);
+        put(&mut m, "capacity", &self.capacity);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::NetworkDeviceData {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "interfaceName", &self.interface_name);
+        put(&mut m, "ips", &self.ips);
+        put(&mut m, "hardwareAddress", &self.hardware_address);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::OpaqueDeviceConfiguration {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "driver", &self.driver);
+        put(&mut m, "parameters", &self.parameters);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::ResourceClaim {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "metadata", &self.metadata);
+        put(&mut m, "spec", &self.spec);
+        put(&mut m, "status", &self.status);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::ResourceClaimConsumerReference {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "apiGroup", &self.api_group);
+        put(&mut m, "resource", &self.resource);
+        put(&mut m, "name", &self.name);
+        put(&mut m, "uid", &self.uid);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::ResourceClaimList {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "metadata", &self.metadata);
+        put(&mut m, "items", &self.items);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::ResourceClaimSpec {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "devices", &self.devices);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::ResourceClaimStatus {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "allocation", &self.allocation);
+        put(&mut m, "reservedFor", &self.reserved_for);
+        put(&mut m, "devices", &self.devices);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::ResourceClaimTemplate {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "metadata", &self.metadata);
+        put(&mut m, "spec", &self.spec);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::ResourceClaimTemplateList {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "metadata", &self.metadata);
+        put(&mut m, "items", &self.items);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::ResourceClaimTemplateSpec {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "metadata", &self.metadata);
+        put(&mut m, "spec", &self.spec);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::ResourcePool {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "name", &self.name);
+        put(&mut m, "generation", &self.generation);
+        put(&mut m, "resourceSliceCount", &self.resource_slice_count);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::ResourceSlice {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "metadata", &self.metadata);
+        put(&mut m, "spec", &self.spec);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::ResourceSliceList {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "metadata", &self.metadata);
+        put(&mut m, "items", &self.items);
+        Value::Object(m)
+    }
+}
+impl ToJson for k8s_pb::api::resource::v1::ResourceSliceSpec {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        put(&mut m, "driver", &self.driver);
+        put(&mut m, "pool", &self.pool);
+        put(&mut m, "nodeName", &self.node_name);
+        put(&mut m, "nodeSelector", &self.node_selector);
+        put(&mut m, "allNodes", &self.all_nodes);
+        put(&mut m, "devices", &self.devices);
+        put(
+            &mut m,
+            "perDeviceNodeSelection",
+            &self.per_device_node_selection,
+        );
+        put(&mut m, "sharedCounters", &self.shared_counters);
+        Value::Object(m)
+    }
+}
 impl ToJson for k8s_pb::api::events::v1::Event {
     fn to_json(&self) -> Value {
         let mut m = Map::new();

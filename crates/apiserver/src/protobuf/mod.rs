@@ -53,7 +53,7 @@ pub fn decode_kind_reencoded(
 
 fn dispatch(api_version: &str, kind: &str, raw: &[u8], re: bool) -> Result<Decoded, ApiError> {
     use k8s_pb::api::{
-        admissionregistration, authentication, coordination, core, events, policy, rbac,
+        admissionregistration, authentication, coordination, core, events, policy, rbac, resource,
     };
     use k8s_pb::apimachinery::pkg::apis::meta;
     match (api_version, kind) {
@@ -84,6 +84,18 @@ fn dispatch(api_version: &str, kind: &str, raw: &[u8], re: bool) -> Result<Decod
         }
         ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
             message::<admissionregistration::v1::MutatingWebhookConfiguration>(raw, kind, re)
+        }
+        ("resource.k8s.io/v1", "DeviceClass") => {
+            message::<resource::v1::DeviceClass>(raw, kind, re)
+        }
+        ("resource.k8s.io/v1", "ResourceSlice") => {
+            message::<resource::v1::ResourceSlice>(raw, kind, re)
+        }
+        ("resource.k8s.io/v1", "ResourceClaim") => {
+            message::<resource::v1::ResourceClaim>(raw, kind, re)
+        }
+        ("resource.k8s.io/v1", "ResourceClaimTemplate") => {
+            message::<resource::v1::ResourceClaimTemplate>(raw, kind, re)
         }
         // client-go sends DeleteOptions in the version of the resource it deletes.
         (_, "DeleteOptions") => message::<meta::v1::DeleteOptions>(raw, kind, re),

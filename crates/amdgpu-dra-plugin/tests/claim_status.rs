@@ -1,0 +1,207 @@
+//! `status.devices` after Prepare, against the embedded API server: kubelet (a tonic client
+//! over the plugin's unix socket) prepares claims the plugin reads through kube's dynamic
+//! API; the claim's status then names driver, pool, device, share and the CU ranges and
+//! bytes dra-core's plan chose; another driver's entries survive; unprepare leaves the
+//! status; a claim recreated under the same name is refused, its status untouched.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hami_amd_discovery::discovery::discover;
+use hami_amd_discovery::registration::{RegistrationSettings, register};
+use hami_amdgpu_dra_plugin::claims::{KubeClaims, resource_claims};
+use hami_amdgpu_dra_plugin::dra_v1::dra_plugin_client::DraPluginClient;
+use hami_amdgpu_dra_plugin::dra_v1::{
+    Claim, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest,
+};
+use hami_amdgpu_dra_plugin::driver::{Driver, DriverConfig};
+use hami_amdgpu_dra_plugin::registration::{Sockets, serve};
+use hami_deviceplugin_api::connect_unix;
+use hami_dra_core::prepare::PrepareSettings;
+use hami_protocol::cu_list::CuSet;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// Creates the claim, then allocates and reserves it through status as kube-scheduler does;
+/// returns its UID.
+async fn allocated_claim(api: &Api<DynamicObject>, name: &str, cus: &str) -> String {
+    let claim: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "amdgpu-slice", "allocationMode": "ExactCount", "count": 1}}]}}
+    }))
+    .unwrap();
+    let created = api.create(&PostParams::default(), &claim).await.unwrap();
+    let uid = created.metadata.uid.unwrap();
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "allocation": {"devices": {"results": [{
+                "request": "gpu", "driver": hami_dra_core::DRIVER, "pool": "node-a",
+                "device": "gpu-0", "shareID": format!("share-{name}"),
+                "consumedCapacity": {"memory": "4Gi", "computeUnits": cus, "shares": "1"}
+            }]}},
+            "reservedFor": [{"resource": "pods", "name": format!("pod-{name}"), "uid": format!("pod-{uid}")}],
+            // what another driver of a multi-driver claim wrote before us
+            "devices": [{"driver": "other.example.com", "pool": "node-a", "device": "nic-0"}]
+        }})),
+    )
+    .await
+    .unwrap();
+    uid
+}
+
+fn kclaim(name: &str, uid: &str) -> Claim {
+    Claim {
+        namespace: "default".into(),
+        uid: uid.into(),
+        name: name.into(),
+    }
+}
+
+async fn status(api: &Api<DynamicObject>, name: &str) -> Value {
+    api.get_status(name).await.unwrap().data["status"].clone()
+}
+
+#[tokio::test]
+async fn prepare_writes_status_devices_through_the_subresource() {
+    let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
+        .await
+        .expect("server starts");
+    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &resource_claims());
+    let uid_a = allocated_claim(&api, "a", "40").await;
+    let uid_b = allocated_claim(&api, "b", "30").await;
+
+    let tree = hami_sysfs_fixtures::mi210_xgmi().unwrap();
+    let d = discover(&tree.sysfs_root()).unwrap();
+    let reg = register(&d, &RegistrationSettings::default(), |_| true);
+    let dir = tree.sysfs_root().parent().unwrap().join("node");
+    let config = DriverConfig {
+        settings: PrepareSettings {
+            driver: hami_dra_core::DRIVER.into(),
+            node: "node-a".into(),
+            hook_host_path: "/usr/local/vgpu/libamvgpu.so".into(),
+            hook_container_path: "/usr/local/vgpu/libamvgpu.so".into(),
+            cache_host_root: dir.join("vgpu").display().to_string(),
+        },
+        devices: hami_dra_core::slice::registered_by_name(&d, &reg)
+            .into_iter()
+            .map(|(k, v)| (k, v.clone()))
+            .collect(),
+        cdi_dir: dir.join("cdi"),
+        checkpoint: dir.join("plugin/checkpoint.json"),
+        dmem: None,
+    };
+    let driver = Arc::new(
+        Driver::new(
+            config,
+            KubeClaims {
+                client: client.clone(),
+            },
+        )
+        .unwrap(),
+    );
+    let sockets = Sockets::new(
+        &dir.join("plugins_registry"),
+        &dir.join("plugin"),
+        hami_dra_core::DRIVER,
+    );
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let (_state, handle) = serve(driver, hami_dra_core::DRIVER, &sockets, async move {
+        let _ = rx.await;
+    })
+    .await
+    .unwrap();
+    let mut kubelet = DraPluginClient::new(connect_unix(&sockets.dra).await.unwrap());
+
+    let resp = kubelet
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("a", &uid_a), kclaim("b", &uid_b)],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resp.claims[&uid_a].error, "");
+    assert_eq!(resp.claims[&uid_b].error, "");
+
+    let mut ranges = Vec::new();
+    for (name, cus) in [("a", 40), ("b", 30)] {
+        let st = status(&api, name).await;
+        let devices = st["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 2, "{st}");
+        assert_eq!(devices[0]["driver"], "other.example.com", "kept: {st}");
+        let ours = &devices[1];
+        assert_eq!(ours["driver"], hami_dra_core::DRIVER);
+        assert_eq!(ours["pool"], "node-a");
+        assert_eq!(ours["device"], "gpu-0");
+        assert_eq!(ours["shareID"], format!("share-{name}"));
+        assert_eq!(ours["data"]["memoryBytes"], 4u64 << 30);
+        // MI210: 104 CUs
+        let set = CuSet::parse(ours["data"]["cuRanges"].as_str().unwrap(), 104).unwrap();
+        assert_eq!(set.len(), cus, "{ours}");
+        // the allocation scheduler wrote is untouched
+        assert_eq!(
+            st["allocation"]["devices"]["results"][0]["consumedCapacity"]["computeUnits"],
+            cus.to_string()
+        );
+        ranges.push(set);
+    }
+    assert!(!ranges[0].overlaps(&ranges[1]), "{ranges:?}");
+
+    // a repeated prepare (kubelet retry) writes nothing new
+    let rv = api.get_status("a").await.unwrap().metadata.resource_version;
+    kubelet
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("a", &uid_a)],
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        api.get_status("a").await.unwrap().metadata.resource_version,
+        rv
+    );
+
+    // unprepare leaves the status (deallocation clears it, not the driver)
+    let before = status(&api, "a").await;
+    let un = kubelet
+        .node_unprepare_resources(NodeUnprepareResourcesRequest {
+            claims: vec![kclaim("a", &uid_a)],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(un.claims[&uid_a].error, "");
+    assert_eq!(status(&api, "a").await, before);
+
+    // "b" recreated under its name (new UID) while kubelet still asks for the old UID: the
+    // old claim is gone, so prepare fails; the new claim's status is not ours to write.
+    kubelet
+        .node_unprepare_resources(NodeUnprepareResourcesRequest {
+            claims: vec![kclaim("b", &uid_b)],
+        })
+        .await
+        .unwrap();
+    api.delete("b", &DeleteParams::default()).await.unwrap();
+    let uid_b2 = allocated_claim(&api, "b", "30").await;
+    assert_ne!(uid_b2, uid_b);
+    let resp = kubelet
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("b", &uid_b)],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!resp.claims[&uid_b].error.is_empty());
+    let st = status(&api, "b").await;
+    assert_eq!(st["devices"].as_array().unwrap().len(), 1, "{st}");
+
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(10), handle)
+        .await
+        .unwrap()
+        .unwrap();
+}
