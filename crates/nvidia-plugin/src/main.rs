@@ -4,22 +4,14 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use hami_nvidia_plugin::cli::{Args, Command};
+use hami_plugin_core::entry;
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    entry::init_logging();
     let settings = match args.settings() {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return entry::usage_error(e),
     };
     match &args.command {
         Some(Command::Discover) => {
@@ -29,27 +21,9 @@ fn main() -> ExitCode {
                     print!("{text}");
                     ExitCode::SUCCESS
                 }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(1)
-                }
+                Err(e) => entry::failure(e),
             }
         }
-        None => {
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::from(1);
-                }
-            };
-            match runtime.block_on(hami_nvidia_plugin::plugin::run(args, settings)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::from(1)
-                }
-            }
-        }
+        None => entry::run_to_exit(hami_nvidia_plugin::plugin::run(args, settings)),
     }
 }

@@ -9,6 +9,7 @@
 //! scheduler's bind uses too).
 
 pub mod container_plan;
+pub mod entry;
 pub mod grpc_server;
 pub mod kubelet_session;
 pub mod node_lock_client;
