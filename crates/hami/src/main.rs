@@ -75,9 +75,12 @@ struct InspectArgs {
     output: Output,
 }
 
+/// How `hami inspect` prints its report.
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Output {
+    /// Aligned text for a terminal.
     Table,
+    /// The report as JSON, for scripts.
     Json,
 }
 
