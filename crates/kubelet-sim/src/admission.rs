@@ -33,7 +33,9 @@ use crate::records::{RECORD_ANNOTATION, container_record};
 /// Settings of the admission worker.
 #[derive(Debug, Clone)]
 pub struct AdmissionConfig {
+    /// This node's name: only pods bound to it are admitted.
     pub node: String,
+    /// The device-plugin directory; plugins' sockets are found in it.
     pub dir: PathBuf,
     /// Also write `<ns>_<pod>.json` records here.
     pub record_dir: Option<PathBuf>,
@@ -46,8 +48,11 @@ pub struct AdmissionConfig {
 
 /// The worker: call [`Admission::sync`] repeatedly.
 pub struct Admission {
+    /// The settings it was made with.
     pub config: AdmissionConfig,
+    /// Client of the API server the pods are read from and reported to.
     pub client: kube::Client,
+    /// Shared with the registration service: registered resources and what is allocated.
     pub state: Arc<Mutex<DeviceState>>,
     /// Pods whose containers were allocated (never allocated twice).
     admitted: HashSet<String>,
@@ -105,6 +110,7 @@ pub fn container_resources(
 }
 
 impl Admission {
+    /// A worker that has admitted nothing yet.
     pub fn new(
         config: AdmissionConfig,
         client: kube::Client,

@@ -68,23 +68,32 @@ impl RuntimeArgs {
 /// A bind mount Allocate asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountSpec {
+    /// Path inside the container.
     pub container_path: String,
+    /// Path on the host.
     pub host_path: String,
+    /// Mounted read-only.
     pub read_only: bool,
 }
 
 /// One app container to start.
 #[derive(Debug, Clone)]
 pub struct ContainerSpec {
+    /// UID of the pod the container belongs to.
     pub pod_uid: String,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub pod: String,
+    /// The container's name in the pod spec.
     pub container: String,
+    /// Runtime-style id ([`container_id`]), also the cgroup's last component.
     pub container_id: String,
     /// `command` + `args`.
     pub argv: Vec<String>,
     /// Final env, in order (later entries win).
     pub env: Vec<(String, String)>,
+    /// Bind mounts, in the order Allocate returned them.
     pub mounts: Vec<MountSpec>,
     /// Device nodes: (container path, host path).
     pub devices: Vec<(String, String)>,
@@ -95,10 +104,15 @@ pub struct ContainerSpec {
 /// What the rest of the node may know of a running container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerRecord {
+    /// UID of the pod the container belongs to.
     pub pod_uid: String,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub pod: String,
+    /// The container's name in the pod spec.
     pub container: String,
+    /// Runtime-style id ([`container_id`]), also the cgroup's last component.
     pub container_id: String,
     /// Host pid of the container's pid 1 (None until it is seen, or after it exited).
     pub init_pid: Option<i32>,
@@ -117,6 +131,7 @@ impl ContainerRecord {
 
 /// A started container: the `unshare` process holding its namespaces.
 pub struct RunningContainer {
+    /// What the rest of the node may know of it.
     pub record: ContainerRecord,
     child: Child,
     exited: bool,

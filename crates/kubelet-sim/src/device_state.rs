@@ -12,6 +12,7 @@ use hami_deviceplugin_api::v1beta1::Device;
 pub struct ResourceState {
     /// Socket file name inside the device-plugin directory.
     pub endpoint: String,
+    /// The plugin registered with `GetPreferredAllocationAvailable`: Allocate asks it first.
     pub preferred_allocation: bool,
     /// Latest ListAndWatch list.
     pub devices: Vec<Device>,
@@ -36,6 +37,7 @@ impl ResourceState {
 /// Everything shared.
 #[derive(Debug, Default)]
 pub struct DeviceState {
+    /// Registered resources by resource name (`amd.com/gpu`).
     pub resources: BTreeMap<String, ResourceState>,
     /// Registrations accepted so far (re-registrations included).
     pub registrations: u64,

@@ -51,6 +51,7 @@ pub struct Args {
     /// namespaces) with the returned env, mounts and devices (needs root and util-linux).
     #[arg(long)]
     pub run_containers: bool,
+    /// How containers are started (only with `--run-containers`).
     #[command(flatten)]
     pub runtime: container_runtime::RuntimeArgs,
     /// Milliseconds between pod list passes.

@@ -16,7 +16,9 @@ use crate::device_state::DeviceState;
 /// The Registration service of the simulated kubelet.
 #[derive(Clone)]
 pub struct RegistrationService {
+    /// The device-plugin directory: registered endpoints are socket names inside it.
     pub dir: PathBuf,
+    /// Shared with the admission worker: registered resources and their devices.
     pub state: Arc<Mutex<DeviceState>>,
     /// Notified whenever a device list changes.
     pub changed: Arc<Notify>,
