@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicI32, AtomicU64};
 
 use hami_protocol::memory_limit::parse_memory_limit;
 
+/// Devices the shared state has room for (`FAKE_CUDA_DEVICE_COUNT` at most this).
 pub const MAX_DEVICES: usize = 16;
+/// Processes per device whose kernel busy time can be recorded at once.
 pub const MAX_PROCS: usize = 64;
 /// Driver processes that can hold device memory at once.
 pub const MAX_OWNERS: usize = 256;
@@ -26,24 +28,33 @@ const OWNER_LOCK_BASE: usize = 1 << 30;
 pub const WINDOW_NS: u64 = 100_000_000;
 const WINDOWS: usize = 4;
 
+/// Busy time of one process in one utilization window.
 #[repr(C)]
 pub struct Window {
+    /// Which window (`now_ns() / WINDOW_NS`) `busy_ns` counts; the slot is reset for a later one.
     pub index: AtomicU64,
+    /// Kernel time in that window, in nanoseconds.
     pub busy_ns: AtomicU64,
 }
 
+/// One process's kernel busy time on one device, over the last few windows.
 #[repr(C)]
 pub struct ProcBusy {
     /// Host pid (0 = free).
     pub pid: AtomicI32,
     _pad: u32,
+    /// A ring indexed by window number modulo its length.
     pub windows: [Window; WINDOWS],
 }
 
+/// One device: memory in use and the busy time of the processes running kernels on it.
 #[repr(C)]
 pub struct DeviceState {
+    /// Bytes allocated on the device, all processes together.
     pub used: AtomicU64,
+    /// Highest `used` since the state file was created.
     pub peak: AtomicU64,
+    /// Busy records, one per process that ran kernels on the device.
     pub procs: [ProcBusy; MAX_PROCS],
 }
 
@@ -55,35 +66,47 @@ pub struct MemOwner {
     _pad: u32,
     /// Bit `d`: the owner has a context on device `d` (NVML lists it as a compute process).
     pub contexts: AtomicU64,
+    /// Bytes this owner holds per device, given back to the devices when it dies.
     pub used: [AtomicU64; MAX_DEVICES],
 }
 
+/// The whole shared file: one fixed `repr(C)` layout every process maps (its size is the file's).
 #[repr(C)]
 pub struct State {
+    /// Memory and busy time per device (only the first `device_count` are used).
     pub devices: [DeviceState; MAX_DEVICES],
+    /// Device memory per driver process (see the module doc).
     pub owners: [MemOwner; MAX_OWNERS],
 }
 
 /// The mapped state and the open file whose record locks say which owners live.
 pub struct Mapped {
+    /// The mapping, leaked on purpose: it lives as long as the process.
     pub state: &'static State,
+    /// The state file, kept open: its OFD record locks are what mark live owners.
     pub file: File,
 }
 
 /// The stand-in's configuration, from the environment.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `FAKE_CUDA_DEVICE_COUNT` (default 1, at most [`MAX_DEVICES`]).
     pub device_count: usize,
+    /// `FAKE_CUDA_DEVICE_MEMORY` in bytes, per device (default 16 GiB).
     pub device_memory: u64,
+    /// Multiprocessors per device (108, as on an A100).
     pub sm_count: i32,
     /// Device time of one thread block of a kernel.
     pub block_ns: u64,
     /// `FAKE_CUDA_FREE_YIELD` (default on): a free yields the CPU once the block is reusable.
     pub free_yield: bool,
+    /// `FAKE_CUDA_SHARED_STATE`, default `/tmp/hami-fake-cuda-<uid>.state`.
     pub state_path: String,
 }
 
 impl Config {
+    /// Reads the configuration through `get` (the environment, or a test's map); `Err` names
+    /// the bad variable and what to write instead.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
         let device_count = match get("FAKE_CUDA_DEVICE_COUNT") {
             None => 1,
@@ -132,6 +155,7 @@ impl Config {
         })
     }
 
+    /// [`Config::from_lookup`] over the process environment.
     pub fn from_env() -> Result<Config, String> {
         Config::from_lookup(|k| std::env::var(k).ok())
     }
@@ -195,6 +219,7 @@ fn driver_side_pid(path: std::ffi::OsString) -> Option<i32> {
     reply.trim().parse().ok().filter(|pid: &i32| *pid > 0)
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds: the one clock every process numbers windows by.
 pub fn now_ns() -> u64 {
     // SAFETY: clock_gettime writes the struct we pass.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
@@ -353,6 +378,7 @@ impl DeviceState {
         ok
     }
 
+    /// Gives `size` bytes back to the device (saturating at zero).
     pub fn give(&self, size: u64) {
         let _ = self
             .used
