@@ -88,6 +88,14 @@ impl NodePlumbing {
     }
 }
 
+/// What a node's monitor reads of its host.
+struct MonitorHost {
+    sys_root: PathBuf,
+    proc_root: PathBuf,
+    /// NVML for the NVIDIA host metrics (`hami_host_gpu_*`); None on AMD nodes.
+    nvml_library: Option<String>,
+}
+
 pub struct Cluster {
     pub api: RunningApiServer,
     pub client: Client,
@@ -436,10 +444,14 @@ impl Cluster {
         client: &Client,
         name: &str,
         workdir: &Path,
-        sys_root: PathBuf,
-        proc_root: PathBuf,
+        host: MonitorHost,
         containers: Option<NodeContainers>,
     ) -> anyhow::Result<NodePlumbing> {
+        let MonitorHost {
+            sys_root,
+            proc_root,
+            nvml_library,
+        } = host;
         api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
             .map_err(|e| anyhow::anyhow!("cannot create node {name}: {e:?}"))?;
         let sockets = workdir.join(name).join("device-plugins");
@@ -477,7 +489,7 @@ impl Cluster {
                 sys_root,
                 node_name: name.into(),
                 gc_grace: Duration::from_secs(60),
-                nvml_library: None,
+                nvml_library,
             },
             bind: monitor_addr,
             legacy_metrics: hami_monitor::metrics::LegacyMetrics::Seed,
@@ -534,8 +546,11 @@ impl Cluster {
             client,
             name,
             workdir,
-            tree.sysfs_root(),
-            proc_root.clone(),
+            MonitorHost {
+                sys_root: tree.sysfs_root(),
+                proc_root: proc_root.clone(),
+                nvml_library: None,
+            },
             containers,
         )
         .await?;
@@ -607,8 +622,13 @@ impl Cluster {
             client,
             name,
             workdir,
-            tree.sysfs_root(),
-            "/proc".into(),
+            MonitorHost {
+                sys_root: tree.sysfs_root(),
+                proc_root: "/proc".into(),
+                // The stand-in driver's NVML, as the plugin loads it: hami_host_gpu_* for
+                // the NVIDIA GPU, which the dashboard's host panels show.
+                nvml_library: Some(driver_dir.join("libnvidia-ml.so.1").display().to_string()),
+            },
             containers,
         )
         .await?;
