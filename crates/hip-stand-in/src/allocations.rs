@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+/// Which API made an allocation, so only its own free call releases it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// hipMalloc and friends, freed by hipFree / hipFreeAsync.
@@ -15,10 +16,14 @@ pub enum Kind {
     Mipmapped,
 }
 
+/// One live allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allocation {
+    /// Stand-in device index the bytes are charged to.
     pub device: usize,
+    /// Bytes charged to the device (its block's span is this rounded up to 256).
     pub size: u64,
+    /// Which API made it.
     pub kind: Kind,
 }
 
@@ -49,6 +54,7 @@ impl Default for Table {
 const FREE_LIST_MAX: usize = 4096;
 
 impl Table {
+    /// Records `allocation` and returns its fake address (a just-freed block that fits, if any).
     pub fn insert(&mut self, allocation: Allocation) -> usize {
         let span = usize::try_from(allocation.size)
             .unwrap_or(usize::MAX)
