@@ -96,13 +96,22 @@ struct MonitorHost {
     nvml_library: Option<String>,
 }
 
+/// The demo's cluster, all in this process: the API server, the scheduler, and per node a
+/// kubelet-sim, device plugin, monitor and stand-in driver.
 pub struct Cluster {
+    /// The embedded API server.
     pub api: RunningApiServer,
+    /// A client of it.
     pub client: Client,
+    /// The scheduler behind the extender; its state feeds the readiness wait and the tables.
     pub scheduler: Arc<Scheduler>,
+    /// Base URL (HTTPS, the demo's own CA) of the scheduler extender and its webhook.
     pub extender_url: String,
+    /// Where the scheduler serves `/metrics`.
     pub scheduler_metrics: SocketAddr,
+    /// The simulated nodes, in start order.
     pub nodes: Vec<SimNode>,
+    /// The kubeconfig written for kubectl (`--kubeconfig-out`).
     pub kubeconfig: PathBuf,
     workdir: PathBuf,
     background: Vec<JoinHandle<()>>,
@@ -816,6 +825,7 @@ impl Cluster {
         }
     }
 
+    /// The "Try it" text printed once the demo is up: kubectl commands and every endpoint.
     pub fn hints(&self, args: &DemoArgs) -> String {
         let kc = self.kubeconfig.display();
         let mut text = String::new();
@@ -854,6 +864,8 @@ impl Cluster {
         text
     }
 
+    /// Stops every node's plugin, monitor, kubelet and driver, then the background tasks and
+    /// the API server, and removes the work directory.
     pub async fn shutdown(self) {
         for node in self.nodes {
             let _ = node.plugin_stop.send(true);

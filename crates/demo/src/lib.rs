@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 pub use cluster::Cluster;
 
+/// Flags of `hami demo`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
     /// Print the tables once everything settled, then exit (instead of serving until Ctrl-C).
@@ -63,6 +64,7 @@ pub struct Progress<'a> {
 }
 
 impl<'a> Progress<'a> {
+    /// Progress written to `out`, timed from now.
     pub fn new(out: &'a mut dyn Write) -> Self {
         Self {
             started: Instant::now(),
@@ -70,6 +72,7 @@ impl<'a> Progress<'a> {
         }
     }
 
+    /// Writes `message` as one line stamped with the seconds since the start.
     pub fn step(&mut self, message: impl AsRef<str>) {
         let _ = writeln!(
             self.out,
@@ -80,6 +83,7 @@ impl<'a> Progress<'a> {
         let _ = self.out.flush();
     }
 
+    /// Writes `text` as it is (tables, hints), unstamped.
     pub fn print(&mut self, text: impl AsRef<str>) {
         let _ = write!(self.out, "{}", text.as_ref());
         let _ = self.out.flush();

@@ -11,6 +11,7 @@
 use std::ffi::{CStr, CString, c_int, c_uint, c_void};
 use std::time::{Duration, Instant};
 
+/// The vendor runtime the workload opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Runtime {
     /// HIP (`libamdhip64.so.6`), under the `LD_AUDIT` hook in a sliced AMD container.
@@ -19,12 +20,14 @@ pub enum Runtime {
     Cuda,
 }
 
+/// Flags of `hami-workload`.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "hami-workload",
     about = "A GPU-busy process for the demo's pods"
 )]
 pub struct WorkloadArgs {
+    /// Which vendor runtime to open.
     #[arg(long, value_enum)]
     pub runtime: Runtime,
     /// Device memory to allocate on each visible device, MiB.
