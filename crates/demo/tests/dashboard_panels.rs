@@ -81,13 +81,15 @@ fn start_prometheus(dir: &Path, targets: &[(String, SocketAddr)]) -> Prometheus 
     std::fs::write(dir.join("prometheus.yml"), config).unwrap();
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let log = dir.join("prometheus.log");
+    // One file for both streams, so neither overwrites the other.
+    let out = std::fs::File::create(&log).unwrap();
     let child = Command::new("prometheus")
         .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
         .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
         .arg(format!("--web.listen-address={addr}"))
         .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(std::fs::File::create(&log).unwrap())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
         .spawn()
         .unwrap_or_else(|e| {
             panic!(
