@@ -96,7 +96,7 @@ struct MonitorHost {
     nvml_library: Option<String>,
 }
 
-/// The demo's cluster, all in this process: the API server, the scheduler, and per node a
+/// The demo's cluster: the embedded API server and the scheduler, and per node a
 /// kubelet-sim, device plugin, monitor and stand-in driver.
 pub struct Cluster {
     /// The embedded API server.
