@@ -35,13 +35,13 @@ pub const PROC_ADDRESS_SUCCESS: c_int = 0;
 /// `HIP_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND`.
 pub const PROC_ADDRESS_SYMBOL_NOT_FOUND: c_int = 1;
 
-/// `hipDeviceProp_tR0600` field offsets (name[256], uuid[16], luid[8], mask u32, then
-/// totalGlobalMem aligned to 8).
+/// `hipDeviceProp_tR0600` field offsets (`name[256]`, `uuid[16]`, `luid[8]`, mask u32, then
+/// `totalGlobalMem` aligned to 8).
 pub const R0600_TOTAL_GLOBAL_MEM: usize = 288;
 /// Offset of `multiProcessorCount` in `hipDeviceProp_tR0600`.
 pub const R0600_MULTIPROCESSOR_COUNT: usize = 388;
-/// Legacy `hipDeviceProp_tR0000` (`hipGetDeviceProperties` symbol): name[256], then
-/// totalGlobalMem.
+/// Legacy `hipDeviceProp_tR0000` (`hipGetDeviceProperties` symbol): `name[256]`, then
+/// `totalGlobalMem`.
 pub const R0000_TOTAL_GLOBAL_MEM: usize = 256;
 /// Offset of `multiProcessorCount` in `hipDeviceProp_tR0000`.
 pub const R0000_MULTIPROCESSOR_COUNT: usize = 336;
