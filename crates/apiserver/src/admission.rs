@@ -16,9 +16,14 @@ use crate::status::ApiError;
 /// One webhook to call, extracted from a configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Webhook {
+    /// The webhook's `name` in its configuration, used in errors and the request log.
     pub name: String,
+    /// Where to POST the review: `clientConfig.url`, or the URL of `clientConfig.service`.
     pub url: String,
+    /// The decoded `caBundle`: the only roots the webhook's certificate is checked against.
     pub ca_bundle: Vec<u8>,
+    /// How long to wait for the answer: `timeoutSeconds`, 10 s when absent, clamped to
+    /// 1–30 s as Kubernetes validates it.
     pub timeout: Duration,
     /// true for `failurePolicy: Fail` (the v1 default).
     pub fail_closed: bool,
@@ -196,7 +201,9 @@ pub fn build_review(
 /// What a webhook answered.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
+    /// The webhook allowed the pod, with the JSONPatch to apply if it sent one.
     Allowed(Option<json_patch::Patch>),
+    /// The webhook refused the pod; the error is what the client gets.
     Denied(ApiError),
 }
 

@@ -18,7 +18,9 @@ use crate::resources;
 use crate::status::ApiError;
 use crate::store::Store;
 
+/// The Secret `type` of a ServiceAccount token Secret, the only Secrets whose tokens authenticate.
 pub const SA_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
+/// The annotation on a token Secret naming the ServiceAccount it authenticates as.
 pub const SA_NAME_ANNOTATION: &str = "kubernetes.io/service-account.name";
 
 /// Authentication settings.
@@ -37,6 +39,8 @@ impl Default for AuthConfig {
     }
 }
 
+/// The 401 Status answered for a bearer token that is malformed or matches neither the
+/// admin token nor a token Secret (a request without credentials is anonymous instead).
 pub fn unauthorized() -> ApiError {
     ApiError::new(401, "Unauthorized", "Unauthorized")
 }

@@ -6,8 +6,10 @@ use crate::resources::{self, ResourceType};
 
 /// The Kubernetes version this server presents (matches the k8s-openapi feature in use).
 pub const SERVER_MAJOR: &str = "1";
+/// The minor version presented alongside [`SERVER_MAJOR`].
 pub const SERVER_MINOR: &str = "33";
 
+/// The `/version` document kubectl and client-go read (gitVersion names this server).
 pub fn version() -> Value {
     json!({
         "major": SERVER_MAJOR,
@@ -22,6 +24,7 @@ pub fn version() -> Value {
     })
 }
 
+/// The legacy `/api` document: only `v1`, reached at `server_address`.
 pub fn api_versions(server_address: &str) -> Value {
     json!({
         "kind": "APIVersions",
@@ -35,6 +38,7 @@ fn group_doc(group: &str, version: &str) -> Value {
     json!({"name": group, "versions": [gv.clone()], "preferredVersion": gv})
 }
 
+/// The `/apis` document: every named group this server serves, one version each.
 pub fn api_group_list() -> Value {
     let groups: Vec<Value> = resources::named_groups()
         .iter()

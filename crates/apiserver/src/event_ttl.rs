@@ -20,7 +20,9 @@ pub type EventKey = (usize, (String, String));
 /// The last write time of every stored Event, oldest first.
 #[derive(Debug)]
 pub struct EventExpiry {
+    /// How long after its last write an Event is dropped.
     pub ttl: Duration,
+    /// Events kept at most; beyond it the oldest go first.
     pub max: usize,
     last_write: BTreeMap<EventKey, Instant>,
     /// Writes in time order; an entry whose time is not the key's `last_write` is stale
@@ -80,6 +82,7 @@ impl EventExpiry {
         self.last_write.len()
     }
 
+    /// No Event is tracked.
     pub fn is_empty(&self) -> bool {
         self.last_write.is_empty()
     }

@@ -14,7 +14,9 @@ pub struct FailRule {
     pub verb: Option<String>,
     /// Resource plural, optionally with subresource (`pods`, `pods/binding`); None matches any.
     pub resource: Option<String>,
+    /// Matching requests still to fail; the rule is dropped at 0.
     pub remaining: u32,
+    /// HTTP status answered, with Kubernetes' reason for it ([`reason_for`]).
     pub code: u16,
 }
 
@@ -37,9 +39,12 @@ pub fn reason_for(code: u16) -> &'static str {
     }
 }
 
+/// The faults set on a running server, consulted on every request.
 #[derive(Debug, Default, Clone)]
 pub struct FaultState {
+    /// Fail rules, the first matching one with uses left applies.
     pub rules: Vec<FailRule>,
+    /// Delay added before every request is answered.
     pub latency: Duration,
 }
 

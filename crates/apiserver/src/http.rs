@@ -39,11 +39,17 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 /// What the HTTP shell of a running server holds: the shared store (no HTTP in it) and
 /// the request-level settings, faults and log.
 pub struct AppState {
+    /// The objects, shared with the server's other handles.
     pub store: SharedStore,
+    /// Faults set through [`crate::FaultHandle`]; every request consults them.
     pub faults: Mutex<FaultState>,
+    /// Requests answered, for tests to inspect.
     pub log: RequestLog,
+    /// Address advertised in the `/api` document (`serverAddressByClientCIDRs`).
     pub server_address: String,
+    /// Interval of BOOKMARK events on watches that allow them.
     pub bookmark_interval: Duration,
+    /// Watch duration when the client gives no `timeoutSeconds`.
     pub default_watch_timeout: Duration,
     /// Authentication + RBAC; None: every request is allowed.
     pub auth: Option<crate::authn::AuthConfig>,
@@ -73,10 +79,12 @@ impl AppState {
         self.store.write_ctx(ctx, f)
     }
 
+    /// Runs `f` on the store under its lock.
     pub fn read<T>(&self, f: impl FnOnce(&Store) -> T) -> T {
         self.store.read(f)
     }
 
+    /// Ends every open watch now (clients re-watch); watches started later are not affected.
     pub fn close_all_watches(&self) {
         self.store.close_all_watches();
     }

@@ -184,6 +184,7 @@ pub struct RunningApiServer {
 }
 
 impl RunningApiServer {
+    /// The address the server listens on (port chosen at start when 0 was asked).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -207,10 +208,12 @@ impl RunningApiServer {
         format!("http://{}", self.addr)
     }
 
+    /// A kubeconfig pointing at this server, as YAML text.
     pub fn kubeconfig_yaml(&self) -> String {
         kubeconfig::kubeconfig_yaml(&self.url())
     }
 
+    /// Writes [`Self::kubeconfig_yaml`] to `path`, for kubectl and other processes.
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
         kubeconfig::write_kubeconfig(path, &self.url())
     }
@@ -227,6 +230,7 @@ impl RunningApiServer {
         self.state.log.records()
     }
 
+    /// Empties the request log, so that a test sees only the requests it caused.
     pub fn clear_request_log(&self) {
         self.state.log.clear()
     }

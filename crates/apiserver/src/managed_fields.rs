@@ -20,11 +20,17 @@ pub type Path = Vec<String>;
 /// One `managedFields` entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
+    /// The field manager (`?fieldManager=`, or the client's user agent).
     pub manager: String,
+    /// `Apply` or `Update`, as in Kubernetes.
     pub operation: String,
+    /// The apiVersion the fields were written through.
     pub api_version: String,
+    /// RFC 3339 time of the manager's last write.
     pub time: String,
+    /// `status` when the write went through that subresource.
     pub subresource: Option<String>,
+    /// The fields this manager owns (`fieldsV1`, decoded).
     pub fields: BTreeSet<Path>,
 }
 
@@ -132,6 +138,7 @@ pub fn diff(old: &Value, new: &Value) -> (BTreeSet<Path>, BTreeSet<Path>) {
     (changed, removed)
 }
 
+/// The value at `path` in `v`, if every key on the way exists.
 pub fn value_at<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
     path.iter().try_fold(v, |cur, k| cur.get(k))
 }
@@ -318,7 +325,9 @@ pub fn record_update(
 /// A field another manager owns with a different value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conflict {
+    /// The manager that owns the field.
     pub manager: String,
+    /// The conflicting field.
     pub path: Path,
 }
 

@@ -42,6 +42,8 @@ pub fn new_uid() -> String {
 /// The 5-character suffix alphabet Kubernetes uses for `generateName` (no vowels, no 0/1/3).
 const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
+/// A `generateName` result: `prefix` (cut so the name stays within 63 characters) plus 5
+/// random characters from Kubernetes' alphabet.
 pub fn generate_name(prefix: &str) -> String {
     // Kubernetes truncates the prefix so that the result stays within 63 characters.
     let max_prefix = 63 - 5;

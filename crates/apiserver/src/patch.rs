@@ -6,11 +6,16 @@ use serde_json::Value;
 use crate::status::ApiError;
 use crate::strategic_merge::strategic_merge;
 
+/// The kind of a PATCH body, chosen by its Content-Type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchType {
+    /// `application/json-patch+json`: RFC 6902 operations.
     Json,
+    /// `application/merge-patch+json`: RFC 7386 merge patch.
     Merge,
+    /// `application/strategic-merge-patch+json`: merges lists by their Kubernetes merge keys.
     Strategic,
+    /// `application/apply-patch+yaml` (or `+cbor`): server-side apply.
     Apply,
 }
 

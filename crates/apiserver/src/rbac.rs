@@ -12,11 +12,15 @@ use k8s_openapi::api::rbac::v1::{
 /// The authenticated user of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserInfo {
+    /// The user name (`system:serviceaccount:<ns>:<name>` for a service account).
     pub name: String,
+    /// The groups the user belongs to, matched against `Group` subjects.
     pub groups: Vec<String>,
 }
 
+/// The group that is allowed everything, without consulting any binding (as in Kubernetes).
 pub const MASTERS_GROUP: &str = "system:masters";
+/// The user name of a request without credentials.
 pub const ANONYMOUS: &str = "system:anonymous";
 
 impl UserInfo {
@@ -32,6 +36,7 @@ impl UserInfo {
         }
     }
 
+    /// The user of a request without credentials, in group `system:unauthenticated`.
     pub fn anonymous() -> UserInfo {
         UserInfo {
             name: ANONYMOUS.into(),
@@ -39,6 +44,7 @@ impl UserInfo {
         }
     }
 
+    /// The holder of the admin token: `system:admin`, in [`MASTERS_GROUP`].
     pub fn admin() -> UserInfo {
         UserInfo {
             name: "system:admin".into(),
@@ -56,20 +62,30 @@ impl UserInfo {
 /// What a resource request does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceAttributes {
+    /// The Kubernetes verb (`get`, `list`, `create`, ...).
     pub verb: String,
+    /// The API group, empty for the core group.
     pub api_group: String,
+    /// The resource plural.
     pub resource: String,
+    /// The subresource, such as `status` or `binding`.
     pub subresource: Option<String>,
+    /// The namespace of the request; None for cluster-scoped resources and cluster-wide requests.
     pub namespace: Option<String>,
+    /// The object's name, when the request names one (matched against `resourceNames`).
     pub name: Option<String>,
 }
 
 /// Every RBAC object of the cluster.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
+    /// Every ClusterRole.
     pub cluster_roles: Vec<ClusterRole>,
+    /// Every Role, of every namespace.
     pub roles: Vec<Role>,
+    /// Every ClusterRoleBinding.
     pub cluster_role_bindings: Vec<ClusterRoleBinding>,
+    /// Every RoleBinding, of every namespace.
     pub role_bindings: Vec<RoleBinding>,
 }
 

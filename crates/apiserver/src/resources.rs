@@ -3,12 +3,19 @@
 /// One served resource type (a "GroupVersionResource" plus what discovery needs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResourceType {
+    /// The API group, empty for the core group.
     pub group: &'static str,
+    /// The version served (one per type).
     pub version: &'static str,
+    /// The URL name (`pods`).
     pub plural: &'static str,
+    /// The name kubectl also accepts (`pod`).
     pub singular: &'static str,
+    /// The `kind` of its objects (`Pod`).
     pub kind: &'static str,
+    /// Whether objects live in a namespace.
     pub namespaced: bool,
+    /// kubectl's short names (`po`), advertised in discovery.
     pub short_names: &'static [&'static str],
     /// Subresources served under `<plural>/<name>/<sub>`.
     pub subresources: &'static [&'static str],
@@ -24,6 +31,7 @@ impl ResourceType {
         }
     }
 
+    /// The `kind` of a list of these objects (`PodList`).
     pub fn list_kind(&self) -> String {
         format!("{}List", self.kind)
     }

@@ -2,27 +2,44 @@
 
 use crate::resources::{self, ResourceType};
 
+/// What a URL path asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
+    /// `/version`.
     Version,
+    /// `/healthz`, `/livez`, `/readyz` and their sub-checks.
     Health,
+    /// `/api`: the legacy group's versions.
     ApiVersions,
+    /// `/apis`: every named group.
     ApiGroupList,
+    /// `/apis/<group>`: one group's versions.
     ApiGroup(String),
+    /// `/api/v1` or `/apis/<group>/<version>`: the resources of a group version (group, version).
     ResourceList(String, String),
+    /// `/openapi/v2` (and its legacy paths).
     OpenApiV2,
+    /// `/openapi/v3`: the index of the v3 documents.
     OpenApiV3Root,
+    /// `/openapi/v3/api/<v>` or `/openapi/v3/apis/<g>/<v>`: one group version's document
+    /// (group, version).
     OpenApiV3(String, String),
+    /// A resource collection, object or subresource.
     Resource(ResourceRoute),
+    /// Nothing this server serves: 404.
     NotFound,
 }
 
+/// A resource URL, split into what the store needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceRoute {
+    /// The resource type the URL names.
     pub resource: &'static ResourceType,
     /// The namespace of the URL (`/namespaces/<ns>/...`), None for cluster-wide requests.
     pub namespace: Option<String>,
+    /// The object's name, None for a collection.
     pub name: Option<String>,
+    /// The subresource after the name (`status`, `binding`, ...).
     pub subresource: Option<String>,
 }
 

@@ -1,17 +1,30 @@
 //! Label and field selectors: parsing the query-string syntax and matching objects.
+//!
+//! Hand-written on purpose: the parser must accept and refuse exactly what apimachinery's
+//! `labels.Parse` and `fields.ParseSelector` do (a field term splits at its first operator,
+//! backslash escapes in field values), and no maintained Rust crate parses either grammar:
+//! kube-core's `Selector` only builds and prints label selectors for clients, and it has no
+//! field selectors.
 
 use serde_json::Value;
 use std::collections::BTreeSet;
 
 use crate::status::ApiError;
 
+/// One requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LabelReq {
+    /// `key=value` or `key==value`: the label is present with that value.
     Eq(String, String),
+    /// `key!=value`: the label is absent or has another value.
     NotEq(String, String),
+    /// `key in (a,b)`: the label is present with one of the values.
     In(String, BTreeSet<String>),
+    /// `key notin (a,b)`: the label is absent or has none of the values.
     NotIn(String, BTreeSet<String>),
+    /// `key`: the label is present.
     Exists(String),
+    /// `!key`: the label is absent.
     NotExists(String),
 }
 
@@ -76,6 +89,7 @@ fn parse_set(rest: &str, whole: &str) -> Result<BTreeSet<String>, ApiError> {
 }
 
 impl LabelSelector {
+    /// Parses `?labelSelector=` text; an empty string selects everything, bad syntax is 400.
     pub fn parse(s: &str) -> Result<Self, ApiError> {
         let mut reqs = Vec::new();
         if s.trim().is_empty() {
@@ -120,6 +134,7 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// No requirement: every object matches.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -374,10 +389,13 @@ impl FieldSelector {
         Ok(FieldSelector(terms))
     }
 
+    /// No term: every object matches.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// Whether every term holds for `obj`; a field the object lacks reads as "" (or "false"
+    /// for `spec.hostNetwork` and `spec.unschedulable`).
     pub fn matches(&self, obj: &Value) -> bool {
         self.0
             .iter()

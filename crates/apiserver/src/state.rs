@@ -42,7 +42,9 @@ pub struct WatchStart {
     pub expired: Option<ApiError>,
     /// The server is stopping: the watch ends at once.
     pub stopping: bool,
+    /// The live feed: every change to the store, filtered by the watch itself.
     pub rx: broadcast::Receiver<Arc<WatchEvent>>,
+    /// Changes when [`SharedStore::close_all_watches`] is called: the watch ends then.
     pub closer: watch::Receiver<u64>,
     /// The live feed sends events after this resourceVersion.
     pub last_rv: u64,
@@ -116,6 +118,7 @@ impl SharedStore {
         })
     }
 
+    /// Runs `f` on the store under its lock.
     pub fn read<T>(&self, f: impl FnOnce(&Store) -> T) -> T {
         f(&lock(&self.store))
     }

@@ -7,8 +7,11 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code} {reason}: {message}")]
 pub struct ApiError {
+    /// The HTTP status code.
     pub code: u16,
+    /// The Status `reason` (`NotFound`, `Conflict`, ...), which clients switch on.
     pub reason: String,
+    /// The human-readable `message`.
     pub message: String,
     /// `details` of the Status (name, group, kind, causes), if any.
     pub details: Option<Value>,
@@ -23,6 +26,7 @@ fn details(group: &str, kind: &str, name: &str) -> Value {
 }
 
 impl ApiError {
+    /// An error with no `details`.
     pub fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
         ApiError {
             code,
@@ -43,6 +47,7 @@ impl ApiError {
         }
     }
 
+    /// 409 AlreadyExists for a create whose name is taken.
     pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
         let gr = group_resource(group, resource);
         ApiError {
@@ -82,14 +87,17 @@ impl ApiError {
         }
     }
 
+    /// 400 BadRequest.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }
 
+    /// 405 MethodNotAllowed.
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
         Self::new(405, "MethodNotAllowed", message)
     }
 
+    /// 415 for a body whose Content-Type this server does not decode.
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(
             415,
@@ -100,6 +108,7 @@ impl ApiError {
         )
     }
 
+    /// 413 for a body over Kubernetes' 3 MiB limit.
     pub fn too_large() -> Self {
         Self::new(
             413,
@@ -108,14 +117,17 @@ impl ApiError {
         )
     }
 
+    /// 410 Expired: what the client asked for is older than the history kept (it must relist).
     pub fn expired(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
     }
 
+    /// 403 Forbidden.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message)
     }
 
+    /// 500 InternalError.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message)
     }

@@ -21,12 +21,16 @@ use crate::strategy;
 /// The type of a watch event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
+    /// The object was created.
     Added,
+    /// The object was changed.
     Modified,
+    /// The object was deleted.
     Deleted,
 }
 
 impl EventType {
+    /// The watch event `type` string (`ADDED`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             EventType::Added => "ADDED",
@@ -39,10 +43,15 @@ impl EventType {
 /// One change to the store, as kept in the watch history and sent to watchers.
 #[derive(Debug)]
 pub struct WatchEvent {
+    /// The resourceVersion of the change.
     pub rv: u64,
+    /// What happened to the object.
     pub event_type: EventType,
+    /// The object's resource type.
     pub resource: &'static ResourceType,
+    /// The object's namespace, empty for cluster-scoped objects.
     pub namespace: String,
+    /// The object's name.
     pub name: String,
     /// The object after the change (for DELETED: its last state, with the deletion's
     /// resourceVersion), serialised once and shared by every watcher.
@@ -55,32 +64,44 @@ pub struct WatchEvent {
 /// Which part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subresource {
+    /// The object without its `status` (spec, metadata).
     Main,
+    /// The `status` subresource.
     Status,
 }
 
 /// Options of a list request.
 #[derive(Debug, Clone, Default)]
 pub struct ListOptions {
+    /// `?labelSelector=`.
     pub labels: LabelSelector,
+    /// `?fieldSelector=`.
     pub fields: FieldSelector,
+    /// `?limit=`: the most items in one page; None for all.
     pub limit: Option<usize>,
+    /// `?continue=`: the token of the previous page.
     pub continue_token: Option<String>,
 }
 
 /// A page of a list.
 #[derive(Debug, Clone)]
 pub struct ListPage {
+    /// The objects of this page.
     pub items: Vec<Arc<StoredObject>>,
+    /// The resourceVersion the list was taken at.
     pub resource_version: u64,
+    /// The token for the next page; None on the last.
     pub continue_token: Option<String>,
+    /// `metadata.remainingItemCount`; always None: this server does not count what is left.
     pub remaining: Option<u64>,
 }
 
 /// Preconditions and options of a delete.
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOptions {
+    /// `preconditions.uid`: the delete fails with 409 unless the object has this uid.
     pub precondition_uid: Option<String>,
+    /// `preconditions.resourceVersion`: the delete fails with 409 unless the object is at it.
     pub precondition_rv: Option<String>,
 }
 
@@ -119,6 +140,8 @@ pub use crate::event_ttl::{DEFAULT_EVENT_TTL, DEFAULT_MAX_EVENTS};
 pub const DEFAULT_NAMESPACES: &[&str] =
     &["default", "kube-system", "kube-public", "kube-node-lease"];
 
+/// Every object, its resourceVersion and the watch history: the state behind the HTTP
+/// shell, with no HTTP in it.
 pub struct Store {
     rv: u64,
     objects: Vec<BTreeMap<Key, Arc<StoredObject>>>,
@@ -143,14 +166,15 @@ pub struct Store {
 /// See [`Store::stats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {
-    /// Objects of every type, and the length of their JSON.
+    /// Objects of every type.
     pub objects: usize,
+    /// The length of their JSON.
     pub object_bytes: usize,
     /// Of those, Events (core `v1` and `events.k8s.io/v1`).
     pub events: usize,
-    /// Watch-history entries, and the JSON they hold (each distinct text once, shared with
-    /// the live objects included).
+    /// Watch-history entries.
     pub history: usize,
+    /// The JSON they hold (each distinct text once, shared with the live objects included).
     pub history_bytes: usize,
 }
 

@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::resources::ResourceType;
 use crate::selector::{field_labels, field_value};
 
+/// An object as the store keeps it: JSON text, with labels and field values pulled out.
 #[derive(Debug)]
 pub struct StoredObject {
     /// The object serialised as JSON.
@@ -18,6 +19,7 @@ pub struct StoredObject {
 }
 
 impl StoredObject {
+    /// Serialises `obj` once and pulls out its labels and the field labels of type `r`.
     pub fn from_value(r: &ResourceType, obj: &Value) -> StoredObject {
         let json: Arc<str> = serde_json::to_string(obj)
             .unwrap_or_else(|_| "{}".into())
@@ -49,6 +51,7 @@ impl StoredObject {
         serde_json::from_str(&self.json).unwrap_or(Value::Null)
     }
 
+    /// The value of label `key`, if the object has it.
     pub fn label(&self, key: &str) -> Option<&str> {
         self.labels
             .iter()
@@ -65,10 +68,12 @@ impl StoredObject {
             .unwrap_or("")
     }
 
+    /// `metadata.name`.
     pub fn name(&self) -> &str {
         self.field("metadata.name")
     }
 
+    /// `metadata.namespace`, empty for cluster-scoped objects.
     pub fn namespace(&self) -> &str {
         self.field("metadata.namespace")
     }

@@ -13,9 +13,13 @@ use crate::stored::StoredObject;
 /// What one watch request selects.
 #[derive(Debug, Clone)]
 pub struct WatchFilter {
+    /// The resource type watched.
     pub resource: &'static ResourceType,
+    /// The namespace of the URL; None watches every namespace.
     pub namespace: Option<String>,
+    /// `?labelSelector=`.
     pub labels: LabelSelector,
+    /// `?fieldSelector=`.
     pub fields: FieldSelector,
 }
 

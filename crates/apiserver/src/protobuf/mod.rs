@@ -112,8 +112,11 @@ fn dispatch(api_version: &str, kind: &str, raw: &[u8], re: bool) -> Result<Decod
 /// What the `runtime.Unknown` envelope of a protobuf body names, and the message it carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Envelope {
+    /// `typeMeta.apiVersion` of the envelope.
     pub api_version: String,
+    /// `typeMeta.kind` of the envelope: with the apiVersion, it picks the message type.
     pub kind: String,
+    /// The object's own protobuf message, still encoded.
     pub raw: Vec<u8>,
 }
 

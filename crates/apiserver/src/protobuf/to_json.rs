@@ -17,11 +17,13 @@ use serde_json::{Map, Value, json};
 
 /// A message (or scalar) as JSON; `Null` means "leave the field out".
 pub trait ToJson {
+    /// This value as Kubernetes' JSON.
     fn to_json(&self) -> Value;
 }
 
 /// A message field as JSON; None leaves it out.
 pub trait Field {
+    /// This field's JSON, or None to leave it out.
     fn field(&self) -> Option<Value>;
 }
 
@@ -72,6 +74,7 @@ impl<T: ToJson> Field for Vec<T> {
 
 /// Map values keep empty strings (`data: {"k": ""}` means something).
 pub trait MapValue {
+    /// This map value's JSON.
     fn map_value(&self) -> Value;
 }
 
