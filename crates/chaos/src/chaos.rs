@@ -8,6 +8,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,7 +35,14 @@ pub struct ChaosConfig {
     /// The stated time: after the faults stop, every pod must be Running with
     /// `bind-phase=success` within this.
     pub settle_limit: Duration,
+    /// The `hami-workload` program: with it the pods' containers run as processes under
+    /// the hooks (the kill fault and the usage checks need them).
+    pub workload: Option<PathBuf>,
 }
+
+/// A killed container's device memory must be gone from its monitor's readings within
+/// this (monitors refresh every 2 s; the hooks reclaim a dead process's slot).
+pub const RELEASE_LIMIT: Duration = Duration::from_secs(10);
 
 /// What a run did and found.
 #[derive(Debug, Default, Clone)]
@@ -45,6 +54,16 @@ pub struct ChaosReport {
     pub in_the_act: BTreeMap<FaultKind, u32>,
     pub violations: Vec<String>,
     pub ledger_checks: u64,
+    /// Ledger passes that also read every monitor (real usage against limits).
+    pub usage_checks: u64,
+    /// Workload processes killed, and the longest time until their memory was released.
+    pub kills: u64,
+    /// Of those, kills of a process the monitors had seen holding device memory.
+    pub kills_holding_memory: u64,
+    pub slowest_release: Option<Duration>,
+    /// Monitor readings of a container holding device memory (a usage check that saw
+    /// something to check).
+    pub memory_readings: u64,
     pub pods_created: u64,
     /// Distinct pods seen Running.
     pub pods_placed: u64,
@@ -66,6 +85,15 @@ impl ChaosReport {
                 self.in_the_act.get(k).copied().unwrap_or(0)
             );
         }
+        let _ = writeln!(
+            s,
+            "usage checks {} ({} readings of held memory), processes killed {} ({} holding memory), slowest release {:?}",
+            self.usage_checks,
+            self.memory_readings,
+            self.kills,
+            self.kills_holding_memory,
+            self.slowest_release
+        );
         let _ = writeln!(
             s,
             "ledger checks {}, violations {}, pods created {}, placed (seen Running) {}, admission failures replaced {}, settled after {:?}",
@@ -117,6 +145,15 @@ pub(crate) struct Shared {
     pub(crate) created: u64,
     placed: BTreeSet<String>,
     pub(crate) admission_failures: u64,
+    usage_checks: u64,
+    /// Killed containers' pods (namespace, name) whose memory is not yet seen released.
+    killed: BTreeMap<(String, String), Instant>,
+    kills: u64,
+    kills_holding_memory: u64,
+    slowest_release: Option<Duration>,
+    memory_readings: u64,
+    /// Device memory each pod held at the last usage pass.
+    last_memory: BTreeMap<(String, String), u64>,
 }
 
 fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
@@ -236,9 +273,68 @@ async fn provoke(client: &Client, node: Option<&str>) {
     }
 }
 
-/// The continuous ledger: placement and agreement invariants on every pass.
-async fn ledger_loop(client: Client, shared: Arc<Mutex<Shared>>, log: Log) {
+/// Every monitor's readings, or None if one did not answer (a partial view would make a
+/// killed pod's memory look released).
+async fn read_monitors(monitors: &[SocketAddr]) -> Option<hami_demo::Live> {
+    let monitors = monitors.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let mut all = hami_demo::Live::default();
+        for m in monitors {
+            all.extend(hami_demo::live::fetch(&format!("http://{m}/metrics")).ok()?);
+        }
+        Some(all)
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Real usage within limits, and killed containers' memory released in time.
+fn usage_pass(live: &hami_demo::Live, pods: &[Pod], s: &mut Shared, log: &Log) -> Vec<Violation> {
+    let mut found = ledger::check_usage(live, pods);
+    s.usage_checks += 1;
+    s.memory_readings += live.memory.values().filter(|m| **m > 0.0).count() as u64;
+    s.last_memory.clear();
+    for ((ns, pod, _, _), m) in &live.memory {
+        *s.last_memory.entry((ns.clone(), pod.clone())).or_default() += *m as u64;
+    }
+    let now = Instant::now();
+    let killed = std::mem::take(&mut s.killed);
+    for ((ns, pod), at) in killed {
+        let used = ledger::memory_of(live, &ns, &pod);
+        let after = now.duration_since(at);
+        if used == 0 {
+            log.push(format!(
+                "ledger: {ns}/{pod}'s memory released {after:?} after the kill"
+            ));
+            s.slowest_release = s.slowest_release.max(Some(after));
+        } else if after > RELEASE_LIMIT {
+            found.push(Violation::NotReleased {
+                pod: format!("{ns}/{pod}"),
+                used,
+                after_ms: after.as_millis() as u64,
+            });
+        } else {
+            s.killed.insert((ns, pod), at);
+        }
+    }
+    found
+}
+
+/// The continuous ledger: placement and agreement invariants on every pass, and real usage
+/// from the monitors when the pods run processes.
+async fn ledger_loop(
+    client: Client,
+    monitors: Vec<SocketAddr>,
+    shared: Arc<Mutex<Shared>>,
+    log: Log,
+) {
     loop {
+        let live = if monitors.is_empty() {
+            None
+        } else {
+            read_monitors(&monitors).await
+        };
         let pods = Api::<Pod>::all(client.clone())
             .list(&ListParams::default())
             .await;
@@ -250,6 +346,9 @@ async fn ledger_loop(client: Client, shared: Arc<Mutex<Shared>>, log: Log) {
             found.extend(ledger::check_agreement(&pods.items));
             let mut s = lock(&shared);
             s.checks += 1;
+            if let Some(live) = &live {
+                found.extend(usage_pass(live, &pods.items, &mut s, &log));
+            }
             for p in pods
                 .items
                 .iter()
@@ -306,8 +405,39 @@ fn node_of(p: &Pod) -> Option<&str> {
     p.spec.as_ref().and_then(|s| s.node_name.as_deref())
 }
 
+/// Host pid of every container's live pid 1, with its pod (namespace, name).
+fn live_processes(stack: &Stack) -> Vec<(i32, String, String, String)> {
+    stack
+        .nodes
+        .iter()
+        .flat_map(|n| n.containers())
+        .filter_map(|r| Some((r.init_pid?, r.namespace, r.pod, r.container_id)))
+        .collect()
+}
+
+/// SIGKILL of the container process `pid` and of its process group when it has one of its
+/// own (never ours: kubelet-sim's children may share this process's group). Its pid 1
+/// dying takes the rest of its PID namespace with it.
+fn kill_process_group(pid: i32) -> &'static str {
+    // SAFETY: getpgid and getpgrp take and return plain integers.
+    let (group, ours) = unsafe { (libc::getpgid(pid), libc::getpgrp()) };
+    let whole_group = group > 1 && group != ours;
+    if whole_group {
+        // SAFETY: kill(2) with a negative pid signals that group; no memory is involved.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+    }
+    // SAFETY: as above, one process.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    if whole_group {
+        "process group"
+    } else {
+        "process"
+    }
+}
+
 struct Injector<'a> {
     stack: &'a mut Stack,
+    shared: Arc<Mutex<Shared>>,
     log: Log,
     report: &'a mut ChaosReport,
     restarts: Vec<(Instant, usize, SignedDuration)>,
@@ -443,6 +573,60 @@ impl Injector<'_> {
                     ));
                 }
             }
+            FaultKind::KillWorkload => {
+                // Half the time a replacement pod's process is caught while it opens the
+                // runtime and allocates; else (or without one in 3 s) a seeded live one,
+                // which likely holds memory the hooks must give back.
+                let before: BTreeSet<String> = live_processes(self.stack)
+                    .into_iter()
+                    .map(|(_, _, _, id)| id)
+                    .collect();
+                let catch = param & 1 == 0;
+                if catch {
+                    provoke(&client, None).await;
+                }
+                let deadline = Instant::now() + Duration::from_secs(3);
+                let mut fresh = None;
+                while catch && fresh.is_none() && Instant::now() < deadline {
+                    fresh = live_processes(self.stack)
+                        .into_iter()
+                        .find(|(_, _, _, id)| !before.contains(id));
+                    if fresh.is_none() {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+                let in_the_act = fresh.is_some();
+                let target = fresh.or_else(|| {
+                    let all = live_processes(self.stack);
+                    let n = all.len() as u64;
+                    (n > 0).then(|| all[((param >> 1) % n) as usize].clone())
+                });
+                match target {
+                    Some((pid, ns, pod, _)) => {
+                        if in_the_act {
+                            *self.report.in_the_act.entry(kind).or_default() += 1;
+                        }
+                        let what = kill_process_group(pid);
+                        let held = {
+                            let mut s = lock(&self.shared);
+                            s.kills += 1;
+                            let key = (ns.clone(), pod.clone());
+                            let held = s.last_memory.get(&key).copied().unwrap_or(0);
+                            if held > 0 {
+                                s.kills_holding_memory += 1;
+                            }
+                            s.killed.insert(key, Instant::now());
+                            held
+                        };
+                        self.log.push(format!(
+                            "FAULT SIGKILL of {ns}/{pod}'s {what} (host pid {pid}; just started: {in_the_act}; last seen holding {held} B)"
+                        ));
+                    }
+                    None => self
+                        .log
+                        .push("FAULT SIGKILL: no live workload process to kill"),
+                }
+            }
             FaultKind::ClockSkew => {
                 let i = (param % 2) as usize;
                 let skew = skew_of(param >> 8);
@@ -488,7 +672,12 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
         "seed {}; replica clock skews {} and {}",
         config.seed, skews[0], skews[1]
     ));
-    let mut stack = Stack::start(&format!("{}", config.seed), skews).await?;
+    let mut stack = Stack::start(
+        &format!("{}", config.seed),
+        skews,
+        config.workload.as_deref(),
+    )
+    .await?;
     log.push(format!(
         "stack up: nodes {:?}, leader replica {:?}",
         stack
@@ -499,6 +688,12 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
         stack.leader()
     ));
     let shared = Arc::new(Mutex::new(Shared::default()));
+    let monitors: Vec<SocketAddr> = if stack.images.is_some() {
+        stack.nodes.iter().map(|n| n.monitor_addr).collect()
+    } else {
+        Vec::new()
+    };
+    let monitors_final = monitors.clone();
     let tasks = [
         tokio::spawn(controller(
             stack.client.clone(),
@@ -509,6 +704,7 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
         )),
         tokio::spawn(ledger_loop(
             stack.client.clone(),
+            monitors,
             shared.clone(),
             log.clone(),
         )),
@@ -518,6 +714,7 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
     let outcome = {
         let mut injector = Injector {
             stack: &mut stack,
+            shared: shared.clone(),
             log: log.clone(),
             report: &mut report,
             restarts: Vec::new(),
@@ -574,6 +771,12 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Killed containers' memory must be released within RELEASE_LIMIT; the ledger loop
+    // decides (bounded wait: it reports a violation at the limit).
+    let release_deadline = Instant::now() + RELEASE_LIMIT + Duration::from_secs(5);
+    while !lock(&shared).killed.is_empty() && Instant::now() < release_deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // One last full pass of the ledger over the settled state.
     tokio::time::sleep(Duration::from_millis(400)).await;
     for t in &tasks {
@@ -589,7 +792,22 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
     ) {
         let mut found = ledger::check_placement(&pods.items, &nodes.items);
         found.extend(ledger::check_agreement(&pods.items));
+        let live = if monitors_final.is_empty() {
+            None
+        } else {
+            read_monitors(&monitors_final).await
+        };
         let mut s = lock(&shared);
+        if let Some(live) = &live {
+            found.extend(usage_pass(live, &pods.items, &mut s, &log));
+        }
+        for (ns, pod) in std::mem::take(&mut s.killed).into_keys() {
+            found.push(Violation::NotReleased {
+                pod: format!("{ns}/{pod}"),
+                used: live.as_ref().map_or(0, |l| ledger::memory_of(l, &ns, &pod)),
+                after_ms: RELEASE_LIMIT.as_millis() as u64,
+            });
+        }
         for v in found {
             let text = v.to_string();
             if s.seen.insert(text.clone()) {
@@ -645,6 +863,11 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
         report.pods_created = s.created;
         report.pods_placed = s.placed.len() as u64;
         report.admission_failures = s.admission_failures;
+        report.usage_checks = s.usage_checks;
+        report.kills = s.kills;
+        report.kills_holding_memory = s.kills_holding_memory;
+        report.memory_readings = s.memory_readings;
+        report.slowest_release = s.slowest_release;
     }
     report.history = log.lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
     stack.shutdown().await;

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use hami_demo::Live;
 use hami_kubelet_sim::records::{RECORD_ANNOTATION, envs_of};
 use hami_protocol::cu_allocated::CuAllocation;
 use hami_protocol::cu_list::{CuSet, HsaCuMask};
@@ -17,6 +18,77 @@ use hami_protocol::names::{Vendor, env, pod as pod_keys};
 use hami_protocol::node_register::decode_node_devices;
 use hami_protocol::requests::{ContainerKind, container_slots};
 use k8s_openapi::api::core::v1::{Node, Pod};
+
+/// The pod's `gpumem` request of container `container` in bytes (MiB in the spec), if any.
+fn gpumem_limit(pod: &Pod, container: &str) -> Option<u64> {
+    let c = pod
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == container)?;
+    let limits = c.resources.as_ref()?.limits.as_ref()?;
+    ["amd.com/gpumem", "nvidia.com/gpumem"]
+        .iter()
+        .find_map(|k| limits.get(*k))
+        .and_then(|q| q.0.parse::<u64>().ok())
+        .map(|mib| mib << 20)
+}
+
+/// Real usage against limits: every container's memory on every device (the monitors'
+/// readings) is within the limit its region states and within its pod's `gpumem`.
+pub fn check_usage(live: &Live, pods: &[Pod]) -> Vec<Violation> {
+    let by_key: BTreeMap<(String, String), &Pod> = pods
+        .iter()
+        .map(|p| {
+            (
+                (
+                    p.metadata.namespace.clone().unwrap_or_default(),
+                    p.metadata.name.clone().unwrap_or_default(),
+                ),
+                p,
+            )
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (k @ (ns, pod, container, _), used) in &live.memory {
+        let used = *used as u64;
+        let device = live.device.get(k).cloned().unwrap_or_default();
+        let mut limits = vec![];
+        if let Some(l) = live.limit.get(k) {
+            limits.push((*l as u64, "region"));
+        }
+        if let Some(l) = by_key
+            .get(&(ns.clone(), pod.clone()))
+            .and_then(|p| gpumem_limit(p, container))
+        {
+            limits.push((l, "gpumem"));
+        }
+        for (limit, whose) in limits {
+            // A limit of 0 in a region means "none set".
+            if limit > 0 && used > limit {
+                out.push(Violation::OverLimit {
+                    pod: format!("{ns}/{pod}"),
+                    container: container.clone(),
+                    device: device.clone(),
+                    used,
+                    limit,
+                    whose,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Device memory the monitors still count for pod `ns/pod`, bytes.
+pub fn memory_of(live: &Live, ns: &str, pod: &str) -> u64 {
+    live.memory
+        .iter()
+        .filter(|((n, p, _, _), _)| n == ns && p == pod)
+        .map(|(_, v)| *v as u64)
+        .sum()
+}
 
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +125,22 @@ pub enum Violation {
     },
     /// A pod that fits was not Running with `bind-phase=success` in time after the faults stopped.
     Stranded { pod: String, state: String },
+    /// A container's real device memory (the monitor's reading of its region) is above its
+    /// limit: the region's, or the pod's `gpumem` request.
+    OverLimit {
+        pod: String,
+        container: String,
+        device: String,
+        used: u64,
+        limit: u64,
+        whose: &'static str,
+    },
+    /// A killed container's device memory was still counted this long after the kill.
+    NotReleased {
+        pod: String,
+        used: u64,
+        after_ms: u64,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -85,6 +173,25 @@ impl fmt::Display for Violation {
                 what,
             } => write!(f, "pod {pod} container {container}: {what}"),
             Violation::Stranded { pod, state } => write!(f, "pod {pod} stranded: {state}"),
+            Violation::OverLimit {
+                pod,
+                container,
+                device,
+                used,
+                limit,
+                whose,
+            } => write!(
+                f,
+                "pod {pod} container {container} uses {used} B of device {device}, above its {whose} limit {limit} B"
+            ),
+            Violation::NotReleased {
+                pod,
+                used,
+                after_ms,
+            } => write!(
+                f,
+                "pod {pod}: {used} B of device memory still counted {after_ms} ms after its process was killed"
+            ),
         }
     }
 }
@@ -496,5 +603,45 @@ mod tests {
             matches!(&v[..], [Violation::UnknownGpu { gpu, .. }] if gpu == "G"),
             "{v:?}"
         );
+    }
+
+    #[test]
+    fn usage_above_a_region_or_gpumem_limit_is_caught() {
+        let mut p = pod("a", 1024, 10, "0-9", None);
+        p.spec.as_mut().unwrap().containers[0].resources =
+            serde_json::from_value(json!({"limits": {"amd.com/gpumem": "1024"}})).unwrap();
+        let k = |pod: &str| {
+            (
+                "default".to_string(),
+                pod.to_string(),
+                "c".to_string(),
+                "0".to_string(),
+            )
+        };
+        let mut live = Live::default();
+        live.memory.insert(k("a"), 512.0 * 1048576.0);
+        live.limit.insert(k("a"), 2048.0 * 1048576.0);
+        assert!(check_usage(&live, std::slice::from_ref(&p)).is_empty());
+        assert_eq!(memory_of(&live, "default", "a"), 512 << 20);
+        // Within the region's 2 GiB but above the pod's 1 GiB request.
+        live.memory.insert(k("a"), 1536.0 * 1048576.0);
+        let v = check_usage(&live, std::slice::from_ref(&p));
+        assert!(
+            matches!(
+                &v[..],
+                [Violation::OverLimit {
+                    whose: "gpumem",
+                    ..
+                }]
+            ),
+            "{v:?}"
+        );
+        // A pod the ledger has no spec for is held to its region's limit.
+        live.memory.insert(k("b"), 3000.0 * 1048576.0);
+        live.limit.insert(k("b"), 2048.0 * 1048576.0);
+        let v = check_usage(&live, &[p]);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v.iter().any(|v| v.to_string().contains("region limit")));
+        assert_eq!(memory_of(&live, "default", "c"), 0);
     }
 }

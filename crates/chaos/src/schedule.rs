@@ -25,10 +25,13 @@ pub enum FaultKind {
     DeleteMidBind,
     /// A scheduler replica is restarted with a different wall-clock skew.
     ClockSkew,
+    /// SIGKILL of a workload process (its process group when it has one of its own) of a
+    /// seeded pod, preferably one just started and still allocating.
+    KillWorkload,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::ConflictStorm,
         FaultKind::WatchDrop,
         FaultKind::ApiServerRestart,
@@ -37,6 +40,7 @@ impl FaultKind {
         FaultKind::KubeletRestart,
         FaultKind::DeleteMidBind,
         FaultKind::ClockSkew,
+        FaultKind::KillWorkload,
     ];
 }
 
@@ -50,8 +54,8 @@ pub struct Planned {
 }
 
 /// Faults spread over `duration`, about `mean_gap` apart (each gap uniform in
-/// [gap/2, 3·gap/2]). Every kind occurs at least once (the first eight are a seeded
-/// permutation of all kinds) as long as the duration holds eight gaps.
+/// [gap/2, 3·gap/2]). Every kind occurs at least once (the first ones are a seeded
+/// permutation of all kinds) as long as the duration holds that many gaps.
 pub fn plan(seed: u64, duration: Duration, mean_gap: Duration) -> Vec<Planned> {
     let mut rng = Rng::new(seed);
     let mut first = FaultKind::ALL;

@@ -213,7 +213,12 @@ impl SoakReport {
 
 /// Runs the soak and returns its samples.
 pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
-    let stack = Stack::start("soak", [SignedDuration::ZERO, SignedDuration::from_secs(7)]).await?;
+    let stack = Stack::start(
+        "soak",
+        [SignedDuration::ZERO, SignedDuration::from_secs(7)],
+        None,
+    )
+    .await?;
     let log = Log {
         started: Instant::now(),
         lines: Arc::default(),

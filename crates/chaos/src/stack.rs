@@ -4,6 +4,11 @@
 //! from the KFD capture with the real AMD plugin, an NVIDIA node on the stand-in NVML),
 //! each with its simulated kubelet and monitor. Same wiring as `hami demo`, but the
 //! harness holds every handle so it can kill and restart parts.
+//!
+//! Given the `hami-workload` program (and where namespaces can be made), the kubelets run
+//! the pods' containers as processes on the stand-in runtimes under the real hooks, with
+//! the demo's images and driver models (`hami_demo::Images`, `amdgpu_driver`,
+//! `cuda_driver`), so the monitors read real regions of live (and killed) processes.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hami_apiserver::{ApiServer, Config, RunningApiServer};
+use hami_demo::Images;
 use hami_kubelet_sim::KubeletSim;
+use hami_kubelet_sim::container_runtime::{ContainerRecord, RuntimeArgs};
 use hami_scheduler::config::Settings;
 use hami_scheduler::extender_client::{ExtenderClient, Trust};
 use hami_scheduler::leader::{ElectionConfig, Leadership, SkewedClock};
@@ -63,11 +70,27 @@ enum PluginKind {
     ),
 }
 
+/// The kernel side of a node's stand-in driver (with workload containers).
+enum NodeDriver {
+    Amd(hami_demo::amdgpu_driver::AmdgpuDriver),
+    Cuda(hami_demo::cuda_driver::CudaDriver),
+}
+
+impl NodeDriver {
+    fn stop(&self) {
+        match self {
+            NodeDriver::Amd(d) => d.stop(),
+            NodeDriver::Cuda(d) => d.stop(),
+        }
+    }
+}
+
 pub struct SimNode {
     pub name: String,
     pub tree: FixtureTree,
     pub kubelet: KubeletSim,
     pub monitor_addr: SocketAddr,
+    driver: Option<NodeDriver>,
     plugin_kind: PluginKind,
     plugin: Option<(watch::Sender<bool>, JoinHandle<anyhow::Result<()>>)>,
     monitor: JoinHandle<anyhow::Result<()>>,
@@ -112,6 +135,15 @@ impl SimNode {
     pub fn plugin_running(&self) -> bool {
         self.plugin.as_ref().is_some_and(|(_, t)| !t.is_finished())
     }
+
+    /// The node's containers as kubelet-sim last published them.
+    pub fn containers(&self) -> Vec<ContainerRecord> {
+        self.kubelet
+            .containers_handle()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 pub struct Stack {
@@ -125,6 +157,8 @@ pub struct Stack {
     pub service_url: String,
     pub nodes: Vec<SimNode>,
     pub scheduler_metrics: Vec<SocketAddr>,
+    /// The containers' images: Some when pods run processes.
+    pub images: Option<Images>,
     backends: Backends,
     cert_paths: (PathBuf, PathBuf),
     background: Vec<JoinHandle<()>>,
@@ -175,12 +209,29 @@ async fn start_api(addr: SocketAddr, data_dir: &Path) -> anyhow::Result<RunningA
 }
 
 impl Stack {
-    /// Starts everything; `skews` are the replicas' first wall-clock offsets.
-    pub async fn start(tag: &str, skews: [SignedDuration; 2]) -> anyhow::Result<Stack> {
+    /// Starts everything; `skews` are the replicas' first wall-clock offsets. With
+    /// `workload` (the `hami-workload` program) containers run as processes; an error if
+    /// they cannot (no root or unshare, runtimes or hooks not built), rather than a run
+    /// that silently tests less.
+    pub async fn start(
+        tag: &str,
+        skews: [SignedDuration; 2],
+        workload: Option<&Path>,
+    ) -> anyhow::Result<Stack> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let workdir = std::env::temp_dir().join(format!("hami-chaos-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&workdir);
         std::fs::create_dir_all(&workdir)?;
+        let images = match workload {
+            Some(program) => {
+                anyhow::ensure!(
+                    hami_demo::namespaces_work(),
+                    "workload containers need PID and mount namespaces (root, util-linux unshare)"
+                );
+                Some(Images::prepare(&workdir, program).map_err(|e| anyhow::anyhow!(e))?)
+            }
+            None => None,
+        };
         let data_dir = workdir.join("apiserver-data");
         let api = start_api(SocketAddr::from(([127, 0, 0, 1], 0)), &data_dir).await?;
         let api_addr = api.addr();
@@ -241,6 +292,7 @@ impl Stack {
             service_url,
             nodes: Vec::new(),
             scheduler_metrics: Vec::new(),
+            images,
             backends,
             cert_paths,
             background,
@@ -343,7 +395,11 @@ impl Stack {
             .expect("the API server runs between faults")
     }
 
-    async fn kubelet(&self, name: &str) -> anyhow::Result<(PathBuf, PathBuf, KubeletSim)> {
+    async fn kubelet(
+        &self,
+        name: &str,
+        image_env: Option<(Vec<String>, PathBuf)>,
+    ) -> anyhow::Result<(PathBuf, PathBuf, KubeletSim)> {
         let sockets = self.workdir.join(name).join("device-plugins");
         let hook = self.workdir.join(name).join("hook");
         std::fs::create_dir_all(&sockets)?;
@@ -352,9 +408,15 @@ impl Stack {
             hami_kubelet_sim::Args {
                 socket_dir: sockets.clone(),
                 node_name: name.into(),
-                record_dir: None,
-                run_containers: false,
-                runtime: Default::default(),
+                record_dir: Some(self.workdir.join(name).join("pods")),
+                run_containers: image_env.is_some(),
+                runtime: image_env
+                    .map(|(image_env, dev_root)| RuntimeArgs {
+                        dev_root,
+                        image_env,
+                        state_dir: Some(self.workdir.join(name).join("containers")),
+                    })
+                    .unwrap_or_default(),
                 sync_interval_ms: 100,
             },
             self.client.clone(),
@@ -368,8 +430,8 @@ impl Stack {
         name: &str,
         hook: &Path,
         sys_root: PathBuf,
+        proc_root: PathBuf,
     ) -> anyhow::Result<(SocketAddr, JoinHandle<anyhow::Result<()>>)> {
-        let proc_root = self.workdir.join(name).join("proc");
         std::fs::create_dir_all(&proc_root)?;
         let addr = free_local_addr()?;
         let config = hami_monitor::server::ServeConfig {
@@ -396,8 +458,39 @@ impl Stack {
 
     async fn amd_node(&self, name: &str, tree: FixtureTree) -> anyhow::Result<SimNode> {
         self.create_node(name)?;
-        let (sockets, hook, kubelet) = self.kubelet(name).await?;
-        let (monitor_addr, monitor) = self.monitor(name, &hook, tree.sysfs_root())?;
+        let node_dir = self.workdir.join(name);
+        // The monitor reads the driver model's proc-shaped tree (amdgpu_driver.rs).
+        let proc_root = node_dir.join("proc");
+        let socket = node_dir.join("amdgpu.sock");
+        let containers = self.images.as_ref().map(|images| {
+            let mut env = vec![
+                images.path(),
+                format!("LD_LIBRARY_PATH={}", images.amd_lib.display()),
+                format!("FAKE_AMDGPU_DRIVER_SOCKET={}", socket.display()),
+            ];
+            if let Some((mem, cus)) = hami_demo::amdgpu_driver::first_device(&tree.sysfs_root()) {
+                env.push(format!("FAKE_HIP_DEVICE_MEMORY={mem}"));
+                env.push(format!("FAKE_HIP_CU_COUNT={cus}"));
+            }
+            (env, tree.dev_root())
+        });
+        let (sockets, hook, kubelet) = self.kubelet(name, containers).await?;
+        let (monitor_addr, monitor) =
+            self.monitor(name, &hook, tree.sysfs_root(), proc_root.clone())?;
+        let driver = match &self.images {
+            Some(images) => {
+                hami_demo::install_hook(&images.amd_hook, &hook, "libamvgpu.so")?;
+                Some(NodeDriver::Amd(
+                    hami_demo::amdgpu_driver::AmdgpuDriver::start(
+                        &socket,
+                        &proc_root,
+                        &tree.sysfs_root(),
+                        kubelet.containers_handle(),
+                    )?,
+                ))
+            }
+            None => None,
+        };
         let mut args = hami_amd_plugin::cli::Args::parse_from(["k8s-device-plugin"]);
         args.sysfs_root = tree.sysfs_root();
         args.dev_root = tree.dev_root();
@@ -415,6 +508,7 @@ impl Stack {
             tree,
             kubelet,
             monitor_addr,
+            driver,
             plugin_kind: PluginKind::Amd(Box::new(args), settings),
             plugin: None,
             monitor,
@@ -426,8 +520,39 @@ impl Stack {
     async fn nvidia_node(&self, name: &str, nvml: &Path) -> anyhow::Result<SimNode> {
         self.create_node(name)?;
         let tree = FixtureTree::empty()?;
-        let (sockets, hook, kubelet) = self.kubelet(name).await?;
-        let (monitor_addr, monitor) = self.monitor(name, &hook, tree.sysfs_root())?;
+        let node_dir = self.workdir.join(name);
+        let socket = node_dir.join("nvidia.sock");
+        let containers = self.images.as_ref().map(|images| {
+            let env = vec![
+                images.path(),
+                format!("LD_LIBRARY_PATH={}", images.nvidia_lib.display()),
+                "FAKE_CUDA_DEVICE_COUNT=1".into(),
+                "FAKE_CUDA_DEVICE_MEMORY=16g".into(),
+                format!(
+                    "FAKE_CUDA_SHARED_STATE={}",
+                    node_dir.join("cuda-devices.state").display()
+                ),
+                format!("FAKE_CUDA_DRIVER_SOCKET={}", socket.display()),
+            ];
+            (env, tree.dev_root())
+        });
+        // With processes, the host's /proc: the monitor resolves the pods' host pids from it.
+        let proc_root = if containers.is_some() {
+            PathBuf::from("/proc")
+        } else {
+            node_dir.join("proc")
+        };
+        let (sockets, hook, kubelet) = self.kubelet(name, containers).await?;
+        let (monitor_addr, monitor) = self.monitor(name, &hook, tree.sysfs_root(), proc_root)?;
+        let driver = match &self.images {
+            Some(images) => {
+                hami_demo::install_hook(&images.nvidia_hook, &hook, "libvgpu.so")?;
+                Some(NodeDriver::Cuda(hami_demo::cuda_driver::CudaDriver::start(
+                    &socket,
+                )?))
+            }
+            None => None,
+        };
         let mut args = hami_nvidia_plugin::cli::Args::parse_from(["nvidia-device-plugin"]);
         args.nvml_library = nvml.display().to_string();
         args.device_plugin_dir = sockets;
@@ -441,6 +566,7 @@ impl Stack {
             tree,
             kubelet,
             monitor_addr,
+            driver,
             plugin_kind: PluginKind::Nvidia(Box::new(args), settings),
             plugin: None,
             monitor,
@@ -493,6 +619,9 @@ impl Stack {
             node.stop_plugin().await;
             node.monitor.abort();
             node.kubelet.shutdown().await;
+            if let Some(d) = &node.driver {
+                d.stop();
+            }
         }
         for i in 0..self.replicas.len() {
             self.kill_replica(i);

@@ -18,30 +18,58 @@ pub enum Kind {
     Nvidia,
 }
 
-/// Pod `name` of `kind`, with seeded sizes and policy.
+/// Pod `name` of `kind`, with seeded sizes and policy. Its container runs `hami-workload`
+/// (when the stack runs processes): it allocates half its memory limit, or asks for more
+/// than the limit (which the hook must refuse) and falls back to half, and keeps its GPU
+/// a little busy.
 pub fn pod(name: &str, kind: Kind, rng: &mut Rng) -> Pod {
     let policy = if rng.below(2) == 0 {
         "binpack"
     } else {
         "spread"
     };
-    let limits = match kind {
-        Kind::Amd => json!({
-            "amd.com/gpu": "1",
-            "amd.com/gpumem": (1024 * rng.between(1, 6)).to_string(),
-            "amd.com/gpucores": rng.between(5, 25).to_string(),
-        }),
-        Kind::Nvidia => json!({
-            "nvidia.com/gpu": "1",
-            "nvidia.com/gpumem": (512 * rng.between(1, 4)).to_string(),
-            "nvidia.com/gpucores": rng.between(5, 20).to_string(),
-        }),
+    let (limits, mem, runtime) = match kind {
+        Kind::Amd => {
+            let mem = 1024 * rng.between(1, 6);
+            let limits = json!({
+                "amd.com/gpu": "1",
+                "amd.com/gpumem": mem.to_string(),
+                "amd.com/gpucores": rng.between(5, 25).to_string(),
+            });
+            (limits, mem, "hip")
+        }
+        Kind::Nvidia => {
+            let mem = 512 * rng.between(1, 4);
+            let limits = json!({
+                "nvidia.com/gpu": "1",
+                "nvidia.com/gpumem": mem.to_string(),
+                "nvidia.com/gpucores": rng.between(5, 20).to_string(),
+            });
+            (limits, mem, "cuda")
+        }
     };
+    let ask = if rng.below(3) == 0 {
+        mem + 512
+    } else {
+        mem / 2
+    };
+    let command = json!([
+        "hami-workload",
+        "--runtime",
+        runtime,
+        "--memory-mib",
+        ask.to_string(),
+        "--fallback-mib",
+        (mem / 2).to_string(),
+        "--busy-percent",
+        "2",
+    ]);
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "labels": {"app": "chaos"},
             "annotations": {"hami.io/gpu-scheduler-policy": policy}},
-        "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]}
+        "spec": {"containers": [{"name": "main", "image": "x", "command": command,
+            "resources": {"limits": limits}}]}
     }))
     .expect("a valid pod")
 }

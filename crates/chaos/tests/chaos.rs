@@ -1,6 +1,8 @@
 //! The bounded chaos run of CI: every fault kind at least once over 40 s of faults on the
 //! whole stack, the ledger checking throughout, zero violations, and every pod Running
-//! with `bind-phase=success` within 45 s after the faults stop.
+//! with `bind-phase=success` within 45 s after the faults stop. The pods run `hami-workload`
+//! processes under the hooks: the ledger also holds every container's real device memory to
+//! its limit, and a killed process's memory must be released within `RELEASE_LIMIT`.
 //!
 //! `HAMI_CHAOS_SEED=<u64>` replays a seed's schedule; `HAMI_CHAOS_SECONDS=<n>` runs longer
 //! (BENCHMARKS.md has a long run).
@@ -27,6 +29,8 @@ async fn whole_stack_under_faults_keeps_every_invariant() {
         fault_duration: Duration::from_secs(seconds),
         mean_gap: Duration::from_millis(3000),
         settle_limit: Duration::from_secs(45),
+        // The pods' containers run as processes (root and util-linux needed, as in CI).
+        workload: Some(env!("CARGO_BIN_EXE_chaos-workload").into()),
     };
     let report = match run(config).await {
         Ok(r) => r,
@@ -43,4 +47,9 @@ async fn whole_stack_under_faults_keeps_every_invariant() {
         report.render()
     );
     assert!(report.pods_placed > 13, "{}", report.render());
+    assert!(
+        report.usage_checks > 10 && report.memory_readings > 0 && report.kills > 0,
+        "the usage ledger never read the monitors or nothing was killed\n{}",
+        report.render()
+    );
 }

@@ -56,6 +56,8 @@ pub struct AmdgpuDriver {
 }
 
 impl AmdgpuDriver {
+    /// Serves `socket`, writing clients under `root`; `containers` says which container a
+    /// host pid is in.
     pub fn start(
         socket: &Path,
         root: &Path,
@@ -83,6 +85,7 @@ impl AmdgpuDriver {
         Ok(AmdgpuDriver { task })
     }
 
+    /// Stops serving.
     pub fn stop(&self) {
         self.task.abort();
     }

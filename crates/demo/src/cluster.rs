@@ -171,7 +171,7 @@ pub fn workload_program() -> Option<PathBuf> {
 }
 
 /// Whether containers can be made here (root, util-linux `unshare`).
-fn namespaces_work() -> bool {
+pub fn namespaces_work() -> bool {
     std::process::Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc", "true"])
         .stdout(std::process::Stdio::null())
@@ -183,16 +183,22 @@ fn namespaces_work() -> bool {
 /// The demo's "images": `bin/hami-workload` and one library directory per vendor with the
 /// stand-in runtime under its real sonames. `None` (with the reason) when something was
 /// not built.
-struct Images {
-    bin: PathBuf,
-    amd_lib: PathBuf,
-    nvidia_lib: PathBuf,
-    amd_hook: PathBuf,
-    nvidia_hook: PathBuf,
+pub struct Images {
+    /// Holds `hami-workload` (on the containers' PATH).
+    pub bin: PathBuf,
+    /// The stand-in HIP runtime under its real sonames.
+    pub amd_lib: PathBuf,
+    /// The stand-in CUDA driver and NVML under their real sonames.
+    pub nvidia_lib: PathBuf,
+    /// The built AMD hook (`libamvgpu.so`).
+    pub amd_hook: PathBuf,
+    /// The built NVIDIA hook (`libvgpu.so`).
+    pub nvidia_hook: PathBuf,
 }
 
 impl Images {
-    fn prepare(workdir: &Path, workload: &Path) -> Result<Images, String> {
+    /// Links the images under `workdir` with `workload` as `bin/hami-workload`.
+    pub fn prepare(workdir: &Path, workload: &Path) -> Result<Images, String> {
         let need = |name: &str| {
             built(name).ok_or_else(|| {
                 format!("{name} is not built beside this binary (build the workspace)")
@@ -226,13 +232,14 @@ impl Images {
         Ok(images)
     }
 
-    fn path(&self) -> String {
+    /// The containers' `PATH=` entry.
+    pub fn path(&self) -> String {
         format!("PATH={}:/usr/local/bin:/usr/bin:/bin", self.bin.display())
     }
 }
 
 /// Installs a hook where the plugin mounts it from (a node's init container copies it).
-fn install_hook(hook: &Path, hook_path: &Path, name: &str) -> anyhow::Result<()> {
+pub fn install_hook(hook: &Path, hook_path: &Path, name: &str) -> anyhow::Result<()> {
     let dir = hook_path.join("vgpu");
     std::fs::create_dir_all(&dir)?;
     std::fs::copy(hook, dir.join(name))?;

@@ -10,11 +10,13 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::UnixListener;
 use tokio::task::JoinHandle;
 
+/// The driver of one node: serves its socket.
 pub struct CudaDriver {
     task: JoinHandle<()>,
 }
 
 impl CudaDriver {
+    /// Serves `socket`.
     pub fn start(socket: &Path) -> std::io::Result<CudaDriver> {
         let _ = std::fs::remove_file(socket);
         let listener = UnixListener::bind(socket)?;
@@ -33,6 +35,7 @@ impl CudaDriver {
         Ok(CudaDriver { task })
     }
 
+    /// Stops serving.
     pub fn stop(&self) {
         self.task.abort();
     }

@@ -13,9 +13,9 @@
 //! real hook; each node's stand-in driver has its kernel side here (`amdgpu_driver.rs`,
 //! `cuda_driver.rs`), and the tables show the monitors' live memory used and utilization.
 
-mod amdgpu_driver;
+pub mod amdgpu_driver;
 mod cluster;
-mod cuda_driver;
+pub mod cuda_driver;
 mod examples;
 pub mod live;
 mod report;
@@ -28,6 +28,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub use cluster::Cluster;
+/// What the chaos harness's nodes reuse to run workload containers.
+pub use cluster::{Images, install_hook, namespaces_work};
 
 /// Flags of `hami demo`.
 #[derive(Debug, Clone, clap::Args)]
