@@ -25,8 +25,10 @@ use crate::schedule::{self, FaultKind};
 use crate::stack::Stack;
 use crate::workload::{self, Kind};
 
+/// Settings of one chaos run.
 #[derive(Debug, Clone)]
 pub struct ChaosConfig {
+    /// Drives the fault schedule and the workload; rerunning with it reproduces the run.
     pub seed: u64,
     /// How long faults are injected.
     pub fault_duration: Duration,
@@ -47,12 +49,16 @@ pub const RELEASE_LIMIT: Duration = Duration::from_secs(10);
 /// What a run did and found.
 #[derive(Debug, Default, Clone)]
 pub struct ChaosReport {
+    /// The seed the run used, to reproduce it.
     pub seed: u64,
+    /// Faults injected, per kind.
     pub injected: BTreeMap<FaultKind, u32>,
     /// Faults that caught their target in the act (a pod being allocated when the plugin
     /// stopped, a pod being bound when it was deleted), per kind.
     pub in_the_act: BTreeMap<FaultKind, u32>,
+    /// Invariant violations found, each described in one line.
     pub violations: Vec<String>,
+    /// Ledger passes made over the cluster state.
     pub ledger_checks: u64,
     /// Ledger passes that also read every monitor (real usage against limits).
     pub usage_checks: u64,
@@ -60,10 +66,12 @@ pub struct ChaosReport {
     pub kills: u64,
     /// Of those, kills of a process the monitors had seen holding device memory.
     pub kills_holding_memory: u64,
+    /// Longest kill-to-release time seen, if any kill was checked.
     pub slowest_release: Option<Duration>,
     /// Monitor readings of a container holding device memory (a usage check that saw
     /// something to check).
     pub memory_readings: u64,
+    /// Pods the harness created.
     pub pods_created: u64,
     /// Distinct pods seen Running.
     pub pods_placed: u64,
@@ -71,10 +79,12 @@ pub struct ChaosReport {
     pub admission_failures: u64,
     /// Time from the end of the faults until every pod was settled.
     pub settled_after: Option<Duration>,
+    /// Timestamped log of injected faults and notable events, for diagnosing a failure.
     pub history: Vec<String>,
 }
 
 impl ChaosReport {
+    /// A human-readable multi-line summary for the test's output.
     pub fn summary(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "seed {}", self.seed);

@@ -95,50 +95,85 @@ pub fn memory_of(live: &Live, ns: &str, pod: &str) -> u64 {
 pub enum Violation {
     /// The pods holding a GPU ask for more memory (MiB), cores or shares than it registered.
     Overcommit {
+        /// The node that registered the GPU.
         node: String,
+        /// The GPU's id as registered.
         gpu: String,
+        /// Which resource overflowed: memory, cores or shares.
         what: &'static str,
+        /// The sum the pods hold.
         used: u64,
+        /// What the GPU registered.
         capacity: u64,
+        /// The pods holding it, to find the double allocation.
         pods: Vec<String>,
     },
     /// Two live pods were given intersecting CU ranges of one GPU.
     CuOverlap {
+        /// The GPU both ranges are on.
         gpu: String,
+        /// One of the two pods.
         a: String,
+        /// The other pod.
         b: String,
+        /// The CUs both were given.
         common: String,
     },
     /// A pod's device list names a GPU its node did not register.
     UnknownGpu {
+        /// The pod naming it.
         pod: String,
+        /// The pod's node.
         node: String,
+        /// The unregistered GPU id.
         gpu: String,
     },
     /// A bound pod's annotations do not decode.
-    Undecodable { pod: String, what: String },
+    Undecodable {
+        /// The pod carrying them.
+        pod: String,
+        /// Which annotation failed, and why.
+        what: String,
+    },
     /// What kubelet-sim got from the plugin disagrees with the pod's annotations.
     AllocationMismatch {
+        /// The pod allocated.
         pod: String,
+        /// The container whose allocation differs.
         container: String,
+        /// What differs.
         what: String,
     },
     /// A pod that fits was not Running with `bind-phase=success` in time after the faults stopped.
-    Stranded { pod: String, state: String },
+    Stranded {
+        /// The pod left behind.
+        pod: String,
+        /// Its phase and bind state when the wait ran out.
+        state: String,
+    },
     /// A container's real device memory (the monitor's reading of its region) is above its
     /// limit: the region's, or the pod's `gpumem` request.
     OverLimit {
+        /// The pod over its limit.
         pod: String,
+        /// Its container.
         container: String,
+        /// The device the monitor read.
         device: String,
+        /// Device memory in use, as the monitor read it.
         used: u64,
+        /// The limit exceeded.
         limit: u64,
+        /// Whose limit: the region's or the pod request's.
         whose: &'static str,
     },
     /// A killed container's device memory was still counted this long after the kill.
     NotReleased {
+        /// The pod whose container was killed.
         pod: String,
+        /// Device memory still counted.
         used: u64,
+        /// Milliseconds from the kill to this reading.
         after_ms: u64,
     },
 }

@@ -23,10 +23,14 @@ struct Backend {
     generation: u64,
 }
 
+/// The scheduler replicas the forwarder may route to, updated by the stack as replicas
+/// die and restart.
 #[derive(Clone, Default)]
 pub struct Backends(Arc<Mutex<(Vec<Backend>, u64)>>);
 
 impl Backends {
+    /// Registers replica `identity` at `addr` with its leadership view, replacing any earlier
+    /// entry, or removes it with `None`.
     pub fn set(&self, identity: &str, addr: Option<(SocketAddr, Arc<Leadership>)>) {
         let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let (list, next) = &mut *guard;

@@ -1,14 +1,17 @@
 //! SplitMix64: one u64 seed drives every random choice of a run, so a seed reproduces the
 //! fault schedule and the workload exactly (no dependency, no global state).
 
+/// Seeded SplitMix64 generator; cloning forks an identical stream.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
 
 impl Rng {
+    /// Starts the stream at `seed`; equal seeds give equal sequences.
     pub fn new(seed: u64) -> Self {
         Rng(seed)
     }
 
+    /// The next 64 random bits (one SplitMix64 step).
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -27,6 +30,7 @@ impl Rng {
         lo + self.below(hi.saturating_sub(lo) + 1)
     }
 
+    /// Fisher–Yates shuffle in place, driven by this stream.
     pub fn shuffle<T>(&mut self, items: &mut [T]) {
         for i in (1..items.len()).rev() {
             let j = self.below(i as u64 + 1) as usize;

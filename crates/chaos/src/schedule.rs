@@ -31,6 +31,7 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// Every fault kind, in a fixed order so a seed picks the same kinds each run.
     pub const ALL: [FaultKind; 9] = [
         FaultKind::ConflictStorm,
         FaultKind::WatchDrop,
@@ -48,8 +49,11 @@ impl FaultKind {
 /// parameter the injector uses for its own choices (which node, how many 409s, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Planned {
+    /// Offset from the start of the fault phase.
     pub at: Duration,
+    /// Which fault to inject.
     pub kind: FaultKind,
+    /// Seeded parameter the injector turns into its own choices.
     pub param: u64,
 }
 

@@ -28,21 +28,31 @@ use crate::stack::Stack;
 /// One sample of the whole process and its parts.
 #[derive(Debug, Clone, Default)]
 pub struct SoakSample {
+    /// Seconds since the soak started.
     pub at_s: f64,
+    /// Resident memory of the test process (`VmRSS`).
     pub rss_kib: u64,
+    /// OS threads of the test process.
     pub threads: u64,
+    /// Open fds by kind of target (socket, pipe, file, ...).
     pub fds: BTreeMap<String, u64>,
+    /// Live tokio tasks.
     pub tasks: u64,
+    /// Connections open at the API server.
     pub api_connections: u64,
+    /// Requests the API server is serving right now.
     pub api_in_flight: u64,
     /// Endpoint → milliseconds for one GET of `/metrics`.
     pub scrape_ms: BTreeMap<String, f64>,
     /// The leader's mean filter time over the window since the last sample.
     pub filter_mean_ms: Option<f64>,
+    /// Filter calls the window's mean is over.
     pub filters_in_window: u64,
     /// Cumulative error signals.
     pub warning_events: u64,
+    /// Responses with status 5xx so far.
     pub api_5xx: u64,
+    /// Monitors' error counters, summed over all kinds.
     pub monitor_errors: f64,
     /// Monitor errors of kinds not in [`KNOWN_MONITOR_NOISE`].
     pub monitor_errors_unexpected: f64,
@@ -51,14 +61,20 @@ pub struct SoakSample {
     /// What the API server's store holds: objects (all types) and watch-history entries,
     /// with their JSON in KiB (`Store::stats`).
     pub api_objects: u64,
+    /// KiB of JSON in those objects.
     pub api_object_kib: u64,
+    /// Watch-history entries held.
     pub api_history: u64,
+    /// KiB of JSON in the watch history.
     pub api_history_kib: u64,
+    /// Pods the churn controller has created so far.
     pub pods_created: u64,
+    /// Pods Running at this sample.
     pub running: u64,
 }
 
 impl SoakSample {
+    /// All open fds, whatever their kind.
     pub fn fds_total(&self) -> u64 {
         self.fds.values().sum()
     }
@@ -143,24 +159,32 @@ pub const KNOWN_MONITOR_NOISE: &[(&str, &str)] = &[
     ),
 ];
 
+/// Settings of one soak run.
 #[derive(Debug, Clone)]
 pub struct SoakConfig {
+    /// Drives the churn; rerunning with it reproduces the workload.
     pub seed: u64,
+    /// How long the soak runs.
     pub duration: Duration,
+    /// Time between two samples.
     pub sample_every: Duration,
     /// A Running pod completes (and is replaced) every this many 200 ms controller ticks.
     pub churn_every_ticks: u64,
 }
 
+/// What a soak run measured.
 #[derive(Debug, Clone, Default)]
 pub struct SoakReport {
+    /// Samples in time order, for trends (leaks show as growth).
     pub samples: Vec<SoakSample>,
     /// At the end: what the open regular-file fds point at (directory → count), and the
     /// monitors' error counters by kind, to tell which component leaks or complains.
     pub file_fds: BTreeMap<String, u64>,
+    /// At the end: the monitors' error counters by kind.
     pub monitor_errors_by_kind: BTreeMap<String, f64>,
     /// At the end: Warning events by `reason: note` (first 120 characters), with counts.
     pub warnings: BTreeMap<String, u64>,
+    /// Timestamped log of the run's events.
     pub history: Vec<String>,
 }
 

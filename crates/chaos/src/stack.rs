@@ -37,15 +37,20 @@ use crate::proxy::{self, Backends};
 /// Lease and lock timings of the harness: short, so a killed leader or a stale lock is
 /// recovered within the settle time (the defaults are 15 s leases and a 60 s lock expiry).
 pub const LEASE: Duration = Duration::from_secs(3);
+/// How long a node's scheduling lock holds before it counts as stale and may be taken over.
 pub const NODE_LOCK_EXPIRY: Duration = Duration::from_secs(5);
 /// How long a monitor keeps a deleted pod's accounting directory (and its open region
 /// file) before cleaning it up; the demo uses 60 s, the harness less so that a one-minute
 /// soak sees the clean-up happen.
 pub const MONITOR_GC_GRACE: Duration = Duration::from_secs(10);
 
+/// A running scheduler replica of the stack.
 pub struct Replica {
+    /// Its leader-election identity.
     pub identity: String,
+    /// The replica itself, for its leadership and state.
     pub scheduler: Arc<Scheduler>,
+    /// How far its wall clock is set off from the real one.
     pub skew: SignedDuration,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -85,10 +90,15 @@ impl NodeDriver {
     }
 }
 
+/// A simulated node: its fixture sysfs, kubelet-sim, monitor, driver and device plugin.
 pub struct SimNode {
+    /// The node's name in the cluster.
     pub name: String,
+    /// The node's fixture sysfs tree.
     pub tree: FixtureTree,
+    /// The node's kubelet stand-in.
     pub kubelet: KubeletSim,
+    /// Where the node's monitor serves its metrics.
     pub monitor_addr: SocketAddr,
     driver: Option<NodeDriver>,
     plugin_kind: PluginKind,
@@ -132,6 +142,7 @@ impl SimNode {
         }
     }
 
+    /// Whether the node's device plugin task is alive (it is stopped by the plugin-restart fault).
     pub fn plugin_running(&self) -> bool {
         self.plugin.as_ref().is_some_and(|(_, t)| !t.is_finished())
     }
@@ -146,16 +157,27 @@ impl SimNode {
     }
 }
 
+/// The whole system under test: API server, scheduler replicas behind a forwarder, and the nodes.
 pub struct Stack {
+    /// The run's scratch directory, removed and recreated at start.
     pub workdir: PathBuf,
+    /// Where the API server persists its store, so a restart keeps the objects.
     pub data_dir: PathBuf,
+    /// The API server; `None` only while the restart fault has it down.
     pub api: Option<RunningApiServer>,
+    /// The API server's address, kept across restarts.
     pub api_addr: SocketAddr,
+    /// A client of the API server for the harness.
     pub client: Client,
+    /// The scheduler settings every replica starts with.
     pub settings: Settings,
+    /// Replica slots; `None` while that replica is killed.
     pub replicas: Vec<Option<Replica>>,
+    /// HTTPS URL of the forwarder standing in for the scheduler's Service.
     pub service_url: String,
+    /// The simulated nodes.
     pub nodes: Vec<SimNode>,
+    /// Each replica's metrics endpoint, by replica index.
     pub scheduler_metrics: Vec<SocketAddr>,
     /// The containers' images: Some when pods run processes.
     pub images: Option<Images>,
@@ -373,6 +395,7 @@ impl Stack {
         Some(id)
     }
 
+    /// Index of the replica that currently leads, if one does.
     pub fn leader(&self) -> Option<usize> {
         self.replicas
             .iter()
@@ -389,6 +412,7 @@ impl Stack {
         Ok(())
     }
 
+    /// The running API server; panics if called while it is down.
     pub fn api(&self) -> &RunningApiServer {
         self.api
             .as_ref()
@@ -613,6 +637,7 @@ impl Stack {
         }
     }
 
+    /// Stops every component and removes the scratch directory.
     pub async fn shutdown(mut self) {
         for node in std::mem::take(&mut self.nodes) {
             let mut node = node;

@@ -12,9 +12,12 @@ pub const AMD_PODS: usize = 10;
 /// Live NVIDIA pods at most: 3 × (2 GiB, 20 %) of the one 16 GiB stand-in GPU.
 pub const NVIDIA_PODS: usize = 3;
 
+/// Which node (and so which vendor's plugin and hooks) a workload pod targets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
+    /// An AMD pod on the MI210 node.
     Amd,
+    /// An NVIDIA pod on the stand-in driver's node.
     Nvidia,
 }
 
