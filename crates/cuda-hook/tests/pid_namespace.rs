@@ -7,10 +7,6 @@
 
 mod common;
 
-use std::io::Write;
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixListener;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,43 +15,6 @@ use std::time::Duration;
 use common::*;
 use hami_monitor::node_monitor::{MonitorConfig, NodeMonitor};
 use hami_monitor::pods::{ContainerInfo, PodIndex, PodInfo};
-
-/// The stand-in driver's kernel side: answers each connection with the peer's pid in this
-/// (the host's) PID namespace.
-fn serve_driver_socket(path: &Path) -> Arc<AtomicBool> {
-    let listener = UnixListener::bind(path).unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    std::thread::spawn(move || {
-        while !flag.load(Ordering::Relaxed) {
-            let Ok((mut stream, _)) = listener.accept() else {
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            };
-            let mut cred = libc::ucred {
-                pid: 0,
-                uid: 0,
-                gid: 0,
-            };
-            let mut len = size_of::<libc::ucred>() as libc::socklen_t;
-            // SAFETY: SO_PEERCRED writes a ucred of `len` bytes into `cred`.
-            let rc = unsafe {
-                libc::getsockopt(
-                    stream.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_PEERCRED,
-                    (&mut cred as *mut libc::ucred).cast(),
-                    &mut len,
-                )
-            };
-            if rc == 0 {
-                let _ = write!(stream, "{}", cred.pid);
-            }
-        }
-    });
-    stop
-}
 
 /// The probe as a container process: its own PID namespace and /proc.
 fn in_container(base: Command) -> Command {

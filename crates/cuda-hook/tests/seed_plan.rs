@@ -9,54 +9,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixListener;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::*;
 use hami_monitor::node_monitor::{MonitorConfig, NodeMonitor, Snapshot};
 use hami_monitor::pods::{ContainerInfo, PodIndex, PodInfo};
-
-/// The stand-in driver's kernel side (see `pid_namespace.rs`): the peer's host pid.
-fn serve_driver_socket(path: &Path) -> Arc<AtomicBool> {
-    let listener = UnixListener::bind(path).unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    std::thread::spawn(move || {
-        while !flag.load(Ordering::Relaxed) {
-            let Ok((mut stream, _)) = listener.accept() else {
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            };
-            let mut cred = libc::ucred {
-                pid: 0,
-                uid: 0,
-                gid: 0,
-            };
-            let mut len = size_of::<libc::ucred>() as libc::socklen_t;
-            // SAFETY: SO_PEERCRED writes a ucred of `len` bytes into `cred`.
-            let rc = unsafe {
-                libc::getsockopt(
-                    stream.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_PEERCRED,
-                    (&mut cred as *mut libc::ucred).cast(),
-                    &mut len,
-                )
-            };
-            if rc == 0 {
-                let _ = write!(stream, "{}", cred.pid);
-            }
-        }
-    });
-    stop
-}
 
 fn duty_program() -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/duty.c");

@@ -211,3 +211,41 @@ pub fn device_peak(scratch: &Path) -> u64 {
         .get(8..16)
         .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
 }
+
+/// The stand-in driver's kernel side: answers each connection with the peer's pid in this
+/// (the host's) PID namespace, as the kernel tells a driver (`SO_PEERCRED`); a real driver
+/// reports host pids. Stops when the returned flag is set.
+pub fn serve_driver_socket(path: &Path) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            let Ok((mut stream, _)) = listener.accept() else {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                continue;
+            };
+            let mut cred = libc::ucred {
+                pid: 0,
+                uid: 0,
+                gid: 0,
+            };
+            let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+            // SAFETY: SO_PEERCRED writes a ucred of `len` bytes into `cred`.
+            let rc = unsafe {
+                libc::getsockopt(
+                    std::os::fd::AsRawFd::as_raw_fd(&stream),
+                    libc::SOL_SOCKET,
+                    libc::SO_PEERCRED,
+                    (&mut cred as *mut libc::ucred).cast(),
+                    &mut len,
+                )
+            };
+            if rc == 0 {
+                let _ = std::io::Write::write_all(&mut stream, cred.pid.to_string().as_bytes());
+            }
+        }
+    });
+    stop
+}
