@@ -3,6 +3,7 @@
 mod input;
 mod inspect;
 mod status;
+mod subprogram;
 mod table;
 
 use std::process::ExitCode;
@@ -24,21 +25,14 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// One value, parsed once at start: boxing the large flag sets would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Show what a pod asked for and got, or what a node registered.
     Inspect {
         #[command(subcommand)]
         what: InspectTarget,
     },
-    /// Run the embedded Kubernetes API server (kubectl and kube-rs work against it).
-    Apiserver(hami_apiserver::ServeArgs),
-    /// Run a simulated kubelet: serves the device-plugin Registration API and calls
-    /// Allocate for pods bound to its node, as kubelet does (uses $KUBECONFIG).
-    KubeletSim(hami_kubelet_sim::Args),
-    /// Run the whole system on simulated AMD nodes (no cluster, no GPU needed): API
-    /// server, scheduler, kube-scheduler, device plugins, kubelets and monitors in one
-    /// process; submits examples/ and prints who got which slice.
-    Demo(hami_demo::DemoArgs),
     /// Per node and GPU: who holds which slice, what is free, and why pending GPU pods
     /// wait. Also works as a kubectl plugin: link this binary as `kubectl-hami` and run
     /// `kubectl hami status`.
@@ -53,9 +47,32 @@ enum Command {
     /// Serve the web UI (read-only): GPUs by type and node, cards with their slices and
     /// AMD CU maps, per-pod asked vs got with live utilization, and What-if planning.
     Ui(hami_webui::UiArgs),
-    /// The demo's GPU-busy container process: allocates device memory through the HIP or
-    /// CUDA runtime and keeps the GPU busy a share of the time (also run as `hami-workload`).
-    Workload(hami_demo::workload::WorkloadArgs),
+    /// Run the whole system on simulated nodes (no cluster, no GPU needed): API server,
+    /// scheduler, kube-scheduler, device plugins, kubelets and monitors in one process;
+    /// submits the examples and prints who got which slice. Runs the `hami-demo` program
+    /// (the stand-ins, `sim/demo`), found beside this one or on PATH.
+    #[command(disable_help_flag = true)]
+    Demo(Forwarded),
+    /// Run the embedded Kubernetes API server (kubectl and kube-rs work against it): the
+    /// `hami-apiserver` program, found beside this one or on PATH.
+    #[command(disable_help_flag = true)]
+    Apiserver(Forwarded),
+    /// Run a simulated kubelet (device-plugin Registration, Allocate for pods bound to its
+    /// node): the `hami-kubelet-sim` program, found beside this one or on PATH.
+    #[command(disable_help_flag = true)]
+    KubeletSim(Forwarded),
+    /// The demo's GPU-busy container process: the `hami-workload` program, found beside
+    /// this one or on PATH.
+    #[command(disable_help_flag = true)]
+    Workload(Forwarded),
+}
+
+/// The arguments of a subcommand that another program implements, passed on untouched
+/// (`--help` included).
+#[derive(clap::Args)]
+struct Forwarded {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    args: Vec<std::ffi::OsString>,
 }
 
 #[derive(Subcommand)]
@@ -85,39 +102,16 @@ pub enum Output {
 }
 
 fn main() -> ExitCode {
-    // Busybox-style: the demo's containers run this binary as `hami-workload`.
-    if std::env::args_os()
-        .next()
-        .and_then(|a| {
-            std::path::Path::new(&a)
-                .file_name()
-                .map(|f| f == "hami-workload")
-        })
-        .unwrap_or(false)
-    {
-        use clap::Parser as _;
-        return hami_demo::workload::run(&hami_demo::workload::WorkloadArgs::parse());
-    }
     let output = match Cli::parse().command {
-        Command::Workload(args) => return hami_demo::workload::run(&args),
-        Command::Apiserver(args) => return serve(hami_apiserver::serve(args), "info"),
-        Command::KubeletSim(args) => return serve(hami_kubelet_sim::run(args), "info"),
+        Command::Demo(f) => return subprogram::run("hami-demo", f.args),
+        Command::Apiserver(f) => return subprogram::run("hami-apiserver", f.args),
+        Command::KubeletSim(f) => return subprogram::run("hami-kubelet-sim", f.args),
+        Command::Workload(f) => return subprogram::run("hami-workload", f.args),
         Command::Plan(args) => return plan(&args),
         Command::Ui(args) => {
             return serve(
                 hami_webui::run(args),
                 "info,kube_client=warn,kube_runtime=warn",
-            );
-        }
-        Command::Demo(args) if args.scenario.is_some() => {
-            let scenario = args.scenario.clone().unwrap_or_default();
-            return plan(&hami_planner::PlanArgs::for_scenario(scenario));
-        }
-        Command::Demo(args) => {
-            return serve(
-                async move { hami_demo::run(args, &mut std::io::stdout()).await },
-                // Watchers report the API server going away at shutdown; not news here.
-                "error,kube_client=off,kube_runtime=off",
             );
         }
         Command::Inspect { what } => inspect(what),

@@ -57,10 +57,10 @@ pub struct Status {
 pub async fn live_usage(monitors: &[String]) -> (Vec<PodUsage>, Vec<String>) {
     let urls = monitors.to_vec();
     tokio::task::spawn_blocking(move || {
-        let mut live = hami_demo::Live::default();
+        let mut live = hami_webui::live::Live::default();
         let mut errors = Vec::new();
         for url in &urls {
-            match hami_demo::live::fetch(url) {
+            match hami_webui::live::fetch(url) {
                 Ok(l) => live.extend(l),
                 Err(e) => errors.push(e),
             }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hami_apiserver::{ApiServer, Config};
+use hami_kube_scheduler_sim::SimKubeScheduler;
 use hami_kubelet_sim::KubeletSim;
 use hami_kubelet_sim::records::{RECORD_ANNOTATION, envs_of};
 use hami_protocol::names::{NVIDIA, node as node_keys, pod as pod_keys};
@@ -17,7 +18,6 @@ use hami_scheduler::config::Settings;
 use hami_scheduler::extender_client::{ExtenderClient, Trust};
 use hami_scheduler::leader::Leadership;
 use hami_scheduler::runtime::Scheduler;
-use hami_scheduler::sim_kube_scheduler::SimKubeScheduler;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};

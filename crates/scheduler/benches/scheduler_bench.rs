@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use hami_apiserver::{ApiServer, Config};
+use hami_kube_scheduler_sim::SimKubeScheduler;
 use hami_protocol::names::{node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::NodeLock;
 use hami_protocol::node_register::{CustomInfo, DeviceInfo, DeviceMode, encode_node_devices};
@@ -21,7 +22,6 @@ use hami_scheduler::extender::{ExtenderArgs, FilterConfig, decide_filter, from_j
 use hami_scheduler::extender_client::{ExtenderClient, Trust};
 use hami_scheduler::leader::Leadership;
 use hami_scheduler::runtime::Scheduler;
-use hami_scheduler::sim_kube_scheduler::SimKubeScheduler;
 use hami_scheduler::state::ClusterState;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;

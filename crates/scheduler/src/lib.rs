@@ -18,7 +18,6 @@ pub mod leader;
 pub mod metrics;
 pub mod runtime;
 pub mod server;
-pub mod sim_kube_scheduler;
 pub mod snapshot;
 pub mod state;
 pub mod usage;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hami_apiserver::{ApiServer, Config, RunningApiServer};
+use hami_kube_scheduler_sim::SimKubeScheduler;
 use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::names::{node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::NodeLock;
@@ -15,7 +16,6 @@ use hami_scheduler::config::Settings;
 use hami_scheduler::extender_client::{ExtenderClient, Trust};
 use hami_scheduler::leader::Leadership;
 use hami_scheduler::runtime::Scheduler;
-use hami_scheduler::sim_kube_scheduler::SimKubeScheduler;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hami_apiserver::{ApiServer, Config};
+use hami_kube_scheduler_sim::SimKubeScheduler;
 use hami_protocol::names::{node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::NodeLock;
 use hami_scheduler::config::SchedulerArgs;
 use hami_scheduler::extender_client::{ClientIdentity, ExtenderClient, Trust};
-use hami_scheduler::sim_kube_scheduler::SimKubeScheduler;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;

@@ -12,6 +12,7 @@
 //! - [`server`]: the axum routes.
 
 pub mod html;
+pub mod live;
 pub mod pages;
 pub mod samples;
 pub mod scrape;

@@ -68,7 +68,7 @@ pub fn probe(binding: Binding) -> PathBuf {
     cell.get_or_init(|| {
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
         let source = manifest.join("tests/c/hip_probe.c");
-        let include = manifest.join("../hip-stand-in/include");
+        let include = manifest.join("../../sim/hip-stand-in/include");
         let dir = runtime_dir();
         let out = dir.join(match binding {
             Binding::Lazy => "hip_probe_lazy",

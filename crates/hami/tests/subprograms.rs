@@ -1,0 +1,109 @@
+//! `hami demo`, `hami apiserver`, `hami kubelet-sim`, `hami workload` run programs of the
+//! stand-ins package found beside `hami` (or on PATH), git-style: arguments and exit status
+//! pass through untouched, and a missing program is named with how to install it.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A directory holding a copy of the real `hami` binary, and nothing else yet.
+fn install_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hami-sub-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_hami"), dir.join("hami")).unwrap();
+    dir
+}
+
+/// A program that records its arguments one per line and exits 7.
+fn recorder(dir: &Path, program: &str) -> PathBuf {
+    let record = dir.join(format!("{program}.args"));
+    let path = dir.join(program);
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > '{}'\nexit 7\n",
+            record.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    record
+}
+
+#[test]
+fn each_subcommand_runs_its_program_with_the_arguments_and_status() {
+    let dir = install_dir("pass");
+    for (subcommand, program) in [
+        ("demo", "hami-demo"),
+        ("apiserver", "hami-apiserver"),
+        ("kubelet-sim", "hami-kubelet-sim"),
+        ("workload", "hami-workload"),
+    ] {
+        let record = recorder(&dir, program);
+        // `--help` is the program's, not hami's; hyphenated values and spaces survive.
+        let out = Command::new(dir.join("hami"))
+            .args([subcommand, "--once", "--help", "-x", "a b"])
+            .env("PATH", "/nonexistent")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(7), "{subcommand}: {out:?}");
+        assert_eq!(
+            std::fs::read_to_string(&record).unwrap(),
+            "--once\n--help\n-x\na b\n",
+            "{subcommand}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_program_on_path_is_used_when_none_is_beside_hami() {
+    let dir = install_dir("path");
+    let bin = dir.join("elsewhere");
+    std::fs::create_dir_all(&bin).unwrap();
+    let record = recorder(&bin, "hami-demo");
+    let out = Command::new(dir.join("hami"))
+        .args(["demo", "--once"])
+        .env("PATH", &bin)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    assert_eq!(std::fs::read_to_string(&record).unwrap(), "--once\n");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_missing_program_is_named_with_how_to_install_it() {
+    let dir = install_dir("missing");
+    let out = Command::new(dir.join("hami"))
+        .args(["demo", "--once"])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{stderr}");
+    assert!(
+        stderr.contains("`hami demo` runs the `hami-demo` program")
+            && stderr.contains(&dir.display().to_string())
+            && stderr.contains("cargo install --path sim/demo"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn help_lists_the_operator_commands_and_the_demo() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hami"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for command in ["status", "inspect", "plan", "manifests", "ui", "demo"] {
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{command} "))),
+            "{command} missing from:\n{text}"
+        );
+    }
+}

@@ -1,0 +1,892 @@
+//! Starting every component in-process and submitting the example workloads.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use hami_apiserver::{ApiServer, Config, RunningApiServer};
+use hami_kube_scheduler_sim::SimKubeScheduler;
+use hami_kubelet_sim::KubeletSim;
+use hami_scheduler::config::Settings;
+use hami_scheduler::extender_client::{ExtenderClient, Trust};
+use hami_scheduler::leader::Leadership;
+use hami_scheduler::runtime::Scheduler;
+use hami_sysfs_fixtures::FixtureTree;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::{DemoArgs, Progress};
+
+/// A simulated GPU node: its sysfs tree, kubelet, plugin, monitor and (with containers)
+/// the kernel side of its stand-in driver.
+pub struct SimNode {
+    pub name: String,
+    pub description: String,
+    pub tree: FixtureTree,
+    pub kubelet: KubeletSim,
+    /// Container logs (`<ns>_<pod>_<container>.log`) and allocation records.
+    pub record_dir: PathBuf,
+    driver: Option<NodeDriver>,
+    plugin_stop: watch::Sender<bool>,
+    plugin: JoinHandle<anyhow::Result<()>>,
+    pub monitor_addr: SocketAddr,
+    monitor: JoinHandle<anyhow::Result<()>>,
+}
+
+/// The kernel side of a node's stand-in driver.
+enum NodeDriver {
+    Amd(crate::amdgpu_driver::AmdgpuDriver),
+    Cuda(crate::cuda_driver::CudaDriver),
+}
+
+/// How a node's containers run: the "image" (the host's files plus the stand-in runtime's
+/// library directory, the workload program on PATH, the stand-in hardware's settings).
+struct NodeContainers {
+    image_env: Vec<String>,
+    dev_root: PathBuf,
+}
+
+/// The vendor-independent parts of a simulated node, before its plugin starts.
+struct NodePlumbing {
+    sockets: PathBuf,
+    hook_path: PathBuf,
+    record_dir: PathBuf,
+    kubelet: KubeletSim,
+    monitor_addr: SocketAddr,
+    monitor: JoinHandle<anyhow::Result<()>>,
+}
+
+impl NodePlumbing {
+    fn into_node(
+        self,
+        name: &str,
+        description: &str,
+        tree: FixtureTree,
+        plugin_stop: watch::Sender<bool>,
+        plugin: JoinHandle<anyhow::Result<()>>,
+    ) -> SimNode {
+        SimNode {
+            name: name.into(),
+            description: description.into(),
+            tree,
+            kubelet: self.kubelet,
+            record_dir: self.record_dir,
+            driver: None,
+            plugin_stop,
+            plugin,
+            monitor_addr: self.monitor_addr,
+            monitor: self.monitor,
+        }
+    }
+}
+
+/// What a node's monitor reads of its host.
+struct MonitorHost {
+    sys_root: PathBuf,
+    proc_root: PathBuf,
+    /// NVML for the NVIDIA host metrics (`hami_host_gpu_*`); None on AMD nodes.
+    nvml_library: Option<String>,
+}
+
+/// The demo's cluster: the embedded API server and the scheduler, and per node a
+/// kubelet-sim, device plugin, monitor and stand-in driver.
+pub struct Cluster {
+    /// The embedded API server.
+    pub api: RunningApiServer,
+    /// A client of it.
+    pub client: Client,
+    /// The scheduler behind the extender; its state feeds the readiness wait and the tables.
+    pub scheduler: Arc<Scheduler>,
+    /// Base URL (HTTPS, the demo's own CA) of the scheduler extender and its webhook.
+    pub extender_url: String,
+    /// Where the scheduler serves `/metrics`.
+    pub scheduler_metrics: SocketAddr,
+    /// The simulated nodes, in start order.
+    pub nodes: Vec<SimNode>,
+    /// The kubeconfig written for kubectl (`--kubeconfig-out`).
+    pub kubeconfig: PathBuf,
+    workdir: PathBuf,
+    background: Vec<JoinHandle<()>>,
+}
+
+/// What happened to one example file.
+#[derive(Debug, Clone)]
+pub enum Submitted {
+    /// Created; the pod's name.
+    Created { file: String, pod: String },
+    /// The API server (the webhook) refused it.
+    Rejected {
+        file: String,
+        pod: String,
+        message: String,
+    },
+}
+
+/// A library or program built with the workspace: beside this executable, in its `deps/`
+/// (cdylibs built as dependencies) or one level up (test binaries live in `deps/`).
+pub fn built(name: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [
+        dir.join(name),
+        dir.join("deps").join(name),
+        dir.join("..").join(name),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+}
+
+/// The stand-in NVML built with the workspace (`libnvidia_ml.so`), linked into a
+/// driver-like directory as `libnvidia-ml.so.1`.
+fn nvml_stand_in(workdir: &Path) -> Option<PathBuf> {
+    let built = built("libnvidia_ml.so")?;
+    let driver = workdir.join("nvidia-driver");
+    std::fs::create_dir_all(&driver).ok()?;
+    let link = driver.join("libnvidia-ml.so.1");
+    if !link.exists() {
+        std::os::unix::fs::symlink(&built, &link).ok()?;
+    }
+    Some(driver)
+}
+
+/// The workload program of an installed demo: `hami-workload` beside this executable (the
+/// `hami-demo` package installs both). Not looked for in a build's other directories: a
+/// library user (a test) that wants processes names the program ([`Cluster::start_with`]).
+pub fn workload_program() -> Option<PathBuf> {
+    let beside = std::env::current_exe()
+        .ok()?
+        .parent()?
+        .join("hami-workload");
+    beside.exists().then_some(beside)
+}
+
+/// Whether containers can be made here (root, util-linux `unshare`).
+pub fn namespaces_work() -> bool {
+    std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The demo's "images": `bin/hami-workload` and one library directory per vendor with the
+/// stand-in runtime under its real sonames. `None` (with the reason) when something was
+/// not built.
+pub struct Images {
+    /// Holds `hami-workload` (on the containers' PATH).
+    pub bin: PathBuf,
+    /// The stand-in HIP runtime under its real sonames.
+    pub amd_lib: PathBuf,
+    /// The stand-in CUDA driver and NVML under their real sonames.
+    pub nvidia_lib: PathBuf,
+    /// The built AMD hook (`libamvgpu.so`).
+    pub amd_hook: PathBuf,
+    /// The built NVIDIA hook (`libvgpu.so`).
+    pub nvidia_hook: PathBuf,
+}
+
+impl Images {
+    /// Links the images under `workdir` with `workload` as `bin/hami-workload`.
+    pub fn prepare(workdir: &Path, workload: &Path) -> Result<Images, String> {
+        let need = |name: &str| {
+            built(name).ok_or_else(|| {
+                format!("{name} is not built beside this binary (build the workspace)")
+            })
+        };
+        let (hip, cuda, nvml) = (
+            need("libamdhip64.so")?,
+            need("libcuda.so")?,
+            need("libnvidia_ml.so")?,
+        );
+        let images = Images {
+            bin: workdir.join("image/bin"),
+            amd_lib: workdir.join("image/rocm-lib"),
+            nvidia_lib: workdir.join("image/cuda-lib"),
+            amd_hook: need("libamvgpu.so")?,
+            nvidia_hook: need("libvgpu.so")?,
+        };
+        let link = |target: &Path, link: PathBuf| -> Result<(), String> {
+            if let Some(dir) = link.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+            }
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(target, &link)
+                .map_err(|e| format!("{}: {e}", link.display()))
+        };
+        link(workload, images.bin.join("hami-workload"))?;
+        link(&hip, images.amd_lib.join("libamdhip64.so.6"))?;
+        link(&hip, images.amd_lib.join("libamdhip64.so"))?;
+        link(&cuda, images.nvidia_lib.join("libcuda.so.1"))?;
+        link(&nvml, images.nvidia_lib.join("libnvidia-ml.so.1"))?;
+        Ok(images)
+    }
+
+    /// The containers' `PATH=` entry.
+    pub fn path(&self) -> String {
+        format!("PATH={}:/usr/local/bin:/usr/bin:/bin", self.bin.display())
+    }
+}
+
+/// Installs a hook where the plugin mounts it from (a node's init container copies it).
+pub fn install_hook(hook: &Path, hook_path: &Path, name: &str) -> anyhow::Result<()> {
+    let dir = hook_path.join("vgpu");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(hook, dir.join(name))?;
+    Ok(())
+}
+
+fn free_local_addr() -> anyhow::Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+impl Cluster {
+    /// Starts the cluster; its pods run processes when [`workload_program`] finds one.
+    pub async fn start(args: &DemoArgs, progress: &mut Progress<'_>) -> anyhow::Result<Cluster> {
+        Self::start_with(args, workload_program(), progress).await
+    }
+
+    /// Starts the cluster; with `workload` (the `hami-workload` program) app containers
+    /// that have a command run as processes where namespaces can be made.
+    pub async fn start_with(
+        args: &DemoArgs,
+        workload: Option<PathBuf>,
+        progress: &mut Progress<'_>,
+    ) -> anyhow::Result<Cluster> {
+        let workdir = std::env::temp_dir().join(format!("hami-demo-{}", std::process::id()));
+        std::fs::create_dir_all(&workdir)?;
+
+        let api = match ApiServer::start(Config {
+            listen: args.api_listen,
+            ..Config::default()
+        })
+        .await
+        {
+            Ok(api) => api,
+            Err(e) => {
+                progress.step(format!(
+                    "{} is busy ({e}); using a free port",
+                    args.api_listen
+                ));
+                ApiServer::start(Config::default()).await?
+            }
+        };
+        api.write_kubeconfig(&args.kubeconfig_out)?;
+        let client = Client::try_from(kube::Config::new(api.url().parse()?))?;
+        progress.step(format!(
+            "embedded API server at {} (kubeconfig: {})",
+            api.url(),
+            args.kubeconfig_out.display()
+        ));
+
+        // The scheduler serves the extender and the webhook over TLS, as in a cluster.
+        let cert = rcgen::generate_simple_self_signed(vec![
+            "127.0.0.1".to_string(),
+            "localhost".to_string(),
+        ])?;
+        let (cert_path, key_path) = (workdir.join("tls.crt"), workdir.join("tls.key"));
+        std::fs::write(&cert_path, cert.cert.pem())?;
+        std::fs::write(&key_path, cert.signing_key.serialize_pem())?;
+        let settings = Settings::default();
+        let scheduler = Scheduler::start(
+            client.clone(),
+            settings.clone(),
+            Arc::new(Leadership::always()),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let extender_url = format!("https://{}", listener.local_addr()?);
+        let mut background = Vec::new();
+        let router = hami_scheduler::http::router(scheduler.clone());
+        background.push(tokio::spawn(async move {
+            if let Err(e) =
+                hami_scheduler::http::serve_on(router, listener, Some((cert_path, key_path))).await
+            {
+                eprintln!("scheduler listener stopped: {e}");
+            }
+        }));
+        let metrics_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let scheduler_metrics = metrics_listener.local_addr()?;
+        let metrics_router = hami_scheduler::http::metrics_router(scheduler.clone());
+        background.push(tokio::spawn(async move {
+            let _ = hami_scheduler::http::serve_on(metrics_router, metrics_listener, None).await;
+        }));
+        let ca_bundle =
+            serde_json::to_value(k8s_openapi::ByteString(cert.cert.pem().into_bytes()))?;
+        api.create_object(
+            "admissionregistration.k8s.io/v1",
+            "mutatingwebhookconfigurations",
+            None,
+            json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": "hami-rs-webhook"},
+                "webhooks": [{
+                    "name": "vgpu.hami.io",
+                    "clientConfig": {"url": format!("{extender_url}/webhook"), "caBundle": ca_bundle},
+                    "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1", "v1beta1"],
+                    "objectSelector": {"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]},
+                    "timeoutSeconds": 10
+                }]
+            }),
+        )
+        .map_err(|e| anyhow::anyhow!("cannot register the webhook: {e:?}"))?;
+        progress.step(format!("scheduler extender + webhook at {extender_url} (TLS), metrics at http://{scheduler_metrics}/metrics"));
+        let extender = ExtenderClient::new(&extender_url, Trust::Ca(cert.cert.pem().into_bytes()))?;
+        background.push(tokio::spawn(
+            SimKubeScheduler::new(client.clone(), settings.scheduler_name.clone(), extender).run(),
+        ));
+        progress.step("simulated kube-scheduler watching pending pods");
+
+        let has_workload = workload.is_some();
+        let images = if let Some(workload) = workload.filter(|_| namespaces_work()) {
+            match Images::prepare(&workdir, &workload) {
+                Ok(images) => {
+                    progress.step("app containers run hami-workload in their own PID and mount namespaces, on the stand-in HIP/CUDA runtimes under the real hooks");
+                    Some(images)
+                }
+                Err(e) => {
+                    progress.step(format!("{e}: pods run no processes"));
+                    None
+                }
+            }
+        } else if !has_workload {
+            progress.step("no hami-workload program: pods run no processes");
+            None
+        } else {
+            progress.step("cannot create PID and mount namespaces here (run as root, with util-linux's unshare): pods run no processes");
+            None
+        };
+        let mut nodes = Vec::new();
+        match nvml_stand_in(&workdir) {
+            Some(driver_dir) => {
+                let node = Self::start_nvidia_node(&api, &client, &workdir, &driver_dir, images.as_ref()).await?;
+                progress.step(format!("node {}: {}: device plugin, kubelet and monitor running", node.name, node.description));
+                nodes.push(node);
+            }
+            None => progress.step("no stand-in NVML library next to this binary (build the workspace to get one): skipping the NVIDIA node"),
+        }
+        for (name, description, tree) in [
+            (
+                "mi300x-node",
+                "8 × AMD Instinct MI300X in CPX mode (capture topo-mi300-cpx)",
+                hami_sysfs_fixtures::mi300x_cpx()?,
+            ),
+            (
+                "mi210-node",
+                "8 × AMD Instinct MI210 in two XGMI hives (capture topo-mi210-xgmi-pcie)",
+                hami_sysfs_fixtures::mi210_xgmi()?,
+            ),
+        ] {
+            nodes.push(
+                Self::start_node(
+                    &api,
+                    &client,
+                    name,
+                    description,
+                    tree,
+                    &workdir,
+                    images.as_ref(),
+                )
+                .await?,
+            );
+            progress.step(format!(
+                "node {name}: {description}: device plugin, kubelet and monitor running"
+            ));
+        }
+        let cluster = Cluster {
+            api,
+            client,
+            scheduler,
+            extender_url,
+            scheduler_metrics,
+            nodes,
+            kubeconfig: args.kubeconfig_out.clone(),
+            workdir,
+            background,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let registered = {
+                let state = cluster.scheduler.state();
+                cluster.nodes.iter().all(|n| {
+                    state
+                        .node(&n.name)
+                        .is_some_and(|s| !s.devices.gpus.is_empty())
+                })
+            };
+            if registered && cluster.scheduler.ready() {
+                break;
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("the nodes did not register their GPUs within 20 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let gpus: usize = cluster
+            .nodes
+            .iter()
+            .map(|n| {
+                cluster
+                    .scheduler
+                    .state()
+                    .node(&n.name)
+                    .map_or(0, |s| s.devices.gpus.len())
+            })
+            .sum();
+        progress.step(format!(
+            "scheduler sees {} nodes with {gpus} registered GPUs / partitions",
+            cluster.nodes.len()
+        ));
+        Ok(cluster)
+    }
+
+    /// What every simulated node has whatever its vendor: the Node object, the kubelet's
+    /// device-plugin directory and simulated kubelet, the host hook directory, the monitor.
+    async fn node_plumbing(
+        api: &RunningApiServer,
+        client: &Client,
+        name: &str,
+        workdir: &Path,
+        host: MonitorHost,
+        containers: Option<NodeContainers>,
+    ) -> anyhow::Result<NodePlumbing> {
+        let MonitorHost {
+            sys_root,
+            proc_root,
+            nvml_library,
+        } = host;
+        api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
+            .map_err(|e| anyhow::anyhow!("cannot create node {name}: {e:?}"))?;
+        let sockets = workdir.join(name).join("device-plugins");
+        let hook_path = workdir.join(name).join("hook");
+        let record_dir = workdir.join(name).join("pods");
+        std::fs::create_dir_all(&sockets)?;
+        std::fs::create_dir_all(hook_path.join("vgpu/containers"))?;
+        std::fs::create_dir_all(&proc_root)?;
+        let run_containers = containers.is_some();
+        let runtime = containers
+            .map(|c| hami_kubelet_sim::container_runtime::RuntimeArgs {
+                dev_root: c.dev_root,
+                image_env: c.image_env,
+                state_dir: Some(workdir.join(name).join("containers")),
+            })
+            .unwrap_or_default();
+        let kubelet = KubeletSim::start(
+            hami_kubelet_sim::Args {
+                socket_dir: sockets.clone(),
+                node_name: name.into(),
+                record_dir: Some(record_dir.clone()),
+                run_containers,
+                runtime,
+                sync_interval_ms: 100,
+            },
+            client.clone(),
+        )
+        .await?;
+        let monitor_addr = free_local_addr()?;
+        let config = hami_monitor::server::ServeConfig {
+            monitor: hami_monitor::node_monitor::MonitorConfig {
+                // The plugin's `$HOST_HOOK_PATH/vgpu` is the monitor's `$HOOK_PATH`.
+                hook_path: hook_path.join("vgpu"),
+                proc_root,
+                sys_root,
+                node_name: name.into(),
+                gc_grace: Duration::from_secs(60),
+                nvml_library,
+            },
+            bind: monitor_addr,
+            legacy_metrics: hami_monitor::metrics::LegacyMetrics::Seed,
+            scheduler_name: hami_protocol::names::DEFAULT_SCHEDULER_NAME.into(),
+            refresh_interval: Duration::from_secs(2),
+        };
+        let monitor = tokio::spawn(hami_monitor::server::serve(
+            config,
+            client.clone(),
+            std::future::pending(),
+        ));
+        Ok(NodePlumbing {
+            sockets,
+            hook_path,
+            record_dir,
+            kubelet,
+            monitor_addr,
+            monitor,
+        })
+    }
+
+    /// An AMD node from a sysfs tree, with the real AMD device plugin.
+    async fn start_node(
+        api: &RunningApiServer,
+        client: &Client,
+        name: &str,
+        description: &str,
+        tree: FixtureTree,
+        workdir: &Path,
+        images: Option<&Images>,
+    ) -> anyhow::Result<SimNode> {
+        let node_dir = workdir.join(name);
+        // The monitor reads the driver model's proc-shaped tree (amdgpu_driver.rs).
+        let proc_root = node_dir.join("proc");
+        let socket = node_dir.join("amdgpu.sock");
+        let containers = images.map(|images| {
+            let first = crate::amdgpu_driver::first_device(&tree.sysfs_root());
+            let mut image_env = vec![
+                images.path(),
+                format!("LD_LIBRARY_PATH={}", images.amd_lib.display()),
+                format!("FAKE_AMDGPU_DRIVER_SOCKET={}", socket.display()),
+            ];
+            if let Some((mem, cus)) = first {
+                image_env.push(format!("FAKE_HIP_DEVICE_MEMORY={mem}"));
+                image_env.push(format!("FAKE_HIP_CU_COUNT={cus}"));
+            }
+            NodeContainers {
+                image_env,
+                dev_root: tree.dev_root(),
+            }
+        });
+        let base = Self::node_plumbing(
+            api,
+            client,
+            name,
+            workdir,
+            MonitorHost {
+                sys_root: tree.sysfs_root(),
+                proc_root: proc_root.clone(),
+                nvml_library: None,
+            },
+            containers,
+        )
+        .await?;
+        let driver = match images {
+            Some(images) => {
+                install_hook(&images.amd_hook, &base.hook_path, "libamvgpu.so")?;
+                Some(NodeDriver::Amd(crate::amdgpu_driver::AmdgpuDriver::start(
+                    &socket,
+                    &proc_root,
+                    &tree.sysfs_root(),
+                    base.kubelet.containers_handle(),
+                )?))
+            }
+            None => None,
+        };
+        let mut args = hami_amd_plugin::cli::Args::parse_from(["k8s-device-plugin"]);
+        args.sysfs_root = tree.sysfs_root();
+        args.dev_root = tree.dev_root();
+        args.device_plugin_dir = base.sockets.clone();
+        args.node_name = Some(name.into());
+        args.register_interval = 2;
+        args.pulse = 5;
+        args.host_hook_path = base.hook_path.clone();
+        args.cgroup_root = tree.sysfs_root().join("fs/cgroup");
+        let settings = args
+            .registration_settings()
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let (plugin_stop, stop_rx) = watch::channel(false);
+        let plugin = tokio::spawn(hami_amd_plugin::plugin::serve(
+            args,
+            settings,
+            client.clone(),
+            stop_rx,
+        ));
+        let mut node = base.into_node(name, description, tree, plugin_stop, plugin);
+        node.driver = driver;
+        Ok(node)
+    }
+
+    /// An NVIDIA node whose driver is the workspace's stand-in NVML (one 16 GiB GPU).
+    async fn start_nvidia_node(
+        api: &RunningApiServer,
+        client: &Client,
+        workdir: &Path,
+        driver_dir: &Path,
+        images: Option<&Images>,
+    ) -> anyhow::Result<SimNode> {
+        let name = "nvidia-node";
+        let tree = FixtureTree::empty()?;
+        let node_dir = workdir.join(name);
+        let socket = node_dir.join("nvidia.sock");
+        let containers = images.map(|images| NodeContainers {
+            image_env: vec![
+                images.path(),
+                format!("LD_LIBRARY_PATH={}", images.nvidia_lib.display()),
+                "FAKE_CUDA_DEVICE_COUNT=1".into(),
+                "FAKE_CUDA_DEVICE_MEMORY=16g".into(),
+                format!(
+                    "FAKE_CUDA_SHARED_STATE={}",
+                    node_dir.join("cuda-devices.state").display()
+                ),
+                format!("FAKE_CUDA_DRIVER_SOCKET={}", socket.display()),
+            ],
+            dev_root: tree.dev_root(),
+        });
+        // The host's /proc: the monitor resolves the pods' host pids from it.
+        let base = Self::node_plumbing(
+            api,
+            client,
+            name,
+            workdir,
+            MonitorHost {
+                sys_root: tree.sysfs_root(),
+                proc_root: "/proc".into(),
+                // The stand-in driver's NVML, as the plugin loads it: hami_host_gpu_* for
+                // the NVIDIA GPU, which the dashboard's host panels show.
+                nvml_library: Some(driver_dir.join("libnvidia-ml.so.1").display().to_string()),
+            },
+            containers,
+        )
+        .await?;
+        let driver = match images {
+            Some(images) => {
+                install_hook(&images.nvidia_hook, &base.hook_path, "libvgpu.so")?;
+                Some(NodeDriver::Cuda(crate::cuda_driver::CudaDriver::start(
+                    &socket,
+                )?))
+            }
+            None => None,
+        };
+        let mut args = hami_nvidia_plugin::cli::Args::parse_from(["nvidia-device-plugin"]);
+        args.nvml_library = driver_dir.join("libnvidia-ml.so.1").display().to_string();
+        args.device_plugin_dir = base.sockets.clone();
+        args.node_name = Some(name.into());
+        args.hook_path = base.hook_path.clone();
+        args.register_interval = 2;
+        args.pulse = 5;
+        let settings = args.settings().map_err(|e| anyhow::anyhow!(e))?;
+        let (plugin_stop, stop_rx) = watch::channel(false);
+        let plugin = tokio::spawn(hami_nvidia_plugin::plugin::serve(
+            args,
+            settings,
+            client.clone(),
+            stop_rx,
+        ));
+        let description = "1 × NVIDIA GPU from the stand-in driver (16 GiB)";
+        let mut node = base.into_node(name, description, tree, plugin_stop, plugin);
+        node.driver = driver;
+        Ok(node)
+    }
+
+    /// Creates every pod of `dir` (YAML, file-name order) through the API, so the webhook
+    /// sees them as a user's pods.
+    pub async fn submit_examples(
+        &self,
+        dir: &Path,
+        progress: &mut Progress<'_>,
+    ) -> anyhow::Result<Vec<Submitted>> {
+        // No directory: the built-in examples, written out so the hints can point at them.
+        let dir = if crate::examples::is_built_in(dir) {
+            let out = self.examples_dir(dir);
+            std::fs::create_dir_all(&out)?;
+            for (file, text) in crate::examples::BUILT_IN {
+                std::fs::write(out.join(file), text)?;
+            }
+            out
+        } else {
+            dir.to_path_buf()
+        };
+        let dir = dir.as_path();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| {
+                anyhow::anyhow!("cannot read the examples directory {}: {e}", dir.display())
+            })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+            .collect();
+        files.sort();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        let mut submitted = Vec::new();
+        for path in files {
+            let file = path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let text = std::fs::read_to_string(&path)?;
+            let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "{file}: not valid YAML: {}",
+                    e.to_string().lines().next().unwrap_or_default()
+                )
+            })?;
+            let pod: Pod = serde_json::from_value(value)
+                .map_err(|e| anyhow::anyhow!("{file}: not a Pod: {e}"))?;
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            match pods.create(&PostParams::default(), &pod).await {
+                Ok(_) => {
+                    progress.step(format!("submitted {file} (pod {name})"));
+                    submitted.push(Submitted::Created { file, pod: name });
+                }
+                Err(kube::Error::Api(status)) => {
+                    progress.step(format!(
+                        "{file}: rejected by the API server: {}",
+                        status.message
+                    ));
+                    submitted.push(Submitted::Rejected {
+                        file,
+                        pod: name,
+                        message: status.message,
+                    });
+                }
+                Err(e) => return Err(anyhow::anyhow!("{file}: cannot create pod {name}: {e}")),
+            }
+        }
+        Ok(submitted)
+    }
+
+    /// Waits until each created pod runs or the scheduler has said why it cannot.
+    pub async fn settle(
+        &self,
+        submitted: &[Submitted],
+        limit: Duration,
+        progress: &mut Progress<'_>,
+    ) {
+        let deadline = Instant::now() + limit;
+        let names: Vec<&str> = submitted
+            .iter()
+            .filter_map(|s| match s {
+                Submitted::Created { pod, .. } => Some(pod.as_str()),
+                Submitted::Rejected { .. } => None,
+            })
+            .collect();
+        let mut reported: BTreeMap<String, &'static str> = BTreeMap::new();
+        loop {
+            let (running, unschedulable) = self.pod_states(&names).await;
+            for name in &running {
+                if reported.insert(name.clone(), "running").is_none() {
+                    progress.step(format!("pod {name} is Running"));
+                }
+            }
+            for (name, why) in &unschedulable {
+                if reported.insert(name.clone(), "unschedulable").is_none() {
+                    progress.step(format!("pod {name} cannot be scheduled: {why}"));
+                }
+            }
+            if running.len() + unschedulable.len() >= names.len() {
+                return;
+            }
+            if Instant::now() > deadline {
+                progress.step("some pods have not settled yet; showing the current state");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Running pods, and pods the scheduler refused with its reason.
+    pub async fn pod_states(&self, names: &[&str]) -> (Vec<String>, BTreeMap<String, String>) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        let list = pods
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let running = list
+            .iter()
+            .filter(|p| names.contains(&p.metadata.name.as_deref().unwrap_or("")))
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        (running, self.scheduling_failures(names).await)
+    }
+
+    /// The scheduler's `FilteringFailed` reasons, per pod.
+    pub async fn scheduling_failures(&self, names: &[&str]) -> BTreeMap<String, String> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        let list = events
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let mut out = BTreeMap::new();
+        for e in list {
+            let pod = e
+                .regarding
+                .as_ref()
+                .and_then(|r| r.name.clone())
+                .unwrap_or_default();
+            if e.reason.as_deref() == Some("FilteringFailed") && names.contains(&pod.as_str()) {
+                out.insert(pod, e.note.unwrap_or_default());
+            }
+        }
+        out
+    }
+
+    /// Where the submitted examples are: `--examples DIR`, else the built-in ones written
+    /// into the demo's work directory.
+    pub fn examples_dir(&self, given: &Path) -> PathBuf {
+        if crate::examples::is_built_in(given) {
+            self.workdir.join("examples")
+        } else {
+            given.to_path_buf()
+        }
+    }
+
+    /// The "Try it" text printed once the demo is up: kubectl commands and every endpoint.
+    pub fn hints(&self, args: &DemoArgs) -> String {
+        let kc = self.kubeconfig.display();
+        let mut text = String::new();
+        text.push_str("\nTry it:\n");
+        text.push_str(&format!("  export KUBECONFIG={kc}\n"));
+        text.push_str("  kubectl get nodes,pods -o wide\n");
+        text.push_str("  kubectl get pod share-a -o yaml | hami inspect pod -      # what each container asked for and got\n");
+        text.push_str("  kubectl get node mi210-node -o yaml | hami inspect node -  # the GPUs a node registered\n");
+        text.push_str("  kubectl describe pod cannot-fit                          # the scheduler's events say why it waits\n");
+        text.push_str(&format!(
+            "  sed 's/share-a/share-c/' {}/01-share-a.yaml | kubectl create -f -   # submit your own pods\n",
+            self.examples_dir(&args.examples).display()
+        ));
+        text.push_str(&format!("API server: {}\n", self.api.url()));
+        text.push_str(&format!(
+            "Scheduler metrics: http://{}/metrics\n",
+            self.scheduler_metrics
+        ));
+        for node in &self.nodes {
+            text.push_str(&format!(
+                "Monitor of {}: http://{}/metrics   container logs: {}\n",
+                node.name,
+                node.monitor_addr,
+                node.record_dir.display()
+            ));
+        }
+        let monitors: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("--monitor http://{}/metrics", n.monitor_addr))
+            .collect();
+        text.push_str(&format!(
+            "Live per-pod memory and utilization: hami status --kubeconfig {kc} {}\n",
+            monitors.join(" ")
+        ));
+        text
+    }
+
+    /// Stops every node's plugin, monitor, kubelet and driver, then the background tasks and
+    /// the API server, and removes the work directory.
+    pub async fn shutdown(self) {
+        for node in self.nodes {
+            let _ = node.plugin_stop.send(true);
+            let _ = node.plugin.await;
+            node.monitor.abort();
+            node.kubelet.shutdown().await;
+            match &node.driver {
+                Some(NodeDriver::Amd(d)) => d.stop(),
+                Some(NodeDriver::Cuda(d)) => d.stop(),
+                None => {}
+            }
+        }
+        for task in self.background {
+            task.abort();
+        }
+        self.api.shutdown().await;
+        let _ = std::fs::remove_dir_all(&self.workdir);
+    }
+}
