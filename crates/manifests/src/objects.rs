@@ -200,7 +200,7 @@ fn cluster_binding(name: &str, component: &str, role: &str, subject: Subject) ->
     Object::ClusterRoleBinding(ClusterRoleBinding {
         metadata: meta(name, None, component),
         role_ref: RoleRef {
-            api_group: s("rbac.authorization.k8s.io"),
+            api_group: Some(s("rbac.authorization.k8s.io")),
             kind: s("ClusterRole"),
             name: s(role),
         },
@@ -218,7 +218,7 @@ fn binding(
     Object::RoleBinding(RoleBinding {
         metadata: meta(name, Some(ns), component),
         role_ref: RoleRef {
-            api_group: s("rbac.authorization.k8s.io"),
+            api_group: Some(s("rbac.authorization.k8s.io")),
             kind: s(kind),
             name: s(role),
         },

@@ -332,7 +332,7 @@ mod tests {
             cluster_role_bindings: vec![ClusterRoleBinding {
                 metadata: meta("sched", None),
                 role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".into(),
+                    api_group: Some("rbac.authorization.k8s.io".into()),
                     kind: "ClusterRole".into(),
                     name: "sched".into(),
                 },
@@ -341,7 +341,7 @@ mod tests {
             role_bindings: vec![RoleBinding {
                 metadata: meta("lease", Some("hami")),
                 role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".into(),
+                    api_group: Some("rbac.authorization.k8s.io".into()),
                     kind: "Role".into(),
                     name: "lease".into(),
                 },

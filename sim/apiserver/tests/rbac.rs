@@ -337,7 +337,11 @@ async fn token_requests_give_a_token_of_the_service_account() {
         .create_token_request("robot", &PostParams::default(), &req)
         .await
         .unwrap();
-    let token = answer.status.unwrap().token;
+    let token = answer
+        .status
+        .unwrap()
+        .token
+        .expect("a token in the TokenRequest status");
     // The token is the account: what it may not do is refused in its name.
     let robot = client_with_token(&server, &token).await;
     let (code, message) = api_code(
