@@ -26,6 +26,34 @@ pub struct Guard {
     faults: fault::Switch,
 }
 
+/// Defines a hook's `guarded` and `fault_point` functions in the module it is invoked in, over
+/// one process-wide [`Guard`] logging under `tag` with the fault-switch variable `variable`:
+/// `hami_kernel_locks::hook_guard!(crate::log::TAG, "VGPU_TEST_PANIC_IN");`.
+#[macro_export]
+macro_rules! hook_guard {
+    ($tag:expr, $variable:literal) => {
+        /// Read once per process (the fault switch's list, in debug builds).
+        static GUARD: $crate::ffi_guard::Guard =
+            $crate::ffi_guard::Guard::new($tag, $variable);
+
+        /// Runs `body`; if it panics, logs and returns `fallback`.
+        #[inline(always)]
+        pub fn guarded<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
+            GUARD.guarded(what, fallback, body)
+        }
+
+        #[doc = concat!(
+            "A place inside the state where a test build can panic (named like an export in `",
+            $variable,
+            "`); nothing at all in a production build."
+        )]
+        #[inline(always)]
+        pub fn fault_point(what: &str) {
+            GUARD.fault_point(what);
+        }
+    };
+}
+
 impl Guard {
     /// A guard logging under `tag` whose fault switch (debug builds only) is the environment
     /// variable `variable`.

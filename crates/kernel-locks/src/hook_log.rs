@@ -52,6 +52,34 @@ pub fn emit(tag: &str, level: u8, args: Arguments<'_>) {
     unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
 }
 
+/// Defines a hook's logging functions (`error`, `warn`, `info`, `debug`, each taking
+/// `format_args!`) and its `TAG` constant in the module it is invoked in, so both hooks' `log`
+/// modules are this one expansion with their own tag: `hami_kernel_locks::hook_logger!("vgpu");`.
+#[macro_export]
+macro_rules! hook_logger {
+    ($tag:literal) => {
+        /// The tag of every line this hook logs.
+        pub(crate) const TAG: &str = $tag;
+
+        /// An error: something refused or failed.
+        pub fn error(args: ::std::fmt::Arguments<'_>) {
+            $crate::hook_log::emit(TAG, $crate::hook_log::ERROR, args);
+        }
+        /// A warning: something the operator should know.
+        pub fn warn(args: ::std::fmt::Arguments<'_>) {
+            $crate::hook_log::emit(TAG, $crate::hook_log::WARN, args);
+        }
+        /// Information (written at level 3 and above).
+        pub fn info(args: ::std::fmt::Arguments<'_>) {
+            $crate::hook_log::emit(TAG, $crate::hook_log::INFO, args);
+        }
+        /// Detail (written at level 4).
+        pub fn debug(args: ::std::fmt::Arguments<'_>) {
+            $crate::hook_log::emit(TAG, $crate::hook_log::DEBUG, args);
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
