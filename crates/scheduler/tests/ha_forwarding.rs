@@ -10,11 +10,12 @@
 //! serving certificate, issued for server authentication only as kube-webhook-certgen
 //! does (`--client-cert-pin-file`).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use hami_apiserver::{ApiServer, Config};
 use hami_kube_scheduler_sim::SimKubeScheduler;
 use hami_protocol::names::{node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::NodeLock;
@@ -251,16 +252,7 @@ async fn plugin_stand_in(client: Client) {
 
 async fn scenario(replicas: usize, subnet: u8, mode: Mode) {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let api = ApiServer::start(Config::default()).await.unwrap();
-    let client = Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
-    let node: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "annotations": {
-        "hami.io/node-amd-register": r#"[{"id":"G","count":10,"devmem":1000,"devcore":100,"type":"AMD Instinct MI210","health":true}]"#}},
-        "status": {"capacity": {"amd.com/gpu": "10"}, "allocatable": {"amd.com/gpu": "10"}}}))
-    .unwrap();
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
-        .await
-        .unwrap();
+    let (api, client) = common::cluster().await;
     let pki = pki(&format!("{replicas}"));
     let kubeconfig = pki.dir.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig).unwrap();

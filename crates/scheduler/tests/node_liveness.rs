@@ -3,28 +3,25 @@
 //! annotation stays behind; filter stops offering the node's GPUs of that vendor and says
 //! why, and offers them again once kubelet reports devices again.
 
-use std::sync::Arc;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use hami_apiserver::{ApiServer, Config};
-use hami_scheduler::config::Settings;
-use hami_scheduler::extender::ExtenderArgs;
-use hami_scheduler::leader::Leadership;
-use hami_scheduler::runtime::Scheduler;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde_json::json;
+use common::{AMD_REGISTER, api, create_gpu_pod, create_node, filter_args, start_scheduler};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_plugin_is_gone_is_not_offered() {
-    let api = ApiServer::start(Config::default()).await.unwrap();
-    let client = Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+    let (_api, client) = api().await;
     let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "annotations": {
-        "hami.io/node-amd-register": r#"[{"id":"G","count":10,"devmem":1000,"devcore":100,"type":"AMD Instinct MI210","health":true}]"#}}}))
-    .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
+    create_node(
+        &client,
+        json!({"annotations": {"hami.io/node-amd-register": AMD_REGISTER}}),
+        Value::Null,
+    )
+    .await;
     let kubelet_reports = |count: &str| {
         let nodes = nodes.clone();
         let caps = json!({"amd.com/gpu": count});
@@ -40,29 +37,15 @@ async fn a_node_whose_plugin_is_gone_is_not_offered() {
         }
     };
     kubelet_reports("10").await;
-    let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "x",
-            "resources": {"limits": {"amd.com/gpu": "1", "amd.com/gpumem": "100"}}}]}}))
-    .unwrap();
-    let pod = Api::<Pod>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
-    let scheduler = Scheduler::start(
-        client.clone(),
-        Settings::default(),
-        Arc::new(Leadership::always()),
-    );
-    let args = || -> ExtenderArgs {
-        serde_json::from_value(json!({"pod": pod, "nodenames": ["n"]})).unwrap()
-    };
+    let pod = create_gpu_pod(&client, "p").await;
+    let scheduler = start_scheduler(&client);
     let until_filter = |want_fit: bool| {
         let scheduler = scheduler.clone();
+        let pod = &pod;
         async move {
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
-                let r = scheduler.filter(args()).await;
+                let r = scheduler.filter(filter_args(pod)).await;
                 if r.error.is_empty() && r.nodenames.is_some() == want_fit {
                     return r;
                 }
@@ -96,15 +79,9 @@ async fn a_node_whose_plugin_is_gone_is_not_offered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_plugin_stopped_refreshing_is_not_offered_then_comes_back() {
     use hami_protocol::handshake;
-    let api = ApiServer::start(Config::default()).await.unwrap();
-    let client = Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+    let (_api, client) = api().await;
     let nodes: Api<Node> = Api::all(client.clone());
-    let register = r#"[{"id":"G","count":10,"devmem":1000,"devcore":100,"type":"AMD Instinct MI210","health":true}]"#;
-    let node: Node = serde_json::from_value(
-        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}),
-    )
-    .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
+    create_node(&client, json!({}), Value::Null).await;
     let caps = json!({"amd.com/gpu": "10"});
     nodes
         .patch_status(
@@ -125,7 +102,7 @@ async fn a_node_whose_plugin_stopped_refreshing_is_not_offered_then_comes_back()
                     "n",
                     &PatchParams::default(),
                     &Patch::Merge(json!({"metadata": {"annotations": {
-                        "hami.io/node-amd-register": register,
+                        "hami.io/node-amd-register": AMD_REGISTER,
                         handshake::key(hami_protocol::names::Vendor::Amd): beat,
                     }}})),
                 )
@@ -134,24 +111,11 @@ async fn a_node_whose_plugin_stopped_refreshing_is_not_offered_then_comes_back()
         }
     };
     refresh(0).await;
-    let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "x",
-            "resources": {"limits": {"amd.com/gpu": "1", "amd.com/gpumem": "100"}}}]}}))
-    .unwrap();
-    let pod = Api::<Pod>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
-    let scheduler = Scheduler::start(
-        client.clone(),
-        Settings::default(),
-        Arc::new(Leadership::always()),
-    );
+    let pod = create_gpu_pod(&client, "p").await;
+    let scheduler = start_scheduler(&client);
     let filter = || {
         let scheduler = scheduler.clone();
-        let args: ExtenderArgs =
-            serde_json::from_value(json!({"pod": pod, "nodenames": ["n"]})).unwrap();
+        let args = filter_args(&pod);
         async move { scheduler.filter(args).await }
     };
     // While the plugin refreshes (more often than its 1 s period, each value new), the

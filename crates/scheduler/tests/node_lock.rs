@@ -4,36 +4,31 @@
 //! not answer, and the messages that reach kube-scheduler and Events carry no kube-rs debug
 //! dumps (issue 17 items 12 and 14).
 
-use std::sync::Arc;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use hami_apiserver::{ApiServer, Config, RunningApiServer};
+use common::{cluster, create_gpu_pod as create_pod, filter_args, start_scheduler};
 use hami_plugin_core::node_lock_client::{
     LockError, NodeLockClient, Released, TakeOutcome, unix_now,
 };
 use hami_protocol::names::node as node_keys;
 use hami_protocol::node_lock::{NodeLock, PodRef, TakeOverReason};
-use hami_scheduler::config::Settings;
-use hami_scheduler::extender::{ExtenderArgs, ExtenderBindingArgs};
-use hami_scheduler::leader::Leadership;
-use hami_scheduler::runtime::Scheduler;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use hami_scheduler::extender::ExtenderBindingArgs;
+use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-async fn cluster() -> (RunningApiServer, Client) {
-    let api = ApiServer::start(Config::default()).await.unwrap();
-    let client = Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
-    let node: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "annotations": {
-        "hami.io/node-amd-register": r#"[{"id":"G","count":10,"devmem":1000,"devcore":100,"type":"AMD Instinct MI210","health":true}]"#}},
-        "status": {"capacity": {"amd.com/gpu": "10"}, "allocatable": {"amd.com/gpu": "10"}}}))
-    .unwrap();
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
+/// Takes the lock on `n` for `me` (held 60 s), trying for at most `within`.
+async fn acquire_within(
+    locks: &NodeLockClient,
+    me: &PodRef,
+    within: Duration,
+) -> Result<TakeOutcome, LockError> {
+    locks
+        .acquire("n", me, Duration::from_secs(60), Instant::now() + within)
         .await
-        .unwrap();
-    (api, client)
 }
 
 async fn set_lock(client: &Client, value: &str) {
@@ -57,20 +52,6 @@ async fn lock_value(client: &Client) -> Option<String> {
         .and_then(|a| a.get(node_keys::MUTEX_LOCK).cloned())
 }
 
-async fn create_pod(client: &Client, name: &str) -> Pod {
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "x",
-            "resources": {"limits": {"amd.com/gpu": "1", "amd.com/gpumem": "100"}}}]}
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn future_stamped_lock_is_taken_over_not_waited_for() {
     let (_api, client) = cluster().await;
@@ -83,13 +64,7 @@ async fn future_stamped_lock_is_taken_over_not_waited_for() {
     let locks = NodeLockClient::new(client.clone());
     let me = PodRef::new("default", "me");
     let started = Instant::now();
-    let outcome = locks
-        .acquire(
-            "n",
-            &me,
-            Duration::from_secs(60),
-            Instant::now() + Duration::from_secs(5),
-        )
+    let outcome = acquire_within(&locks, &me, Duration::from_secs(5))
         .await
         .unwrap();
     assert!(started.elapsed() < Duration::from_secs(2));
@@ -110,13 +85,7 @@ async fn future_stamped_lock_is_taken_over_not_waited_for() {
         .encode()
         .unwrap();
     set_lock(&client, &near).await;
-    let err = locks
-        .acquire(
-            "n",
-            &me,
-            Duration::from_secs(60),
-            Instant::now() + Duration::from_millis(400),
-        )
+    let err = acquire_within(&locks, &me, Duration::from_millis(400))
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::Busy { .. }), "{err}");
@@ -133,13 +102,7 @@ async fn transient_errors_and_conflicts_are_retried_with_backoff() {
     faults.fail_next(Some("get"), Some("nodes"), 2, 503);
     faults.fail_next(Some("patch"), Some("nodes"), 2, 409);
     api.clear_request_log();
-    let outcome = locks
-        .acquire(
-            "n",
-            &me,
-            Duration::from_secs(60),
-            Instant::now() + Duration::from_secs(10),
-        )
+    let outcome = acquire_within(&locks, &me, Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!(outcome, TakeOutcome::Taken);
@@ -160,13 +123,7 @@ async fn transient_errors_and_conflicts_are_retried_with_backoff() {
     // A refusal that retrying cannot fix comes back at once, as one readable line.
     faults.fail_next(Some("patch"), Some("nodes"), 1, 403);
     let started = Instant::now();
-    let err = locks
-        .acquire(
-            "n",
-            &me,
-            Duration::from_secs(60),
-            Instant::now() + Duration::from_secs(10),
-        )
+    let err = acquire_within(&locks, &me, Duration::from_secs(10))
         .await
         .unwrap_err()
         .to_string();
@@ -185,13 +142,7 @@ async fn deadlines_hold_when_the_server_does_not_answer() {
     let me = PodRef::new("default", "me");
     api.faults().set_latency(Duration::from_secs(5));
     let started = Instant::now();
-    let err = locks
-        .acquire(
-            "n",
-            &me,
-            Duration::from_secs(60),
-            Instant::now() + Duration::from_millis(500),
-        )
+    let err = acquire_within(&locks, &me, Duration::from_millis(500))
         .await
         .unwrap_err();
     assert!(
@@ -214,20 +165,14 @@ async fn deadlines_hold_when_the_server_does_not_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bind_errors_carry_no_debug_dumps() {
     let (api, client) = cluster().await;
-    let scheduler = Scheduler::start(
-        client.clone(),
-        Settings::default(),
-        Arc::new(Leadership::always()),
-    );
+    let scheduler = start_scheduler(&client);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !scheduler.ready() {
         assert!(Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let pod = create_pod(&client, "p").await;
-    let args: ExtenderArgs =
-        serde_json::from_value(json!({"pod": pod, "nodenames": ["n"]})).unwrap();
-    let decided = scheduler.filter(args).await;
+    let decided = scheduler.filter(filter_args(&pod)).await;
     assert_eq!(decided.error, "");
     api.faults()
         .fail_next(Some("create"), Some("pods/binding"), 1, 409);
