@@ -6,7 +6,9 @@
 //!
 //! Every step reports to a [`WatchHealth`]: each request and each wait for the next event
 //! is bounded by `stall_after`, so a hung connection is noticed, dropped and re-opened;
-//! a task that ends (a panic) is restarted by its supervisor after a backoff.
+//! a task that ends (a panic) is restarted by its supervisor after a backoff. What to
+//! request next (relist or watch again, from which resourceVersion, after which wait) and
+//! when to restart are [`crate::watch_cycle`]'s decisions; this file makes the requests.
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -21,6 +23,7 @@ use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
 use crate::state::ClusterState;
+use crate::watch_cycle::{Outcome, Restart, Restarts, Step, TaskEnd, WatchCycle};
 use crate::watch_health::{Verdict, WatchHealth, WatchReport, WatchTuning, explain};
 
 /// The health of one informer, shared with the HTTP shell.
@@ -132,22 +135,28 @@ pub fn spawn<K: Fed>(
     state: Arc<Mutex<ClusterState>>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut restart_wait = Duration::from_millis(200);
+        let mut restarts = Restarts::new();
         loop {
             let task = tokio::spawn(watch_loop::<K>(
                 Api::all(client.clone()),
                 informer.clone(),
                 state.clone(),
             ));
-            let why = match task.await {
-                Ok(()) => "the watch loop returned".to_owned(),
-                Err(e) if e.is_panic() => "the watch loop panicked".to_owned(),
-                Err(_) => return, // cancelled: the scheduler is shutting down
+            let end = match task.await {
+                Ok(()) => TaskEnd::Returned,
+                Err(e) if e.is_panic() => TaskEnd::Panicked,
+                Err(_) => TaskEnd::Cancelled,
+            };
+            let Restart::After(wait) = restarts.on(end) else {
+                return; // cancelled: the scheduler is shutting down
+            };
+            let why = match end {
+                TaskEnd::Panicked => "the watch loop panicked",
+                _ => "the watch loop returned",
             };
             warn!(kind = informer.kind, "{why}; restarting it");
-            informer.report(WatchReport::TaskExited(why));
-            tokio::time::sleep(restart_wait).await;
-            restart_wait = (restart_wait * 2).min(Duration::from_secs(10));
+            informer.report(WatchReport::TaskExited(why.to_owned()));
+            tokio::time::sleep(wait).await;
         }
     })
 }
@@ -156,42 +165,39 @@ fn lock(state: &Mutex<ClusterState>) -> MutexGuard<'_, ClusterState> {
     state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Why a watch attempt ended.
-enum Ended {
-    /// Relist (410 Gone, or the list itself must be redone).
-    Relist,
-    /// Watch again from the last resourceVersion.
-    Rewatch,
-}
-
+/// The informer task: a thin driver of [`WatchCycle`], which decides what to request next
+/// and how long to wait first.
 async fn watch_loop<K: Fed>(api: Api<K>, informer: Arc<Informer>, state: Arc<Mutex<ClusterState>>) {
     let tuning = informer.tuning;
-    let mut backoff = Duration::from_millis(100);
-    'relist: loop {
-        let rv = match list::<K>(&api, &informer, &state, tuning.stall_after).await {
-            Ok(rv) => rv,
-            Err(e) => {
-                informer.report(WatchReport::Error(e));
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                continue 'relist;
-            }
-        };
-        informer.report(WatchReport::Listed);
-        backoff = Duration::from_millis(100);
-        let mut rv = rv;
-        loop {
-            match watch_once::<K>(&api, &informer, &state, &mut rv, &tuning).await {
-                Ok(Ended::Rewatch) => backoff = Duration::from_millis(100),
-                Ok(Ended::Relist) => continue 'relist,
+    let mut cycle = WatchCycle::new();
+    let mut next = cycle.start();
+    loop {
+        if !next.after.is_zero() {
+            tokio::time::sleep(next.after).await;
+        }
+        let outcome = match next.step {
+            Step::List => match list::<K>(&api, &informer, &state, tuning.stall_after).await {
+                Ok(resource_version) => {
+                    informer.report(WatchReport::Listed);
+                    Outcome::Listed { resource_version }
+                }
                 Err(e) => {
-                    warn!(kind = informer.kind, error = %e, "watch failed; retrying");
                     informer.report(WatchReport::Error(e));
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    Outcome::ListFailed
+                }
+            },
+            Step::Watch { from } => {
+                match watch_once::<K>(&api, &informer, &state, &mut cycle, &from, &tuning).await {
+                    Ok(outcome) => outcome,
+                    Err(e) => {
+                        warn!(kind = informer.kind, error = %e, "watch failed; retrying");
+                        informer.report(WatchReport::Error(e));
+                        Outcome::WatchFailed
+                    }
                 }
             }
-        }
+        };
+        next = cycle.on(outcome);
     }
 }
 
@@ -243,18 +249,21 @@ async fn list<K: Fed>(
     Ok(rv)
 }
 
-/// One watch request, followed until it ends.
+/// One watch request from `from`, followed until it ends: [`Outcome::WatchClosed`] or
+/// [`Outcome::Gone`], or the error that ended it. Each event's resourceVersion goes to
+/// `cycle` as the next resume point.
 async fn watch_once<K: Fed>(
     api: &Api<K>,
     informer: &Informer,
     state: &Mutex<ClusterState>,
-    rv: &mut String,
+    cycle: &mut WatchCycle,
+    from: &str,
     tuning: &WatchTuning,
-) -> Result<Ended, String> {
+) -> Result<Outcome, String> {
     let kind = informer.kind;
     let params =
         WatchParams::default().timeout(tuning.watch_timeout.as_secs().clamp(1, 290) as u32);
-    let stream = tokio::time::timeout(tuning.stall_after, api.watch(&params, rv))
+    let stream = tokio::time::timeout(tuning.stall_after, api.watch(&params, from))
         .await
         .map_err(|_| {
             format!(
@@ -271,7 +280,7 @@ async fn watch_once<K: Fed>(
         Ok(stream) => stream,
         Err(None) => {
             info!(kind, "watch history expired (410); listing again");
-            return Ok(Ended::Relist);
+            return Ok(Outcome::Gone);
         }
         Err(Some(e)) => return Err(e),
     };
@@ -290,21 +299,21 @@ async fn watch_once<K: Fed>(
             .map_err(|e| format!("the {kind} watch broke: {}", crate::kube_error::text(&e)))?;
         let Some(event) = next else {
             informer.report(WatchReport::StreamEnded);
-            return Ok(Ended::Rewatch);
+            return Ok(Outcome::WatchClosed);
         };
         match event {
             WatchEvent::Added(o) | WatchEvent::Modified(o) => {
-                remember(rv, &o);
+                remember(cycle, &o);
                 K::apply(&mut lock(state), &o);
             }
             WatchEvent::Deleted(o) => {
-                remember(rv, &o);
+                remember(cycle, &o);
                 K::delete(&mut lock(state), &o);
             }
-            WatchEvent::Bookmark(b) => *rv = b.metadata.resource_version,
+            WatchEvent::Bookmark(b) => cycle.saw_version(&b.metadata.resource_version),
             WatchEvent::Error(e) if e.code == 410 => {
                 info!(kind, "watch history expired (410); listing again");
-                return Ok(Ended::Relist);
+                return Ok(Outcome::Gone);
             }
             WatchEvent::Error(e) => {
                 return Err(format!(
@@ -317,9 +326,9 @@ async fn watch_once<K: Fed>(
     }
 }
 
-fn remember<K: Resource>(rv: &mut String, object: &K) {
+fn remember<K: Resource>(cycle: &mut WatchCycle, object: &K) {
     if let Some(v) = &object.meta().resource_version {
-        v.clone_into(rv);
+        cycle.saw_version(v);
     }
 }
 

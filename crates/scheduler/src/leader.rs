@@ -4,6 +4,10 @@
 //! last successful renewal plus the lease duration minus a safety margin, measured on its
 //! own monotonic clock: a replica that cannot renew stops deciding before another one may
 //! take over, so a follower never serves a stale decision.
+//!
+//! Pure here: [`LeaseObserver`] (which step to take on the Lease) and [`next_spec`] (what
+//! to write); [`crate::leader_term`] decides how long each attempt makes this replica lead.
+//! [`run`] is their driver: it reads and writes the Lease and sleeps.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -14,6 +18,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use tracing::{info, warn};
+
+use crate::leader_term::{Attempt, Hold, Term, Transition};
 
 /// Whether this replica may decide now.
 #[derive(Debug)]
@@ -229,37 +235,34 @@ pub async fn run_with_clock(
     clock: impl WallClock,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
-    let margin = config.lease_duration / 5;
     let mut observer = LeaseObserver::new();
-    let mut was_leader = false;
+    let mut term = Term::new(config.lease_duration);
     loop {
-        let attempt_started = Instant::now();
-        // A renewal that takes longer than the leadership it would extend is of no use
-        // (client-go's renew deadline): give up on it and try again.
+        let started = Instant::now();
         let attempt = tokio::time::timeout(
-            config.lease_duration - margin,
+            term.attempt_deadline(),
             try_once(&api, &config, &mut observer, &clock),
         )
         .await
         .unwrap_or_else(|_| Err(kube::Error::Service("the Lease request timed out".into())));
-        match attempt {
-            Ok(true) => {
-                leadership.hold_until(Some(attempt_started + config.lease_duration - margin));
-                if !was_leader {
-                    info!(identity = %config.identity, "became the leader");
-                }
-                was_leader = true;
-            }
-            Ok(false) => {
-                leadership.hold_until(None);
-                if was_leader {
-                    warn!(identity = %config.identity, "lost the lease");
-                }
-                was_leader = false;
-            }
+        let attempt = match attempt {
+            Ok(true) => Attempt::Won,
+            Ok(false) => Attempt::Lost,
             Err(e) => {
-                warn!(error = %crate::kube_error::text(&e), "lease update failed; leadership lapses unless renewed in time")
+                warn!(error = %crate::kube_error::text(&e), "lease update failed; leadership lapses unless renewed in time");
+                Attempt::Failed
             }
+        };
+        let update = term.on(attempt, started);
+        match update.hold {
+            Hold::Until(until) => leadership.hold_until(Some(until)),
+            Hold::End => leadership.hold_until(None),
+            Hold::Keep => {}
+        }
+        match update.transition {
+            Some(Transition::Became) => info!(identity = %config.identity, "became the leader"),
+            Some(Transition::Lost) => warn!(identity = %config.identity, "lost the lease"),
+            None => {}
         }
         leadership.set_holder(observer.holder().map(str::to_owned));
         tokio::time::sleep(config.renew_interval).await;
@@ -293,15 +296,8 @@ async fn try_once(
         }
     };
     let step = observer.step(current.spec.as_ref(), &config.identity, Instant::now());
-    let spec = current.spec.clone().unwrap_or_default();
-    let now = clock.now();
-    let next = match step {
-        LeaseStep::Follow { .. } => return Ok(false),
-        LeaseStep::Renew => LeaseSpec {
-            renew_time: Some(MicroTime(now)),
-            ..spec
-        },
-        LeaseStep::TakeOver => new_spec(config, now, spec.lease_transitions.unwrap_or(0) + 1),
+    let Some(next) = next_spec(&step, current.spec.as_ref(), config, clock.now()) else {
+        return Ok(false);
     };
     let updated = Lease {
         metadata: current.metadata.clone(),
@@ -318,6 +314,30 @@ async fn try_once(
         // Another replica wrote first (the update carried our resourceVersion).
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+/// The Lease spec that `step` writes over `current` at wall time `now`; `None` when it
+/// writes nothing (following). A renewal moves only `renewTime`; a take-over writes a new
+/// record (this identity, our duration, both times now) and counts a transition.
+pub fn next_spec(
+    step: &LeaseStep,
+    current: Option<&LeaseSpec>,
+    config: &ElectionConfig,
+    now: Timestamp,
+) -> Option<LeaseSpec> {
+    let spec = current.cloned().unwrap_or_default();
+    match step {
+        LeaseStep::Follow { .. } => None,
+        LeaseStep::Renew => Some(LeaseSpec {
+            renew_time: Some(MicroTime(now)),
+            ..spec
+        }),
+        LeaseStep::TakeOver => Some(new_spec(
+            config,
+            now,
+            spec.lease_transitions.unwrap_or(0) + 1,
+        )),
     }
 }
 
@@ -475,6 +495,45 @@ mod tests {
             (0..n).any(|r| alive[r] && valid_until[r].is_some_and(|t| now < t)),
             "a live replica took over after the kill (skews {skews:?})"
         );
+    }
+
+    #[test]
+    fn what_each_step_writes() {
+        let config = ElectionConfig {
+            namespace: "ns".into(),
+            name: "lease".into(),
+            identity: "a".into(),
+            lease_duration: Duration::from_secs(20),
+            renew_interval: Duration::from_secs(2),
+        };
+        let now = Timestamp::from_second(2_000).unwrap();
+        let mut theirs = spec("b", 1_000, 15);
+        theirs.lease_transitions = Some(4);
+        theirs.acquire_time = Some(MicroTime(Timestamp::from_second(900).unwrap()));
+        let follow = LeaseStep::Follow { holder: "b".into() };
+        assert_eq!(next_spec(&follow, Some(&theirs), &config, now), None);
+        // A renewal moves renewTime only (holder, duration, acquireTime, transitions kept).
+        let mut ours = theirs.clone();
+        ours.holder_identity = Some("a".into());
+        let renewed = next_spec(&LeaseStep::Renew, Some(&ours), &config, now).unwrap();
+        assert_eq!(renewed.renew_time, Some(MicroTime(now)));
+        assert_eq!(
+            LeaseSpec {
+                renew_time: ours.renew_time.clone(),
+                ..renewed
+            },
+            ours
+        );
+        // A take-over: a fresh record under our identity and duration, one more transition.
+        let taken = next_spec(&LeaseStep::TakeOver, Some(&theirs), &config, now).unwrap();
+        assert_eq!(taken.holder_identity.as_deref(), Some("a"));
+        assert_eq!(taken.lease_duration_seconds, Some(20));
+        assert_eq!(taken.acquire_time, Some(MicroTime(now)));
+        assert_eq!(taken.renew_time, Some(MicroTime(now)));
+        assert_eq!(taken.lease_transitions, Some(5));
+        // A Lease without a spec: the first transition.
+        let first = next_spec(&LeaseStep::TakeOver, None, &config, now).unwrap();
+        assert_eq!(first.lease_transitions, Some(1));
     }
 
     #[test]

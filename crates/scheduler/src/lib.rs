@@ -1,9 +1,12 @@
 //! The hami-rs scheduler: a kube-scheduler extender (filter, bind) and a mutating webhook.
 //!
 //! Pure cores (no I/O): [`snapshot`] (what a node offers and what is used), [`usage`]
-//! (what a pod holds), [`fit`] (which node and GPUs), [`admission`] (webhook decisions).
+//! (what a pod holds), [`fit`] (which node and GPUs), [`admission`] (webhook decisions);
+//! the shells' decisions: [`watch_cycle`] (relist or watch again, and the waits),
+//! [`watch_health`] (is a view live), [`leader_term`] (how long a replica leads), [`backoff`].
 
 pub mod admission;
+pub mod backoff;
 pub mod cert_pin;
 pub mod config;
 pub mod extender;
@@ -15,10 +18,12 @@ pub mod http;
 pub mod informer;
 pub mod kube_error;
 pub mod leader;
+pub mod leader_term;
 pub mod metrics;
 pub mod runtime;
 pub mod server;
 pub mod snapshot;
 pub mod state;
 pub mod usage;
+pub mod watch_cycle;
 pub mod watch_health;

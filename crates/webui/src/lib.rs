@@ -7,7 +7,8 @@
 //! page's content every few seconds. The cluster is read by watch through the scheduler's
 //! own usage state (`ClusterState`, as `hami status`), the monitors by scraping.
 //!
-//! - [`world`], [`samples`]: what is known (plain data, fed by [`watch`] and [`scrape`]).
+//! - [`world`], [`samples`]: what is known (plain data, fed by [`watch`] and [`scrape`];
+//!   what a watch item does to the world is [`watch_feed`], pure).
 //! - [`pages`], [`whatif`], [`svg`], [`html`]: pure rendering.
 //! - [`server`]: the axum routes.
 
@@ -19,6 +20,7 @@ pub mod scrape;
 pub mod server;
 pub mod svg;
 pub mod watch;
+pub mod watch_feed;
 pub mod whatif;
 pub mod world;
 

@@ -1,6 +1,7 @@
 //! The Kubernetes side: one watcher per resource (nodes, pods, core/v1 and
 //! events.k8s.io/v1 Events) feeding [`World`]. A watch error becomes a banner while it
-//! lasts; the watcher retries with backoff and the pages keep what was last seen.
+//! lasts; the watcher retries with backoff and the pages keep what was last seen. What each
+//! stream item does to the world is [`crate::watch_feed`]'s decision; this file drives it.
 
 use std::sync::{Arc, RwLock};
 
@@ -8,10 +9,11 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use k8s_openapi::api::events::v1::Event as NewEvent;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::watch_feed::{Feed, Update};
 use crate::world::{EventRow, World};
 
 /// A core/v1 Event as a row (its time: last, first, event time, else creation).
@@ -142,28 +144,27 @@ where
     if let Ok(mut w) = world.write() {
         w.synced.insert(K::WHAT, false);
     }
-    let mut buffer: Vec<K> = Vec::new();
+    let mut feed = Feed::new();
     let mut stream = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .into_stream()
         .boxed();
     while let Some(item) = stream.next().await {
         let Ok(mut w) = world.write() else { return };
-        match item {
-            Err(e) => {
-                w.api_errors.insert(K::WHAT, e.to_string());
+        match feed.on(item.map_err(|e| e.to_string())) {
+            Update::Banner(e) => {
+                w.api_errors.insert(K::WHAT, e);
             }
-            Ok(event) => {
+            update => {
                 w.api_errors.remove(K::WHAT);
-                match event {
-                    Event::Init => buffer.clear(),
-                    Event::InitApply(obj) => buffer.push(obj),
-                    Event::InitDone => {
-                        K::reset(&mut w, std::mem::take(&mut buffer));
+                match update {
+                    Update::Banner(_) | Update::Buffering => {}
+                    Update::Reset(all) => {
+                        K::reset(&mut w, all);
                         w.synced.insert(K::WHAT, true);
                     }
-                    Event::Apply(obj) => K::apply(&mut w, obj),
-                    Event::Delete(obj) => K::delete(&mut w, &obj),
+                    Update::Apply(obj) => K::apply(&mut w, obj),
+                    Update::Delete(obj) => K::delete(&mut w, &obj),
                 }
             }
         }
