@@ -19,6 +19,7 @@ WORKDIR /src
 COPY . .
 RUN cargo build --release --locked \
       -p hami-amd-plugin --bin k8s-device-plugin \
+      -p hami-amdgpu-dra-plugin --bin amdgpu-dra-plugin \
       -p hami-nvidia-plugin --bin nvidia-device-plugin \
       -p hami-monitor --bin k8s-vgpu-monitor \
       -p hami-node-labeller --bin k8s-node-labeller \
@@ -33,6 +34,7 @@ RUN for lib in target/release/libamvgpu.so target/release/libvgpu.so; do \
 
 FROM docker.io/library/debian:12-slim
 COPY --from=build /src/target/release/k8s-device-plugin /usr/bin/k8s-device-plugin
+COPY --from=build /src/target/release/amdgpu-dra-plugin /usr/bin/amdgpu-dra-plugin
 COPY --from=build /src/target/release/nvidia-device-plugin /usr/bin/nvidia-device-plugin
 COPY --from=build /src/target/release/k8s-vgpu-monitor /usr/bin/k8s-vgpu-monitor
 COPY --from=build /src/target/release/k8s-node-labeller /usr/bin/k8s-node-labeller

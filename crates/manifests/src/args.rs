@@ -64,6 +64,10 @@ pub struct ManifestsArgs {
     /// Add the NVIDIA device plugin [nvidiaDevicePlugin.enabled].
     #[arg(long)]
     pub nvidia: bool,
+    /// Add the AMD DRA driver, its DeviceClass and RBAC for the nodes labelled
+    /// hami.io/amd-mode=dra (Kubernetes >= 1.34) [draPlugin.enabled].
+    #[arg(long)]
+    pub dra: bool,
     /// Leave out the monitor DaemonSet [monitor.enabled=false].
     #[arg(long)]
     pub no_monitor: bool,
@@ -150,6 +154,7 @@ impl ManifestsArgs {
             v.nvidia_device_plugin.host_hook_path.clone_from(h);
         }
         v.nvidia_device_plugin.enabled |= self.nvidia;
+        v.dra_plugin.enabled |= self.dra;
         v.monitor.enabled &= !self.no_monitor;
         v.node_labeller.enabled &= !self.no_node_labeller;
         v.service_monitor.enabled |= self.service_monitor;
@@ -215,6 +220,43 @@ mod tests {
             "{args:?}"
         );
         assert!(Cli::try_parse_from(["x", "--webui-prometheus-url", "http://p"]).is_err());
+    }
+
+    #[test]
+    fn dra_is_opt_in_and_keeps_the_device_plugin_off_dra_nodes() {
+        let objects = |argv: &[&str]| {
+            let s = Cli::parse_from(argv).args.settings()?;
+            crate::objects::all(&s, false).map_err(|e| anyhow::anyhow!("{e}"))
+        };
+        let kinds = |objs: &[crate::Object]| -> Vec<String> {
+            objs.iter()
+                .map(|o| o.to_value().unwrap()["kind"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert!(
+            !kinds(&objects(&["x", "--kube-version", "v1.34.0"]).unwrap())
+                .contains(&"DeviceClass".to_owned())
+        );
+        let dra = objects(&["x", "--dra", "--kube-version", "v1.34.0"]).unwrap();
+        assert!(kinds(&dra).contains(&"DeviceClass".to_owned()));
+        let plugin = dra
+            .iter()
+            .map(|o| o.to_value().unwrap())
+            .find(|v| {
+                v["metadata"]["name"] == crate::names::DEVICE_PLUGIN && v["kind"] == "DaemonSet"
+            })
+            .unwrap();
+        let terms = &plugin["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"];
+        assert_eq!(
+            terms[0]["matchExpressions"][0],
+            serde_json::json!({"key": "hami.io/amd-mode", "operator": "NotIn", "values": ["dra"]})
+        );
+        // The default cluster version has no resource.k8s.io/v1.
+        let e = objects(&["x", "--dra", "--kube-version", "v1.33.0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Kubernetes 1.34 or newer"), "{e}");
     }
 
     #[test]

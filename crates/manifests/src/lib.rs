@@ -44,6 +44,7 @@ pub fn object_yaml(object: &Object) -> Result<String, Error> {
         Object::DaemonSet(o) => serde_saphyr::to_string(o),
         Object::Job(o) => serde_saphyr::to_string(o),
         Object::MutatingWebhookConfiguration(o) => serde_saphyr::to_string(o),
+        Object::DeviceClass(o) => serde_saphyr::to_string(o),
         Object::Custom(o) => serde_saphyr::to_string(o),
     };
     yaml.map_err(|e| Error::Yaml(e.to_string()))
@@ -93,6 +94,28 @@ mod tests {
         keys.sort();
         keys.dedup();
         assert_eq!(keys.len(), n, "duplicate objects");
+    }
+
+    #[test]
+    fn webhook_at_is_the_shipped_webhook_with_only_the_client_config_changed() {
+        let s = Settings::default();
+        let shipped = objects::webhook(&s).to_value().unwrap();
+        let local = objects::webhook_at(&s, "https://127.0.0.1:9443", b"PEM")
+            .to_value()
+            .unwrap();
+        let hooks = local["webhooks"].as_array().unwrap();
+        assert_eq!(hooks.len(), shipped["webhooks"].as_array().unwrap().len());
+        for (hook, original) in hooks.iter().zip(shipped["webhooks"].as_array().unwrap()) {
+            assert_eq!(
+                hook["clientConfig"],
+                serde_json::json!({"url": "https://127.0.0.1:9443/webhook", "caBundle": "UEVN"})
+            );
+            let (mut a, mut b) = (hook.clone(), original.clone());
+            a["clientConfig"] = serde_json::Value::Null;
+            b["clientConfig"] = serde_json::Value::Null;
+            assert_eq!(a, b);
+        }
+        assert_eq!(local["metadata"], shipped["metadata"]);
     }
 
     #[test]

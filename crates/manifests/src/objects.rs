@@ -14,12 +14,16 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    HTTPGetAction, HostPathVolumeSource, KeyToPath, Namespace, ObjectFieldSelector,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SecretVolumeSource,
-    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    HTTPGetAction, HostPathVolumeSource, KeyToPath, Namespace, NodeSelectorRequirement,
+    NodeSelectorTerm, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SecretVolumeSource, SecurityContext, Service, ServiceAccount,
+    ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::api::resource::v1::{
+    CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
@@ -59,6 +63,8 @@ pub enum Object {
     Job(Job),
     /// The webhook and its guard.
     MutatingWebhookConfiguration(MutatingWebhookConfiguration),
+    /// The DRA driver's DeviceClass (`draPlugin.enabled`).
+    DeviceClass(DeviceClass),
     /// cert-manager Issuer/Certificate, prometheus-operator ServiceMonitor.
     Custom(Value),
 }
@@ -79,6 +85,7 @@ impl Object {
             Object::DaemonSet(o) => serde_json::to_value(o),
             Object::Job(o) => serde_json::to_value(o),
             Object::MutatingWebhookConfiguration(o) => serde_json::to_value(o),
+            Object::DeviceClass(o) => serde_json::to_value(o),
             Object::Custom(v) => Ok(v.clone()),
         }
     }
@@ -364,6 +371,18 @@ pub fn rbac_objects(settings: &Settings) -> Vec<Object> {
             sa(MONITOR, ns),
             cluster_role(MONITOR, MONITOR, rbac::monitor_cluster_rules()),
             cluster_binding(MONITOR, MONITOR, MONITOR, sa_subject(MONITOR, ns)),
+        ]);
+    }
+    if v.dra_plugin.enabled {
+        out.extend([
+            sa(DRA_PLUGIN, ns),
+            cluster_role(DRA_PLUGIN, DRA_PLUGIN, rbac::dra_plugin_cluster_rules()),
+            cluster_binding(
+                DRA_PLUGIN,
+                DRA_PLUGIN,
+                DRA_PLUGIN,
+                sa_subject(DRA_PLUGIN, ns),
+            ),
         ]);
     }
     if v.node_labeller.enabled {
@@ -830,6 +849,24 @@ pub fn webhook(settings: &Settings) -> Object {
     })
 }
 
+/// The shipped [`webhook`] configuration with every webhook's `clientConfig` pointed at the
+/// scheduler listening at `base_url` (`https://host:port`; the webhook path is appended) and
+/// trusting `ca_pem`, instead of the in-cluster Service: how tests and the demo register the
+/// webhook of a scheduler they run themselves, so that they exercise what ships.
+pub fn webhook_at(settings: &Settings, base_url: &str, ca_pem: &[u8]) -> Object {
+    let mut object = webhook(settings);
+    if let Object::MutatingWebhookConfiguration(config) = &mut object {
+        for hook in config.webhooks.iter_mut().flatten() {
+            hook.client_config = WebhookClientConfig {
+                url: Some(format!("{base_url}{WEBHOOK_PATH}")),
+                ca_bundle: Some(k8s_openapi::ByteString(ca_pem.to_vec())),
+                service: None,
+            };
+        }
+    }
+    object
+}
+
 fn webhooks(
     settings: &Settings,
     namespaces: LabelSelector,
@@ -1211,7 +1248,138 @@ pub fn device_plugin_daemon_set(settings: &Settings) -> Object {
             volumes: Some(volumes),
             ..Default::default()
         },
-        &p.pod,
+        &device_plugin_placement(settings),
+    )
+}
+
+/// The device plugin's placement: its values, and with `draPlugin.enabled` never on a node
+/// labelled for DRA (the requirement is added to every required node-selector term, since
+/// terms are ORed).
+pub fn device_plugin_placement(settings: &Settings) -> PodPlacement {
+    let mut placement = settings.values.device_plugin.pod.clone();
+    if !settings.values.dra_plugin.enabled {
+        return placement;
+    }
+    let not_dra = NodeSelectorRequirement {
+        key: s(AMD_MODE_LABEL),
+        operator: s("NotIn"),
+        values: Some(vec![s(AMD_MODE_DRA)]),
+    };
+    let node_affinity = placement
+        .affinity
+        .node_affinity
+        .get_or_insert_with(Default::default);
+    let required = node_affinity
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Default::default);
+    if required.node_selector_terms.is_empty() {
+        required
+            .node_selector_terms
+            .push(NodeSelectorTerm::default());
+    }
+    for term in &mut required.node_selector_terms {
+        term.match_expressions
+            .get_or_insert_with(Vec::new)
+            .push(not_dra.clone());
+    }
+    placement
+}
+
+/// The DRA driver's flags (the chart's `dra-plugin.yaml` writes the same). The hook and the
+/// per-claim files live under the hook directory, mounted at its host path, so the paths
+/// the CDI specs name are host paths.
+pub fn dra_plugin_args(settings: &Settings) -> Vec<String> {
+    let d = &settings.values.dra_plugin;
+    let hook_dir = host_hook_dir(settings);
+    let mut args = vec![format!("--dev-root={HOST_DEV_MOUNT}")];
+    if let Some(n) = d.split_count {
+        args.push(format!("--split_count={n}"));
+    }
+    args.extend([
+        format!("--cdi-dir={}", d.cdi_spec_dir),
+        format!("--hook-host-path={hook_dir}/libamvgpu.so"),
+        format!("--cache-root={hook_dir}/dra"),
+        format!("--publish-interval={}", d.publish_interval),
+    ]);
+    args
+}
+
+/// The DeviceClass of the DRA driver's devices; with `draPlugin.extendedResourceName` it
+/// also serves `amd.com/gpu` counts (KEP-5004).
+pub fn device_class(settings: &Settings) -> Object {
+    let d = &settings.values.dra_plugin;
+    Object::DeviceClass(DeviceClass {
+        metadata: meta(DRA_DRIVER, None, DRA_PLUGIN),
+        spec: DeviceClassSpec {
+            selectors: Some(vec![DeviceSelector {
+                cel: Some(CELDeviceSelector {
+                    expression: format!("device.driver == \"{DRA_DRIVER}\""),
+                }),
+            }]),
+            extended_resource_name: d
+                .extended_resource_name
+                .then(|| s(hami_protocol::names::AMD.resource_count)),
+            ..Default::default()
+        },
+    })
+}
+
+/// The AMD DRA driver DaemonSet, on the nodes labelled for DRA (hook installed atomically
+/// by an init container, as the device plugin does on its nodes).
+pub fn dra_plugin_daemon_set(settings: &Settings) -> Object {
+    let d = &settings.values.dra_plugin;
+    let hook_dir = host_hook_dir(settings);
+    let plugin_dir = format!("{KUBELET_PLUGINS_DIR}/{DRA_DRIVER}");
+    let mut placement = d.pod.clone();
+    placement
+        .node_selector
+        .insert(s(AMD_MODE_LABEL), s(AMD_MODE_DRA));
+    daemon_set(
+        DRA_PLUGIN,
+        &settings.namespace,
+        PodSpec {
+            init_containers: Some(vec![install_container(
+                settings,
+                hook_install_script(),
+                &hook_dir,
+            )]),
+            containers: vec![Container {
+                name: s("dra-plugin"),
+                image: Some(settings.values.node_image().reference()),
+                image_pull_policy: Some(settings.values.images.pull_policy.clone()),
+                command: Some(vec![s("/usr/bin/amdgpu-dra-plugin")]),
+                args: Some(dra_plugin_args(settings)),
+                env: Some(vec![env_field("NODE_NAME", "spec.nodeName")]),
+                resources: resources(&d.pod.resources),
+                volume_mounts: Some(vec![
+                    mount("plugins-registry", PLUGINS_REGISTRY_DIR, false),
+                    mount("plugin", &plugin_dir, false),
+                    mount("sys", "/sys", true),
+                    mount("cgroup", "/sys/fs/cgroup", false),
+                    mount("dev", HOST_DEV_MOUNT, true),
+                    mount("cdi", &d.cdi_spec_dir, false),
+                    mount("hook", &hook_dir, false),
+                ]),
+                // uid 0 owns kubelet's plugin directories, the cgroup files (dmem limits)
+                // and the hook directory; no capability on top of that.
+                security_context: Some(SecurityContext {
+                    run_as_user: Some(0),
+                    ..restricted(&[])
+                }),
+                ..Default::default()
+            }],
+            volumes: Some(vec![
+                host_path("plugins-registry", PLUGINS_REGISTRY_DIR, Some("Directory")),
+                host_path("plugin", &plugin_dir, Some("DirectoryOrCreate")),
+                host_path("sys", "/sys", Some("Directory")),
+                host_path("cgroup", "/sys/fs/cgroup", Some("Directory")),
+                host_path("dev", "/dev", Some("Directory")),
+                host_path("cdi", &d.cdi_spec_dir, Some("DirectoryOrCreate")),
+                host_path("hook", &hook_dir, Some("DirectoryOrCreate")),
+            ]),
+            ..Default::default()
+        },
+        &placement,
     )
 }
 
@@ -1510,6 +1678,10 @@ pub fn all(settings: &Settings, with_namespace: bool) -> Result<Vec<Object>, cra
     out.push(scheduler_service(settings));
     out.push(scheduler_deployment(settings));
     out.push(device_plugin_daemon_set(settings));
+    if v.dra_plugin.enabled {
+        out.push(device_class(settings));
+        out.push(dra_plugin_daemon_set(settings));
+    }
     if v.nvidia_device_plugin.enabled {
         out.push(nvidia_device_plugin_daemon_set(settings));
     }

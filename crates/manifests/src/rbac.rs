@@ -92,6 +92,29 @@ pub fn device_plugin_event_rules() -> Vec<PolicyRule> {
     vec![rule("", &["events"], &["create"], &[])]
 }
 
+/// Cluster-wide rules of the AMD DRA driver (crates/amdgpu-dra-plugin): `slice_publisher.rs`
+/// reads its Node (the slices' owner) and lists, creates, replaces and deletes its
+/// ResourceSlices; `claims.rs` reads the claims kubelet prepares and writes their
+/// `status.devices` (GET then a conditional merge patch of the status subresource).
+pub fn dra_plugin_cluster_rules() -> Vec<PolicyRule> {
+    vec![
+        rule("", &["nodes"], &["get"], &[]),
+        rule(
+            "resource.k8s.io",
+            &["resourceslices"],
+            &["list", "create", "update", "delete"],
+            &[],
+        ),
+        rule("resource.k8s.io", &["resourceclaims"], &["get"], &[]),
+        rule(
+            "resource.k8s.io",
+            &["resourceclaims/status"],
+            &["get", "patch"],
+            &[],
+        ),
+    ]
+}
+
 /// Cluster-wide rules of the monitor: pods.rs watches the pods of its node.
 pub fn monitor_cluster_rules() -> Vec<PolicyRule> {
     vec![rule("", &["pods"], &["list", "watch"], &[])]

@@ -17,6 +17,8 @@ pub const VALUES_YAML: &str = include_str!("../../../deploy/helm/hami-rs/values.
 pub const SUPPORTED_MINORS: std::ops::RangeInclusive<u32> = 27..=37;
 /// From this minor on, webhooks' `matchConditions` are on by default (beta 1.28, GA 1.30).
 pub const MATCH_CONDITIONS_MINOR: u32 = 28;
+/// From this minor on, `resource.k8s.io/v1` (DRA, GA) is served: `draPlugin` needs it.
+pub const DRA_V1_MINOR: u32 = 34;
 /// The version `hami manifests` renders for when `--kube-version` is not given.
 pub const DEFAULT_KUBE_VERSION: &str = "v1.33.0";
 
@@ -246,6 +248,29 @@ pub struct CdiValues {
     pub spec_dir: String,
 }
 
+/// `draPlugin:` — the AMD DRA driver `amdgpu-dra-plugin` (issue 20) on the nodes labelled
+/// [`crate::names::AMD_MODE_LABEL`]` = dra`; the device plugin stays off those nodes (one
+/// mode per node: never the device plugin and DRA for `amd.com/gpu` on one node, KEP-5004).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DraPluginValues {
+    /// Install the DRA driver, its DeviceClass and RBAC (needs Kubernetes 1.34 or newer:
+    /// `resource.k8s.io/v1`).
+    pub enabled: bool,
+    /// Shares per GPU (`--split_count`); `None`: the driver's default (2 on gfx12, else 10).
+    pub split_count: Option<u32>,
+    /// The DeviceClass maps the extended resource `amd.com/gpu` to DRA (KEP-5004: beta
+    /// 1.35, GA 1.37), so plain-count pods run on DRA nodes unchanged.
+    pub extended_resource_name: bool,
+    /// Seconds between ResourceSlice reconciles (`--publish-interval`).
+    pub publish_interval: u64,
+    /// Host directory of the per-claim CDI specs the driver writes (`--cdi-dir`).
+    pub cdi_spec_dir: String,
+    /// Where the driver pods run (always also on nodes labelled `hami.io/amd-mode: dra`).
+    #[serde(flatten)]
+    pub pod: PodPlacement,
+}
+
 /// `nvidiaDevicePlugin:`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -337,6 +362,8 @@ pub struct Values {
     pub device_plugin: DevicePluginValues,
     /// `nvidiaDevicePlugin:`.
     pub nvidia_device_plugin: NvidiaDevicePluginValues,
+    /// `draPlugin:`.
+    pub dra_plugin: DraPluginValues,
     /// `monitor:`.
     pub monitor: MonitorValues,
     /// `webui:`.
@@ -495,7 +522,25 @@ impl Settings {
                 return Err(format!("{what} {p:?} is not one of {allowed:?}"));
             }
         }
-        if v.device_plugin.split_count == Some(0) || v.nvidia_device_plugin.device_split_count == 0
+        if v.dra_plugin.enabled && k.minor < DRA_V1_MINOR {
+            return Err(format!(
+                "draPlugin.enabled needs resource.k8s.io/v1 (Kubernetes 1.{DRA_V1_MINOR} or newer); \
+                 this cluster is {}: keep draPlugin.enabled false and use the device plugin",
+                k.release()
+            ));
+        }
+        if v.dra_plugin.publish_interval == 0 {
+            return Err("draPlugin.publishInterval must be at least 1 (seconds)".into());
+        }
+        if !v.dra_plugin.cdi_spec_dir.starts_with('/') {
+            return Err(format!(
+                "draPlugin.cdiSpecDir {:?} must be an absolute host path, e.g. /var/run/cdi",
+                v.dra_plugin.cdi_spec_dir
+            ));
+        }
+        if v.device_plugin.split_count == Some(0)
+            || v.nvidia_device_plugin.device_split_count == 0
+            || v.dra_plugin.split_count == Some(0)
         {
             return Err("a split count of 0 would offer nothing: use at least 1".into());
         }

@@ -94,11 +94,41 @@ fn variants() -> Vec<(&'static str, &'static str, Value)> {
         peers::merge(&mut nvidia[c], &placement);
     }
     peers::merge(&mut nvidia["tls"]["certgen"], &placement);
+    // DRA mode (Kubernetes >= 1.34 only, see `cases`): the device plugin's affinity gets
+    // the not-DRA requirement added to each of the user's terms, the driver's placement
+    // merges the DRA node label into the user's selector.
+    let mut dra = json!({
+        "draPlugin": {
+            "enabled": true, "splitCount": 4, "extendedResourceName": false,
+            "publishInterval": 10, "cdiSpecDir": "/etc/cdi",
+        },
+        "devicePlugin": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]},
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}]},
+            ]}}}},
+    });
+    peers::merge(&mut dra["draPlugin"], &placement);
     vec![
         ("defaults", "hami-system", json!({})),
         ("every-switch-flipped", "gpu-sharing", other),
         ("nvidia", "hami-system", nvidia),
+        ("dra", "hami-system", dra),
+        (
+            "dra-defaults",
+            "hami-system",
+            json!({"draPlugin": {"enabled": true}}),
+        ),
     ]
+}
+
+/// The first minor a variant renders at (DRA needs `resource.k8s.io/v1`).
+fn min_minor(values: &Value) -> u32 {
+    if values["draPlugin"]["enabled"] == json!(true) {
+        hami_manifests::settings::DRA_V1_MINOR
+    } else {
+        0
+    }
 }
 
 /// Every case: each variant and each documented command, at each supported version.
@@ -123,7 +153,8 @@ fn cases() -> (Vec<Case>, Vec<String>) {
     }
     let mut out = Vec::new();
     for kv in peers::kube_versions() {
-        for (n, ns, v) in &named {
+        let minor = KubeVersion::parse(&kv).unwrap().minor;
+        for (n, ns, v) in named.iter().filter(|(_, _, v)| minor >= min_minor(v)) {
             out.push(Case::new(&format!("{n} @ {kv}"), ns, &kv, v.clone()));
         }
     }
@@ -244,6 +275,18 @@ fn bad_values_fail_at_render_with_a_message_naming_the_value() {
             json!({"monitor": {"legacyMetrics": "some"}}),
             "/monitor/legacyMetrics",
         ),
+        (
+            json!({"draPlugin": {"enabled": true, "cdiSpecDir": "cdi"}}),
+            "/draPlugin/cdiSpecDir",
+        ),
+        (
+            json!({"draPlugin": {"enabled": true, "publishInterval": 0}}),
+            "/draPlugin/publishInterval",
+        ),
+        (
+            json!({"draPlugin": {"splitCount": 0}}),
+            "/draPlugin/splitCount",
+        ),
     ];
     let mut cases: Vec<Case> = bad
         .iter()
@@ -261,6 +304,13 @@ fn bad_values_fail_at_render_with_a_message_naming_the_value() {
         "v1.33.0",
         json!({"nvidiaDevicePlugin": {"enabled": true, "hostHookPath": "/opt/nv"}}),
     ));
+    // DRA on a cluster without resource.k8s.io/v1.
+    cases.push(Case::new(
+        "dra on 1.33",
+        "hami-system",
+        "v1.33.0",
+        json!({"draPlugin": {"enabled": true}}),
+    ));
     let answer = peers::run(&cases, &[]);
     for (i, (values, needle)) in bad.iter().enumerate() {
         let e = answer.cases[i]
@@ -273,6 +323,22 @@ fn bad_values_fail_at_render_with_a_message_naming_the_value() {
     assert!(old.contains("1.27 to 1.37"), "{old}");
     let split = answer.cases[bad.len() + 1].error.as_deref().unwrap_or("");
     assert!(split.contains("one hook directory"), "{split}");
+    let dra = answer.cases[bad.len() + 2].error.as_deref().unwrap_or("");
+    assert!(
+        dra.contains("draPlugin.enabled needs resource.k8s.io/v1 (Kubernetes 1.34"),
+        "{dra}"
+    );
+    // The typed manifests refuse the same, with the same advice.
+    let mut typed = Settings {
+        kube_version: KubeVersion::parse("v1.33.0").unwrap(),
+        ..Settings::default()
+    };
+    typed.values.dra_plugin.enabled = true;
+    let e = objects::all(&typed, false).unwrap_err().to_string();
+    assert!(
+        e.contains("draPlugin.enabled needs resource.k8s.io/v1") && e.contains("device plugin"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -414,11 +480,15 @@ fn flags_parse_with_the_components_command_lines_and_ports_line_up() {
     for (_, ns, overrides) in variants() {
         let mut merged = serde_json::to_value(Values::default()).unwrap();
         peers::merge(&mut merged, &overrides);
-        let s = Settings {
+        let mut s = Settings {
             namespace: ns.into(),
             values: Values::from_json(merged).unwrap(),
             ..Settings::default()
         };
+        if min_minor(&overrides) > s.kube_version.minor {
+            s.kube_version =
+                KubeVersion::parse(&format!("v1.{}.0", min_minor(&overrides))).unwrap();
+        }
         let objs = objects::all(&s, true).unwrap();
         let find = |kind: &str, name: &str| {
             objs.iter()

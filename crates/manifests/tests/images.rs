@@ -85,6 +85,8 @@ fn dockerfiles_build_existing_binaries_into_the_paths_the_manifests_run() {
     // Every hami-rs container command is installed by one of the images.
     let mut all = Settings::default();
     all.values.nvidia_device_plugin.enabled = true;
+    all.values.dra_plugin.enabled = true;
+    all.kube_version = hami_manifests::KubeVersion::parse("v1.34.0").unwrap();
     for cmd in commands(&all) {
         let installed = scheduler.lines().chain(node.lines()).any(|l| {
             l.starts_with("COPY --from=build") && l.trim_end().ends_with(&format!(" {cmd}"))
@@ -115,4 +117,9 @@ fn dockerfiles_build_existing_binaries_into_the_paths_the_manifests_run() {
         scheduler.contains("x86_64-unknown-linux-musl") && scheduler.contains("distroless/static")
     );
     assert!(scheduler.contains("USER 65532"));
+}
+
+#[test]
+fn the_device_class_is_named_for_the_driver_the_plugin_registers() {
+    assert_eq!(names::DRA_DRIVER, hami_dra_core::DRIVER);
 }

@@ -109,3 +109,27 @@ that carries a scheduler-owned annotation; or an UPDATE that changes such an ann
 {{- end -}}
 !(request.userInfo.username in [{{ join ", " $w }}])
 {{- end -}}
+
+{{- /* The device plugin's placement: its values, and with draPlugin.enabled never on a node
+labelled hami.io/amd-mode=dra (added to every required node-selector term: terms are ORed).
+crates/manifests objects::device_plugin_placement builds the same. */ -}}
+{{- define "hami.devicePluginPlacement" -}}
+{{- $p := deepCopy .Values.devicePlugin -}}
+{{- if .Values.draPlugin.enabled -}}
+{{- $notDra := dict "key" "hami.io/amd-mode" "operator" "NotIn" "values" (list "dra") -}}
+{{- $affinity := default (dict) $p.affinity -}}
+{{- $node := default (dict) (get $affinity "nodeAffinity") -}}
+{{- $required := default (dict) (get $node "requiredDuringSchedulingIgnoredDuringExecution") -}}
+{{- $terms := list -}}
+{{- range (default (list (dict)) (get $required "nodeSelectorTerms")) -}}
+{{- $term := deepCopy . -}}
+{{- $_ := set $term "matchExpressions" (append (default (list) (get $term "matchExpressions")) $notDra) -}}
+{{- $terms = append $terms $term -}}
+{{- end -}}
+{{- $_ := set $required "nodeSelectorTerms" $terms -}}
+{{- $_ := set $node "requiredDuringSchedulingIgnoredDuringExecution" $required -}}
+{{- $_ := set $affinity "nodeAffinity" $node -}}
+{{- $_ := set $p "affinity" $affinity -}}
+{{- end -}}
+{{- include "hami.placement" $p -}}
+{{- end -}}
