@@ -4,6 +4,12 @@
 //! kube-scheduler's backoff (1 s doubling to 10 s), and records the events kube-scheduler
 //! records (`Scheduled`, `FailedScheduling`). Like kube-scheduler, it runs one scheduling
 //! cycle (filter) at a time and binds asynchronously.
+//!
+//! With [`SimKubeScheduler::with_dra`] (or [`SimKubeScheduler::dra_only`]), pods with
+//! `spec.resourceClaims` take the DRA path instead of the extender: the resourceclaim
+//! controller's part (`claim_controller.rs`: claims from templates, freeing when pods go),
+//! and the `DynamicResources` plugin's (`dra.rs`, the shell; `dra_placement.rs`, the pure
+//! choice of node and allocations). Their module docs name what they do not model.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -23,6 +29,12 @@ use tracing::{debug, warn};
 use hami_scheduler::extender::{ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult};
 use hami_scheduler::extender_client::ExtenderClient;
 
+pub mod claim_controller;
+pub mod dra;
+pub mod dra_placement;
+
+use dra::{Decision, DraOptions, DraState};
+
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
@@ -30,7 +42,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 pub struct SimKubeScheduler {
     client: Client,
     scheduler_name: String,
-    extender: ExtenderClient,
+    extender: Option<ExtenderClient>,
+    dra: Option<DraOptions>,
     recorder: Recorder,
 }
 
@@ -57,7 +70,38 @@ impl SimKubeScheduler {
         Self {
             client,
             scheduler_name: scheduler_name.into(),
-            extender,
+            extender: Some(extender),
+            dra: None,
+            recorder,
+        }
+    }
+
+    /// Pods with ResourceClaims take the DRA path (see the module doc); others still go
+    /// through the extender.
+    pub fn with_dra(mut self, options: DraOptions) -> Self {
+        self.dra = Some(options);
+        self
+    }
+
+    /// A scheduler with no extender: it places only pods with ResourceClaims (the DRA path)
+    /// and leaves every other pod alone.
+    pub fn dra_only(
+        client: Client,
+        scheduler_name: impl Into<String>,
+        options: DraOptions,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "default-scheduler".into(),
+                instance: None,
+            },
+        );
+        Self {
+            client,
+            scheduler_name: scheduler_name.into(),
+            extender: None,
+            dra: Some(options),
             recorder,
         }
     }
@@ -101,6 +145,20 @@ impl SimKubeScheduler {
         let _ = pods.wait_until_ready().await;
         let backoff = Arc::new(Mutex::new(Backoff::default()));
         let binding: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+        let creating: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+        let dra = match this.dra {
+            Some(options) => {
+                let state = Arc::new(DraState::start(&this.client, options).await);
+                tokio::spawn(freeing(
+                    this.client.clone(),
+                    state.clone(),
+                    pods.clone(),
+                    backoff.clone(),
+                ));
+                Some(state)
+            }
+            None => None,
+        };
         loop {
             let mut queue: Vec<Arc<Pod>> =
                 pods.state().into_iter().filter(|p| this.wants(p)).collect();
@@ -122,8 +180,17 @@ impl SimKubeScheduler {
                 {
                     continue;
                 }
+                if let Some(dra) = dra.as_ref().filter(|_| dra::has_claims(&pod)) {
+                    worked |= this
+                        .schedule_dra(&pod, dra, &nodes, &backoff, &binding, &creating)
+                        .await;
+                    continue;
+                }
+                let Some(extender) = &this.extender else {
+                    continue;
+                };
                 worked = true;
-                this.schedule_one(&pod, &nodes, backoff.clone(), binding.clone())
+                this.schedule_one(extender, &pod, &nodes, backoff.clone(), binding.clone())
                     .await;
             }
             if !worked {
@@ -132,8 +199,114 @@ impl SimKubeScheduler {
         }
     }
 
+    /// One DRA pod's scheduling cycle (claims first, then placement), binding spawned.
+    /// Returns false when it only waits (for the claim controller or the informer).
+    async fn schedule_dra(
+        self: &Arc<Self>,
+        pod: &Arc<Pod>,
+        dra: &Arc<DraState>,
+        nodes: &Store<Node>,
+        backoff: &Arc<Mutex<Backoff>>,
+        binding: &Arc<Mutex<std::collections::HashSet<String>>>,
+        creating: &Arc<Mutex<std::collections::HashSet<String>>>,
+    ) -> bool {
+        let uid = pod.uid().unwrap_or_default();
+        if !claim_controller::missing(dra, pod).is_empty() {
+            if !creating.lock().await.insert(uid.clone()) {
+                return false;
+            }
+            let (this, dra, pod, backoff, creating) = (
+                self.clone(),
+                dra.clone(),
+                pod.clone(),
+                backoff.clone(),
+                creating.clone(),
+            );
+            tokio::spawn(async move {
+                if let Err(e) = claim_controller::ensure_claims(&this.client, &dra, &pod).await {
+                    this.failed(&pod, &uid, &e, &backoff).await;
+                }
+                creating.lock().await.remove(&uid);
+            });
+            return true;
+        }
+        let schedulable: std::collections::HashSet<String> = nodes
+            .state()
+            .iter()
+            .filter(|n| {
+                !n.spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false)
+            })
+            .map(|n| n.name_any())
+            .collect();
+        let (node, claims) = match dra::decide(dra, pod, &schedulable) {
+            Decision::Waiting => return false,
+            Decision::Unschedulable(message) => {
+                self.failed(pod, &uid, &message, backoff).await;
+                self.unschedulable_condition(pod, &message).await;
+                return true;
+            }
+            Decision::Place { node, claims } => (node, claims),
+        };
+        binding.lock().await.insert(uid.clone());
+        let (this, dra, pod, backoff, binding) = (
+            self.clone(),
+            dra.clone(),
+            pod.clone(),
+            backoff.clone(),
+            binding.clone(),
+        );
+        tokio::spawn(async move {
+            match dra::bind(&this.client, &dra, &pod, &node, &claims).await {
+                Ok(()) => {
+                    backoff.lock().await.next_try.remove(&uid);
+                    let note = format!(
+                        "Successfully assigned {}/{} to {node}",
+                        pod.namespace().unwrap_or_default(),
+                        pod.name_any()
+                    );
+                    this.event(&pod, EventType::Normal, "Scheduled", note).await;
+                }
+                Err(e) => {
+                    this.failed(&pod, &uid, &e, &backoff).await;
+                    binding.lock().await.remove(&uid);
+                }
+            }
+        });
+        true
+    }
+
+    /// `PodScheduled=False`, reason `Unschedulable`, as kube-scheduler writes it.
+    async fn unschedulable_condition(&self, pod: &Pod, message: &str) {
+        let api: Api<Pod> = Api::namespaced(
+            self.client.clone(),
+            &pod.namespace().unwrap_or_else(|| "default".into()),
+        );
+        let patch = json!({"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": message,
+            "lastTransitionTime": k8s_openapi::jiff::Timestamp::now()
+                .round(k8s_openapi::jiff::Unit::Second)
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
+        }]}});
+        if let Err(e) = api
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .await
+        {
+            debug!(pod = %pod.name_any(), "cannot write the PodScheduled condition: {e}");
+        }
+    }
+
     async fn schedule_one(
         self: &Arc<Self>,
+        extender: &ExtenderClient,
         pod: &Arc<Pod>,
         nodes: &Store<Node>,
         backoff: Arc<Mutex<Backoff>>,
@@ -152,8 +325,7 @@ impl SimKubeScheduler {
             .map(|n| n.name_any())
             .collect();
         let args = json!({ "pod": pod.as_ref(), "nodenames": names });
-        let filtered: Result<ExtenderFilterResult, String> =
-            self.extender.call("filter", &args).await;
+        let filtered: Result<ExtenderFilterResult, String> = extender.call("filter", &args).await;
         let node = match filtered {
             Ok(result) if !result.error.is_empty() => Err(result.error),
             Ok(result) => match result.nodenames.and_then(|n| n.into_iter().next()) {
@@ -183,6 +355,7 @@ impl SimKubeScheduler {
         binding.lock().await.insert(uid.clone());
         let this = self.clone();
         let pod = pod.clone();
+        let extender = extender.clone();
         tokio::spawn(async move {
             let args = ExtenderBindingArgs {
                 pod_name: pod.name_any(),
@@ -190,8 +363,7 @@ impl SimKubeScheduler {
                 pod_uid: uid.clone(),
                 node: node.clone(),
             };
-            let result: Result<ExtenderBindingResult, String> =
-                this.extender.call("bind", &args).await;
+            let result: Result<ExtenderBindingResult, String> = extender.call("bind", &args).await;
             let bound = matches!(&result, Ok(r) if r.error.is_empty());
             match result {
                 Ok(r) if r.error.is_empty() => {
@@ -261,5 +433,32 @@ impl SimKubeScheduler {
         if let Err(e) = self.recorder.publish(&event, &pod.object_ref(&())).await {
             warn!(error = %e, "cannot record event");
         }
+    }
+}
+
+/// The claim controller's freeing side, every 100 ms; when it changed a claim (capacity may
+/// be free), pods that waited for DRA capacity are retried at once, as kube-scheduler's
+/// queueing hints move them on a claim event.
+async fn freeing(
+    client: Client,
+    dra: Arc<DraState>,
+    pods: Store<Pod>,
+    backoff: Arc<Mutex<Backoff>>,
+) {
+    loop {
+        if claim_controller::free(&client, &dra, &pods).await > 0 {
+            let waiting: std::collections::HashSet<String> = pods
+                .state()
+                .iter()
+                .filter(|p| dra::has_claims(p))
+                .filter_map(|p| p.uid())
+                .collect();
+            backoff
+                .lock()
+                .await
+                .next_try
+                .retain(|uid, _| !waiting.contains(uid));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -28,6 +28,7 @@ use crate::container_runtime::{
     ContainerRecord, ContainerSpec, MountSpec, RunningContainer, RuntimeArgs, container_id,
 };
 use crate::device_state::DeviceState;
+use crate::dra_manager::{ContainerClaims, DraManager};
 use crate::records::{RECORD_ANNOTATION, container_record};
 
 /// Settings of the admission worker.
@@ -62,6 +63,12 @@ pub struct Admission {
     pub containers: Vec<RunningContainer>,
     /// What others may know of them (host pid of each pid 1), refreshed every pass.
     pub running: Arc<Mutex<Vec<ContainerRecord>>>,
+    /// The DRA side, when this kubelet watches DRA plugins (`dra_manager.rs`).
+    pub dra: Option<DraManager>,
+    /// Set to make the DRA side forget its plugin registrations (a kubelet restart).
+    pub forget_dra_plugins: Arc<std::sync::atomic::AtomicBool>,
+    /// The last prepare error of each pod waiting for its claims (logged when it changes).
+    dra_errors: HashMap<String, String>,
 }
 
 /// What an app container's Allocate calls returned, to start it with.
@@ -124,6 +131,9 @@ impl Admission {
             unreported: HashMap::new(),
             containers: Vec::new(),
             running: Arc::new(Mutex::new(Vec::new())),
+            dra: None,
+            forget_dra_plugins: Arc::default(),
+            dra_errors: HashMap::new(),
         }
     }
 
@@ -175,15 +185,32 @@ impl Admission {
             .collect();
         self.admitted.retain(|uid| present.contains(uid.as_str()));
         self.unreported.retain(|uid, _| live.contains(uid));
+        self.dra_errors.retain(|uid, _| live.contains(uid));
         self.tend_containers(&live);
+        if let Some(dra) = self.dra.as_mut() {
+            if self
+                .forget_dra_plugins
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
+            {
+                dra.forget_plugins();
+            }
+            dra.watch_plugins().await;
+            // Containers of gone pods are killed above; now their claims are unprepared.
+            dra.release(&live.iter().cloned().collect()).await;
+        }
         let mut first_error = None;
         for pod in &list.items {
             let Some(uid) = pod.metadata.uid.clone() else {
                 continue;
             };
             if !self.admitted.contains(&uid) && phase(pod).is_none_or(|p| p == "Pending") {
+                let claims = match self.prepare_claims(pod, &uid).await {
+                    Some(c) => c,
+                    // Not prepared yet: the pod stays pending, the next pass retries.
+                    None => continue,
+                };
                 self.admitted.insert(uid.clone());
-                let report = self.admit(pod, &uid).await;
+                let report = self.admit(pod, &uid, claims).await;
                 self.unreported.insert(uid.clone(), report);
             }
             if let Err(e) = self.report(&uid).await {
@@ -221,8 +248,43 @@ impl Admission {
         Ok(())
     }
 
+    /// Prepares the pod's ResourceClaims when it has some and this kubelet does DRA; `None`
+    /// when that failed (logged once per distinct error).
+    async fn prepare_claims(
+        &mut self,
+        pod: &Pod,
+        uid: &str,
+    ) -> Option<BTreeMap<String, ContainerClaims>> {
+        let has_claims = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_ref())
+            .is_some_and(|c| !c.is_empty());
+        let Some(dra) = self.dra.as_mut().filter(|_| has_claims) else {
+            return Some(BTreeMap::new());
+        };
+        match dra.prepare_pod(pod).await {
+            Ok(c) => {
+                self.dra_errors.remove(uid);
+                Some(c)
+            }
+            Err(e) => {
+                if self.dra_errors.get(uid) != Some(&e) {
+                    tracing::warn!(pod = %format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or("")), "cannot prepare the pod's claims: {e}");
+                    self.dra_errors.insert(uid.to_owned(), e);
+                }
+                None
+            }
+        }
+    }
+
     /// Allocates every container of the pod (once) and returns what to report.
-    async fn admit(&mut self, pod: &Pod, uid: &str) -> Report {
+    async fn admit(
+        &mut self,
+        pod: &Pod,
+        uid: &str,
+        mut claims: BTreeMap<String, ContainerClaims>,
+    ) -> Report {
         let ns = pod
             .metadata
             .namespace
@@ -249,6 +311,12 @@ impl Admission {
                 name: slot.container.name.clone(),
                 ..AppAlloc::default()
             };
+            if let Some(c) = claims.remove(&slot.container.name) {
+                app.envs.extend(c.edits.env);
+                app.mounts.extend(c.edits.mounts);
+                app.devices.extend(c.edits.devices);
+                container_record_entries.extend(c.records);
+            }
             for (resource, count) in wants {
                 match self
                     .allocate_one(uid, &resource, count, slot.kind, &mut init_ids)

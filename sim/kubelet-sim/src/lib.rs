@@ -11,11 +11,18 @@
 //!   got in the annotation `kubelet-sim.hami.io/allocations` (and optionally a file);
 //! - can start app containers as local processes with the returned env;
 //! - [`KubeletSim::restart`] behaves like a kubelet restart: the socket directory is wiped
-//!   and `kubelet.sock` re-created; device assignments (kubelet's checkpoint) survive.
+//!   and `kubelet.sock` re-created; device assignments (kubelet's checkpoint) survive;
+//! - started with [`KubeletSim::start_with_dra`], it also registers DRA plugins from the
+//!   plugin-registry directory, prepares a pod's ResourceClaims before its containers start
+//!   (their CDI edits go into the containers and the record) and unprepares them once the
+//!   pod is gone, from a checkpoint file that outlives the process (`dra_manager.rs`).
 
 pub mod admission;
+pub mod cdi;
 pub mod container_runtime;
 pub mod device_state;
+pub mod dra_manager;
+pub mod dra_state;
 pub mod records;
 pub mod registration_service;
 
@@ -80,6 +87,7 @@ pub struct KubeletSim {
     worker_stop: watch::Sender<bool>,
     worker_task: tokio::task::JoinHandle<()>,
     running: Arc<Mutex<Vec<container_runtime::ContainerRecord>>>,
+    forget_dra_plugins: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn start_registration(
@@ -113,6 +121,26 @@ fn start_registration(
 impl KubeletSim {
     /// Starts serving `kubelet.sock` and admitting pods.
     pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Self> {
+        Self::start_inner(args, client, None).await
+    }
+
+    /// Like [`KubeletSim::start`], also doing DRA (see the module doc): plugins from
+    /// `dra.registry_dir`, the checkpoint in `dra.state_file` (resumed when present).
+    pub async fn start_with_dra(
+        args: Args,
+        client: kube::Client,
+        dra: dra_manager::DraConfig,
+    ) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&dra.registry_dir)?;
+        let manager = dra_manager::DraManager::load(dra, client.clone())?;
+        Self::start_inner(args, client, Some(manager)).await
+    }
+
+    async fn start_inner(
+        args: Args,
+        client: kube::Client,
+        dra: Option<dra_manager::DraManager>,
+    ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&args.socket_dir)?;
         let state = Arc::new(Mutex::new(DeviceState::default()));
         let changed = Arc::new(Notify::new());
@@ -130,6 +158,8 @@ impl KubeletSim {
             client.clone(),
             state.clone(),
         );
+        admission.dra = dra;
+        let forget_dra_plugins = admission.forget_dra_plugins.clone();
         let running = admission.running.clone();
         let interval = Duration::from_millis(args.sync_interval_ms.max(10));
         let node_name = args.node_name.clone();
@@ -170,6 +200,7 @@ impl KubeletSim {
             worker_stop,
             worker_task,
             running,
+            forget_dra_plugins,
         })
     }
 
@@ -231,8 +262,11 @@ impl KubeletSim {
     }
 
     /// A kubelet restart: stop serving, wipe the socket directory (kubelet removes every
-    /// plugin socket), re-create `kubelet.sock`. Assignments survive (checkpoint).
+    /// plugin socket), re-create `kubelet.sock`. Assignments survive (checkpoint); DRA
+    /// registrations are forgotten and found again from the registry directory.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.forget_dra_plugins
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self.registration_stop.send(true);
         let task = std::mem::replace(&mut self.registration_task, tokio::spawn(async {}));
         let _ = task.await;

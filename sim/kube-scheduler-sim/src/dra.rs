@@ -1,0 +1,606 @@
+//! The shell of kube-scheduler's `DynamicResources` plugin for pods with
+//! `spec.resourceClaims`: informers of ResourceSlices, DeviceClasses, ResourceClaims and
+//! ResourceClaimTemplates; an assume cache of allocations being written (so the next pod
+//! counts them before the informer shows them); per pod, placement by the pure
+//! [`crate::dra_placement`], then — asynchronously, like kube-scheduler's binding cycle —
+//! each new allocation written to the claim's `status` (`allocation` with the node's
+//! `nodeSelector`, `reservedFor` the pod) with the claim's resourceVersion as precondition,
+//! the pod added to `reservedFor` of claims allocated before, and the pod bound. A failed
+//! write undoes what this pod wrote and the pod goes back to the queue.
+//!
+//! Not modelled: the extender is not called for DRA pods (a pod with claims and extender
+//! resources gets no extender filter), nor are the other filter plugins (NodeResourcesFit,
+//! affinity, taints of Nodes); no `extendedResourceClaimStatus` (KEP-5004 extended-resource
+//! claims); claims shared by several pods are reserved for each but placed by the first;
+//! binding conditions (KEP-5007) are not waited for.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use hami_dra_core::allocator::DeviceClass as ClassModel;
+use hami_dra_core::api::{self as model, DeviceRequestAllocationResult};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::dra_placement::{NodeOrder, NodeView, PodClaim, Unschedulable, place};
+
+/// How the simulated scheduler places DRA pods.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DraOptions {
+    /// The order nodes are tried in (`MostAllocated` = binpack).
+    pub node_order: NodeOrder,
+}
+
+/// Whether a pod has ResourceClaims (and so takes the DRA path).
+pub fn has_claims(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .is_some_and(|c| !c.is_empty())
+}
+
+/// An allocation this scheduler decided and is writing (or wrote, before the informer shows it).
+#[derive(Debug, Clone)]
+struct Assumed {
+    node: String,
+    results: Vec<DeviceRequestAllocationResult>,
+}
+
+/// The informers and caches the DRA path reads.
+pub struct DraState {
+    pub(crate) options: DraOptions,
+    pub(crate) slices: Store<ResourceSlice>,
+    pub(crate) classes: Store<DeviceClass>,
+    pub(crate) claims: Store<ResourceClaim>,
+    pub(crate) templates: Store<ResourceClaimTemplate>,
+    /// Claim UID → allocation being written.
+    assumed: Mutex<HashMap<String, Assumed>>,
+    /// Claims the claim controller created that the informer may not show yet:
+    /// (pod UID, pod claim name) → claim.
+    pub(crate) created: Mutex<HashMap<(String, String), Arc<ResourceClaim>>>,
+    /// Bumped on every slice or class event (the view's slice side is rebuilt when it moved).
+    slice_generation: Arc<AtomicU64>,
+    /// Bumped on every claim event and assume cache change.
+    claim_generation: Arc<AtomicU64>,
+    cache: Mutex<ViewCache>,
+}
+
+/// A claim's allocation results, shared.
+type Results = Arc<Vec<DeviceRequestAllocationResult>>;
+/// A node's slices and what allocations hold of them.
+type NodeEntry = (
+    Arc<Vec<model::ResourceSlice>>,
+    Vec<DeviceRequestAllocationResult>,
+);
+/// A claim to write: the object and its new results (`None`: allocated before).
+pub(crate) type ClaimWrite = (
+    Arc<ResourceClaim>,
+    Option<Vec<DeviceRequestAllocationResult>>,
+);
+
+/// Converted objects, keyed by resourceVersion so an unchanged object is not converted again.
+#[derive(Default)]
+struct ViewCache {
+    generations: (u64, u64),
+    slices: HashMap<String, (String, Arc<model::ResourceSlice>)>,
+    classes: Vec<ClassModel>,
+    node_slices: BTreeMap<String, Arc<Vec<model::ResourceSlice>>>,
+    pool_node: HashMap<(String, String), String>,
+    /// Claim UID → (resourceVersion, its allocation's results, if allocated).
+    claims: HashMap<String, (String, Option<Results>)>,
+    view: Arc<ClusterView>,
+}
+
+/// The cluster as placement sees it: per node, its slices and what allocations hold.
+#[derive(Default)]
+pub(crate) struct ClusterView {
+    pub(crate) nodes: BTreeMap<String, NodeEntry>,
+    pub(crate) classes: Vec<ClassModel>,
+}
+
+fn convert<T: serde::Serialize, U: serde::de::DeserializeOwned>(v: &T) -> Result<U, String> {
+    serde_json::to_value(v)
+        .and_then(serde_json::from_value)
+        .map_err(|e| e.to_string())
+}
+
+/// Watches a kind into a store, bumping `generation` on every event.
+fn informer<K>(client: &Client, generation: Option<Arc<AtomicU64>>) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let api: Api<K> = Api::all(client.clone());
+    tokio::spawn(
+        reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default()).default_backoff(),
+        )
+        .for_each(move |_| {
+            if let Some(g) = &generation {
+                g.fetch_add(1, Ordering::Relaxed);
+            }
+            async {}
+        }),
+    );
+    store
+}
+
+impl DraState {
+    /// Starts the informers and waits for their first lists.
+    pub async fn start(client: &Client, options: DraOptions) -> Self {
+        let slice_generation = Arc::new(AtomicU64::new(1));
+        let claim_generation = Arc::new(AtomicU64::new(1));
+        let state = Self {
+            options,
+            slices: informer(client, Some(slice_generation.clone())),
+            classes: informer(client, Some(slice_generation.clone())),
+            claims: informer(client, Some(claim_generation.clone())),
+            templates: informer(client, None),
+            assumed: Mutex::default(),
+            created: Mutex::default(),
+            slice_generation,
+            claim_generation,
+            cache: Mutex::default(),
+        };
+        let _ = state.slices.wait_until_ready().await;
+        let _ = state.classes.wait_until_ready().await;
+        let _ = state.claims.wait_until_ready().await;
+        let _ = state.templates.wait_until_ready().await;
+        state
+    }
+
+    /// The current view: the slice side rebuilt (reusing converted objects) only when slices
+    /// or classes moved, the allocation side when claims or the assume cache moved.
+    pub(crate) fn view(&self) -> Arc<ClusterView> {
+        let slice_gen = self.slice_generation.load(Ordering::Relaxed);
+        let claim_gen = self.claim_generation.load(Ordering::Relaxed);
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.generations == (slice_gen, claim_gen) && slice_gen != 0 {
+            return cache.view.clone();
+        }
+        if cache.generations.0 != slice_gen {
+            self.rebuild_slices(&mut cache);
+        }
+        let mut claims = HashMap::new();
+        for c in self.claims.state() {
+            let uid = c.uid().unwrap_or_default();
+            let rv = c.resource_version().unwrap_or_default();
+            let results = match cache.claims.remove(&uid) {
+                Some((old_rv, r)) if old_rv == rv => r,
+                _ => allocation_results(&c).map(Arc::new),
+            };
+            claims.insert(uid, (rv, results));
+        }
+        cache.claims = claims;
+        let mut held: HashMap<String, Vec<DeviceRequestAllocationResult>> = HashMap::new();
+        let mut add = |results: &[DeviceRequestAllocationResult]| {
+            for r in results {
+                if let Some(node) = cache.pool_node.get(&(r.driver.clone(), r.pool.clone())) {
+                    held.entry(node.clone()).or_default().push(r.clone());
+                }
+            }
+        };
+        let mut assumed = self.assumed.lock().unwrap_or_else(|p| p.into_inner());
+        // Written allocations the informer shows now are the informer's from here on.
+        assumed.retain(|uid, _| !cache.claims.get(uid).is_some_and(|(_, r)| r.is_some()));
+        for (_, r) in cache.claims.values() {
+            if let Some(r) = r {
+                add(r);
+            }
+        }
+        for a in assumed.values() {
+            add(&a.results);
+        }
+        drop(assumed);
+        let view = Arc::new(ClusterView {
+            nodes: cache
+                .node_slices
+                .iter()
+                .map(|(n, s)| (n.clone(), (s.clone(), held.remove(n).unwrap_or_default())))
+                .collect(),
+            classes: cache.classes.clone(),
+        });
+        cache.view = view.clone();
+        cache.generations = (slice_gen, claim_gen);
+        view
+    }
+
+    fn rebuild_slices(&self, cache: &mut ViewCache) {
+        let mut slices = HashMap::new();
+        for s in self.slices.state() {
+            let name = s.name_any();
+            let rv = s.resource_version().unwrap_or_default();
+            let converted = match cache.slices.remove(&name) {
+                Some((old_rv, c)) if old_rv == rv => c,
+                _ => match convert::<_, model::ResourceSlice>(s.as_ref()) {
+                    Ok(c) => Arc::new(c),
+                    Err(e) => {
+                        tracing::warn!(slice = %name, "cannot read ResourceSlice: {e}");
+                        continue;
+                    }
+                },
+            };
+            slices.insert(name, (rv, converted));
+        }
+        cache.slices = slices;
+        cache.classes = self
+            .classes
+            .state()
+            .iter()
+            .map(|c| ClassModel {
+                name: c.name_any(),
+                selectors: c
+                    .spec
+                    .selectors
+                    .iter()
+                    .flatten()
+                    .filter_map(|s| s.cel.as_ref().map(|c| c.expression.clone()))
+                    .collect(),
+            })
+            .collect();
+        let mut nodes: BTreeMap<String, Vec<model::ResourceSlice>> = BTreeMap::new();
+        cache.pool_node.clear();
+        for (_, s) in cache.slices.values() {
+            let Some(node) = s.spec.node_name.clone() else {
+                continue;
+            };
+            cache.pool_node.insert(
+                (s.spec.driver.clone(), s.spec.pool.name.clone()),
+                node.clone(),
+            );
+            nodes.entry(node).or_default().push(s.as_ref().clone());
+        }
+        cache.node_slices = nodes.into_iter().map(|(n, s)| (n, Arc::new(s))).collect();
+    }
+
+    fn assume(&self, claim_uid: &str, node: &str, results: &[DeviceRequestAllocationResult]) {
+        self.assumed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                claim_uid.to_owned(),
+                Assumed {
+                    node: node.to_owned(),
+                    results: results.to_vec(),
+                },
+            );
+        self.claim_generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn forget(&self, claim_uid: &str) {
+        self.assumed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(claim_uid);
+        self.claim_generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Nodes of allocations being written, by claim UID (for tests and logs).
+    pub fn assumed_nodes(&self) -> BTreeMap<String, String> {
+        self.assumed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, v)| (k.clone(), v.node.clone()))
+            .collect()
+    }
+
+    /// The claim the pod's entry `name` refers to: by `resourceClaimName`, or the claim made
+    /// from its template (pod status, else what the claim controller just created). `None`
+    /// while it does not exist yet.
+    pub(crate) fn pod_claim(&self, pod: &Pod, name: &str) -> Option<Arc<ResourceClaim>> {
+        let ns = pod.namespace().unwrap_or_default();
+        let entry = pod
+            .spec
+            .as_ref()?
+            .resource_claims
+            .iter()
+            .flatten()
+            .find(|c| c.name == name)?;
+        let claim_name = match &entry.resource_claim_name {
+            Some(n) => Some(n.clone()),
+            None => pod
+                .status
+                .as_ref()
+                .and_then(|s| s.resource_claim_statuses.as_ref())
+                .and_then(|v| v.iter().find(|s| s.name == name))
+                .and_then(|s| s.resource_claim_name.clone()),
+        };
+        if let Some(claim_name) = &claim_name
+            && let Some(c) = self
+                .claims
+                .get(&reflector::ObjectRef::new(claim_name).within(&ns))
+        {
+            return Some(c);
+        }
+        let key = (pod.uid().unwrap_or_default(), name.to_owned());
+        let created = self.created.lock().unwrap_or_else(|p| p.into_inner());
+        created
+            .get(&key)
+            .filter(|c| claim_name.as_deref().is_none_or(|n| c.name_any() == n))
+            .cloned()
+    }
+}
+
+/// The results of a claim's allocation, if it is allocated.
+fn allocation_results(c: &ResourceClaim) -> Option<Vec<DeviceRequestAllocationResult>> {
+    let allocation = c.status.as_ref()?.allocation.as_ref()?;
+    let results = allocation
+        .devices
+        .as_ref()
+        .and_then(|d| d.results.as_ref())
+        .cloned()
+        .unwrap_or_default();
+    match convert(&results) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!(claim = %c.name_any(), "cannot read the claim's allocation: {e}");
+            Some(Vec::new())
+        }
+    }
+}
+
+/// The node an allocation's `nodeSelector` names (`metadata.name In [node]`), as this
+/// scheduler writes it.
+pub fn allocation_node(c: &ResourceClaim) -> Option<String> {
+    let sel = c
+        .status
+        .as_ref()?
+        .allocation
+        .as_ref()?
+        .node_selector
+        .as_ref()?;
+    sel.node_selector_terms
+        .iter()
+        .flat_map(|t| t.match_fields.iter().flatten())
+        .find(|f| f.key == "metadata.name" && f.operator == "In")
+        .and_then(|f| f.values.as_ref()?.first().cloned())
+}
+
+/// What one DRA pod's scheduling cycle decided.
+pub(crate) enum Decision {
+    /// A claim does not exist yet (the claim controller is making it): try again soon.
+    Waiting,
+    /// No node fits.
+    Unschedulable(String),
+    /// Place it: the node, and per claim (name, object, new results or `None`).
+    Place {
+        node: String,
+        claims: Vec<ClaimWrite>,
+    },
+}
+
+/// The scheduling cycle of one DRA pod over `view` (which it updates with what it assumes).
+pub(crate) fn decide(state: &DraState, pod: &Pod, nodes: &HashSet<String>) -> Decision {
+    let names: Vec<String> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| c.name.clone())
+        .collect();
+    let mut objects = Vec::new();
+    for n in &names {
+        match state.pod_claim(pod, n) {
+            Some(c) => objects.push(c),
+            None => return Decision::Waiting,
+        }
+    }
+    let mut specs = Vec::new();
+    for c in &objects {
+        match convert::<_, model::DeviceClaim>(&c.spec.devices) {
+            Ok(s) => specs.push(s),
+            Err(e) => {
+                return Decision::Unschedulable(format!(
+                    "claim {:?} cannot be read: {e}",
+                    c.name_any()
+                ));
+            }
+        }
+    }
+    let uids: Vec<String> = objects
+        .iter()
+        .map(|c| c.uid().unwrap_or_default())
+        .collect();
+    let assumed = state.assumed_nodes();
+    let on: Vec<Option<String>> = objects
+        .iter()
+        .zip(&uids)
+        .map(|(c, uid)| allocation_node(c).or_else(|| assumed.get(uid).cloned()))
+        .collect();
+    let claim_names: Vec<String> = objects.iter().map(|c| c.name_any()).collect();
+    let pod_claims: Vec<PodClaim> = (0..objects.len())
+        .map(|i| PodClaim {
+            name: &claim_names[i],
+            uid: &uids[i],
+            spec: &specs[i],
+            allocated_on: on[i].as_deref(),
+        })
+        .collect();
+    let view = state.view();
+    let node_views: Vec<NodeView> = view
+        .nodes
+        .iter()
+        .filter(|(n, _)| nodes.contains(*n))
+        .map(|(n, (s, a))| NodeView {
+            name: n,
+            slices: s,
+            allocated: a,
+        })
+        .collect();
+    match place(
+        &pod_claims,
+        &view.classes,
+        &node_views,
+        state.options.node_order,
+    ) {
+        Ok(p) => {
+            for (i, r) in p.results.iter().enumerate() {
+                if let Some(r) = r {
+                    state.assume(&uids[i], &p.node, r);
+                }
+            }
+            Decision::Place {
+                node: p.node,
+                claims: objects.into_iter().zip(p.results).collect(),
+            }
+        }
+        Err(Unschedulable { reasons, .. }) => Decision::Unschedulable(
+            Unschedulable {
+                // Nodes without slices count too: kube-scheduler reports every node.
+                nodes: nodes.len(),
+                reasons,
+            }
+            .to_string(),
+        ),
+    }
+}
+
+fn pod_ref(pod: &Pod) -> Value {
+    json!({"resource": "pods", "name": pod.name_any(), "uid": pod.uid().unwrap_or_default()})
+}
+
+/// The binding cycle: writes the claims' status, then binds. On failure, undoes this pod's
+/// writes and forgets its assumed allocations; the error says what failed.
+pub(crate) async fn bind(
+    client: &Client,
+    state: &DraState,
+    pod: &Pod,
+    node: &str,
+    claims: &[ClaimWrite],
+) -> Result<(), String> {
+    let ns = pod.namespace().unwrap_or_else(|| "default".into());
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
+    let mut written: Vec<(String, bool)> = Vec::new();
+    let mut failure = None;
+    for (c, results) in claims {
+        let name = c.name_any();
+        let mut reserved: Vec<Value> = c
+            .status
+            .as_ref()
+            .and_then(|s| s.reserved_for.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|r| serde_json::to_value(r).ok())
+            .collect();
+        let me = pod_ref(pod);
+        if !reserved.iter().any(|r| r["uid"] == me["uid"]) {
+            reserved.push(me);
+        }
+        let mut status = json!({"reservedFor": reserved});
+        if let Some(results) = results {
+            status["allocation"] = json!({
+                "devices": {"results": results},
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
+                "allocationTimestamp": now_rfc3339(),
+            });
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": c.resource_version()},
+            "status": status,
+        });
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => written.push((name, results.is_some())),
+            Err(e) => {
+                failure = Some(format!("cannot write the status of claim {ns}/{name}: {e}"));
+                break;
+            }
+        }
+    }
+    if failure.is_none() {
+        let binding = json!({
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": pod.name_any(), "namespace": ns, "uid": pod.uid()},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        });
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        if let Err(e) = pods
+            .create_subresource::<_, Value>(
+                "binding",
+                &pod.name_any(),
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+        {
+            failure = Some(format!("cannot bind to {node}: {e}"));
+        }
+    }
+    let Some(failure) = failure else {
+        return Ok(());
+    };
+    // Unreserve: take the pod out of what it wrote, and the allocations it made.
+    for (name, allocated) in &written {
+        if let Err(e) = unreserve(&api, name, &pod.uid().unwrap_or_default(), *allocated).await {
+            tracing::warn!(claim = %format!("{ns}/{name}"), "cannot undo the reservation: {e}");
+        }
+    }
+    for (c, results) in claims {
+        if results.is_some() {
+            state.forget(&c.uid().unwrap_or_default());
+        }
+    }
+    Err(failure)
+}
+
+/// Removes `pod_uid` from the claim's `reservedFor`, and the allocation when `deallocate`
+/// (or when nobody is left and the claim is allocated: the controller's rule).
+pub(crate) async fn unreserve(
+    api: &Api<ResourceClaim>,
+    name: &str,
+    pod_uid: &str,
+    deallocate: bool,
+) -> Result<(), kube::Error> {
+    let c = api.get_status(name).await?;
+    let reserved: Vec<Value> = c
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|r| r.uid != pod_uid)
+        .filter_map(|r| serde_json::to_value(r).ok())
+        .collect();
+    let mut status = json!({"reservedFor": if reserved.is_empty() { Value::Null } else { Value::Array(reserved.clone()) }});
+    if deallocate || reserved.is_empty() {
+        status["allocation"] = Value::Null;
+        status["devices"] = Value::Null;
+    }
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"metadata": {"resourceVersion": c.resource_version()}, "status": status}),
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
+fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
