@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize,
+    AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicUsize,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
@@ -14,6 +14,7 @@ use hami_cuda_region::{InitValues, MAX_DEVICES, Region};
 use crate::config::{HookConfig, resolve};
 use crate::cuda_abi::*;
 use crate::symbols::{Sym, real_fn};
+use hami_kernel_locks::fork_mark::{ForkMark, Mark, own_pid};
 
 /// What a tracked allocation is keyed by: pointers, VMM handles and arrays live in
 /// different name spaces.
@@ -82,53 +83,14 @@ static CURRENT: AtomicUsize = AtomicUsize::new(0);
 static CURRENT_PID: AtomicI32 = AtomicI32::new(0);
 static BUILD: Mutex<()> = Mutex::new(());
 
-/// A page the kernel zeroes in a forked child (`MADV_WIPEONFORK`, Linux 4.14): non-zero means
-/// "still the process that built CURRENT", so the hot path needs no `getpid` system call.
-static FORK_MARK: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
-
-fn own_pid() -> i32 {
-    // SAFETY: getpid has no preconditions.
-    unsafe { libc::getpid() }
-}
-
-/// Maps the fork-mark page once; null when the kernel cannot wipe on fork (then every call
-/// compares pids instead).
-fn fork_mark() -> *mut AtomicU64 {
-    let existing = FORK_MARK.load(Acquire);
-    if !existing.is_null() {
-        return existing;
-    }
-    // SAFETY: an anonymous private page, never unmapped; checked before use.
-    let page = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if page == libc::MAP_FAILED {
-        return std::ptr::null_mut();
-    }
-    // SAFETY: madvise on the page just mapped.
-    if unsafe { libc::madvise(page, 4096, libc::MADV_WIPEONFORK) } != 0 {
-        // SAFETY: unmapping the page just mapped, unused.
-        unsafe { libc::munmap(page, 4096) };
-        return std::ptr::null_mut();
-    }
-    let mark = page.cast::<AtomicU64>();
-    FORK_MARK.store(mark, Release);
-    mark
-}
+/// Set once CURRENT holds this process's state; wiped in a forked child, so the hot path
+/// needs no `getpid` system call.
+static FORK_MARK: ForkMark = ForkMark::new();
 
 /// The state of this process (built on first call; a forked child builds its own).
 pub fn state() -> &'static State {
-    let mark = FORK_MARK.load(Acquire);
-    // SAFETY: a non-null mark is our page, alive for the process's life; it is set to 1 only
-    // after CURRENT holds this process's leaked state.
-    if !mark.is_null() && unsafe { (*mark).load(Acquire) } != 0 {
+    // The mark is set only after CURRENT holds this process's leaked state.
+    if FORK_MARK.read() == Mark::Set {
         // SAFETY: CURRENT holds a leaked &'static State built for this process.
         return unsafe { &*(CURRENT.load(Acquire) as *const State) };
     }
@@ -147,11 +109,7 @@ pub fn state() -> &'static State {
     let built: &'static State = Box::leak(Box::new(State::build()));
     CURRENT.store(built as *const State as usize, Release);
     CURRENT_PID.store(pid, Release);
-    let mark = fork_mark();
-    // SAFETY: a non-null mark is our page, alive for the process's life.
-    if let Some(mark) = unsafe { mark.as_ref() } {
-        mark.store(1, Release);
-    }
+    FORK_MARK.set();
     built
 }
 

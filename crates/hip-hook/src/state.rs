@@ -14,6 +14,7 @@ use hami_region::layout::LIMIT_NONE;
 use crate::config::{HookConfig, from_file, resolve, unusable};
 use crate::hook_config_file::Source;
 use crate::tracker::Tracker;
+use hami_kernel_locks::fork_mark::{ForkMark, Mark, own_pid};
 
 pub struct ProcessState {
     pid: i32,
@@ -28,53 +29,15 @@ pub struct ProcessState {
 static STATE: AtomicPtr<ProcessState> = AtomicPtr::new(std::ptr::null_mut());
 static INIT: Mutex<()> = Mutex::new(());
 
-/// A page the kernel zeroes in a forked child (`MADV_WIPEONFORK`): non-zero means "still the
-/// process that created STATE", without a `getpid` system call on every HIP call.
-static FORK_MARK: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
-
-fn own_pid() -> i32 {
-    // SAFETY: getpid has no preconditions.
-    unsafe { libc::getpid() }
-}
-
-/// Maps the fork-mark page once; null when the kernel cannot wipe on fork (then every call
-/// compares pids instead).
-fn fork_mark() -> *mut AtomicU64 {
-    let existing = FORK_MARK.load(Acquire);
-    if !existing.is_null() {
-        return existing;
-    }
-    // SAFETY: an anonymous private page, never unmapped; checked before use.
-    let page = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if page == libc::MAP_FAILED {
-        return std::ptr::null_mut();
-    }
-    // SAFETY: madvise on the page just mapped.
-    if unsafe { libc::madvise(page, 4096, libc::MADV_WIPEONFORK) } != 0 {
-        // SAFETY: unmapping the page just mapped, unused.
-        unsafe { libc::munmap(page, 4096) };
-        return std::ptr::null_mut();
-    }
-    let mark = page.cast::<AtomicU64>();
-    FORK_MARK.store(mark, Release);
-    mark
-}
+/// Set once STATE holds this process's state; wiped in a forked child, so the hot path needs
+/// no `getpid` system call on every HIP call.
+static FORK_MARK: ForkMark = ForkMark::new();
 
 /// The state of this process, creating it on first use.
 pub fn state() -> &'static ProcessState {
     let current = STATE.load(Acquire);
-    let mark = FORK_MARK.load(Acquire);
-    // SAFETY: a non-null mark is our page, alive for the process's life.
-    if !mark.is_null() && unsafe { (*mark).load(Relaxed) } != 0 {
+    let mark = FORK_MARK.read();
+    if mark == Mark::Set {
         // SAFETY: STATE only ever holds leaked, never-freed ProcessStates, and the mark is
         // set only after STATE.
         if let Some(state) = unsafe { current.as_ref() } {
@@ -85,7 +48,7 @@ pub fn state() -> &'static ProcessState {
     // SAFETY: as above.
     if let Some(state) = unsafe { current.as_ref() }
         && state.pid == pid
-        && mark.is_null()
+        && mark == Mark::Absent
     {
         return state;
     }
@@ -106,11 +69,7 @@ pub fn state() -> &'static ProcessState {
     }
     let fresh: &'static ProcessState = Box::leak(Box::new(ProcessState::create(pid)));
     STATE.store(std::ptr::from_ref(fresh).cast_mut(), Release);
-    let mark = fork_mark();
-    // SAFETY: a non-null mark is our page, alive for the process's life.
-    if let Some(mark) = unsafe { mark.as_ref() } {
-        mark.store(1, Release);
-    }
+    FORK_MARK.set();
     fresh
 }
 

@@ -1,12 +1,14 @@
 //! What the hooks and the shared regions need from the kernel, written once: locks that
 //! the kernel releases when their holder dies (so SIGKILL never leaves one behind),
 //! one-`write(2)`-per-line logging for code that runs inside users' processes, the panic guard
-//! every exported hook function runs under (`ffi_guard`), and the reading of the plugins'
+//! every exported hook function runs under (`ffi_guard`), the page that tells a forked child
+//! from its parent without a system call (`fork_mark`), and the reading of the plugins'
 //! read-only per-container hook configuration.
 //! std + libc + the dependency-free protocol crate only: both hooks (`libamvgpu.so`,
 //! `libvgpu.so`) link it.
 
 pub mod ffi_guard;
 pub mod file_lock;
+pub mod fork_mark;
 pub mod hook_config_file;
 pub mod hook_log;
