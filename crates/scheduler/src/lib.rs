@@ -3,10 +3,12 @@
 //! Pure cores (no I/O): [`snapshot`] (what a node offers and what is used), [`usage`]
 //! (what a pod holds), [`fit`] (which node and GPUs), [`admission`] (webhook decisions);
 //! the shells' decisions: [`watch_cycle`] (relist or watch again, and the waits),
-//! [`watch_health`] (is a view live), [`leader_term`] (how long a replica leads), [`backoff`].
+//! [`watch_health`] (is a view live), [`leader_term`] (how long a replica leads), [`backoff`],
+//! [`bind_plan`] (what bind does with a pod).
 
 pub mod admission;
 pub mod backoff;
+pub mod bind_plan;
 pub mod cert_pin;
 pub mod config;
 pub mod extender;

@@ -1,20 +1,18 @@
 //! The running scheduler: informer-fed state, and the filter and bind operations that the
 //! HTTP shell serves. Decisions are made by the pure cores under a short lock; API calls
-//! happen outside it.
+//! happen outside it. What bind does with a pod, and in which order, is
+//! [`crate::bind_plan`]'s decision.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use hami_protocol::names::pod as pod_keys;
-use hami_protocol::node_lock::{BindPhase, PodRef};
-use hami_protocol::requests::pod_requests;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
-use serde_json::json;
 use tracing::{info, warn};
 
+use crate::bind_plan::{BindPlan, allocating_patch, binding, plan_bind};
 use crate::config::Settings;
 use crate::extender::{
     EventNote, ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult,
@@ -220,31 +218,28 @@ impl Scheduler {
                 kube_error::text(&e)
             )
         })?;
-        if !args.pod_uid.is_empty() && pod.metadata.uid.as_deref() != Some(args.pod_uid.as_str()) {
-            return Err(format!(
-                "pod {}/{} has uid {:?}, not {:?}: it was re-created; kube-scheduler will retry",
-                args.pod_namespace, args.pod_name, pod.metadata.uid, args.pod_uid
-            ));
-        }
-        let owner = PodRef::new(&args.pod_namespace, &args.pod_name);
+        let held_on = pod
+            .metadata
+            .uid
+            .as_deref()
+            .and_then(|uid| self.state().holding(uid).map(|h| h.node.clone()));
+        let BindPlan { owner, takes_lock } = match plan_bind(
+            args,
+            &pod,
+            held_on.as_deref(),
+            &self.settings.filter.defaults,
+        ) {
+            Ok(plan) => plan,
+            Err(refusal) => {
+                if refusal.event {
+                    self.bind_failed(&pod, &refusal.message);
+                }
+                return Err(refusal.message);
+            }
+        };
         let deadline = Instant::now() + self.settings.bind_lock_wait;
-        // Every pod that asks for GPUs takes the node lock, whatever the informer has seen
-        // of the filter's patch so far.
-        let placed_by_us = pod_requests(&pod, &self.settings.filter.defaults)
-            .is_ok_and(|r| r.iter().any(|c| !c.is_empty()));
-        if let Some(uid) = &pod.metadata.uid
-            && let Some(holding) = self.state().holding(uid)
-            && holding.node != args.node
-        {
-            let e = format!(
-                "filter placed pod {owner} on {} but bind asks for {}; the pod will be filtered again",
-                holding.node, args.node
-            );
-            self.bind_failed(&pod, &e);
-            return Err(e);
-        }
         let locks = NodeLockClient::new(self.client.clone());
-        if placed_by_us
+        if takes_lock
             && let Err(e) = locks
                 .acquire(&args.node, &owner, self.settings.node_lock_expiry, deadline)
                 .await
@@ -254,25 +249,38 @@ impl Scheduler {
             return Err(e);
         }
         let result = async {
-            if placed_by_us {
-                let now = unix_now();
-                let patch = json!({"metadata": {"annotations": {
-                    pod_keys::BIND_PHASE: BindPhase::Allocating.as_str(),
-                    pod_keys::BIND_TIME: now.to_string(),
-                }}});
-                api.patch(&args.pod_name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(|e| format!("cannot mark pod {}/{} allocating: {}", args.pod_namespace, args.pod_name, kube_error::text(&e)))?;
-            }
-            let binding = json!({
-                "apiVersion": "v1",
-                "kind": "Binding",
-                "metadata": {"name": args.pod_name, "namespace": args.pod_namespace, "uid": pod.metadata.uid},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": args.node},
-            });
-            api.create_subresource::<_, serde_json::Value>("binding", &args.pod_name, &PostParams::default(), &binding)
+            if takes_lock {
+                api.patch(
+                    &args.pod_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&allocating_patch(unix_now())),
+                )
                 .await
-                .map_err(|e| format!("cannot bind pod {}/{} to {}: {}", args.pod_namespace, args.pod_name, args.node, kube_error::text(&e)))?;
+                .map_err(|e| {
+                    format!(
+                        "cannot mark pod {}/{} allocating: {}",
+                        args.pod_namespace,
+                        args.pod_name,
+                        kube_error::text(&e)
+                    )
+                })?;
+            }
+            api.create_subresource::<_, serde_json::Value>(
+                "binding",
+                &args.pod_name,
+                &PostParams::default(),
+                &binding(args, pod.metadata.uid.as_deref()),
+            )
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot bind pod {}/{} to {}: {}",
+                    args.pod_namespace,
+                    args.pod_name,
+                    args.node,
+                    kube_error::text(&e)
+                )
+            })?;
             Ok::<(), String>(())
         }
         .await;
@@ -291,7 +299,7 @@ impl Scheduler {
             }
             Err(e) => {
                 let release_by = Instant::now() + std::time::Duration::from_secs(5);
-                if placed_by_us
+                if takes_lock
                     && let Err(release) = locks.release(&args.node, &owner, release_by).await
                 {
                     warn!(error = %release, "lock release after a failed bind failed; it will expire");
