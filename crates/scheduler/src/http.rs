@@ -4,7 +4,7 @@
 //! [`extender_router`] (`/filter` and `/bind`, forwarded to the leader from a follower;
 //! served with [`serve_mtls`], which requires a client certificate from the CA
 //! kube-scheduler's and the replicas' certificates come from), and [`metrics_router`].
-//! TLS certificates are reloaded when their files change.
+//! TLS certificates are reloaded when their files change ([`crate::reload_poll`] decides).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,6 +28,7 @@ use crate::extender::{
     ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, from_json_any_case,
 };
 use crate::forward::Route;
+use crate::reload_poll::ReloadPoll;
 use crate::runtime::Scheduler;
 
 /// Largest request body accepted.
@@ -466,12 +467,10 @@ pub async fn serve_mtls(
     let reload = config.clone();
     tokio::spawn(async move {
         let files = [cert, key, auth.file().to_owned()];
-        let stamp = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        let mut last: Vec<Option<SystemTime>> = files.iter().map(stamp).collect();
+        let mut poll = ReloadPoll::new(stamps(&files));
         loop {
             tokio::time::sleep(Duration::from_secs(5)).await;
-            let now: Vec<Option<SystemTime>> = files.iter().map(stamp).collect();
-            if now != last {
+            if poll.poll(stamps(&files)) {
                 if let ClientAuth::Pinned { file, pins } = &auth {
                     match pin_of(file) {
                         Ok(next) => pins
@@ -492,7 +491,6 @@ pub async fn serve_mtls(
                         warn!(error = %e, "cannot reload the extender's TLS; keeping the old one")
                     }
                 }
-                last = now;
             }
         }
     });
@@ -501,6 +499,14 @@ pub async fn serve_mtls(
         .serve(app.into_make_service())
         .await?;
     Ok(())
+}
+
+/// The files' modification times (`None` for one that cannot be read), for [`ReloadPoll`].
+fn stamps(files: &[PathBuf]) -> Vec<Option<SystemTime>> {
+    files
+        .iter()
+        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .collect()
 }
 
 /// Like [`serve`], on a listener the caller bound (tests bind port 0).
@@ -528,20 +534,18 @@ pub async fn serve_on(
                 })?;
             let reload = config.clone();
             tokio::spawn(async move {
-                let stamp = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-                let mut last: (Option<SystemTime>, Option<SystemTime>) =
-                    (stamp(&cert), stamp(&key));
+                let files = [cert, key];
+                let mut poll = ReloadPoll::new(stamps(&files));
                 loop {
                     tokio::time::sleep(Duration::from_secs(5)).await;
-                    let now = (stamp(&cert), stamp(&key));
-                    if now != last {
-                        match reload.reload_from_pem_file(&cert, &key).await {
+                    if poll.poll(stamps(&files)) {
+                        let [cert, key] = &files;
+                        match reload.reload_from_pem_file(cert, key).await {
                             Ok(()) => info!("reloaded the TLS certificate"),
                             Err(e) => {
                                 warn!(error = %e, "cannot reload the TLS certificate; keeping the old one")
                             }
                         }
-                        last = now;
                     }
                 }
             });

@@ -4,7 +4,7 @@
 //! (what a pod holds), [`fit`] (which node and GPUs), [`admission`] (webhook decisions);
 //! the shells' decisions: [`watch_cycle`] (relist or watch again, and the waits),
 //! [`watch_health`] (is a view live), [`leader_term`] (how long a replica leads), [`backoff`],
-//! [`bind_plan`] (what bind does with a pod).
+//! [`bind_plan`] (what bind does with a pod), [`reload_poll`] (when TLS files reload).
 
 pub mod admission;
 pub mod backoff;
@@ -22,6 +22,7 @@ pub mod kube_error;
 pub mod leader;
 pub mod leader_term;
 pub mod metrics;
+pub mod reload_poll;
 pub mod runtime;
 pub mod server;
 pub mod snapshot;
