@@ -428,16 +428,21 @@ mod tests {
 
     /// One shared Lease; a replica's turn either reads and decides, or completes the
     /// write it decided on (optimistic concurrency: it fails when the Lease changed since
-    /// the read). A replica leads until its read + duration - margin, on the shared
-    /// monotonic clock, as `run` does.
+    /// the read). How long a replica leads is `run`'s own rule, [`Term`], on the shared
+    /// monotonic clock.
     fn simulate(skews: &[i64], steps: &[(usize, u64)]) {
         const DURATION: u64 = 15;
-        let margin = Duration::from_secs(3);
         let base = Instant::now();
         let n = skews.len();
         let mut lease: Option<(u64, LeaseSpec)> = None;
         let mut observers = vec![LeaseObserver::new(); n];
         let mut valid_until: Vec<Option<Instant>> = vec![None; n];
+        let mut terms = vec![Term::new(Duration::from_secs(DURATION)); n];
+        let apply = |valid_until: &mut Option<Instant>, hold: Hold| match hold {
+            Hold::Until(t) => *valid_until = Some(t),
+            Hold::End => *valid_until = None,
+            Hold::Keep => {}
+        };
         let mut pending: Vec<Option<(Option<u64>, LeaseSpec, Instant)>> = vec![None; n];
         let mut alive = vec![true; n];
         let mut elapsed_ms = 0u64;
@@ -469,15 +474,17 @@ mod tests {
                 if version == read_version {
                     lease = Some((version.unwrap_or(0) + 1, next));
                     observers[r].step(lease.as_ref().map(|(_, s)| s), &me, now);
-                    valid_until[r] = Some(started + Duration::from_secs(DURATION) - margin);
+                    apply(&mut valid_until[r], terms[r].on(Attempt::Won, started).hold);
                 } else {
-                    valid_until[r] = None;
+                    apply(&mut valid_until[r], terms[r].on(Attempt::Lost, now).hold);
                 }
                 continue;
             }
             let wall = 1_800_000_000 + (elapsed_ms / 1000) as i64 + skews[r];
             match observers[r].step(lease.as_ref().map(|(_, s)| s), &me, now) {
-                LeaseStep::Follow { .. } => valid_until[r] = None,
+                LeaseStep::Follow { .. } => {
+                    apply(&mut valid_until[r], terms[r].on(Attempt::Lost, now).hold)
+                }
                 LeaseStep::Renew => {
                     let next = LeaseSpec {
                         renew_time: Some(MicroTime(Timestamp::from_second(wall).unwrap())),
