@@ -3,8 +3,9 @@
 //!
 //! Why the pod cgroup (see `dmem_plan`): it exists before every container of the pod and
 //! outlives their restarts; the kernel applies a parent's `dmem.max` to the whole subtree.
-//! Kubelet creates it after Allocate returns, so the writer waits for it (bounded). The
-//! layouts below are what kubelet + containerd / CRI-O create:
+//! Kubelet creates it after Allocate returns, so the writer waits for it (bounded). Which
+//! directory is the pod's, and how long to wait, is `pod_cgroup` (pure). The layouts
+//! below are what kubelet + containerd / CRI-O create:
 //!
 //! ```text
 //! systemd driver:  kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid with _>.slice/
@@ -23,6 +24,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use crate::dmem_plan::DmemLimit;
+pub use crate::pod_cgroup::is_pod_cgroup_name;
+use crate::pod_cgroup::{CgroupWait, EntryKind, SEARCH_DEPTH, entry_kind};
 
 /// The pod's limits, to apply once its cgroup appears.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,18 +43,12 @@ pub fn dmem_available(cgroup_root: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Whether a cgroup directory name is the pod cgroup of `pod_uid` (both drivers).
-pub fn is_pod_cgroup_name(name: &str, pod_uid: &str) -> bool {
-    let plain = format!("pod{pod_uid}");
-    let systemd = format!("-pod{}.slice", pod_uid.replace('-', "_"));
-    name == plain || (name.starts_with("kubepods") && name.ends_with(&systemd))
-}
-
 /// The pod's cgroup directory, searched a few levels below the root (kubelet's
-/// `--cgroup-root` may add levels above `kubepods`). Container cgroups are never matched.
+/// `--cgroup-root` may add levels above `kubepods`). Container cgroups are never matched;
+/// which directory is what is [`entry_kind`].
 pub fn find_pod_cgroup(cgroup_root: &Path, pod_uid: &str) -> Option<PathBuf> {
     let mut frontier = vec![cgroup_root.to_path_buf()];
-    for _ in 0..5 {
+    for _ in 0..SEARCH_DEPTH {
         let mut next = Vec::new();
         for dir in frontier {
             for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -60,15 +57,10 @@ pub fn find_pod_cgroup(cgroup_root: &Path, pod_uid: &str) -> Option<PathBuf> {
                     continue;
                 }
                 let name = entry.file_name().to_string_lossy().into_owned();
-                if is_pod_cgroup_name(&name, pod_uid) {
-                    return Some(entry.path());
-                }
-                if name.starts_with("kube")
-                    || name.ends_with(".slice")
-                    || name == "burstable"
-                    || name == "besteffort"
-                {
-                    next.push(entry.path());
+                match entry_kind(&name, pod_uid) {
+                    EntryKind::Pod => return Some(entry.path()),
+                    EntryKind::Descend => next.push(entry.path()),
+                    EntryKind::Skip => {}
                 }
             }
         }
@@ -104,20 +96,21 @@ pub async fn apply_job(
     job: DmemJob,
     timeout: Duration,
 ) -> Result<PathBuf, String> {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let now = || tokio::time::Instant::now().into_std();
+    let wait = CgroupWait::new(now(), timeout);
     loop {
         if let Some(dir) = find_pod_cgroup(cgroup_root, &job.pod_uid) {
             write_limits(&dir, &job.limits)?;
             return Ok(dir);
         }
-        if tokio::time::Instant::now() >= deadline {
+        let Some(pause) = wait.after_miss(now()) else {
             return Err(format!(
                 "no cgroup of pod {} appeared under {} within {timeout:?}: dmem limit not applied",
                 job.pod_uid,
                 cgroup_root.display()
             ));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        tokio::time::sleep(pause).await;
     }
 }
 

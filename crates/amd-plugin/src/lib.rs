@@ -2,7 +2,8 @@
 //!
 //! Pure cores: [`discovery`] (sysfs → GPUs), [`registration`] (GPUs → register entries and
 //! kubelet ids), [`cu_choice`] (which CUs a slice gets), [`allocate_plan`] (pod + request →
-//! container response and annotation updates). Shells: [`grpc_server`] (kubelet gRPC),
+//! container response and annotation updates), [`pod_cgroup`] (which cgroup is the pod's,
+//! how long to wait for it). Shells: [`grpc_server`] (kubelet gRPC),
 //! [`kube_shell`] (API server), [`dmem`] (cgroup limits), [`plugin`] (wiring).
 
 // Discovery and registration live in their own crate (shared with the monitor, the
@@ -25,4 +26,5 @@ pub mod kube_shell;
 pub mod kubelet_session;
 pub mod node_publisher;
 pub mod plugin;
+pub mod pod_cgroup;
 pub mod rocr_visible;

@@ -1,4 +1,5 @@
 //! Wiring of the running plugin: publisher loop, health loop, dmem writer, kubelet sessions.
+//! The publisher loop is `hami_plugin_core::publisher_loop`, timed by `refresh_schedule`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,8 @@ use crate::node_publisher::NodePublisher;
 use crate::node_publisher::record_node_event;
 use crate::registration::RegistrationSettings;
 use hami_plugin_core::kubelet_session::{SessionConfig, serve_devices, shutdown_on_signal};
+use hami_plugin_core::publisher_loop::{Publisher, run_publisher};
+use hami_plugin_core::refresh_schedule::RefreshPolicy;
 
 /// Node event reason when the dmem controller is absent.
 pub const DMEM_UNAVAILABLE: &str = "AMDGPUDmemUnavailable";
@@ -53,28 +56,13 @@ pub async fn serve(
     }
     let interval = Duration::from_secs(args.register_interval.max(1));
     let pulse = (args.pulse > 0).then(|| Duration::from_secs(args.pulse));
-    let mut stop = shutdown.clone();
-    let publisher_task = tokio::spawn(async move {
-        let mut next_publish = tokio::time::Instant::now() + interval;
-        let health_every = pulse.unwrap_or(interval);
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(health_every.min(interval)) => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
-            publisher.recheck_health().await;
-            if tokio::time::Instant::now() >= next_publish {
-                let wait = match publisher.refresh().await {
-                    Ok(()) => interval,
-                    Err(e) => {
-                        tracing::warn!("{e}");
-                        Duration::from_secs(5)
-                    }
-                };
-                next_publish = tokio::time::Instant::now() + wait;
-            }
-        }
-    });
+    let policy = RefreshPolicy {
+        interval,
+        retry_after_failure: Duration::from_secs(5),
+        // Health between publications at the pulse, else once per interval.
+        health_every: Some(pulse.unwrap_or(interval)),
+    };
+    let publisher_task = tokio::spawn(run_publisher(publisher, policy, shutdown.clone()));
     if !dmem_available(&args.cgroup_root) {
         // Once per plugin start (= once per node and DaemonSet pod), not per Allocate.
         record_node_event(
@@ -147,6 +135,16 @@ pub async fn serve(
     .await;
     let _ = publisher_task.await;
     sessions.map_err(|e| anyhow::anyhow!(e))
+}
+
+impl Publisher for NodePublisher {
+    async fn refresh(&mut self) -> Result<(), String> {
+        NodePublisher::refresh(self).await
+    }
+
+    async fn recheck_health(&mut self) {
+        NodePublisher::recheck_health(self).await
+    }
 }
 
 /// `k8s-device-plugin` without a subcommand: serve until SIGINT/SIGTERM.

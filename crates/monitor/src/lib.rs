@@ -2,9 +2,9 @@
 //! (SPEC §6, §7, Appendix A; seed 004). See README.md.
 //!
 //! Pure cores: [`hami_core_region`], [`hip_region`] (region readers over [`region_bytes`]),
-//! [`fdinfo`], [`cgroup`], [`utilization`], [`cache_dirs`] (decisions), [`pods`] (index),
-//! [`metrics`] (exposition). Shells: [`procfs`], [`host_gpus`], [`node_monitor`] (state and
-//! passes), [`server`] (HTTP and wiring).
+//! [`fdinfo`], [`cgroup`], [`utilization`], [`cache_dirs`], [`scan_plan`] (decisions),
+//! [`pods`] (index), [`metrics`] (exposition). Shells: [`procfs`], [`host_gpus`],
+//! [`node_monitor`] (state and passes), [`server`] (HTTP and wiring).
 
 pub mod cache_dirs;
 pub mod cgroup;
@@ -20,5 +20,6 @@ pub mod pods;
 pub mod procfs;
 pub mod region_bytes;
 pub mod region_file;
+pub mod scan_plan;
 pub mod server;
 pub mod utilization;

@@ -1,7 +1,8 @@
 //! The monitor's state and its two passes:
 //! - [`NodeMonitor::refresh`] (every few seconds): scan the cache directories, map them to
-//!   pods, remove those of pods that are gone, map new region files, read host GPUs and
-//!   sample DRM fdinfo for AMD utilization (published atomically);
+//!   pods, remove those of pods that are gone, map new region files (what the scan does is
+//!   decided by [`crate::scan_plan`]), read host GPUs and sample DRM fdinfo for AMD
+//!   utilization (published atomically);
 //! - [`NodeMonitor::snapshot`] (each scrape): read every mapped region and assemble plain
 //!   data for [`crate::metrics`]. It never fails as a whole: a bad region is skipped and
 //!   counted.
@@ -13,9 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::cache_dirs::{
-    Orphan, cache_files, file_names, list_dirs, orphan_decision, parse_dir_name,
-};
+use crate::cache_dirs::{cache_files, file_names, list_dirs};
 use crate::errors::ErrorLog;
 use crate::fdinfo::{BusySample, DeviceUtilization, add_client_on};
 use crate::hami_core_region::{self, MemoryBreakdown};
@@ -25,6 +24,7 @@ use crate::pods::PodIndex;
 use crate::procfs::ProcRoot;
 use crate::region_bytes::{RegionBytes, Segments};
 use crate::region_file::{FileError, RegionFile};
+use crate::scan_plan::{DirAction, dir_action, forgotten, region_changes};
 use crate::utilization::{
     AmdDeviceUtil, ContainerKey, FdSampler, amd_container_devices, clamp_sum,
 };
@@ -429,29 +429,37 @@ impl NodeMonitor {
         let mut tracked = self.tracked.lock().unwrap_or_else(|p| p.into_inner());
         let present: std::collections::HashSet<&str> =
             entries.iter().map(|e| e.name.as_str()).collect();
-        tracked.retain(|name, _| present.contains(name.as_str()));
+        let gone: Vec<String> = forgotten(tracked.keys().map(String::as_str), &present)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        for name in gone {
+            tracked.remove(&name);
+        }
         for entry in &entries {
             let subject = entry.path.display().to_string();
-            let Some((uid, container)) = parse_dir_name(&entry.name) else {
-                self.errors.record(
-                    "dir_bad_name",
-                    &subject,
-                    &"the name is not <podUID>_<container>",
-                );
-                continue;
-            };
-            match orphan_decision(
-                pods.get(uid).is_some(),
+            let known = |uid: &str| pods.get(uid).is_some();
+            let (uid, container) = match dir_action(
+                &entry.name,
                 entry.mtime,
+                known,
                 now,
                 self.config.gc_grace,
             ) {
-                Orphan::Keep => {}
-                Orphan::Wait => {
+                DirAction::Track { pod_uid, container } => (pod_uid, container),
+                DirAction::BadName => {
+                    self.errors.record(
+                        "dir_bad_name",
+                        &subject,
+                        &"the name is not <podUID>_<container>",
+                    );
+                    continue;
+                }
+                DirAction::WaitForPod => {
                     self.errors.record("dir_no_pod", &subject, &"no pod on this node has this UID (yet); removed once the grace period passed");
                     continue;
                 }
-                Orphan::Remove => {
+                DirAction::Remove => {
                     tracked.remove(&entry.name);
                     match std::fs::remove_dir_all(&entry.path) {
                         Ok(()) => {
@@ -462,7 +470,7 @@ impl NodeMonitor {
                     }
                     continue;
                 }
-            }
+            };
             let names = match file_names(&entry.path) {
                 Ok(names) => names,
                 Err(e) => {
@@ -484,11 +492,11 @@ impl NodeMonitor {
                     container: container.to_owned(),
                     regions: BTreeMap::new(),
                 });
-            slot.regions.retain(|name, _| files.contains(name));
-            for file in files {
-                if slot.regions.contains_key(&file) {
-                    continue;
-                }
+            let changes = region_changes(slot.regions.keys().map(String::as_str), &files);
+            for file in &changes.close {
+                slot.regions.remove(file);
+            }
+            for file in changes.open {
                 let path = entry.path.join(&file);
                 match load_region(&path) {
                     Ok(region) => {

@@ -1,5 +1,5 @@
-//! Wiring of the running plugin: NVML, the publisher loop, the hook's preload file, kubelet
-//! sessions.
+//! Wiring of the running plugin: NVML, the publisher loop (`hami_plugin_core::publisher_loop`,
+//! timed by `refresh_schedule`), the hook's preload file, kubelet sessions.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use hami_deviceplugin_api::HEALTHY;
 use hami_plugin_core::kubelet_session::{SessionConfig, serve_devices, shutdown_on_signal};
+use hami_plugin_core::publisher_loop::{Publisher, run_publisher};
+use hami_plugin_core::refresh_schedule::RefreshPolicy;
 use tokio::sync::watch;
 
 use crate::allocate_plan::{HOOK_CONTAINER_PATH, PlanSettings};
@@ -125,23 +127,13 @@ pub async fn serve(
         tracing::warn!("first node publication failed, retrying in the background: {e}");
     }
     let interval = Duration::from_secs(args.register_interval.max(1));
-    let mut stop = shutdown.clone();
-    let publisher_task = tokio::spawn(async move {
-        let mut wait = interval;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
-            wait = match publisher.refresh().await {
-                Ok(()) => interval,
-                Err(e) => {
-                    tracing::warn!("{e}");
-                    Duration::from_secs(5).min(interval)
-                }
-            };
-        }
-    });
+    let policy = RefreshPolicy {
+        interval,
+        retry_after_failure: Duration::from_secs(5).min(interval),
+        // Health (NVML) is read by each publication.
+        health_every: None,
+    };
+    let publisher_task = tokio::spawn(run_publisher(publisher, policy, shutdown.clone()));
     let allocator = KubeAllocator::new(
         client,
         node,
@@ -172,6 +164,12 @@ pub async fn serve(
     .await;
     let _ = publisher_task.await;
     sessions.map_err(|e| anyhow::anyhow!(e))
+}
+
+impl Publisher for NodePublisher {
+    async fn refresh(&mut self) -> Result<(), String> {
+        NodePublisher::refresh(self).await
+    }
 }
 
 /// `nvidia-device-plugin` without a subcommand: serve until SIGINT/SIGTERM.

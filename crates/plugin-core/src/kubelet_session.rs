@@ -1,6 +1,7 @@
 //! Serving kubelet: bind the plugin socket, register with `kubelet.sock`, and start over
 //! when kubelet restarts (it re-creates `kubelet.sock` and wipes the directory) or our
-//! socket disappears. Open ListAndWatch streams of an ended session finish cleanly.
+//! socket disappears. Open ListAndWatch streams of an ended session finish cleanly. When to
+//! register, start over or stop is [`crate::session_rules`]; this loop polls and obeys.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,8 @@ use hami_deviceplugin_api::v1beta1::registration_client::RegistrationClient;
 use hami_deviceplugin_api::v1beta1::{DevicePluginOptions, RegisterRequest};
 use hami_deviceplugin_api::{KUBELET_SOCKET, VERSION, bind_unix, connect_unix};
 use tokio::sync::watch;
+
+use crate::session_rules::{Action, Restart, Seen, Session, SocketId};
 
 /// Where and as what the plugin registers.
 #[derive(Debug, Clone)]
@@ -26,7 +29,7 @@ pub struct SessionConfig {
 }
 
 /// Identity of a socket file (inode + change time), `None` when absent.
-fn socket_identity(path: &Path) -> Option<(u64, i64, i64)> {
+fn socket_identity(path: &Path) -> SocketId {
     std::fs::metadata(path)
         .ok()
         .map(|m| (m.ino(), m.ctime(), m.ctime_nsec()))
@@ -78,51 +81,45 @@ pub async fn run_sessions<S: DevicePlugin>(
                     let _ = server_stop.wait_for(|s| *s).await;
                 }),
         );
-        let our_identity = socket_identity(&ours);
-        // Register (kubelet may not be up yet: retry).
-        let kubelet_identity = loop {
-            if *shutdown.borrow() {
-                let _ = stop_tx.send(true);
-                let _ = server.await;
-                return Ok(());
-            }
-            let identity = socket_identity(&kubelet);
-            if identity.is_some() {
-                match register_once(&config).await {
+        let mut session = Session::new(socket_identity(&ours));
+        loop {
+            let seen = Seen {
+                shutdown: *shutdown.borrow(),
+                kubelet: socket_identity(&kubelet),
+                ours: socket_identity(&ours),
+            };
+            match session.poll(seen) {
+                Action::Stop { remove_socket } => {
+                    let _ = stop_tx.send(true);
+                    let _ = server.await;
+                    if remove_socket {
+                        let _ = std::fs::remove_file(&ours);
+                    }
+                    return Ok(());
+                }
+                Action::Restart(Restart::KubeletRestarted) => {
+                    tracing::info!("kubelet.sock was re-created: serving and registering again");
+                    break;
+                }
+                Action::Restart(Restart::OurSocketGone) => {
+                    tracing::info!(
+                        "our socket {} disappeared: serving and registering again",
+                        ours.display()
+                    );
+                    break;
+                }
+                Action::Register => match register_once(&config).await {
                     Ok(()) => {
                         tracing::info!(resource = %config.resource_name, socket = %ours.display(), "registered with kubelet");
-                        break identity;
+                        session.registered(seen);
                     }
                     Err(e) => tracing::warn!("{e}; retrying"),
-                }
+                },
+                Action::Wait => {}
             }
             tokio::select! {
                 _ = tokio::time::sleep(config.poll) => {}
                 _ = shutdown.changed() => {}
-            }
-        };
-        // Watch for a kubelet restart or our socket being removed.
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(config.poll) => {}
-                _ = shutdown.changed() => {}
-            }
-            if *shutdown.borrow() {
-                let _ = stop_tx.send(true);
-                let _ = server.await;
-                let _ = std::fs::remove_file(&ours);
-                return Ok(());
-            }
-            if socket_identity(&kubelet) != kubelet_identity {
-                tracing::info!("kubelet.sock was re-created: serving and registering again");
-                break;
-            }
-            if socket_identity(&ours) != our_identity {
-                tracing::info!(
-                    "our socket {} disappeared: serving and registering again",
-                    ours.display()
-                );
-                break;
             }
         }
         let _ = stop_tx.send(true);

@@ -3,16 +3,24 @@
 //!
 //! Pure cores: [`container_plan`] (what a container gets), [`run_mapping`] (D-5: which run
 //! of the scheduler's device list a kubelet request consumes), [`pod_choice`] (which pod an
-//! Allocate belongs to). Shells: [`grpc_server`] (kubelet `DevicePlugin` service),
+//! Allocate belongs to), and the decisions of the shells' loops: [`session_rules`] (when
+//! a kubelet session registers, restarts or stops), [`lock_attempt`] (the steps of one
+//! node-lock attempt), [`lock_retry`] (wait or give up after a failed attempt), [`refresh_schedule`] (the plugins' publication and health
+//! timers). Shells: [`grpc_server`] (kubelet `DevicePlugin` service),
 //! [`kubelet_session`] (socket + registration loop), [`pod_commit`] (bind phase, lock
 //! release, accounting directory), [`node_lock_client`] (the node-lock client the
-//! scheduler's bind uses too).
+//! scheduler's bind uses too), [`publisher_loop`] (both plugins' publisher loop).
 
 pub mod container_plan;
 pub mod entry;
 pub mod grpc_server;
 pub mod kubelet_session;
+pub mod lock_attempt;
+pub mod lock_retry;
 pub mod node_lock_client;
 pub mod pod_choice;
 pub mod pod_commit;
+pub mod publisher_loop;
+pub mod refresh_schedule;
 pub mod run_mapping;
+pub mod session_rules;

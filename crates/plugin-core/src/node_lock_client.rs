@@ -4,15 +4,20 @@
 //! (403, 404, 422 …) returned at once. Writes are merge patches carrying
 //! `metadata.resourceVersion`, so a lock changed since it was read is never overwritten.
 //! What a pod may do with a lock value is `hami_protocol::node_lock::decide`; when to try
-//! again is [`Backoff`], a pure state machine.
+//! again is [`Backoff`], a pure state machine, and what to do after a failed attempt
+//! (wait, or which error to give up with) is [`crate::lock_retry::LockRetry`]; the steps
+//! of one attempt are [`crate::lock_attempt`].
 
 use std::time::{Duration, Instant};
 
 use hami_protocol::names::node as node_keys;
-use hami_protocol::node_lock::{LockDecision, NodeLock, PodRef, TakeOverReason, decide};
+use hami_protocol::node_lock::{NodeLock, PodRef, TakeOverReason};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
+
+use crate::lock_attempt::{FirstStep, Step, after_owner_check, first_step};
+use crate::lock_retry::{ACQUIRING, Attempt, LockRetry, Next, RELEASING};
 
 /// Unix seconds now (the node lock's timestamps are wall-clock seconds).
 pub fn unix_now() -> i64 {
@@ -196,14 +201,6 @@ pub struct NodeLockClient {
     policy: RetryPolicy,
 }
 
-/// Why an attempt did not succeed: try again (after a transient error, or while the lock
-/// is busy) or give up.
-enum Step {
-    Retry(String),
-    Busy { owner: String, age_seconds: i64 },
-    Fail(LockError),
-}
-
 impl NodeLockClient {
     /// A client with the default [`RetryPolicy`].
     pub fn new(client: kube::Client) -> Self {
@@ -228,39 +225,19 @@ impl NodeLockClient {
     ) -> Result<TakeOutcome, LockError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let expiry_seconds = expiry.as_secs() as i64;
-        let mut backoff = Backoff::new(self.policy, deadline);
-        let mut busy: Option<(String, i64)> = None;
+        let mut retry = LockRetry::acquiring(self.policy, deadline, node, expiry_seconds);
         loop {
-            let last = match self
-                .try_acquire(&nodes, node, pod, expiry_seconds, &backoff)
+            let failed = match self
+                .try_acquire(&nodes, node, pod, expiry_seconds, retry.backoff())
                 .await
             {
                 Ok(outcome) => return Ok(outcome),
-                Err(Step::Fail(e)) => return Err(e),
-                Err(Step::Busy { owner, age_seconds }) => {
-                    busy = Some((owner, age_seconds));
-                    None
-                }
-                Err(Step::Retry(last)) => Some(last),
+                Err(failed) => failed,
             };
-            let Some(wait) = backoff.next_wait(Instant::now(), jitter()) else {
-                return Err(match (busy, last) {
-                    (Some((owner, age_seconds)), None) => LockError::Busy {
-                        node: node.to_owned(),
-                        owner,
-                        age_seconds,
-                        expiry_seconds,
-                        attempts: backoff.attempts(),
-                    },
-                    (_, last) => LockError::Deadline {
-                        node: node.to_owned(),
-                        what: "taking the node lock",
-                        attempts: backoff.attempts(),
-                        last: last.unwrap_or_else(|| "the lock stayed busy".into()),
-                    },
-                });
-            };
-            tokio::time::sleep(wait).await;
+            match retry.after(failed, Instant::now(), jitter()) {
+                Next::Wait(wait) => tokio::time::sleep(wait).await,
+                Next::GiveUp(e) => return Err(e),
+            }
         }
     }
 
@@ -271,21 +248,21 @@ impl NodeLockClient {
         pod: &PodRef,
         expiry_seconds: i64,
         backoff: &Backoff,
-    ) -> Result<TakeOutcome, Step> {
-        let what = "taking the node lock";
+    ) -> Result<TakeOutcome, Attempt> {
+        let what = ACQUIRING;
         let fail = |error: String| {
-            Step::Fail(LockError::Refused {
+            Attempt::Fail(LockError::Refused {
                 node: node.to_owned(),
                 what,
                 error,
             })
         };
         let current = match bounded(backoff, nodes.get(node)).await {
-            Err(()) => return Err(Step::Retry("reading the node timed out".into())),
+            Err(()) => return Err(Attempt::Retry("reading the node timed out".into())),
             Ok(Err(e)) => {
                 let (text, retry) = classify(&e);
                 return Err(if retry {
-                    Step::Retry(text)
+                    Attempt::Retry(text)
                 } else {
                     fail(format!("cannot read the node: {text}"))
                 });
@@ -299,47 +276,35 @@ impl NodeLockClient {
             .and_then(|a| a.get(node_keys::MUTEX_LOCK))
             .cloned();
         let now = unix_now();
-        // First decide as if the owner exists; only a would-be take-over asks the API.
-        let mut decision = decide(value.as_deref(), pod, now, expiry_seconds, |_| true);
-        if let LockDecision::Busy {
-            owner: Some(owner), ..
-        } = &decision
-        {
-            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
-            match bounded(backoff, pods.get(&owner.name)).await {
-                Err(()) => {
-                    return Err(Step::Retry(format!(
-                        "checking the lock owner {owner} timed out"
-                    )));
-                }
-                Ok(Err(e)) if is_not_found(&e) => {
-                    decision = LockDecision::TakeOver {
-                        reason: TakeOverReason::OwnerGone,
-                    };
-                }
-                Ok(Err(e)) => {
-                    let (text, retry) = classify(&e);
-                    let text = format!("cannot check the lock owner {owner}: {text}");
-                    return Err(if retry { Step::Retry(text) } else { fail(text) });
-                }
-                Ok(Ok(_)) => {}
+        let step = match first_step(value.as_deref(), pod, now, expiry_seconds) {
+            FirstStep::Then(step) => step,
+            FirstStep::CheckOwner(owner) => {
+                let pods: Api<Pod> = Api::namespaced(self.client.clone(), &owner.namespace);
+                let exists = match bounded(backoff, pods.get(&owner.name)).await {
+                    Err(()) => {
+                        return Err(Attempt::Retry(format!(
+                            "checking the lock owner {owner} timed out"
+                        )));
+                    }
+                    Ok(Err(e)) if is_not_found(&e) => false,
+                    Ok(Err(e)) => {
+                        let (text, retry) = classify(&e);
+                        let text = format!("cannot check the lock owner {owner}: {text}");
+                        return Err(if retry {
+                            Attempt::Retry(text)
+                        } else {
+                            fail(text)
+                        });
+                    }
+                    Ok(Ok(_)) => true,
+                };
+                after_owner_check(value.as_deref(), pod, now, expiry_seconds, exists)
             }
-        }
-        let outcome = match decision {
-            LockDecision::AlreadyHeld => return Ok(TakeOutcome::AlreadyHeld),
-            LockDecision::Busy { owner, age_seconds } => {
-                return Err(Step::Busy {
-                    owner: owner
-                        .map(|o| o.to_string())
-                        .unwrap_or_else(|| "an unnamed owner".into()),
-                    age_seconds,
-                });
-            }
-            LockDecision::Take => TakeOutcome::Taken,
-            LockDecision::TakeOver { reason } => TakeOutcome::TookOver {
-                reason,
-                previous: value.clone().unwrap_or_default(),
-            },
+        };
+        let outcome = match step {
+            Step::Done(outcome) => return Ok(outcome),
+            Step::Failed(failed) => return Err(failed),
+            Step::Write(outcome) => outcome,
         };
         let encoded = match NodeLock::new(now, pod.clone()).encode() {
             Ok(v) => v,
@@ -355,12 +320,12 @@ impl NodeLockClient {
         )
         .await
         {
-            Err(()) => Err(Step::Retry("writing the lock timed out".into())),
+            Err(()) => Err(Attempt::Retry("writing the lock timed out".into())),
             Ok(Ok(_)) => Ok(outcome),
             Ok(Err(e)) => {
                 let (text, retry) = classify(&e);
                 Err(if retry {
-                    Step::Retry(text)
+                    Attempt::Retry(text)
                 } else {
                     fail(format!("cannot write the lock: {text}"))
                 })
@@ -376,26 +341,16 @@ impl NodeLockClient {
         owner: &PodRef,
         deadline: Instant,
     ) -> Result<Released, LockError> {
-        let what = "releasing the node lock";
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let mut backoff = Backoff::new(self.policy, deadline);
+        let mut retry = LockRetry::releasing(self.policy, deadline, node);
         loop {
-            let last = match self.try_release(&nodes, node, owner, &backoff).await {
+            let failed = match self.try_release(&nodes, node, owner, retry.backoff()).await {
                 Ok(done) => return Ok(done),
-                Err(Step::Fail(e)) => return Err(e),
-                Err(Step::Retry(last)) => last,
-                Err(Step::Busy { .. }) => unreachable_busy(),
+                Err(failed) => failed,
             };
-            match backoff.next_wait(Instant::now(), jitter()) {
-                Some(wait) => tokio::time::sleep(wait).await,
-                None => {
-                    return Err(LockError::Deadline {
-                        node: node.to_owned(),
-                        what,
-                        attempts: backoff.attempts(),
-                        last,
-                    });
-                }
+            match retry.after(failed, Instant::now(), jitter()) {
+                Next::Wait(wait) => tokio::time::sleep(wait).await,
+                Next::GiveUp(e) => return Err(e),
             }
         }
     }
@@ -406,14 +361,14 @@ impl NodeLockClient {
         node: &str,
         owner: &PodRef,
         backoff: &Backoff,
-    ) -> Result<Released, Step> {
-        let what = "releasing the node lock";
+    ) -> Result<Released, Attempt> {
+        let what = RELEASING;
         let step = |e: kube::Error, doing: &str| {
             let (text, retry) = classify(&e);
             if retry {
-                Step::Retry(text)
+                Attempt::Retry(text)
             } else {
-                Step::Fail(LockError::Refused {
+                Attempt::Fail(LockError::Refused {
                     node: node.to_owned(),
                     what,
                     error: format!("{doing}: {text}"),
@@ -421,7 +376,7 @@ impl NodeLockClient {
             }
         };
         let current = match bounded(backoff, nodes.get(node)).await {
-            Err(()) => return Err(Step::Retry("reading the node timed out".into())),
+            Err(()) => return Err(Attempt::Retry("reading the node timed out".into())),
             Ok(Err(e)) if is_not_found(&e) => return Ok(Released::NotHeld),
             Ok(Err(e)) => return Err(step(e, "cannot read the node")),
             Ok(Ok(n)) => n,
@@ -445,16 +400,11 @@ impl NodeLockClient {
         )
         .await
         {
-            Err(()) => Err(Step::Retry("writing the release timed out".into())),
+            Err(()) => Err(Attempt::Retry("writing the release timed out".into())),
             Ok(Ok(_)) => Ok(Released::Released),
             Ok(Err(e)) => Err(step(e, "cannot remove the lock")),
         }
     }
-}
-
-/// Release never waits for a busy lock: it leaves other owners' locks alone.
-fn unreachable_busy() -> String {
-    "the lock is held by another pod".into()
 }
 
 /// How the lock was obtained.
