@@ -8,7 +8,8 @@ pub mod allocator;
 pub mod api;
 pub mod cdi_claim;
 pub mod prepare;
-pub mod quantity;
+/// DRA capacity quantities (in the protocol crate, which owns every wire format).
+pub use hami_protocol::capacity as quantity;
 pub mod selector;
 pub mod slice;
 

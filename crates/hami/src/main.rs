@@ -189,10 +189,11 @@ fn show_status(args: status::StatusArgs) -> ExitCode {
         }
     };
     let collected = runtime.block_on(async {
-        let report = status::collect(&args).await?;
+        let (report, dra) = status::collect(&args).await?;
         let (usage, monitor_errors) = status::live_usage(&args.monitors).await;
         anyhow::Ok(status::Status {
             report,
+            dra,
             usage,
             monitor_errors,
         })
@@ -201,8 +202,9 @@ fn show_status(args: status::StatusArgs) -> ExitCode {
         Ok(status) => {
             match args.output {
                 Output::Table => print!(
-                    "{}{}",
-                    status::render(&status.report, args.all),
+                    "{}{}{}",
+                    status::render(&status.report, args.all, status.dra.len()),
+                    status::render_dra(&status.dra, args.all),
                     status::render_usage(&status.usage, &status.monitor_errors)
                 ),
                 Output::Json => print!("{}", to_json(&status)),

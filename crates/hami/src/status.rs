@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 use hami_protocol::names::Vendor;
+use hami_report::dra_status::DraNode;
 pub use hami_report::{StatusReport, status_report as build};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
@@ -42,11 +43,15 @@ pub struct PodUsage {
     pub utilization_percent: Option<f64>,
 }
 
-/// `StatusReport` plus the monitors' live readings (absent without `--monitor`).
+/// `StatusReport` plus the DRA nodes and the monitors' live readings (absent without
+/// `--monitor`).
 #[derive(Debug, serde::Serialize)]
 pub struct Status {
     #[serde(flatten)]
     pub report: StatusReport,
+    /// Nodes whose AMD GPUs are handed out by the DRA driver (issue 20).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dra: Vec<DraNode>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub usage: Vec<PodUsage>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -115,9 +120,92 @@ pub fn render_usage(usage: &[PodUsage], errors: &[String]) -> String {
     out
 }
 
-pub fn render(report: &StatusReport, all: bool) -> String {
+/// The DRA section: per node and device, the shares the allocated claims hold.
+pub fn render_dra(nodes: &[DraNode], all: bool) -> String {
     let mut out = String::new();
-    if report.nodes.is_empty() {
+    for node in nodes {
+        let idle = node.devices.iter().filter(|d| d.shares_used == 0).count();
+        out.push_str(&format!(
+            "DRA node {} ({} devices, {idle} idle)\n",
+            node.name,
+            node.devices.len()
+        ));
+        for problem in &node.problems {
+            out.push_str(&format!("  problem: {problem}\n"));
+        }
+        let shown: Vec<_> = node
+            .devices
+            .iter()
+            .filter(|d| all || d.shares_used > 0 || d.tainted)
+            .collect();
+        if shown.is_empty() {
+            continue;
+        }
+        let mut table = Table::new(&[
+            "  DEVICE",
+            "TYPE",
+            "HEALTH",
+            "SHARES",
+            "MEMORY USED",
+            "FREE",
+            "CUS USED",
+            "FREE",
+            "HOLDERS",
+        ]);
+        let mib = |b: u64| b >> 20;
+        for d in shown {
+            let holders: Vec<String> = d
+                .holders
+                .iter()
+                .map(|h| {
+                    let who = if h.pods.is_empty() {
+                        format!("{} (no pod yet)", h.claim)
+                    } else {
+                        format!("{} ({})", h.pods.join(" "), h.claim)
+                    };
+                    if h.cu_ranges.is_empty() {
+                        who
+                    } else {
+                        format!("{who} CUs {}", h.cu_ranges)
+                    }
+                })
+                .collect();
+            table.row(vec![
+                format!("  {}", d.name),
+                d.product.clone(),
+                if d.tainted {
+                    "TAINTED".into()
+                } else {
+                    "ok".into()
+                },
+                format!("{}/{}", d.shares_used, d.shares),
+                format!("{}/{} MiB", mib(d.memory_used_bytes), mib(d.memory_bytes)),
+                format!(
+                    "{} MiB",
+                    mib(d.memory_bytes.saturating_sub(d.memory_used_bytes))
+                ),
+                format!("{}/{} CUs", d.compute_units_used, d.compute_units),
+                format!(
+                    "{} CUs",
+                    d.compute_units.saturating_sub(d.compute_units_used)
+                ),
+                if holders.is_empty() {
+                    "-".into()
+                } else {
+                    holders.join(", ")
+                },
+            ]);
+        }
+        out.push_str(&table.render());
+    }
+    out
+}
+
+/// The device-plugin nodes' section (`dra_nodes`: how many DRA nodes the DRA section shows,
+/// so a DRA-only cluster is not told that no node registers GPUs).
+pub fn render(report: &StatusReport, all: bool, dra_nodes: usize) -> String {
+    let mut out = String::new();
+    if report.nodes.is_empty() && dra_nodes == 0 {
         out.push_str("No node registers GPUs (no hami.io/node-*-register annotation).\n");
     }
     for node in &report.nodes {
@@ -188,9 +276,34 @@ pub fn render(report: &StatusReport, all: bool) -> String {
     out
 }
 
-/// Lists nodes, pods and scheduling events and builds the report.
-pub async fn collect(args: &StatusArgs) -> anyhow::Result<StatusReport> {
+/// The DRA driver's ResourceSlices and all ResourceClaims, as the DRA section. A cluster
+/// without `resource.k8s.io/v1` (before 1.34) has no DRA section; other errors fail.
+async fn collect_dra(client: &kube::Client) -> anyhow::Result<Vec<DraNode>> {
+    use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+    let slices = match Api::<ResourceSlice>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => list.items,
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Vec::new()),
+        Err(e) => return Err(anyhow::anyhow!("listing ResourceSlices: {e}")),
+    };
+    let claims = Api::<ResourceClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("listing ResourceClaims: {e}"))?
+        .items;
+    Ok(hami_report::dra_status::build(
+        hami_manifests::names::DRA_DRIVER,
+        &slices,
+        &claims,
+    ))
+}
+
+/// Lists nodes, pods and scheduling events and builds the report; and the DRA section.
+pub async fn collect(args: &StatusArgs) -> anyhow::Result<(StatusReport, Vec<DraNode>)> {
     let client = hami_scheduler::server::client(args.kubeconfig.as_deref()).await?;
+    let dra = collect_dra(&client).await?;
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await?
@@ -245,5 +358,5 @@ pub async fn collect(args: &StatusArgs) -> anyhow::Result<StatusReport> {
         .into_iter()
         .map(|(_, ns, n, note)| (ns, n, note))
         .collect();
-    Ok(build(&nodes, &pods, &events))
+    Ok((build(&nodes, &pods, &events), dra))
 }

@@ -163,3 +163,123 @@ async fn status_shows_live_memory_and_utilization_from_monitors() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_dra_devices_their_claims_pods_and_cu_ranges() {
+    use k8s_openapi::api::resource::v1::ResourceClaim;
+    use kube::api::{Api, Patch, PatchParams};
+    let api = ApiServer::start(Config::default()).await.unwrap();
+    api.create_object(
+        "v1",
+        "namespaces",
+        None,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}),
+    )
+    .unwrap();
+    // What the driver publishes for an MI210 node (dra-core's slice builder: one device per
+    // GPU with memory, computeUnits and shares), one GPU tainted unhealthy.
+    let gpu = |name: &str, uuid: &str, taints: serde_json::Value| {
+        json!({"name": name, "allowMultipleAllocations": true,
+            "attributes": {"uuid": {"string": uuid}, "productName": {"string": "AMD Instinct MI210"}},
+            "capacity": {"memory": {"value": "64Gi"}, "computeUnits": {"value": "104"}, "shares": {"value": "10"}},
+            "taints": taints})
+    };
+    api.create_object("resource.k8s.io/v1", "resourceslices", None, json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "dra-1-amdgpu"},
+        "spec": {"driver": "amdgpu.hami-rs.io", "nodeName": "dra-1",
+            "pool": {"name": "dra-1", "generation": 2, "resourceSliceCount": 1},
+            "devices": [gpu("gpu-0", "GPU-a1", json!([])),
+                        gpu("gpu-1", "GPU-a2", json!([{"key": "amdgpu.hami-rs.io/unhealthy", "effect": "NoSchedule", "timeAdded": "2026-12-01T10:00:00Z"}]))]}}))
+        .unwrap();
+    let kubeconfig =
+        std::env::temp_dir().join(format!("hami-status-dra-{}.kubeconfig", std::process::id()));
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
+            &Default::default(),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    let claims: Api<ResourceClaim> = Api::namespaced(client, "ml");
+    for (name, share, mem, cus, pod, ranges) in [
+        ("train-gpu", "s1", "16Gi", "26", Some("train"), Some("0-25")),
+        ("infer-gpu", "s2", "8Gi", "52", None, None),
+    ] {
+        api.create_object("resource.k8s.io/v1", "resourceclaims", Some("ml"), json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "amdgpu.hami-rs.io"}}]}}}))
+            .unwrap();
+        let mut status = json!({"allocation": {"devices": {"results": [{"request": "gpu", "driver": "amdgpu.hami-rs.io",
+            "pool": "dra-1", "device": "gpu-0", "shareID": share,
+            "consumedCapacity": {"memory": mem, "computeUnits": cus, "shares": "1"}}]}}});
+        if let (Some(pod), Some(ranges)) = (pod, ranges) {
+            status["reservedFor"] = json!([{"resource": "pods", "name": pod, "uid": "u-1"}]);
+            status["devices"] = json!([{"driver": "amdgpu.hami-rs.io", "pool": "dra-1", "device": "gpu-0",
+                "shareID": share, "data": {"cuRanges": ranges, "memoryBytes": 17179869184u64}}]);
+        }
+        claims
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+            .unwrap();
+    }
+    let run = |args: &'static [&'static str]| {
+        let kubeconfig = kubeconfig.clone();
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_hami"))
+                .arg("status")
+                .args(args)
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .output()
+                .unwrap()
+        })
+    };
+    let out = run(&[]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // A DRA-only cluster is not "a cluster with no GPUs".
+    assert!(!text.contains("No node registers GPUs"), "{text}");
+    assert!(
+        text.contains("DRA node dra-1 (2 devices, 1 idle)"),
+        "{text}"
+    );
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("dra-1/gpu-0 "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        row.contains("2/10")
+            && row.contains("24576/65536 MiB")
+            && row.contains("40960 MiB")
+            && row.contains("78/104 CUs")
+            && row.contains("26 CUs"),
+        "{row}"
+    );
+    assert!(
+        row.contains("ml/train (ml/train-gpu:gpu) CUs 0-25")
+            && row.contains("ml/infer-gpu:gpu (no pod yet)"),
+        "{row}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("dra-1/gpu-1 ") && l.contains("TAINTED")),
+        "a tainted device is listed: {text}"
+    );
+    let out = run(&["-o", "json"]).await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["dra"][0]["devices"][0]["compute_units_used"], 78, "{v}");
+    let holders = v["dra"][0]["devices"][0]["holders"].as_array().unwrap();
+    let train = holders
+        .iter()
+        .find(|h| h["claim"] == "ml/train-gpu:gpu")
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(train["pods"], json!(["ml/train"]));
+    assert_eq!(train["cu_ranges"], "0-25");
+}

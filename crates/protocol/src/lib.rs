@@ -15,6 +15,7 @@
 //! | [`exposition`] | `/metrics` bodies: `Accept` negotiation, OpenMetrics → Prometheus text 0.0.4 |
 //! | [`scrape`] | reading samples of a `/metrics` or `/federate` body (the web UI) |
 //! | [`hook_config`] | the per-container read-only hook configuration (issue 14) |
+//! | [`capacity`] | DRA capacity quantities (`64Gi`, `104`): ResourceSlices, `consumedCapacity` |
 //! | [`memory_limit`] | `HIP_DEVICE_MEMORY_LIMIT_<i>` and friends (§2.7) |
 //! | [`identity`] | AMD SMI UUID, ROCr id, partition ids, kubelet device ids (§2.8) |
 //! | [`placement`] | which pods the scheduler placed, whose allocation annotations count (D-4) — feature `k8s` |
@@ -23,6 +24,7 @@
 //!
 //! Without default features the crate needs only `thiserror`, so the hooks can link it.
 
+pub mod capacity;
 pub mod cu_list;
 pub mod device_list;
 pub mod exposition;

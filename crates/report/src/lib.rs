@@ -3,6 +3,7 @@
 //! say it got; what a node registered; per node and GPU who holds which slice. Plain data
 //! built by pure functions; the callers print or render them.
 
+pub mod dra_status;
 mod status;
 
 pub use status::{

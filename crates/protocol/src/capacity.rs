@@ -1,5 +1,6 @@
-//! Kubernetes quantities as DRA capacities use them: whole numbers with an optional binary
-//! (`Ki`…`Ei`) or decimal (`k`…`E`) suffix. Fractions and milli-units are refused: no
+//! Kubernetes quantities as DRA capacities use them (ResourceSlice capacities, claims'
+//! `consumedCapacity`; read by the DRA driver's cores and by `hami status`): whole numbers
+//! with an optional binary (`Ki`…`Ei`) or decimal (`k`…`E`) suffix. Fractions and milli-units are refused: no
 //! capacity we publish or consume (bytes, CUs, shares) has them.
 //!
 //! Hand-written: k8s-openapi's `Quantity` is an unparsed string and no workspace dependency
