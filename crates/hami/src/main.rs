@@ -143,28 +143,7 @@ fn serve(
     server: impl std::future::Future<Output = anyhow::Result<()>>,
     default_log_level: &str,
 ) -> ExitCode {
-    // Logs go to stderr so the demo's tables on stdout stay readable; RUST_LOG overrides.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default_log_level.into()),
-        )
-        .init();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(server) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    hami_plugin_core::entry::serve(server, default_log_level)
 }
 
 fn plan(args: &hami_planner::PlanArgs) -> ExitCode {
