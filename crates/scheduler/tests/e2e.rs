@@ -152,23 +152,14 @@ async fn start(settings: Settings) -> Cluster {
         Some((cert_path, key_path)),
     ));
     let base = format!("https://127.0.0.1:{port}");
-    // The webhook, registered as the Helm chart does (v1beta1 reviews, failurePolicy Fail).
-    let ca_bundle =
-        serde_json::to_value(k8s_openapi::ByteString(cert.cert.pem().into_bytes())).unwrap();
-    let webhook = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": "hami-webhook"},
-        "webhooks": [{
-            "name": "vgpu.hami.io",
-            "clientConfig": {"url": format!("{base}/webhook"), "caBundle": ca_bundle},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1beta1"],
-            "timeoutSeconds": 10
-        }]
-    });
+    // The webhook configuration that ships (failurePolicy Fail), pointed at this process.
+    let webhook = hami_manifests::objects::webhook_at(
+        &hami_manifests::Settings::default(),
+        &base,
+        cert.cert.pem().as_bytes(),
+    )
+    .to_value()
+    .unwrap();
     api.create_object(
         "admissionregistration.k8s.io/v1",
         "mutatingwebhookconfigurations",

@@ -318,27 +318,13 @@ impl Cluster {
         background.push(tokio::spawn(async move {
             let _ = hami_scheduler::http::serve_on(metrics_router, metrics_listener, None).await;
         }));
-        let ca_bundle =
-            serde_json::to_value(k8s_openapi::ByteString(cert.cert.pem().into_bytes()))?;
+        // The webhook configuration that ships, pointed at this process.
+        let webhook = crate::webhook::configuration(&extender_url, cert.cert.pem().as_bytes())?;
         api.create_object(
             "admissionregistration.k8s.io/v1",
             "mutatingwebhookconfigurations",
             None,
-            json!({
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingWebhookConfiguration",
-                "metadata": {"name": "hami-rs-webhook"},
-                "webhooks": [{
-                    "name": "vgpu.hami.io",
-                    "clientConfig": {"url": format!("{extender_url}/webhook"), "caBundle": ca_bundle},
-                    "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
-                    "failurePolicy": "Fail",
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1", "v1beta1"],
-                    "objectSelector": {"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]},
-                    "timeoutSeconds": 10
-                }]
-            }),
+            webhook,
         )
         .map_err(|e| anyhow::anyhow!("cannot register the webhook: {e:?}"))?;
         progress.step(format!("scheduler extender + webhook at {extender_url} (TLS), metrics at http://{scheduler_metrics}/metrics"));

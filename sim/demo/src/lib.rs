@@ -21,6 +21,7 @@ mod examples;
 mod report;
 /// The monitors' readings (in the web UI crate, which `hami status --monitor` also uses).
 pub use hami_webui::live::{self, Live, scrape};
+pub mod webhook;
 pub mod workload;
 
 use std::io::Write;

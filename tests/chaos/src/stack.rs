@@ -276,26 +276,13 @@ impl Stack {
         let service_url = format!("https://{}", service.local_addr()?);
         let backends = Backends::default();
         let mut background = vec![proxy::spawn(service, backends.clone())];
-        let ca_bundle =
-            serde_json::to_value(k8s_openapi::ByteString(cert.cert.pem().into_bytes()))?;
+        // The webhook configuration that ships, pointed at the stack's Service stand-in.
+        let webhook = hami_demo::webhook::configuration(&service_url, cert.cert.pem().as_bytes())?;
         api.create_object(
             "admissionregistration.k8s.io/v1",
             "mutatingwebhookconfigurations",
             None,
-            json!({
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingWebhookConfiguration",
-                "metadata": {"name": "hami-rs-webhook"},
-                "webhooks": [{
-                    "name": "vgpu.hami.io",
-                    "clientConfig": {"url": format!("{service_url}/webhook"), "caBundle": ca_bundle},
-                    "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
-                    "failurePolicy": "Fail",
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1", "v1beta1"],
-                    "timeoutSeconds": 10
-                }]
-            }),
+            webhook,
         )
         .map_err(|e| anyhow::anyhow!("cannot register the webhook: {e:?}"))?;
         let extender = ExtenderClient::new(&service_url, Trust::Ca(cert.cert.pem().into_bytes()))?;
