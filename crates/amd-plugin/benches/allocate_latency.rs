@@ -3,17 +3,11 @@
 //! lock). Each call reads the node and the node's pods, plans, patches the pod and releases
 //! the lock. Run: `cargo bench -p hami-amd-plugin --bench allocate_latency`.
 
-use std::time::{Duration, Instant};
-
 use clap::Parser;
 use hami_amd_plugin::cli::Args;
-use hami_deviceplugin_api::connect_unix;
-use hami_deviceplugin_api::v1beta1::device_plugin_client::DevicePluginClient;
-use hami_deviceplugin_api::v1beta1::{AllocateRequest, ContainerAllocateRequest};
-use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
-use hami_protocol::names::{AMD, node as node_keys, pod as pod_keys};
-use hami_protocol::node_lock::{NodeLock, PodRef};
-use serde_json::json;
+use hami_plugin_harness::{BenchAllocation, allocate_latency, api_with_node};
+use hami_protocol::device_list::ContainerDevice;
+use hami_protocol::names::AMD;
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -25,22 +19,7 @@ fn main() {
 }
 
 async fn bench() {
-    let pods: usize = std::env::var("PODS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(240);
-    let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
-    server
-        .create_object(
-            "v1",
-            "nodes",
-            None,
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
-        )
-        .unwrap();
+    let (server, client) = api_with_node("n1").await;
     let tree = hami_sysfs_fixtures::mi300x_cpx().unwrap();
     // Slices of CPX partitions: the opt-in (partitions are whole devices by default).
     let devices = hami_amd_plugin::discover_report::build_report(
@@ -71,71 +50,19 @@ async fn bench() {
         rx,
     ));
     let socket = sockets.join(hami_amd_plugin::plugin::ENDPOINT);
-    while !socket.exists() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut grpc = DevicePluginClient::new(connect_unix(&socket).await.unwrap());
-    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
-    let mut samples = Vec::with_capacity(pods);
-    for i in 0..pods {
+    allocate_latency(&server, &client, &AMD, "n1", &socket, "HSA_CU_MASK", |i| {
         let d = &devices[i % devices.len()];
-        let list = encode_pod_devices(&[vec![ContainerDevice {
-            uuid: d.info.id.clone(),
-            device_type: d.info.device_type.clone(),
-            mem_mib: 1024,
-            cores: 9,
-        }]])
-        .unwrap();
-        let name = format!("p{i}");
-        server
-            .create_object(
-                "v1",
-                "pods",
-                Some("default"),
-                json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "annotations": {AMD.devices_to_allocate: list, AMD.devices_allocated: list,
-                        pod_keys::BIND_PHASE: "allocating", pod_keys::VGPU_NODE: "n1"}},
-                    "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]},
-                    "status": {"phase": "Pending"}}),
-            )
-            .unwrap();
-        let lock = NodeLock::new(1_700_000_000, PodRef::new("default", &name))
-            .encode()
-            .unwrap();
-        nodes
-            .patch(
-                "n1",
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(
-                    json!({"metadata": {"annotations": {node_keys::MUTEX_LOCK: lock}}}),
-                ),
-            )
-            .await
-            .unwrap();
-        let start = Instant::now();
-        let resp = grpc
-            .allocate(AllocateRequest {
-                container_requests: vec![ContainerAllocateRequest {
-                    devices_ids: vec![format!("{}#0", d.device_key)],
-                }],
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        samples.push(start.elapsed());
-        assert!(resp.container_responses[0].envs.contains_key("HSA_CU_MASK"));
-    }
-    samples.sort();
-    let pct = |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
-    println!(
-        "allocate_latency: {} Allocate calls (pods on the node grow 1..{}), p50 {:?}, p99 {:?}, max {:?}",
-        samples.len(),
-        pods,
-        pct(0.50),
-        pct(0.99),
-        samples[samples.len() - 1]
-    );
+        BenchAllocation {
+            device: ContainerDevice {
+                uuid: d.info.id.clone(),
+                device_type: d.info.device_type.clone(),
+                mem_mib: 1024,
+                cores: 9,
+            },
+            device_id: format!("{}#0", d.device_key),
+        }
+    })
+    .await;
     stop.send(true).unwrap();
     let _ = plugin.await;
 }

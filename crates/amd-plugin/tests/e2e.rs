@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use hami_amd_plugin::cli::Args;
 use hami_amd_plugin::registration::RegisteredDevice;
-use hami_apiserver::{ApiServer, Config, RunningApiServer};
+use hami_apiserver::RunningApiServer;
 use hami_kubelet_sim::KubeletSim;
-use hami_kubelet_sim::records::{RECORD_ANNOTATION, envs_of};
+use hami_kubelet_sim::records::RECORD_ANNOTATION;
+use hami_plugin_harness::{
+    Decision, annotation as ann, api_with_node, env_of, start_kubelet, wait_registered_again,
+};
 use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
 use hami_protocol::names::{AMD, node as node_keys, pod as pod_keys};
-use hami_protocol::node_lock::{NodeLock, PodRef};
 use hami_sysfs_fixtures::FixtureTree;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -57,17 +59,7 @@ impl Harness {
             cdi,
             exporter,
         } = opts;
-        let server = ApiServer::start(Config::default()).await.unwrap();
-        let client =
-            kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
-        server
-            .create_object(
-                "v1",
-                "nodes",
-                None,
-                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
-            )
-            .unwrap();
+        let (server, client) = api_with_node(NODE).await;
         let sockets = tree.sysfs_root().parent().unwrap().join("device-plugins");
         let devices = hami_amd_plugin::discover_report::build_report(
             &tree.sysfs_root(),
@@ -80,19 +72,7 @@ impl Harness {
         .unwrap()
         .registration
         .devices;
-        let sim = KubeletSim::start(
-            hami_kubelet_sim::Args {
-                socket_dir: sockets.clone(),
-                node_name: NODE.into(),
-                record_dir: None,
-                run_containers: false,
-                runtime: Default::default(),
-                sync_interval_ms: 50,
-            },
-            client.clone(),
-        )
-        .await
-        .unwrap();
+        let sim = start_kubelet(sockets.clone(), NODE, client.clone()).await;
         let mut h = Self {
             server,
             client,
@@ -163,69 +143,30 @@ impl Harness {
         runs: &[Vec<ContainerDevice>],
         take_lock: bool,
     ) {
-        let list = encode_pod_devices(runs).unwrap();
-        self.server
-            .create_object(
-                "v1",
-                "pods",
-                Some("default"),
-                json!({
-                    "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "annotations": {
-                        AMD.devices_to_allocate: list, AMD.devices_allocated: list,
-                        pod_keys::VGPU_NODE: NODE, pod_keys::BIND_PHASE: "allocating",
-                        pod_keys::BIND_TIME: "1700000000",
-                    }},
-                    "spec": {"nodeName": NODE, "schedulerName": "hami-scheduler", "initContainers": init, "containers": containers},
-                }),
-            )
-            .unwrap();
-        if take_lock {
-            let lock = NodeLock::new(1_700_000_000, PodRef::new("default", name))
-                .encode()
-                .unwrap();
-            let patch = json!({"metadata": {"annotations": {node_keys::MUTEX_LOCK: lock}}});
-            let client = self.client.clone();
-            tokio::task::block_in_place(|| {
-                tokio::runtime::Handle::current().block_on(async move {
-                    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
-                    nodes
-                        .patch(
-                            NODE,
-                            &kube::api::PatchParams::default(),
-                            &kube::api::Patch::Merge(patch),
-                        )
-                        .await
-                        .unwrap();
-                })
-            });
-        }
+        let decision = Decision {
+            name,
+            containers,
+            init,
+            runs,
+        };
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(hami_plugin_harness::schedule(
+                &self.server,
+                &self.client,
+                &AMD,
+                NODE,
+                decision,
+                take_lock,
+            ))
+        });
     }
 
     async fn wait_phase(&self, name: &str) -> Value {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let pod = self
-                .server
-                .get_object("v1", "pods", "default", name)
-                .unwrap();
-            if let Some(phase) = pod["status"]["phase"].as_str()
-                && phase != "Pending"
-            {
-                return pod;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "pod {name} never left Pending: {pod}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        hami_plugin_harness::wait_phase(&self.server, name).await
     }
 
     fn node_annotation(&self, key: &str) -> Option<String> {
-        self.server.get_object("v1", "nodes", "", NODE).unwrap()["metadata"]["annotations"][key]
-            .as_str()
-            .map(str::to_owned)
+        hami_plugin_harness::node_annotation(&self.server, NODE, key)
     }
 }
 
@@ -240,20 +181,6 @@ fn dev(d: &RegisteredDevice, mem: u64, cores: u32) -> ContainerDevice {
         mem_mib: mem,
         cores,
     }
-}
-
-fn env_of(pod: &Value, container: &str) -> serde_json::Map<String, Value> {
-    envs_of(
-        pod["metadata"]["annotations"][RECORD_ANNOTATION]
-            .as_str()
-            .unwrap(),
-        container,
-    )
-    .unwrap_or_else(|| panic!("no record for {container}: {pod}"))
-}
-
-fn ann<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
-    pod["metadata"]["annotations"][key].as_str()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -410,14 +337,14 @@ async fn kubelet_and_plugin_restarts_keep_allocations() {
     // kubelet restart: the socket directory is wiped and kubelet.sock re-created.
     let before = h.sim().registrations();
     h.sim.as_mut().unwrap().restart().await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while h.sim().registrations() <= before || h.sim().allocatable("amd.com/gpu") != 10 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "plugin did not re-register"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_registered_again(
+        h.sim(),
+        before,
+        "amd.com/gpu",
+        10,
+        "plugin did not re-register",
+    )
+    .await;
     h.schedule(
         "b",
         json!([gpu_container("main", 1)]),
@@ -434,14 +361,14 @@ async fn kubelet_and_plugin_restarts_keep_allocations() {
     h.stop_plugin().await;
     let before = h.sim().registrations();
     h.start_plugin();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while h.sim().registrations() <= before || h.sim().allocatable("amd.com/gpu") != 10 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "restarted plugin did not register"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_registered_again(
+        h.sim(),
+        before,
+        "amd.com/gpu",
+        10,
+        "restarted plugin did not register",
+    )
+    .await;
     h.schedule(
         "c",
         json!([gpu_container("main", 1)]),

@@ -4,19 +4,16 @@
 //! plans, creates the container's accounting directory, patches the pod and releases the
 //! lock. Run: `cargo bench -p hami-nvidia-plugin --bench allocate_latency`.
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
-use hami_deviceplugin_api::connect_unix;
-use hami_deviceplugin_api::v1beta1::device_plugin_client::DevicePluginClient;
-use hami_deviceplugin_api::v1beta1::{AllocateRequest, ContainerAllocateRequest};
 use hami_nvidia_plugin::cli::Args;
-use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
-use hami_protocol::names::{NVIDIA, node as node_keys, pod as pod_keys};
-use hami_protocol::node_lock::{NodeLock, PodRef};
+use hami_plugin_harness::{
+    BenchAllocation, allocate_latency, api_with_node, built_stand_in_nvml, wait_node_annotation,
+};
+use hami_protocol::device_list::ContainerDevice;
+use hami_protocol::names::NVIDIA;
 use hami_protocol::node_register::decode_node_devices;
-use serde_json::json;
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -27,36 +24,13 @@ fn main() {
     rt.block_on(bench());
 }
 
-/// The stand-in NVML built next to this bench (`target/<profile>/deps/libnvidia_ml.so`).
-fn stand_in_nvml() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().join("libnvidia_ml.so");
-    assert!(path.exists(), "{} was not built", path.display());
-    path
-}
-
 async fn bench() {
-    let pods: usize = std::env::var("PODS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(240);
-    let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
-    server
-        .create_object(
-            "v1",
-            "nodes",
-            None,
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
-        )
-        .unwrap();
+    let (server, client) = api_with_node("n1").await;
     let scratch = std::env::temp_dir().join(format!("nv-bench-{}", std::process::id()));
     let sockets = scratch.join("device-plugins");
     std::fs::create_dir_all(&sockets).unwrap();
     let mut args = Args::parse_from(["nvidia-device-plugin"]);
-    args.nvml_library = stand_in_nvml().display().to_string();
+    args.nvml_library = built_stand_in_nvml().display().to_string();
     args.device_plugin_dir = sockets.clone();
     args.hook_path = scratch.join("hook");
     args.node_name = Some("n1".into());
@@ -69,82 +43,23 @@ async fn bench() {
         rx,
     ));
     let socket = sockets.join(hami_nvidia_plugin::plugin::ENDPOINT);
-    while !socket.exists() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let node = server.get_object("v1", "nodes", "", "n1").unwrap();
-    let devices = decode_node_devices(
-        node["metadata"]["annotations"][NVIDIA.node_register]
-            .as_str()
-            .unwrap(),
-    )
-    .unwrap();
-    let mut grpc = DevicePluginClient::new(connect_unix(&socket).await.unwrap());
-    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
-    let mut samples = Vec::with_capacity(pods);
-    for i in 0..pods {
+    let register =
+        wait_node_annotation(&server, "n1", NVIDIA.node_register, Duration::from_secs(20)).await;
+    let devices = decode_node_devices(&register).unwrap();
+    let expect = "CUDA_DEVICE_MEMORY_LIMIT_0";
+    allocate_latency(&server, &client, &NVIDIA, "n1", &socket, expect, |i| {
         let d = &devices[i % devices.len()];
-        let list = encode_pod_devices(&[vec![ContainerDevice {
-            uuid: d.id.clone(),
-            device_type: "NVIDIA".into(),
-            mem_mib: 1024,
-            cores: 10,
-        }]])
-        .unwrap();
-        let name = format!("p{i}");
-        server
-            .create_object(
-                "v1",
-                "pods",
-                Some("default"),
-                json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "uid": format!("uid-{i}"), "annotations": {NVIDIA.devices_to_allocate: list, NVIDIA.devices_allocated: list,
-                        pod_keys::BIND_PHASE: "allocating", pod_keys::VGPU_NODE: "n1"}},
-                    "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]},
-                    "status": {"phase": "Pending"}}),
-            )
-            .unwrap();
-        let lock = NodeLock::new(1_700_000_000, PodRef::new("default", &name))
-            .encode()
-            .unwrap();
-        nodes
-            .patch(
-                "n1",
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(
-                    json!({"metadata": {"annotations": {node_keys::MUTEX_LOCK: lock}}}),
-                ),
-            )
-            .await
-            .unwrap();
-        let start = Instant::now();
-        let resp = grpc
-            .allocate(AllocateRequest {
-                container_requests: vec![ContainerAllocateRequest {
-                    devices_ids: vec![format!("{}#0", d.id)],
-                }],
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        samples.push(start.elapsed());
-        assert!(
-            resp.container_responses[0]
-                .envs
-                .contains_key("CUDA_DEVICE_MEMORY_LIMIT_0")
-        );
-    }
-    samples.sort();
-    let pct = |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
-    println!(
-        "allocate_latency: {} Allocate calls (pods on the node grow 1..{}), p50 {:?}, p99 {:?}, max {:?}",
-        samples.len(),
-        pods,
-        pct(0.50),
-        pct(0.99),
-        samples[samples.len() - 1]
-    );
+        BenchAllocation {
+            device: ContainerDevice {
+                uuid: d.id.clone(),
+                device_type: "NVIDIA".into(),
+                mem_mib: 1024,
+                cores: 10,
+            },
+            device_id: format!("{}#0", d.id),
+        }
+    })
+    .await;
     stop.send(true).unwrap();
     let _ = plugin.await;
     let _ = std::fs::remove_dir_all(scratch);

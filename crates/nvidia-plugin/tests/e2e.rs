@@ -8,38 +8,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use hami_apiserver::{ApiServer, Config, RunningApiServer};
+use hami_apiserver::RunningApiServer;
 use hami_kubelet_sim::KubeletSim;
-use hami_kubelet_sim::records::{RECORD_ANNOTATION, envs_of};
-use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
+use hami_kubelet_sim::records::RECORD_ANNOTATION;
+use hami_plugin_harness::{
+    Decision, annotation as ann, api_with_node, built_stand_in_nvml, env_of, nvidia_plugin_command,
+    start_kubelet,
+};
+use hami_protocol::device_list::ContainerDevice;
 use hami_protocol::names::{NVIDIA, node as node_keys, pod as pod_keys};
-use hami_protocol::node_lock::{NodeLock, PodRef};
 use hami_protocol::node_register::{DeviceInfo, decode_node_devices};
 use serde_json::{Value, json};
 
 const NODE: &str = "node-nv";
-
-fn deps_dir() -> PathBuf {
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// A directory laid out like the driver's lib dir: `libnvidia-ml.so.1` → the stand-in
-/// (Rust names the file `libnvidia_ml.so`; its SONAME is the real one).
-fn driver_dir(scratch: &Path) -> PathBuf {
-    let built = deps_dir().join("libnvidia_ml.so");
-    assert!(built.exists(), "{} was not built", built.display());
-    let dir = scratch.join("driver");
-    std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("libnvidia-ml.so.1");
-    if !link.exists() {
-        std::os::unix::fs::symlink(&built, link).unwrap();
-    }
-    dir
-}
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("nv-e2e-{}-{name}", std::process::id()));
@@ -50,13 +31,7 @@ fn scratch(name: &str) -> PathBuf {
 
 /// The plugin binary with the stand-in NVML modelling `gpus` GPUs of 16 GiB.
 fn plugin_command(scratch: &Path, gpus: u32) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nvidia-device-plugin"));
-    cmd.env("LD_LIBRARY_PATH", driver_dir(scratch))
-        .env("FAKE_CUDA_DEVICE_COUNT", gpus.to_string())
-        .env("FAKE_CUDA_DEVICE_MEMORY", "16g")
-        .env("FAKE_CUDA_SHARED_STATE", scratch.join("fake-cuda.state"))
-        .env_remove("NVML_LIBRARY");
-    cmd
+    nvidia_plugin_command(env!("CARGO_BIN_EXE_nvidia-device-plugin"), scratch, gpus)
 }
 
 struct Harness {
@@ -77,35 +52,13 @@ impl Drop for Harness {
 
 impl Harness {
     async fn start(name: &str, gpus: u32) -> Self {
-        let server = ApiServer::start(Config::default()).await.unwrap();
-        let client =
-            kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
-        server
-            .create_object(
-                "v1",
-                "nodes",
-                None,
-                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
-            )
-            .unwrap();
+        let (server, client) = api_with_node(NODE).await;
         let scratch = scratch(name);
         let sockets = scratch.join("device-plugins");
         std::fs::create_dir_all(&sockets).unwrap();
         let kubeconfig = scratch.join("kubeconfig");
         server.write_kubeconfig(&kubeconfig).unwrap();
-        let sim = KubeletSim::start(
-            hami_kubelet_sim::Args {
-                socket_dir: sockets.clone(),
-                node_name: NODE.into(),
-                record_dir: None,
-                run_containers: false,
-                runtime: Default::default(),
-                sync_interval_ms: 50,
-            },
-            client.clone(),
-        )
-        .await
-        .unwrap();
+        let sim = start_kubelet(sockets.clone(), NODE, client.clone()).await;
         let log = std::fs::File::create(scratch.join("plugin.log")).unwrap();
         let plugin = plugin_command(&scratch, gpus)
             .env("KUBECONFIG", &kubeconfig)
@@ -147,66 +100,29 @@ impl Harness {
         runs: &[Vec<ContainerDevice>],
         take_lock: bool,
     ) {
-        let list = encode_pod_devices(runs).unwrap();
-        self.server
-            .create_object(
-                "v1",
-                "pods",
-                Some("default"),
-                json!({
-                    "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "annotations": {
-                        NVIDIA.devices_to_allocate: list, NVIDIA.devices_allocated: list,
-                        pod_keys::VGPU_NODE: NODE, pod_keys::BIND_PHASE: "allocating",
-                        pod_keys::BIND_TIME: "1700000000",
-                    }},
-                    "spec": {"nodeName": NODE, "schedulerName": "hami-scheduler", "initContainers": init, "containers": containers},
-                }),
-            )
-            .unwrap();
-        if take_lock {
-            let lock = NodeLock::new(1_700_000_000, PodRef::new("default", name))
-                .encode()
-                .unwrap();
-            let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
-                kube::Api::all(self.client.clone());
-            nodes
-                .patch(
-                    NODE,
-                    &kube::api::PatchParams::default(),
-                    &kube::api::Patch::Merge(
-                        json!({"metadata": {"annotations": {node_keys::MUTEX_LOCK: lock}}}),
-                    ),
-                )
-                .await
-                .unwrap();
-        }
+        let decision = Decision {
+            name,
+            containers,
+            init,
+            runs,
+        };
+        hami_plugin_harness::schedule(
+            &self.server,
+            &self.client,
+            &NVIDIA,
+            NODE,
+            decision,
+            take_lock,
+        )
+        .await;
     }
 
     async fn wait_phase(&self, name: &str) -> Value {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let pod = self
-                .server
-                .get_object("v1", "pods", "default", name)
-                .unwrap();
-            if let Some(phase) = pod["status"]["phase"].as_str()
-                && phase != "Pending"
-            {
-                return pod;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "pod {name} never left Pending: {pod}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        hami_plugin_harness::wait_phase(&self.server, name).await
     }
 
     fn node_annotation(&self, key: &str) -> Option<String> {
-        self.server.get_object("v1", "nodes", "", NODE).unwrap()["metadata"]["annotations"][key]
-            .as_str()
-            .map(str::to_owned)
+        hami_plugin_harness::node_annotation(&self.server, NODE, key)
     }
 
     fn hook_dir(&self) -> PathBuf {
@@ -236,16 +152,6 @@ fn record(pod: &Value) -> Value {
     .unwrap()
 }
 
-fn env_of(pod: &Value, container: &str) -> serde_json::Map<String, Value> {
-    envs_of(
-        pod["metadata"]["annotations"][RECORD_ANNOTATION]
-            .as_str()
-            .unwrap(),
-        container,
-    )
-    .unwrap_or_else(|| panic!("no record for {container}: {pod}"))
-}
-
 /// `container path → (host path, read only)` of a container's mounts.
 fn mounts_of(pod: &Value, container: &str) -> std::collections::BTreeMap<String, (String, bool)> {
     record(pod)[container]
@@ -263,10 +169,6 @@ fn mounts_of(pod: &Value, container: &str) -> std::collections::BTreeMap<String,
             )
         })
         .collect()
-}
-
-fn ann<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
-    pod["metadata"]["annotations"][key].as_str()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -565,7 +467,7 @@ fn discover_prints_the_annotation_and_absent_nvml_is_a_clear_error() {
     assert!(err.contains("--nvml-library"), "{err}");
 
     // A library that is not NVML.
-    let not_nvml = deps_dir().join("libnvidia_ml.so");
+    let not_nvml = built_stand_in_nvml();
     let libc_path = "libc.so.6";
     let out = plugin_command(&dir, 1)
         .args(["--nvml-library", libc_path, "discover"])

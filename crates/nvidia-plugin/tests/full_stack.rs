@@ -3,15 +3,12 @@
 //! bind (real `hami-scheduler` over TLS), then the simulated kubelet calls the real
 //! `nvidia-device-plugin` process (stand-in NVML), which allocates and releases the lock.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hami_apiserver::{ApiServer, Config};
 use hami_kube_scheduler_sim::SimKubeScheduler;
-use hami_kubelet_sim::KubeletSim;
-use hami_kubelet_sim::records::{RECORD_ANNOTATION, envs_of};
+use hami_plugin_harness::{api_with_node, env_of, nvidia_plugin_command, start_kubelet};
 use hami_protocol::names::{NVIDIA, node as node_keys, pod as pod_keys};
 use hami_protocol::node_register::decode_node_devices;
 use hami_scheduler::config::Settings;
@@ -33,31 +30,13 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn stand_in_dir(scratch: &Path) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let built = exe.parent().unwrap().join("libnvidia_ml.so");
-    assert!(built.exists(), "{} was not built", built.display());
-    let dir = scratch.join("driver");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::os::unix::fs::symlink(&built, dir.join("libnvidia-ml.so.1")).unwrap();
-    dir
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduler_plugin_and_kubelet_place_and_start_nvidia_slices() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let api = ApiServer::start(Config::default()).await.unwrap();
-    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+    let (api, client) = api_with_node(NODE).await;
     let scratch = std::env::temp_dir().join(format!("nv-full-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).unwrap();
-    api.create_object(
-        "v1",
-        "nodes",
-        None,
-        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
-    )
-    .unwrap();
 
     // Scheduler: extender + webhook over TLS, webhook registered as the chart does.
     let cert =
@@ -82,26 +61,17 @@ async fn scheduler_plugin_and_kubelet_place_and_start_nvidia_slices() {
         listener,
         Some((cert_path, key_path)),
     ));
-    let ca_bundle =
-        serde_json::to_value(k8s_openapi::ByteString(cert.cert.pem().into_bytes())).unwrap();
+    // The webhook configuration that ships, pointed at this process.
+    let webhook = hami_manifests::objects::webhook_at(
+        &hami_manifests::Settings::default(),
+        &base,
+        cert.cert.pem().as_bytes(),
+    );
     api.create_object(
         "admissionregistration.k8s.io/v1",
         "mutatingwebhookconfigurations",
         None,
-        json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": "hami-webhook"},
-            "webhooks": [{
-                "name": "vgpu.hami.io",
-                "clientConfig": {"url": format!("{base}/webhook"), "caBundle": ca_bundle},
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1beta1"],
-                "timeoutSeconds": 10
-            }]
-        }),
+        webhook.to_value().unwrap(),
     )
     .unwrap();
     let extender = ExtenderClient::new(&base, Trust::Ca(cert.cert.pem().into_bytes())).unwrap();
@@ -114,30 +84,13 @@ async fn scheduler_plugin_and_kubelet_place_and_start_nvidia_slices() {
     std::fs::create_dir_all(&sockets).unwrap();
     let kubeconfig = scratch.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig).unwrap();
-    let sim = KubeletSim::start(
-        hami_kubelet_sim::Args {
-            socket_dir: sockets.clone(),
-            node_name: NODE.into(),
-            record_dir: None,
-            run_containers: false,
-            runtime: Default::default(),
-            sync_interval_ms: 50,
-        },
-        client.clone(),
-    )
-    .await
-    .unwrap();
+    let sim = start_kubelet(sockets.clone(), NODE, client.clone()).await;
     let log = std::fs::File::create(scratch.join("plugin.log")).unwrap();
     let _plugin = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_nvidia-device-plugin"))
-            .env("LD_LIBRARY_PATH", stand_in_dir(&scratch))
-            .env("FAKE_CUDA_DEVICE_COUNT", "2")
-            .env("FAKE_CUDA_DEVICE_MEMORY", "16g")
-            .env("FAKE_CUDA_SHARED_STATE", scratch.join("fake-cuda.state"))
+        nvidia_plugin_command(env!("CARGO_BIN_EXE_nvidia-device-plugin"), &scratch, 2)
             .env("KUBECONFIG", &kubeconfig)
             .env("NODE_NAME", NODE)
             .env("HOOK_PATH", scratch.join("hook"))
-            .env_remove("NVML_LIBRARY")
             .args(["--device-plugin-dir".as_ref(), sockets.as_os_str()])
             .args(["--register-interval", "1", "--pulse", "1"])
             .stdout(Stdio::null())
@@ -186,13 +139,7 @@ async fn scheduler_plugin_and_kubelet_place_and_start_nvidia_slices() {
     }
     for name in ["s1", "s2"] {
         let pod = wait_running(&api, name).await;
-        let env = envs_of(
-            pod["metadata"]["annotations"][RECORD_ANNOTATION]
-                .as_str()
-                .unwrap(),
-            "cuda",
-        )
-        .unwrap();
+        let env = env_of(&pod, "cuda");
         assert_eq!(env["CUDA_DEVICE_MEMORY_LIMIT_0"], "2048m", "{name}");
         assert_eq!(env["CUDA_DEVICE_SM_LIMIT"], "30", "{name}");
         let visible = env["NVIDIA_VISIBLE_DEVICES"].as_str().unwrap();
