@@ -18,20 +18,23 @@
 //! elect), and the grants listed in `RACE_ONLY` with the code path that needs them.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
-use hami_apiserver::authn::AuthConfig;
+use hami_apiserver::RequestRecord;
 use hami_apiserver::rbac::{Policy, ResourceAttributes, UserInfo, authorize};
-use hami_apiserver::{ApiServer, Config, RequestRecord, RunningApiServer};
 use hami_kube_scheduler_sim::SimKubeScheduler;
-use hami_kubelet_sim::KubeletSim;
 use hami_manifests::{Object, Settings, names, objects};
+use hami_plugin_harness::start_kubelet;
 use hami_protocol::names::{AMD, node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::{NodeLock, PodRef};
 use hami_scheduler::extender_client::{ExtenderClient, Trust};
 use hami_scheduler::leader::{ElectionConfig, Leadership};
 use hami_scheduler::runtime::Scheduler;
+use hami_system_tests::{
+    SIM_KUBELET, admin_client, client_for, cluster_admin_for, create_node, service_account_user,
+    start_authed_server, to_values, wait_until,
+};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -39,7 +42,6 @@ use serde_json::{Value, json};
 
 const NODE: &str = "gpu-node-1";
 const SIM_SCHEDULER: &str = "sim-kube-scheduler";
-const SIM_KUBELET: &str = "sim-kubelet";
 
 fn settings() -> Settings {
     let mut s = Settings::default();
@@ -48,34 +50,19 @@ fn settings() -> Settings {
     s
 }
 
-fn plural(kind: &str) -> &'static str {
-    match kind {
-        "ServiceAccount" => "serviceaccounts",
-        "ClusterRole" => "clusterroles",
-        "ClusterRoleBinding" => "clusterrolebindings",
-        "Role" => "roles",
-        "RoleBinding" => "rolebindings",
-        other => panic!("unexpected RBAC kind {other}"),
-    }
-}
-
 /// The shipped RBAC objects, plus the rights the stand-ins for kube-scheduler and kubelet
 /// have in a real cluster (bootstrap roles and the Node authorizer), as test-only roles.
 fn rbac(settings: &Settings) -> Vec<Object> {
     let mut out = objects::rbac_objects(settings);
-    let extra: Vec<Value> = vec![
+    let mut extra: Vec<Value> = vec![
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": SIM_SCHEDULER},
                "rules": [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list", "watch"]},
                          {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": SIM_SCHEDULER},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SIM_SCHEDULER},
                "subjects": [{"kind": "ServiceAccount", "name": SIM_SCHEDULER, "namespace": "kube-system"}]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": SIM_KUBELET},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-               "subjects": [{"kind": "ServiceAccount", "name": SIM_KUBELET, "namespace": "kube-system"}]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "cluster-admin"},
-               "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
     ];
+    extra.extend(cluster_admin_for(SIM_KUBELET));
     for v in extra {
         out.push(match v["kind"].as_str().unwrap() {
             "ClusterRole" => Object::ClusterRole(serde_json::from_value(v).unwrap()),
@@ -99,18 +86,8 @@ fn policy_of(objs: &[Object]) -> Policy {
     p
 }
 
-async fn client_for(server: &RunningApiServer, ns: &str, sa: &str) -> kube::Client {
-    let token = server.service_account_token(ns, sa).unwrap();
-    let kc =
-        kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml_with_token(&token)).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(cfg).unwrap()
-}
-
 fn user(sa: &str) -> String {
-    format!("system:serviceaccount:{}:{sa}", settings().namespace)
+    service_account_user(&settings().namespace, sa)
 }
 
 struct Outcome {
@@ -121,66 +98,20 @@ struct Outcome {
     labelled: bool,
 }
 
-async fn wait_until(timeout: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
-}
-
 /// Runs the whole flow with the given RBAC objects; `expect_success` shortens the waits
-/// of a run that is meant to fail.
-async fn run_flow(rbac_objects: Vec<Object>, expect_success: bool) -> Outcome {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+/// of a run that is meant to fail. Before stopping, waits (bounded) until the request log
+/// holds what the test's checks need (`settled`): periodic calls (register, renew) come in
+/// their own time.
+async fn run_flow(
+    rbac_objects: Vec<Object>,
+    expect_success: bool,
+    settled: impl Fn(&[RequestRecord]) -> bool,
+) -> Outcome {
     let s = settings();
     let ns = s.namespace.clone();
-    let server = ApiServer::start(Config {
-        auth: Some(AuthConfig::default()),
-        ..Config::default()
-    })
-    .await
-    .unwrap();
-    server
-        .create_object(
-            "v1",
-            "namespaces",
-            None,
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        )
-        .unwrap();
-    for o in &rbac_objects {
-        let v = o.to_value().unwrap();
-        let obj_ns = v["metadata"]["namespace"].as_str().map(str::to_owned);
-        server
-            .create_object(
-                v["apiVersion"].as_str().unwrap(),
-                plural(v["kind"].as_str().unwrap()),
-                obj_ns.as_deref(),
-                v.clone(),
-            )
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", v["metadata"]["name"]));
-    }
-    server
-        .create_object(
-            "v1",
-            "nodes",
-            None,
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
-        )
-        .unwrap();
-    let admin = {
-        let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml()).unwrap();
-        kube::Client::try_from(
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .unwrap(),
-        )
-        .unwrap()
-    };
+    let server = start_authed_server(&[&ns], &to_values(&rbac_objects)).await;
+    create_node(&server, NODE);
+    let admin = admin_client(&server).await;
     let sched = client_for(&server, &ns, names::SCHEDULER).await;
     let plugin = client_for(&server, &ns, names::DEVICE_PLUGIN).await;
     let monitor = client_for(&server, &ns, names::MONITOR).await;
@@ -191,19 +122,7 @@ async fn run_flow(rbac_objects: Vec<Object>, expect_success: bool) -> Outcome {
     // Node: sysfs with one RDNA3 card, the kubelet stand-in, the device plugin.
     let tree = hami_sysfs_fixtures::rdna_node(&[hami_sysfs_fixtures::Rdna::Gfx11]).unwrap();
     let sockets = tree.sysfs_root().parent().unwrap().join("device-plugins");
-    let sim = KubeletSim::start(
-        hami_kubelet_sim::Args {
-            socket_dir: sockets.clone(),
-            node_name: NODE.into(),
-            record_dir: None,
-            run_containers: false,
-            runtime: Default::default(),
-            sync_interval_ms: 50,
-        },
-        kubelet,
-    )
-    .await
-    .unwrap();
+    let sim = start_kubelet(sockets.clone(), NODE, kubelet).await;
     let dp = objects::device_plugin_args(&s);
     let mut args = hami_amd_plugin::cli::Args::parse_from(
         std::iter::once("k8s-device-plugin".to_string()).chain(dp),
@@ -278,12 +197,9 @@ async fn run_flow(rbac_objects: Vec<Object>, expect_success: bool) -> Outcome {
         Some((crt, key)),
     ));
     // The shipped webhook configuration, pointed at this process instead of the Service.
-    let mut webhook = objects::webhook(&s).to_value().unwrap();
-    let ca = serde_json::to_value(k8s_openapi::ByteString(cert.cert.pem().into_bytes())).unwrap();
-    for hook in webhook["webhooks"].as_array_mut().unwrap() {
-        hook["clientConfig"] =
-            json!({"url": format!("{base}{}", names::WEBHOOK_PATH), "caBundle": ca});
-    }
+    let webhook = objects::webhook_at(&s, &base, cert.cert.pem().as_bytes())
+        .to_value()
+        .unwrap();
     server
         .create_object(
             "admissionregistration.k8s.io/v1",
@@ -415,8 +331,11 @@ async fn run_flow(rbac_objects: Vec<Object>, expect_success: bool) -> Outcome {
             .as_object()
             .is_some_and(|l| l.keys().any(|k| k.starts_with("amd.com/gpu.")))
     });
-    // Let one more register/renew period pass so periodic calls are in the log.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // On a timeout the test's checks name what is missing.
+    wait_until(Duration::from_secs(10), async || {
+        settled(&server.request_log())
+    })
+    .await;
     stop_plugin.send(true).unwrap();
     let _ = plugin_task.await;
     drop(sim);
@@ -466,40 +385,25 @@ fn checked_accounts() -> [&'static str; 4] {
     ]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn shipped_rbac_is_enough_and_every_verb_is_used() {
-    let shipped = rbac(&settings());
-    let out = run_flow(shipped.clone(), true).await;
-    assert!(
-        out.bound && out.running,
-        "the GPU pod did not run under the shipped RBAC"
-    );
-    assert!(
-        out.unhealthy_event,
-        "the plugin recorded no AMDGPUUnhealthy event"
-    );
-    assert!(out.labelled, "the node labeller labelled nothing");
-
-    // 1. Nothing a component asked for was refused.
-    let refused: Vec<_> = out
-        .log
+/// The service account `sa`'s identity and the requests it made (those naming a resource),
+/// as the authorizer sees them.
+fn made_by(log: &[RequestRecord], sa: &str) -> (UserInfo, Vec<ResourceAttributes>) {
+    let who = UserInfo::service_account(&settings().namespace, sa);
+    let made = log
         .iter()
-        .filter(|r| r.status == 401 || r.status == 403)
+        .filter(|r| r.user.as_deref() == Some(who.name.as_str()) && !r.resource.is_empty())
+        .map(attrs_of)
         .collect();
-    assert!(refused.is_empty(), "refused requests: {refused:#?}");
+    (who, made)
+}
 
-    // 2. Every verb of every rule bound to a component is needed by some request it made.
-    let policy = policy_of(&shipped);
+/// Every verb of every rule bound to a checked account that none of its requests in `log`
+/// needed (removing it denies nothing), or that is listed in `RACE_ONLY` and was needed
+/// after all: empty when the shipped grants are exactly what the components use.
+fn unused_grants(policy: &Policy, log: &[RequestRecord]) -> Vec<String> {
     let mut unused = Vec::new();
     for sa in checked_accounts() {
-        let who = UserInfo::service_account(&settings().namespace, sa);
-        let made: Vec<ResourceAttributes> = out
-            .log
-            .iter()
-            .filter(|r| r.user.as_deref() == Some(who.name.as_str()) && !r.resource.is_empty())
-            .map(attrs_of)
-            .collect();
-        assert!(!made.is_empty(), "{sa} made no requests");
+        let (who, made) = made_by(log, sa);
         for (ri, role) in policy.cluster_roles.iter().enumerate() {
             let bound_to_sa = policy.cluster_role_bindings.iter().any(|b| {
                 b.role_ref.name == role.metadata.name.clone().unwrap()
@@ -555,6 +459,40 @@ async fn shipped_rbac_is_enough_and_every_verb_is_used() {
             }
         }
     }
+    unused
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shipped_rbac_is_enough_and_every_verb_is_used() {
+    let shipped = rbac(&settings());
+    let policy = policy_of(&shipped);
+    let out = run_flow(shipped.clone(), true, |log| {
+        unused_grants(&policy, log).is_empty()
+    })
+    .await;
+    assert!(
+        out.bound && out.running,
+        "the GPU pod did not run under the shipped RBAC"
+    );
+    assert!(
+        out.unhealthy_event,
+        "the plugin recorded no AMDGPUUnhealthy event"
+    );
+    assert!(out.labelled, "the node labeller labelled nothing");
+
+    // 1. Nothing a component asked for was refused.
+    let refused: Vec<_> = out
+        .log
+        .iter()
+        .filter(|r| r.status == 401 || r.status == 403)
+        .collect();
+    assert!(refused.is_empty(), "refused requests: {refused:#?}");
+
+    // 2. Every verb of every rule bound to a component is needed by some request it made.
+    for sa in checked_accounts() {
+        assert!(!made_by(&out.log, sa).1.is_empty(), "{sa} made no requests");
+    }
+    let unused = unused_grants(&policy, &out.log);
     assert!(
         unused.is_empty(),
         "granted but never used, or race-only but used: {unused:#?}"
@@ -575,7 +513,11 @@ async fn a_missing_verb_fails_with_403() {
             }
         }
     }
-    let out = run_flow(rbac_objects, false).await;
+    let out = run_flow(rbac_objects, false, |log| {
+        log.iter()
+            .any(|r| r.resource == "pods/binding" && r.status == 403)
+    })
+    .await;
     assert!(!out.bound, "the pod was bound without pods/binding create");
     let denied = out
         .log

@@ -8,63 +8,25 @@
 //! a race exercises, the lock owner's `get`, is named with its code path).
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use hami_apiserver::authn::AuthConfig;
-use hami_apiserver::{ApiServer, Config};
-use hami_kubelet_sim::KubeletSim;
 use hami_manifests::{Object, Settings, names, objects};
+use hami_plugin_harness::{nvml_driver_dir, start_kubelet, take_node_lock};
 use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
-use hami_protocol::names::{NVIDIA, node as node_keys, pod as pod_keys};
-use hami_protocol::node_lock::{NodeLock, PodRef};
+use hami_protocol::names::{NVIDIA, pod as pod_keys};
 use hami_protocol::node_register::decode_node_devices;
-use serde_json::{Value, json};
+use hami_system_tests::{
+    SIM_KUBELET, admin_client, client_for, cluster_admin_for, create_node, refused, requests_of,
+    service_account_user, start_authed_server, to_values, wait_until,
+};
+use serde_json::json;
 
 const NODE: &str = "nv-node-1";
-const SIM_KUBELET: &str = "sim-kubelet";
 
 /// kube_shell.rs: the pod named by the node lock is read directly only when it is not (yet)
 /// among the pods listed for the node.
 const RACE_ONLY: &[(&str, &str)] = &[("pods", "get")];
-
-fn plural(kind: &str) -> &'static str {
-    match kind {
-        "ServiceAccount" => "serviceaccounts",
-        "ClusterRole" => "clusterroles",
-        "ClusterRoleBinding" => "clusterrolebindings",
-        "Role" => "roles",
-        "RoleBinding" => "rolebindings",
-        other => panic!("unexpected RBAC kind {other}"),
-    }
-}
-
-/// The stand-in NVML, built as this test's dependency, under the driver's file name.
-fn driver_lib(scratch: &std::path::Path) -> PathBuf {
-    let deps = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let built = deps.join("libnvidia_ml.so");
-    assert!(built.exists(), "{} was not built", built.display());
-    let link = scratch.join("libnvidia-ml.so.1");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&built, &link).unwrap();
-    link
-}
-
-async fn wait_until(limit: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + limit;
-    while std::time::Instant::now() < deadline {
-        if f().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    f().await
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
@@ -73,79 +35,19 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
     // The conditional nodes/status grant is shipped, so it is exercised too.
     s.values.nvidia_device_plugin.report_node_capacity = true;
     let ns = s.namespace.clone();
-    let server = ApiServer::start(Config {
-        auth: Some(AuthConfig::default()),
-        ..Config::default()
-    })
-    .await
-    .unwrap();
-    server
-        .create_object(
-            "v1",
-            "namespaces",
-            None,
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        )
-        .unwrap();
-    let mut rbac: Vec<Value> = objects::rbac_objects(&s)
-        .iter()
-        .map(|o| o.to_value().unwrap())
-        .collect();
+    let mut rbac = to_values(&objects::rbac_objects(&s));
     // The kubelet stand-in has the Node authorizer's rights in a cluster; here an admin role.
-    rbac.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "cluster-admin"},
-        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}));
-    rbac.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": SIM_KUBELET},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": SIM_KUBELET, "namespace": "kube-system"}]}));
-    for v in &rbac {
-        server
-            .create_object(
-                v["apiVersion"].as_str().unwrap(),
-                plural(v["kind"].as_str().unwrap()),
-                v["metadata"]["namespace"].as_str(),
-                v.clone(),
-            )
-            .unwrap();
-    }
-    server
-        .create_object(
-            "v1",
-            "nodes",
-            None,
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
-        )
-        .unwrap();
-    let client_for = async |ns: &str, sa: &str| {
-        let token = server.service_account_token(ns, sa).unwrap();
-        let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml_with_token(&token))
-            .unwrap();
-        kube::Client::try_from(
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .unwrap(),
-        )
-        .unwrap()
-    };
-    let plugin_client = client_for(&ns, names::NVIDIA_DEVICE_PLUGIN).await;
-    let kubelet = client_for("kube-system", SIM_KUBELET).await;
+    rbac.extend(cluster_admin_for(SIM_KUBELET));
+    let server = start_authed_server(&[&ns], &rbac).await;
+    create_node(&server, NODE);
+    let plugin_client = client_for(&server, &ns, names::NVIDIA_DEVICE_PLUGIN).await;
+    let kubelet = client_for(&server, "kube-system", SIM_KUBELET).await;
 
     let scratch = std::env::temp_dir().join(format!("hami-lp-nv-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     let sockets = scratch.join("device-plugins");
     std::fs::create_dir_all(&sockets).unwrap();
-    let sim = KubeletSim::start(
-        hami_kubelet_sim::Args {
-            socket_dir: sockets.clone(),
-            node_name: NODE.into(),
-            record_dir: None,
-            run_containers: false,
-            runtime: Default::default(),
-            sync_interval_ms: 50,
-        },
-        kubelet,
-    )
-    .await
-    .unwrap();
+    let sim = start_kubelet(sockets.clone(), NODE, kubelet).await;
     // The plugin's flags as its DaemonSet passes them; paths pointed at the scratch node.
     let Object::DaemonSet(ds) = objects::nvidia_device_plugin_daemon_set(&s) else {
         panic!()
@@ -154,7 +56,11 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
     let mut args = hami_nvidia_plugin::cli::Args::parse_from(
         std::iter::once("nvidia-device-plugin".to_string()).chain(container.args.clone().unwrap()),
     );
-    args.nvml_library = driver_lib(&scratch).display().to_string();
+    // The stand-in NVML, built as this test's dependency, under the driver's file name.
+    args.nvml_library = nvml_driver_dir(&scratch)
+        .join("libnvidia-ml.so.1")
+        .display()
+        .to_string();
     args.device_plugin_dir = sockets.clone();
     args.node_name = Some(NODE.into());
     args.hook_path = scratch.join("hook");
@@ -204,23 +110,7 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
     .unwrap();
     // The scheduler's order: the node lock first, then the binding that shows kubelet the
     // pod (kubelet-sim allocates a pod once, as soon as it sees it on its node).
-    let lock = NodeLock::new(1_700_000_000, PodRef::new("default", "cuda-slice"))
-        .encode()
-        .unwrap();
-    let patch = json!({"metadata": {"annotations": {node_keys::MUTEX_LOCK: lock}}});
-    let admin = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml()).unwrap(),
-            &Default::default(),
-        )
-        .await
-        .unwrap(),
-    )
-    .unwrap();
-    kube::Api::<k8s_openapi::api::core::v1::Node>::all(admin)
-        .patch(NODE, &Default::default(), &kube::api::Patch::Merge(patch))
-        .await
-        .unwrap();
+    take_node_lock(&admin_client(&server).await, NODE, "cuda-slice").await;
     server
         .create_object(
             "v1",
@@ -242,7 +132,7 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
     })
     .await;
     assert!(committed, "the plugin never committed the pod");
-    let me = format!("system:serviceaccount:{ns}:{}", names::NVIDIA_DEVICE_PLUGIN);
+    let me = service_account_user(&ns, names::NVIDIA_DEVICE_PLUGIN);
     let granted: BTreeSet<(String, String)> =
         hami_manifests::rbac::nvidia_device_plugin_cluster_rules(&s)
             .iter()
@@ -279,16 +169,9 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
     let _ = std::fs::remove_dir_all(&scratch);
 
     let log = server.request_log();
-    let mine: Vec<_> = log
-        .iter()
-        .filter(|r| r.user.as_deref() == Some(me.as_str()))
-        .collect();
+    let mine = requests_of(&log, &me);
     assert!(!mine.is_empty());
-    let refused: Vec<_> = mine
-        .iter()
-        .filter(|r| r.status == 401 || r.status == 403)
-        .map(|r| format!("{} {} {}", r.verb, r.resource, r.path))
-        .collect();
+    let refused = refused(&mine);
     assert!(refused.is_empty(), "refused: {refused:?}");
     let used: BTreeSet<(String, String)> = mine
         .iter()

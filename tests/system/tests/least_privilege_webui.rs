@@ -8,21 +8,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use clap::Parser;
-use hami_apiserver::authn::AuthConfig;
-use hami_apiserver::{ApiServer, Config};
 use hami_manifests::{Object, Settings, names, objects};
-use serde_json::{Value, json};
-
-fn plural(kind: &str) -> &'static str {
-    match kind {
-        "ServiceAccount" => "serviceaccounts",
-        "ClusterRole" => "clusterroles",
-        "ClusterRoleBinding" => "clusterrolebindings",
-        "Role" => "roles",
-        "RoleBinding" => "rolebindings",
-        other => panic!("unexpected RBAC kind {other}"),
-    }
-}
+use hami_system_tests::{
+    client_for, refused, requests_of, service_account_user, start_authed_server, to_values,
+};
+use serde_json::json;
 
 #[derive(Parser)]
 struct Cli {
@@ -32,44 +22,15 @@ struct Cli {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothing() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut s = Settings::default();
     s.values.webui.enabled = true;
     let ns = s.namespace.clone();
-    let server = ApiServer::start(Config {
-        auth: Some(AuthConfig::default()),
-        ..Config::default()
-    })
-    .await
-    .unwrap();
-    for n in [ns.as_str(), "ml"] {
-        server
-            .create_object(
-                "v1",
-                "namespaces",
-                None,
-                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}),
-            )
-            .unwrap();
-    }
-    let rbac: Vec<Value> = objects::rbac_objects(&s)
-        .iter()
-        .map(|o| o.to_value().unwrap())
-        .collect();
+    let rbac = to_values(&objects::rbac_objects(&s));
     assert!(
         rbac.iter().any(|v| v["metadata"]["name"] == names::WEBUI),
         "webui RBAC shipped when enabled"
     );
-    for v in &rbac {
-        server
-            .create_object(
-                v["apiVersion"].as_str().unwrap(),
-                plural(v["kind"].as_str().unwrap()),
-                v["metadata"]["namespace"].as_str(),
-                v.clone(),
-            )
-            .unwrap();
-    }
+    let server = start_authed_server(&[&ns, "ml"], &rbac).await;
     let register = r#"[{"id":"G1","index":1,"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":true}]"#;
     server
         .create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1", "annotations": {"hami.io/node-amd-register": register}}}))
@@ -102,15 +63,7 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
             "reason": "BindingSucceed", "type": "Normal", "note": "new event seen"}))
         .unwrap();
 
-    let token = server.service_account_token(&ns, names::WEBUI).unwrap();
-    let kc =
-        kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml_with_token(&token)).unwrap();
-    let client = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let client = client_for(&server, &ns, names::WEBUI).await;
     // The flags as the Deployment passes them are the binary's flags.
     let Object::Deployment(d) = objects::webui_deployment(&s) else {
         panic!()
@@ -170,18 +123,11 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
     assert!(!get("/").await.contains("cannot be read"));
     ui.shutdown();
 
-    let me = format!("system:serviceaccount:{ns}:{}", names::WEBUI);
+    let me = service_account_user(&ns, names::WEBUI);
     let log = server.request_log();
-    let mine: Vec<_> = log
-        .iter()
-        .filter(|r| r.user.as_deref() == Some(me.as_str()))
-        .collect();
+    let mine = requests_of(&log, &me);
     assert!(!mine.is_empty());
-    let refused: Vec<_> = mine
-        .iter()
-        .filter(|r| r.status == 401 || r.status == 403)
-        .map(|r| format!("{} {} {}", r.verb, r.resource, r.path))
-        .collect();
+    let refused = refused(&mine);
     assert!(refused.is_empty(), "refused: {refused:?}");
     let used: BTreeSet<(String, String, String)> = mine
         .iter()
