@@ -7,7 +7,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{AMD_REGISTER, api, create_gpu_pod, create_node, filter_args, start_scheduler};
+use common::{
+    AMD_REGISTER, api, create_gpu_pod, create_node, filter_args, kubelet_reports, start_scheduler,
+};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -15,28 +17,13 @@ use serde_json::{Value, json};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_plugin_is_gone_is_not_offered() {
     let (_api, client) = api().await;
-    let nodes: Api<Node> = Api::all(client.clone());
     create_node(
         &client,
         json!({"annotations": {"hami.io/node-amd-register": AMD_REGISTER}}),
         Value::Null,
     )
     .await;
-    let kubelet_reports = |count: &str| {
-        let nodes = nodes.clone();
-        let caps = json!({"amd.com/gpu": count});
-        async move {
-            nodes
-                .patch_status(
-                    "n",
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"capacity": caps, "allocatable": caps}})),
-                )
-                .await
-                .unwrap();
-        }
-    };
-    kubelet_reports("10").await;
+    kubelet_reports(&client, "10").await;
     let pod = create_gpu_pod(&client, "p").await;
     let scheduler = start_scheduler(&client);
     let until_filter = |want_fit: bool| {
@@ -60,7 +47,7 @@ async fn a_node_whose_plugin_is_gone_is_not_offered() {
     };
     until_filter(true).await;
     // The plugin dies: kubelet reports 0 devices; the annotation stays.
-    kubelet_reports("0").await;
+    kubelet_reports(&client, "0").await;
     let refused = until_filter(false).await;
     assert!(
         refused.failed_nodes["n"].contains("amd.com/gpu allocatable 0"),
@@ -68,7 +55,7 @@ async fn a_node_whose_plugin_is_gone_is_not_offered() {
         refused.failed_nodes
     );
     // It comes back.
-    kubelet_reports("10").await;
+    kubelet_reports(&client, "10").await;
     until_filter(true).await;
 }
 
@@ -82,15 +69,7 @@ async fn a_node_whose_plugin_stopped_refreshing_is_not_offered_then_comes_back()
     let (_api, client) = api().await;
     let nodes: Api<Node> = Api::all(client.clone());
     create_node(&client, json!({}), Value::Null).await;
-    let caps = json!({"amd.com/gpu": "10"});
-    nodes
-        .patch_status(
-            "n",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"capacity": caps, "allocatable": caps}})),
-        )
-        .await
-        .unwrap();
+    kubelet_reports(&client, "10").await;
     // One refresh as the plugins do it: register + heartbeat in one merge patch. The
     // plugin's clock is skewed a day into the past: never compared with ours.
     let refresh = |tick: i64| {

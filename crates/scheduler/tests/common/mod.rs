@@ -12,7 +12,7 @@ use hami_scheduler::leader::Leadership;
 use hami_scheduler::runtime::Scheduler;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// The AMD plugin's register annotation for one MI210 split 10 ways.
@@ -50,6 +50,20 @@ pub async fn cluster() -> (RunningApiServer, Client) {
     )
     .await;
     (api, client)
+}
+
+/// What kubelet reports for node `n`: `count` of `amd.com/gpu` as capacity and allocatable
+/// (0 once the vendor's device plugin is gone).
+pub async fn kubelet_reports(client: &Client, count: &str) {
+    let caps = json!({"amd.com/gpu": count});
+    Api::<Node>::all(client.clone())
+        .patch_status(
+            "n",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"capacity": caps, "allocatable": caps}})),
+        )
+        .await
+        .unwrap();
 }
 
 /// Creates the pod `default/<name>` asking hami-scheduler for one AMD slice of 100 MiB.
