@@ -36,6 +36,7 @@ use hami_system_tests::{
     start_authed_server, to_values, wait_until,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -397,6 +398,20 @@ fn made_by(log: &[RequestRecord], sa: &str) -> (UserInfo, Vec<ResourceAttributes
     (who, made)
 }
 
+/// Whether some request of `made` is denied once `verb` is removed from the rule `rule`
+/// picks in a copy of `policy`.
+fn needed(
+    policy: &Policy,
+    who: &UserInfo,
+    made: &[ResourceAttributes],
+    verb: &str,
+    rule: impl FnOnce(&mut Policy) -> &mut PolicyRule,
+) -> bool {
+    let mut reduced = policy.clone();
+    rule(&mut reduced).verbs.retain(|v| v != verb);
+    made.iter().any(|a| authorize(&reduced, who, a).is_err())
+}
+
 /// Every verb of every rule bound to a checked account that none of its requests in `log`
 /// needed (removing it denies nothing), or that is listed in `RACE_ONLY` and was needed
 /// after all: empty when the shipped grants are exactly what the components use.
@@ -414,11 +429,9 @@ fn unused_grants(policy: &Policy, log: &[RequestRecord]) -> Vec<String> {
             }
             for (rule_i, rule) in role.rules.iter().flatten().enumerate() {
                 for verb in &rule.verbs {
-                    let mut reduced = policy.clone();
-                    reduced.cluster_roles[ri].rules.as_mut().unwrap()[rule_i]
-                        .verbs
-                        .retain(|v| v != verb);
-                    let used = made.iter().any(|a| authorize(&reduced, &who, a).is_err());
+                    let used = needed(policy, &who, &made, verb, |p| {
+                        &mut p.cluster_roles[ri].rules.as_mut().unwrap()[rule_i]
+                    });
                     let race_only = RACE_ONLY.iter().any(|(s, g, r, v)| {
                         *s == sa
                             && rule.api_groups.as_deref() == Some(&[g.to_string()][..])
@@ -443,11 +456,9 @@ fn unused_grants(policy: &Policy, log: &[RequestRecord]) -> Vec<String> {
             }
             for (rule_i, rule) in role.rules.iter().flatten().enumerate() {
                 for verb in &rule.verbs {
-                    let mut reduced = policy.clone();
-                    reduced.roles[ri].rules.as_mut().unwrap()[rule_i]
-                        .verbs
-                        .retain(|v| v != verb);
-                    if !made.iter().any(|a| authorize(&reduced, &who, a).is_err()) {
+                    if !needed(policy, &who, &made, verb, |p| {
+                        &mut p.roles[ri].rules.as_mut().unwrap()[rule_i]
+                    }) {
                         unused.push(format!(
                             "{sa}: Role {} {:?} {:?} {verb}",
                             role.metadata.name.as_deref().unwrap(),
