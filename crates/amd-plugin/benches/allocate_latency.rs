@@ -10,12 +10,7 @@ use hami_protocol::device_list::ContainerDevice;
 use hami_protocol::names::AMD;
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(bench());
+    hami_plugin_harness::run_bench(bench());
 }
 
 async fn bench() {

@@ -16,12 +16,7 @@ use hami_protocol::names::NVIDIA;
 use hami_protocol::node_register::decode_node_devices;
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(bench());
+    hami_plugin_harness::run_bench(bench());
 }
 
 async fn bench() {

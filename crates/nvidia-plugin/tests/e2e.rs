@@ -5,7 +5,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use hami_apiserver::RunningApiServer;
@@ -13,7 +13,7 @@ use hami_kubelet_sim::KubeletSim;
 use hami_kubelet_sim::records::RECORD_ANNOTATION;
 use hami_plugin_harness::{
     Decision, annotation as ann, api_with_node, built_stand_in_nvml, env_of, nvidia_plugin_command,
-    start_kubelet,
+    spawn_nvidia_plugin, start_kubelet,
 };
 use hami_protocol::device_list::ContainerDevice;
 use hami_protocol::names::{NVIDIA, node as node_keys, pod as pod_keys};
@@ -56,20 +56,14 @@ impl Harness {
         let scratch = scratch(name);
         let sockets = scratch.join("device-plugins");
         std::fs::create_dir_all(&sockets).unwrap();
-        let kubeconfig = scratch.join("kubeconfig");
-        server.write_kubeconfig(&kubeconfig).unwrap();
         let sim = start_kubelet(sockets.clone(), NODE, client.clone()).await;
-        let log = std::fs::File::create(scratch.join("plugin.log")).unwrap();
-        let plugin = plugin_command(&scratch, gpus)
-            .env("KUBECONFIG", &kubeconfig)
-            .env("NODE_NAME", NODE)
-            .env("HOOK_PATH", scratch.join("hook"))
-            .args(["--device-plugin-dir".as_ref(), sockets.as_os_str()])
-            .args(["--register-interval", "1", "--pulse", "1"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let plugin = spawn_nvidia_plugin(
+            env!("CARGO_BIN_EXE_nvidia-device-plugin"),
+            &server,
+            NODE,
+            &scratch,
+            gpus,
+        );
         let mut h = Self {
             server,
             client,

@@ -3,12 +3,12 @@
 //! bind (real `hami-scheduler` over TLS), then the simulated kubelet calls the real
 //! `nvidia-device-plugin` process (stand-in NVML), which allocates and releases the lock.
 
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hami_kube_scheduler_sim::SimKubeScheduler;
-use hami_plugin_harness::{api_with_node, env_of, nvidia_plugin_command, start_kubelet};
+use hami_plugin_harness::{api_with_node, env_of, spawn_nvidia_plugin, start_kubelet};
 use hami_protocol::names::{NVIDIA, node as node_keys, pod as pod_keys};
 use hami_protocol::node_register::decode_node_devices;
 use hami_scheduler::config::Settings;
@@ -82,22 +82,14 @@ async fn scheduler_plugin_and_kubelet_place_and_start_nvidia_slices() {
     // Node: simulated kubelet + the plugin process over the stand-in NVML (2 GPUs).
     let sockets = scratch.join("device-plugins");
     std::fs::create_dir_all(&sockets).unwrap();
-    let kubeconfig = scratch.join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig).unwrap();
     let sim = start_kubelet(sockets.clone(), NODE, client.clone()).await;
-    let log = std::fs::File::create(scratch.join("plugin.log")).unwrap();
-    let _plugin = KillOnDrop(
-        nvidia_plugin_command(env!("CARGO_BIN_EXE_nvidia-device-plugin"), &scratch, 2)
-            .env("KUBECONFIG", &kubeconfig)
-            .env("NODE_NAME", NODE)
-            .env("HOOK_PATH", scratch.join("hook"))
-            .args(["--device-plugin-dir".as_ref(), sockets.as_os_str()])
-            .args(["--register-interval", "1", "--pulse", "1"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
+    let _plugin = KillOnDrop(spawn_nvidia_plugin(
+        env!("CARGO_BIN_EXE_nvidia-device-plugin"),
+        &api,
+        NODE,
+        &scratch,
+        2,
+    ));
     assert!(
         sim.wait_for_allocatable("nvidia.com/gpu", 20, Duration::from_secs(30))
             .await,

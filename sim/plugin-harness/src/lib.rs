@@ -370,3 +370,47 @@ pub fn nvidia_plugin_command(binary: &str, scratch: &Path, gpus: u32) -> std::pr
         .env_remove("NVML_LIBRARY");
     cmd
 }
+
+/// Runs a bench's `main` body on a two-worker multi-threaded runtime (the size the benches
+/// are measured with).
+///
+/// # Panics
+/// If the runtime cannot be built.
+pub fn run_bench(bench: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bench);
+}
+
+/// Starts the NVIDIA plugin's program `binary` ([`nvidia_plugin_command`]) serving `node`:
+/// `KUBECONFIG` for `server` (written in `scratch`), `NODE_NAME`, `HOOK_PATH` under
+/// `scratch`, kubelet's sockets in `<scratch>/device-plugins`, registration and health
+/// pulse every second; stderr to `<scratch>/plugin.log`.
+///
+/// # Panics
+/// If the files cannot be written or the program does not start.
+pub fn spawn_nvidia_plugin(
+    binary: &str,
+    server: &RunningApiServer,
+    node: &str,
+    scratch: &Path,
+    gpus: u32,
+) -> std::process::Child {
+    let kubeconfig = scratch.join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let sockets = scratch.join("device-plugins");
+    let log = std::fs::File::create(scratch.join("plugin.log")).unwrap();
+    nvidia_plugin_command(binary, scratch, gpus)
+        .env("KUBECONFIG", &kubeconfig)
+        .env("NODE_NAME", node)
+        .env("HOOK_PATH", scratch.join("hook"))
+        .args(["--device-plugin-dir".as_ref(), sockets.as_os_str()])
+        .args(["--register-interval", "1", "--pulse", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
