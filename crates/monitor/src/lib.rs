@@ -3,11 +3,14 @@
 //!
 //! Pure cores: [`hami_core_region`], [`hip_region`] (region readers over [`region_bytes`]),
 //! [`fdinfo`], [`cgroup`], [`utilization`], [`cache_dirs`], [`scan_plan`] (decisions),
-//! [`pods`] (index), [`metrics`] (exposition). Shells: [`procfs`], [`host_gpus`],
+//! [`pods`] (index), [`dra_claims`] (DRA pods' devices and claim regions), [`metrics`]
+//! (exposition). Shells: [`procfs`], [`host_gpus`], [`dra_fetch`] (claims and slices),
 //! [`node_monitor`] (state and passes), [`server`] (HTTP and wiring).
 
 pub mod cache_dirs;
 pub mod cgroup;
+pub mod dra_claims;
+pub mod dra_fetch;
 pub mod errors;
 pub mod fdinfo;
 pub mod hami_core_region;

@@ -58,8 +58,15 @@ enum Region {
 struct Tracked {
     pod_uid: String,
     container: String,
+    /// The DRA claim whose directory this is (its devices: `PodIndex::claims`); `None`
+    /// for `containers/<podUID>_<container>/`.
+    claim: Option<String>,
     regions: BTreeMap<String, (PathBuf, Region)>,
 }
+
+/// Tracked keys of DRA claim directories start with this (container directory names
+/// have no `/`).
+const CLAIM_KEY: &str = "dra/claims/";
 
 /// One device of one container, as reported.
 #[derive(Debug, Clone, PartialEq)]
@@ -281,6 +288,9 @@ impl NodeMonitor {
     /// One scan pass with the pods now known.
     pub fn refresh(&self, pods: PodIndex) {
         let pods = Arc::new(pods);
+        for problem in &pods.dra_problems {
+            self.errors.record("dra_claim", "ResourceClaims", problem);
+        }
         for info in pods.by_uid.values() {
             for problem in &info.problems {
                 self.errors.record(
@@ -292,6 +302,7 @@ impl NodeMonitor {
         }
         write_lock(&self.pods, pods.clone());
         self.scan_dirs(&pods, SystemTime::now());
+        self.scan_claim_dirs(&pods);
         self.resolve_host_pids();
         let (mut host, devices) = match amd_host(&self.config.sys_root) {
             Ok(found) => found,
@@ -429,7 +440,11 @@ impl NodeMonitor {
         let mut tracked = self.tracked.lock().unwrap_or_else(|p| p.into_inner());
         let present: std::collections::HashSet<&str> =
             entries.iter().map(|e| e.name.as_str()).collect();
-        let gone: Vec<String> = forgotten(tracked.keys().map(String::as_str), &present)
+        let containers = tracked
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !k.starts_with(CLAIM_KEY));
+        let gone: Vec<String> = forgotten(containers, &present)
             .into_iter()
             .map(str::to_owned)
             .collect();
@@ -490,23 +505,86 @@ impl NodeMonitor {
                 .or_insert_with(|| Tracked {
                     pod_uid: uid.to_owned(),
                     container: container.to_owned(),
+                    claim: None,
                     regions: BTreeMap::new(),
                 });
-            let changes = region_changes(slot.regions.keys().map(String::as_str), &files);
-            for file in &changes.close {
-                slot.regions.remove(file);
-            }
-            for file in changes.open {
-                let path = entry.path.join(&file);
-                match load_region(&path) {
-                    Ok(region) => {
-                        slot.regions.insert(file, (path, region));
-                    }
-                    Err(e) => self
-                        .errors
-                        .record(e.kind(), &path.display().to_string(), &e),
+            self.follow_regions(slot, &entry.path, &files);
+        }
+    }
+
+    /// Opens and closes `slot`'s regions as `dir` now lists `files`.
+    fn follow_regions(&self, slot: &mut Tracked, dir: &Path, files: &[String]) {
+        let changes = region_changes(slot.regions.keys().map(String::as_str), files);
+        for file in &changes.close {
+            slot.regions.remove(file);
+        }
+        for file in changes.open {
+            let path = dir.join(&file);
+            match load_region(&path) {
+                Ok(region) => {
+                    slot.regions.insert(file, (path, region));
                 }
+                Err(e) => self
+                    .errors
+                    .record(e.kind(), &path.display().to_string(), &e),
             }
+        }
+    }
+
+    /// DRA claims' cache directories, `<HOOK_PATH>/dra/claims/<claim uid>/` (the driver's
+    /// `--cache-root=<HOOK_PATH>/dra`, `hami_dra_core::prepare`): tracked while a pod of
+    /// the node uses the claim ([`claim_dir_tracked`]), for the container
+    /// `PodIndex::claims` names. Never removed here: the driver removes them at
+    /// unprepare, also after a restart.
+    fn scan_claim_dirs(&self, pods: &PodIndex) {
+        let root = self.config.hook_path.join("dra").join("claims");
+        let entries = match list_dirs(&root) {
+            Ok(entries) => entries,
+            // Not a DRA node (or nothing prepared yet).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => {
+                self.errors
+                    .record("cache_dir_unreadable", &root.display().to_string(), &e);
+                Vec::new()
+            }
+        };
+        let mut tracked = self.tracked.lock().unwrap_or_else(|p| p.into_inner());
+        let keep: std::collections::HashSet<String> = entries
+            .iter()
+            .filter(|e| claim_dir_tracked(&e.name, pods))
+            .map(|e| format!("{CLAIM_KEY}{}", e.name))
+            .collect();
+        tracked.retain(|k, _| !k.starts_with(CLAIM_KEY) || keep.contains(k));
+        for entry in entries {
+            let Some(region) = pods.claims.get(&entry.name) else {
+                continue;
+            };
+            let subject = entry.path.display().to_string();
+            let files = match file_names(&entry.path) {
+                Ok(names) => match cache_files(&names) {
+                    Ok(files) => files,
+                    Err(e) => {
+                        self.errors.record("cache_too_many", &subject, &e);
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    self.errors.record("cache_io", &subject, &e);
+                    continue;
+                }
+            };
+            let slot = tracked
+                .entry(format!("{CLAIM_KEY}{}", entry.name))
+                .or_insert_with(|| Tracked {
+                    pod_uid: region.pod_uid.clone(),
+                    container: region.container.clone(),
+                    claim: Some(entry.name.clone()),
+                    regions: BTreeMap::new(),
+                });
+            // The claim's owner may change (its first container's pod was replaced).
+            slot.pod_uid.clone_from(&region.pod_uid);
+            slot.container.clone_from(&region.container);
+            self.follow_regions(slot, &entry.path, &files);
         }
     }
 
@@ -677,16 +755,15 @@ impl NodeMonitor {
                                     let util =
                                         amd_util.get(&(t.pod_uid.clone(), t.container.clone()));
                                     with_region.insert((t.pod_uid.clone(), t.container.clone()));
+                                    let claim = t.claim.as_ref().map(|c| pods.claims.get(c));
                                     for d in &reading.devices {
-                                        let uuid = granted.get(d.index).map_or_else(
-                                            || format!("hip-device-{}", d.index),
-                                            |g| g.uuid.clone(),
-                                        );
+                                        let (vdevice_index, uuid) =
+                                            region_device(claim, granted, d.index);
                                         let utilization = util.and_then(|u| {
                                             u.iter().find(|x| x.uuid == uuid).map(|x| x.util)
                                         });
                                         devices.push(DeviceMetrics {
-                                            vdevice_index: Some(d.index),
+                                            vdevice_index,
                                             device_uuid: uuid,
                                             memory_used: Some(d.used),
                                             memory_limit: d.limit,
@@ -756,6 +833,34 @@ impl NodeMonitor {
     }
 }
 
+/// Whether the DRA claim directory `name` (a claim UID) is read: a pod of the node uses
+/// the claim. Other names (claims of pods gone, or not ours) are the driver's to remove.
+pub fn claim_dir_tracked(name: &str, pods: &PodIndex) -> bool {
+    pods.claims.contains_key(name)
+}
+
+/// `vdevice_index` and `device_uuid` of device `index` of a HIP region: for a container
+/// directory (`claim` `None`) its position in the container's `granted` devices; for a
+/// DRA claim directory the claim's device at that position (`Some(None)`: the claim is no
+/// longer known). A device nothing names is `hip-device-<index>`.
+pub fn region_device(
+    claim: Option<Option<&crate::dra_claims::ClaimRegion>>,
+    granted: &[hami_protocol::device_list::ContainerDevice],
+    index: usize,
+) -> (Option<usize>, String) {
+    let unknown = || format!("hip-device-{index}");
+    match claim {
+        None => (
+            Some(index),
+            granted.get(index).map_or_else(unknown, |g| g.uuid.clone()),
+        ),
+        Some(claim) => match claim.and_then(|c| c.devices.get(index)) {
+            Some(d) => (d.vdevice_index, d.uuid.clone()),
+            None => (None, unknown()),
+        },
+    }
+}
+
 /// The devices granted by the pods' annotations.
 pub fn allocations(pods: &PodIndex) -> Vec<Allocation> {
     let mut out = Vec::new();
@@ -794,4 +899,62 @@ pub fn allocations(pods: &PodIndex) -> Vec<Allocation> {
         ))
     });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dra_claims::{ClaimRegion, RegionDevice};
+    use hami_protocol::device_list::ContainerDevice;
+
+    #[test]
+    fn region_devices_by_container_list_or_by_claim() {
+        let granted = vec![ContainerDevice {
+            uuid: "G0".into(),
+            device_type: "AMD Instinct MI210".into(),
+            mem_mib: 1024,
+            cores: 10,
+        }];
+        // A container directory: the position in the granted list.
+        assert_eq!(region_device(None, &granted, 0), (Some(0), "G0".into()));
+        assert_eq!(
+            region_device(None, &granted, 1),
+            (Some(1), "hip-device-1".into())
+        );
+        // A claim directory: the claim's device at that position, whatever the list says.
+        let claim = ClaimRegion {
+            pod_uid: "p".into(),
+            container: "c".into(),
+            devices: vec![
+                RegionDevice {
+                    vdevice_index: None,
+                    uuid: "U0".into(),
+                },
+                RegionDevice {
+                    vdevice_index: Some(0),
+                    uuid: "U1".into(),
+                },
+            ],
+        };
+        assert_eq!(
+            region_device(Some(Some(&claim)), &granted, 0),
+            (None, "U0".into())
+        );
+        assert_eq!(
+            region_device(Some(Some(&claim)), &granted, 1),
+            (Some(0), "U1".into())
+        );
+        assert_eq!(
+            region_device(Some(Some(&claim)), &granted, 2),
+            (None, "hip-device-2".into())
+        );
+        // The claim left the index since the scan: no device name is invented.
+        assert_eq!(
+            region_device(Some(None), &granted, 0),
+            (None, "hip-device-0".into())
+        );
+        let mut pods = PodIndex::default();
+        pods.claims.insert("c-1".into(), claim);
+        assert!(claim_dir_tracked("c-1", &pods) && !claim_dir_tracked("c-2", &pods));
+    }
 }

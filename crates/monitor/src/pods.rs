@@ -18,6 +18,8 @@ use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client};
 
 use crate::cgroup::container_id_from_status;
+use crate::dra_claims::{ClaimRegion, DraPod};
+use crate::dra_fetch::DraSource;
 
 /// One container of a pod, in device-list order (init and sidecar containers first).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,6 +164,10 @@ pub struct PodIndex {
     pub by_uid: HashMap<String, Arc<PodInfo>>,
     /// container id → (pod UID, container name).
     pub by_container_id: HashMap<String, (String, String)>,
+    /// DRA claim UID → whose its region (`<HOOK_PATH>/dra/claims/<uid>/`) is.
+    pub claims: HashMap<String, ClaimRegion>,
+    /// Problems reading DRA claims, one line each.
+    pub dra_problems: Vec<String>,
 }
 
 impl PodIndex {
@@ -170,11 +176,40 @@ impl PodIndex {
         pods: impl IntoIterator<Item = &'a Pod>,
         scheduler_name: &str,
     ) -> PodIndex {
+        PodIndex::from_pods_with_dra(pods, scheduler_name, &HashMap::new())
+    }
+
+    /// The index of `pods` with what their DRA claims grant (`dra`: pod UID → view): a
+    /// container without annotation devices gets its claims' AMD devices, the pod its
+    /// claims' CU ranges, the index the claims' regions.
+    pub fn from_pods_with_dra<'a>(
+        pods: impl IntoIterator<Item = &'a Pod>,
+        scheduler_name: &str,
+        dra: &HashMap<String, DraPod>,
+    ) -> PodIndex {
         let mut index = PodIndex::default();
         for pod in pods {
-            let Some(info) = pod_info(pod, scheduler_name) else {
+            let Some(mut info) = pod_info(pod, scheduler_name) else {
                 continue;
             };
+            if let Some(d) = dra.get(&info.uid) {
+                for c in &mut info.containers {
+                    if let Some(devices) = d.containers.get(&c.name)
+                        && c.amd.is_empty()
+                    {
+                        c.amd = devices.clone();
+                    }
+                }
+                info.cu_allocated.extend(d.cu_allocated.iter().cloned());
+                index.dra_problems.extend(
+                    d.problems
+                        .iter()
+                        .map(|p| format!("{}/{}: {p}", info.namespace, info.name)),
+                );
+                for (claim, region) in &d.regions {
+                    index.claims.insert(claim.clone(), region.clone());
+                }
+            }
             for c in &info.containers {
                 if let Some(id) = &c.container_id {
                     index
@@ -197,12 +232,16 @@ impl PodIndex {
 pub struct PodInformer {
     store: Store<Pod>,
     scheduler_name: String,
+    dra: DraSource,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl PodInformer {
     /// Starts watching the pods of `node_name`, placed by the scheduler `scheduler_name`.
+    /// DRA claims of [`crate::dra_claims::DEFAULT_DRIVER`] are read for pods that have
+    /// them ([`PodInformer::index_with_dra`]).
     pub fn start(client: Client, node_name: &str, scheduler_name: &str) -> PodInformer {
+        let dra = DraSource::new(client.clone(), crate::dra_claims::DEFAULT_DRIVER, node_name);
         let api: Api<Pod> = Api::all(client);
         let config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
         let (store, writer) = reflector::store();
@@ -219,6 +258,7 @@ impl PodInformer {
         PodInformer {
             store,
             scheduler_name: scheduler_name.to_owned(),
+            dra,
             task,
         }
     }
@@ -235,6 +275,20 @@ impl PodInformer {
     pub fn index(&self) -> PodIndex {
         let pods = self.store.state();
         PodIndex::from_pods(pods.iter().map(|p| p.as_ref()), &self.scheduler_name)
+    }
+
+    /// [`PodInformer::index`] with the pods' DRA claims, read through the API server where
+    /// they changed.
+    pub async fn index_with_dra(&mut self) -> PodIndex {
+        let pods = self.store.state();
+        let view = self.dra.view(&pods).await;
+        let mut index = PodIndex::from_pods_with_dra(
+            pods.iter().map(|p| p.as_ref()),
+            &self.scheduler_name,
+            &view.pods,
+        );
+        index.dra_problems.extend(view.problems);
+        index
     }
 }
 

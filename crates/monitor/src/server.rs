@@ -92,10 +92,11 @@ pub async fn serve(
     if !containers.is_dir() {
         tracing::warn!(dir = %containers.display(), "the containers directory does not exist yet; it is scanned again every {}s", config.refresh_interval.as_secs());
     }
-    let informer = PodInformer::start(client, &config.monitor.node_name, &config.scheduler_name);
+    let mut informer =
+        PodInformer::start(client, &config.monitor.node_name, &config.scheduler_name);
     informer.wait_ready().await?;
     let monitor = Arc::new(NodeMonitor::new(config.monitor.clone()));
-    refresh(&monitor, informer.index()).await;
+    refresh(&monitor, informer.index_with_dra().await).await;
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.bind))?;
@@ -108,7 +109,7 @@ pub async fn serve(
         tick.tick().await;
         loop {
             tick.tick().await;
-            refresh(&ticker_monitor, informer.index()).await;
+            refresh(&ticker_monitor, informer.index_with_dra().await).await;
         }
     });
     let result = axum::serve(listener, router(monitor, config.legacy_metrics))
