@@ -4,11 +4,24 @@
 //!
 //! 1. refuse a pod re-created under the same name (its UID is not the one kube-scheduler
 //!    filtered), without an Event: the new pod is another pod, kube-scheduler retries;
-//! 2. refuse, with a `BindingFailed` Event, a pod that filter placed on another node;
-//! 3. a pod that asks for GPUs (whatever the informer has seen of filter's patch so far)
-//!    takes the node lock, then is marked `bind-phase=allocating` ([`allocating_patch`]);
+//! 2. a pod already bound to the node asked for is done: a repeated bind (a follower
+//!    retrying a forwarded bind whose answer was lost after the leader bound the pod, or
+//!    kube-scheduler repeating one) answers success and writes nothing, so the node lock
+//!    stays with the pod until the device plugin's bind-phase success or its expiry; a pod
+//!    bound to another node is refused, without an Event, and nothing is written;
+//! 3. refuse, with a `BindingFailed` Event, a pod that filter placed on another node;
+//! 4. a pod that asks for GPUs (whatever the informer has seen of filter's patch so far)
+//!    takes the node lock, then is marked `bind-phase=allocating` ([`allocating_patch`],
+//!    conditional on the pod being as read: a pod bound meanwhile by another bind of it,
+//!    whose device plugin may have written success already, is not marked again; on a
+//!    conflict, [`after_allocating_conflict`] with the pod read again);
 //!    a pod without GPU requests, or whose requests do not parse, takes no lock;
-//! 4. then `pods/binding` ([`binding`]); any failure after the lock releases it.
+//! 5. then `pods/binding` ([`binding`]); a failure is settled by [`after_failure`] with the
+//!    pod read again: bound where asked after all (another bind of the same pod got there
+//!    first) is success and keeps the lock for the plugin (one this bind wrote is removed
+//!    when the pod is no longer allocating: the plugin is done with it); otherwise only a
+//!    lock this bind wrote is released, never one it found already the pod's (that one
+//!    belongs to another bind of the pod, perhaps one that succeeded or is under way).
 
 use hami_protocol::names::pod as pod_keys;
 use hami_protocol::node_lock::{BindPhase, PodRef};
@@ -25,6 +38,9 @@ pub struct BindPlan {
     pub owner: PodRef,
     /// Whether it takes the node lock and is marked allocating first (it asks for GPUs).
     pub takes_lock: bool,
+    /// The pod is already bound to the node asked for: answer success, write nothing
+    /// (and leave the node lock alone).
+    pub already_bound: bool,
 }
 
 /// Why bind refuses a pod before any write.
@@ -55,6 +71,25 @@ pub fn plan_bind(
     }
     let owner = PodRef::new(&args.pod_namespace, &args.pod_name);
     let takes_lock = pod_requests(pod, defaults).is_ok_and(|r| r.iter().any(|c| !c.is_empty()));
+    match bound_to(pod) {
+        Some(node) if node == args.node => {
+            return Ok(BindPlan {
+                owner,
+                takes_lock,
+                already_bound: true,
+            });
+        }
+        Some(node) => {
+            return Err(BindRefusal {
+                message: format!(
+                    "pod {owner} is already bound to {node}, not {}; nothing was changed",
+                    args.node
+                ),
+                event: false,
+            });
+        }
+        None => {}
+    }
     if let Some(node) = held_on
         && node != args.node
     {
@@ -66,15 +101,104 @@ pub fn plan_bind(
             event: true,
         });
     }
-    Ok(BindPlan { owner, takes_lock })
+    Ok(BindPlan {
+        owner,
+        takes_lock,
+        already_bound: false,
+    })
 }
 
-/// The merge patch that marks a pod allocating at unix time `now` (SPEC §2.4).
-pub fn allocating_patch(now: i64) -> Value {
-    json!({"metadata": {"annotations": {
+/// The node `pod` is bound to, if any (`spec.nodeName`).
+fn bound_to(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+/// What bind does after its allocating patch met a conflict (the pod changed since read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllocatingConflict {
+    /// The pod is still unbound (another bind of it marked it allocating, or another
+    /// writer changed it): mark it again, conditional on this `resource_version`.
+    Again {
+        /// The pod's resourceVersion as read again.
+        resource_version: Option<String>,
+    },
+    /// The pod is bound (by another bind of it) or re-created: stop here and let
+    /// [`after_failure`] settle it.
+    Settle,
+}
+
+/// Decides after an allocating-patch conflict, from the pod read again (`now`) and its UID
+/// as bind first read it.
+pub fn after_allocating_conflict(uid: Option<&str>, now: &Pod) -> AllocatingConflict {
+    if now.metadata.uid.as_deref() != uid || bound_to(now).is_some() {
+        return AllocatingConflict::Settle;
+    }
+    AllocatingConflict::Again {
+        resource_version: now.metadata.resource_version.clone(),
+    }
+}
+
+/// How a bind whose writes failed ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// The pod is bound to the node asked for all the same (another bind of it got there
+    /// first: a retry of a bind whose answer was lost, or one still under way): success.
+    Bound {
+        /// Remove the node lock: only one this bind wrote, and only once the pod is no
+        /// longer `bind-phase=allocating` (its plugin is done). A lock the pod holds while
+        /// allocating stays for the plugin.
+        release: bool,
+    },
+    /// The bind failed.
+    Failed {
+        /// Remove the node lock: only when this bind wrote it.
+        release: bool,
+    },
+}
+
+/// Settles a bind of `args` whose allocating patch or `pods/binding` failed. `uid` is the
+/// pod's UID as bind first read it, `now` the pod read again after the failure (`None`
+/// when gone or unreadable), `wrote_lock` whether this bind wrote the node lock (taken
+/// free or over; not when it found the lock already the pod's).
+pub fn after_failure(
+    args: &ExtenderBindingArgs,
+    uid: Option<&str>,
+    now: Option<&Pod>,
+    wrote_lock: bool,
+) -> AfterFailure {
+    let bound_here = now.is_some_and(|p| {
+        uid.is_some() && p.metadata.uid.as_deref() == uid && bound_to(p) == Some(&args.node)
+    });
+    if bound_here {
+        let allocating = now
+            .and_then(|p| p.metadata.annotations.as_ref())
+            .and_then(|a| a.get(pod_keys::BIND_PHASE))
+            .is_some_and(|v| v == BindPhase::Allocating.as_str());
+        AfterFailure::Bound {
+            release: wrote_lock && !allocating,
+        }
+    } else {
+        AfterFailure::Failed {
+            release: wrote_lock,
+        }
+    }
+}
+
+/// The merge patch that marks a pod allocating at unix time `now` (SPEC §2.4); with the
+/// pod's `resource_version` as bind read it, the API server refuses it (409) if the pod
+/// changed since (bound by another bind of it, perhaps already marked success).
+pub fn allocating_patch(now: i64, resource_version: Option<&str>) -> Value {
+    let mut patch = json!({"metadata": {"annotations": {
         pod_keys::BIND_PHASE: BindPhase::Allocating.as_str(),
         pod_keys::BIND_TIME: now.to_string(),
-    }}})
+    }}});
+    if let Some(rv) = resource_version {
+        patch["metadata"]["resourceVersion"] = json!(rv);
+    }
+    patch
 }
 
 /// The `pods/binding` body that binds the pod of `args` (with its `uid`, so a re-created
@@ -156,9 +280,144 @@ mod tests {
         );
     }
 
+    fn bound(uid: &str, node: &str) -> Pod {
+        let mut p = pod(uid, json!({"amd.com/gpu": "1"}));
+        p.spec.as_mut().unwrap().node_name = Some(node.into());
+        p
+    }
+
+    #[test]
+    fn a_pod_bound_where_asked_is_done_and_writes_nothing() {
+        let d = RequestDefaults::default();
+        // A repeated bind: whatever filter's record says, the pod is bound as asked.
+        for held_on in [None, Some("n1"), Some("n2")] {
+            let plan = plan_bind(&args("u1", "n1"), &bound("u1", "n1"), held_on, &d).unwrap();
+            assert!(plan.already_bound, "{held_on:?}");
+            assert_eq!(plan.owner, PodRef::new("ns", "p"));
+        }
+        // Not yet bound: a bind to carry out.
+        let pending = pod("u1", json!({"amd.com/gpu": "1"}));
+        assert!(
+            !plan_bind(&args("u1", "n1"), &pending, Some("n1"), &d)
+                .unwrap()
+                .already_bound
+        );
+        // An empty nodeName is not bound.
+        assert!(
+            !plan_bind(&args("u1", "n1"), &bound("u1", ""), None, &d)
+                .unwrap()
+                .already_bound
+        );
+        // Bound elsewhere: refused, nothing written, no Event.
+        let elsewhere = plan_bind(&args("u1", "n1"), &bound("u1", "n2"), None, &d).unwrap_err();
+        assert!(!elsewhere.event);
+        assert_eq!(
+            elsewhere.message,
+            "pod ns/p is already bound to n2, not n1; nothing was changed"
+        );
+        // A re-created pod is still refused first, bound or not.
+        let recreated = plan_bind(&args("u0", "n1"), &bound("u1", "n1"), None, &d).unwrap_err();
+        assert!(
+            recreated.message.contains("re-created"),
+            "{}",
+            recreated.message
+        );
+    }
+
+    #[test]
+    fn a_failed_bind_releases_only_a_lock_it_wrote_and_not_when_bound_after_all() {
+        let a = args("u1", "n1");
+        let uid = Some("u1");
+        // Another bind of the pod bound it where asked and its plugin is still to come:
+        // success, the lock is kept, whoever wrote it.
+        let mut allocating = bound("u1", "n1");
+        allocating.metadata.annotations = Some(
+            [(pod_keys::BIND_PHASE.to_owned(), "allocating".to_owned())]
+                .into_iter()
+                .collect(),
+        );
+        for wrote in [false, true] {
+            assert_eq!(
+                after_failure(&a, uid, Some(&allocating), wrote),
+                AfterFailure::Bound { release: false }
+            );
+        }
+        // Its plugin is done (success or failed, or no phase): a lock this bind wrote
+        // meanwhile would only block the node; one it found is not its to remove.
+        for phase in [Some("success"), Some("failed"), None] {
+            let mut done = bound("u1", "n1");
+            done.metadata.annotations = phase.map(|v| {
+                [(pod_keys::BIND_PHASE.to_owned(), v.to_owned())]
+                    .into_iter()
+                    .collect()
+            });
+            assert_eq!(
+                after_failure(&a, uid, Some(&done), true),
+                AfterFailure::Bound { release: true },
+                "{phase:?}"
+            );
+            assert_eq!(
+                after_failure(&a, uid, Some(&done), false),
+                AfterFailure::Bound { release: false },
+                "{phase:?}"
+            );
+        }
+        let unbound = pod("u1", json!({"amd.com/gpu": "1"}));
+        for now in [
+            None,
+            Some(&unbound),
+            // Bound elsewhere, or a re-created pod bound here: not our bind.
+            Some(&bound("u1", "n2")),
+            Some(&bound("u2", "n1")),
+        ] {
+            assert_eq!(
+                after_failure(&a, uid, now, true),
+                AfterFailure::Failed { release: true },
+                "{now:?}"
+            );
+            // A lock found already the pod's belongs to another bind of it: left alone.
+            assert_eq!(
+                after_failure(&a, uid, now, false),
+                AfterFailure::Failed { release: false },
+                "{now:?}"
+            );
+        }
+        // Without the UID first read, a bound pod cannot be told from a re-created one.
+        assert_eq!(
+            after_failure(&a, None, Some(&bound("u1", "n1")), true),
+            AfterFailure::Failed { release: true }
+        );
+    }
+
+    #[test]
+    fn an_allocating_conflict_marks_again_only_an_unbound_pod() {
+        let mut unbound = pod("u1", json!({"amd.com/gpu": "1"}));
+        unbound.metadata.resource_version = Some("7".into());
+        assert_eq!(
+            after_allocating_conflict(Some("u1"), &unbound),
+            AllocatingConflict::Again {
+                resource_version: Some("7".into())
+            }
+        );
+        // Bound meanwhile (its plugin may be done): never marked again.
+        assert_eq!(
+            after_allocating_conflict(Some("u1"), &bound("u1", "n1")),
+            AllocatingConflict::Settle
+        );
+        assert_eq!(
+            after_allocating_conflict(Some("u1"), &bound("u1", "n2")),
+            AllocatingConflict::Settle
+        );
+        // Re-created under the same name: another pod.
+        assert_eq!(
+            after_allocating_conflict(Some("u1"), &pod("u2", json!({}))),
+            AllocatingConflict::Settle
+        );
+    }
+
     #[test]
     fn bodies() {
-        let patch = allocating_patch(1_700_000_000);
+        let patch = allocating_patch(1_700_000_000, None);
         assert_eq!(
             patch["metadata"]["annotations"][pod_keys::BIND_PHASE],
             "allocating"
@@ -166,6 +425,13 @@ mod tests {
         assert_eq!(
             patch["metadata"]["annotations"][pod_keys::BIND_TIME],
             "1700000000"
+        );
+        assert!(patch["metadata"].get("resourceVersion").is_none());
+        let conditional = allocating_patch(1_700_000_000, Some("42"));
+        assert_eq!(conditional["metadata"]["resourceVersion"], "42");
+        assert_eq!(
+            conditional["metadata"]["annotations"],
+            patch["metadata"]["annotations"]
         );
         let b = binding(&args("u1", "n1"), Some("u1"));
         assert_eq!(b["metadata"]["uid"], "u1");

@@ -143,7 +143,9 @@ impl Forwarder {
     ) -> Result<(u16, Bytes), String> {
         let mut last = String::new();
         // A cached address may be stale (the leader's pod was replaced): look it up again
-        // once before giving up.
+        // once before giving up. A call that failed may still have been carried out (its
+        // reply lost): sending it again is safe, filter is recomputed and bind is
+        // idempotent (`bind_plan`: a pod bound where asked is success, its lock untouched).
         for fresh in [false, true] {
             let base = self.address(leader, fresh).await?;
             match self

@@ -12,7 +12,10 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use tracing::{info, warn};
 
-use crate::bind_plan::{BindPlan, allocating_patch, binding, plan_bind};
+use crate::bind_plan::{
+    AfterFailure, AllocatingConflict, BindPlan, after_allocating_conflict, after_failure,
+    allocating_patch, binding, plan_bind,
+};
 use crate::config::Settings;
 use crate::extender::{
     EventNote, ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult,
@@ -23,7 +26,8 @@ use crate::kube_error;
 use crate::metrics::Metrics;
 use crate::state::{ClusterState, pod_name};
 use crate::watch_health::Verdict;
-use hami_plugin_core::node_lock_client::{NodeLockClient, unix_now};
+use hami_plugin_core::node_lock_client::{NodeLockClient, TakeOutcome, unix_now};
+use hami_protocol::node_lock::PodRef;
 
 /// The scheduler of one replica: its API client, settings, watched state, leadership and metrics;
 /// the HTTP shells call into it.
@@ -223,7 +227,11 @@ impl Scheduler {
             .uid
             .as_deref()
             .and_then(|uid| self.state().holding(uid).map(|h| h.node.clone()));
-        let BindPlan { owner, takes_lock } = match plan_bind(
+        let BindPlan {
+            owner,
+            takes_lock,
+            already_bound,
+        } = match plan_bind(
             args,
             &pod,
             held_on.as_deref(),
@@ -237,33 +245,33 @@ impl Scheduler {
                 return Err(refusal.message);
             }
         };
+        if already_bound {
+            // A repeated bind (its first answer was lost): the bind that bound the pod took
+            // the node lock for the device plugin; touching it here would undo that.
+            info!(pod = %owner, node = %args.node, "already bound there: a repeated bind, answered as done");
+            return Ok(());
+        }
         let deadline = Instant::now() + self.settings.bind_lock_wait;
         let locks = NodeLockClient::new(self.client.clone());
-        if takes_lock
-            && let Err(e) = locks
+        // Whether this bind wrote the lock (not found it already the pod's): only then may
+        // its failure remove it.
+        let mut wrote_lock = false;
+        if takes_lock {
+            match locks
                 .acquire(&args.node, &owner, self.settings.node_lock_expiry, deadline)
                 .await
-        {
-            let e = e.to_string();
-            self.bind_failed(&pod, &e);
-            return Err(e);
+            {
+                Ok(outcome) => wrote_lock = outcome != TakeOutcome::AlreadyHeld,
+                Err(e) => {
+                    let e = e.to_string();
+                    self.bind_failed(&pod, &e);
+                    return Err(e);
+                }
+            }
         }
         let result = async {
             if takes_lock {
-                api.patch(
-                    &args.pod_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&allocating_patch(unix_now())),
-                )
-                .await
-                .map_err(|e| {
-                    format!(
-                        "cannot mark pod {}/{} allocating: {}",
-                        args.pod_namespace,
-                        args.pod_name,
-                        kube_error::text(&e)
-                    )
-                })?;
+                self.mark_allocating(&api, args, &pod).await?;
             }
             api.create_subresource::<_, serde_json::Value>(
                 "binding",
@@ -298,15 +306,83 @@ impl Scheduler {
                 Ok(())
             }
             Err(e) => {
-                let release_by = Instant::now() + std::time::Duration::from_secs(5);
-                if takes_lock
-                    && let Err(release) = locks.release(&args.node, &owner, release_by).await
-                {
-                    warn!(error = %release, "lock release after a failed bind failed; it will expire");
+                // Another bind of this pod may have bound it meanwhile (our write then
+                // fails with "already assigned"): read it again before undoing anything.
+                let now = api.get_opt(&args.pod_name).await.ok().flatten();
+                match after_failure(args, pod.metadata.uid.as_deref(), now.as_ref(), wrote_lock) {
+                    AfterFailure::Bound { release } => {
+                        if release {
+                            self.release_after_bind(&locks, &args.node, &owner).await;
+                        }
+                        info!(pod = %owner, node = %args.node, error = %e, "bound by another bind of the pod; answered as done");
+                        Ok(())
+                    }
+                    AfterFailure::Failed { release } => {
+                        if release {
+                            self.release_after_bind(&locks, &args.node, &owner).await;
+                        }
+                        self.bind_failed(&pod, &e);
+                        Err(e)
+                    }
                 }
-                self.bind_failed(&pod, &e);
-                Err(e)
             }
+        }
+    }
+
+    /// Marks `pod` allocating, conditional on it being as read: after a conflict, read again
+    /// and marked again while it is unbound (a few times), never once it is bound (another
+    /// bind of it got there, and its plugin may have written success).
+    async fn mark_allocating(
+        &self,
+        api: &Api<Pod>,
+        args: &ExtenderBindingArgs,
+        pod: &Pod,
+    ) -> Result<(), String> {
+        let failed = |e: &kube::Error| {
+            format!(
+                "cannot mark pod {}/{} allocating: {}",
+                args.pod_namespace,
+                args.pod_name,
+                kube_error::text(e)
+            )
+        };
+        let uid = pod.metadata.uid.as_deref();
+        let mut resource_version = pod.metadata.resource_version.clone();
+        let mut conflicts = 0;
+        loop {
+            let patch = allocating_patch(unix_now(), resource_version.as_deref());
+            let e = match api
+                .patch(
+                    &args.pod_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) => e,
+            };
+            let conflict = matches!(&e, kube::Error::Api(s) if s.code == 409);
+            conflicts += 1;
+            if !conflict || conflicts > 3 {
+                return Err(failed(&e));
+            }
+            let now = api.get(&args.pod_name).await.map_err(|_| failed(&e))?;
+            match after_allocating_conflict(uid, &now) {
+                AllocatingConflict::Again {
+                    resource_version: rv,
+                } => resource_version = rv,
+                AllocatingConflict::Settle => return Err(failed(&e)),
+            }
+        }
+    }
+
+    /// Removes the node lock this bind wrote, if the pod still holds it (bounded; a lock
+    /// left behind expires).
+    async fn release_after_bind(&self, locks: &NodeLockClient, node: &str, owner: &PodRef) {
+        let release_by = Instant::now() + std::time::Duration::from_secs(5);
+        if let Err(release) = locks.release(node, owner, release_by).await {
+            warn!(error = %release, "lock release after a bind failed; it will expire");
         }
     }
 

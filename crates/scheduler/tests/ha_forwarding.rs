@@ -8,7 +8,9 @@
 //! a client certificate cannot bind, and the webhook listener refuses `/bind`. Callers are
 //! authenticated by a client CA (`--client-ca-file`) or by pinning the replicas' own
 //! serving certificate, issued for server authentication only as kube-webhook-certgen
-//! does (`--client-cert-pin-file`).
+//! does (`--client-cert-pin-file`). A forwarded bind whose reply is lost after the leader
+//! bound the pod (a proxy in front of the leader resets the connection) is retried by the
+//! follower: it answers success and leaves the node lock to the pod for its plugin.
 
 mod common;
 
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use hami_kube_scheduler_sim::SimKubeScheduler;
 use hami_protocol::names::{node as node_keys, pod as pod_keys};
-use hami_protocol::node_lock::NodeLock;
+use hami_protocol::node_lock::{NodeLock, PodRef};
 use hami_scheduler::config::SchedulerArgs;
 use hami_scheduler::extender_client::{ClientIdentity, ExtenderClient, Trust};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -127,6 +129,16 @@ struct Ports {
     main: u16,
     extender: u16,
     metrics: u16,
+}
+
+impl Ports {
+    fn free() -> Self {
+        Ports {
+            main: free_port(),
+            extender: free_port(),
+            metrics: free_port(),
+        }
+    }
 }
 
 fn replica_args(
@@ -256,11 +268,7 @@ async fn scenario(replicas: usize, subnet: u8, mode: Mode) {
     let pki = pki(&format!("{replicas}"));
     let kubeconfig = pki.dir.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig).unwrap();
-    let ports = Ports {
-        main: free_port(),
-        extender: free_port(),
-        metrics: free_port(),
-    };
+    let ports = Ports::free();
     let ip = |i: usize| format!("127.0.0.{}", usize::from(subnet) + i);
     // The replicas' pods: followers find the leader's IP through them.
     let kube_system: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
@@ -499,4 +507,279 @@ async fn three_replicas_follower_forwards_and_leader_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_pinned_certificate() {
     scenario(2, 30, Mode::Pin).await;
+}
+
+/// A TCP proxy in front of the leader's extender listener (the leader's pod IP points at
+/// it), relaying TLS bytes both ways. Once armed, the first bytes the leader sends after
+/// `default/<victim>` is bound (the reply to the bind that bound it: the leader answers
+/// only after its `pods/binding` write) are dropped and the caller's connection is reset,
+/// as a connection lost after the leader acted. Every other byte is relayed.
+async fn lossy_proxy(
+    listen: std::net::SocketAddr,
+    upstream: std::net::SocketAddr,
+    client: Client,
+    victim: &'static str,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(listen).await.unwrap();
+    loop {
+        let Ok((caller, _)) = listener.accept().await else {
+            continue;
+        };
+        let Ok(leader) = tokio::net::TcpStream::connect(upstream).await else {
+            continue;
+        };
+        let (client, dropped) = (client.clone(), dropped.clone());
+        tokio::spawn(async move {
+            // Closing the caller's socket then resets it (RST), not a clean close: the
+            // caller sees its call fail, as when a connection is lost.
+            let _ = caller.set_zero_linger();
+            let (mut from_leader, mut to_leader) = leader.into_split();
+            let (mut from_caller, mut to_caller) = caller.into_split();
+            let up = tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut from_caller, &mut to_leader).await;
+                let _ = to_leader.shutdown().await;
+            });
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match from_leader.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if !dropped.load(Ordering::SeqCst)
+                    && node_of(&client, victim).await.is_some()
+                    && !dropped.swap(true, Ordering::SeqCst)
+                {
+                    break;
+                }
+                if to_caller.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+            up.abort();
+            let _ = up.await;
+        });
+    }
+}
+
+/// The lock on node `n`, if any, and whether `default/<pod>` owns it.
+async fn lock_owned_by(client: &Client, pod: &str) -> (Option<String>, bool) {
+    let node = Api::<Node>::all(client.clone()).get("n").await.unwrap();
+    let value = node
+        .metadata
+        .annotations
+        .and_then(|a| a.get(node_keys::MUTEX_LOCK).cloned());
+    let owned = value.as_deref().is_some_and(|v| {
+        NodeLock::parse(v).is_ok_and(|l| l.is_owned_by(&PodRef::new("default", pod)))
+    });
+    (value, owned)
+}
+
+async fn bind_phase(client: &Client, pod: &str) -> Option<String> {
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .get(pod)
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .and_then(|a| a.get(pod_keys::BIND_PHASE).cloned())
+}
+
+/// A follower forwards kube-scheduler's `/bind`; the leader binds the pod (node lock taken,
+/// `bind-phase=allocating`, `pods/binding` written) but its reply is lost on the way back
+/// (connection reset), so the follower sends the bind again. The retried bind finds the
+/// pod bound where asked: it answers success, and leaves the node lock to the pod until
+/// the device plugin's bind-phase success (releasing it would let another pod's bind take
+/// the node before this pod's devices are allocated, and the plugin would find no lock).
+/// kube-scheduler repeating the bind, before or after the plugin's step, changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_bind_retried_after_a_lost_reply_keeps_the_lock() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (api, client) = common::cluster().await;
+    let pki = pki("lost-reply");
+    let kubeconfig = pki.dir.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let ports = Ports::free();
+    let ip = |i: usize| format!("127.0.0.{}", 41 + i);
+    let proxy_ip = "127.0.0.49";
+    let kube_system: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    let set_ip = |i: usize, addr: String| {
+        let kube_system = kube_system.clone();
+        async move {
+            kube_system
+                .patch_status(
+                    &format!("hami-scheduler-{i}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"podIP": addr, "phase": "Running"}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    for i in 0..2 {
+        let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("hami-scheduler-{i}"), "namespace": "kube-system"},
+            "spec": {"containers": [{"name": "extender", "image": "x"}]}}))
+        .unwrap();
+        kube_system
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+        set_ip(i, ip(i)).await;
+    }
+    let tasks: Vec<JoinHandle<anyhow::Result<()>>> = (0..2)
+        .map(|i| {
+            tokio::spawn(hami_scheduler::server::run(replica_args(
+                i,
+                &ip(i),
+                &ports,
+                &pki.dir,
+                &kubeconfig,
+                Mode::Ca,
+            )))
+        })
+        .collect();
+    let trust = || Trust::Ca(pki.ca_pem.clone().into_bytes());
+    let probe = ExtenderClient::with_tls("https://unused", trust(), None, Some(SERVER_NAME.into()))
+        .unwrap();
+    until("a leader", Duration::from_secs(10), || async {
+        holder(&client).await.is_some()
+    })
+    .await;
+    for i in 0..2 {
+        let url = format!("https://{}:{}/readyz", ip(i), ports.main);
+        until(
+            &format!("replica {i} Ready"),
+            Duration::from_secs(10),
+            || {
+                let (probe, url) = (probe.clone(), url.clone());
+                async move { probe.get(&url).await.is_ok_and(|(s, _)| s == 200) }
+            },
+        )
+        .await;
+    }
+    let leader: usize = holder(&client).await.unwrap()["hami-scheduler-".len()..]
+        .parse()
+        .unwrap();
+    let follower = 1 - leader;
+
+    // The follower reaches the leader through the lossy proxy: the leader's pod IP is the
+    // proxy's (before any forward, so nothing is cached yet).
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy = tokio::spawn(lossy_proxy(
+        format!("{proxy_ip}:{}", ports.extender).parse().unwrap(),
+        format!("{}:{}", ip(leader), ports.extender)
+            .parse()
+            .unwrap(),
+        client.clone(),
+        "p1",
+        dropped.clone(),
+    ));
+    set_ip(leader, proxy_ip.to_owned()).await;
+
+    gpu_pod(&client, "p1").await;
+    let pod = Api::<Pod>::namespaced(client.clone(), "default")
+        .get("p1")
+        .await
+        .unwrap();
+    let extender = ExtenderClient::with_tls(
+        &format!("https://{}:{}", ip(follower), ports.extender),
+        trust(),
+        Some(pki.client.clone()),
+        Some(SERVER_NAME.into()),
+    )
+    .unwrap();
+    let call = |verb: &'static str, body: serde_json::Value| {
+        let extender = extender.clone();
+        let url = format!("https://{}:{}/{verb}", ip(follower), ports.extender);
+        async move {
+            let (status, bytes) = extender
+                .post(&url, verb, serde_json::to_vec(&body).unwrap(), &[])
+                .await
+                .unwrap();
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap()
+        }
+    };
+    // Until the follower has seen the Lease's holder it answers "no replica leads", and
+    // kube-scheduler retries: so do we.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let filtered = loop {
+        let filtered = call("filter", json!({"pod": pod, "nodenames": ["n"]})).await;
+        let error = filtered["error"].as_str().unwrap_or("");
+        if error.is_empty() {
+            break filtered;
+        }
+        assert!(
+            error.contains("no replica leads") && Instant::now() < deadline,
+            "{filtered}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(filtered["nodenames"], json!(["n"]), "{filtered}");
+    assert!(
+        !dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "filter's reply was relayed"
+    );
+
+    let bind = json!({"podName": "p1", "podNamespace": "default",
+        "podUID": pod.metadata.uid.clone().unwrap(), "node": "n"});
+    let bound = call("bind", bind.clone()).await;
+    assert!(
+        dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "the leader's reply to the bind that bound p1 was lost"
+    );
+    assert_eq!(node_of(&client, "p1").await.as_deref(), Some("n"));
+    let (lock, owned) = lock_owned_by(&client, "p1").await;
+    assert!(
+        owned,
+        "the node lock stays p1's until the plugin allocates: {lock:?}"
+    );
+    // The follower's retry reached the leader, which answers for the pod bound as asked.
+    assert_eq!(bound["error"].as_str().unwrap_or(""), "", "{bound}");
+    assert_eq!(
+        bind_phase(&client, "p1").await.as_deref(),
+        Some("allocating")
+    );
+
+    // kube-scheduler (or another lost reply) repeating the bind: the same answer, the
+    // lock and the phase untouched.
+    let again = call("bind", bind.clone()).await;
+    assert_eq!(again["error"].as_str().unwrap_or(""), "", "{again}");
+    let (lock_again, owned) = lock_owned_by(&client, "p1").await;
+    assert!(owned && lock_again == lock, "{lock_again:?} vs {lock:?}");
+    assert_eq!(
+        bind_phase(&client, "p1").await.as_deref(),
+        Some("allocating")
+    );
+
+    // The device plugin's last step, then a late repeat: no lock taken again, the phase
+    // stays success.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.patch(
+        "p1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {pod_keys::BIND_PHASE: "success"}}})),
+    )
+    .await
+    .unwrap();
+    Api::<Node>::all(client.clone())
+        .patch(
+            "n",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {node_keys::MUTEX_LOCK: null}}})),
+        )
+        .await
+        .unwrap();
+    let late = call("bind", bind).await;
+    assert_eq!(late["error"].as_str().unwrap_or(""), "", "{late}");
+    assert_eq!(lock_owned_by(&client, "p1").await, (None, false));
+    assert_eq!(bind_phase(&client, "p1").await.as_deref(), Some("success"));
+
+    proxy.abort();
+    for t in tasks {
+        t.abort();
+    }
 }

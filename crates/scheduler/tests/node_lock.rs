@@ -2,7 +2,8 @@
 //! plugins) against the embedded API server: future-stamped locks are taken over, transient
 //! errors and conflicts are retried with backoff, deadlines hold even when the server does
 //! not answer, and the messages that reach kube-scheduler and Events carry no kube-rs debug
-//! dumps (issue 17 items 12 and 14).
+//! dumps (issue 17 items 12 and 14). Two binds of one pod at once both succeed and leave
+//! the lock the pod's.
 
 mod common;
 
@@ -238,4 +239,55 @@ async fn plugin_commit_errors_carry_no_debug_dumps() {
         err.contains("500 InternalError") && !err.contains("Status {"),
         "{err}"
     );
+}
+
+/// Two binds of the same pod at once (a follower retrying a forwarded bind that timed out
+/// while the leader was still carrying it out): both answer success, and the lock stays
+/// the pod's for its device plugin, whichever of them wrote `pods/binding` (the other one's
+/// write fails with "already assigned" and must not undo the first's lock). Repeated a few
+/// times, as the interleaving differs from run to run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_binds_of_one_pod_both_succeed_and_keep_the_lock() {
+    let (_api, client) = cluster().await;
+    let scheduler = start_scheduler(&client);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !scheduler.ready() {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
+    for i in 0..5 {
+        let name = format!("p{i}");
+        let pod = create_pod(&client, &name).await;
+        let decided = scheduler.filter(filter_args(&pod)).await;
+        assert_eq!(decided.error, "");
+        let args = ExtenderBindingArgs {
+            pod_name: name.clone(),
+            pod_namespace: "default".into(),
+            pod_uid: pod.metadata.uid.clone().unwrap(),
+            node: "n".into(),
+        };
+        let (a, b) = tokio::join!(scheduler.bind(args.clone()), scheduler.bind(args));
+        assert_eq!((a.error.as_str(), b.error.as_str()), ("", ""), "{name}");
+        let lock = lock_value(&client).await.expect("the lock is held");
+        assert!(
+            NodeLock::parse(&lock).is_ok_and(|l| l.is_owned_by(&PodRef::new("default", &name))),
+            "{name}: {lock}"
+        );
+        let bound = pods.get(&name).await.unwrap();
+        assert_eq!(
+            bound.spec.and_then(|s| s.node_name).as_deref(),
+            Some("n"),
+            "{name}"
+        );
+        // The plugin's last step (the lock released), before the next pod.
+        Api::<Node>::all(client.clone())
+            .patch(
+                "n",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {node_keys::MUTEX_LOCK: null}}})),
+            )
+            .await
+            .unwrap();
+    }
 }
