@@ -6,6 +6,8 @@
 //! `/api/v1/query`. Needs root and util-linux (`unshare`) for the workloads, as
 //! tests/workloads.rs does.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -13,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hami_demo::{Cluster, DemoArgs, Progress};
+use common::{once_args, scratch};
+use hami_demo::{Cluster, Progress};
 use serde_json::Value;
 
 /// Panels that are legitimately empty against the demo, by dashboard file and title, and why.
@@ -285,19 +288,10 @@ async fn every_dashboard_panel_has_data_against_the_demo() {
         );
     }
 
-    let dir = std::env::temp_dir().join(format!("hami-dashboard-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch("dashboard");
     std::fs::create_dir_all(dir.join("late")).unwrap();
     std::fs::write(dir.join("late/late-share.yaml"), LATE_POD).unwrap();
-    let args = DemoArgs {
-        once: true,
-        api_listen: "127.0.0.1:0".parse().unwrap(),
-        examples: "built-in".into(),
-        kubeconfig_out: dir.join("kubeconfig"),
-        settle_seconds: 20,
-        scenario: None,
-        ui_listen: "127.0.0.1:0".parse().unwrap(),
-    };
+    let args = once_args("built-in".into(), &dir);
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);
     let workload = Some(env!("CARGO_BIN_EXE_hami-workload").into());

@@ -5,10 +5,13 @@
 //! away: a later GPU pod on that node is placed by the scheduler, gets its CUs from the
 //! AMD plugin and runs, and the monitor reports no grant for the forged pod.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use hami_demo::{Cluster, DemoArgs, Progress};
+use common::{once_args, scratch};
+use hami_demo::{Cluster, Progress};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
@@ -46,17 +49,8 @@ fn monitor_scrape(addr: std::net::SocketAddr) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_allocations_neither_pass_the_webhook_nor_block_later_gpu_pods() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = std::env::temp_dir().join(format!("hami-forged-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let args = DemoArgs {
-        once: true,
-        api_listen: "127.0.0.1:0".parse().unwrap(),
-        examples: dir.clone(),
-        kubeconfig_out: dir.join("kubeconfig"),
-        settle_seconds: 20,
-        scenario: None,
-        ui_listen: "127.0.0.1:0".parse().unwrap(),
-    };
+    let dir = scratch("forged");
+    let args = once_args(dir.clone(), &dir);
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);
     let cluster = Cluster::start(&args, &mut progress).await.unwrap();

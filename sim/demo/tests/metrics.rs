@@ -4,13 +4,16 @@
 //! otherwise; `zone="vGPU"` on every series; one GPU has one `device_type` in the
 //! scheduler and the monitor; `container_index` is the container's device-list position.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hami_demo::{Cluster, DemoArgs, Progress};
+use common::{once_args, scratch};
+use hami_demo::{Cluster, Progress};
 
 const POD: &str = r#"
 apiVersion: v1
@@ -149,18 +152,9 @@ async fn every_endpoint_passes_promtool_and_agrees_on_device_types() {
         found.is_ok_and(|o| o.status.success()),
         "promtool is not on PATH: install Debian's prometheus package (apt-get install prometheus); CI installs it"
     );
-    let dir = std::env::temp_dir().join(format!("hami-metrics-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("metrics");
     std::fs::write(dir.join("three.yaml"), POD).unwrap();
-    let args = DemoArgs {
-        once: true,
-        api_listen: "127.0.0.1:0".parse().unwrap(),
-        examples: dir.clone(),
-        kubeconfig_out: dir.join("kubeconfig"),
-        settle_seconds: 20,
-        scenario: None,
-        ui_listen: "127.0.0.1:0".parse().unwrap(),
-    };
+    let args = once_args(dir.clone(), &dir);
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);
     let workload = Some(env!("CARGO_BIN_EXE_hami-workload").into());

@@ -3,9 +3,12 @@
 //! kubelet. A pod with an init container and two GPU app containers gets the right env per
 //! container, in device-list order.
 
+mod common;
+
 use std::time::Duration;
 
-use hami_demo::{Cluster, DemoArgs, Progress};
+use common::{once_args, scratch};
+use hami_demo::{Cluster, Progress};
 use hami_protocol::cu_list::HsaCuMask;
 use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::memory_limit::parse_memory_limit;
@@ -39,18 +42,9 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_and_two_app_containers_get_their_own_env() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = std::env::temp_dir().join(format!("hami-pipeline-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("pipeline");
     std::fs::write(dir.join("three.yaml"), POD).unwrap();
-    let args = DemoArgs {
-        once: true,
-        api_listen: "127.0.0.1:0".parse().unwrap(),
-        examples: dir.clone(),
-        kubeconfig_out: dir.join("kubeconfig"),
-        settle_seconds: 20,
-        scenario: None,
-        ui_listen: "127.0.0.1:0".parse().unwrap(),
-    };
+    let args = once_args(dir.clone(), &dir);
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);
     let cluster = Cluster::start(&args, &mut progress).await.unwrap();

@@ -8,10 +8,13 @@
 //! `crates/cuda-hook/tests/seed_plan.rs`.) Needs root and util-linux, as the demo's
 //! containers do.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use hami_demo::{Cluster, DemoArgs, Progress, scrape};
+use common::{once_args, scratch};
+use hami_demo::{Cluster, Progress, scrape};
 
 const SHARES: [(&str, f64); 3] = [("train-20", 20.0), ("infer-30", 30.0), ("tune-35", 35.0)];
 /// The demo monitors' refresh interval.
@@ -65,22 +68,12 @@ const EXPECTED: [(&str, &str, f64); 5] = [
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_amd_pod_reports_its_true_share() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = std::env::temp_dir().join(format!("hami-seed-amd-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("seed-amd");
     for (i, (name, share)) in SHARES.iter().enumerate() {
         std::fs::write(dir.join(format!("{i}.yaml")), pod(name, *share)).unwrap();
     }
     std::fs::write(dir.join("9-pair.yaml"), PAIR).unwrap();
-    let args = DemoArgs {
-        once: true,
-        api_listen: "127.0.0.1:0".parse().unwrap(),
-        examples: dir.clone(),
-        kubeconfig_out: dir.join("kubeconfig"),
-        settle_seconds: 20,
-        scenario: None,
-        ui_listen: "127.0.0.1:0".parse().unwrap(),
-    };
+    let args = once_args(dir.clone(), &dir);
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);
     let workload = Some(env!("CARGO_BIN_EXE_hami-workload").into());

@@ -5,9 +5,12 @@
 //! the out-of-memory refusal; deleting a pod kills its process. Needs root and util-linux
 //! (`unshare`), as the hooks' namespace tests do.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
-use hami_demo::{Cluster, DemoArgs, Progress, scrape};
+use common::{once_args, scratch};
+use hami_demo::{Cluster, Progress, scrape};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
 
@@ -61,21 +64,11 @@ fn alive(pid: i32) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_run_gpu_busy_processes_the_monitors_see() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = std::env::temp_dir().join(format!("hami-workloads-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("workloads");
     for (i, doc) in PODS.split("\n---\n").enumerate() {
         std::fs::write(dir.join(format!("{i:02}.yaml")), doc).unwrap();
     }
-    let args = DemoArgs {
-        once: true,
-        api_listen: "127.0.0.1:0".parse().unwrap(),
-        examples: dir.clone(),
-        kubeconfig_out: dir.join("kubeconfig"),
-        settle_seconds: 20,
-        scenario: None,
-        ui_listen: "127.0.0.1:0".parse().unwrap(),
-    };
+    let args = once_args(dir.clone(), &dir);
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);
     let workload = Some(env!("CARGO_BIN_EXE_hami-workload").into());

@@ -1,0 +1,29 @@
+//! What the demo's tests set up the same way: a fresh scratch directory and the arguments of
+//! a `--once` demo on free ports.
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::path::{Path, PathBuf};
+
+use hami_demo::DemoArgs;
+
+/// A fresh, empty `<tmp>/hami-<name>-<pid>`.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hami-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `hami demo --once` with the API server and the UI on free ports, the pods of `examples`
+/// (a directory, or `built-in`) settling for at most 20 s, its kubeconfig written in `dir`.
+pub fn once_args(examples: PathBuf, dir: &Path) -> DemoArgs {
+    DemoArgs {
+        once: true,
+        api_listen: "127.0.0.1:0".parse().unwrap(),
+        examples,
+        kubeconfig_out: dir.join("kubeconfig"),
+        settle_seconds: 20,
+        scenario: None,
+        ui_listen: "127.0.0.1:0".parse().unwrap(),
+    }
+}
