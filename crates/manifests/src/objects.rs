@@ -367,9 +367,13 @@ pub fn rbac_objects(settings: &Settings) -> Vec<Object> {
         ]);
     }
     if v.monitor.enabled {
+        let mut rules = rbac::monitor_cluster_rules();
+        if v.dra_plugin.enabled {
+            rules.extend(rbac::monitor_dra_cluster_rules());
+        }
         out.extend([
             sa(MONITOR, ns),
-            cluster_role(MONITOR, MONITOR, rbac::monitor_cluster_rules()),
+            cluster_role(MONITOR, MONITOR, rules),
             cluster_binding(MONITOR, MONITOR, MONITOR, sa_subject(MONITOR, ns)),
         ]);
     }

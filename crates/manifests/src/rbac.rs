@@ -120,6 +120,16 @@ pub fn monitor_cluster_rules() -> Vec<PolicyRule> {
     vec![rule("", &["pods"], &["list", "watch"], &[])]
 }
 
+/// The monitor's extra rules in the DRA mode (`draPlugin`): dra_fetch.rs gets the
+/// ResourceClaims its node's pods use and lists the driver's ResourceSlices (for the
+/// devices' `uuid` attribute).
+pub fn monitor_dra_cluster_rules() -> Vec<PolicyRule> {
+    vec![
+        rule("resource.k8s.io", &["resourceclaims"], &["get"], &[]),
+        rule("resource.k8s.io", &["resourceslices"], &["list"], &[]),
+    ]
+}
+
 /// Cluster-wide rules of the web UI: its watchers (crates/webui/src/watch.rs) list and
 /// watch nodes, pods and both Event APIs; nothing else, no write verb.
 pub fn webui_cluster_rules() -> Vec<PolicyRule> {

@@ -23,7 +23,8 @@ struct Args {
     /// (a bare `--legacy-metrics` too), `none` = off.
     #[arg(long, env = "HAMI_LEGACY_METRICS", value_enum, default_value = "seed", num_args = 0..=1, default_missing_value = "all", require_equals = true)]
     legacy_metrics: LegacyMetrics,
-    /// Hook path; cache directories are `<HOOK_PATH>/containers/<podUID>_<container>/`.
+    /// Hook path; cache directories are `<HOOK_PATH>/containers/<podUID>_<container>/`
+    /// and, for DRA claims, `<HOOK_PATH>/dra/claims/<claim uid>/`.
     #[arg(long, env = "HOOK_PATH")]
     hook_path: PathBuf,
     /// This node's name (the pod informer watches `spec.nodeName=<NODE_NAME>`).
