@@ -53,27 +53,29 @@ pub fn driver_dir() -> PathBuf {
     .clone()
 }
 
+/// Compiles `tests/c/<name>.c` into the driver directory as `<name>`, linked against the
+/// stand-in driver with `libs`.
+fn compile_probe(name: &str, libs: &[&str]) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let dir = driver_dir();
+    let out = dir.join(name);
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-O1", "-o"])
+        .arg(&out)
+        .arg(&source)
+        .arg(format!("-L{}", dir.display()))
+        .args(libs)
+        .status()
+        .unwrap_or_else(|e| panic!("a C compiler (cc) is needed for the process tests: {e}"));
+    assert!(status.success(), "compiling {} failed", source.display());
+    out
+}
+
 /// The C probe, linked against the stand-in driver like a CUDA application.
 pub fn probe() -> PathBuf {
     static PROBE: OnceLock<PathBuf> = OnceLock::new();
     PROBE
-        .get_or_init(|| {
-            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cuda_probe.c");
-            let dir = driver_dir();
-            let out = dir.join("cuda_probe");
-            let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-                .args(["-O1", "-o"])
-                .arg(&out)
-                .arg(&source)
-                .arg(format!("-L{}", dir.display()))
-                .args(["-lcuda", "-ldl", "-lpthread"])
-                .status()
-                .unwrap_or_else(|e| {
-                    panic!("a C compiler (cc) is needed for the process tests: {e}")
-                });
-            assert!(status.success(), "compiling {} failed", source.display());
-            out
-        })
+        .get_or_init(|| compile_probe("cuda_probe", &["-lcuda", "-ldl", "-lpthread"]))
         .clone()
 }
 
@@ -95,22 +97,8 @@ pub fn fault_probe() -> PathBuf {
     static PROBE: OnceLock<PathBuf> = OnceLock::new();
     PROBE
         .get_or_init(|| {
-            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fault_probe.c");
-            let dir = driver_dir();
-            let out = dir.join("fault_probe");
-            let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-                .args(["-O1", "-o"])
-                .arg(&out)
-                .arg(&source)
-                .arg(format!("-L{}", dir.display()))
-                // Linked like a CUDA application, though it calls the driver only by name.
-                .args(["-Wl,--no-as-needed", "-lcuda", "-ldl"])
-                .status()
-                .unwrap_or_else(|e| {
-                    panic!("a C compiler (cc) is needed for the process tests: {e}")
-                });
-            assert!(status.success(), "compiling {} failed", source.display());
-            out
+            // Linked like a CUDA application, though it calls the driver only by name.
+            compile_probe("fault_probe", &["-Wl,--no-as-needed", "-lcuda", "-ldl"])
         })
         .clone()
 }
