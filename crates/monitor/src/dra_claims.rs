@@ -615,4 +615,114 @@ mod tests {
         assert_eq!(d.regions["c-9"].devices[1].vdevice_index, None);
         assert!(request_matches("r/s", "r") && !request_matches("rs", "r"));
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A claim: (device index, request "a"/"b") per result.
+        fn claims_strategy() -> impl Strategy<Value = Vec<Vec<(usize, bool)>>> {
+            proptest::collection::vec(
+                proptest::collection::vec((0usize..3, any::<bool>()), 0..4),
+                1..4,
+            )
+        }
+
+        /// A container: (claim index, request filter None / "a" / "b") per reference.
+        fn containers_strategy() -> impl Strategy<Value = Vec<Vec<(usize, Option<bool>)>>> {
+            proptest::collection::vec(
+                proptest::collection::vec((0usize..3, proptest::option::of(any::<bool>())), 0..3),
+                1..4,
+            )
+        }
+
+        proptest! {
+            /// Whatever the claims and references: each region lists every result of its
+            /// claim in order; a region device's vdevice_index names a device of its owner
+            /// container with the same uuid; each container gets exactly the results its
+            /// references select.
+            #[test]
+            fn regions_point_into_their_owners_devices(
+                specs in claims_strategy(),
+                refs in containers_strategy(),
+            ) {
+                let req = |b: bool| if b { "a" } else { "b" };
+                let mut claims = HashMap::new();
+                let mut pod_claims = Vec::new();
+                for (i, results) in specs.iter().enumerate() {
+                    let results: Vec<Value> = results
+                        .iter()
+                        .enumerate()
+                        .map(|(j, (d, r))| result(req(*r), &format!("gpu-{d}"), &format!("s{i}-{j}"), "1Gi", "2"))
+                        .collect();
+                    let name = format!("c{i}");
+                    claims.insert(name.clone(), claim(&name, &format!("uid-{i}"), "pod-1", json!(results), json!([])));
+                    pod_claims.push(json!({"name": format!("k{i}"), "resourceClaimName": name}));
+                }
+                let containers: Vec<Value> = refs
+                    .iter()
+                    .enumerate()
+                    .map(|(n, rs)| {
+                        let rs: Vec<Value> = rs
+                            .iter()
+                            .filter(|(c, _)| *c < specs.len())
+                            .map(|(c, f)| match f {
+                                None => json!({"name": format!("k{c}")}),
+                                Some(b) => json!({"name": format!("k{c}"), "request": req(*b)}),
+                            })
+                            .collect();
+                        json!({"name": format!("ctr{n}"), "resources": {"claims": rs}})
+                    })
+                    .collect();
+                let p: Pod = serde_json::from_value(json!({
+                    "metadata": {"name": "p", "namespace": "ml", "uid": "pod-1"},
+                    "spec": {"containers": containers, "resourceClaims": pod_claims}
+                }))
+                .unwrap();
+                let slices = slice_devices(
+                    DRIVER,
+                    "n1",
+                    &[slice("n1", 1, json!([gpu("gpu-0", "U0"), gpu("gpu-1", "U1")]))],
+                );
+                let d = dra_pod(&p, &claims, DRIVER, "n1", &slices);
+                prop_assert!(d.problems.is_empty());
+                for (uid, region) in &d.regions {
+                    let i: usize = uid.strip_prefix("uid-").unwrap().parse().unwrap();
+                    prop_assert_eq!(region.devices.len(), specs[i].len());
+                    for (j, rd) in region.devices.iter().enumerate() {
+                        let want = slices
+                            .get(&("n1".to_string(), format!("gpu-{}", specs[i][j].0)))
+                            .map_or_else(|| format!("n1/gpu-{}", specs[i][j].0), |s| s.uuid.clone());
+                        prop_assert_eq!(&rd.uuid, &want);
+                        if let Some(v) = rd.vdevice_index {
+                            let owned = &d.containers[&region.container];
+                            prop_assert_eq!(&owned[v].uuid, &rd.uuid);
+                        }
+                    }
+                }
+                for (n, rs) in refs.iter().enumerate() {
+                    let selected: usize = rs
+                        .iter()
+                        .filter(|(c, _)| *c < specs.len())
+                        .map(|(c, f)| {
+                            specs[*c]
+                                .iter()
+                                .filter(|(_, r)| f.is_none_or(|b| b == *r))
+                                .count()
+                        })
+                        .sum();
+                    let got = d.containers.get(&format!("ctr{n}")).map_or(0, Vec::len);
+                    prop_assert_eq!(got, selected);
+                    // A region is owned by the first container naming its claim.
+                    for (c, _) in rs.iter().filter(|(c, _)| *c < specs.len() && !specs[*c].is_empty()) {
+                        let first = refs
+                            .iter()
+                            .position(|r| r.iter().any(|(x, _)| x == c))
+                            .unwrap();
+                        prop_assert_eq!(&d.regions[&format!("uid-{c}")].container, &format!("ctr{first}"));
+                    }
+                }
+            }
+        }
+    }
 }
