@@ -113,6 +113,30 @@ trait Device {
     fn launch(&self, blocks: c_uint) -> Result<(), c_int>;
 }
 
+/// One kernel launch of `blocks` blocks of 128 threads through `launch`
+/// (`hipModuleLaunchKernel` and `cuLaunchKernel` take the same arguments), on the device
+/// made current before.
+fn launch_1d(launch: HipLaunchFn, blocks: c_uint) -> Result<(), c_int> {
+    // SAFETY: the runtime's launch entry point with valid arguments; no code runs on the
+    // stand-ins, so any non-null function handle will do, and no kernel parameters.
+    let rc = unsafe {
+        launch(
+            std::ptr::dangling_mut::<c_void>(),
+            blocks,
+            1,
+            1,
+            128,
+            1,
+            1,
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(rc) }
+}
+
 struct HipDevice {
     index: c_int,
     set: SetFn,
@@ -121,28 +145,11 @@ struct HipDevice {
 
 impl Device for HipDevice {
     fn launch(&self, blocks: c_uint) -> Result<(), c_int> {
-        // SAFETY: HIP entry points with valid arguments; the function handle is opaque
-        // to the stand-in (no code runs).
-        let rc = unsafe {
-            match (self.set)(self.index) {
-                0 => (self.launch)(
-                    // No code runs on the stand-ins: any non-null handle will do.
-                    std::ptr::dangling_mut::<c_void>(),
-                    blocks,
-                    1,
-                    1,
-                    128,
-                    1,
-                    1,
-                    0,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                ),
-                rc => rc,
-            }
-        };
-        if rc == 0 { Ok(()) } else { Err(rc) }
+        // SAFETY: a HIP entry point with a valid device index.
+        match unsafe { (self.set)(self.index) } {
+            0 => launch_1d(self.launch, blocks),
+            rc => Err(rc),
+        }
     }
 }
 
@@ -154,27 +161,11 @@ struct CudaDevice {
 
 impl Device for CudaDevice {
     fn launch(&self, blocks: c_uint) -> Result<(), c_int> {
-        // SAFETY: driver API calls with a context this process created.
-        let rc = unsafe {
-            match (self.set)(self.context) {
-                0 => (self.launch)(
-                    // No code runs on the stand-ins: any non-null handle will do.
-                    std::ptr::dangling_mut::<c_void>(),
-                    blocks,
-                    1,
-                    1,
-                    128,
-                    1,
-                    1,
-                    0,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                ),
-                rc => rc,
-            }
-        };
-        if rc == 0 { Ok(()) } else { Err(rc) }
+        // SAFETY: a driver API call with a context this process created.
+        match unsafe { (self.set)(self.context) } {
+            0 => launch_1d(self.launch, blocks),
+            rc => Err(rc),
+        }
     }
 }
 
