@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{once_args, scratch};
-use hami_demo::{Cluster, Progress};
+use common::{once_args, scratch, start_running_workloads};
+use hami_demo::Progress;
 use serde_json::Value;
 
 /// Panels that are legitimately empty against the demo, by dashboard file and title, and why.
@@ -294,10 +294,7 @@ async fn every_dashboard_panel_has_data_against_the_demo() {
     let args = once_args("built-in".into(), &dir);
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);
-    let workload = Some(env!("CARGO_BIN_EXE_hami-workload").into());
-    let cluster = Cluster::start_with(&args, workload, &mut progress)
-        .await
-        .unwrap();
+    let cluster = start_running_workloads(&args, &mut progress).await;
 
     let mut targets = vec![("scheduler".to_owned(), cluster.scheduler_metrics)];
     targets.extend(

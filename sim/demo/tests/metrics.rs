@@ -12,8 +12,8 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{once_args, scratch};
-use hami_demo::{Cluster, Progress};
+use common::{once_args, scratch, start_running_workloads};
+use hami_demo::Progress;
 
 const POD: &str = r#"
 apiVersion: v1
@@ -157,10 +157,7 @@ async fn every_endpoint_passes_promtool_and_agrees_on_device_types() {
     let args = once_args(dir.clone(), &dir);
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);
-    let workload = Some(env!("CARGO_BIN_EXE_hami-workload").into());
-    let cluster = Cluster::start_with(&args, workload, &mut progress)
-        .await
-        .unwrap();
+    let cluster = start_running_workloads(&args, &mut progress).await;
     // Live host counters, so the monitors emit their per-GPU series with device_type.
     for node in &cluster.nodes {
         let Ok(gpus) = hami_monitor::host_gpus::amd_host_gpus(&node.tree.sysfs_root()) else {

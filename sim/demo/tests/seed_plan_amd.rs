@@ -13,8 +13,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{once_args, scratch};
-use hami_demo::{Cluster, Progress, scrape};
+use common::{once_args, scratch, start_running_workloads};
+use hami_demo::{Progress, scrape};
 
 const SHARES: [(&str, f64); 3] = [("train-20", 20.0), ("infer-30", 30.0), ("tune-35", 35.0)];
 /// The demo monitors' refresh interval.
@@ -76,10 +76,7 @@ async fn each_amd_pod_reports_its_true_share() {
     let args = once_args(dir.clone(), &dir);
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);
-    let workload = Some(env!("CARGO_BIN_EXE_hami-workload").into());
-    let cluster = Cluster::start_with(&args, workload, &mut progress)
-        .await
-        .unwrap();
+    let cluster = start_running_workloads(&args, &mut progress).await;
     let submitted = cluster.submit_examples(&dir, &mut progress).await.unwrap();
     cluster
         .settle(&submitted, Duration::from_secs(20), &mut progress)

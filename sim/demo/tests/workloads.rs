@@ -9,8 +9,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{once_args, scratch};
-use hami_demo::{Cluster, Progress, scrape};
+use common::{once_args, scratch, start_running_workloads};
+use hami_demo::{Progress, scrape};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
 
@@ -71,10 +71,7 @@ async fn pods_run_gpu_busy_processes_the_monitors_see() {
     let args = once_args(dir.clone(), &dir);
     let mut sink = Vec::new();
     let mut progress = Progress::new(&mut sink);
-    let workload = Some(env!("CARGO_BIN_EXE_hami-workload").into());
-    let cluster = Cluster::start_with(&args, workload, &mut progress)
-        .await
-        .unwrap();
+    let cluster = start_running_workloads(&args, &mut progress).await;
     let log = |sink: &Vec<u8>| String::from_utf8_lossy(sink).into_owned();
     assert!(
         log(&sink).contains("app containers run hami-workload"),

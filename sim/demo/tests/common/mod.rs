@@ -25,5 +25,18 @@ pub fn once_args(examples: PathBuf, dir: &Path) -> DemoArgs {
         settle_seconds: 20,
         scenario: None,
         ui_listen: "127.0.0.1:0".parse().unwrap(),
+        dra: false,
     }
+}
+
+/// The demo cluster of `args` whose app containers run this package's `hami-workload`
+/// program (where the machine allows: root and util-linux), reporting to `progress`.
+pub async fn start_running_workloads(
+    args: &DemoArgs,
+    progress: &mut hami_demo::Progress<'_>,
+) -> hami_demo::Cluster {
+    let workload = Some(env!("CARGO_BIN_EXE_hami-workload").into());
+    hami_demo::Cluster::start_with(args, workload, progress)
+        .await
+        .unwrap()
 }
