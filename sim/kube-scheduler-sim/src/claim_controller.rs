@@ -61,8 +61,8 @@ pub async fn ensure_claims(client: &Client, state: &DraState, pod: &Pod) -> Resu
         .collect();
     for (entry, template) in missing(state, pod) {
         let existing = state.claims.state().into_iter().find(|c| {
-            c.namespace().as_deref() == Some(ns.as_str())
-                && owned_by(c, &pod_uid)
+            owned_by(c, &pod_uid)
+                && c.metadata.namespace.as_deref() == Some(ns.as_str())
                 && c.annotations().get(POD_CLAIM_NAME) == Some(&entry)
         });
         let claim = match existing {

@@ -31,7 +31,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::dra_placement::{NodeOrder, NodeView, PodClaim, Unschedulable, place};
+use crate::dra_placement::{NodeOrder, NodeView, PodClaim, Unschedulable, place, utilization};
 
 /// How the simulated scheduler places DRA pods.
 #[derive(Debug, Clone, Copy, Default)]
@@ -64,6 +64,8 @@ pub struct DraState {
     pub(crate) templates: Store<ResourceClaimTemplate>,
     /// Claim UID → allocation being written.
     assumed: Mutex<HashMap<String, Assumed>>,
+    /// Claims whose assumed allocation changed since the last view.
+    assumed_dirty: Mutex<HashSet<String>>,
     /// Claims the claim controller created that the informer may not show yet:
     /// (pod UID, pod claim name) → claim.
     pub(crate) created: Mutex<HashMap<(String, String), Arc<ResourceClaim>>>,
@@ -76,18 +78,23 @@ pub struct DraState {
 
 /// A claim's allocation results, shared.
 type Results = Arc<Vec<DeviceRequestAllocationResult>>;
-/// A node's slices and what allocations hold of them.
-type NodeEntry = (
-    Arc<Vec<model::ResourceSlice>>,
-    Vec<DeviceRequestAllocationResult>,
-);
 /// A claim to write: the object and its new results (`None`: allocated before).
 pub(crate) type ClaimWrite = (
     Arc<ResourceClaim>,
     Option<Vec<DeviceRequestAllocationResult>>,
 );
 
-/// Converted objects, keyed by resourceVersion so an unchanged object is not converted again.
+/// What allocations hold of one node, kept up to date claim by claim.
+#[derive(Default)]
+struct NodeHeld {
+    by_claim: HashMap<String, Results>,
+    flat: Arc<Vec<DeviceRequestAllocationResult>>,
+    utilization: f64,
+}
+
+/// Converted objects, keyed by resourceVersion so an unchanged object is not converted
+/// again, and per-node holdings updated only for claims that changed (a cycle costs what
+/// changed since the last one, not the size of the cluster).
 #[derive(Default)]
 struct ViewCache {
     generations: (u64, u64),
@@ -97,13 +104,24 @@ struct ViewCache {
     pool_node: HashMap<(String, String), String>,
     /// Claim UID → (resourceVersion, its allocation's results, if allocated).
     claims: HashMap<String, (String, Option<Results>)>,
+    /// Claim UID → the node and results it holds now (informer's, else assumed).
+    effective: HashMap<String, (String, Results)>,
+    held: HashMap<String, NodeHeld>,
     view: Arc<ClusterView>,
+}
+
+/// One node in a [`ClusterView`].
+pub(crate) struct NodeEntry {
+    pub(crate) name: String,
+    pub(crate) slices: Arc<Vec<model::ResourceSlice>>,
+    pub(crate) allocated: Arc<Vec<DeviceRequestAllocationResult>>,
+    pub(crate) utilization: f64,
 }
 
 /// The cluster as placement sees it: per node, its slices and what allocations hold.
 #[derive(Default)]
 pub(crate) struct ClusterView {
-    pub(crate) nodes: BTreeMap<String, NodeEntry>,
+    pub(crate) nodes: Vec<NodeEntry>,
     pub(crate) classes: Vec<ClassModel>,
 }
 
@@ -153,6 +171,7 @@ impl DraState {
             claims: informer(client, Some(claim_generation.clone())),
             templates: informer(client, None),
             assumed: Mutex::default(),
+            assumed_dirty: Mutex::default(),
             created: Mutex::default(),
             slice_generation,
             claim_generation,
@@ -166,7 +185,8 @@ impl DraState {
     }
 
     /// The current view: the slice side rebuilt (reusing converted objects) only when slices
-    /// or classes moved, the allocation side when claims or the assume cache moved.
+    /// or classes moved; on the allocation side only claims whose resourceVersion or assumed
+    /// allocation changed are recounted, and only their nodes' totals.
     pub(crate) fn view(&self) -> Arc<ClusterView> {
         let slice_gen = self.slice_generation.load(Ordering::Relaxed);
         let claim_gen = self.claim_generation.load(Ordering::Relaxed);
@@ -174,45 +194,106 @@ impl DraState {
         if cache.generations == (slice_gen, claim_gen) && slice_gen != 0 {
             return cache.view.clone();
         }
+        let mut changed: HashSet<String> =
+            std::mem::take(&mut *self.assumed_dirty.lock().unwrap_or_else(|p| p.into_inner()));
         if cache.generations.0 != slice_gen {
             self.rebuild_slices(&mut cache);
+            // Pools may map to other nodes now: recount everything.
+            cache.claims.clear();
+            cache.effective.clear();
+            cache.held.clear();
+            changed.extend(
+                self.assumed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .keys()
+                    .cloned(),
+            );
         }
-        let mut claims = HashMap::new();
-        for c in self.claims.state() {
-            let uid = c.uid().unwrap_or_default();
-            let rv = c.resource_version().unwrap_or_default();
-            let results = match cache.claims.remove(&uid) {
-                Some((old_rv, r)) if old_rv == rv => r,
-                _ => allocation_results(&c).map(Arc::new),
-            };
-            claims.insert(uid, (rv, results));
-        }
-        cache.claims = claims;
-        let mut held: HashMap<String, Vec<DeviceRequestAllocationResult>> = HashMap::new();
-        let mut add = |results: &[DeviceRequestAllocationResult]| {
-            for r in results {
-                if let Some(node) = cache.pool_node.get(&(r.driver.clone(), r.pool.clone())) {
-                    held.entry(node.clone()).or_default().push(r.clone());
-                }
+        // Borrowed strings: this runs once per scheduling cycle over every claim.
+        let all = self.claims.state();
+        let mut seen: HashSet<&str> = HashSet::with_capacity(all.len());
+        for c in &all {
+            let uid = c.metadata.uid.as_deref().unwrap_or_default();
+            let rv = c.metadata.resource_version.as_deref().unwrap_or_default();
+            if cache.claims.get(uid).is_none_or(|(old, _)| old != rv) {
+                let results = allocation_results(c).map(Arc::new);
+                cache
+                    .claims
+                    .insert(uid.to_owned(), (rv.to_owned(), results));
+                changed.insert(uid.to_owned());
             }
-        };
+            seen.insert(uid);
+        }
+        let gone: Vec<String> = cache
+            .claims
+            .keys()
+            .filter(|u| !seen.contains(u.as_str()))
+            .cloned()
+            .collect();
+        for u in gone {
+            cache.claims.remove(&u);
+            changed.insert(u);
+        }
         let mut assumed = self.assumed.lock().unwrap_or_else(|p| p.into_inner());
         // Written allocations the informer shows now are the informer's from here on.
         assumed.retain(|uid, _| !cache.claims.get(uid).is_some_and(|(_, r)| r.is_some()));
-        for (_, r) in cache.claims.values() {
-            if let Some(r) = r {
-                add(r);
+        let mut dirty: HashSet<String> = HashSet::new();
+        for uid in changed {
+            let informer = cache.claims.get(&uid).and_then(|(_, r)| r.clone());
+            let now: Option<(String, Results)> = match informer {
+                Some(r) => r
+                    .first()
+                    .and_then(|f| cache.pool_node.get(&(f.driver.clone(), f.pool.clone())))
+                    .map(|n| (n.clone(), r.clone())),
+                None => assumed
+                    .get(&uid)
+                    .map(|a| (a.node.clone(), Arc::new(a.results.clone()))),
+            };
+            if let Some((node, _)) = cache.effective.remove(&uid) {
+                if let Some(h) = cache.held.get_mut(&node) {
+                    h.by_claim.remove(&uid);
+                }
+                dirty.insert(node);
+            }
+            if let Some((node, r)) = now {
+                cache
+                    .held
+                    .entry(node.clone())
+                    .or_default()
+                    .by_claim
+                    .insert(uid.clone(), r.clone());
+                cache.effective.insert(uid, (node.clone(), r));
+                dirty.insert(node);
             }
         }
-        for a in assumed.values() {
-            add(&a.results);
-        }
         drop(assumed);
+        for node in dirty {
+            let slices = cache.node_slices.get(&node).cloned().unwrap_or_default();
+            let Some(h) = cache.held.get_mut(&node) else {
+                continue;
+            };
+            h.flat = Arc::new(
+                h.by_claim
+                    .values()
+                    .flat_map(|r| r.iter().cloned())
+                    .collect(),
+            );
+            h.utilization = utilization(&slices, &h.flat);
+        }
         let view = Arc::new(ClusterView {
             nodes: cache
                 .node_slices
                 .iter()
-                .map(|(n, s)| (n.clone(), (s.clone(), held.remove(n).unwrap_or_default())))
+                .map(|(n, s)| {
+                    let h = cache.held.get(n);
+                    NodeEntry {
+                        name: n.clone(),
+                        slices: s.clone(),
+                        allocated: h.map(|h| h.flat.clone()).unwrap_or_default(),
+                        utilization: h.map_or(0.0, |h| h.utilization),
+                    }
+                })
                 .collect(),
             classes: cache.classes.clone(),
         });
@@ -270,6 +351,10 @@ impl DraState {
     }
 
     fn assume(&self, claim_uid: &str, node: &str, results: &[DeviceRequestAllocationResult]) {
+        self.assumed_dirty
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(claim_uid.to_owned());
         self.assumed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -284,6 +369,10 @@ impl DraState {
     }
 
     fn forget(&self, claim_uid: &str) {
+        self.assumed_dirty
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(claim_uid.to_owned());
         self.assumed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -438,11 +527,12 @@ pub(crate) fn decide(state: &DraState, pod: &Pod, nodes: &HashSet<String>) -> De
     let node_views: Vec<NodeView> = view
         .nodes
         .iter()
-        .filter(|(n, _)| nodes.contains(*n))
-        .map(|(n, (s, a))| NodeView {
-            name: n,
-            slices: s,
-            allocated: a,
+        .filter(|n| nodes.contains(&n.name))
+        .map(|n| NodeView {
+            name: &n.name,
+            slices: &n.slices,
+            allocated: &n.allocated,
+            utilization: n.utilization,
         })
         .collect();
     match place(

@@ -40,6 +40,8 @@ pub struct NodeView<'a> {
     pub slices: &'a [ResourceSlice],
     /// What allocated claims hold of this node's devices.
     pub allocated: &'a [DeviceRequestAllocationResult],
+    /// [`utilization`] of the above (callers cache it: it changes only with them).
+    pub utilization: f64,
 }
 
 /// The order nodes are tried in (ties broken by node name).
@@ -93,12 +95,12 @@ impl std::fmt::Display for Unschedulable {
 
 /// Share of the node's capacity held by allocations, in [0, 1]: per device and capacity
 /// name consumed / value (an exclusive device held counts full), averaged.
-pub fn utilization(node: &NodeView) -> f64 {
-    let Ok(used) = allocator::usage(node.allocated) else {
+pub fn utilization(slices: &[ResourceSlice], allocated: &[DeviceRequestAllocationResult]) -> f64 {
+    let Ok(used) = allocator::usage(allocated) else {
         return 0.0;
     };
     let (mut sum, mut n) = (0.0, 0usize);
-    for s in node.slices {
+    for s in slices {
         for d in &s.spec.devices {
             let key = (
                 s.spec.driver.clone(),
@@ -174,8 +176,8 @@ pub fn place(
         .map(|n| {
             let score = match order {
                 NodeOrder::ByName => 0.0,
-                NodeOrder::MostAllocated => -utilization(n),
-                NodeOrder::LeastAllocated => utilization(n),
+                NodeOrder::MostAllocated => -n.utilization,
+                NodeOrder::LeastAllocated => n.utilization,
             };
             (score, n)
         })
@@ -280,6 +282,7 @@ mod tests {
                     name: &self.names[i],
                     slices: &self.slices[i],
                     allocated: &self.held[i],
+                    utilization: utilization(&self.slices[i], &self.held[i]),
                 })
                 .collect()
         }
@@ -408,10 +411,10 @@ mod tests {
     #[test]
     fn utilization_counts_capacity_share() {
         let mut c = Cluster::new(1, 2);
-        assert_eq!(utilization(&c.views()[0]), 0.0);
+        assert_eq!(c.views()[0].utilization, 0.0);
         // 32Gi of 128Gi, 52 of 208 CUs, 1 of 20 shares
         c.place(&claim("32Gi", 52), "x", NodeOrder::ByName).unwrap();
-        let u = utilization(&c.views()[0]);
+        let u = c.views()[0].utilization;
         let want = (0.5 + 0.5 + 0.1) / 6.0;
         assert!((u - want).abs() < 1e-9, "{u} vs {want}");
     }

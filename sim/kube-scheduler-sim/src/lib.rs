@@ -170,6 +170,22 @@ impl SimKubeScheduler {
                 )
             });
             let mut worked = false;
+            // Once per pass, not per pod: the DRA cycle's node set.
+            let schedulable: std::collections::HashSet<String> = if dra.is_some() {
+                nodes
+                    .state()
+                    .iter()
+                    .filter(|n| {
+                        !n.spec
+                            .as_ref()
+                            .and_then(|s| s.unschedulable)
+                            .unwrap_or(false)
+                    })
+                    .map(|n| n.name_any())
+                    .collect()
+            } else {
+                Default::default()
+            };
             for pod in queue {
                 let uid = pod.uid().unwrap_or_default();
                 if binding.lock().await.contains(&uid) {
@@ -182,7 +198,7 @@ impl SimKubeScheduler {
                 }
                 if let Some(dra) = dra.as_ref().filter(|_| dra::has_claims(&pod)) {
                     worked |= this
-                        .schedule_dra(&pod, dra, &nodes, &backoff, &binding, &creating)
+                        .schedule_dra(&pod, dra, &schedulable, &backoff, &binding, &creating)
                         .await;
                     continue;
                 }
@@ -205,7 +221,7 @@ impl SimKubeScheduler {
         self: &Arc<Self>,
         pod: &Arc<Pod>,
         dra: &Arc<DraState>,
-        nodes: &Store<Node>,
+        schedulable: &std::collections::HashSet<String>,
         backoff: &Arc<Mutex<Backoff>>,
         binding: &Arc<Mutex<std::collections::HashSet<String>>>,
         creating: &Arc<Mutex<std::collections::HashSet<String>>>,
@@ -230,18 +246,7 @@ impl SimKubeScheduler {
             });
             return true;
         }
-        let schedulable: std::collections::HashSet<String> = nodes
-            .state()
-            .iter()
-            .filter(|n| {
-                !n.spec
-                    .as_ref()
-                    .and_then(|s| s.unschedulable)
-                    .unwrap_or(false)
-            })
-            .map(|n| n.name_any())
-            .collect();
-        let (node, claims) = match dra::decide(dra, pod, &schedulable) {
+        let (node, claims) = match dra::decide(dra, pod, schedulable) {
             Decision::Waiting => return false,
             Decision::Unschedulable(message) => {
                 self.failed(pod, &uid, &message, backoff).await;
