@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use hami_hook_checks::exported_functions;
 
 /// Each export and what the application gets when the hook fails inside it: out of memory
 /// for allocations (2), NULL from `dlsym` (printed as 0), `CUDA_ERROR_NOT_FOUND` (500) from

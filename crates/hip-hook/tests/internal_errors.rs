@@ -8,6 +8,7 @@ mod common;
 
 use amvgpu::symbols::Sym;
 use common::*;
+use hami_hook_checks::exported_functions;
 
 /// A call made to fail: the probe's operations, the HIP codes they print (the first value of
 /// each line), and a line the output must hold.

@@ -103,25 +103,6 @@ pub fn fault_probe() -> PathBuf {
         .clone()
 }
 
-/// The functions `library` exports (defined, in `.text`), from `objdump -T` (binutils).
-pub fn exported_functions(library: &Path) -> Vec<String> {
-    let output = Command::new("objdump")
-        .arg("-T")
-        .arg(library)
-        .output()
-        .unwrap_or_else(|e| panic!("objdump (binutils) is needed to list the exports: {e}"));
-    assert!(
-        output.status.success(),
-        "objdump -T {} failed",
-        library.display()
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter(|line| line.contains(" DF .text"))
-        .filter_map(|line| line.split_whitespace().last().map(str::to_owned))
-        .collect()
-}
-
 /// The probe under the hook, with the stand-in devices of `scratch` and `env`.
 pub fn command(scratch: &Path, env: &[(&str, String)], args: &[&str]) -> Command {
     command_for(&probe(), scratch, env, args)

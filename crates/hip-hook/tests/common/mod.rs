@@ -137,25 +137,6 @@ pub fn runtime_part() -> PathBuf {
         .clone()
 }
 
-/// The functions `library` exports (defined, in `.text`), from `objdump -T` (binutils).
-pub fn exported_functions(library: &Path) -> Vec<String> {
-    let output = Command::new("objdump")
-        .arg("-T")
-        .arg(library)
-        .output()
-        .unwrap_or_else(|e| panic!("objdump (binutils) is needed to list the exports: {e}"));
-    assert!(
-        output.status.success(),
-        "objdump -T {} failed",
-        library.display()
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter(|line| line.contains(" DF .text"))
-        .filter_map(|line| line.split_whitespace().last().map(str::to_owned))
-        .collect()
-}
-
 /// A copy (its own inode, so the linker loads it as a separate object) of the stand-in
 /// runtime at `dir/name`.
 pub fn runtime_copy(dir: &Path, name: &str) -> PathBuf {
