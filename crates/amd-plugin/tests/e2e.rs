@@ -11,7 +11,8 @@ use hami_apiserver::RunningApiServer;
 use hami_kubelet_sim::KubeletSim;
 use hami_kubelet_sim::records::RECORD_ANNOTATION;
 use hami_plugin_harness::{
-    Decision, annotation as ann, api_with_node, env_of, start_kubelet, wait_registered_again,
+    Decision, annotation as ann, api_with_node, env_of, start_kubelet, status_message,
+    wait_registered_again,
 };
 use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
 use hami_protocol::names::{AMD, node as node_keys, pod as pod_keys};
@@ -402,10 +403,7 @@ async fn failures_set_failed_release_the_lock_and_leak_no_cus() {
     let pod = h.wait_phase("mismatch").await;
     assert_eq!(pod["status"]["phase"], "Failed");
     assert!(
-        pod["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("holds 2 device(s) but kubelet asked for 1"),
+        status_message(&pod).contains("holds 2 device(s) but kubelet asked for 1"),
         "{pod}"
     );
     assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("failed"));
@@ -421,13 +419,7 @@ async fn failures_set_failed_release_the_lock_and_leak_no_cus() {
         }))
         .unwrap();
     let pod = h.wait_phase("garbled").await;
-    assert!(
-        pod["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("malformed"),
-        "{pod}"
-    );
+    assert!(status_message(&pod).contains("malformed"), "{pod}");
 
     // API server fails mid-Allocate (the pod patch): nothing recorded, failed, lock released.
     h.server
@@ -443,10 +435,7 @@ async fn failures_set_failed_release_the_lock_and_leak_no_cus() {
     let pod = h.wait_phase("apifail").await;
     assert_eq!(pod["status"]["phase"], "Failed");
     assert!(
-        pod["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("cannot record the allocation"),
+        status_message(&pod).contains("cannot record the allocation"),
         "{pod}"
     );
     assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("failed"));
@@ -486,10 +475,7 @@ async fn failures_set_failed_release_the_lock_and_leak_no_cus() {
     let pod = h.wait_phase("plain").await;
     assert_eq!(pod["status"]["phase"], "Failed", "{pod}");
     assert!(
-        pod["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("holds slices of HAMi pods"),
+        status_message(&pod).contains("holds slices of HAMi pods"),
         "{pod}"
     );
 }
@@ -706,10 +692,7 @@ async fn one_bad_cu_annotation_is_skipped_with_an_event_and_the_node_keeps_servi
         assert_eq!(pod["status"]["phase"], phase, "{pod}");
         if phase == "Failed" {
             assert!(
-                pod["status"]["message"]
-                    .as_str()
-                    .unwrap()
-                    .contains("not enough free CUs"),
+                status_message(&pod).contains("not enough free CUs"),
                 "{pod}"
             );
         }

@@ -13,7 +13,7 @@ use hami_kubelet_sim::KubeletSim;
 use hami_kubelet_sim::records::RECORD_ANNOTATION;
 use hami_plugin_harness::{
     Decision, annotation as ann, api_with_node, built_stand_in_nvml, env_of, nvidia_plugin_command,
-    spawn_nvidia_plugin, start_kubelet,
+    spawn_nvidia_plugin, start_kubelet, status_message,
 };
 use hami_protocol::device_list::ContainerDevice;
 use hami_protocol::names::{NVIDIA, node as node_keys, pod as pod_keys};
@@ -319,10 +319,7 @@ async fn failures_set_failed_and_release_the_lock_and_foreign_pods_get_whole_car
     let pod = h.wait_phase("mismatch").await;
     assert_eq!(pod["status"]["phase"], "Failed");
     assert!(
-        pod["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("holds 2 device(s) but kubelet asked for 1"),
+        status_message(&pod).contains("holds 2 device(s) but kubelet asked for 1"),
         "{pod}"
     );
     assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("failed"));
@@ -344,10 +341,7 @@ async fn failures_set_failed_and_release_the_lock_and_foreign_pods_get_whole_car
     let pod = h.wait_phase("ghost").await;
     assert_eq!(pod["status"]["phase"], "Failed");
     assert!(
-        pod["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("is not offered on this node"),
+        status_message(&pod).contains("is not offered on this node"),
         "{pod}"
     );
     assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("failed"));
@@ -362,13 +356,7 @@ async fn failures_set_failed_and_release_the_lock_and_foreign_pods_get_whole_car
         }))
         .unwrap();
     let pod = h.wait_phase("garbled").await;
-    assert!(
-        pod["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("malformed"),
-        "{pod}"
-    );
+    assert!(status_message(&pod).contains("malformed"), "{pod}");
     assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("failed"));
 
     // The API server fails the pod patch mid-Allocate: failed, lock released, list kept.
@@ -386,10 +374,7 @@ async fn failures_set_failed_and_release_the_lock_and_foreign_pods_get_whole_car
     let pod = h.wait_phase("apifail").await;
     assert_eq!(pod["status"]["phase"], "Failed");
     assert!(
-        pod["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("cannot record the allocation"),
+        status_message(&pod).contains("cannot record the allocation"),
         "{pod}"
     );
     assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("failed"));

@@ -414,3 +414,8 @@ pub fn spawn_nvidia_plugin(
         .spawn()
         .unwrap()
 }
+
+/// The pod's `status.message` (why kubelet failed it), empty when it has none.
+pub fn status_message(pod: &Value) -> &str {
+    pod["status"]["message"].as_str().unwrap_or("")
+}
