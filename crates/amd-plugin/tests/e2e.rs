@@ -532,20 +532,12 @@ async fn annotation_removed_when_no_gpu_and_unhealthy_event() {
     assert!(h.node_annotation(AMD.node_register).is_some());
     // The register heartbeat: written with the register annotation, announcing the
     // refresh period (1 s here), and a new value at every refresh (issue 17 item 13).
-    let beat_key = hami_protocol::handshake::key(hami_protocol::names::Vendor::Amd);
-    let first = h
-        .node_annotation(beat_key)
-        .expect("no heartbeat annotation");
-    let report = hami_protocol::handshake::parse(&first).unwrap().unwrap();
-    assert_eq!(report.period_secs, 1, "{first}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while h.node_annotation(beat_key).as_deref() == Some(first.as_str()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "heartbeat never changed: {first}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    hami_plugin_harness::assert_heartbeat_refreshes(
+        &h.server,
+        NODE,
+        hami_protocol::names::Vendor::Amd,
+    )
+    .await;
     // The render node disappears: unhealthy in ListAndWatch and an Event on the node.
     h.tree.remove_dev("dri/renderD128").unwrap();
     assert!(
@@ -584,6 +576,7 @@ async fn annotation_removed_when_no_gpu_and_unhealthy_event() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Removed in the same patch: nothing offered, nothing to keep alive.
+    let beat_key = hami_protocol::handshake::key(hami_protocol::names::Vendor::Amd);
     assert_eq!(h.node_annotation(beat_key), None);
 }
 

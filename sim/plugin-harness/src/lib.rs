@@ -419,3 +419,28 @@ pub fn spawn_nvidia_plugin(
 pub fn status_message(pod: &Value) -> &str {
     pod["status"]["message"].as_str().unwrap_or("")
 }
+
+/// Checks the plugin's register heartbeat on `node` (issue 17 item 13): written, announcing
+/// the 1 s refresh period the harnesses start the plugins with, and a new value at a
+/// refresh (within 10 s).
+///
+/// # Panics
+/// When one of those does not hold.
+pub async fn assert_heartbeat_refreshes(
+    server: &RunningApiServer,
+    node: &str,
+    vendor: hami_protocol::names::Vendor,
+) {
+    let beat_key = hami_protocol::handshake::key(vendor);
+    let first = node_annotation(server, node, beat_key).expect("no heartbeat annotation");
+    let report = hami_protocol::handshake::parse(&first).unwrap().unwrap();
+    assert_eq!(report.period_secs, 1, "{first}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node_annotation(server, node, beat_key).as_deref() == Some(first.as_str()) {
+        assert!(
+            Instant::now() < deadline,
+            "heartbeat never changed: {first}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
