@@ -53,6 +53,8 @@ pub fn has_claims(pod: &Pod) -> bool {
 struct Assumed {
     node: String,
     results: Vec<DeviceRequestAllocationResult>,
+    /// The claim's resourceVersion the allocation was decided on.
+    base_version: Option<String>,
 }
 
 /// The informers and caches the DRA path reads.
@@ -63,9 +65,9 @@ pub struct DraState {
     pub(crate) claims: Store<ResourceClaim>,
     pub(crate) templates: Store<ResourceClaimTemplate>,
     /// Claim UID → allocation being written.
-    assumed: Mutex<HashMap<String, Assumed>>,
+    assumed: Arc<Mutex<HashMap<String, Assumed>>>,
     /// Claims whose assumed allocation changed since the last view.
-    assumed_dirty: Mutex<HashSet<String>>,
+    assumed_dirty: Arc<Mutex<HashSet<String>>>,
     /// Claims the claim controller created that the informer may not show yet:
     /// (pod UID, pod claim name) → claim.
     pub(crate) created: Mutex<HashMap<(String, String), Arc<ResourceClaim>>>,
@@ -132,7 +134,11 @@ fn convert<T: serde::Serialize, U: serde::de::DeserializeOwned>(v: &T) -> Result
 }
 
 /// Watches a kind into a store, bumping `generation` on every event.
-fn informer<K>(client: &Client, generation: Option<Arc<AtomicU64>>) -> Store<K>
+fn informer<K>(
+    client: &Client,
+    generation: Option<Arc<AtomicU64>>,
+    on_event: impl Fn(&watcher::Event<K>) + Send + 'static,
+) -> Store<K>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -149,7 +155,10 @@ where
             writer,
             watcher(api, watcher::Config::default()).default_backoff(),
         )
-        .for_each(move |_| {
+        .for_each(move |event| {
+            if let Ok(e) = &event {
+                on_event(e);
+            }
             if let Some(g) = &generation {
                 g.fetch_add(1, Ordering::Relaxed);
             }
@@ -164,14 +173,41 @@ impl DraState {
     pub async fn start(client: &Client, options: DraOptions) -> Self {
         let slice_generation = Arc::new(AtomicU64::new(1));
         let claim_generation = Arc::new(AtomicU64::new(1));
+        let assumed: Arc<Mutex<HashMap<String, Assumed>>> = Arc::default();
+        let assumed_dirty: Arc<Mutex<HashSet<String>>> = Arc::default();
+        // The assume cache follows the claim informer, as kube-scheduler's does: an entry
+        // goes when the informer shows the claim changed from the version it was decided
+        // on (that is our write: it is conditional on that version, and a failed write
+        // forgets the entry) or deleted, whether or not a scheduling cycle ran in between.
+        let (a, dirty) = (assumed.clone(), assumed_dirty.clone());
+        let on_claim = move |e: &watcher::Event<ResourceClaim>| {
+            let (c, deleted) = match e {
+                watcher::Event::Apply(c) | watcher::Event::InitApply(c) => (c, false),
+                watcher::Event::Delete(c) => (c, true),
+                _ => return,
+            };
+            let Some(uid) = c.metadata.uid.as_deref() else {
+                return;
+            };
+            let mut a = a.lock().unwrap_or_else(|p| p.into_inner());
+            if a.get(uid).is_some_and(|x| {
+                deleted || x.base_version.as_deref() != c.metadata.resource_version.as_deref()
+            }) {
+                a.remove(uid);
+                dirty
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(uid.to_owned());
+            }
+        };
         let state = Self {
             options,
-            slices: informer(client, Some(slice_generation.clone())),
-            classes: informer(client, Some(slice_generation.clone())),
-            claims: informer(client, Some(claim_generation.clone())),
-            templates: informer(client, None),
-            assumed: Mutex::default(),
-            assumed_dirty: Mutex::default(),
+            slices: informer(client, Some(slice_generation.clone()), |_| {}),
+            classes: informer(client, Some(slice_generation.clone()), |_| {}),
+            claims: informer(client, Some(claim_generation.clone()), on_claim),
+            templates: informer(client, None, |_| {}),
+            assumed,
+            assumed_dirty,
             created: Mutex::default(),
             slice_generation,
             claim_generation,
@@ -236,8 +272,16 @@ impl DraState {
             changed.insert(u);
         }
         let mut assumed = self.assumed.lock().unwrap_or_else(|p| p.into_inner());
-        // Written allocations the informer shows now are the informer's from here on.
-        assumed.retain(|uid, _| !cache.claims.get(uid).is_some_and(|(_, r)| r.is_some()));
+        // Once the informer shows the claim changed from the version this allocation was
+        // decided on, it shows our write (the write is conditional on that version, and a
+        // failed one forgets the entry): from then on the informer's word counts, even when
+        // the claim was deallocated again before this view ran.
+        assumed.retain(|uid, a| {
+            cache
+                .claims
+                .get(uid)
+                .is_none_or(|(rv, _)| a.base_version.as_deref() == Some(rv.as_str()))
+        });
         let mut dirty: HashSet<String> = HashSet::new();
         for uid in changed {
             let informer = cache.claims.get(&uid).and_then(|(_, r)| r.clone());
@@ -350,7 +394,13 @@ impl DraState {
         cache.node_slices = nodes.into_iter().map(|(n, s)| (n, Arc::new(s))).collect();
     }
 
-    fn assume(&self, claim_uid: &str, node: &str, results: &[DeviceRequestAllocationResult]) {
+    fn assume(
+        &self,
+        claim_uid: &str,
+        base_version: Option<String>,
+        node: &str,
+        results: &[DeviceRequestAllocationResult],
+    ) {
         self.assumed_dirty
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -363,6 +413,7 @@ impl DraState {
                 Assumed {
                     node: node.to_owned(),
                     results: results.to_vec(),
+                    base_version,
                 },
             );
         self.claim_generation.fetch_add(1, Ordering::Relaxed);
@@ -544,7 +595,7 @@ pub(crate) fn decide(state: &DraState, pod: &Pod, nodes: &HashSet<String>) -> De
         Ok(p) => {
             for (i, r) in p.results.iter().enumerate() {
                 if let Some(r) = r {
-                    state.assume(&uids[i], &p.node, r);
+                    state.assume(&uids[i], objects[i].resource_version(), &p.node, r);
                 }
             }
             Decision::Place {

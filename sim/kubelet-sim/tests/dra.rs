@@ -5,15 +5,17 @@
 //! with disjoint CUs and the right env; a third that does not fit that GPU stays pending
 //! with the scheduler's reason; deleting a pod unprepares its claim and frees its capacity,
 //! and the pending pod then runs; a pod deleted while kubelet-sim is down is unprepared by
-//! the next kubelet-sim from its checkpoint.
+//! the next kubelet-sim from its checkpoint; a restarted driver registers again and keeps
+//! its prepared claims' CUs.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use hami_amd_discovery::discovery::discover;
-use hami_amd_discovery::registration::{RegistrationSettings, register};
+use hami_amd_discovery::registration::{RegisteredDevice, RegistrationSettings, register};
 use hami_amdgpu_dra_plugin::claims::KubeClaims;
 use hami_amdgpu_dra_plugin::driver::{Driver, DriverConfig};
 use hami_amdgpu_dra_plugin::registration::{Sockets, serve};
@@ -133,6 +135,54 @@ fn cdi_files(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// Starts the real plugin on the node's directories (resuming its checkpoint) and waits
+/// until kubelet-sim registered it.
+async fn start_plugin(
+    client: &Client,
+    dir: &Path,
+    devices: &BTreeMap<String, RegisteredDevice>,
+) -> (
+    Arc<Driver<KubeClaims>>,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let config = DriverConfig {
+        settings: PrepareSettings {
+            driver: DRIVER.into(),
+            node: "node-a".into(),
+            hook_host_path: "/usr/local/vgpu/libamvgpu.so".into(),
+            hook_container_path: "/usr/local/vgpu/libamvgpu.so".into(),
+            cache_host_root: dir.join("vgpu").display().to_string(),
+        },
+        devices: devices.clone(),
+        cdi_dir: dir.join("cdi"),
+        checkpoint: dir.join("plugin/checkpoint.json"),
+        dmem: None,
+    };
+    let driver = Arc::new(
+        Driver::new(
+            config,
+            KubeClaims {
+                client: client.clone(),
+            },
+        )
+        .unwrap(),
+    );
+    let sockets = Sockets::new(&dir.join("plugins_registry"), &dir.join("plugin"), DRIVER);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (mut registered, handle) = serve(driver.clone(), DRIVER, &sockets, async move {
+        let _ = stopped.await;
+    })
+    .await
+    .unwrap();
+    tokio::time::timeout(TIMEOUT, registered.wait_for(|s| s.is_some()))
+        .await
+        .expect("kubelet-sim dials the registration socket")
+        .unwrap();
+    assert_eq!(*registered.borrow(), Some(Ok(())));
+    (driver, stop, handle)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dra_pods_are_allocated_prepared_and_freed() {
     let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
@@ -163,44 +213,12 @@ async fn dra_pods_are_allocated_prepared_and_freed() {
     publisher.refresh().await.unwrap();
     let d = discover(&tree.sysfs_root()).unwrap();
     let reg = register(&d, &RegistrationSettings::default(), |_| true);
-    let config = DriverConfig {
-        settings: PrepareSettings {
-            driver: DRIVER.into(),
-            node: "node-a".into(),
-            hook_host_path: "/usr/local/vgpu/libamvgpu.so".into(),
-            hook_container_path: "/usr/local/vgpu/libamvgpu.so".into(),
-            cache_host_root: dir.join("vgpu").display().to_string(),
-        },
-        devices: hami_dra_core::slice::registered_by_name(&d, &reg)
+    let gpus: BTreeMap<String, RegisteredDevice> =
+        hami_dra_core::slice::registered_by_name(&d, &reg)
             .into_iter()
             .map(|(k, v)| (k, v.clone()))
-            .collect(),
-        cdi_dir: dir.join("cdi"),
-        checkpoint: dir.join("plugin/checkpoint.json"),
-        dmem: None,
-    };
-    let driver = Arc::new(
-        Driver::new(
-            config,
-            KubeClaims {
-                client: client.clone(),
-            },
-        )
-        .unwrap(),
-    );
-    let sockets = Sockets::new(&dir.join("plugins_registry"), &dir.join("plugin"), DRIVER);
-    let (stop_plugin, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (registered, plugin) = serve(driver.clone(), DRIVER, &sockets, async move {
-        let _ = stopped.await;
-    })
-    .await
-    .unwrap();
-    let mut registered = registered.clone();
-    tokio::time::timeout(TIMEOUT, registered.wait_for(|s| s.is_some()))
-        .await
-        .expect("kubelet-sim dials the registration socket")
-        .unwrap();
-    assert_eq!(*registered.borrow(), Some(Ok(())));
+            .collect();
+    let (driver, stop_plugin, plugin) = start_plugin(&client, &dir, &gpus).await;
 
     let scheduler = tokio::spawn(
         SimKubeScheduler::dra_only(client.clone(), "default-scheduler", DraOptions::default())
@@ -397,7 +415,8 @@ async fn dra_pods_are_allocated_prepared_and_freed() {
 
     // kubelet-sim goes away; b is deleted meanwhile; the next kubelet-sim unprepares b's
     // claim from its checkpoint.
-    let claim_b_uid = claim_of(&claims, &b).await.uid().unwrap();
+    let claim_b = claim_of(&claims, &b).await;
+    let claim_b_uid = claim_b.uid().unwrap();
     kubelet.shutdown().await;
     pods.delete("b", &DeleteParams::default()).await.unwrap();
     assert!(driver.checkpoint().await.claims.contains_key(&claim_b_uid));
@@ -411,6 +430,68 @@ async fn dra_pods_are_allocated_prepared_and_freed() {
     })
     .await;
     assert_eq!(cdi_files(&dir).len(), 1, "only c's spec is left");
+
+    // The driver restarts (a new process: what it holds is its checkpoint on disk);
+    // kubelet-sim registers its new socket, and a new pod on that GPU gets CUs apart from
+    // c's, which the reloaded checkpoint still holds.
+    let _ = stop_plugin.send(());
+    tokio::time::timeout(TIMEOUT, plugin)
+        .await
+        .unwrap()
+        .unwrap();
+    let (_driver, stop_plugin, plugin) = start_plugin(&client, &dir, &gpus).await;
+    wait("b's claim freed and deleted", || {
+        let claims = claims.clone();
+        let name = claim_b.name_any();
+        async move { claims.get_opt(&name).await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    create(&pods, pod("d", template.clone())).await;
+    let d = running(&pods, "d").await;
+    let d_claim = claim_of(&claims, &d).await;
+    let d_result = &d_claim
+        .clone()
+        .status
+        .unwrap()
+        .allocation
+        .unwrap()
+        .devices
+        .unwrap()
+        .results
+        .unwrap()[0];
+    assert_eq!(d_result.device, devices[0], "first fit: the GPU c is on");
+    let d_mask = record(&d)["main"][0]["envs"]["HSA_CU_MASK"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let d_set = CuSet::parse(d_mask.strip_prefix("0:").unwrap(), 104).unwrap();
+    assert!(!d_set.overlaps(&c_set), "d {d_mask} and c {c_mask}");
+
+    // d is deleted with no other pod scheduled in between: its capacity comes back too
+    // (64 CUs on that GPU fit only without d's 40).
+    pods.delete("d", &DeleteParams::default()).await.unwrap();
+    wait("d's claim freed and deleted", || {
+        let claims = claims.clone();
+        let name = d_claim.name_any();
+        async move { claims.get_opt(&name).await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    create(&claims, json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "pinned-64", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "amdgpu-slice", "count": 1,
+            "selectors": [{"cel": {"expression": format!("device.attributes[\"{DRIVER}\"].uuid == \"{uuid}\"")}}],
+            "capacity": {"requests": {"memory": "8Gi", "computeUnits": "64"}}}}]}}}))
+    .await;
+    create(
+        &pods,
+        pod(
+            "e",
+            json!({"name": "gpu", "resourceClaimName": "pinned-64"}),
+        ),
+    )
+    .await;
+    running(&pods, "e").await;
 
     kubelet.shutdown().await;
     scheduler.abort();
