@@ -684,22 +684,36 @@ pub fn scheduler_deployment(settings: &Settings) -> Object {
 /// watches are live is Ready (leader or not), so the webhook keeps endpoints across a
 /// handover; `/filter` and `/bind` are not here (the extender listener is pod-only).
 pub fn scheduler_service(settings: &Settings) -> Object {
-    let svc_port = |name: &str, number: i32| ServicePort {
-        name: Some(s(name)),
-        port: number,
-        target_port: Some(IntOrString::String(s(name))),
-        protocol: Some(s("TCP")),
-        ..Default::default()
-    };
+    cluster_ip_service(
+        SCHEDULER,
+        &settings.namespace,
+        &[
+            ("https", SERVICE_HTTPS_PORT),
+            ("metrics", SCHEDULER_METRICS_PORT),
+        ],
+    )
+}
+
+/// A ClusterIP Service named and selecting `app`, each port (name, number) targeting the
+/// pod's port of the same name over TCP: the shape of every Service the chart renders.
+fn cluster_ip_service(app: &str, namespace: &str, ports: &[(&str, i32)]) -> Object {
     Object::Service(Service {
-        metadata: meta(SCHEDULER, Some(&settings.namespace), SCHEDULER),
+        metadata: meta(app, Some(namespace), app),
         spec: Some(ServiceSpec {
             type_: Some(s("ClusterIP")),
-            selector: Some(labels(SCHEDULER)),
-            ports: Some(vec![
-                svc_port("https", SERVICE_HTTPS_PORT),
-                svc_port("metrics", SCHEDULER_METRICS_PORT),
-            ]),
+            selector: Some(labels(app)),
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|&(name, number)| ServicePort {
+                        name: Some(s(name)),
+                        port: number,
+                        target_port: Some(IntOrString::String(s(name))),
+                        protocol: Some(s("TCP")),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
             ..Default::default()
         }),
         ..Default::default()
@@ -1573,42 +1587,16 @@ pub fn webui_deployment(settings: &Settings) -> Object {
 
 /// The web UI's Service (port 80 → the pod's `http`).
 pub fn webui_service(settings: &Settings) -> Object {
-    Object::Service(Service {
-        metadata: meta(WEBUI, Some(&settings.namespace), WEBUI),
-        spec: Some(ServiceSpec {
-            type_: Some(s("ClusterIP")),
-            selector: Some(labels(WEBUI)),
-            ports: Some(vec![ServicePort {
-                name: Some(s("http")),
-                port: 80,
-                target_port: Some(IntOrString::String(s("http"))),
-                protocol: Some(s("TCP")),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
+    cluster_ip_service(WEBUI, &settings.namespace, &[("http", 80)])
 }
 
 /// The monitor's metrics Service (scraped by the ServiceMonitor, or by annotation).
 pub fn monitor_service(settings: &Settings) -> Object {
-    Object::Service(Service {
-        metadata: meta(MONITOR, Some(&settings.namespace), MONITOR),
-        spec: Some(ServiceSpec {
-            type_: Some(s("ClusterIP")),
-            selector: Some(labels(MONITOR)),
-            ports: Some(vec![ServicePort {
-                name: Some(s("metrics")),
-                port: MONITOR_METRICS_PORT,
-                target_port: Some(IntOrString::String(s("metrics"))),
-                protocol: Some(s("TCP")),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
+    cluster_ip_service(
+        MONITOR,
+        &settings.namespace,
+        &[("metrics", MONITOR_METRICS_PORT)],
+    )
 }
 
 /// The node labeller DaemonSet (reads sysfs, labels its Node).
