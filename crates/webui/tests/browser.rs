@@ -334,6 +334,7 @@ fn every_page_in_chromium_against_the_demo() {
         settle_seconds: 25,
         scenario: None,
         ui_listen: "127.0.0.1:0".parse().unwrap(),
+        dra: false,
     };
     let (cluster, demo_ui, ui, nodes, pods) = runtime.block_on(async {
         let mut sink = Vec::new();

@@ -32,6 +32,8 @@ pub struct SimNode {
     pub description: String,
     pub tree: FixtureTree,
     pub kubelet: KubeletSim,
+    /// Whether the AMD DRA driver serves this node (`--dra`) instead of a device plugin.
+    pub dra: bool,
     /// Container logs (`<ns>_<pod>_<container>.log`) and allocation records.
     pub record_dir: PathBuf,
     driver: Option<NodeDriver>,
@@ -78,6 +80,7 @@ impl NodePlumbing {
             description: description.into(),
             tree,
             kubelet: self.kubelet,
+            dra: false,
             record_dir: self.record_dir,
             driver: None,
             plugin_stop,
@@ -113,6 +116,8 @@ pub struct Cluster {
     pub nodes: Vec<SimNode>,
     /// The kubeconfig written for kubectl (`--kubeconfig-out`).
     pub kubeconfig: PathBuf,
+    /// `--dra`: the DRA node runs and the DRA examples are submitted.
+    pub dra: bool,
     workdir: PathBuf,
     background: Vec<JoinHandle<()>>,
 }
@@ -329,10 +334,21 @@ impl Cluster {
         .map_err(|e| anyhow::anyhow!("cannot register the webhook: {e:?}"))?;
         progress.step(format!("scheduler extender + webhook at {extender_url} (TLS), metrics at http://{scheduler_metrics}/metrics"));
         let extender = ExtenderClient::new(&extender_url, Trust::Ca(cert.cert.pem().into_bytes()))?;
-        background.push(tokio::spawn(
-            SimKubeScheduler::new(client.clone(), settings.scheduler_name.clone(), extender).run(),
-        ));
-        progress.step("simulated kube-scheduler watching pending pods");
+        let kube_scheduler =
+            SimKubeScheduler::new(client.clone(), settings.scheduler_name.clone(), extender);
+        let kube_scheduler = if args.dra {
+            // Pods with ResourceClaims: kube-scheduler's own allocator (structured
+            // parameters), no extender and no node lock.
+            kube_scheduler.with_dra(hami_kube_scheduler_sim::dra::DraOptions::default())
+        } else {
+            kube_scheduler
+        };
+        background.push(tokio::spawn(kube_scheduler.run()));
+        progress.step(if args.dra {
+            "simulated kube-scheduler watching pending pods (DRA allocation on)"
+        } else {
+            "simulated kube-scheduler watching pending pods"
+        });
 
         let has_workload = workload.is_some();
         let images = if let Some(workload) = workload.filter(|_| namespaces_work()) {
@@ -390,6 +406,32 @@ impl Cluster {
                 "node {name}: {description}: device plugin, kubelet and monitor running"
             ));
         }
+        if args.dra {
+            crate::dra_node::create_device_class(&api)?;
+            progress.step(format!(
+                "DeviceClass {} created as the chart renders it",
+                hami_dra_core::DRIVER
+            ));
+            let (name, description) = (
+                "mi210-dra-node",
+                "8 × AMD Instinct MI210 in two XGMI hives (capture topo-mi210-xgmi-pcie), DRA mode",
+            );
+            nodes.push(
+                Self::start_dra_node(
+                    &api,
+                    &client,
+                    name,
+                    description,
+                    hami_sysfs_fixtures::mi210_xgmi()?,
+                    &workdir,
+                    images.as_ref(),
+                )
+                .await?,
+            );
+            progress.step(format!(
+                "node {name}: {description}: AMD DRA driver (ResourceSlices, NodePrepareResources), kubelet and monitor running"
+            ));
+        }
         let cluster = Cluster {
             api,
             client,
@@ -398,6 +440,7 @@ impl Cluster {
             scheduler_metrics,
             nodes,
             kubeconfig: args.kubeconfig_out.clone(),
+            dra: args.dra,
             workdir,
             background,
         };
@@ -405,17 +448,25 @@ impl Cluster {
         loop {
             let registered = {
                 let state = cluster.scheduler.state();
-                cluster.nodes.iter().all(|n| {
+                cluster.nodes.iter().filter(|n| !n.dra).all(|n| {
                     state
                         .node(&n.name)
                         .is_some_and(|s| !s.devices.gpus.is_empty())
                 })
             };
+            // A DRA node registers nothing with the scheduler: it publishes ResourceSlices.
+            let mut published = true;
+            for n in cluster.nodes.iter().filter(|n| n.dra) {
+                published &= crate::dra_node::slices_published(&cluster.client, &n.name).await;
+            }
+            let registered = registered && published;
             if registered && cluster.scheduler.ready() {
                 break;
             }
             if Instant::now() > deadline {
-                anyhow::bail!("the nodes did not register their GPUs within 20 s");
+                anyhow::bail!(
+                    "the nodes did not register their GPUs (or publish their ResourceSlices) within 20 s"
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -432,7 +483,7 @@ impl Cluster {
             .sum();
         progress.step(format!(
             "scheduler sees {} nodes with {gpus} registered GPUs / partitions",
-            cluster.nodes.len()
+            cluster.nodes.iter().filter(|n| !n.dra).count()
         ));
         Ok(cluster)
     }
@@ -446,13 +497,20 @@ impl Cluster {
         workdir: &Path,
         host: MonitorHost,
         containers: Option<NodeContainers>,
+        dra: Option<hami_kubelet_sim::dra_manager::DraConfig>,
     ) -> anyhow::Result<NodePlumbing> {
         let MonitorHost {
             sys_root,
             proc_root,
             nvml_library,
         } = host;
-        api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
+        let mut labels = json!({"kubernetes.io/hostname": name});
+        if dra.is_some() {
+            // One mode per node (KEP-5004): the chart runs the DRA driver only here.
+            labels[hami_manifests::names::AMD_MODE_LABEL] =
+                json!(hami_manifests::names::AMD_MODE_DRA);
+        }
+        api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}))
             .map_err(|e| anyhow::anyhow!("cannot create node {name}: {e:?}"))?;
         let sockets = workdir.join(name).join("device-plugins");
         let hook_path = workdir.join(name).join("hook");
@@ -468,18 +526,18 @@ impl Cluster {
                 state_dir: Some(workdir.join(name).join("containers")),
             })
             .unwrap_or_default();
-        let kubelet = KubeletSim::start(
-            hami_kubelet_sim::Args {
-                socket_dir: sockets.clone(),
-                node_name: name.into(),
-                record_dir: Some(record_dir.clone()),
-                run_containers,
-                runtime,
-                sync_interval_ms: 100,
-            },
-            client.clone(),
-        )
-        .await?;
+        let kubelet_args = hami_kubelet_sim::Args {
+            socket_dir: sockets.clone(),
+            node_name: name.into(),
+            record_dir: Some(record_dir.clone()),
+            run_containers,
+            runtime,
+            sync_interval_ms: 100,
+        };
+        let kubelet = match dra {
+            Some(dra) => KubeletSim::start_with_dra(kubelet_args, client.clone(), dra).await?,
+            None => KubeletSim::start(kubelet_args, client.clone()).await?,
+        };
         let monitor_addr = free_local_addr()?;
         let config = hami_monitor::server::ServeConfig {
             monitor: hami_monitor::node_monitor::MonitorConfig {
@@ -511,16 +569,17 @@ impl Cluster {
         })
     }
 
-    /// An AMD node from a sysfs tree, with the real AMD device plugin.
-    async fn start_node(
+    /// An AMD node's plumbing (kubelet-sim with `dra` when given, monitor) and, with
+    /// containers, its stand-in driver's kernel side with the hook installed.
+    async fn amd_plumbing(
         api: &RunningApiServer,
         client: &Client,
         name: &str,
-        description: &str,
-        tree: FixtureTree,
+        tree: &FixtureTree,
         workdir: &Path,
         images: Option<&Images>,
-    ) -> anyhow::Result<SimNode> {
+        dra: Option<hami_kubelet_sim::dra_manager::DraConfig>,
+    ) -> anyhow::Result<(NodePlumbing, Option<NodeDriver>)> {
         let node_dir = workdir.join(name);
         // The monitor reads the driver model's proc-shaped tree (amdgpu_driver.rs).
         let proc_root = node_dir.join("proc");
@@ -552,6 +611,7 @@ impl Cluster {
                 nvml_library: None,
             },
             containers,
+            dra,
         )
         .await?;
         let driver = match images {
@@ -566,6 +626,59 @@ impl Cluster {
             }
             None => None,
         };
+        Ok((base, driver))
+    }
+
+    /// An AMD node from a sysfs tree served by the real AMD DRA driver (no device plugin):
+    /// kubelet-sim with its DRA side, the driver's registration and DRA sockets, its
+    /// ResourceSlices, CDI specs and checkpoint under the node's directory.
+    async fn start_dra_node(
+        api: &RunningApiServer,
+        client: &Client,
+        name: &str,
+        description: &str,
+        tree: FixtureTree,
+        workdir: &Path,
+        images: Option<&Images>,
+    ) -> anyhow::Result<SimNode> {
+        let paths = crate::dra_node::DraPaths::new(&workdir.join(name));
+        let (base, driver) = Self::amd_plumbing(
+            api,
+            client,
+            name,
+            &tree,
+            workdir,
+            images,
+            Some(paths.kubelet()),
+        )
+        .await?;
+        let (plugin_stop, stop_rx) = watch::channel(false);
+        let plugin = crate::dra_node::spawn_driver(
+            client.clone(),
+            name,
+            &tree,
+            &base.hook_path,
+            &paths,
+            stop_rx,
+        )?;
+        let mut node = base.into_node(name, description, tree, plugin_stop, plugin);
+        node.driver = driver;
+        node.dra = true;
+        Ok(node)
+    }
+
+    /// An AMD node from a sysfs tree, with the real AMD device plugin.
+    async fn start_node(
+        api: &RunningApiServer,
+        client: &Client,
+        name: &str,
+        description: &str,
+        tree: FixtureTree,
+        workdir: &Path,
+        images: Option<&Images>,
+    ) -> anyhow::Result<SimNode> {
+        let (base, driver) =
+            Self::amd_plumbing(api, client, name, &tree, workdir, images, None).await?;
         let mut args = hami_amd_plugin::cli::Args::parse_from(["k8s-device-plugin"]);
         args.sysfs_root = tree.sysfs_root();
         args.dev_root = tree.dev_root();
@@ -630,6 +743,7 @@ impl Cluster {
                 nvml_library: Some(driver_dir.join("libnvidia-ml.so.1").display().to_string()),
             },
             containers,
+            None,
         )
         .await?;
         let driver = match images {
@@ -697,14 +811,17 @@ impl Cluster {
                 .map(|f| f.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let text = std::fs::read_to_string(&path)?;
-            let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
-                anyhow::anyhow!(
-                    "{file}: not valid YAML: {}",
-                    e.to_string().lines().next().unwrap_or_default()
-                )
-            })?;
-            let pod: Pod = serde_json::from_value(value)
-                .map_err(|e| anyhow::anyhow!("{file}: not a Pod: {e}"))?;
+            let docs = crate::dra_node::example_documents(&file, &text)?;
+            if docs.templates.is_some() && !self.dra {
+                progress.step(format!(
+                    "skipped {file}: a DRA example (ResourceClaimTemplate); run with --dra"
+                ));
+                continue;
+            }
+            if let Some(templates) = docs.templates {
+                crate::dra_node::create_templates(&self.client, &file, templates, progress).await?;
+            }
+            let pod = docs.pod;
             let name = pod.metadata.name.clone().unwrap_or_default();
             match pods.create(&PostParams::default(), &pod).await {
                 Ok(_) => {
@@ -830,6 +947,10 @@ impl Cluster {
             "  sed 's/share-a/share-c/' {}/01-share-a.yaml | kubectl create -f -   # submit your own pods\n",
             self.examples_dir(&args.examples).display()
         ));
+        if self.dra {
+            text.push_str("  kubectl get resourceslices,resourceclaims -o wide         # the DRA node's devices and the claims allocated from them\n");
+            text.push_str("  kubectl get resourceclaims -o yaml                        # status.devices: the CU ranges the driver chose\n");
+        }
         text.push_str(&format!("API server: {}\n", self.api.url()));
         text.push_str(&format!(
             "Scheduler metrics: http://{}/metrics\n",

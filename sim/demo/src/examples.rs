@@ -47,6 +47,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "09-cpx-partitions.yaml",
         include_str!("../../../examples/09-cpx-partitions.yaml"),
     ),
+    (
+        "10-dra-slice.yaml",
+        include_str!("../../../examples/10-dra-slice.yaml"),
+    ),
 ];
 
 #[cfg(test)]

@@ -7,6 +7,13 @@
 //! monitor; submits the pods in `examples/` (built in); and prints one table per node of who
 //! got which slice. Every part is the real component talking the real protocol.
 //!
+//! With `--dra` (issue 20) a third AMD node (an MI210 XGMI capture, labelled
+//! `hami.io/amd-mode=dra`) runs the real AMD DRA driver instead of the device plugin
+//! (`dra_node.rs`), the chart's DeviceClass is created, the simulated kube-scheduler allocates
+//! ResourceClaims, and the DRA examples (ResourceClaimTemplate + pod) are submitted; that
+//! node's table comes from its ResourceSlices and the claims (`report_dra.rs`). Without it
+//! the DRA examples are skipped.
+//!
 //! With root and util-linux, the simulated kubelets run each app container's command
 //! (`hami-workload`, `workload.rs`) in its own PID and mount namespace with exactly the env,
 //! mounts and device nodes Allocate returned, on the stand-in HIP or CUDA runtime under the
@@ -17,8 +24,10 @@ pub mod amdgpu_driver;
 pub mod cli;
 mod cluster;
 pub mod cuda_driver;
+pub mod dra_node;
 mod examples;
 mod report;
+mod report_dra;
 /// The monitors' readings (in the web UI crate, which `hami status --monitor` also uses).
 pub use hami_webui::live::{self, Live, scrape};
 pub mod webhook;
@@ -59,6 +68,10 @@ pub struct DemoArgs {
     /// Address of the web UI (a free port is used if this one is taken).
     #[arg(long, default_value = "127.0.0.1:8088")]
     pub ui_listen: SocketAddr,
+    /// One more AMD node (an MI210 XGMI capture) runs the AMD DRA driver instead of the
+    /// device plugin; the DRA examples (ResourceClaimTemplates) are submitted too.
+    #[arg(long)]
+    pub dra: bool,
 }
 
 /// Progress lines with the time since the start.
@@ -141,6 +154,18 @@ pub async fn run(args: DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     ui.shutdown();
     cluster.shutdown().await;
     Ok(())
+}
+
+/// The per-node tables the demo prints (device-plugin nodes from the scheduler's view and the
+/// pods' annotations, DRA nodes from ResourceSlices and ResourceClaims).
+///
+/// # Errors
+/// When the API server cannot list the pods (or, with `--dra`, the slices and claims).
+pub async fn render_tables(
+    cluster: &Cluster,
+    submitted: &[cluster::Submitted],
+) -> anyhow::Result<String> {
+    report::render(cluster, submitted).await
 }
 
 /// The web UI on the demo's cluster: its API server by watch, its nodes' monitors.

@@ -27,11 +27,26 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
     let pods: Api<Pod> = Api::all(cluster.client.clone());
     let all = pods.list(&ListParams::default()).await?.items;
     let mut text = String::new();
+    let dra = if cluster.dra {
+        crate::report_dra::DraView::read(&cluster.client).await?
+    } else {
+        Default::default()
+    };
     for node in &cluster.nodes {
         let addr = node.monitor_addr;
         let live = tokio::task::spawn_blocking(move || scrape(addr))
             .await
             .unwrap_or_default();
+        if node.dra {
+            text.push_str(&crate::report_dra::node_table(
+                &dra,
+                &node.name,
+                &node.description,
+                &all,
+                &live,
+            ));
+            continue;
+        }
         let (gpus, devcore_of, partitions) = {
             let state = cluster.scheduler.state();
             let snapshot = state.node(&node.name).cloned();
@@ -228,7 +243,7 @@ pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Resul
     Ok(text)
 }
 
-fn align(rows: &[Vec<String>]) -> String {
+pub(crate) fn align(rows: &[Vec<String>]) -> String {
     let columns = rows.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..columns)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
