@@ -130,25 +130,19 @@ async fn extender_filter(
     headers: axum::http::HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let bytes = match body(raw) {
-        Ok(b) => b,
-        Err((status, error)) => return json_response(status, &json!({ "error": error })),
-    };
-    let error = match route_of(&s, &ctx, &headers) {
-        Route::Local => return filter(State(s), Ok(bytes)).await,
-        Route::Forward { leader } => match forwarded(&ctx, &leader, "filter", bytes).await {
-            Ok(r) => return r,
-            Err(e) => e,
-        },
-        Route::Refuse { why } => format!("{} ({why}); kube-scheduler retries", s.not_leader()),
-    };
-    json_response(
-        StatusCode::OK,
-        &ExtenderFilterResult {
-            error,
-            ..Default::default()
-        },
-    )
+    let routed = extender_call(s, &ctx, &headers, raw, "filter", |s, bytes| {
+        filter(State(s), Ok(bytes))
+    });
+    match routed.await {
+        Ok(response) => response,
+        Err(error) => json_response(
+            StatusCode::OK,
+            &ExtenderFilterResult {
+                error,
+                ..Default::default()
+            },
+        ),
+    }
 }
 
 async fn extender_bind(
@@ -157,19 +151,42 @@ async fn extender_bind(
     headers: axum::http::HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let routed = extender_call(s, &ctx, &headers, raw, "bind", |s, bytes| {
+        bind(State(s), Ok(bytes))
+    });
+    match routed.await {
+        Ok(response) => response,
+        Err(error) => json_response(StatusCode::OK, &json!({ "error": error })),
+    }
+}
+
+/// One extender call (`verb` is `filter` or `bind`): a bad body is answered here, the leader
+/// runs `local`, a follower forwards to the leader; `Err` is the error the caller shapes
+/// into its verb's result (forwarding failed, or no leader to forward to).
+async fn extender_call<F, Fut>(
+    s: Arc<Scheduler>,
+    ctx: &ForwardContext,
+    headers: &axum::http::HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+    verb: &str,
+    local: F,
+) -> Result<Response, String>
+where
+    F: FnOnce(Arc<Scheduler>, Bytes) -> Fut,
+    Fut: std::future::Future<Output = Response>,
+{
     let bytes = match body(raw) {
         Ok(b) => b,
-        Err((status, error)) => return json_response(status, &json!({ "error": error })),
+        Err((status, error)) => return Ok(json_response(status, &json!({ "error": error }))),
     };
-    let error = match route_of(&s, &ctx, &headers) {
-        Route::Local => return bind(State(s), Ok(bytes)).await,
-        Route::Forward { leader } => match forwarded(&ctx, &leader, "bind", bytes).await {
-            Ok(r) => return r,
-            Err(e) => e,
-        },
-        Route::Refuse { why } => format!("{} ({why}); kube-scheduler retries", s.not_leader()),
-    };
-    json_response(StatusCode::OK, &json!({ "error": error }))
+    match route_of(&s, ctx, headers) {
+        Route::Local => Ok(local(s, bytes).await),
+        Route::Forward { leader } => forwarded(ctx, &leader, verb, bytes).await,
+        Route::Refuse { why } => Err(format!(
+            "{} ({why}); kube-scheduler retries",
+            s.not_leader()
+        )),
+    }
 }
 
 /// `/metrics` (OpenMetrics or Prometheus text, as the scraper asks).
