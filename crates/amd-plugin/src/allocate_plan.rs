@@ -287,25 +287,7 @@ pub fn plan_allocate(
 
     let mut cache_dir = None;
     let mut hook = None;
-    let mut container = ContainerPlan::default();
-    container.devices.push(DevicePath {
-        path: "/dev/kfd".into(),
-        permissions: "rw".into(),
-    });
-    for dev in &resolved {
-        container.devices.push(DevicePath {
-            path: format!("/dev/dri/card{}", dev.card),
-            permissions: "rw".into(),
-        });
-        container.devices.push(DevicePath {
-            path: format!("/dev/dri/renderD{}", dev.render),
-            permissions: "rw".into(),
-        });
-    }
-    container.envs.insert(
-        env::ROCR_VISIBLE_DEVICES.into(),
-        rocr_visible_devices(&resolved),
-    );
+    let mut container = cards_plan(&resolved);
     if !whole_cards {
         let visible: Vec<String> = (0..resolved.len()).map(|i| i.to_string()).collect();
         container
@@ -451,12 +433,18 @@ pub fn plan_whole_cards(
             cards: chosen.len(),
         });
     }
+    Ok(cards_plan(&chosen))
+}
+
+/// What every container given these cards gets, sliced or whole: `/dev/kfd`, each card's
+/// `card` and `renderD` nodes (read-write), and `ROCR_VISIBLE_DEVICES` naming them.
+fn cards_plan(cards: &[&RegisteredDevice]) -> ContainerPlan {
     let mut plan = ContainerPlan::default();
     plan.devices.push(DevicePath {
         path: "/dev/kfd".into(),
         permissions: "rw".into(),
     });
-    for dev in &chosen {
+    for dev in cards {
         plan.devices.push(DevicePath {
             path: format!("/dev/dri/card{}", dev.card),
             permissions: "rw".into(),
@@ -468,7 +456,7 @@ pub fn plan_whole_cards(
     }
     plan.envs.insert(
         env::ROCR_VISIBLE_DEVICES.into(),
-        rocr_visible_devices(&chosen),
+        rocr_visible_devices(cards),
     );
-    Ok(plan)
+    plan
 }
