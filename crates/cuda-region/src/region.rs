@@ -166,14 +166,7 @@ pub fn own_start_time() -> u64 {
 /// existing plain file (a repeated Allocate) is kept; anything else there is an error.
 pub fn prepare_file(path: &Path, anchor: &Path) -> io::Result<u64> {
     use std::os::unix::fs::MetadataExt;
-    let inode = match File::options()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)
-    {
+    let inode = match hami_kernel_locks::private_file::create_new(path) {
         Ok(file) => {
             file.set_permissions(std::fs::Permissions::from_mode(0o666))?;
             file.set_len(FILE_SIZE as u64)?;
@@ -524,13 +517,7 @@ impl Region {
                     {
                         break;
                     }
-                    if attempts < 64 {
-                        std::hint::spin_loop();
-                    } else if attempts < 4096 {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(std::time::Duration::from_micros(50));
-                    }
+                    hami_kernel_locks::lock_backoff::wait(attempts, 64);
                 }
             }
         }

@@ -3,7 +3,8 @@
 //! one-`write(2)`-per-line logging for code that runs inside users' processes, the panic guard
 //! every exported hook function runs under (`ffi_guard`), the page that tells a forked child
 //! from its parent without a system call (`fork_mark`), and the reading of the plugins'
-//! read-only per-container hook configuration.
+//! read-only per-container hook configuration; and, for both shared regions, how a lock
+//! waiter backs off (`lock_backoff`) and how a region file is created (`private_file`).
 //! std + libc + the dependency-free protocol crate only: both hooks (`libamvgpu.so`,
 //! `libvgpu.so`) link it.
 
@@ -12,3 +13,5 @@ pub mod file_lock;
 pub mod fork_mark;
 pub mod hook_config_file;
 pub mod hook_log;
+pub mod lock_backoff;
+pub mod private_file;

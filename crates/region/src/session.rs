@@ -275,14 +275,8 @@ fn create_new(path: &Path) -> Result<Option<File>, RegionError> {
         name.to_string_lossy(),
         std::process::id()
     ));
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(&temp)
-        .map_err(|source| RegionError::Open {
+    let file =
+        hami_kernel_locks::private_file::create_new(&temp).map_err(|source| RegionError::Open {
             path: path.to_owned(),
             source,
         })?;
@@ -313,14 +307,8 @@ fn create_new(path: &Path) -> Result<Option<File>, RegionError> {
 /// not the first process's) — and returns its inode for the container's config
 /// (`shared-cache-inode`). Fails if anything is already there.
 pub fn prepare_file(path: &Path, limits: &Limits) -> Result<u64, RegionError> {
-    let created = File::options()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|source| RegionError::Open {
+    let created =
+        hami_kernel_locks::private_file::create_new(path).map_err(|source| RegionError::Open {
             path: path.to_owned(),
             source,
         })?;
@@ -668,14 +656,7 @@ impl Session {
                             });
                         }
                     }
-                    if attempts < 16 {
-                        std::hint::spin_loop();
-                    } else if attempts < 4096 {
-                        // SAFETY: sched_yield has no preconditions.
-                        unsafe { libc::sched_yield() };
-                    } else {
-                        std::thread::sleep(std::time::Duration::from_micros(50));
-                    }
+                    hami_kernel_locks::lock_backoff::wait(attempts, 16);
                 }
             }
         }
