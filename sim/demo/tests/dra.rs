@@ -3,7 +3,7 @@
 //! allocated by the simulated kube-scheduler from the DRA node's ResourceSlices, prepared by
 //! the real AMD DRA driver, and its container gets the CDI spec's env (CU mask, memory
 //! limit, hook) and mounts (hook, cache, hook config); a second claim pinned to the same GPU
-//! gets disjoint CUs; the device-plugin pods still run on their nodes; no device plugin
+//! gets disjoint CUs; the pod's VRAM limit is in its pod cgroup's `dmem.max`; the device-plugin pods still run on their nodes; no device plugin
 //! registered on the DRA node; the tables show the DRA holders. (The DRA container does not
 //! run as a process yet: the driver's CDI spec bind-mounts `<claim dir>/hipdevshr.cache`,
 //! which its prepare never creates — see /work/notes/demo-dra.md.)
@@ -201,6 +201,29 @@ async fn a_dra_slice_pod_runs_beside_the_device_plugin_pods() {
         .unwrap()
         .to_owned();
     assert_eq!(CuSet::parse(&published, 104).unwrap(), set);
+
+    // dmem: the driver wrote the pod's VRAM limit into its pod cgroup.
+    let cgroup_root = dra_node.tree.sysfs_root().join("fs/cgroup");
+    let dmem_max =
+        hami_demo::dra_node::pod_cgroup(&cgroup_root, &pod.uid().unwrap()).join("dmem.max");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let limits = loop {
+        let text = std::fs::read_to_string(&dmem_max).unwrap_or_default();
+        if !text.is_empty() {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no dmem limit in {}",
+            dmem_max.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let lines: Vec<&str> = limits.lines().collect();
+    assert_eq!(lines.len(), 1, "{limits}");
+    let (region, bytes) = lines[0].split_once(' ').unwrap();
+    assert!(region.starts_with("drm/"), "{limits}");
+    assert_eq!(bytes, (16u64 << 30).to_string(), "{limits}");
 
     // A second claim pinned to the same GPU: disjoint CUs.
     let uuid = devices
