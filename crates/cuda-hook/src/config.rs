@@ -82,14 +82,7 @@ pub fn resolve(get: &dyn Fn(&str) -> Option<String>) -> HookConfig {
             }
         }
     }
-    let utilization_policy = match get("GPU_CORE_UTILIZATION_POLICY")
-        .map(|p| p.trim().to_ascii_lowercase())
-        .as_deref()
-    {
-        Some("force") => Some(true),
-        Some("disable") => Some(false),
-        _ => None,
-    };
+    let utilization_policy = utilization_policy(get("GPU_CORE_UTILIZATION_POLICY").as_deref());
     HookConfig {
         limits,
         fail_closed,
@@ -104,6 +97,16 @@ pub fn resolve(get: &dyn Fn(&str) -> Option<String>) -> HookConfig {
             .unwrap_or(1),
         log_level: crate::log::parse_level(get("LIBCUDA_LOG_LEVEL").as_deref()),
         utilization_policy,
+    }
+}
+
+/// `GPU_CORE_UTILIZATION_POLICY`, from the environment or the config file alike: `force`
+/// (true) or `disable` (false), any case, spaces around ignored; anything else is the default.
+fn utilization_policy(value: Option<&str>) -> Option<bool> {
+    match value.map(|p| p.trim().to_ascii_lowercase()).as_deref() {
+        Some("force") => Some(true),
+        Some("disable") => Some(false),
+        _ => None,
     }
 }
 
@@ -134,14 +137,7 @@ pub fn from_file(
         _ => 100,
     };
     let pinned = |name: &str| file.pinned.get(name).map(String::as_str);
-    let utilization_policy = match pinned("GPU_CORE_UTILIZATION_POLICY")
-        .map(|p| p.trim().to_ascii_lowercase())
-        .as_deref()
-    {
-        Some("force") => Some(true),
-        Some("disable") => Some(false),
-        _ => None,
-    };
+    let utilization_policy = utilization_policy(pinned("GPU_CORE_UTILIZATION_POLICY"));
     HookConfig {
         limits,
         fail_closed,
