@@ -86,21 +86,29 @@ pub struct RegionFile {
     file: File,
 }
 
+/// Opens `path` for reading (and writing, with `write`) without blocking (a FIFO would
+/// hang the monitor), without following a final symlink (a tenant's link to a host file is
+/// `Symlink`) and without taking a controlling terminal.
+fn open_refusing(path: &Path, write: bool) -> Result<File, FileError> {
+    OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                FileError::Symlink
+            } else {
+                FileError::Io(e)
+            }
+        })
+}
+
 impl RegionFile {
     /// Opens `path` without blocking and without following a final symlink; refuses
     /// anything but a regular file.
     pub fn open(path: &Path) -> Result<RegionFile, FileError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
-            .open(path)
-            .map_err(|e| {
-                if e.raw_os_error() == Some(libc::ELOOP) {
-                    FileError::Symlink
-                } else {
-                    FileError::Io(e)
-                }
-            })?;
+        let file = open_refusing(path, false)?;
         let kind = file.metadata()?.file_type();
         if !kind.is_file() {
             return Err(FileError::NotRegular(type_name(kind)));
@@ -133,18 +141,7 @@ impl RegionFile {
         value: i32,
     ) -> Result<(), FileError> {
         use std::os::unix::fs::MetadataExt;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY)
-            .open(path)
-            .map_err(|e| {
-                if e.raw_os_error() == Some(libc::ELOOP) {
-                    FileError::Symlink
-                } else {
-                    FileError::Io(e)
-                }
-            })?;
+        let file = open_refusing(path, true)?;
         let theirs = file.metadata()?;
         if !theirs.file_type().is_file() {
             return Err(FileError::NotRegular(type_name(theirs.file_type())));
