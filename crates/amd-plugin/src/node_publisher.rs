@@ -8,11 +8,11 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
+use hami_plugin_core::node_register::{publish_register, report_capacity};
 use hami_protocol::cu_allocated::CuAllocation;
-use hami_protocol::handshake;
 use hami_protocol::names::{AMD, Vendor, node as node_keys, pod as pod_keys};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -139,41 +139,20 @@ impl NodePublisher {
                     .map_err(|e| e.to_string())?,
             )
         };
-        // Removed with the register annotation: nothing offered, nothing to keep alive.
-        let beat = value.as_ref().map(|_| {
-            handshake::format(
-                hami_plugin_core::node_lock_client::unix_now(),
-                self.handshake_period_secs,
-            )
-        });
-        nodes
-            .patch(
-                &self.node,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {
-                    AMD.node_register: value,
-                    handshake::key(Vendor::Amd): beat,
-                }}})),
-            )
-            .await
-            .map_err(|e| {
-                format!(
-                    "cannot publish {} on node {}: {e}",
-                    AMD.node_register, self.node
-                )
-            })?;
+        publish_register(
+            &nodes,
+            &self.node,
+            AMD.node_register,
+            Vendor::Amd,
+            value,
+            self.handshake_period_secs,
+        )
+        .await?;
         if self.report_node_capacity {
             let mem: u64 = devices.iter().map(|d| d.info.devmem).sum();
-            let cores = 100 * devices.len();
-            let caps = json!({AMD.resource_memory: mem.to_string(), AMD.resource_cores: cores.to_string()});
-            nodes
-                .patch_status(
-                    &self.node,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"capacity": caps, "allocatable": caps}})),
-                )
-                .await
-                .map_err(|e| format!("cannot report node capacity: {e}"))?;
+            let cores = 100 * devices.len() as u64;
+            let memory = (AMD.resource_memory, mem);
+            report_capacity(&nodes, &self.node, memory, (AMD.resource_cores, cores)).await?;
         }
         if let Some(previous) = &self.previous {
             let in_use = self.ids_in_use().await;

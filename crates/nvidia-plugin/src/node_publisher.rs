@@ -5,12 +5,11 @@
 //! `hami.io/node-handshake-nvidia` (`hami_protocol::handshake`), a value that changes at
 //! every refresh, so the scheduler can tell a live plugin from a dead one's leftovers.
 
-use hami_protocol::handshake;
+use hami_plugin_core::node_register::{publish_register, report_capacity};
 use hami_protocol::names::{NVIDIA, Vendor};
 use hami_protocol::node_register::{DeviceInfo, encode_node_devices};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
+use kube::api::Api;
 use tokio::sync::watch;
 
 use crate::nvml::Nvml;
@@ -56,48 +55,25 @@ impl NodePublisher {
         });
         let infos: Vec<DeviceInfo> = devices.iter().map(|d| d.info.clone()).collect();
         let value = if infos.is_empty() {
-            serde_json::Value::Null
+            None
         } else {
-            json!(encode_node_devices(&infos).map_err(|e| e.to_string())?)
-        };
-        // Removed with the register annotation: nothing offered, nothing to keep alive.
-        let beat = if value.is_null() {
-            serde_json::Value::Null
-        } else {
-            json!(handshake::format(
-                hami_plugin_core::node_lock_client::unix_now(),
-                self.handshake_period_secs
-            ))
+            Some(encode_node_devices(&infos).map_err(|e| e.to_string())?)
         };
         let nodes: Api<Node> = Api::all(self.client.clone());
-        nodes
-            .patch(
-                &self.node,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {
-                    NVIDIA.node_register: value,
-                    handshake::key(Vendor::Nvidia): beat,
-                }}})),
-            )
-            .await
-            .map_err(|e| {
-                format!(
-                    "cannot publish {} on node {}: {e}",
-                    NVIDIA.node_register, self.node
-                )
-            })?;
+        publish_register(
+            &nodes,
+            &self.node,
+            NVIDIA.node_register,
+            Vendor::Nvidia,
+            value,
+            self.handshake_period_secs,
+        )
+        .await?;
         if self.report_node_capacity {
             let mem: u64 = infos.iter().map(|d| d.devmem).sum();
             let cores: u64 = infos.iter().map(|d| u64::from(d.devcore)).sum();
-            let caps = json!({NVIDIA.resource_memory: mem.to_string(), NVIDIA.resource_cores: cores.to_string()});
-            nodes
-                .patch_status(
-                    &self.node,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"capacity": caps, "allocatable": caps}})),
-                )
-                .await
-                .map_err(|e| format!("cannot report node capacity: {e}"))?;
+            let memory = (NVIDIA.resource_memory, mem);
+            report_capacity(&nodes, &self.node, memory, (NVIDIA.resource_cores, cores)).await?;
         }
         Ok(())
     }

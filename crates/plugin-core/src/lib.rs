@@ -9,7 +9,8 @@
 //! timers). Shells: [`grpc_server`] (kubelet `DevicePlugin` service),
 //! [`kubelet_session`] (socket + registration loop), [`pod_commit`] (bind phase, lock
 //! release, accounting directory), [`node_lock_client`] (the node-lock client the
-//! scheduler's bind uses too), [`publisher_loop`] (both plugins' publisher loop).
+//! scheduler's bind uses too), [`publisher_loop`] (both plugins' publisher loop),
+//! [`node_register`] (the register/heartbeat and node-capacity patches).
 
 pub mod container_plan;
 pub mod entry;
@@ -18,6 +19,7 @@ pub mod kubelet_session;
 pub mod lock_attempt;
 pub mod lock_retry;
 pub mod node_lock_client;
+pub mod node_register;
 pub mod pod_choice;
 pub mod pod_commit;
 pub mod publisher_loop;
