@@ -1,7 +1,6 @@
 //! Wiring of the running plugin: publisher loop, health loop, dmem writer, kubelet sessions.
 //! The publisher loop is `hami_plugin_core::publisher_loop`, timed by `refresh_schedule`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -15,7 +14,7 @@ use crate::kube_shell::KubeAllocator;
 use crate::node_publisher::NodePublisher;
 use crate::node_publisher::record_node_event;
 use crate::registration::RegistrationSettings;
-use hami_plugin_core::kubelet_session::{SessionConfig, serve_devices, shutdown_on_signal};
+use hami_plugin_core::kubelet_session::{SessionConfig, serve_then_join, shutdown_on_signal};
 use hami_plugin_core::publisher_loop::{Publisher, run_publisher};
 use hami_plugin_core::refresh_schedule::RefreshPolicy;
 
@@ -118,23 +117,20 @@ pub async fn serve(
             }
         });
     }
-    let config = SessionConfig {
-        dir: args.device_plugin_dir.clone(),
-        endpoint: ENDPOINT.into(),
-        resource_name: hami_protocol::names::AMD.resource_count.into(),
-        poll: Duration::from_millis(500),
-    };
-    let sessions = serve_devices(
+    let resource = hami_protocol::names::AMD.resource_count;
+    let config = SessionConfig::new(args.device_plugin_dir.clone(), ENDPOINT, resource);
+    let lister = |d: &Vec<_>| kubelet_devices(d);
+    serve_then_join(
         config,
         devices_rx,
-        |d: &Vec<_>| kubelet_devices(d),
-        allocator as Arc<_>,
+        lister,
+        allocator,
         pulse,
         shutdown,
+        publisher_task,
     )
-    .await;
-    let _ = publisher_task.await;
-    sessions.map_err(|e| anyhow::anyhow!(e))
+    .await
+    .map_err(|e| anyhow::anyhow!(e))
 }
 
 impl Publisher for NodePublisher {

@@ -2,11 +2,10 @@
 //! timed by `refresh_schedule`), the hook's preload file, kubelet sessions.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use hami_deviceplugin_api::HEALTHY;
-use hami_plugin_core::kubelet_session::{SessionConfig, serve_devices, shutdown_on_signal};
+use hami_plugin_core::kubelet_session::{SessionConfig, serve_then_join, shutdown_on_signal};
 use hami_plugin_core::publisher_loop::{Publisher, run_publisher};
 use hami_plugin_core::refresh_schedule::RefreshPolicy;
 use tokio::sync::watch;
@@ -147,23 +146,20 @@ pub async fn serve(
         },
     );
     let pulse = (args.pulse > 0).then(|| Duration::from_secs(args.pulse));
-    let config = SessionConfig {
-        dir: args.device_plugin_dir.clone(),
-        endpoint: ENDPOINT.into(),
-        resource_name: hami_protocol::names::NVIDIA.resource_count.into(),
-        poll: Duration::from_millis(500),
-    };
-    let sessions = serve_devices(
+    let resource = hami_protocol::names::NVIDIA.resource_count;
+    let config = SessionConfig::new(args.device_plugin_dir.clone(), ENDPOINT, resource);
+    let lister = |d: &Vec<RegisteredGpu>| kubelet_devices(d);
+    serve_then_join(
         config,
         devices_rx,
-        |d: &Vec<RegisteredGpu>| kubelet_devices(d),
-        allocator as Arc<_>,
+        lister,
+        allocator,
         pulse,
         shutdown,
+        publisher_task,
     )
-    .await;
-    let _ = publisher_task.await;
-    sessions.map_err(|e| anyhow::anyhow!(e))
+    .await
+    .map_err(|e| anyhow::anyhow!(e))
 }
 
 impl Publisher for NodePublisher {

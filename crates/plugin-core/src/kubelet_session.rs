@@ -28,6 +28,19 @@ pub struct SessionConfig {
     pub poll: Duration,
 }
 
+impl SessionConfig {
+    /// The plugins' sessions: `endpoint` in `dir` serving `resource_name`, the sockets
+    /// checked every 500 ms.
+    pub fn new(dir: PathBuf, endpoint: &str, resource_name: &str) -> SessionConfig {
+        SessionConfig {
+            dir,
+            endpoint: endpoint.into(),
+            resource_name: resource_name.into(),
+            poll: Duration::from_millis(500),
+        }
+    }
+}
+
 /// Identity of a socket file (inode + change time), `None` when absent.
 fn socket_identity(path: &Path) -> SocketId {
     std::fs::metadata(path)
@@ -152,6 +165,22 @@ pub async fn serve_devices<T: Send + Sync + 'static>(
         shutdown,
     )
     .await
+}
+
+/// How both plugins end `serve`: [`serve_devices`] until `shutdown`, then wait for their
+/// `publisher` task (it stops on the same signal) so no node patch outlives the plugin.
+pub async fn serve_then_join<T: Send + Sync + 'static, P>(
+    config: SessionConfig,
+    devices: watch::Receiver<T>,
+    lister: crate::grpc_server::DeviceLister<T>,
+    allocator: std::sync::Arc<dyn crate::grpc_server::Allocator>,
+    pulse: Option<Duration>,
+    shutdown: watch::Receiver<bool>,
+    publisher: tokio::task::JoinHandle<P>,
+) -> Result<(), String> {
+    let sessions = serve_devices(config, devices, lister, allocator, pulse, shutdown).await;
+    let _ = publisher.await;
+    sessions
 }
 
 /// A shutdown signal that turns true on SIGINT or SIGTERM (what a DaemonSet pod gets).
