@@ -388,8 +388,9 @@ impl Allocator for KubeAllocator {
 
 /// Creates the container's region file with the plugin's limits (or finds the one an
 /// earlier try of this Allocate made) and returns its inode for the hook config: the hook
-/// then uses only that file (issue 14 items 7, 8).
-fn prepare_region(
+/// then uses only that file (issue 14 items 7, 8). The DRA driver's prepare does the same
+/// per claim.
+pub fn prepare_region(
     dir: &str,
     config: &hami_protocol::hook_config::HookConfig,
 ) -> Result<u64, String> {

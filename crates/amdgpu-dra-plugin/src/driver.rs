@@ -86,8 +86,19 @@ impl<C: ClaimSource> Driver<C> {
             &state.used_cus(None),
         )
         .map_err(|e| e.to_string())?;
+        // The cache directory and its region file before the hook config: the config names
+        // the region's inode (the hook then uses only that file), and the CDI spec
+        // bind-mounts the file, so a missing one would fail the container's start.
+        if let Some(dir) = &plan.cache_dir {
+            std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir}: {e}"))?;
+        }
         let hook_text = match &plan.hook_config {
             Some((path, config)) => {
+                let mut config = config.clone();
+                if let Some(dir) = &plan.cache_dir {
+                    config.shared_cache_inode =
+                        Some(hami_amd_plugin::kube_shell::prepare_region(dir, &config)?);
+                }
                 let text = config.encode().map_err(|e| format!("hook config: {e}"))?;
                 write_atomic(Path::new(path), text.as_bytes(), 0o444, false)
                     .map_err(|e| format!("writing {path}: {e}"))?;
@@ -95,9 +106,6 @@ impl<C: ClaimSource> Driver<C> {
             }
             None => None,
         };
-        if let Some(dir) = &plan.cache_dir {
-            std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir}: {e}"))?;
-        }
         let cdi_file = self
             .config
             .cdi_dir

@@ -276,6 +276,20 @@ async fn kubelet_registers_prepares_and_unprepares_across_restarts() {
     );
     let conf = hami_protocol::hook_config::decode(&std::fs::read(&hook).unwrap()).unwrap();
     assert_eq!(conf.memory_limits[&0], 4 << 30);
+    // The region file the CDI spec mounts exists (sized as a region), and the hook
+    // config pins its inode (a missing mount source would fail the container's start).
+    let mounted: Vec<&str> = spec["containerEdits"]["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["hostPath"].as_str())
+        .filter(|p| p.ends_with("hipdevshr.cache"))
+        .collect();
+    assert_eq!(mounted.len(), 1, "{spec}");
+    let region = std::fs::metadata(mounted[0]).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert!(region.is_file() && region.len() > 0, "{}", mounted[0]);
+    assert_eq!(conf.shared_cache_inode, Some(region.ino()));
 
     // Disjoint CUs, recorded in the checkpoint.
     let cp: serde_json::Value =

@@ -292,6 +292,40 @@ async fn a_dra_slice_pod_runs_beside_the_device_plugin_pods() {
         assert_eq!(envs["HIP_DEVICE_MEMORY_LIMIT_0"], "8192m", "{name}");
     }
 
+    // With container processes: the DRA container starts (its CDI mounts exist, the region
+    // file among them) and the DRA node's monitor reports what it allocated under the hook.
+    if log.contains("app containers run hami-workload") {
+        let key = (
+            "default".to_owned(),
+            "dra-slice".to_owned(),
+            "train".to_owned(),
+            "0".to_owned(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let addr = dra_node.monitor_addr;
+            let live = tokio::task::spawn_blocking(move || hami_demo::scrape(addr))
+                .await
+                .unwrap();
+            if live.memory.get(&key) == Some(&(4096.0 * 1048576.0)) {
+                assert_eq!(
+                    live.limit.get(&key),
+                    Some(&(16.0 * 1073741824.0)),
+                    "{live:?}"
+                );
+                break;
+            }
+            let container_log =
+                std::fs::read_to_string(dra_node.record_dir.join("default_dra-slice_train.log"))
+                    .unwrap_or_default();
+            assert!(
+                Instant::now() < deadline,
+                "the DRA node's monitor never showed dra-slice's 4096 MiB: {live:?}\ncontainer log: {container_log}\n{log}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     // The tables: the DRA node's holders with their CU ranges.
     let tables = hami_demo::render_tables(&cluster, &submitted)
         .await
