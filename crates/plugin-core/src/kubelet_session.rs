@@ -142,16 +142,19 @@ pub async fn run_sessions<S: DevicePlugin>(
 
 /// Serves kubelet a device list with one allocator until `shutdown`: the socket and
 /// registration loop of [`run_sessions`] around a [`crate::grpc_server::PluginService`]
-/// built anew for every kubelet session. Both plugins end `serve` with this.
-pub async fn serve_devices<T: Send + Sync + 'static>(
+/// built anew for every kubelet session; then waits for the plugin's `publisher` task (it
+/// stops on the same signal), so no node patch outlives the plugin. Both plugins end
+/// `serve` with this.
+pub async fn serve_then_join<T: Send + Sync + 'static, P>(
     config: SessionConfig,
     devices: watch::Receiver<T>,
     lister: crate::grpc_server::DeviceLister<T>,
     allocator: std::sync::Arc<dyn crate::grpc_server::Allocator>,
     pulse: Option<Duration>,
     shutdown: watch::Receiver<bool>,
+    publisher: tokio::task::JoinHandle<P>,
 ) -> Result<(), String> {
-    run_sessions(
+    let sessions = run_sessions(
         config,
         move |stop| {
             crate::grpc_server::PluginService::new(
@@ -164,21 +167,7 @@ pub async fn serve_devices<T: Send + Sync + 'static>(
         },
         shutdown,
     )
-    .await
-}
-
-/// How both plugins end `serve`: [`serve_devices`] until `shutdown`, then wait for their
-/// `publisher` task (it stops on the same signal) so no node patch outlives the plugin.
-pub async fn serve_then_join<T: Send + Sync + 'static, P>(
-    config: SessionConfig,
-    devices: watch::Receiver<T>,
-    lister: crate::grpc_server::DeviceLister<T>,
-    allocator: std::sync::Arc<dyn crate::grpc_server::Allocator>,
-    pulse: Option<Duration>,
-    shutdown: watch::Receiver<bool>,
-    publisher: tokio::task::JoinHandle<P>,
-) -> Result<(), String> {
-    let sessions = serve_devices(config, devices, lister, allocator, pulse, shutdown).await;
+    .await;
     let _ = publisher.await;
     sessions
 }
