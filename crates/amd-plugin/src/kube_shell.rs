@@ -16,7 +16,7 @@ use hami_plugin_core::pod_commit::{
 };
 use hami_protocol::names::{AMD, pod as pod_keys};
 use hami_protocol::node_lock::PodRef;
-use hami_protocol::requests::container_slots;
+use hami_protocol::requests::{container_kinds, pod_container_slots};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use serde_json::json;
@@ -226,21 +226,11 @@ impl KubeAllocator {
             to_allocate: annotation(pod, AMD.devices_to_allocate).map(str::to_owned),
             cu_allocated: annotation(pod, pod_keys::AMD_CU_ALLOCATED).map(str::to_owned),
             pod_uid: pod.metadata.uid.clone(),
-            containers: pod
-                .spec
-                .as_ref()
-                .map(|s| {
-                    container_slots(s)
-                        .iter()
-                        .map(|c| c.container.name.clone())
-                        .collect()
-                })
-                .unwrap_or_default(),
-            kinds: pod
-                .spec
-                .as_ref()
-                .map(|s| container_slots(s).iter().map(|c| c.kind).collect())
-                .unwrap_or_default(),
+            containers: pod_container_slots(pod)
+                .iter()
+                .map(|c| c.container.name.clone())
+                .collect(),
+            kinds: container_kinds(pod),
             allocated: annotation(pod, AMD.devices_allocated).map(str::to_owned),
         };
         let plan = plan_allocate(&state, devices, &usage, requested, &self.settings)
@@ -342,11 +332,7 @@ impl KubeAllocator {
 /// and its container kinds; `None` when the pod has no readable decision.
 pub fn pod_limits(pod: &Pod, devices: &[RegisteredDevice]) -> Option<Vec<DmemLimit>> {
     let runs = decode_pod_devices(annotation(pod, AMD.devices_allocated)?).ok()?;
-    let kinds: Vec<_> = pod
-        .spec
-        .as_ref()
-        .map(|s| container_slots(s).iter().map(|c| c.kind).collect())
-        .unwrap_or_default();
+    let kinds = container_kinds(pod);
     Some(pod_dmem(&runs, &kinds, devices))
 }
 

@@ -13,7 +13,7 @@ use hami_plugin_core::pod_commit::{
 };
 use hami_protocol::names::NVIDIA;
 use hami_protocol::node_lock::PodRef;
-use hami_protocol::requests::container_slots;
+use hami_protocol::requests::pod_container_slots;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use serde_json::json;
@@ -30,22 +30,15 @@ pub fn pod_state(pod: &Pod) -> PodState {
     PodState {
         to_allocate: annotation(pod, NVIDIA.devices_to_allocate).map(str::to_owned),
         pod_uid: pod.metadata.uid.clone(),
-        containers: pod
-            .spec
-            .as_ref()
-            .map(|s| {
-                container_slots(s)
-                    .iter()
-                    .map(|c| ContainerInfo {
-                        name: c.container.name.clone(),
-                        disable_control: c.container.env.iter().flatten().any(|e| {
-                            e.name == CUDA_DISABLE_CONTROL
-                                && e.value.as_deref().is_some_and(env_is_true)
-                        }),
-                    })
-                    .collect()
+        containers: pod_container_slots(pod)
+            .iter()
+            .map(|c| ContainerInfo {
+                name: c.container.name.clone(),
+                disable_control: c.container.env.iter().flatten().any(|e| {
+                    e.name == CUDA_DISABLE_CONTROL && e.value.as_deref().is_some_and(env_is_true)
+                }),
             })
-            .unwrap_or_default(),
+            .collect(),
     }
 }
 

@@ -133,6 +133,16 @@ pub fn container_slots(spec: &PodSpec) -> Vec<ContainerSlot<'_>> {
     init.chain(app).collect()
 }
 
+/// [`container_slots`] of a pod; none for a pod without a spec.
+pub fn pod_container_slots(pod: &Pod) -> Vec<ContainerSlot<'_>> {
+    pod.spec.as_ref().map(container_slots).unwrap_or_default()
+}
+
+/// The kind of each of a pod's containers, in [`container_slots`] order.
+pub fn container_kinds(pod: &Pod) -> Vec<ContainerKind> {
+    pod_container_slots(pod).iter().map(|c| c.kind).collect()
+}
+
 /// Device memory wanted on each GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase", tag = "kind", content = "value")]
@@ -473,6 +483,25 @@ mod tests {
     fn one(limits_json: serde_json::Value) -> Result<ContainerRequest, RequestError> {
         let p = pod(json!({"containers": [{"name": "c", "resources": limits(limits_json)}]}));
         pod_requests(&p, &RequestDefaults::default()).map(|mut r| r.remove(0))
+    }
+
+    #[test]
+    fn a_pods_slots_and_kinds_follow_container_slots() {
+        let p = pod(json!({
+            "initContainers": [{"name": "i"}, {"name": "s", "restartPolicy": "Always"}],
+            "containers": [{"name": "a"}]
+        }));
+        let names: Vec<_> = pod_container_slots(&p)
+            .iter()
+            .map(|c| c.container.name.clone())
+            .collect();
+        assert_eq!(names, ["i", "s", "a"]);
+        use ContainerKind::{App, Init, Sidecar};
+        assert_eq!(container_kinds(&p), [Init, Sidecar, App]);
+        let mut bare = p.clone();
+        bare.spec = None;
+        assert!(pod_container_slots(&bare).is_empty());
+        assert!(container_kinds(&bare).is_empty());
     }
 
     #[test]

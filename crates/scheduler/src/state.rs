@@ -16,7 +16,7 @@ use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::handshake;
 use hami_protocol::names::{DEFAULT_SCHEDULER_NAME, Vendor, pod as pod_keys};
 use hami_protocol::placement::placed_by_scheduler;
-use hami_protocol::requests::{container_slots, pod_ref};
+use hami_protocol::requests::{container_kinds, pod_ref};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::heartbeat::Heartbeats;
@@ -71,11 +71,7 @@ pub fn pod_holding(pod: &Pod, scheduler_name: &str) -> Result<Option<PodHolding>
     let Some(node) = annotations.get(pod_keys::VGPU_NODE) else {
         return Ok(None);
     };
-    let kinds: Vec<_> = pod
-        .spec
-        .as_ref()
-        .map(|s| container_slots(s).iter().map(|c| c.kind).collect())
-        .unwrap_or_default();
+    let kinds = container_kinds(pod);
     let mut charges = Vec::new();
     let mut grants = Vec::new();
     for vendor in Vendor::ALL {
