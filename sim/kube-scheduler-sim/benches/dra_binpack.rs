@@ -19,7 +19,9 @@ use hami_kube_scheduler_sim::SimKubeScheduler;
 use hami_kube_scheduler_sim::dra::DraOptions;
 use hami_kube_scheduler_sim::dra_placement::NodeOrder;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate, ResourceSlice};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -156,8 +158,37 @@ async fn run(order: NodeOrder, pods: usize, in_flight: usize) {
             .entry(p.spec.as_ref().unwrap().node_name.clone().unwrap())
             .or_default() += 1;
     }
+    // Never over-committed: per device, the claims' consumed CUs within its 304.
+    let claim_api: Api<ResourceClaim> = Api::namespaced(client.clone(), "default");
+    let mut cus: HashMap<(String, String), u64> = HashMap::new();
+    let mut claim_node: HashMap<String, String> = HashMap::new();
+    for c in claim_api.list(&Default::default()).await.unwrap().items {
+        let alloc = c
+            .status
+            .and_then(|s| s.allocation)
+            .expect("every claim allocated");
+        for r in alloc.devices.and_then(|d| d.results).unwrap_or_default() {
+            let n: u64 = r.consumed_capacity.unwrap()["computeUnits"]
+                .0
+                .parse()
+                .unwrap();
+            *cus.entry((r.pool.clone(), r.device.clone())).or_default() += n;
+            let owner = &c.metadata.owner_references.as_ref().unwrap()[0].name;
+            claim_node.insert(owner.clone(), r.pool.clone());
+        }
+    }
+    let most = cus.values().max().copied().unwrap_or(0);
+    assert!(most <= 304, "a device holds {most} of 304 CUs");
+    for p in &bound.items {
+        assert_eq!(
+            p.spec.as_ref().unwrap().node_name.as_ref(),
+            claim_node.get(&p.name_any()),
+            "pod {} bound where its claim is not",
+            p.name_any()
+        );
+    }
     println!(
-        "DRA end to end, {order:?}: {pods} pods ({in_flight} in flight) on {NODES} nodes × 8 GPUs bound in {:.2} s = {:.0} pods/s; {} nodes used, at most {} pods on one",
+        "DRA end to end, {order:?}: {pods} pods ({in_flight} in flight) on {NODES} nodes × 8 GPUs bound in {:.2} s = {:.0} pods/s; {} nodes used, at most {} pods on one, at most {most} CUs on one GPU",
         elapsed.as_secs_f64(),
         pods as f64 / elapsed.as_secs_f64(),
         per_node.len(),

@@ -53,8 +53,8 @@ pub fn has_claims(pod: &Pod) -> bool {
 struct Assumed {
     node: String,
     results: Vec<DeviceRequestAllocationResult>,
-    /// The claim's resourceVersion the allocation was decided on.
-    base_version: Option<String>,
+    /// Set once the binding cycle's status write succeeded (the version it returned).
+    written: Option<String>,
 }
 
 /// The informers and caches the DRA path reads.
@@ -92,6 +92,20 @@ struct NodeHeld {
     by_claim: HashMap<String, Results>,
     flat: Arc<Vec<DeviceRequestAllocationResult>>,
     utilization: f64,
+}
+
+/// Whether an informer copy of the claim (its resourceVersion, allocated or not) reflects
+/// this assumed allocation's write: it is allocated (our write or a later one), or our write
+/// succeeded and the copy is that version or a newer one (the embedded server's versions
+/// are integers; an unreadable one keeps the entry, the conservative side).
+fn shows_write(a: &Assumed, rv: Option<&str>, allocated: bool) -> bool {
+    if allocated {
+        return true;
+    }
+    let (Some(w), Some(rv)) = (a.written.as_deref(), rv) else {
+        return false;
+    };
+    rv == w || matches!((rv.parse::<u64>(), w.parse::<u64>()), (Ok(r), Ok(w)) if r > w)
 }
 
 /// Converted objects, keyed by resourceVersion so an unchanged object is not converted
@@ -181,8 +195,11 @@ impl DraState {
         // forgets the entry) or deleted, whether or not a scheduling cycle ran in between.
         let (a, dirty) = (assumed.clone(), assumed_dirty.clone());
         let on_claim = move |e: &watcher::Event<ResourceClaim>| {
+            // Not `InitApply`: during a relist the store keeps its old content until
+            // `InitDone`, so dropping an entry then would let a cycle see the capacity free
+            // (the view's own check covers what a relist changed, once the store has it).
             let (c, deleted) = match e {
-                watcher::Event::Apply(c) | watcher::Event::InitApply(c) => (c, false),
+                watcher::Event::Apply(c) => (c, false),
                 watcher::Event::Delete(c) => (c, true),
                 _ => return,
             };
@@ -190,8 +207,10 @@ impl DraState {
                 return;
             };
             let mut a = a.lock().unwrap_or_else(|p| p.into_inner());
+            let allocated = c.status.as_ref().is_some_and(|s| s.allocation.is_some());
             if a.get(uid).is_some_and(|x| {
-                deleted || x.base_version.as_deref() != c.metadata.resource_version.as_deref()
+                deleted && x.written.is_some()
+                    || shows_write(x, c.metadata.resource_version.as_deref(), allocated)
             }) {
                 a.remove(uid);
                 dirty
@@ -230,6 +249,10 @@ impl DraState {
         if cache.generations == (slice_gen, claim_gen) && slice_gen != 0 {
             return cache.view.clone();
         }
+        // Held across the store snapshot: the claim informer drops an entry only after its
+        // store shows the write, and only under this lock, so the snapshot below never
+        // misses both the entry and the write.
+        let mut assumed = self.assumed.lock().unwrap_or_else(|p| p.into_inner());
         let mut changed: HashSet<String> =
             std::mem::take(&mut *self.assumed_dirty.lock().unwrap_or_else(|p| p.into_inner()));
         if cache.generations.0 != slice_gen {
@@ -238,13 +261,7 @@ impl DraState {
             cache.claims.clear();
             cache.effective.clear();
             cache.held.clear();
-            changed.extend(
-                self.assumed
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .keys()
-                    .cloned(),
-            );
+            changed.extend(assumed.keys().cloned());
         }
         // Borrowed strings: this runs once per scheduling cycle over every claim.
         let all = self.claims.state();
@@ -271,16 +288,13 @@ impl DraState {
             cache.claims.remove(&u);
             changed.insert(u);
         }
-        let mut assumed = self.assumed.lock().unwrap_or_else(|p| p.into_inner());
-        // Once the informer shows the claim changed from the version this allocation was
-        // decided on, it shows our write (the write is conditional on that version, and a
-        // failed one forgets the entry): from then on the informer's word counts, even when
+        // Once the informer shows our write (see `shows_write`), its word counts, even when
         // the claim was deallocated again before this view ran.
         assumed.retain(|uid, a| {
             cache
                 .claims
                 .get(uid)
-                .is_none_or(|(rv, _)| a.base_version.as_deref() == Some(rv.as_str()))
+                .is_none_or(|(rv, r)| !shows_write(a, Some(rv), r.is_some()))
         });
         let mut dirty: HashSet<String> = HashSet::new();
         for uid in changed {
@@ -394,13 +408,7 @@ impl DraState {
         cache.node_slices = nodes.into_iter().map(|(n, s)| (n, Arc::new(s))).collect();
     }
 
-    fn assume(
-        &self,
-        claim_uid: &str,
-        base_version: Option<String>,
-        node: &str,
-        results: &[DeviceRequestAllocationResult],
-    ) {
+    fn assume(&self, claim_uid: &str, node: &str, results: &[DeviceRequestAllocationResult]) {
         self.assumed_dirty
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -413,9 +421,25 @@ impl DraState {
                 Assumed {
                     node: node.to_owned(),
                     results: results.to_vec(),
-                    base_version,
+                    written: None,
                 },
             );
+        self.claim_generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn mark_written(&self, claim_uid: &str, version: Option<String>) {
+        if let Some(a) = self
+            .assumed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(claim_uid)
+        {
+            a.written = Some(version.unwrap_or_default());
+        }
+        self.assumed_dirty
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(claim_uid.to_owned());
         self.claim_generation.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -595,7 +619,7 @@ pub(crate) fn decide(state: &DraState, pod: &Pod, nodes: &HashSet<String>) -> De
         Ok(p) => {
             for (i, r) in p.results.iter().enumerate() {
                 if let Some(r) = r {
-                    state.assume(&uids[i], objects[i].resource_version(), &p.node, r);
+                    state.assume(&uids[i], &p.node, r);
                 }
             }
             Decision::Place {
@@ -662,7 +686,12 @@ pub(crate) async fn bind(
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => written.push((name, results.is_some())),
+            Ok(done) => {
+                if results.is_some() {
+                    state.mark_written(&c.uid().unwrap_or_default(), done.resource_version());
+                }
+                written.push((name, results.is_some()))
+            }
             Err(e) => {
                 failure = Some(format!("cannot write the status of claim {ns}/{name}: {e}"));
                 break;
