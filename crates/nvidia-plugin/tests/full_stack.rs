@@ -7,12 +7,11 @@ use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hami_kube_scheduler_sim::SimKubeScheduler;
+use hami_kube_scheduler_sim::front::SchedulerFront;
 use hami_plugin_harness::{api_with_node, env_of, spawn_nvidia_plugin, start_kubelet};
 use hami_protocol::names::{NVIDIA, node as node_keys, pod as pod_keys};
 use hami_protocol::node_register::decode_node_devices;
 use hami_scheduler::config::Settings;
-use hami_scheduler::extender_client::{ExtenderClient, Trust};
 use hami_scheduler::leader::Leadership;
 use hami_scheduler::runtime::Scheduler;
 use k8s_openapi::api::core::v1::Pod;
@@ -38,45 +37,27 @@ async fn scheduler_plugin_and_kubelet_place_and_start_nvidia_slices() {
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).unwrap();
 
-    // Scheduler: extender + webhook over TLS, webhook registered as the chart does.
-    let cert =
-        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-            .unwrap();
-    let (cert_path, key_path) = (scratch.join("tls.crt"), scratch.join("tls.key"));
-    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
-    std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
+    // Scheduler: extender + webhook over TLS, the webhook configuration that ships pointed
+    // at this process, kube-scheduler calling the extender.
     let settings = Settings::default();
     let scheduler = Scheduler::start(
         client.clone(),
         settings.clone(),
         Arc::new(Leadership::always()),
     );
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!(
-        "https://127.0.0.1:{}",
-        listener.local_addr().unwrap().port()
-    );
-    tokio::spawn(hami_scheduler::http::serve_on(
-        hami_scheduler::http::router(scheduler.clone()),
-        listener,
-        Some((cert_path, key_path)),
-    ));
-    // The webhook configuration that ships, pointed at this process.
-    let webhook = hami_manifests::objects::webhook_at(
+    let front = SchedulerFront::start(
+        &scheduler,
+        &scratch,
         &hami_manifests::Settings::default(),
-        &base,
-        cert.cert.pem().as_bytes(),
-    );
-    api.create_object(
-        "admissionregistration.k8s.io/v1",
-        "mutatingwebhookconfigurations",
-        None,
-        webhook.to_value().unwrap(),
+        &client,
     )
+    .await
     .unwrap();
-    let extender = ExtenderClient::new(&base, Trust::Ca(cert.cert.pem().into_bytes())).unwrap();
     tokio::spawn(
-        SimKubeScheduler::new(client.clone(), settings.scheduler_name.clone(), extender).run(),
+        front
+            .kube_scheduler(client.clone(), settings.scheduler_name.clone())
+            .unwrap()
+            .run(),
     );
 
     // Node: simulated kubelet + the plugin process over the stand-in NVML (2 GPUs).

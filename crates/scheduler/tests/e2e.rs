@@ -7,13 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hami_apiserver::{ApiServer, Config, RunningApiServer};
-use hami_kube_scheduler_sim::SimKubeScheduler;
+use hami_kube_scheduler_sim::front::SchedulerFront;
 use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::names::{node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::NodeLock;
 use hami_protocol::node_register::{CustomInfo, DeviceInfo, DeviceMode, encode_node_devices};
 use hami_scheduler::config::Settings;
-use hami_scheduler::extender_client::{ExtenderClient, Trust};
 use hami_scheduler::leader::Leadership;
 use hami_scheduler::runtime::Scheduler;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -132,44 +131,26 @@ async fn start(settings: Settings) -> Cluster {
         rand_suffix()
     )));
     std::fs::create_dir_all(&dir.0).unwrap();
-    let cert =
-        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-            .unwrap();
-    let (cert_path, key_path) = (dir.0.join("tls.crt"), dir.0.join("tls.key"));
-    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
-    std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
-
     let scheduler = Scheduler::start(
         client.clone(),
         settings.clone(),
         Arc::new(Leadership::always()),
     );
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(hami_scheduler::http::serve_on(
-        hami_scheduler::http::router(scheduler.clone()),
-        listener,
-        Some((cert_path, key_path)),
-    ));
-    let base = format!("https://127.0.0.1:{port}");
-    // The webhook configuration that ships (failurePolicy Fail), pointed at this process.
-    let webhook = hami_manifests::objects::webhook_at(
+    // Served over TLS, the webhook configuration that ships (failurePolicy Fail) pointed at
+    // this process, kube-scheduler calling the extender.
+    let front = SchedulerFront::start(
+        &scheduler,
+        &dir.0,
         &hami_manifests::Settings::default(),
-        &base,
-        cert.cert.pem().as_bytes(),
+        &client,
     )
-    .to_value()
+    .await
     .unwrap();
-    api.create_object(
-        "admissionregistration.k8s.io/v1",
-        "mutatingwebhookconfigurations",
-        None,
-        webhook,
-    )
-    .unwrap();
-    let extender = ExtenderClient::new(&base, Trust::Ca(cert.cert.pem().into_bytes())).unwrap();
     tokio::spawn(
-        SimKubeScheduler::new(client.clone(), settings.scheduler_name.clone(), extender).run(),
+        front
+            .kube_scheduler(client.clone(), settings.scheduler_name.clone())
+            .unwrap()
+            .run(),
     );
     tokio::spawn(plugin_stand_in(client.clone()));
     let deadline = Instant::now() + Duration::from_secs(10);

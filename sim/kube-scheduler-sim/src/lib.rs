@@ -32,6 +32,7 @@ use hami_scheduler::extender_client::ExtenderClient;
 pub mod claim_controller;
 pub mod dra;
 pub mod dra_placement;
+pub mod front;
 
 use dra::{Decision, DraOptions, DraState};
 

@@ -23,12 +23,11 @@ use std::time::Duration;
 use clap::Parser;
 use hami_apiserver::RequestRecord;
 use hami_apiserver::rbac::{Policy, ResourceAttributes, UserInfo, authorize};
-use hami_kube_scheduler_sim::SimKubeScheduler;
+use hami_kube_scheduler_sim::front::SchedulerFront;
 use hami_manifests::{Object, Settings, names, objects};
 use hami_plugin_harness::start_kubelet;
 use hami_protocol::names::{AMD, node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::{NodeLock, PodRef};
-use hami_scheduler::extender_client::{ExtenderClient, Trust};
 use hami_scheduler::leader::{ElectionConfig, Leadership};
 use hami_scheduler::runtime::Scheduler;
 use hami_system_tests::{
@@ -181,37 +180,22 @@ async fn run_flow(
     ));
     let sched_settings = hami_scheduler::config::Settings::default();
     let scheduler = Scheduler::start(sched.clone(), sched_settings.clone(), leadership);
-    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
-    let dir = tree.sysfs_root().parent().unwrap().join("tls");
-    std::fs::create_dir_all(&dir).unwrap();
-    let (crt, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-    std::fs::write(&crt, cert.cert.pem()).unwrap();
-    std::fs::write(&key, cert.signing_key.serialize_pem()).unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!(
-        "https://127.0.0.1:{}",
-        listener.local_addr().unwrap().port()
-    );
-    tokio::spawn(hami_scheduler::http::serve_on(
-        hami_scheduler::http::router(scheduler.clone()),
-        listener,
-        Some((crt, key)),
-    ));
-    // The shipped webhook configuration, pointed at this process instead of the Service.
-    let webhook = objects::webhook_at(&s, &base, cert.cert.pem().as_bytes())
-        .to_value()
-        .unwrap();
-    server
-        .create_object(
-            "admissionregistration.k8s.io/v1",
-            "mutatingwebhookconfigurations",
-            None,
-            webhook,
-        )
-        .unwrap();
-    let extender = ExtenderClient::new(&base, Trust::Ca(cert.cert.pem().into_bytes())).unwrap();
+    // Over HTTPS, the shipped webhook configuration pointed at this process (created as
+    // the installer would, not under a component's account), kube-scheduler's account
+    // calling the extender.
+    let front = SchedulerFront::start(
+        &scheduler,
+        &tree.sysfs_root().parent().unwrap().join("tls"),
+        &s,
+        &admin_client(&server).await,
+    )
+    .await
+    .unwrap();
     tokio::spawn(
-        SimKubeScheduler::new(sim_sched, sched_settings.scheduler_name.clone(), extender).run(),
+        front
+            .kube_scheduler(sim_sched, sched_settings.scheduler_name.clone())
+            .unwrap()
+            .run(),
     );
 
     let registered = wait_until(Duration::from_secs(20), async || {
