@@ -13,5 +13,5 @@ pub use hami_protocol::capacity as quantity;
 pub mod selector;
 pub mod slice;
 
-/// The driver name (a DNS subdomain): not ROCm's `gpu.amd.com`, not HAMi's NVIDIA driver.
-pub const DRIVER: &str = "amdgpu.hami-rs.io";
+/// The driver name (the protocol crate owns it).
+pub use hami_protocol::dra::DRIVER;

@@ -407,7 +407,10 @@ pub fn plan_prepare(
             pool: p.pool.clone(),
             device: p.device.clone(),
             share_id: p.share_id.clone(),
-            data: Some(json!({"cuRanges": p.cus.to_string(), "memoryBytes": p.mem_bytes})),
+            data: Some(json!({
+                hami_protocol::dra::CU_RANGES: p.cus.to_string(),
+                hami_protocol::dra::MEMORY_BYTES: p.mem_bytes,
+            })),
             ..Default::default()
         })
         .collect();

@@ -17,12 +17,8 @@ use crate::api::{
 };
 use crate::quantity::{format_bytes, format_count};
 
-/// Capacity names (the webhook converts HAMi's `gpumem`/`gpucores` into them).
-pub const MEMORY: &str = "memory";
-/// Capacity name of a device's compute units.
-pub const COMPUTE_UNITS: &str = "computeUnits";
-/// Capacity name of a device's shares (claims it may serve at once).
-pub const SHARES: &str = "shares";
+/// Capacity names (the protocol crate owns them).
+pub use hami_protocol::dra::{COMPUTE_UNITS, MEMORY, SHARES};
 /// Taint key of an unhealthy device.
 pub const UNHEALTHY_TAINT: &str = "amdgpu.hami-rs.io/unhealthy";
 /// `type` attribute values a DeviceClass selects on.

@@ -69,14 +69,11 @@ pub const HOOK_IN_IMAGE: &str = "/opt/hami/lib/amd/libamvgpu.so";
 
 /// The AMD DRA driver's DaemonSet and ServiceAccount (`draPlugin.enabled`).
 pub const DRA_PLUGIN: &str = "hami-amdgpu-dra-plugin";
-/// The DRA driver's name, and the name of the DeviceClass selecting its devices
-/// (`hami_dra_core::DRIVER`; the agreement test checks they are equal).
-pub const DRA_DRIVER: &str = "amdgpu.hami-rs.io";
-/// Node label choosing the AMD front end of a node: `dra` runs the DRA driver there and
-/// keeps the device plugin off (never both for `amd.com/gpu` on one node, KEP-5004).
-pub const AMD_MODE_LABEL: &str = "hami.io/amd-mode";
-/// [`AMD_MODE_LABEL`]'s value for DRA nodes.
-pub const AMD_MODE_DRA: &str = "dra";
+/// The DRA driver's name, also the name of the DeviceClass selecting its devices.
+pub use hami_protocol::dra::DRIVER as DRA_DRIVER;
+/// The node label choosing DRA for a node (KEP-5004: never the device plugin and DRA for
+/// `amd.com/gpu` on one node) and its DRA value.
+pub use hami_protocol::dra::{AMD_MODE_DRA, AMD_MODE_LABEL};
 /// Kubelet's plugin registration directory (the DRA driver registers there).
 pub const PLUGINS_REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";
 /// Kubelet's plugin directory; the DRA driver's socket is in `<this>/<driver>`.

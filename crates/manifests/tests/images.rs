@@ -118,8 +118,3 @@ fn dockerfiles_build_existing_binaries_into_the_paths_the_manifests_run() {
     );
     assert!(scheduler.contains("USER 65532"));
 }
-
-#[test]
-fn the_device_class_is_named_for_the_driver_the_plugin_registers() {
-    assert_eq!(names::DRA_DRIVER, hami_dra_core::DRIVER);
-}

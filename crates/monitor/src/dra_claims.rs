@@ -20,12 +20,10 @@ use hami_protocol::requests::container_slots;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 
-/// The DRA driver whose claims the monitor reads by default (`hami_dra_core::DRIVER`).
-pub const DEFAULT_DRIVER: &str = "amdgpu.hami-rs.io";
+use hami_protocol::dra::{COMPUTE_UNITS, CU_RANGES, MEMORY};
 
-/// The capacity names the driver publishes (`hami_dra_core::slice`).
-const MEMORY: &str = "memory";
-const COMPUTE_UNITS: &str = "computeUnits";
+/// The DRA driver whose claims the monitor reads by default.
+pub const DEFAULT_DRIVER: &str = hami_protocol::dra::DRIVER;
 
 /// One device of the driver's ResourceSlices on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -292,7 +290,7 @@ pub fn dra_pod(
                                 && d.share_id == r.share_id
                         })
                         .and_then(|d| d.data.as_ref())
-                        .and_then(|raw| raw.0.get("cuRanges"))
+                        .and_then(|raw| raw.0.get(CU_RANGES))
                         .and_then(|v| v.as_str())
                         .filter(|s| !s.is_empty());
                     if let Some(ranges) = ranges

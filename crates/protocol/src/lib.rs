@@ -16,6 +16,7 @@
 //! | [`scrape`] | reading samples of a `/metrics` or `/federate` body (the web UI) |
 //! | [`hook_config`] | the per-container read-only hook configuration (issue 14) |
 //! | [`capacity`] | DRA capacity quantities (`64Gi`, `104`): ResourceSlices, `consumedCapacity` |
+//! | [`dra`] | the AMD DRA driver's names: driver, capacities, status data keys, node mode label |
 //! | [`memory_limit`] | `HIP_DEVICE_MEMORY_LIMIT_<i>` and friends (§2.7) |
 //! | [`identity`] | AMD SMI UUID, ROCr id, partition ids, kubelet device ids (§2.8) |
 //! | [`placement`] | which pods the scheduler placed, whose allocation annotations count (D-4) — feature `k8s` |
@@ -27,6 +28,7 @@
 pub mod capacity;
 pub mod cu_list;
 pub mod device_list;
+pub mod dra;
 pub mod exposition;
 pub mod handshake;
 pub mod hook_config;

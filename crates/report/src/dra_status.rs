@@ -8,13 +8,9 @@
 use std::collections::BTreeMap;
 
 use hami_protocol::capacity;
+use hami_protocol::dra::{COMPUTE_UNITS, CU_RANGES, MEMORY, SHARES};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use serde::Serialize;
-
-/// The capacity names the driver publishes (`hami_dra_core::slice`).
-const MEMORY: &str = "memory";
-const COMPUTE_UNITS: &str = "computeUnits";
-const SHARES: &str = "shares";
 
 /// One node's devices of one DRA driver.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -181,7 +177,7 @@ pub fn build(driver: &str, slices: &[ResourceSlice], claims: &[ResourceClaim]) -
                         && d.share_id == result.share_id
                 })
                 .and_then(|d| d.data.as_ref())
-                .and_then(|raw| raw.0.get("cuRanges"))
+                .and_then(|raw| raw.0.get(CU_RANGES))
                 .and_then(|v| v.as_str())
                 .unwrap_or_default()
                 .to_owned();

@@ -1,0 +1,26 @@
+//! The AMD DRA driver's names on the wire (issue 20), written once: the driver (and
+//! DeviceClass) name, the capacity names its ResourceSlices publish and claims consume, the
+//! keys of the `status.devices[].data` it writes at prepare, and the node label choosing
+//! DRA for a node. The driver, the chart, `hami status` and the monitor all read them here.
+
+/// The driver name (a DNS subdomain): not ROCm's `gpu.amd.com`, not HAMi's NVIDIA driver.
+/// Also the name of the DeviceClass selecting its devices.
+pub const DRIVER: &str = "amdgpu.hami-rs.io";
+
+/// Capacity name of a device's memory, in bytes.
+pub const MEMORY: &str = "memory";
+/// Capacity name of a device's compute units.
+pub const COMPUTE_UNITS: &str = "computeUnits";
+/// Capacity name of a device's shares (claims it may serve at once).
+pub const SHARES: &str = "shares";
+
+/// `status.devices[].data` key: the CU ranges chosen at prepare (a CU list, §2.5).
+pub const CU_RANGES: &str = "cuRanges";
+/// `status.devices[].data` key: the memory limit in bytes.
+pub const MEMORY_BYTES: &str = "memoryBytes";
+
+/// Node label choosing the AMD front end of a node: [`AMD_MODE_DRA`] runs the DRA driver
+/// there and keeps the device plugin off (never both for `amd.com/gpu` on one node).
+pub const AMD_MODE_LABEL: &str = "hami.io/amd-mode";
+/// [`AMD_MODE_LABEL`]'s value for DRA nodes.
+pub const AMD_MODE_DRA: &str = "dra";
