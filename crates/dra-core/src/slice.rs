@@ -17,6 +17,9 @@ use crate::api::{
 };
 use crate::quantity::{format_bytes, format_count};
 
+use hami_protocol::dra::{
+    ATTR_NUMA_NODE, ATTR_PCI_BUS_ID, ATTR_PRODUCT_NAME, ATTR_TYPE, ATTR_UUID, ATTR_XGMI_HIVE,
+};
 /// Capacity names (the protocol crate owns them).
 pub use hami_protocol::dra::{COMPUTE_UNITS, MEMORY, SHARES};
 /// Taint key of an unhealthy device.
@@ -108,10 +111,10 @@ pub fn device(
     let shared = dev.info.count > 1;
     let mut attributes = BTreeMap::new();
     let kind = if shared { TYPE_SLICE } else { TYPE_PARTITION };
-    attributes.insert("type".into(), DeviceAttribute::string(kind));
-    attributes.insert("uuid".into(), DeviceAttribute::string(&dev.info.id));
+    attributes.insert(ATTR_TYPE.into(), DeviceAttribute::string(kind));
+    attributes.insert(ATTR_UUID.into(), DeviceAttribute::string(&dev.info.id));
     attributes.insert(
-        "productName".into(),
+        ATTR_PRODUCT_NAME.into(),
         DeviceAttribute::string(dev.info.device_type.chars().take(64).collect::<String>()),
     );
     attributes.insert(
@@ -133,19 +136,19 @@ pub fn device(
         attributes.insert("partitionProfile".into(), DeviceAttribute::string(profile));
     }
     if let Some(hive) = xgmi_hive(gpu) {
-        attributes.insert("xgmiHive".into(), DeviceAttribute::string(hive));
+        attributes.insert(ATTR_XGMI_HIVE.into(), DeviceAttribute::string(hive));
         attributes.insert(
             "xgmiPeers".into(),
             DeviceAttribute::int(gpu.xgmi_peers.len() as i64),
         );
     }
     attributes.insert(
-        "resource.kubernetes.io/pciBusID".into(),
+        ATTR_PCI_BUS_ID.into(),
         DeviceAttribute::string(&dev.pci_bdf),
     );
     if dev.info.numa >= 0 {
         attributes.insert(
-            "resource.kubernetes.io/numaNode".into(),
+            ATTR_NUMA_NODE.into(),
             DeviceAttribute::int(dev.info.numa.into()),
         );
     }

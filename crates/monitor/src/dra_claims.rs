@@ -79,8 +79,8 @@ pub fn slice_devices(driver: &str, node: &str, slices: &[ResourceSlice]) -> Slic
             out.insert(
                 (pool.name.clone(), d.name.clone()),
                 SliceDevice {
-                    uuid: attr("uuid"),
-                    product: attr("productName"),
+                    uuid: attr(hami_protocol::dra::ATTR_UUID),
+                    product: attr(hami_protocol::dra::ATTR_PRODUCT_NAME),
                     memory: cap(MEMORY),
                     compute_units: cap(COMPUTE_UNITS),
                 },

@@ -24,3 +24,25 @@ pub const MEMORY_BYTES: &str = "memoryBytes";
 pub const AMD_MODE_LABEL: &str = "hami.io/amd-mode";
 /// [`AMD_MODE_LABEL`]'s value for DRA nodes.
 pub const AMD_MODE_DRA: &str = "dra";
+
+/// Device attribute (in the driver's domain): `amdgpu-slice` or `amdgpu-partition`.
+pub const ATTR_TYPE: &str = "type";
+/// Device attribute: the registered device id (AMD SMI UUID, §2.1 `id`).
+pub const ATTR_UUID: &str = "uuid";
+/// Device attribute: the market name (§2.1 `type`), what `amd.com/use-gputype` matches.
+pub const ATTR_PRODUCT_NAME: &str = "productName";
+/// Device attribute: the lowest PCI address of the card's XGMI hive (absent without peers);
+/// `amd.com/link-bind` becomes a `matchAttribute` on it.
+pub const ATTR_XGMI_HIVE: &str = "xgmiHive";
+/// Upstream's standard attribute of the NUMA node (`amd.com/numa-bind` matches on it).
+pub const ATTR_NUMA_NODE: &str = "resource.kubernetes.io/numaNode";
+/// Upstream's standard attribute of the PCI bus id.
+pub const ATTR_PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
+
+/// Pod annotation choosing the AMD front end for one pod, overriding the webhook's
+/// cluster default: [`AMD_MODE_DRA`] turns the pod's `amd.com/*` requests into
+/// ResourceClaims, [`AMD_MODE_DEVICE_PLUGIN`] leaves them to the device plugin. Same key as
+/// the node label.
+pub const AMD_MODE_ANNOTATION: &str = AMD_MODE_LABEL;
+/// [`AMD_MODE_LABEL`]'s value (annotation and webhook default) for the device plugin.
+pub const AMD_MODE_DEVICE_PLUGIN: &str = "device-plugin";

@@ -116,8 +116,8 @@ pub fn build(driver: &str, slices: &[ResourceSlice], claims: &[ResourceClaim]) -
             index.insert((pool.name.clone(), device.name.clone()), node_name.clone());
             node.devices.push(DraDevice {
                 name: format!("{}/{}", pool.name, device.name),
-                uuid: attr("uuid"),
-                product: attr("productName"),
+                uuid: attr(hami_protocol::dra::ATTR_UUID),
+                product: attr(hami_protocol::dra::ATTR_PRODUCT_NAME),
                 tainted: device.taints.as_ref().is_some_and(|t| !t.is_empty()),
                 memory_bytes,
                 compute_units,
