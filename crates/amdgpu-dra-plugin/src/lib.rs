@@ -3,16 +3,11 @@
 //! DRA v1 `NodePrepareResources`/`NodeUnprepareResources` on the plugin socket, `driver`
 //! does the work (idempotent, serialised, checkpointed in `checkpoint`), `claims` reads
 //! ResourceClaims from the API server, `slice_publisher` keeps the node's ResourceSlices.
+//! The kubelet protos (DRA v1, plugin registration v1) are compiled in
+//! `hami-deviceplugin-api`, with the device-plugin API; they are re-exported here because the
+//! driver's API speaks their types.
 
-#[allow(clippy::all, missing_docs)]
-pub mod dra_v1 {
-    tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
-}
-
-#[allow(clippy::all, missing_docs)]
-pub mod pluginregistration {
-    tonic::include_proto!("pluginregistration");
-}
+pub use hami_deviceplugin_api::{dra_v1, pluginregistration};
 
 pub mod checkpoint;
 pub mod claims;
@@ -21,10 +16,3 @@ pub mod files;
 pub mod registration;
 pub mod service;
 pub mod slice_publisher;
-
-/// Kubelet's plugin-registry directory on a real node.
-pub const PLUGINS_REGISTRY: &str = "/var/lib/kubelet/plugins_registry";
-/// The service name kubelet matches in `supported_versions`.
-pub const DRA_V1_SERVICE: &str = "v1.DRAPlugin";
-/// `PluginInfo.type` of a DRA driver.
-pub const DRA_PLUGIN_TYPE: &str = "DRAPlugin";

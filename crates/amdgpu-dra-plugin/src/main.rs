@@ -32,7 +32,7 @@ struct Args {
     dev_root: PathBuf,
     #[arg(long = "split_count", global = true)]
     split_count: Option<u32>,
-    #[arg(long, default_value = hami_amdgpu_dra_plugin::PLUGINS_REGISTRY)]
+    #[arg(long, default_value = hami_deviceplugin_api::PLUGINS_REGISTRY)]
     registry_dir: PathBuf,
     /// Default: /var/lib/kubelet/plugins/<driver>.
     #[arg(long)]

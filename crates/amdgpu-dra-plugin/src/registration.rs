@@ -8,15 +8,18 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
-use crate::claims::ClaimSource;
-use crate::dra_v1::dra_plugin_server::DraPluginServer;
-use crate::driver::Driver;
-use crate::pluginregistration::registration_server::{Registration, RegistrationServer};
-use crate::pluginregistration::{
+use hami_deviceplugin_api::dra_v1::dra_plugin_server::DraPluginServer;
+use hami_deviceplugin_api::pluginregistration::registration_server::{
+    Registration, RegistrationServer,
+};
+use hami_deviceplugin_api::pluginregistration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
 };
+use hami_deviceplugin_api::{DRA_PLUGIN_TYPE, DRA_V1_SERVICE};
+
+use crate::claims::ClaimSource;
+use crate::driver::Driver;
 use crate::service::DraService;
-use crate::{DRA_PLUGIN_TYPE, DRA_V1_SERVICE};
 
 /// What kubelet last said about the registration (`None` until it said something).
 pub type RegistrationState = watch::Receiver<Option<Result<(), String>>>;

@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use tonic::{Request, Response, Status};
-
-use crate::claims::ClaimSource;
-use crate::dra_v1::dra_plugin_server::DraPlugin;
-use crate::dra_v1::{
+use hami_deviceplugin_api::dra_v1::dra_plugin_server::DraPlugin;
+use hami_deviceplugin_api::dra_v1::{
     NodePrepareResourceResponse, NodePrepareResourcesRequest, NodePrepareResourcesResponse,
     NodeUnprepareResourceResponse, NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse,
 };
+use tonic::{Request, Response, Status};
+
+use crate::claims::ClaimSource;
 use crate::driver::Driver;
 
 /// The DRA v1 `DraPlugin` service, handing each request to the driver.

@@ -1,8 +1,10 @@
-//! The kubelet device-plugin API, `deviceplugin/v1beta1`, generated at build time from the
-//! vendored `proto/deviceplugin_v1beta1.proto` with protox (no system `protoc`), plus the
-//! unix-socket plumbing both sides need: serving a tonic service on a socket file and
-//! dialling one. Used by the AMD device plugin and by the simulated kubelet, so both speak
-//! exactly the wire format a real kubelet speaks.
+//! The kubelet's plugin gRPC APIs, generated at build time from the vendored protos with
+//! protox (no system `protoc`): the device-plugin API `deviceplugin/v1beta1` ([`v1beta1`]),
+//! the DRA plugin API `dra/v1` ([`dra_v1`]) and the plugin-watcher registration API
+//! `pluginregistration/v1` ([`pluginregistration`]); plus the unix-socket plumbing both
+//! sides need: serving a tonic service on a socket file and dialling one. Used by the AMD
+//! device plugin, the AMD DRA plugin and the simulated kubelet, so all of them speak exactly
+//! the wire format a real kubelet speaks.
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +22,37 @@ use tonic::transport::{Channel, Endpoint, Uri};
 pub mod v1beta1 {
     tonic::include_proto!("v1beta1");
 }
+
+/// The generated DRA v1 messages and the `DraPlugin` client and server (kubelet
+/// `k8s.io/kubelet/pkg/apis/dra/v1`).
+#[allow(
+    clippy::all,
+    missing_docs,
+    reason = "prost/tonic output; the .proto carries its docs"
+)]
+pub mod dra_v1 {
+    tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
+}
+
+/// The generated plugin-registration v1 messages and the `Registration` client and server a
+/// kubelet plugin (DRA, CSI) serves on the plugin-registry socket. The proto package is
+/// `pluginregistration` (upstream never versioned it), hence the module name.
+#[allow(
+    clippy::all,
+    missing_docs,
+    reason = "prost/tonic output; the .proto carries its docs"
+)]
+pub mod pluginregistration {
+    tonic::include_proto!("pluginregistration");
+}
+
+/// Kubelet's plugin-registry directory on a real node (the plugin watcher dials every
+/// socket in it).
+pub const PLUGINS_REGISTRY: &str = "/var/lib/kubelet/plugins_registry";
+/// `PluginInfo.type` of a DRA plugin.
+pub const DRA_PLUGIN_TYPE: &str = "DRAPlugin";
+/// The DRA v1 service name kubelet looks for in `PluginInfo.supported_versions`.
+pub const DRA_V1_SERVICE: &str = "v1.DRAPlugin";
 
 /// API version sent in `RegisterRequest.version`.
 pub const VERSION: &str = "v1beta1";

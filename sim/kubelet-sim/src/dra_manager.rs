@@ -26,13 +26,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use hami_amdgpu_dra_plugin::dra_v1::dra_plugin_client::DraPluginClient;
-use hami_amdgpu_dra_plugin::dra_v1::{
+use hami_deviceplugin_api::connect_unix;
+// The registration type and the DRA v1 service name this kubelet speaks.
+use hami_deviceplugin_api::dra_v1::dra_plugin_client::DraPluginClient;
+use hami_deviceplugin_api::dra_v1::{
     Claim, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest,
 };
-use hami_amdgpu_dra_plugin::pluginregistration::registration_client::RegistrationClient;
-use hami_amdgpu_dra_plugin::pluginregistration::{InfoRequest, RegistrationStatus};
-use hami_deviceplugin_api::connect_unix;
+use hami_deviceplugin_api::pluginregistration::registration_client::RegistrationClient;
+use hami_deviceplugin_api::pluginregistration::{InfoRequest, RegistrationStatus};
+use hami_deviceplugin_api::{DRA_PLUGIN_TYPE, DRA_V1_SERVICE};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::ResourceExt;
@@ -42,10 +44,6 @@ use serde_json::{Value, json};
 use crate::cdi::{self, Edits};
 use crate::dra_state::{ClaimEntry, DraState, PreparedDevice};
 
-/// The type a DRA plugin registers with.
-pub const DRA_PLUGIN_TYPE: &str = "DRAPlugin";
-/// The DRA service version this kubelet speaks.
-pub const DRA_V1: &str = "v1.DRAPlugin";
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where the DRA side finds plugins, keeps its checkpoint and reads CDI specs.
@@ -204,9 +202,9 @@ impl DraManager {
                 "plugin type {:?} is not handled by this kubelet",
                 info.r#type
             ))
-        } else if !info.supported_versions.iter().any(|v| v == DRA_V1) {
+        } else if !info.supported_versions.iter().any(|v| v == DRA_V1_SERVICE) {
             Some(format!(
-                "DRA plugin {:?} supports {:?}, this kubelet needs {DRA_V1}",
+                "DRA plugin {:?} supports {:?}, this kubelet needs {DRA_V1_SERVICE}",
                 info.name, info.supported_versions
             ))
         } else if info.name.is_empty() || info.endpoint.is_empty() {
