@@ -80,13 +80,18 @@ fn slice_index(s: &ResourceSlice) -> u64 {
 }
 
 impl SlicePublisher {
+    /// The field selector of this node's slices of this driver.
+    pub fn field_selector(&self) -> String {
+        format!("spec.nodeName={},spec.driver={}", self.node, self.driver)
+    }
+
     /// This driver's slices for this node as the API server has them, in pool order.
     pub async fn current(&self) -> Result<Vec<ResourceSlice>, String> {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource_slices());
-        // The embedded server has no field selectors for slices (the real one has
-        // spec.nodeName/spec.driver); filter here, it is one node's worth of work.
+        // The server filters (as the Go helper asks): other nodes' slices are never sent
+        // here, so a plugin cannot read, let alone change, them.
         let list = api
-            .list(&ListParams::default())
+            .list(&ListParams::default().fields(&self.field_selector()))
             .await
             .map_err(|e| format!("listing ResourceSlices: {e}"))?;
         let mut out = Vec::new();
@@ -94,10 +99,14 @@ impl SlicePublisher {
             let name = obj.metadata.name.clone().unwrap_or_default();
             let spec = obj.data.get("spec");
             let field = |f: &str| spec.and_then(|s| s.get(f)).and_then(|v| v.as_str());
+            // A server that ignored the selector must not make us touch others' slices.
             if field("driver") != Some(self.driver.as_str())
                 || field("nodeName") != Some(self.node.as_str())
             {
-                continue;
+                return Err(format!(
+                    "the API server answered the field selector {:?} with slice {name} of another node or driver",
+                    self.field_selector()
+                ));
             }
             let value = serde_json::to_value(&obj).map_err(|e| e.to_string())?;
             match serde_json::from_value::<ResourceSlice>(value) {

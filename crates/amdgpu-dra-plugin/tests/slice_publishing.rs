@@ -2,7 +2,8 @@
 //! MI210, two XGMI hives): the slice appears Node-owned with the right devices and
 //! capacities; an unchanged pool writes nothing (resourceVersion kept); a change bumps the
 //! generation; an unhealthy device becomes a taint and stays; stale slices of this driver
-//! and node go, other drivers' and nodes' stay; the periodic loop republishes.
+//! and node go, other drivers' and nodes' stay (listed by field selector: another node's
+//! slices are never even read); the periodic loop republishes.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 
 struct Harness {
-    _server: hami_apiserver::RunningApiServer,
+    server: hami_apiserver::RunningApiServer,
     client: kube::Client,
     tree: hami_sysfs_fixtures::FixtureTree,
     node_uid: String,
@@ -30,7 +31,7 @@ async fn harness() -> Harness {
     let node: Node = serde_json::from_value(json!({"metadata": {"name": "node-a"}})).unwrap();
     let node = nodes.create(&PostParams::default(), &node).await.unwrap();
     Harness {
-        _server: server,
+        server,
         client,
         tree: hami_sysfs_fixtures::mi210_xgmi().unwrap(),
         node_uid: node.metadata.uid.unwrap(),
@@ -238,4 +239,67 @@ async fn the_loop_republishes_a_deleted_slice_and_stops_on_shutdown() {
         .await
         .expect("the loop stops on shutdown")
         .unwrap();
+}
+
+#[tokio::test]
+async fn another_nodes_slices_are_never_read_or_changed() {
+    let h = harness().await;
+    // node-b's slices of our driver, one of them unreadable as a v1 slice: were it ever
+    // taken for ours, the publisher would delete it as a broken slice of its own
+    let mut broken = slice_obj(
+        "node-b-amdgpu-hami-rs-io-0",
+        hami_dra_core::DRIVER,
+        "node-b",
+    );
+    broken.data["spec"]["devices"] = json!([{"name": 5}]);
+    let mut before = Vec::new();
+    for o in [
+        broken,
+        slice_obj("node-b-old", hami_dra_core::DRIVER, "node-b"),
+    ] {
+        let created = slices_api(&h)
+            .create(&PostParams::default(), &o)
+            .await
+            .unwrap();
+        before.push(created.metadata.resource_version.unwrap());
+    }
+    h.server.clear_request_log();
+    let mut p = publisher(&h);
+    let first = p.refresh().await.unwrap();
+    assert_eq!(first.created, ["node-a-amdgpu-hami-rs-io-0"]);
+    assert!(first.deleted.is_empty(), "{first:?}");
+    // a change, so that the second round writes too
+    p.settings.split_count = Some(4);
+    assert_eq!(
+        p.refresh().await.unwrap().updated,
+        ["node-a-amdgpu-hami-rs-io-0"]
+    );
+    let log = h.server.request_log();
+    let slice_requests: Vec<_> = log
+        .iter()
+        .filter(|r| r.resource == "resourceslices")
+        .collect();
+    let lists: Vec<_> = slice_requests.iter().filter(|r| r.verb == "list").collect();
+    assert_eq!(lists.len(), 2, "{slice_requests:#?}");
+    for l in &lists {
+        assert!(
+            l.query
+                .contains("fieldSelector=spec.nodeName%3Dnode-a%2Cspec.driver%3Damdgpu.hami-rs.io"),
+            "{l:?}"
+        );
+    }
+    for r in &slice_requests {
+        assert!(
+            r.name.as_deref().is_none_or(|n| n.starts_with("node-a-")),
+            "a request about another node's slice: {r:?}"
+        );
+    }
+    // both of node-b's slices are as they were
+    for (name, rv) in ["node-b-amdgpu-hami-rs-io-0", "node-b-old"]
+        .iter()
+        .zip(&before)
+    {
+        let got = slices_api(&h).get(name).await.unwrap();
+        assert_eq!(got.metadata.resource_version.as_ref(), Some(rv), "{name}");
+    }
 }

@@ -207,6 +207,10 @@ fn supported_fields(plural: &str) -> &'static [&'static str] {
             "status.nominatedNodeName",
         ],
         "nodes" => &["spec.unschedulable"],
+        // resource.k8s.io/v1's field label conversion: metadata.name, spec.nodeName and
+        // spec.driver, nothing else (no spec.pool.name; no metadata.namespace, see
+        // `selectable`). A slice without a nodeName reads as "".
+        "resourceslices" => &["spec.nodeName", "spec.driver"],
         "namespaces" => &["status.phase"],
         "secrets" => &["type"],
         "events" => &[
@@ -231,7 +235,27 @@ fn supported_fields(plural: &str) -> &'static [&'static str] {
     }
 }
 
-/// Every field label a resource supports, `metadata.name` and `metadata.namespace` first.
+/// Whether a field selector may name `field` on `plural`. ResourceSlices register their
+/// own conversion upstream, which (unlike the default one) refuses `metadata.namespace`.
+fn selectable(plural: &str, field: &str) -> bool {
+    field == "metadata.name"
+        || (field == "metadata.namespace" && plural != "resourceslices")
+        || supported_fields(plural).contains(&field)
+}
+
+/// The 400's message for a field label `plural` does not support, as kube-apiserver words
+/// it (the ResourceSlice conversion names the kind).
+fn unsupported_field(plural: &str, field: &str) -> String {
+    match plural {
+        "resourceslices" => {
+            format!("field label not supported for resource.k8s.io/v1, Kind=ResourceSlice: {field}")
+        }
+        _ => format!("field label not supported: {field}"),
+    }
+}
+
+/// Every field label a resource stores for selectors, `metadata.name` and
+/// `metadata.namespace` first (the store reads both even where selectors may not).
 pub fn field_labels(plural: &str) -> Vec<&'static str> {
     let mut v = vec!["metadata.name", "metadata.namespace"];
     v.extend_from_slice(supported_fields(plural));
@@ -373,13 +397,8 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim();
-            if field != "metadata.name"
-                && field != "metadata.namespace"
-                && !supported_fields(plural).contains(&field)
-            {
-                return Err(ApiError::bad_request(format!(
-                    "field label not supported: {field}"
-                )));
+            if !selectable(plural, field) {
+                return Err(ApiError::bad_request(unsupported_field(plural, field)));
             }
             let value = unescape_value(value.trim()).map_err(|e| {
                 ApiError::bad_request(format!("invalid field selector: '{s}': {e}"))
@@ -473,6 +492,41 @@ mod tests {
                 .unwrap()
                 .matches(&unscheduled)
         );
+    }
+
+    #[test]
+    fn resourceslice_field_selectors_are_upstreams() {
+        let slice = json!({"metadata": {"name": "s1"}, "spec": {"nodeName": "n1", "driver": "d.example.com", "pool": {"name": "n1"}}});
+        let all_nodes = json!({"metadata": {"name": "s2"}, "spec": {"allNodes": true, "driver": "d.example.com", "pool": {"name": "p"}}});
+        let m = |s: &str, o: &Value| {
+            FieldSelector::parse(s, "resourceslices")
+                .unwrap()
+                .matches(o)
+        };
+        assert!(m("spec.nodeName=n1,spec.driver=d.example.com", &slice));
+        assert!(!m("spec.nodeName=n1,spec.driver=other", &slice));
+        assert!(m("metadata.name=s1", &slice));
+        assert!(m("spec.nodeName=", &all_nodes));
+        assert!(!m("spec.nodeName=n1", &all_nodes));
+        assert!(m("spec.driver!=x", &all_nodes));
+        for bad in [
+            "spec.pool.name=n1",
+            "metadata.namespace=x",
+            "spec.devices=x",
+        ] {
+            let e = FieldSelector::parse(bad, "resourceslices").unwrap_err();
+            let field = bad.split('=').next().unwrap();
+            assert_eq!(
+                e.message,
+                format!(
+                    "field label not supported for resource.k8s.io/v1, Kind=ResourceSlice: {field}"
+                )
+            );
+            assert_eq!(e.code, 400);
+        }
+        // other resource.k8s.io kinds have only the metadata fields
+        assert!(FieldSelector::parse("spec.nodeName=n1", "resourceclaims").is_err());
+        assert!(FieldSelector::parse("metadata.namespace=ns", "resourceclaims").is_ok());
     }
 
     proptest! {

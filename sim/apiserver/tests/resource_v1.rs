@@ -402,3 +402,106 @@ async fn kubectl_gets_resourceslices() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What a kubelet plugin does (`spec.nodeName=<node>,spec.driver=<driver>`): only that
+/// node's slices of that driver, in lists and watches; upstream's field labels only.
+#[tokio::test]
+async fn slices_are_listed_and_watched_by_field_selector() {
+    let server = start().await;
+    let c = client(&server);
+    let slices: Api<DynamicObject> = Api::all_with(c, &ar("ResourceSlice", "resourceslices"));
+    let mine = "spec.nodeName=node-a,spec.driver=amdgpu.hami-rs.io";
+    let mut w = slices
+        .watch(&WatchParams::default().fields(mine), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let mut other_driver = slice("node-a-other", "node-a");
+    other_driver["spec"]["driver"] = json!("gpu.example.com");
+    let mut all_nodes = slice("shared", "x");
+    let spec = all_nodes["spec"].as_object_mut().unwrap();
+    spec.remove("nodeName");
+    spec.insert("allNodes".into(), json!(true));
+    for o in [
+        slice("node-b-0", "node-b"),
+        other_driver,
+        all_nodes,
+        slice("node-a-0", "node-a"),
+    ] {
+        slices
+            .create(&PostParams::default(), &obj(o))
+            .await
+            .unwrap();
+    }
+    let listed = slices
+        .list(&ListParams::default().fields(mine))
+        .await
+        .unwrap();
+    assert_eq!(names(&listed), ["node-a-0"]);
+    // a slice without a node reads as spec.nodeName=""
+    let unassigned = slices
+        .list(&ListParams::default().fields("spec.nodeName="))
+        .await
+        .unwrap();
+    assert_eq!(names(&unassigned), ["shared"]);
+    let by_name = slices
+        .list(&ListParams::default().fields("metadata.name=node-b-0"))
+        .await
+        .unwrap();
+    assert_eq!(names(&by_name), ["node-b-0"]);
+    // the watch saw only ours: node-b's, the other driver's and the shared slice are
+    // created before it, so the first event is node-a-0's
+    match next_event(&mut w).await {
+        WatchEvent::Added(o) => assert_eq!(o.metadata.name.as_deref(), Some("node-a-0")),
+        other => panic!("expected ADDED node-a-0, got {other:?}"),
+    }
+    slices
+        .patch(
+            "node-b-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"l": "1"}}})),
+        )
+        .await
+        .unwrap();
+    slices
+        .patch(
+            "node-a-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"l": "2"}}})),
+        )
+        .await
+        .unwrap();
+    match next_event(&mut w).await {
+        WatchEvent::Modified(o) => assert_eq!(o.metadata.name.as_deref(), Some("node-a-0")),
+        other => panic!("expected MODIFIED node-a-0, got {other:?}"),
+    }
+    // upstream's conversion refuses every other field label, metadata.namespace included
+    for bad in ["spec.pool.name", "metadata.namespace", "spec.allNodes"] {
+        for watch in [false, true] {
+            let e = if watch {
+                slices
+                    .watch(&WatchParams::default().fields(&format!("{bad}=x")), "0")
+                    .await
+                    .err()
+                    .expect("refused")
+            } else {
+                slices
+                    .list(&ListParams::default().fields(&format!("{bad}=x")))
+                    .await
+                    .unwrap_err()
+            };
+            match e {
+                kube::Error::Api(s) => {
+                    assert_eq!(s.code, 400, "{bad}");
+                    assert_eq!(
+                        s.message,
+                        format!(
+                            "field label not supported for resource.k8s.io/v1, Kind=ResourceSlice: {bad}"
+                        )
+                    );
+                }
+                other => panic!("{bad}: expected a 400, got {other}"),
+            }
+        }
+    }
+}
