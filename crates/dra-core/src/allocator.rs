@@ -1,14 +1,28 @@
 //! A model of kube-scheduler's structured-parameters allocator for what this driver uses
 //! (the simulated kube-scheduler and the planner call it; the real scheduler runs upstream's):
-//! `exactly` requests with `ExactCount`, selectors by attribute equality (the classes' and
-//! the request's, see [`crate::selector`]), consumable capacity with request policies
-//! (default, `validValues`, `validRange` rounded up to `min + n·step`), exclusive vs
+//! `exactly` requests and `firstAvailable` sub-requests with `ExactCount`, selectors (the
+//! classes' and the request's, in the CEL subset of [`crate::selector`]: attribute equality
+//! and `in`, capacity `compareTo(quantity(…))`, `!(…)`), consumable capacity with request
+//! policies (default, `validValues`, `validRange` rounded up to `min + n·step`), exclusive vs
 //! `allowMultipleAllocations` devices, `matchAttribute` and `distinctAttribute` constraints,
 //! devices with `NoSchedule`/`NoExecute` taints skipped, only complete pools at their newest
 //! generation, depth-first search with backtracking in slice/device order.
 //!
-//! Not modelled, refused with an error naming it: `firstAvailable`, `allocationMode: All`,
-//! `adminAccess`, tolerations, full CEL, counters (`consumesCounters`), opaque config.
+//! `firstAvailable` as upstream: a request's sub-requests are tried in order and the first
+//! one with which the whole claim (later requests and constraints included) can be allocated
+//! is taken; a failure later in the claim backtracks into the next sub-request. Results name
+//! `<request>/<sub>`; a constraint naming `<request>` covers whichever sub-request was chosen,
+//! one naming `<request>/<sub>` only that one. At most [`FIRST_AVAILABLE_MAX`] sub-requests.
+//!
+//! A selector's runtime error (a lookup of an attribute or capacity the device lacks) aborts
+//! the claim's allocation on this node, as upstream's does; this model evaluates every
+//! device up front, so it also aborts where upstream's lazy search would have found a
+//! solution before reaching that device (more hostile, never less).
+//!
+//! Not modelled, refused with an error naming it: `allocationMode: All`, `adminAccess`,
+//! tolerations, CEL beyond [`crate::selector`]'s subset, counters (`consumesCounters`),
+//! opaque config, upstream's node scoring by the chosen sub-request's rank (the simulated
+//! kube-scheduler orders nodes by its own policy).
 //! Like upstream (KEP-5075), one multi-allocatable device may serve several requests or
 //! several devices of one request of the same claim, each with its own share; ask for
 //! `distinctAttribute` to spread.
@@ -17,7 +31,7 @@ use std::collections::BTreeMap;
 
 use crate::api::{
     CapacityRequestPolicy, Device, DeviceAttribute, DeviceClaim, DeviceRequestAllocationResult,
-    ResourceSlice,
+    ExactDeviceRequest, FIRST_AVAILABLE_MAX, ResourceSlice,
 };
 use crate::quantity;
 use crate::selector::{self, Term};
@@ -53,6 +67,28 @@ pub enum AllocError {
     /// A selector is not one this model reads.
     #[error(transparent)]
     Selector(#[from] selector::SelectorError),
+    /// A selector failed on a device (CEL runtime error): upstream aborts the allocation.
+    #[error(
+        "request {request:?}: selector {expression:?} on device {device:?}: CEL runtime error: {problem}"
+    )]
+    Runtime {
+        /// The request (`<request>/<sub>` for a sub-request).
+        request: String,
+        /// The selector.
+        expression: String,
+        /// The device (`<pool>/<device>`).
+        device: String,
+        /// What failed.
+        problem: String,
+    },
+    /// The request is not valid (upstream's API validation would refuse it).
+    #[error("request {request:?}: {problem}")]
+    Invalid {
+        /// The request.
+        request: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// A capacity request is not a whole quantity.
     #[error("request {request:?}: bad quantity: {source}")]
     Quantity {
@@ -98,9 +134,22 @@ struct Candidate<'a> {
     capacity: BTreeMap<&'a str, u64>,
 }
 
-struct Slot<'a> {
-    request: &'a str,
+/// One way to satisfy a request: its `exactly`, or one of its sub-requests.
+struct Alt<'a> {
+    /// What the results name: `<request>` or `<request>/<sub>`.
+    result_name: String,
+    /// The sub-request's name.
+    sub: Option<&'a str>,
+    /// Devices it needs.
+    count: usize,
+    /// Matching devices (candidate index) with what each would consume.
     candidates: Vec<(usize, BTreeMap<String, u64>)>,
+}
+
+/// A top-level request and its alternatives, tried in order.
+struct Group<'a> {
+    request: &'a str,
+    alts: Vec<Alt<'a>>,
 }
 
 /// The devices of complete pools at their newest generation.
@@ -138,13 +187,6 @@ pub fn attribute<'a>(driver: &str, device: &'a Device, name: &str) -> Option<&'a
         return Some(a);
     }
     device.attributes.get(name)
-}
-
-fn matches(driver: &str, device: &Device, terms: &[Term]) -> bool {
-    terms.iter().all(|t| match t {
-        Term::Driver(d) => d == driver,
-        Term::Attribute { name, value } => attribute(driver, device, name) == Some(value),
-    })
 }
 
 /// The amount a request consumes of one capacity under the device's policy (rounded up), or
@@ -237,111 +279,75 @@ pub fn allocate(
         source,
     })?;
 
-    let mut slots = Vec::new();
+    let mut groups = Vec::new();
     for req in &claim.requests {
-        let unsupported = |what: &str| AllocError::Unsupported {
+        let invalid = |problem: String| AllocError::Invalid {
             request: req.name.clone(),
-            what: what.into(),
+            problem,
         };
-        if !req.first_available.is_empty() {
-            return Err(unsupported("firstAvailable"));
-        }
-        let ex = req
-            .exactly
-            .as_ref()
-            .ok_or_else(|| unsupported("a request without `exactly`"))?;
-        if ex
-            .allocation_mode
-            .as_deref()
-            .is_some_and(|m| m != "ExactCount")
-        {
-            return Err(unsupported("allocationMode other than ExactCount"));
-        }
-        if ex.admin_access == Some(true) {
-            return Err(unsupported("adminAccess"));
-        }
-        if !ex.tolerations.is_empty() {
-            return Err(unsupported("tolerations"));
-        }
-        let count = ex.count.unwrap_or(1);
-        if count < 1 {
-            return Err(AllocError::Count {
-                request: req.name.clone(),
-                count,
-            });
-        }
-        let class = classes
-            .iter()
-            .find(|c| c.name == ex.device_class_name)
-            .ok_or_else(|| AllocError::NoClass {
-                request: req.name.clone(),
-                class: ex.device_class_name.clone(),
-            })?;
-        let mut terms: Vec<Vec<Term>> = Vec::new();
-        for e in &class.selectors {
-            terms.push(selector::parse(e)?);
-        }
-        for s in &ex.selectors {
-            let cel = s
-                .cel
-                .as_ref()
-                .ok_or_else(|| unsupported("a selector without cel"))?;
-            terms.push(selector::parse(&cel.expression)?);
-        }
-        let mut wanted = BTreeMap::new();
-        for (k, v) in ex.capacity.iter().flat_map(|c| &c.requests) {
-            let n = quantity::parse(v).map_err(|source| AllocError::Quantity {
-                request: req.name.clone(),
-                source,
-            })?;
-            wanted.insert(k.as_str(), n);
-        }
-        let mut cands = Vec::new();
-        'dev: for (i, c) in candidates.iter().enumerate() {
-            if !terms.iter().all(|t| matches(c.driver, c.device, t)) {
-                continue;
+        let alts = match (&req.exactly, req.first_available.as_slice()) {
+            (Some(_), [_, ..]) => {
+                return Err(invalid("sets both `exactly` and `firstAvailable`".into()));
             }
-            if c.device
-                .taints
-                .iter()
-                .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-            {
-                continue;
+            (None, []) => {
+                return Err(invalid(
+                    "sets neither `exactly` nor `firstAvailable`".into(),
+                ));
             }
-            if wanted.keys().any(|k| !c.capacity.contains_key(k)) {
-                continue;
-            }
-            let mut consumed = BTreeMap::new();
-            if c.device.allow_multiple_allocations {
-                for (k, value) in &c.capacity {
-                    let policy = c.device.capacity[*k].request_policy.as_ref();
-                    match consumed_amount(*value, policy, wanted.get(k).copied()).map_err(
-                        |source| AllocError::Quantity {
-                            request: req.name.clone(),
-                            source,
-                        },
-                    )? {
-                        Some(a) if a <= *value => {
-                            consumed.insert(k.to_string(), a);
-                        }
-                        _ => continue 'dev,
-                    }
+            (Some(ex), []) => vec![alternative(
+                req.name.clone(),
+                None,
+                ex,
+                classes,
+                &candidates,
+            )?],
+            (None, subs) => {
+                if subs.len() > FIRST_AVAILABLE_MAX {
+                    return Err(invalid(format!(
+                        "firstAvailable has {} sub-requests; at most {FIRST_AVAILABLE_MAX}",
+                        subs.len()
+                    )));
                 }
-            } else if wanted.iter().any(|(k, n)| *n > c.capacity[k]) {
-                continue;
+                let mut alts = Vec::with_capacity(subs.len());
+                for (i, sub) in subs.iter().enumerate() {
+                    if sub.name.is_empty() || sub.name.contains('/') {
+                        return Err(invalid(format!(
+                            "sub-request name {:?} is not a DNS label",
+                            sub.name
+                        )));
+                    }
+                    if subs[..i].iter().any(|o| o.name == sub.name) {
+                        return Err(invalid(format!(
+                            "sub-request name {:?} appears twice",
+                            sub.name
+                        )));
+                    }
+                    alts.push(alternative(
+                        format!("{}/{}", req.name, sub.name),
+                        Some(&sub.name),
+                        &sub.as_exact(),
+                        classes,
+                        &candidates,
+                    )?);
+                }
+                alts
             }
-            cands.push((i, consumed));
-        }
-        for _ in 0..count {
-            slots.push(Slot {
-                request: &req.name,
-                candidates: cands.clone(),
-            });
-        }
+        };
+        groups.push(Group {
+            request: &req.name,
+            alts,
+        });
     }
     for con in &claim.constraints {
         for r in &con.requests {
-            if !claim.requests.iter().any(|q| &q.name == r) {
+            let known = match r.split_once('/') {
+                None => claim.requests.iter().any(|q| &q.name == r),
+                Some((parent, sub)) => claim
+                    .requests
+                    .iter()
+                    .any(|q| q.name == parent && q.first_available.iter().any(|s| s.name == sub)),
+            };
+            if !known {
                 return Err(AllocError::ConstraintRequest(r.clone()));
             }
         }
@@ -351,16 +357,24 @@ pub fn allocate(
         claim,
         candidates: &candidates,
         used: &used,
-        slots: &slots,
+        groups: &groups,
         chosen: Vec::new(),
         extra: BTreeMap::new(),
         steps: 0,
     };
-    if !search.dfs(0)? {
-        let reason = match slots.iter().find(|s| s.candidates.is_empty()) {
-            Some(s) => format!(
+    if !search.request(0)? {
+        let reason = match groups
+            .iter()
+            .find(|g| g.alts.iter().all(|a| a.candidates.is_empty()))
+        {
+            Some(g) if g.alts.len() > 1 => format!(
+                "none of request {:?}'s {} sub-requests matches a device with enough capacity",
+                g.request,
+                g.alts.len()
+            ),
+            Some(g) => format!(
                 "request {:?} matches no device with enough capacity",
-                s.request
+                g.request
             ),
             None => "the free devices cannot satisfy all requests and constraints together".into(),
         };
@@ -370,12 +384,13 @@ pub fn allocate(
         .chosen
         .iter()
         .enumerate()
-        .map(|(n, (slot, cand))| {
-            let (i, consumed) = &slots[*slot].candidates[*cand];
+        .map(|(n, &(g, a, cand))| {
+            let alt = &groups[g].alts[a];
+            let (i, consumed) = &alt.candidates[cand];
             let c = &candidates[*i];
             let shared = c.device.allow_multiple_allocations;
             DeviceRequestAllocationResult {
-                request: slots[*slot].request.to_string(),
+                request: alt.result_name.clone(),
                 driver: c.key.0.clone(),
                 pool: c.key.1.clone(),
                 device: c.key.2.clone(),
@@ -395,6 +410,122 @@ pub fn allocate(
             }
         })
         .collect())
+}
+
+/// Reads one `exactly` request or sub-request (`name` is what results and errors call it)
+/// and finds the devices it matches, with what each would consume.
+fn alternative<'a>(
+    name: String,
+    sub: Option<&'a str>,
+    ex: &ExactDeviceRequest,
+    classes: &[DeviceClass],
+    candidates: &[Candidate],
+) -> Result<Alt<'a>, AllocError> {
+    let unsupported = |what: &str| AllocError::Unsupported {
+        request: name.clone(),
+        what: what.into(),
+    };
+    if ex
+        .allocation_mode
+        .as_deref()
+        .is_some_and(|m| m != "ExactCount")
+    {
+        return Err(unsupported("allocationMode other than ExactCount"));
+    }
+    if ex.admin_access == Some(true) {
+        return Err(unsupported("adminAccess"));
+    }
+    if !ex.tolerations.is_empty() {
+        return Err(unsupported("tolerations"));
+    }
+    let count = ex.count.unwrap_or(1);
+    if count < 1 {
+        return Err(AllocError::Count {
+            request: name.clone(),
+            count,
+        });
+    }
+    let class = classes
+        .iter()
+        .find(|c| c.name == ex.device_class_name)
+        .ok_or_else(|| AllocError::NoClass {
+            request: name.clone(),
+            class: ex.device_class_name.clone(),
+        })?;
+    // Class selectors first, then the request's, each expression in order: the first false
+    // one rejects the device, as upstream (an error past it is never reached).
+    let mut selectors: Vec<(&str, Vec<Term>)> = Vec::new();
+    for e in &class.selectors {
+        selectors.push((e, selector::parse(e)?));
+    }
+    for s in &ex.selectors {
+        let cel = s
+            .cel
+            .as_ref()
+            .ok_or_else(|| unsupported("a selector without cel"))?;
+        selectors.push((&cel.expression, selector::parse(&cel.expression)?));
+    }
+    let mut wanted = BTreeMap::new();
+    for (k, v) in ex.capacity.iter().flat_map(|c| &c.requests) {
+        let n = quantity::parse(v).map_err(|source| AllocError::Quantity {
+            request: name.clone(),
+            source,
+        })?;
+        wanted.insert(k.as_str(), n);
+    }
+    let mut cands = Vec::new();
+    'dev: for (i, c) in candidates.iter().enumerate() {
+        for (expression, terms) in &selectors {
+            match selector::eval(c.driver, c.device, terms) {
+                Ok(true) => {}
+                Ok(false) => continue 'dev,
+                Err(problem) => {
+                    return Err(AllocError::Runtime {
+                        request: name.clone(),
+                        expression: expression.to_string(),
+                        device: format!("{}/{}", c.key.1, c.key.2),
+                        problem,
+                    });
+                }
+            }
+        }
+        if c.device
+            .taints
+            .iter()
+            .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        {
+            continue;
+        }
+        if wanted.keys().any(|k| !c.capacity.contains_key(k)) {
+            continue;
+        }
+        let mut consumed = BTreeMap::new();
+        if c.device.allow_multiple_allocations {
+            for (k, value) in &c.capacity {
+                let policy = c.device.capacity[*k].request_policy.as_ref();
+                match consumed_amount(*value, policy, wanted.get(k).copied()).map_err(|source| {
+                    AllocError::Quantity {
+                        request: name.clone(),
+                        source,
+                    }
+                })? {
+                    Some(a) if a <= *value => {
+                        consumed.insert(k.to_string(), a);
+                    }
+                    _ => continue 'dev,
+                }
+            }
+        } else if wanted.iter().any(|(k, n)| *n > c.capacity[k]) {
+            continue;
+        }
+        cands.push((i, consumed));
+    }
+    Ok(Alt {
+        result_name: name,
+        sub,
+        count: count as usize,
+        candidates: cands,
+    })
 }
 
 /// A UUID-shaped share id from the claim UID and the result's index (FNV-1a, 128 bits).
@@ -421,24 +552,42 @@ struct Search<'a, 'b> {
     claim: &'a DeviceClaim,
     candidates: &'b [Candidate<'a>],
     used: &'b BTreeMap<Key, DeviceUse>,
-    slots: &'b [Slot<'a>],
-    chosen: Vec<(usize, usize)>,
-    /// What this claim's earlier slots took, per candidate.
+    groups: &'b [Group<'a>],
+    /// (group, alternative, candidate index within the alternative) per device taken.
+    chosen: Vec<(usize, usize, usize)>,
+    /// What this claim's earlier picks took, per candidate.
     extra: BTreeMap<usize, DeviceUse>,
     steps: u64,
 }
 
 impl Search<'_, '_> {
-    fn dfs(&mut self, slot: usize) -> Result<bool, AllocError> {
-        if slot == self.slots.len() {
+    /// Satisfies request `g` and all after it: its alternatives in order, each backtracked
+    /// into when the rest of the claim fails with it.
+    fn request(&mut self, g: usize) -> Result<bool, AllocError> {
+        if g == self.groups.len() {
             return Ok(true);
         }
-        for (ci, (i, consumed)) in self.slots[slot].candidates.iter().enumerate() {
+        for a in 0..self.groups[g].alts.len() {
+            if self.device(g, a, 0)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Picks device `k` of alternative `a` of request `g`, then the rest of the claim.
+    fn device(&mut self, g: usize, a: usize, k: usize) -> Result<bool, AllocError> {
+        let groups = self.groups;
+        let alt = &groups[g].alts[a];
+        if k == alt.count {
+            return self.request(g + 1);
+        }
+        for (ci, (i, consumed)) in alt.candidates.iter().enumerate() {
             self.steps += 1;
             if self.steps > BUDGET {
                 return Err(AllocError::Budget(BUDGET));
             }
-            if !self.fits(*i, consumed) || !self.constraints_hold(slot, *i) {
+            if !self.fits(*i, consumed) || !self.constraints_hold(g, a, *i) {
                 continue;
             }
             let e = self.extra.entry(*i).or_default();
@@ -446,8 +595,8 @@ impl Search<'_, '_> {
             for (k, v) in consumed {
                 *e.consumed.entry(k.clone()).or_default() += v;
             }
-            self.chosen.push((slot, ci));
-            if self.dfs(slot + 1)? {
+            self.chosen.push((g, a, ci));
+            if self.device(g, a, k + 1)? {
                 return Ok(true);
             }
             self.chosen.pop();
@@ -475,19 +624,28 @@ impl Search<'_, '_> {
         })
     }
 
-    fn constraints_hold(&self, slot: usize, i: usize) -> bool {
+    fn constraints_hold(&self, g: usize, a: usize, i: usize) -> bool {
         let me = &self.candidates[i];
-        let request = self.slots[slot].request;
+        let groups = self.groups;
+        // Upstream's rule: `<request>` covers any of its sub-requests, `<request>/<sub>` only
+        // that one.
+        let covers = |con: &crate::api::DeviceConstraint, g: usize, a: usize| {
+            let alt = &groups[g].alts[a];
+            con.requests.is_empty()
+                || con
+                    .requests
+                    .iter()
+                    .any(|q| q == groups[g].request || (alt.sub.is_some() && *q == alt.result_name))
+        };
         for con in &self.claim.constraints {
-            let covers = |r: &str| con.requests.is_empty() || con.requests.iter().any(|q| q == r);
-            if !covers(request) {
+            if !covers(con, g, a) {
                 continue;
             }
             let others = self
                 .chosen
                 .iter()
-                .filter(|(s, _)| covers(self.slots[*s].request))
-                .map(|(s, c)| &self.candidates[self.slots[*s].candidates[*c].0]);
+                .filter(|(og, oa, _)| covers(con, *og, *oa))
+                .map(|(og, oa, c)| &self.candidates[groups[*og].alts[*oa].candidates[*c].0]);
             if let Some(name) = &con.match_attribute {
                 let Some(mine) = attribute(me.driver, me.device, name) else {
                     return false;

@@ -285,9 +285,59 @@ pub struct DeviceRequest {
     /// A request for devices of one class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exactly: Option<ExactDeviceRequest>,
-    /// Prioritized alternatives: not modelled by the allocator (it reports them).
+    /// Prioritized alternatives (`firstAvailable`): exactly one is allocated, the first in
+    /// this order that fits with the rest of the claim. Results name `<request>/<sub>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub first_available: Vec<Value>,
+    pub first_available: Vec<DeviceSubRequest>,
+}
+
+/// Upstream's limit on `firstAvailable` entries (`FirstAvailableDeviceRequestMaxSize`).
+pub const FIRST_AVAILABLE_MAX: usize = 8;
+
+/// `requests[].firstAvailable[]`: like [`ExactDeviceRequest`] without `adminAccess`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceSubRequest {
+    /// Name, unique among the request's sub-requests; referenced as `<request>/<name>`.
+    pub name: String,
+    /// The DeviceClass to take devices from.
+    pub device_class_name: String,
+    /// Selectors a device must also satisfy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub selectors: Vec<DeviceSelector>,
+    /// `ExactCount` (default) or `All`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation_mode: Option<String>,
+    /// How many devices (`ExactCount`; default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<i64>,
+    /// Tolerated device taints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Value>,
+    /// Capacity asked of each device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityRequirements>,
+}
+
+impl DeviceSubRequest {
+    /// The sub-request as an `exactly` request (the allocator treats both alike).
+    pub fn as_exact(&self) -> ExactDeviceRequest {
+        ExactDeviceRequest {
+            device_class_name: self.device_class_name.clone(),
+            selectors: self.selectors.clone(),
+            allocation_mode: self.allocation_mode.clone(),
+            count: self.count,
+            admin_access: None,
+            tolerations: self.tolerations.clone(),
+            capacity: self.capacity.clone(),
+        }
+    }
+}
+
+/// The top-level request a result's or constraint's request name refers to: `gpu` for both
+/// `gpu` and `gpu/<sub>` (upstream splits at the first `/`; request names are DNS labels).
+pub fn parent_request(name: &str) -> &str {
+    name.split_once('/').map_or(name, |(parent, _)| parent)
 }
 
 /// `requests[].exactly`.
@@ -403,7 +453,8 @@ pub struct DeviceAllocationResult {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceRequestAllocationResult {
-    /// The request it satisfies.
+    /// The request it satisfies: `<request>`, or `<request>/<sub>` for a `firstAvailable`
+    /// sub-request ([`parent_request`] gives the top-level name).
     pub request: String,
     /// The device's driver.
     pub driver: String,

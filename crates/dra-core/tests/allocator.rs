@@ -1,5 +1,7 @@
 //! The allocator model never over-commits: property test over random pools and claim
-//! sequences (allocate, sometimes free), checked by an independent ledger.
+//! sequences (allocate, sometimes free; requests `exactly` or `firstAvailable` with up to
+//! three sub-requests), checked by an independent ledger. Then `firstAvailable`'s order,
+//! backtracking and constraint scoping, and the errors.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +12,9 @@ use proptest::prelude::*;
 
 /// count, memory, computeUnits, NUMA selector.
 type Req = (i64, Option<u64>, Option<u64>, Option<i64>);
+
+/// One alternative: `exactly`; several: `firstAvailable` sub-requests `s0`, `s1`, ….
+type Alts = Vec<Req>;
 
 const DRV: &str = "amdgpu.hami-rs.io";
 
@@ -87,38 +92,65 @@ fn pool(specs: &[(bool, u64, u64, i64, bool)]) -> Vec<ResourceSlice> {
     }]
 }
 
+fn exact((count, mem, cus, numa): &Req) -> ExactDeviceRequest {
+    let mut r = BTreeMap::new();
+    if let Some(m) = mem {
+        r.insert("memory".to_string(), m.to_string());
+    }
+    if let Some(c) = cus {
+        r.insert("computeUnits".to_string(), c.to_string());
+    }
+    ExactDeviceRequest {
+        device_class_name: "gpu".into(),
+        count: Some(*count),
+        selectors: numa
+            .map(|n| DeviceSelector {
+                cel: Some(CelDeviceSelector {
+                    expression: format!(
+                        "device.attributes[\"resource.kubernetes.io\"].numaNode == {n}"
+                    ),
+                }),
+            })
+            .into_iter()
+            .collect(),
+        capacity: (!r.is_empty()).then_some(CapacityRequirements { requests: r }),
+        ..Default::default()
+    }
+}
+
+fn sub(name: &str, r: &Req) -> DeviceSubRequest {
+    let e = exact(r);
+    DeviceSubRequest {
+        name: name.into(),
+        device_class_name: e.device_class_name,
+        selectors: e.selectors,
+        allocation_mode: None,
+        count: e.count,
+        tolerations: vec![],
+        capacity: e.capacity,
+    }
+}
+
 fn claim(reqs: &[Req], distinct: bool, same_numa: bool) -> DeviceClaim {
+    let alts: Vec<Alts> = reqs.iter().map(|r| vec![*r]).collect();
+    claim_alts(&alts, distinct, same_numa)
+}
+
+fn claim_alts(reqs: &[Alts], distinct: bool, same_numa: bool) -> DeviceClaim {
     let requests = reqs
         .iter()
         .enumerate()
-        .map(|(i, (count, mem, cus, numa))| {
-            let mut r = BTreeMap::new();
-            if let Some(m) = mem {
-                r.insert("memory".to_string(), m.to_string());
-            }
-            if let Some(c) = cus {
-                r.insert("computeUnits".to_string(), c.to_string());
-            }
-            DeviceRequest {
-                name: format!("r{i}"),
-                exactly: Some(ExactDeviceRequest {
-                    device_class_name: "gpu".into(),
-                    count: Some(*count),
-                    selectors: numa
-                        .map(|n| DeviceSelector {
-                            cel: Some(CelDeviceSelector {
-                                expression: format!(
-                                    "device.attributes[\"resource.kubernetes.io\"].numaNode == {n}"
-                                ),
-                            }),
-                        })
-                        .into_iter()
-                        .collect(),
-                    capacity: (!r.is_empty()).then_some(CapacityRequirements { requests: r }),
-                    ..Default::default()
-                }),
-                first_available: vec![],
-            }
+        .map(|(i, alts)| DeviceRequest {
+            name: format!("r{i}"),
+            exactly: (alts.len() == 1).then(|| exact(&alts[0])),
+            first_available: if alts.len() == 1 {
+                vec![]
+            } else {
+                alts.iter()
+                    .enumerate()
+                    .map(|(j, r)| sub(&format!("s{j}"), r))
+                    .collect()
+            },
         })
         .collect();
     let mut constraints = vec![];
@@ -219,20 +251,63 @@ fn req_strategy() -> impl Strategy<Value = (i64, Option<u64>, Option<u64>, Optio
     )
 }
 
+/// Mostly `exactly`, a third `firstAvailable` with two or three sub-requests.
+fn alts_strategy() -> impl Strategy<Value = Alts> {
+    prop_oneof![
+        2 => req_strategy().prop_map(|r| vec![r]),
+        1 => prop::collection::vec(req_strategy(), 2..4),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
     #[test]
     fn never_over_commits(
         devs in prop::collection::vec(dev_strategy(), 1..5),
-        claims in prop::collection::vec((prop::collection::vec(req_strategy(), 1..3), any::<bool>(), any::<bool>(), any::<bool>()), 1..14),
+        claims in prop::collection::vec((prop::collection::vec(alts_strategy(), 1..3), any::<bool>(), any::<bool>(), any::<bool>()), 1..14),
     ) {
         let slices = pool(&devs);
         let mut held: Vec<Vec<DeviceRequestAllocationResult>> = vec![];
-        for (n, (reqs, distinct, numa, free_first)) in claims.iter().enumerate() {
+        for (n, (alts, distinct, numa, free_first)) in claims.iter().enumerate() {
             if *free_first && !held.is_empty() { held.remove(n % held.len()); }
-            let c = claim(reqs, *distinct, *numa);
+            let c = claim_alts(alts, *distinct, *numa);
             let flat: Vec<_> = held.iter().flatten().cloned().collect();
             if let Ok(res) = allocate(&c, &[class()], &slices, &flat, &format!("c{n}")) {
+                // Which alternative each request got, from its results' names: `r<i>` for
+                // `exactly`, `r<i>/s<j>` for a sub-request, one sub-request per request.
+                let mut reqs: Vec<Req> = vec![];
+                let mut js: Vec<usize> = vec![];
+                let mut at = 0;
+                for (i, a) in alts.iter().enumerate() {
+                    let Some(first) = res.get(at) else {
+                        prop_assert!(false, "no result for r{}", i);
+                        unreachable!()
+                    };
+                    let j = if a.len() == 1 {
+                        prop_assert_eq!(&first.request, &format!("r{i}"));
+                        0
+                    } else {
+                        let j: usize = first.request.strip_prefix(&format!("r{i}/s")).and_then(|j| j.parse().ok()).unwrap_or(usize::MAX);
+                        prop_assert!(j < a.len(), "{}", first.request);
+                        j
+                    };
+                    let chosen = a[j];
+                    js.push(j);
+                    for k in 0..chosen.0 as usize {
+                        prop_assert_eq!(&res[at + k].request, &first.request);
+                        prop_assert_eq!(hami_dra_core::api::parent_request(&res[at + k].request), format!("r{i}"));
+                    }
+                    at += chosen.0 as usize;
+                    reqs.push(chosen);
+                }
+                // First available: the first request's earlier sub-requests cannot be
+                // allocated with the rest of this claim (the search tried them first).
+                for k in 0..js[0] {
+                    let mut earlier = alts.clone();
+                    earlier[0] = vec![alts[0][k]];
+                    let e = allocate(&claim_alts(&earlier, *distinct, *numa), &[class()], &slices, &flat, "x");
+                    prop_assert!(e.is_err(), "r0/s{} fits but r0/s{} was chosen", k, js[0]);
+                }
                 let want: i64 = reqs.iter().map(|r| r.0).sum();
                 prop_assert_eq!(res.len() as i64, want);
                 let dev = |r: &DeviceRequestAllocationResult| slices[0].spec.devices.iter().find(|d| d.name == r.device).unwrap().clone();
@@ -316,4 +391,245 @@ fn unsupported_features_are_named() {
     c.requests[0].exactly.as_mut().unwrap().allocation_mode = Some("All".into());
     let e = allocate(&c, &[class()], &slices, &[], "x").unwrap_err();
     assert!(e.to_string().contains("allocationMode"), "{e}");
+}
+
+fn one_sub_claim(subs: &[(&str, Req)]) -> DeviceClaim {
+    DeviceClaim {
+        requests: vec![DeviceRequest {
+            name: "gpu".into(),
+            exactly: None,
+            first_available: subs.iter().map(|(n, r)| sub(n, r)).collect(),
+        }],
+        constraints: vec![],
+        config: vec![],
+    }
+}
+
+#[test]
+fn first_available_takes_the_second_when_the_first_cannot_fit() {
+    // Two shared 16-unit GPUs; the first sub-request wants 32 (fits none), the second 8.
+    let slices = pool(&[(true, 16, 8, 0, false), (true, 16, 8, 1, false)]);
+    let c = one_sub_claim(&[
+        ("big", (1, Some(32), None, None)),
+        ("small", (1, Some(8), None, None)),
+    ]);
+    let res = allocate(&c, &[class()], &slices, &[], "a").unwrap();
+    assert_eq!(res.len(), 1);
+    assert_eq!(res[0].request, "gpu/small");
+    assert_eq!(res[0].consumed_capacity["memory"], "8");
+    // When the first fits, it is taken.
+    let c = one_sub_claim(&[
+        ("small", (1, Some(8), None, None)),
+        ("big", (1, Some(32), None, None)),
+    ]);
+    assert_eq!(
+        allocate(&c, &[class()], &slices, &[], "a").unwrap()[0].request,
+        "gpu/small"
+    );
+    // Count comes from the chosen sub-request: two devices named gpu/two.
+    let c = one_sub_claim(&[
+        ("three", (3, None, None, None)),
+        ("two", (2, Some(1), None, None)),
+    ]);
+    let res = allocate(&c, &[class()], &slices, &[], "a").unwrap();
+    assert_eq!(
+        res.iter().map(|r| r.request.as_str()).collect::<Vec<_>>(),
+        ["gpu/two", "gpu/two"]
+    );
+    // Neither fits: the error says so.
+    let c = one_sub_claim(&[
+        ("a", (1, Some(32), None, None)),
+        ("b", (1, Some(17), None, None)),
+    ]);
+    let e = allocate(&c, &[class()], &slices, &[], "a")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("none of request \"gpu\"'s 2 sub-requests"),
+        "{e}"
+    );
+}
+
+#[test]
+fn first_available_backtracks_when_a_later_constraint_fails() {
+    // gpu-0 on NUMA 0, gpu-1 on NUMA 1. `gpu`'s first sub-request takes NUMA 0, `nic` must be
+    // on NUMA 1, and both must share a NUMA node: only `gpu/numa1` works.
+    let slices = pool(&[(true, 16, 8, 0, false), (true, 16, 8, 1, false)]);
+    let mut c = one_sub_claim(&[
+        ("numa0", (1, None, None, Some(0))),
+        ("numa1", (1, Some(4), Some(2), Some(1))),
+    ]);
+    c.requests.push(DeviceRequest {
+        name: "nic".into(),
+        exactly: Some(exact(&(1, Some(4), Some(2), Some(1)))),
+        first_available: vec![],
+    });
+    c.constraints.push(DeviceConstraint {
+        requests: vec!["gpu".into(), "nic".into()],
+        match_attribute: Some("resource.kubernetes.io/numaNode".into()),
+        distinct_attribute: None,
+    });
+    let res = allocate(&c, &[class()], &slices, &[], "a").unwrap();
+    let got: Vec<_> = res
+        .iter()
+        .map(|r| (r.request.as_str(), r.device.as_str()))
+        .collect();
+    assert_eq!(got, [("gpu/numa1", "gpu-1"), ("nic", "gpu-1")]);
+    // Without the constraint the first sub-request stands.
+    c.constraints.clear();
+    assert_eq!(
+        allocate(&c, &[class()], &slices, &[], "a").unwrap()[0].request,
+        "gpu/numa0"
+    );
+    // A constraint naming `gpu/numa1` does not bind `gpu/numa0`: the first is taken again.
+    c.constraints.push(DeviceConstraint {
+        requests: vec!["gpu/numa1".into(), "nic".into()],
+        match_attribute: Some("resource.kubernetes.io/numaNode".into()),
+        distinct_attribute: None,
+    });
+    assert_eq!(
+        allocate(&c, &[class()], &slices, &[], "a").unwrap()[0].request,
+        "gpu/numa0"
+    );
+    // ... and a distinctAttribute naming it does bind `gpu/numa1`.
+    let slices1 = pool(&[(true, 16, 8, 1, false)]);
+    let mut d = one_sub_claim(&[("numa1", (1, Some(4), Some(2), Some(1)))]);
+    d.requests.push(c.requests[1].clone());
+    d.constraints.push(DeviceConstraint {
+        requests: vec!["gpu/numa1".into(), "nic".into()],
+        match_attribute: None,
+        distinct_attribute: Some("resource.kubernetes.io/pciBusID".into()),
+    });
+    assert!(allocate(&d, &[class()], &slices1, &[], "a").is_err());
+    d.constraints[0].requests[0] = "gpu".into();
+    assert!(allocate(&d, &[class()], &slices1, &[], "a").is_err());
+    d.constraints.clear();
+    assert_eq!(
+        allocate(&d, &[class()], &slices1, &[], "a").unwrap().len(),
+        2
+    );
+}
+
+#[test]
+fn first_available_mistakes_are_named() {
+    let slices = pool(&[(true, 16, 8, 0, false)]);
+    let r = (1, None, None, None);
+    let nine: Vec<(String, Req)> = (0..9).map(|i| (format!("s{i}"), r)).collect();
+    let nine: Vec<(&str, Req)> = nine.iter().map(|(n, r)| (n.as_str(), *r)).collect();
+    let e = allocate(&one_sub_claim(&nine), &[class()], &slices, &[], "a").unwrap_err();
+    assert!(e.to_string().contains("at most 8"), "{e}");
+    let e = allocate(
+        &one_sub_claim(&[("a", r), ("a", r)]),
+        &[class()],
+        &slices,
+        &[],
+        "a",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("appears twice"), "{e}");
+    let mut both = one_sub_claim(&[("a", r)]);
+    both.requests[0].exactly = Some(exact(&r));
+    let e = allocate(&both, &[class()], &slices, &[], "a").unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("both `exactly` and `firstAvailable`"),
+        "{e}"
+    );
+    let mut unknown = one_sub_claim(&[("a", r)]);
+    unknown.constraints.push(DeviceConstraint {
+        requests: vec!["gpu/b".into()],
+        match_attribute: Some("resource.kubernetes.io/numaNode".into()),
+        distinct_attribute: None,
+    });
+    let e = allocate(&unknown, &[class()], &slices, &[], "a").unwrap_err();
+    assert!(e.to_string().contains("\"gpu/b\""), "{e}");
+    // A sub-request's own problem names `<request>/<sub>`.
+    let mut bad = one_sub_claim(&[("a", r), ("b", r)]);
+    bad.requests[0].first_available[1].device_class_name = "nope".into();
+    let e = allocate(&bad, &[class()], &slices, &[], "a").unwrap_err();
+    assert!(
+        e.to_string().contains("\"gpu/b\"") && e.to_string().contains("nope"),
+        "{e}"
+    );
+}
+
+#[test]
+fn webhook_selectors_select_and_a_missing_attribute_aborts() {
+    let mut slices = pool(&[(true, 16, 8, 0, false), (true, 32, 8, 0, false)]);
+    for (i, d) in slices[0].spec.devices.iter_mut().enumerate() {
+        d.attributes
+            .insert("uuid".into(), DeviceAttribute::string(format!("GPU-{i}")));
+    }
+    let with = |cel: &str| {
+        let mut e = exact(&(1, None, None, None));
+        e.selectors.push(DeviceSelector {
+            cel: Some(CelDeviceSelector {
+                expression: cel.into(),
+            }),
+        });
+        DeviceClaim {
+            requests: vec![DeviceRequest {
+                name: "gpu".into(),
+                exactly: Some(e),
+                first_available: vec![],
+            }],
+            constraints: vec![],
+            config: vec![],
+        }
+    };
+    let one = |cel: &str| {
+        allocate(&with(cel), &[class()], &slices, &[], "a").map(|r| r[0].device.clone())
+    };
+    assert_eq!(
+        one(&format!(
+            "device.capacity[\"{DRV}\"].memory.compareTo(quantity(\"32\")) == 0"
+        ))
+        .unwrap(),
+        "gpu-1"
+    );
+    assert_eq!(
+        one(&format!(
+            "device.capacity[\"{DRV}\"].memory.compareTo(quantity(\"20\")) < 0"
+        ))
+        .unwrap(),
+        "gpu-0"
+    );
+    assert_eq!(
+        one(&format!(
+            "device.attributes[\"{DRV}\"].uuid in [\"GPU-1\", \"GPU-9\"]"
+        ))
+        .unwrap(),
+        "gpu-1"
+    );
+    assert_eq!(
+        one(&format!(
+            "!(device.attributes[\"{DRV}\"].uuid in [\"GPU-0\"])"
+        ))
+        .unwrap(),
+        "gpu-1"
+    );
+    let e = one(&format!("device.attributes[\"{DRV}\"].serial == \"x\""))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("CEL runtime error") && e.contains("serial") && e.contains("n/gpu-0"),
+        "{e}"
+    );
+    // A class selector that is false first keeps the request's from being evaluated.
+    let other = DeviceClass {
+        name: "gpu".into(),
+        selectors: vec!["device.driver == \"other.example.com\"".into()],
+    };
+    let e = allocate(
+        &with(&format!("device.attributes[\"{DRV}\"].serial == \"x\"")),
+        &[other],
+        &slices,
+        &[],
+        "a",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, hami_dra_core::allocator::AllocError::Unsatisfiable(_)),
+        "{e}"
+    );
 }

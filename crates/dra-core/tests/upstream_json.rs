@@ -21,6 +21,17 @@ fn resource_claim_round_trips() {
 }
 
 #[test]
+fn first_available_claim_round_trips() {
+    round_trip::<ResourceClaim>(include_str!("upstream/resourceclaim-first-available.json"));
+    let c: ResourceClaim =
+        serde_json::from_str(include_str!("upstream/resourceclaim-first-available.json")).unwrap();
+    let subs = &c.spec.devices.requests[0].first_available;
+    assert_eq!(subs.len(), 2);
+    assert_eq!(subs[0].count, Some(2));
+    assert_eq!(subs[1].tolerations.len(), 1);
+}
+
+#[test]
 fn resource_slice_round_trips() {
     round_trip::<ResourceSlice>(include_str!("upstream/resourceslice.json"));
 }
