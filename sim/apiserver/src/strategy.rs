@@ -68,6 +68,9 @@ pub fn prepare_for_create(r: &ResourceType, obj: &mut Value) {
                 o.entry("type").or_insert(json!("Opaque"));
             }
         }
+        // resourceClaimStrategy.PrepareForCreate: the status subresource owns the status
+        // (allocation by the scheduler, devices by the driver); a create cannot set it.
+        "resourceclaims" => obj["status"] = json!({}),
         _ => {}
     }
 }
@@ -298,6 +301,15 @@ mod tests {
         assert_eq!(pod_qos_class(&g), "Guaranteed");
         let b = json!({"spec": {"containers": [{"name": "a", "resources": {"limits": {"nvidia.com/gpu": 1}, "requests": {"cpu": "1"}}}]}});
         assert_eq!(pod_qos_class(&b), "Burstable");
+    }
+
+    #[test]
+    fn a_created_claim_has_an_empty_status() {
+        let rc = lookup("resource.k8s.io", "v1", "resourceclaims").unwrap();
+        let mut c = json!({"metadata": {"name": "c"}, "spec": {}, "status": {"allocation": {"devices": {}}, "reservedFor": [{"name": "p"}]}});
+        prepare_for_create(rc, &mut c);
+        assert_eq!(c["status"], json!({}));
+        assert_eq!(c["spec"], json!({}));
     }
 
     #[test]

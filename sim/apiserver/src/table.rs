@@ -194,6 +194,29 @@ fn node_cells(n: &Value) -> Vec<Value> {
     ]
 }
 
+/// kubectl's STATE of a claim (`printResourceClaim`): deleted, pending, allocated,reserved.
+fn claim_state(c: &Value) -> String {
+    let mut states = Vec::new();
+    let deleted = c.pointer("/metadata/deletionTimestamp").is_some();
+    if deleted {
+        states.push("deleted");
+    }
+    if c.pointer("/status/allocation").is_none_or(Value::is_null) {
+        if !deleted {
+            states.push("pending");
+        }
+    } else {
+        states.push("allocated");
+        if c.pointer("/status/reservedFor")
+            .and_then(Value::as_array)
+            .is_some_and(|r| !r.is_empty())
+        {
+            states.push("reserved");
+        }
+    }
+    states.join(",")
+}
+
 fn len_of(v: &Value, ptr: &str) -> usize {
     v.pointer(ptr)
         .and_then(Value::as_object)
@@ -289,6 +312,34 @@ fn columns_and_cells(r: &ResourceType) -> (Vec<Value>, CellsFn) {
                     age(o),
                 ]
             },
+        ),
+        // upstream's printers for resource.k8s.io (DeviceClass and ResourceClaimTemplate
+        // print NAME, AGE like the default)
+        "resourceslices" => (
+            vec![
+                col("Name", "string", 0),
+                col("Node", "string", 0),
+                col("Driver", "string", 0),
+                col("Pool", "string", 0),
+                col("Age", "string", 0),
+            ],
+            |o| {
+                vec![
+                    json!(s(o, "/metadata/name")),
+                    json!(s(o, "/spec/nodeName")),
+                    json!(s(o, "/spec/driver")),
+                    json!(s(o, "/spec/pool/name")),
+                    age(o),
+                ]
+            },
+        ),
+        "resourceclaims" => (
+            vec![
+                col("Name", "string", 0),
+                col("State", "string", 0),
+                col("Age", "string", 0),
+            ],
+            |o| vec![json!(s(o, "/metadata/name")), json!(claim_state(o)), age(o)],
         ),
         "events" if r.group.is_empty() => (
             vec![
@@ -392,5 +443,49 @@ mod tests {
             "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
         ));
         assert!(!wants_table("application/json"));
+    }
+
+    #[test]
+    fn resourceslice_and_claim_rows() {
+        let rs = lookup("resource.k8s.io", "v1", "resourceslices").unwrap();
+        let sl = json!({"metadata": {"name": "s"}, "spec": {"nodeName": "n1", "driver": "d.io", "pool": {"name": "p1"}}});
+        let shared = json!({"metadata": {"name": "t"}, "spec": {"allNodes": true, "driver": "d.io", "pool": {"name": "p2"}}});
+        let t = table(rs, &[&sl, &shared], None, None);
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["Name", "Node", "Driver", "Pool", "Age"]);
+        assert_eq!(
+            t["rows"][0]["cells"].as_array().unwrap()[1..4],
+            [json!("n1"), json!("d.io"), json!("p1")]
+        );
+        assert_eq!(t["rows"][1]["cells"][1], "");
+        let rc = lookup("resource.k8s.io", "v1", "resourceclaims").unwrap();
+        let alloc = json!({"devices": {"results": []}});
+        let state = |c: Value| table(rc, &[&c], None, None)["rows"][0]["cells"][1].clone();
+        assert_eq!(state(json!({"metadata": {"name": "c"}})), "pending");
+        assert_eq!(
+            state(json!({"metadata": {"name": "c"}, "status": {"allocation": alloc}})),
+            "allocated"
+        );
+        assert_eq!(
+            state(
+                json!({"metadata": {"name": "c"}, "status": {"allocation": alloc, "reservedFor": [{"name": "p"}]}})
+            ),
+            "allocated,reserved"
+        );
+        assert_eq!(
+            state(json!({"metadata": {"name": "c", "deletionTimestamp": "2026-01-01T00:00:00Z"}})),
+            "deleted"
+        );
+        assert_eq!(
+            state(
+                json!({"metadata": {"name": "c", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "status": {"allocation": alloc}})
+            ),
+            "deleted,allocated"
+        );
     }
 }

@@ -263,15 +263,21 @@ async fn claim_status_is_written_only_through_the_subresource() {
     let c = client(&server);
     let claims: Api<DynamicObject> =
         Api::namespaced_with(c, "default", &ar("ResourceClaim", "resourceclaims"));
-    claims
-        .create(&PostParams::default(), &obj(claim("c")))
-        .await
-        .unwrap();
     let allocation = json!({"devices": {"results": [{
         "request": "gpu", "driver": "amdgpu.hami-rs.io", "pool": "node-a", "device": "gpu-0",
         "shareID": "7d3c0c56-1a0b-4a53-9a51-6b8b2f1f0b10",
         "consumedCapacity": {"memory": "4Gi"}
     }]}});
+    // a create cannot allocate: upstream's strategy drops the status (kept as `{}`)
+    let mut forged = claim("c");
+    forged["status"] = json!({"allocation": allocation,
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": "u-0"}]});
+    let created = claims
+        .create(&PostParams::default(), &obj(forged))
+        .await
+        .unwrap();
+    assert_eq!(created.data["status"], json!({}), "{}", created.data);
+    assert_eq!(claims.get("c").await.unwrap().data["status"], json!({}));
     // what kube-scheduler does: allocation and reservedFor through status
     let done = claims
         .patch_status(
@@ -384,8 +390,54 @@ async fn kubectl_gets_resourceslices() {
         }
     };
     let table = run(&["get", "resourceslices"]).await;
-    assert!(
-        table.contains("NAME") && table.contains("node-a-amdgpu-0"),
+    let lines: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        ["NAME", "NODE", "DRIVER", "POOL", "AGE"],
+        "{table}"
+    );
+    assert_eq!(
+        lines[1][..4],
+        ["node-a-amdgpu-0", "node-a", "amdgpu.hami-rs.io", "node-a"],
+        "{table}"
+    );
+    // claims print their state: pending until allocated, then allocated,reserved
+    let claims: Api<DynamicObject> = Api::namespaced_with(
+        client(&server),
+        "default",
+        &ar("ResourceClaim", "resourceclaims"),
+    );
+    for n in ["a-pending", "b-running"] {
+        claims
+            .create(&PostParams::default(), &obj(claim(n)))
+            .await
+            .unwrap();
+    }
+    claims
+        .patch_status(
+            "b-running",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "allocation": {"devices": {"results": [{"request": "gpu",
+                    "driver": "amdgpu.hami-rs.io", "pool": "node-a", "device": "gpu-0"}]}},
+                "reservedFor": [{"resource": "pods", "name": "p", "uid": "u-1"}]
+            }})),
+        )
+        .await
+        .unwrap();
+    let table = run(&["get", "resourceclaims"]).await;
+    let lines: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0], ["NAME", "STATE", "AGE"], "{table}");
+    assert_eq!(lines[1][..2], ["a-pending", "pending"], "{table}");
+    assert_eq!(
+        lines[2][..2],
+        ["b-running", "allocated,reserved"],
         "{table}"
     );
     let json_out = run(&["get", "resourceslice", "node-a-amdgpu-0", "-o", "json"]).await;
