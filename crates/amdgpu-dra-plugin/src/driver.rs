@@ -235,7 +235,10 @@ fn devices_of(c: &PreparedClaim) -> Vec<Device> {
     c.devices
         .iter()
         .map(|d| Device {
-            request_names: vec![d.request.clone()],
+            // kubelet matches a container's `resources.claims[].request` (a top-level name)
+            // against these exactly; a firstAvailable result is `<request>/<sub>`, so send
+            // the parent, as upstream's kubeletplugin helper does (stripSubrequestNames).
+            request_names: vec![hami_dra_core::api::parent_request(&d.request).to_string()],
             pool_name: d.pool.clone(),
             device_name: d.device.clone(),
             cdi_device_ids: vec![d.cdi_id.clone()],

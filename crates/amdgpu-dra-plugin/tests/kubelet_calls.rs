@@ -440,6 +440,39 @@ async fn a_claim_for_two_pods_or_not_reserved_is_refused_per_claim() {
     stop(run).await;
 }
 
+#[tokio::test]
+async fn a_first_available_result_is_reported_under_its_parent_request() {
+    // The scheduler names a firstAvailable result `<request>/<sub>`; kubelet matches the
+    // container's `resources.claims[].request` (`gpu`) against request_names exactly.
+    let n = node();
+    let claims = Claims::default();
+    let mut c = claim("f", "uid-f", "gpu-0", "2Gi", "8");
+    let alloc = c.status.as_mut().unwrap().allocation.as_mut().unwrap();
+    alloc.devices.as_mut().unwrap().results[0].request = "gpu/s1".into();
+    claims
+        .0
+        .lock()
+        .unwrap()
+        .insert(("default".into(), "f".into()), c);
+    let run = start(&n, claims).await;
+    let mut client = dra(&run.sockets.dra).await;
+    // Twice: the first prepares, the second answers from the checkpoint.
+    for _ in 0..2 {
+        let resp = client
+            .node_prepare_resources(NodePrepareResourcesRequest {
+                claims: vec![kclaim("f", "uid-f")],
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let f = &resp.claims["uid-f"];
+        assert_eq!(f.error, "");
+        assert_eq!(f.devices.len(), 1, "{f:?}");
+        assert_eq!(f.devices[0].request_names, vec!["gpu".to_string()]);
+    }
+    stop(run).await;
+}
+
 #[test]
 fn a_corrupt_checkpoint_is_refused_with_what_to_do() {
     let n = node();

@@ -409,6 +409,34 @@ mod tests {
     }
 
     #[test]
+    fn a_first_available_claim_takes_the_shape_the_node_has() {
+        // The webhook's per-shape sub-requests: no 32Gi device exists, the 64Gi one does;
+        // results are named `gpu/<sub>` and count as held capacity like any other.
+        let shape = |mem: &str| {
+            format!(
+                "device.capacity[\"{d}\"].memory.compareTo(quantity(\"{mem}\")) == 0 && device.capacity[\"{d}\"].computeUnits.compareTo(quantity(\"104\")) == 0",
+                d = hami_dra_core::DRIVER
+            )
+        };
+        let spec: DeviceClaim = serde_json::from_value(json!({"requests": [{"name": "gpu",
+            "firstAvailable": [
+                {"name": "s0", "deviceClassName": CLASS, "count": 1,
+                 "selectors": [{"cel": {"expression": shape("32Gi")}}],
+                 "capacity": {"requests": {"memory": "16Gi", "computeUnits": "52"}}},
+                {"name": "s1", "deviceClassName": CLASS, "count": 1,
+                 "selectors": [{"cel": {"expression": shape("64Gi")}}],
+                 "capacity": {"requests": {"memory": "32Gi", "computeUnits": "52"}}}]}]}))
+        .unwrap();
+        let mut c = Cluster::new(2, 1);
+        assert_eq!(c.place(&spec, "a", NodeOrder::ByName).unwrap(), "node-0");
+        assert_eq!(c.held[0][0].request, "gpu/s1");
+        assert_eq!(c.held[0][0].consumed_capacity["memory"], "32Gi");
+        assert_eq!(c.place(&spec, "b", NodeOrder::ByName).unwrap(), "node-0");
+        // node-0's 64Gi are held by the two: the third goes to node-1.
+        assert_eq!(c.place(&spec, "c", NodeOrder::ByName).unwrap(), "node-1");
+    }
+
+    #[test]
     fn utilization_counts_capacity_share() {
         let mut c = Cluster::new(1, 2);
         assert_eq!(c.views()[0].utilization, 0.0);
