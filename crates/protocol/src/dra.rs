@@ -46,3 +46,22 @@ pub const ATTR_PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
 pub const AMD_MODE_ANNOTATION: &str = AMD_MODE_LABEL;
 /// [`AMD_MODE_LABEL`]'s value (annotation and webhook default) for the device plugin.
 pub const AMD_MODE_DEVICE_PLUGIN: &str = "device-plugin";
+
+/// The one request of each claim the webhook writes for a container's `amd.com/*` request
+/// (DRA mode). Allocation results name it `gpu`, or `gpu/<sub-request>` when it was written
+/// as `firstAvailable`; the driver accepts both.
+pub const CLAIM_REQUEST: &str = "gpu";
+/// Prefix of the ResourceClaimTemplates the webhook creates (`hami-amd-<16 hex of the
+/// spec's hash>`) and of the pod's `spec.resourceClaims` entries it adds
+/// (`hami-amd-<container name>`).
+pub const CLAIM_PREFIX: &str = "hami-amd-";
+/// Label on the webhook's ResourceClaimTemplates (and the claims made from them): the
+/// scheduler's sweeper deletes only templates carrying it with [`MANAGED_BY_WEBHOOK`].
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// [`MANAGED_BY_LABEL`]'s value on the webhook's templates.
+pub const MANAGED_BY_WEBHOOK: &str = "hami-webhook";
+/// Upstream's `allocationMode` of a request for an exact number of devices.
+pub const EXACT_COUNT: &str = "ExactCount";
+/// Upstream's limit on the sub-requests of one `firstAvailable` request
+/// (`FirstAvailableDeviceRequestMaxSize`).
+pub const MAX_FIRST_AVAILABLE: usize = 8;

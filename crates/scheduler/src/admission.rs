@@ -17,6 +17,8 @@ use hami_protocol::requests::{ContainerKind, RequestDefaults, container_slots, p
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
+use crate::dra_claims::{AmdMode, ContainerClaim, Shape};
+
 /// What the webhook is configured with.
 #[derive(Debug, Clone)]
 pub struct WebhookConfig {
@@ -29,6 +31,8 @@ pub struct WebhookConfig {
     /// Usernames (AdmissionReview `request.userInfo.username`) that may write the
     /// scheduler-owned annotations: the scheduler's and the device plugins' own identities.
     pub annotation_writers: Vec<String>,
+    /// The AMD front end of pods without a `hami.io/amd-mode` annotation (`--amd-mode`).
+    pub amd_mode: AmdMode,
 }
 
 /// The ServiceAccounts of the shipped manifests and chart that write scheduler-owned
@@ -54,6 +58,7 @@ impl Default for WebhookConfig {
             force_overwrite_default_scheduler: true,
             defaults: RequestDefaults::default(),
             annotation_writers: default_annotation_writers("kube-system"),
+            amd_mode: AmdMode::default(),
         }
     }
 }
@@ -96,8 +101,14 @@ fn labelled_ignore(pod: &Pod) -> bool {
 }
 
 /// The decision for one request: D-4 for every pod and operation, then, for a CREATE, the
-/// mutation of [`admit`].
+/// mutation of [`admit`]. No device shapes are known: see [`review_pod_with`].
 pub fn review_pod(review: &PodReview, config: &WebhookConfig) -> Admission {
+    review_pod_with(review, config, &[])
+}
+
+/// [`review_pod`] with the AMD DRA driver's device shapes (`dra_claims::shapes` of its
+/// ResourceSlices), which DRA-mode pods asking for percentages need.
+pub fn review_pod_with(review: &PodReview, config: &WebhookConfig, shapes: &[Shape]) -> Admission {
     let deny = |message: String| Admission::Deny { message };
     let writer = config
         .annotation_writers
@@ -123,7 +134,7 @@ pub fn review_pod(review: &PodReview, config: &WebhookConfig) -> Admission {
                     ),
                 };
             }
-            admit_checked(pod, config)
+            admit_checked(pod, config, shapes)
         }
         "UPDATE" => {
             let Some(pod) = review.object else {
@@ -173,6 +184,9 @@ pub enum Admission {
     Allow {
         /// The JSON patch operations.
         patch: Vec<Value>,
+        /// DRA mode: the ResourceClaimTemplates the patch names, which must exist before
+        /// the pod is answered (empty otherwise).
+        claims: Vec<ContainerClaim>,
     },
     /// Refused; the message says what to change.
     Deny {
@@ -201,7 +215,7 @@ pub fn admit(pod: &Pod, config: &WebhookConfig) -> Admission {
 }
 
 /// The CREATE mutation, once D-4 has been checked.
-fn admit_checked(pod: &Pod, config: &WebhookConfig) -> Admission {
+fn admit_checked(pod: &Pod, config: &WebhookConfig, shapes: &[Shape]) -> Admission {
     let deny = |message: String| Admission::Deny { message };
     let Some(spec) = &pod.spec else {
         return deny("pod has no spec".into());
@@ -249,6 +263,19 @@ fn admit_checked(pod: &Pod, config: &WebhookConfig) -> Admission {
         );
     }
 
+    // DRA mode: the AMD requests become claims (annotation, else the configured default).
+    let amd_mode = match AmdMode::of_pod(pod, config.amd_mode) {
+        Ok(mode) => mode,
+        Err(message) => return deny(message),
+    };
+    let claims = match amd_mode {
+        AmdMode::Dra => match crate::dra_claims::pod_claims(pod, &requests, shapes) {
+            Ok(claims) => claims,
+            Err(message) => return deny(message),
+        },
+        AmdMode::DevicePlugin => Vec::new(),
+    };
+
     let mut patch = Vec::new();
     if current != config.scheduler_name {
         patch.push(json!({
@@ -262,8 +289,13 @@ fn admit_checked(pod: &Pod, config: &WebhookConfig) -> Admission {
             ContainerKind::App => format!("/spec/containers/{}", slot.index),
             _ => format!("/spec/initContainers/{}", slot.index),
         };
+        let converted = claims
+            .iter()
+            .any(|c| c.kind == slot.kind && c.index == slot.index);
         let added: Vec<&(&'static str, String)> = Vendor::ALL
             .iter()
+            // A converted container's AMD request lives in its claim now.
+            .filter(|v| !(converted && **v == Vendor::Amd))
             .filter_map(|v| request.get(*v))
             .flat_map(|r| r.added_limits.iter())
             .collect();
@@ -302,7 +334,8 @@ fn admit_checked(pod: &Pod, config: &WebhookConfig) -> Admission {
             }
         }
     }
-    Admission::Allow { patch }
+    patch.extend(crate::dra_claims::patch(spec, &claims));
+    Admission::Allow { patch, claims }
 }
 
 #[cfg(test)]
@@ -344,7 +377,8 @@ mod tests {
             {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/priority": "1"}}},
             {"name": "c"}
         ]}});
-        let Admission::Allow { patch } = admit(&pod(raw.clone()), &WebhookConfig::default()) else {
+        let Admission::Allow { patch, .. } = admit(&pod(raw.clone()), &WebhookConfig::default())
+        else {
             panic!()
         };
         let patched = apply(raw, &patch);
@@ -363,7 +397,7 @@ mod tests {
         );
         assert!(patched["spec"]["containers"][2].get("resources").is_none());
         // The patched pod is stable: a second pass adds nothing but nothing is lost.
-        let Admission::Allow { patch: again } = admit(&pod(patched), &WebhookConfig::default())
+        let Admission::Allow { patch: again, .. } = admit(&pod(patched), &WebhookConfig::default())
         else {
             panic!()
         };
@@ -376,7 +410,8 @@ mod tests {
             {"name": "a", "resources": {"requests": {"amd.com/gpucores": "20"}}},
             {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
         ]}});
-        let Admission::Allow { patch } = admit(&pod(raw.clone()), &WebhookConfig::default()) else {
+        let Admission::Allow { patch, .. } = admit(&pod(raw.clone()), &WebhookConfig::default())
+        else {
             panic!()
         };
         let patched = apply(raw, &patch);
@@ -572,6 +607,70 @@ mod tests {
             review_pod(&review("DELETE", user, None, Some(&with)), &cfg),
             Admission::Ignore { .. }
         ));
+    }
+
+    #[test]
+    fn dra_mode_turns_amd_requests_into_claims_and_leaves_the_rest() {
+        let dra = WebhookConfig {
+            amd_mode: AmdMode::Dra,
+            ..WebhookConfig::default()
+        };
+        let raw = json!({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "a", "resources": {"limits": {"amd.com/gpu": "1", "amd.com/gpumem": "4096"}}},
+            {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+        ]}});
+        let Admission::Allow { patch, claims } = admit(&pod(raw.clone()), &dra) else {
+            panic!()
+        };
+        assert_eq!(claims.len(), 1);
+        assert_eq!(claims[0].entry_name, "hami-amd-a");
+        let ops: Vec<String> = patch.iter().map(|p| p.to_string()).collect();
+        let text = ops.join("\n");
+        // No amd.com default is added to a converted container; NVIDIA's still is.
+        assert!(
+            !text.contains("/spec/containers/0/resources/limits/amd.com~1gpu\",\"value"),
+            "{text}"
+        );
+        assert!(text.contains("nvidia.com~1gpucores"), "{text}");
+        assert!(text.contains("resourceClaimTemplateName"), "{text}");
+        assert!(text.contains("\"remove\""), "{text}");
+        // The annotation overrides the default both ways; device-plugin is today's answer.
+        let mut annotated = raw.clone();
+        annotated["metadata"]["annotations"] = json!({"hami.io/amd-mode": "device-plugin"});
+        let today = admit(&pod(raw.clone()), &WebhookConfig::default());
+        let Admission::Allow { claims, .. } = admit(&pod(annotated.clone()), &dra) else {
+            panic!()
+        };
+        assert!(claims.is_empty());
+        annotated["metadata"]["annotations"] = json!({"hami.io/amd-mode": "device-plugin"});
+        assert_eq!(
+            admit(&pod(annotated.clone()), &WebhookConfig::default()),
+            today
+        );
+        annotated["metadata"]["annotations"] = json!({"hami.io/amd-mode": "dra"});
+        assert!(matches!(
+            admit(&pod(annotated.clone()), &WebhookConfig::default()),
+            Admission::Allow { claims, .. } if claims.len() == 1
+        ));
+        annotated["metadata"]["annotations"] = json!({"hami.io/amd-mode": "bogus"});
+        match admit(&pod(annotated), &WebhookConfig::default()) {
+            Admission::Deny { message } => {
+                assert!(message.contains("hami.io/amd-mode"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // Percentages without slices: refused with the reason.
+        let pct = json!({"metadata": {}, "spec": {"containers": [
+            {"name": "a", "resources": {"limits": {"amd.com/gpucores": "25"}}}]}});
+        match admit(&pod(pct), &dra) {
+            Admission::Deny { message } => {
+                assert!(
+                    message.contains("no ResourceSlice of amdgpu.hami-rs.io yet"),
+                    "{message}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

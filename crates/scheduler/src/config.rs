@@ -106,6 +106,11 @@ pub struct SchedulerArgs {
     /// How often the Lease is read and renewed.
     #[arg(long, default_value_t = 2000)]
     pub leader_elect_retry_period_millis: u64,
+    /// The AMD front end of pods without a `hami.io/amd-mode` annotation: `device-plugin`
+    /// (the device plugin and this extender) or `dra` (the webhook turns `amd.com/*`
+    /// requests into ResourceClaimTemplates for the AMD DRA driver).
+    #[arg(long, env = "AMD_MODE", default_value = hami_protocol::dra::AMD_MODE_DEVICE_PLUGIN)]
+    pub amd_mode: String,
 }
 
 /// The YAML config file. Resource names and annotation keys are HAMi's and fixed.
@@ -159,6 +164,8 @@ pub struct Settings {
     pub bind_lock_wait: Duration,
     /// When the node and pod watches count as stalled or failing.
     pub watch: WatchTuning,
+    /// How the DRA mode's unused claim templates are swept.
+    pub template_sweep: crate::dra_sweep::SweepTuning,
 }
 
 impl Default for Settings {
@@ -249,6 +256,8 @@ impl Settings {
         if expiry == 0 {
             anyhow::bail!("node lock expiry must be at least 1 second");
         }
+        let amd_mode = crate::dra_claims::AmdMode::parse(&args.amd_mode)
+            .map_err(|e| anyhow::anyhow!("--amd-mode: {e}"))?;
         Ok(Settings {
             filter: FilterConfig {
                 gpu_policy,
@@ -264,11 +273,13 @@ impl Settings {
                 annotation_writers: file.annotation_writers.unwrap_or_else(|| {
                     crate::admission::default_annotation_writers(&args.lease_namespace)
                 }),
+                amd_mode,
             },
             scheduler_name,
             node_lock_expiry: Duration::from_secs(expiry),
             bind_lock_wait: Duration::from_secs(wait),
             watch: WatchTuning::default(),
+            template_sweep: crate::dra_sweep::SweepTuning::default(),
         })
     }
 }
@@ -340,5 +351,29 @@ mod tests {
         assert!(bad("gpuSchedulerPolicy: fastest\n").contains("gpu scheduler policy"));
         assert!(bad("defaults:\n  nvidiaDefaultCores: 120\n").contains("0 to 100"));
         assert!(bad("nodeLockExpirySeconds: 0\n").contains("at least 1"));
+        let mut dra = SchedulerArgs::defaults();
+        assert_eq!(
+            Settings::resolve(&dra, FileConfig::default())
+                .unwrap()
+                .webhook
+                .amd_mode,
+            crate::dra_claims::AmdMode::DevicePlugin
+        );
+        dra.amd_mode = "dra".into();
+        assert_eq!(
+            Settings::resolve(&dra, FileConfig::default())
+                .unwrap()
+                .webhook
+                .amd_mode,
+            crate::dra_claims::AmdMode::Dra
+        );
+        dra.amd_mode = "both".into();
+        let e = Settings::resolve(&dra, FileConfig::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--amd-mode") && e.contains("device-plugin or dra"),
+            "{e}"
+        );
     }
 }

@@ -23,7 +23,8 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use crate::admission::{Admission, PodReview, review_pod};
+use crate::admission::{Admission, PodReview, review_pod_with};
+use crate::dra_claims::{ContainerClaim, Shape};
 use crate::extender::{
     ExtenderArgs, ExtenderBindingArgs, ExtenderFilterResult, from_json_any_case,
 };
@@ -273,19 +274,108 @@ async fn readyz(State(s): State<Arc<Scheduler>>) -> Response {
     }
 }
 
-/// AdmissionReview v1 and v1beta1, answered in the version received.
+/// AdmissionReview v1 and v1beta1, answered in the version received. In DRA mode the
+/// claim templates the patch names are created first (not on dryRun); a failure denies the
+/// pod (fail closed).
 async fn webhook(State(s): State<Arc<Scheduler>>, raw: Result<Bytes, BytesRejection>) -> Response {
     let bytes = match body(raw) {
         Ok(b) => b,
         Err((status, error)) => return json_response(status, &json!({ "error": error })),
     };
-    let (status, value) = review(&bytes, &s.settings.webhook);
-    json_response(status, &value)
+    let (shapes, unreadable) = if crate::dra_templates::may_need_shapes(&bytes, &s.settings.webhook)
+    {
+        match s.dra().shapes().await {
+            Ok(shapes) => (shapes, None),
+            Err(why) => (Vec::new(), Some(why)),
+        }
+    } else {
+        (Vec::new(), None)
+    };
+    let mut reviewed = review_with(&bytes, &s.settings.webhook, &shapes);
+    if let Some(why) = unreadable {
+        reviewed.note_missing_shapes(&why);
+    }
+    if !reviewed.claims.is_empty()
+        && !reviewed.dry_run
+        && let Err(message) = s
+            .dra()
+            .ensure_templates(&reviewed.namespace, &reviewed.claims)
+            .await
+    {
+        reviewed.deny(message);
+    }
+    json_response(reviewed.status, &reviewed.body)
 }
 
-/// The webhook's answer to one AdmissionReview body.
+/// The webhook's decision on one AdmissionReview body, before any API call.
+#[derive(Debug, Clone)]
+pub struct Reviewed {
+    /// The HTTP status to answer with.
+    pub status: StatusCode,
+    /// The AdmissionReview answer (or the error body of a bad request).
+    pub body: Value,
+    /// DRA mode: the claim templates the patch names (the caller creates them).
+    pub claims: Vec<ContainerClaim>,
+    /// `request.namespace` (the pod's, else `default`).
+    pub namespace: String,
+    /// `request.dryRun`: nothing may be created.
+    pub dry_run: bool,
+}
+
+impl Reviewed {
+    /// Turns the answer into a denial with `message` (fail closed), dropping any patch.
+    pub fn deny(&mut self, message: String) {
+        if let Some(response) = self.body.get_mut("response").and_then(Value::as_object_mut) {
+            response.remove("patch");
+            response.remove("patchType");
+            response.insert("allowed".into(), json!(false));
+            response.insert(
+                "status".into(),
+                json!({"code": 403, "reason": "Forbidden", "message": message, "status": "Failure"}),
+            );
+        }
+        self.claims.clear();
+    }
+
+    /// The denial message, if the answer is a denial.
+    pub fn denied(&self) -> Option<&str> {
+        self.body
+            .pointer("/response/status/message")
+            .and_then(Value::as_str)
+            .filter(|_| self.body.pointer("/response/allowed") == Some(&json!(false)))
+    }
+
+    /// The slices could not be read: a denial for want of shapes says why.
+    fn note_missing_shapes(&mut self, why: &str) {
+        if let Some(message) = self.denied()
+            && message.contains("no ResourceSlice of")
+        {
+            let message = format!("{message} (the scheduler cannot read ResourceSlices: {why})");
+            self.deny(message);
+        }
+    }
+}
+
+/// The webhook's answer to one AdmissionReview body, knowing no device shapes (the DRA
+/// templates of [`review_with`] are not created here).
 pub fn review(bytes: &[u8], config: &crate::admission::WebhookConfig) -> (StatusCode, Value) {
-    let bad = |message: String| (StatusCode::BAD_REQUEST, json!({ "error": message }));
+    let reviewed = review_with(bytes, config, &[]);
+    (reviewed.status, reviewed.body)
+}
+
+/// The webhook's decision on one AdmissionReview body with the DRA driver's device shapes.
+pub fn review_with(
+    bytes: &[u8],
+    config: &crate::admission::WebhookConfig,
+    shapes: &[Shape],
+) -> Reviewed {
+    let bad = |message: String| Reviewed {
+        status: StatusCode::BAD_REQUEST,
+        body: json!({ "error": message }),
+        claims: Vec::new(),
+        namespace: String::new(),
+        dry_run: false,
+    };
     let Ok(review) = serde_json::from_slice::<Value>(bytes) else {
         return bad("the body is not JSON; expected an AdmissionReview".into());
     };
@@ -309,6 +399,23 @@ pub fn review(bytes: &[u8], config: &crate::admission::WebhookConfig) -> (Status
         .cloned()
         .unwrap_or(Value::String(String::new()));
     let mut response = json!({ "uid": uid, "allowed": true });
+    let mut claims = Vec::new();
+    let namespace = request
+        .get("namespace")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            request
+                .pointer("/object/metadata/namespace")
+                .and_then(Value::as_str)
+        })
+        .filter(|n| !n.is_empty())
+        .unwrap_or("default")
+        .to_owned();
+    let dry_run = request
+        .get("dryRun")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let is_pod = request.pointer("/kind/kind").and_then(Value::as_str) == Some("Pod");
     let operation = request
         .get("operation")
@@ -340,7 +447,7 @@ pub fn review(bytes: &[u8], config: &crate::admission::WebhookConfig) -> (Status
                 "BadRequest",
                 format!("the pod in the AdmissionReview does not decode: {e}"),
             ),
-            (Some(Ok(pod)), Ok(old)) => match review_pod(
+            (Some(Ok(pod)), Ok(old)) => match review_pod_with(
                 &PodReview {
                     operation,
                     username: request
@@ -351,9 +458,14 @@ pub fn review(bytes: &[u8], config: &crate::admission::WebhookConfig) -> (Status
                     old_object: old.as_ref(),
                 },
                 config,
+                shapes,
             ) {
                 Admission::Ignore { .. } => {}
-                Admission::Allow { patch } => {
+                Admission::Allow {
+                    patch,
+                    claims: templates,
+                } => {
+                    claims = templates;
                     if !patch.is_empty() {
                         let encoded = serde_json::to_vec(&patch).unwrap_or_default();
                         response["patchType"] = json!("JSONPatch");
@@ -365,10 +477,13 @@ pub fn review(bytes: &[u8], config: &crate::admission::WebhookConfig) -> (Status
             },
         }
     }
-    (
-        StatusCode::OK,
-        json!({ "apiVersion": api_version, "kind": "AdmissionReview", "response": response }),
-    )
+    Reviewed {
+        status: StatusCode::OK,
+        body: json!({ "apiVersion": api_version, "kind": "AdmissionReview", "response": response }),
+        claims,
+        namespace,
+        dry_run,
+    }
 }
 
 /// Serves `app` on `addr`, with TLS when cert and key are given (reloaded every few

@@ -48,6 +48,8 @@ pub struct Scheduler {
     /// The informer tasks, ended with the scheduler (a replica that is stopped stops
     /// watching too).
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The webhook's DRA mode: ResourceSlice shapes, claim templates, their sweeper.
+    dra: crate::dra_templates::DraFront,
 }
 
 impl Drop for Scheduler {
@@ -78,7 +80,16 @@ impl Scheduler {
             informer::spawn::<Node>(client.clone(), nodes.clone(), state.clone()),
             informer::spawn::<Pod>(client.clone(), pods.clone(), state.clone()),
         ];
+        let dra = crate::dra_templates::DraFront::new(
+            client.clone(),
+            leader.clone(),
+            settings.template_sweep,
+        );
+        if settings.webhook.amd_mode == crate::dra_claims::AmdMode::Dra {
+            dra.start();
+        }
         Arc::new(Scheduler {
+            dra,
             recorder: Recorder::new(client.clone(), reporter),
             client,
             settings,
@@ -88,6 +99,11 @@ impl Scheduler {
             metrics: Metrics::new(),
             tasks,
         })
+    }
+
+    /// The webhook's DRA side (started with `--amd-mode=dra`, else on first use).
+    pub fn dra(&self) -> &crate::dra_templates::DraFront {
+        &self.dra
     }
 
     /// The watched state, locked (a poisoned lock is taken over: see below).
