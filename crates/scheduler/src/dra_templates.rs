@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use hami_protocol::dra::{AMD_MODE_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_WEBHOOK};
+use hami_protocol::dra::{AMD_MODE_ANNOTATION, DRIVER, MANAGED_BY_LABEL, MANAGED_BY_WEBHOOK};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaimTemplate, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
@@ -94,7 +94,8 @@ impl DraFront {
                 writer,
                 watcher(
                     Api::<ResourceSlice>::all(self.client.clone()),
-                    watcher::Config::default(),
+                    // Only this driver's slices (upstream's field selector).
+                    watcher::Config::default().fields(&format!("spec.driver={DRIVER}")),
                 )
                 .default_backoff(),
             );
