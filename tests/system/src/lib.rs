@@ -6,8 +6,11 @@
 //!
 //! This library is the tests' shared setup, written once: an authenticating API server
 //! holding the shipped RBAC objects, clients under a service account's token or as admin,
-//! bounded waits, and the reading of the request log. The simulated kubelet, the node lock
-//! and the stand-in NVML's files come from the plugins' harness (`hami_plugin_harness`).
+//! bounded waits, and the reading of the request log; [`grants`] replays that log to find
+//! grants nobody needed. The simulated kubelet, the node lock and the stand-in NVML's files
+//! come from the plugins' harness (`hami_plugin_harness`).
+
+pub mod grants;
 
 use std::time::{Duration, Instant};
 

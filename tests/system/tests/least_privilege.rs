@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use hami_apiserver::RequestRecord;
-use hami_apiserver::rbac::{Policy, ResourceAttributes, UserInfo, authorize};
+use hami_apiserver::rbac::{Policy, ResourceAttributes};
 use hami_kube_scheduler_sim::front::SchedulerFront;
 use hami_manifests::{Object, Settings, names, objects};
 use hami_plugin_harness::start_kubelet;
@@ -30,12 +30,12 @@ use hami_protocol::names::{AMD, node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::{NodeLock, PodRef};
 use hami_scheduler::leader::{ElectionConfig, Leadership};
 use hami_scheduler::runtime::Scheduler;
+use hami_system_tests::grants::{self, RaceOnly, policy_of};
 use hami_system_tests::{
     SIM_KUBELET, admin_client, client_for, cluster_admin_for, create_node, service_account_user,
     start_authed_server, to_values, wait_until,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -70,20 +70,6 @@ fn rbac(settings: &Settings) -> Vec<Object> {
         });
     }
     out
-}
-
-fn policy_of(objs: &[Object]) -> Policy {
-    let mut p = Policy::default();
-    for o in objs {
-        match o {
-            Object::ClusterRole(r) => p.cluster_roles.push(r.clone()),
-            Object::Role(r) => p.roles.push(r.clone()),
-            Object::ClusterRoleBinding(b) => p.cluster_role_bindings.push(b.clone()),
-            Object::RoleBinding(b) => p.role_bindings.push(b.clone()),
-            _ => {}
-        }
-    }
-    p
 }
 
 fn user(sa: &str) -> String {
@@ -333,25 +319,10 @@ async fn run_flow(
     }
 }
 
-fn attrs_of(r: &RequestRecord) -> ResourceAttributes {
-    let (resource, sub) = match r.resource.split_once('/') {
-        Some((res, sub)) => (res.to_string(), Some(sub.to_string())),
-        None => (r.resource.clone(), None),
-    };
-    ResourceAttributes {
-        verb: r.verb.clone(),
-        api_group: r.api_group.clone(),
-        resource,
-        subresource: sub,
-        namespace: r.namespace.clone(),
-        name: r.name.clone(),
-    }
-}
-
 /// Grants that only a race exercises, each with the code path that needs it. The test
 /// fails if one of them is used after all (then it belongs in the checked set) or if a
 /// grant is unused and not listed here.
-const RACE_ONLY: &[(&str, &str, &str, &str)] = &[(
+const RACE_ONLY: &[RaceOnly] = &[(
     // kube_shell.rs allocate_inner: the pod named by the node lock is read directly when
     // it is not (yet) among the pods listed for the node.
     names::DEVICE_PLUGIN,
@@ -370,91 +341,22 @@ fn checked_accounts() -> [&'static str; 4] {
     ]
 }
 
-/// The service account `sa`'s identity and the requests it made (those naming a resource),
-/// as the authorizer sees them.
-fn made_by(log: &[RequestRecord], sa: &str) -> (UserInfo, Vec<ResourceAttributes>) {
-    let who = UserInfo::service_account(&settings().namespace, sa);
-    let made = log
-        .iter()
-        .filter(|r| r.user.as_deref() == Some(who.name.as_str()) && !r.resource.is_empty())
-        .map(attrs_of)
-        .collect();
-    (who, made)
+/// The service account `sa`'s requests (those naming a resource), as the authorizer sees
+/// them.
+fn made_by(log: &[RequestRecord], sa: &str) -> Vec<ResourceAttributes> {
+    grants::made_by(log, &settings().namespace, sa).1
 }
 
-/// Whether some request of `made` is denied once `verb` is removed from the rule `rule`
-/// picks in a copy of `policy`.
-fn needed(
-    policy: &Policy,
-    who: &UserInfo,
-    made: &[ResourceAttributes],
-    verb: &str,
-    rule: impl FnOnce(&mut Policy) -> &mut PolicyRule,
-) -> bool {
-    let mut reduced = policy.clone();
-    rule(&mut reduced).verbs.retain(|v| v != verb);
-    made.iter().any(|a| authorize(&reduced, who, a).is_err())
-}
-
-/// Every verb of every rule bound to a checked account that none of its requests in `log`
-/// needed (removing it denies nothing), or that is listed in `RACE_ONLY` and was needed
-/// after all: empty when the shipped grants are exactly what the components use.
+/// [`grants::unused_grants`] of the checked accounts: empty when the shipped grants are
+/// exactly what the components use.
 fn unused_grants(policy: &Policy, log: &[RequestRecord]) -> Vec<String> {
-    let mut unused = Vec::new();
-    for sa in checked_accounts() {
-        let (who, made) = made_by(log, sa);
-        for (ri, role) in policy.cluster_roles.iter().enumerate() {
-            let bound_to_sa = policy.cluster_role_bindings.iter().any(|b| {
-                b.role_ref.name == role.metadata.name.clone().unwrap()
-                    && b.subjects.iter().flatten().any(|s| s.name == sa)
-            });
-            if !bound_to_sa {
-                continue;
-            }
-            for (rule_i, rule) in role.rules.iter().flatten().enumerate() {
-                for verb in &rule.verbs {
-                    let used = needed(policy, &who, &made, verb, |p| {
-                        &mut p.cluster_roles[ri].rules.as_mut().unwrap()[rule_i]
-                    });
-                    let race_only = RACE_ONLY.iter().any(|(s, g, r, v)| {
-                        *s == sa
-                            && rule.api_groups.as_deref() == Some(&[g.to_string()][..])
-                            && rule.resources.as_deref() == Some(&[r.to_string()][..])
-                            && v == verb
-                    });
-                    if used == race_only {
-                        unused.push(format!("{sa}: ClusterRole {} {:?} {:?} {verb} (used: {used}, listed as race-only: {race_only})", role.metadata.name.as_deref().unwrap(), rule.api_groups, rule.resources));
-                    }
-                }
-            }
-        }
-        for (ri, role) in policy.roles.iter().enumerate() {
-            let bound_to_sa = policy.role_bindings.iter().any(|b| {
-                b.metadata.namespace == role.metadata.namespace
-                    && b.role_ref.kind == "Role"
-                    && b.role_ref.name == role.metadata.name.clone().unwrap()
-                    && b.subjects.iter().flatten().any(|s| s.name == sa)
-            });
-            if !bound_to_sa {
-                continue;
-            }
-            for (rule_i, rule) in role.rules.iter().flatten().enumerate() {
-                for verb in &rule.verbs {
-                    if !needed(policy, &who, &made, verb, |p| {
-                        &mut p.roles[ri].rules.as_mut().unwrap()[rule_i]
-                    }) {
-                        unused.push(format!(
-                            "{sa}: Role {} {:?} {:?} {verb}",
-                            role.metadata.name.as_deref().unwrap(),
-                            rule.api_groups,
-                            rule.resources
-                        ));
-                    }
-                }
-            }
-        }
-    }
-    unused
+    grants::unused_grants(
+        policy,
+        log,
+        &settings().namespace,
+        &checked_accounts(),
+        RACE_ONLY,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -485,7 +387,7 @@ async fn shipped_rbac_is_enough_and_every_verb_is_used() {
 
     // 2. Every verb of every rule bound to a component is needed by some request it made.
     for sa in checked_accounts() {
-        assert!(!made_by(&out.log, sa).1.is_empty(), "{sa} made no requests");
+        assert!(!made_by(&out.log, sa).is_empty(), "{sa} made no requests");
     }
     let unused = unused_grants(&policy, &out.log);
     assert!(
