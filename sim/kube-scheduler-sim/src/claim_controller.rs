@@ -1,8 +1,9 @@
 //! What kube-controller-manager's resourceclaim controller does for what we use, run by the
 //! simulated scheduler: claims from a pod's ResourceClaimTemplates (`generateName`
 //! `<pod>-<claim>-`, owned by the pod as controller, annotated
-//! `resource.kubernetes.io/pod-claim-name`, recorded in `pod.status.resourceClaimStatuses`;
-//! an owned claim found from an earlier try is reused, not duplicated), and the freeing
+//! `resource.kubernetes.io/pod-claim-name`, recorded in `pod.status.resourceClaimStatuses`
+//! before the pod is placed; an owned claim found from an earlier try, say one whose record
+//! was refused, is reused, not duplicated), and the freeing
 //! side: pods that are gone or finished are dropped from `reservedFor`, a claim nobody
 //! reserves is deallocated (capacity returns), and a generated claim whose pod is gone is
 //! deleted (the embedded API server has no garbage collector).
@@ -26,7 +27,8 @@ use crate::dra::{DraState, unreserve};
 /// The annotation naming the pod's claim entry a generated claim is for.
 pub const POD_CLAIM_NAME: &str = "resource.kubernetes.io/pod-claim-name";
 
-/// Entries of the pod that use a template and have no claim yet: (entry name, template).
+/// Entries of the pod that use a template and have no claim recorded yet: (entry name,
+/// template).
 pub fn missing(state: &DraState, pod: &Pod) -> Vec<(String, String)> {
     pod.spec
         .as_ref()
@@ -59,25 +61,34 @@ pub async fn ensure_claims(client: &Client, state: &DraState, pod: &Pod) -> Resu
         .flatten()
         .filter_map(|s| serde_json::to_value(s).ok())
         .collect();
-    for (entry, template) in missing(state, pod) {
-        let existing = state.claims.state().into_iter().find(|c| {
-            owned_by(c, &pod_uid)
-                && c.metadata.namespace.as_deref() == Some(ns.as_str())
-                && c.annotations().get(POD_CLAIM_NAME) == Some(&entry)
+    let missing = missing(state, pod);
+    for (entry, template) in &missing {
+        let made = state
+            .created
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(pod_uid.clone(), entry.clone()))
+            .cloned();
+        let existing = made.or_else(|| {
+            state.claims.state().into_iter().find(|c| {
+                owned_by(c, &pod_uid)
+                    && c.metadata.namespace.as_deref() == Some(ns.as_str())
+                    && c.annotations().get(POD_CLAIM_NAME) == Some(entry)
+            })
         });
         let claim = match existing {
             Some(c) => c,
             None => {
                 let t = state
                     .templates
-                    .get(&ObjectRef::new(&template).within(&ns))
+                    .get(&ObjectRef::new(template).within(&ns))
                     .ok_or_else(|| {
                         format!("resource claim template {ns}/{template} does not exist")
                     })?;
                 let body: ResourceClaim = serde_json::from_value(json!({
                     "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                     "metadata": {
-                        "generateName": generate_name(&pod.name_any(), &entry),
+                        "generateName": generate_name(&pod.name_any(), entry),
                         "namespace": ns,
                         "annotations": {POD_CLAIM_NAME: entry},
                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
@@ -100,7 +111,7 @@ pub async fn ensure_claims(client: &Client, state: &DraState, pod: &Pod) -> Resu
             .created
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert((pod_uid.clone(), entry), claim);
+            .insert((pod_uid.clone(), entry.clone()), claim);
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     pods.patch_status(
@@ -110,6 +121,14 @@ pub async fn ensure_claims(client: &Client, state: &DraState, pod: &Pod) -> Resu
     )
     .await
     .map_err(|e| format!("cannot record the pod's claims: {e}"))?;
+    // Recorded: the pod may be placed now, before the pod informer shows the record.
+    let created = state.created.lock().unwrap_or_else(|p| p.into_inner());
+    let mut recorded = state.recorded.lock().unwrap_or_else(|p| p.into_inner());
+    for (entry, _) in missing {
+        if let Some(c) = created.get(&(pod_uid.clone(), entry.clone())) {
+            recorded.insert((pod_uid.clone(), entry), c.name_any());
+        }
+    }
     Ok(())
 }
 

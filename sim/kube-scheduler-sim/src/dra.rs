@@ -71,6 +71,9 @@ pub struct DraState {
     /// Claims the claim controller created that the informer may not show yet:
     /// (pod UID, pod claim name) → claim.
     pub(crate) created: Mutex<HashMap<(String, String), Arc<ResourceClaim>>>,
+    /// Entries the claim controller recorded in the pod's status, which the pod informer may
+    /// not show yet: (pod UID, pod claim name) → claim name.
+    pub(crate) recorded: Mutex<HashMap<(String, String), String>>,
     /// Bumped on every slice or class event (the view's slice side is rebuilt when it moved).
     slice_generation: Arc<AtomicU64>,
     /// Bumped on every claim event and assume cache change.
@@ -228,6 +231,7 @@ impl DraState {
             assumed,
             assumed_dirty,
             created: Mutex::default(),
+            recorded: Mutex::default(),
             slice_generation,
             claim_generation,
             cache: Mutex::default(),
@@ -466,8 +470,11 @@ impl DraState {
     }
 
     /// The claim the pod's entry `name` refers to: by `resourceClaimName`, or the claim made
-    /// from its template (pod status, else what the claim controller just created). `None`
-    /// while it does not exist yet.
+    /// from its template as the pod's status records it (or the claim controller just
+    /// recorded it), from the informer (else what the controller created, until the informer
+    /// shows it). `None` while it does not exist or is not recorded yet: as kube-scheduler
+    /// finds a template's claim only through the pod's status, a claim created but not
+    /// recorded (that status write failed) is not placed; the controller records it first.
     pub(crate) fn pod_claim(&self, pod: &Pod, name: &str) -> Option<Arc<ResourceClaim>> {
         let ns = pod.namespace().unwrap_or_default();
         let entry = pod
@@ -477,27 +484,33 @@ impl DraState {
             .iter()
             .flatten()
             .find(|c| c.name == name)?;
+        let key = (pod.uid().unwrap_or_default(), name.to_owned());
         let claim_name = match &entry.resource_claim_name {
-            Some(n) => Some(n.clone()),
+            Some(n) => n.clone(),
             None => pod
                 .status
                 .as_ref()
                 .and_then(|s| s.resource_claim_statuses.as_ref())
                 .and_then(|v| v.iter().find(|s| s.name == name))
-                .and_then(|s| s.resource_claim_name.clone()),
+                .and_then(|s| s.resource_claim_name.clone())
+                .or_else(|| {
+                    self.recorded
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get(&key)
+                        .cloned()
+                })?,
         };
-        if let Some(claim_name) = &claim_name
-            && let Some(c) = self
-                .claims
-                .get(&reflector::ObjectRef::new(claim_name).within(&ns))
+        if let Some(c) = self
+            .claims
+            .get(&reflector::ObjectRef::new(&claim_name).within(&ns))
         {
             return Some(c);
         }
-        let key = (pod.uid().unwrap_or_default(), name.to_owned());
         let created = self.created.lock().unwrap_or_else(|p| p.into_inner());
         created
             .get(&key)
-            .filter(|c| claim_name.as_deref().is_none_or(|n| c.name_any() == n))
+            .filter(|c| c.name_any() == claim_name)
             .cloned()
     }
 }
