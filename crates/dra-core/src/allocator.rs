@@ -15,9 +15,9 @@
 //! one naming `<request>/<sub>` only that one. At most [`FIRST_AVAILABLE_MAX`] sub-requests.
 //!
 //! A selector's runtime error (a lookup of an attribute or capacity the device lacks) aborts
-//! the claim's allocation on this node, as upstream's does; this model evaluates every
-//! device up front, so it also aborts where upstream's lazy search would have found a
-//! solution before reaching that device (more hostile, never less).
+//! the claim's allocation on this node when the search reaches that device, as upstream's
+//! lazy evaluation does: not when an earlier device or sub-request already satisfied the
+//! claim, nor for an exclusive device in use (upstream skips those before the selectors).
 //!
 //! Not modelled, refused with an error naming it: `allocationMode: All`, `adminAccess`,
 //! tolerations, CEL beyond [`crate::selector`]'s subset, counters (`consumesCounters`),
@@ -142,8 +142,19 @@ struct Alt<'a> {
     sub: Option<&'a str>,
     /// Devices it needs.
     count: usize,
-    /// Matching devices (candidate index) with what each would consume.
-    candidates: Vec<(usize, BTreeMap<String, u64>)>,
+    /// Matching devices, in device order.
+    candidates: Vec<Pick>,
+}
+
+/// A device an alternative may take.
+struct Pick {
+    /// Index into the candidates.
+    device: usize,
+    /// What it would consume.
+    consumed: BTreeMap<String, u64>,
+    /// A selector's runtime error on this device: the search aborts with it when it reaches
+    /// the device, as upstream's lazy evaluation does (not when it never gets there).
+    error: Option<Box<AllocError>>,
 }
 
 /// A top-level request and its alternatives, tried in order.
@@ -363,10 +374,11 @@ pub fn allocate(
         steps: 0,
     };
     if !search.request(0)? {
-        let reason = match groups
-            .iter()
-            .find(|g| g.alts.iter().all(|a| a.candidates.is_empty()))
-        {
+        let reason = match groups.iter().find(|g| {
+            g.alts
+                .iter()
+                .all(|a| a.candidates.iter().all(|p| p.error.is_some()))
+        }) {
             Some(g) if g.alts.len() > 1 => format!(
                 "none of request {:?}'s {} sub-requests matches a device with enough capacity",
                 g.request,
@@ -386,7 +398,11 @@ pub fn allocate(
         .enumerate()
         .map(|(n, &(g, a, cand))| {
             let alt = &groups[g].alts[a];
-            let (i, consumed) = &alt.candidates[cand];
+            let Pick {
+                device: i,
+                consumed,
+                ..
+            } = &alt.candidates[cand];
             let c = &candidates[*i];
             let shared = c.device.allow_multiple_allocations;
             DeviceRequestAllocationResult {
@@ -480,12 +496,17 @@ fn alternative<'a>(
                 Ok(true) => {}
                 Ok(false) => continue 'dev,
                 Err(problem) => {
-                    return Err(AllocError::Runtime {
-                        request: name.clone(),
-                        expression: expression.to_string(),
-                        device: format!("{}/{}", c.key.1, c.key.2),
-                        problem,
+                    cands.push(Pick {
+                        device: i,
+                        consumed: BTreeMap::new(),
+                        error: Some(Box::new(AllocError::Runtime {
+                            request: name.clone(),
+                            expression: expression.to_string(),
+                            device: format!("{}/{}", c.key.1, c.key.2),
+                            problem,
+                        })),
                     });
+                    continue 'dev;
                 }
             }
         }
@@ -518,7 +539,11 @@ fn alternative<'a>(
         } else if wanted.iter().any(|(k, n)| *n > c.capacity[k]) {
             continue;
         }
-        cands.push((i, consumed));
+        cands.push(Pick {
+            device: i,
+            consumed,
+            error: None,
+        });
     }
     Ok(Alt {
         result_name: name,
@@ -582,10 +607,20 @@ impl Search<'_, '_> {
         if k == alt.count {
             return self.request(g + 1);
         }
-        for (ci, (i, consumed)) in alt.candidates.iter().enumerate() {
+        for (ci, pick) in alt.candidates.iter().enumerate() {
+            let (i, consumed) = (&pick.device, &pick.consumed);
             self.steps += 1;
             if self.steps > BUDGET {
                 return Err(AllocError::Budget(BUDGET));
+            }
+            if let Some(e) = &pick.error {
+                // Upstream skips an exclusive device in use before evaluating selectors.
+                if !self.candidates[*i].device.allow_multiple_allocations
+                    && !self.fits(*i, consumed)
+                {
+                    continue;
+                }
+                return Err((**e).clone());
             }
             if !self.fits(*i, consumed) || !self.constraints_hold(g, a, *i) {
                 continue;
@@ -645,7 +680,7 @@ impl Search<'_, '_> {
                 .chosen
                 .iter()
                 .filter(|(og, oa, _)| covers(con, *og, *oa))
-                .map(|(og, oa, c)| &self.candidates[groups[*og].alts[*oa].candidates[*c].0]);
+                .map(|(og, oa, c)| &self.candidates[groups[*og].alts[*oa].candidates[*c].device]);
             if let Some(name) = &con.match_attribute {
                 let Some(mine) = attribute(me.driver, me.device, name) else {
                     return false;

@@ -633,3 +633,131 @@ fn webhook_selectors_select_and_a_missing_attribute_aborts() {
         "{e}"
     );
 }
+
+#[test]
+fn a_selector_error_aborts_only_where_upstreams_lazy_search_reaches_it() {
+    // gpu-0 has a uuid, gpu-1 none (shared devices); gpu-2/gpu-3 exclusive, gpu-2 without.
+    let mut slices = pool(&[
+        (true, 16, 8, 0, false),
+        (true, 16, 8, 0, false),
+        (false, 16, 8, 0, false),
+        (false, 16, 8, 0, false),
+    ]);
+    for (i, d) in slices[0].spec.devices.iter_mut().enumerate() {
+        if i == 0 || i == 3 {
+            d.attributes
+                .insert("uuid".into(), DeviceAttribute::string(format!("GPU-{i}")));
+        }
+    }
+    let uuid_is = |u: &str| DeviceSelector {
+        cel: Some(CelDeviceSelector {
+            expression: format!("device.attributes[\"{DRV}\"].uuid == \"{u}\""),
+        }),
+    };
+    let one = |r: &Req, sel: Option<DeviceSelector>| {
+        let mut e = exact(r);
+        e.selectors.extend(sel);
+        DeviceClaim {
+            requests: vec![DeviceRequest {
+                name: "gpu".into(),
+                exactly: Some(e),
+                first_available: vec![],
+            }],
+            constraints: vec![],
+            config: vec![],
+        }
+    };
+    let small = (1, Some(4), Some(2), None);
+    // gpu-0 satisfies the request before gpu-1 is reached: no error.
+    let got = allocate(
+        &one(&small, Some(uuid_is("GPU-0"))),
+        &[class()],
+        &slices,
+        &[],
+        "a",
+    )
+    .unwrap();
+    assert_eq!(got[0].device, "gpu-0");
+    // With gpu-0 full, the search goes on to gpu-1 and its lookup aborts.
+    let full = allocate(
+        &one(&(1, None, None, None), None),
+        &[class()],
+        &slices,
+        &[],
+        "f",
+    )
+    .unwrap();
+    assert_eq!(full[0].device, "gpu-0");
+    let e = allocate(
+        &one(&small, Some(uuid_is("GPU-0"))),
+        &[class()],
+        &slices,
+        &full,
+        "a",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("n/gpu-1") && e.to_string().contains("runtime"),
+        "{e}"
+    );
+    // An exclusive device in use is skipped before its selectors, as upstream.
+    let mut excl = slices.clone();
+    excl[0].spec.devices.drain(0..2);
+    let held = DeviceRequestAllocationResult {
+        request: "x".into(),
+        driver: DRV.into(),
+        pool: "n".into(),
+        device: "gpu-2".into(),
+        ..Default::default()
+    };
+    let got = allocate(
+        &one(&small, Some(uuid_is("GPU-3"))),
+        &[class()],
+        &excl,
+        &[held],
+        "a",
+    )
+    .unwrap();
+    assert_eq!(got[0].device, "gpu-3");
+    let e = allocate(
+        &one(&small, Some(uuid_is("GPU-3"))),
+        &[class()],
+        &excl,
+        &[],
+        "a",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("n/gpu-2"), "{e}");
+    // A later sub-request's error does not matter when an earlier one is taken; it does when
+    // the search gets there.
+    let serial = DeviceSelector {
+        cel: Some(CelDeviceSelector {
+            expression: format!("device.attributes[\"{DRV}\"].serial == \"x\""),
+        }),
+    };
+    let mut s1 = sub("s1", &small);
+    s1.selectors.push(serial);
+    let mk = |first: Req| DeviceClaim {
+        requests: vec![DeviceRequest {
+            name: "gpu".into(),
+            exactly: None,
+            first_available: vec![sub("s0", &first), s1.clone()],
+        }],
+        constraints: vec![],
+        config: vec![],
+    };
+    let got = allocate(&mk(small), &[class()], &slices, &[], "a").unwrap();
+    assert_eq!(got[0].request, "gpu/s0");
+    let e = allocate(
+        &mk((1, Some(64), None, None)),
+        &[class()],
+        &slices,
+        &[],
+        "a",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("\"gpu/s1\"") && e.to_string().contains("serial"),
+        "{e}"
+    );
+}
