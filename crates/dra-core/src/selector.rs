@@ -139,19 +139,9 @@ fn lex(s: &str) -> Result<Vec<Tok>, String> {
         if c.is_ascii_whitespace() {
             i += 1;
         } else if c == b'"' {
-            let start = i + 1;
-            let mut j = start;
-            while j < b.len() && b[j] != b'"' {
-                if b[j] == b'\\' {
-                    return Err("escape sequences in strings are not supported".into());
-                }
-                j += 1;
-            }
-            if j == b.len() {
-                return Err("unterminated string".into());
-            }
-            out.push(Tok::Str(s[start..j].to_string()));
-            i = j + 1;
+            let (text, len) = string(&s[i + 1..])?;
+            out.push(Tok::Str(text));
+            i += 1 + len;
         } else if c == b'\'' {
             return Err("single-quoted strings are not supported (use \"…\")".into());
         } else if c.is_ascii_digit() || (c == b'-' && b.get(i + 1).is_some_and(u8::is_ascii_digit))
@@ -181,6 +171,59 @@ fn lex(s: &str) -> Result<Vec<Tok>, String> {
         }
     }
     Ok(out)
+}
+
+/// A double-quoted string's contents after the opening quote: the text and the bytes it
+/// took, closing quote included. CEL's escapes `\\ \" \' \n \r \t \xHH \uHHHH
+/// \UHHHHHHHH` are read (what a webhook escaping names writes); others are refused.
+fn string(s: &str) -> Result<(String, usize), String> {
+    let mut out = String::new();
+    let mut chars = s.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '"' => return Ok((out, at + 1)),
+            '\\' => {
+                let Some((_, e)) = chars.next() else { break };
+                let hex = |chars: &mut std::str::CharIndices, n: usize| {
+                    let digits: String = chars.by_ref().take(n).map(|(_, c)| c).collect();
+                    u32::from_str_radix(&digits, 16)
+                        .ok()
+                        .filter(|_| digits.len() == n)
+                        .and_then(char::from_u32)
+                        .ok_or_else(|| format!("bad escape \\{e}{digits} in a string"))
+                };
+                out.push(match e {
+                    '\\' | '"' | '\'' => e,
+                    'n' => '\n',
+                    'r' => '\r',
+                    't' => '\t',
+                    'x' => hex(&mut chars, 2)?,
+                    'u' => hex(&mut chars, 4)?,
+                    'U' => hex(&mut chars, 8)?,
+                    other => {
+                        return Err(format!("unsupported escape \\{other} in a string"));
+                    }
+                });
+            }
+            c => out.push(c),
+        }
+    }
+    Err("unterminated string".into())
+}
+
+/// `s` as a CEL string literal (escaping what [`string`] reads back).
+fn quote(s: &str) -> String {
+    let mut out = String::from('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 struct Parser {
@@ -485,12 +528,12 @@ fn render_literal(value: &DeviceAttribute) -> String {
     match value {
         DeviceAttribute {
             string: Some(s), ..
-        } => format!("\"{s}\""),
+        } => quote(s),
         DeviceAttribute { int: Some(i), .. } => i.to_string(),
         DeviceAttribute { bool: Some(b), .. } => b.to_string(),
         DeviceAttribute {
             version: Some(v), ..
-        } => format!("\"{v}\""),
+        } => quote(v),
         _ => "null".into(),
     }
 }
@@ -501,11 +544,12 @@ fn render_term(t: &Term) -> String {
         (domain.to_string(), short.to_string())
     };
     match t {
-        Term::Driver(d) => format!("device.driver == \"{d}\""),
+        Term::Driver(d) => format!("device.driver == {}", quote(d)),
         Term::Attribute { name, value } => {
             let (domain, short) = split(name);
             format!(
-                "device.attributes[\"{domain}\"].{short} == {}",
+                "device.attributes[{}].{short} == {}",
+                quote(&domain),
                 render_literal(value)
             )
         }
@@ -513,7 +557,8 @@ fn render_term(t: &Term) -> String {
             let (domain, short) = split(name);
             let list: Vec<String> = values.iter().map(render_literal).collect();
             format!(
-                "device.attributes[\"{domain}\"].{short} in [{}]",
+                "device.attributes[{}].{short} in [{}]",
+                quote(&domain),
                 list.join(", ")
             )
         }
@@ -525,7 +570,9 @@ fn render_term(t: &Term) -> String {
         } => {
             let (domain, short) = split(name);
             format!(
-                "device.capacity[\"{domain}\"].{short}.compareTo(quantity(\"{quantity}\")) {} 0",
+                "device.capacity[{}].{short}.compareTo(quantity({})) {} 0",
+                quote(&domain),
+                quote(quantity),
                 cmp.text()
             )
         }
@@ -718,6 +765,28 @@ mod tests {
     }
 
     #[test]
+    fn string_escapes_read_and_written() {
+        let t = parse(
+            r#"device.attributes["amdgpu.hami-rs.io"].productName == "A \"B\" \\ \u00e9\x41\n""#,
+        )
+        .unwrap();
+        let want = DeviceAttribute::string("A \"B\" \\ \u{e9}A\n");
+        assert_eq!(
+            t[0],
+            Term::Attribute {
+                name: "amdgpu.hami-rs.io/productName".into(),
+                value: want
+            }
+        );
+        let text = render(&t);
+        assert_eq!(
+            text,
+            r#"device.attributes["amdgpu.hami-rs.io"].productName == "A \"B\" \\ éA\u000a""#
+        );
+        assert_eq!(parse(&text).unwrap(), t);
+    }
+
+    #[test]
     fn and_is_cels_false_beats_error_beats_true() {
         let missing = format!("device.attributes[\"{D}\"].serial == \"x\"");
         assert_eq!(
@@ -783,7 +852,11 @@ mod tests {
                 "`||` is not supported",
             ),
             ("device.attributes[\"d\"].a == \"x", "unterminated string"),
-            ("device.attributes[\"d\"].a == \"x\\\"y\"", "escape"),
+            (
+                "device.attributes[\"d\"].a == \"x\\qy\"",
+                "unsupported escape \\q",
+            ),
+            ("device.attributes[\"d\"].a == \"x\\u12\"", "bad escape"),
             ("other.driver == \"x\"", "unknown variable"),
             ("device.name == \"x\"", "unknown field device.name"),
             ("device.attributes[\"\"].a == 1", "empty domain"),

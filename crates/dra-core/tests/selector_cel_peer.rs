@@ -35,7 +35,7 @@ const ATTRS: &[(&str, &str, &str, u8)] = &[
     ),
 ];
 const CAPS: &[&str] = &["memory", "computeUnits"];
-const STRINGS: &[&str] = &["GPU-a", "GPU-b", "MI210", "MI300X"];
+const STRINGS: &[&str] = &["GPU-a", "GPU-b", "MI210", "AMD \"Instinct\" \\ MI300X"];
 /// Capacity values and the literals that may name them (same bytes, other spellings too).
 const QUANTITIES: &[&str] = &["64Gi", "65536Mi", "32Gi", "104", "52", "0", "1k", "1000"];
 
