@@ -5,9 +5,9 @@
 //! runs kernels on a device holds one connection to this socket per device, which stands
 //! for its open `/dev/dri/renderD<minor>` file. For each, the tree under `root` (the AMD
 //! monitor's proc root) holds what the kernel would show of that process:
-//! - `<host pid>/cgroup`: `0::/kubepods/pod<uid>/<container id>` of the container the
-//!   process runs in (kubelet-sim creates no cgroups; its containers' records say which
-//!   container a host pid is in, by its ancestry), or `0::/` outside containers;
+//! - `<host pid>/cgroup`: `0::/kubepods/<qos>/pod<uid>/<container id>` of the container
+//!   the process runs in (its kubelet-sim record's cgroup; the records say which container
+//!   a host pid is in, by its ancestry), or `0::/` outside containers;
 //! - `<host pid>/fd/<n>` → `/dev/dri/renderD<minor>` and `<host pid>/fdinfo/<n>` with the
 //!   amdgpu keys (`drm-driver`, `drm-client-id`, `drm-pdev` of the card owning that minor
 //!   from the node's sysfs, `drm-engine-gfx`, `drm-engine-compute` in ns).

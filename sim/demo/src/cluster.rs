@@ -534,10 +534,17 @@ impl Cluster {
             runtime,
             sync_interval_ms: 100,
         };
-        let kubelet = match dra {
-            Some(dra) => KubeletSim::start_with_dra(kubelet_args, client.clone(), dra).await?,
-            None => KubeletSim::start(kubelet_args, client.clone()).await?,
+        // The DRA node's kubelet makes its pods' cgroups, in which the driver sets dmem.
+        let cgroups = match &dra {
+            Some(_) => Some(crate::dra_node::node_cgroups(&sys_root)?),
+            None => None,
         };
+        let kubelet = KubeletSim::start_node(
+            kubelet_args,
+            client.clone(),
+            hami_kubelet_sim::NodeConfig { dra, cgroups },
+        )
+        .await?;
         let monitor_addr = free_local_addr()?;
         let config = hami_monitor::server::ServeConfig {
             monitor: hami_monitor::node_monitor::MonitorConfig {

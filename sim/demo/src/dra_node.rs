@@ -1,7 +1,8 @@
 //! `--dra`: the demo's DRA node. The real AMD DRA driver (registration and DRA sockets,
 //! NodePrepareResources, CDI specs, checkpoint, ResourceSlices) serves one AMD node instead of
 //! the device plugin; the chart's DeviceClass; the DRA examples' ResourceClaimTemplates;
-//! the node's pod cgroups with the dmem controller (kubelet's part kubelet-sim does not do).
+//! the node's cgroup tree with the dmem controller, in which kubelet-sim makes the pods'
+//! cgroups (`hami_kubelet_sim::pod_cgroups`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +16,8 @@ use hami_amdgpu_dra_plugin::slice_publisher::SlicePublisher;
 use hami_apiserver::RunningApiServer;
 use hami_dra_core::DRIVER;
 use hami_dra_core::prepare::PrepareSettings;
+use hami_kubelet_sim::cgroup_layout::{CgroupDriver, Layout, Qos};
+use hami_kubelet_sim::pod_cgroups::CgroupConfig;
 use hami_sysfs_fixtures::FixtureTree;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaimTemplate, ResourceSlice};
@@ -80,7 +83,7 @@ pub fn create_device_class(api: &RunningApiServer) -> anyhow::Result<()> {
 /// Starts the driver for node `name` as its DaemonSet would: ResourceSlices from the node's
 /// sysfs, the hook at `<hook_path>/vgpu/libamvgpu.so`, per-claim caches and hook configs under
 /// `<hook_path>/vgpu/dra` (where the node's monitor reads them), dmem when the node's cgroup
-/// tree has it. The task ends (after unregistering) once `stop` turns true.
+/// tree has it ([`node_cgroups`]). The task ends (after unregistering) once `stop` turns true.
 pub fn spawn_driver(
     client: Client,
     name: &str,
@@ -97,7 +100,6 @@ pub fn spawn_driver(
     )
     .map_err(anyhow::Error::msg)?;
     let cgroup_root = tree.sysfs_root().join("fs/cgroup");
-    enable_dmem(&cgroup_root)?;
     let dmem = hami_amd_plugin::dmem::dmem_available(&cgroup_root)
         .then(|| hami_amd_plugin::dmem::spawn_writer(cgroup_root.clone(), Duration::from_secs(30)));
     let hook_dir = hook_path.join("vgpu");
@@ -129,11 +131,6 @@ pub fn spawn_driver(
     };
     let driver = Arc::new(Driver::new(config, KubeClaims { client })?);
     let sockets = Sockets::new(&paths.registry_dir, &paths.plugin_dir, DRIVER);
-    let cgroups = tokio::spawn(pod_cgroups(
-        publisher.client.clone(),
-        name.to_owned(),
-        cgroup_root,
-    ));
     Ok(tokio::spawn(async move {
         let stopped = |mut stop: watch::Receiver<bool>| async move {
             let _ = stop.wait_for(|s| *s).await;
@@ -142,57 +139,36 @@ pub fn spawn_driver(
         let (_registered, serving) = serve(driver, DRIVER, &sockets, stopped(stop)).await?;
         serving.await?;
         publishing.await?;
-        cgroups.abort();
         Ok(())
     }))
 }
 
-/// The node's cgroup v2 root lists the `dmem` controller (kernel ≥ 6.14), so the driver
-/// applies each pod's VRAM limits to its pod cgroup's `dmem.max`.
-fn enable_dmem(cgroup_root: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(cgroup_root)?;
+/// The cgroup v2 tree of the node whose sysfs is `sys_root`, its root listing the `dmem`
+/// controller (kernel ≥ 6.14), so the driver applies each pod's VRAM limits to its pod
+/// cgroup's `dmem.max`; kubelet-sim makes the pod cgroups in it (cgroupfs driver). Call
+/// before kubelet-sim starts: the controllers are the kernel's, there from boot.
+pub fn node_cgroups(sys_root: &Path) -> std::io::Result<CgroupConfig> {
+    let root = sys_root.join("fs/cgroup");
+    std::fs::create_dir_all(&root)?;
     std::fs::write(
-        cgroup_root.join("cgroup.controllers"),
+        root.join("cgroup.controllers"),
         "cpuset cpu io memory hugetlb pids rdma misc dmem\n",
-    )
+    )?;
+    Ok(CgroupConfig {
+        root,
+        driver: CgroupDriver::Cgroupfs,
+    })
 }
 
-/// Where kubelet (cgroupfs driver) puts pod `uid`'s cgroup: `kubepods/besteffort/pod<uid>`.
+/// Where pod `uid`'s cgroup is under `cgroup_root`: found as the driver finds it, else
+/// (not made yet, or gone) where a BestEffort pod's would be.
 pub fn pod_cgroup(cgroup_root: &Path, uid: &str) -> PathBuf {
-    cgroup_root
-        .join("kubepods/besteffort")
-        .join(format!("pod{uid}"))
-}
-
-/// Kubelet's part that kubelet-sim does not play: each pod bound to `node` gets its pod
-/// cgroup (with an empty `dmem.max`, the controller enabled) while it exists; the cgroups
-/// of pods gone are removed.
-async fn pod_cgroups(client: Client, node: String, cgroup_root: PathBuf) {
-    let pods: Api<Pod> = Api::all(client);
-    let mut made: std::collections::BTreeSet<String> = Default::default();
-    loop {
-        if let Ok(list) = pods.list(&ListParams::default()).await {
-            let here: std::collections::BTreeSet<String> = list
-                .items
-                .iter()
-                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
-                .filter_map(|p| p.uid())
-                .collect();
-            for uid in here.difference(&made) {
-                let dir = pod_cgroup(&cgroup_root, uid);
-                if let Err(e) = std::fs::create_dir_all(&dir)
-                    .and_then(|()| std::fs::write(dir.join("dmem.max"), ""))
-                {
-                    eprintln!("cannot create the pod cgroup {}: {e}", dir.display());
-                }
-            }
-            for uid in made.difference(&here) {
-                let _ = std::fs::remove_dir_all(pod_cgroup(&cgroup_root, uid));
-            }
-            made = here;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    hami_amd_plugin::dmem::find_pod_cgroup(cgroup_root, uid).unwrap_or_else(|| {
+        let layout = Layout {
+            driver: CgroupDriver::Cgroupfs,
+        };
+        cgroup_root.join(layout.pod(Qos::BestEffort, uid))
+    })
 }
 
 /// Whether the driver has published node `name`'s ResourceSlices.

@@ -24,11 +24,13 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use crate::cgroup_layout::{CgroupDriver, Layout, Qos};
 use crate::container_runtime::{
     ContainerRecord, ContainerSpec, MountSpec, RunningContainer, RuntimeArgs, container_id,
 };
 use crate::device_state::DeviceState;
 use crate::dra_manager::{ContainerClaims, DraManager};
+use crate::pod_cgroups::PodCgroups;
 use crate::records::{RECORD_ANNOTATION, container_record};
 
 /// Settings of the admission worker.
@@ -69,6 +71,8 @@ pub struct Admission {
     pub forget_dra_plugins: Arc<std::sync::atomic::AtomicBool>,
     /// The last prepare error of each pod waiting for its claims (logged when it changes).
     dra_errors: HashMap<String, String>,
+    /// The node's pod cgroups, when this kubelet makes them (`pod_cgroups.rs`).
+    pub cgroups: Option<PodCgroups>,
 }
 
 /// What an app container's Allocate calls returned, to start it with.
@@ -87,8 +91,17 @@ struct Report {
     name: String,
     record_text: String,
     status: Value,
-    /// App containers' allocations, for `run_containers`, once the pod is reported Running.
-    start: Option<(String, PodSpec, Vec<AppAlloc>)>,
+    /// What to start once the pod is reported Running (admitted pods only).
+    start: Option<Start>,
+}
+
+/// An admitted pod's containers, started once it is reported Running.
+struct Start {
+    uid: String,
+    qos: Qos,
+    spec: PodSpec,
+    /// App containers' allocations.
+    apps: Vec<AppAlloc>,
 }
 
 fn lock(state: &Mutex<DeviceState>) -> std::sync::MutexGuard<'_, DeviceState> {
@@ -134,7 +147,19 @@ impl Admission {
             dra: None,
             forget_dra_plugins: Arc::default(),
             dra_errors: HashMap::new(),
+            cgroups: None,
         }
+    }
+
+    /// The node's cgroup names (cgroupfs when this kubelet makes no cgroups: what the
+    /// containers' `/proc/<pid>/cgroup` would say on a default kubelet).
+    fn layout(&self) -> Layout {
+        self.cgroups.as_ref().map_or(
+            Layout {
+                driver: CgroupDriver::Cgroupfs,
+            },
+            PodCgroups::layout,
+        )
     }
 
     /// Kills every container (kubelet-sim stops).
@@ -198,6 +223,12 @@ impl Admission {
             // Containers of gone pods are killed above; now their claims are unprepared.
             dra.release(&live.iter().cloned().collect()).await;
         }
+        // Then their cgroups go (kubelet's orphaned pod cgroup cleanup).
+        if let Some(cgroups) = &self.cgroups {
+            for uid in cgroups.remove_others(&live) {
+                tracing::debug!(pod_uid = %uid, "pod cgroup removed");
+            }
+        }
         let mut first_error = None;
         for pod in &list.items {
             let Some(uid) = pod.metadata.uid.clone() else {
@@ -241,9 +272,9 @@ impl Admission {
         )
         .await?;
         if let Some(report) = self.unreported.remove(uid)
-            && let Some((uid, spec, apps)) = report.start
+            && let Some(start) = report.start
         {
-            self.start_processes(&uid, &spec, &apps, &report.namespace, &report.name);
+            self.start_containers(&start, &report.namespace, &report.name);
         }
         Ok(())
     }
@@ -356,6 +387,14 @@ impl Admission {
                 apps.push(app);
             }
         }
+        let qos = Qos::of_pod(pod);
+        // Admitted (Allocate done, claims prepared): the pod cgroup and its sandbox's.
+        if failure.is_none()
+            && let Some(cgroups) = &self.cgroups
+            && let Err(e) = cgroups.start_pod(qos, uid)
+        {
+            failure = Some(format!("cannot start the pod sandbox: {e}"));
+        }
         let record_text = Value::Object(records).to_string();
         if let Some(dir) = &self.config.record_dir {
             let _ = std::fs::create_dir_all(dir);
@@ -376,8 +415,12 @@ impl Admission {
                     "message": format!("Allocate failed due to {e}, which is unexpected")}})
             }
         };
-        let start = (failure.is_none() && self.config.run_containers)
-            .then(|| (uid.to_owned(), spec.clone(), apps));
+        let start = failure.is_none().then(|| Start {
+            uid: uid.to_owned(),
+            qos,
+            spec: spec.clone(),
+            apps,
+        });
         Report {
             namespace: ns,
             name,
@@ -486,14 +529,32 @@ impl Admission {
         Ok((ids, response))
     }
 
-    fn start_processes(
-        &mut self,
-        uid: &str,
-        spec: &PodSpec,
-        apps: &[AppAlloc],
-        ns: &str,
-        name: &str,
-    ) {
+    /// Starts the app containers: each one's cgroup appears as it starts; with
+    /// `run_containers`, those with a command run as processes (the others never start).
+    fn start_containers(&mut self, start: &Start, ns: &str, name: &str) {
+        let layout = self.layout();
+        for c in &start.spec.containers {
+            let runs = c.command.as_ref().is_some_and(|c| !c.is_empty());
+            if self.config.run_containers && !runs {
+                continue;
+            }
+            if let Some(cgroups) = &self.cgroups
+                && let Err(e) = cgroups.start_container(
+                    start.qos,
+                    &start.uid,
+                    &container_id(&start.uid, &c.name),
+                )
+            {
+                tracing::warn!(pod = %format!("{ns}/{name}"), container = %c.name, "{e}");
+            }
+        }
+        if self.config.run_containers {
+            self.start_processes(start, layout, ns, name);
+        }
+    }
+
+    fn start_processes(&mut self, start: &Start, layout: Layout, ns: &str, name: &str) {
+        let (uid, spec, apps) = (start.uid.as_str(), &start.spec, &start.apps);
         let image_env = match self.config.runtime.image_env() {
             Ok(env) => env,
             Err(e) => {
@@ -533,6 +594,12 @@ impl Admission {
                 pod: name.to_owned(),
                 container: c.name.clone(),
                 container_id: container_id(uid, &c.name),
+                cgroup: format!(
+                    "/{}",
+                    layout
+                        .container(start.qos, uid, &container_id(uid, &c.name))
+                        .display()
+                ),
                 argv: command
                     .iter()
                     .chain(c.args.iter().flatten())

@@ -89,6 +89,9 @@ pub struct ContainerSpec {
     pub container: String,
     /// Runtime-style id ([`container_id`]), also the cgroup's last component.
     pub container_id: String,
+    /// Its cgroup from the cgroup root (`/kubepods/besteffort/pod<uid>/<id>`), as
+    /// `/proc/<pid>/cgroup` shows it.
+    pub cgroup: String,
     /// `command` + `args`.
     pub argv: Vec<String>,
     /// Final env, in order (later entries win).
@@ -114,6 +117,8 @@ pub struct ContainerRecord {
     pub container: String,
     /// Runtime-style id ([`container_id`]), also the cgroup's last component.
     pub container_id: String,
+    /// Its cgroup from the cgroup root, as `/proc/<pid>/cgroup` shows it.
+    pub cgroup: String,
     /// Host pid of the container's pid 1 (None until it is seen, or after it exited).
     pub init_pid: Option<i32>,
     /// Host pid of the `unshare` holding its namespaces (known from the start: every
@@ -122,10 +127,10 @@ pub struct ContainerRecord {
 }
 
 impl ContainerRecord {
-    /// The container's cgroup as kubelet's cgroupfs driver names it
-    /// (`/kubepods/pod<uid>/<container id>`).
+    /// The container's cgroup as the node's cgroup driver names it, by the pod's QoS
+    /// (`/kubepods/besteffort/pod<uid>/<container id>` with cgroupfs).
     pub fn cgroup_path(&self) -> String {
-        format!("/kubepods/pod{}/{}", self.pod_uid, self.container_id)
+        self.cgroup.clone()
     }
 }
 
@@ -408,6 +413,7 @@ impl RunningContainer {
                 pod: spec.pod.clone(),
                 container: spec.container.clone(),
                 container_id: spec.container_id.clone(),
+                cgroup: spec.cgroup.clone(),
                 init_pid: None,
                 runtime_pid: child.id() as i32,
             },
@@ -528,6 +534,7 @@ mod tests {
             pod: "p".into(),
             container: "c".into(),
             container_id: container_id("u", "c"),
+            cgroup: format!("/kubepods/besteffort/podu/{}", container_id("u", "c")),
             argv: vec!["prog".into(), "it's".into()],
             env: vec![("A".into(), "1 2".into())],
             mounts,

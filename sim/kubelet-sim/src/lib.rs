@@ -15,14 +15,20 @@
 //! - started with [`KubeletSim::start_with_dra`], it also registers DRA plugins from the
 //!   plugin-registry directory, prepares a pod's ResourceClaims before its containers start
 //!   (their CDI edits go into the containers and the record) and unprepares them once the
-//!   pod is gone, from a checkpoint file that outlives the process (`dra_manager.rs`).
+//!   pod is gone, from a checkpoint file that outlives the process (`dra_manager.rs`);
+//! - started with [`KubeletSim::start_node`] and a [`pod_cgroups::CgroupConfig`], it makes
+//!   the pods' cgroups as kubelet and containerd do, when they do: the pod's and its
+//!   sandbox's once it is admitted, each app container's as it starts, all removed once the
+//!   pod is finished or gone (`pod_cgroups.rs`).
 
 pub mod admission;
 pub mod cdi;
+pub mod cgroup_layout;
 pub mod container_runtime;
 pub mod device_state;
 pub mod dra_manager;
 pub mod dra_state;
+pub mod pod_cgroups;
 pub mod records;
 pub mod registration_service;
 
@@ -77,6 +83,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The parts of a node [`KubeletSim::start_node`] takes beyond [`Args`].
+#[derive(Debug, Clone, Default)]
+pub struct NodeConfig {
+    /// Do DRA (see [`KubeletSim::start_with_dra`]).
+    pub dra: Option<dra_manager::DraConfig>,
+    /// Make the pods' cgroups in this tree.
+    pub cgroups: Option<pod_cgroups::CgroupConfig>,
+}
+
 /// A running simulated kubelet.
 pub struct KubeletSim {
     args: Args,
@@ -121,7 +136,7 @@ fn start_registration(
 impl KubeletSim {
     /// Starts serving `kubelet.sock` and admitting pods.
     pub async fn start(args: Args, client: kube::Client) -> anyhow::Result<Self> {
-        Self::start_inner(args, client, None).await
+        Self::start_inner(args, client, None, None).await
     }
 
     /// Like [`KubeletSim::start`], also doing DRA (see the module doc): plugins from
@@ -131,15 +146,45 @@ impl KubeletSim {
         client: kube::Client,
         dra: dra_manager::DraConfig,
     ) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(&dra.registry_dir)?;
-        let manager = dra_manager::DraManager::load(dra, client.clone())?;
-        Self::start_inner(args, client, Some(manager)).await
+        Self::start_node(
+            args,
+            client,
+            NodeConfig {
+                dra: Some(dra),
+                cgroups: None,
+            },
+        )
+        .await
+    }
+
+    /// Like [`KubeletSim::start`], with the parts of a node beyond `Args`: DRA and the pod
+    /// cgroups (see the module doc).
+    pub async fn start_node(
+        args: Args,
+        client: kube::Client,
+        node: NodeConfig,
+    ) -> anyhow::Result<Self> {
+        let cgroups = node
+            .cgroups
+            .as_ref()
+            .map(pod_cgroups::PodCgroups::new)
+            .transpose()
+            .map_err(anyhow::Error::msg)?;
+        let dra = match node.dra {
+            Some(dra) => {
+                std::fs::create_dir_all(&dra.registry_dir)?;
+                Some(dra_manager::DraManager::load(dra, client.clone())?)
+            }
+            None => None,
+        };
+        Self::start_inner(args, client, dra, cgroups).await
     }
 
     async fn start_inner(
         args: Args,
         client: kube::Client,
         dra: Option<dra_manager::DraManager>,
+        cgroups: Option<pod_cgroups::PodCgroups>,
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&args.socket_dir)?;
         let state = Arc::new(Mutex::new(DeviceState::default()));
@@ -159,6 +204,7 @@ impl KubeletSim {
             state.clone(),
         );
         admission.dra = dra;
+        admission.cgroups = cgroups;
         let forget_dra_plugins = admission.forget_dra_plugins.clone();
         let running = admission.running.clone();
         let interval = Duration::from_millis(args.sync_interval_ms.max(10));

@@ -58,6 +58,7 @@ fn a_container_sees_exactly_its_mounts_and_devices() {
         pod: "p".into(),
         container: "c".into(),
         container_id: container_id("uid", "c"),
+        cgroup: format!("/kubepods/besteffort/poduid/{}", container_id("uid", "c")),
         argv: vec!["sh".into(), "-c".into(), script],
         env: vec![
             ("PATH".into(), "/usr/bin:/bin".into()),
@@ -104,6 +105,7 @@ fn a_missing_device_fails_the_container_with_a_reason() {
         pod: "p".into(),
         container: "c".into(),
         container_id: container_id("uid", "c"),
+        cgroup: format!("/kubepods/besteffort/poduid/{}", container_id("uid", "c")),
         argv: vec!["true".into()],
         env: Vec::new(),
         mounts: Vec::new(),
@@ -226,6 +228,12 @@ async fn containers_die_with_their_pod_and_with_kubelet_sim() {
     assert_eq!(
         cs.container_id.as_deref(),
         Some(format!("containerd://{one_id}").as_str())
+    );
+    // ...and the record its cgroup by the pod's QoS (BestEffort: no requests), cgroupfs
+    let one = running.iter().find(|c| c.pod == "one").unwrap();
+    assert_eq!(
+        one.cgroup_path(),
+        format!("/kubepods/besteffort/pod{}/{one_id}", one.pod_uid)
     );
     let (one, two) = (pid_of("one"), pid_of("two"));
     pods.delete("one", &DeleteParams::default()).await.unwrap();
