@@ -15,15 +15,18 @@ use std::time::{Duration, Instant};
 
 use hami_protocol::names::pod as pod_keys;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use k8s_openapi::jiff::SignedDuration;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
+use crate::dra_node::DraFiles;
 use crate::ledger::{self, Violation};
+use crate::ledger_dra;
 use crate::rng::Rng;
 use crate::schedule::{self, FaultKind};
 use crate::stack::Stack;
-use crate::workload::{self, Kind};
+use crate::workload::{self, DraTemplate, Kind};
 
 /// Settings of one chaos run.
 #[derive(Debug, Clone)]
@@ -40,11 +43,18 @@ pub struct ChaosConfig {
     /// The `hami-workload` program: with it the pods' containers run as processes under
     /// the hooks (the kill fault and the usage checks need them).
     pub workload: Option<PathBuf>,
+    /// Run the DRA node too, with DRA pods in the workload and the DRA faults and checks.
+    pub dra: bool,
 }
 
 /// A killed container's device memory must be gone from its monitor's readings within
 /// this (monitors refresh every 2 s; the hooks reclaim a dead process's slot).
 pub const RELEASE_LIMIT: Duration = Duration::from_secs(10);
+
+/// After the pods settled, every claim, driver checkpoint entry and kubelet-sim checkpoint
+/// entry of a gone pod must be gone within this (the claim controller and kubelet-sim run
+/// every 100 ms).
+pub const DRA_RELEASE_LIMIT: Duration = Duration::from_secs(15);
 
 /// What a run did and found.
 #[derive(Debug, Default, Clone)]
@@ -79,6 +89,14 @@ pub struct ChaosReport {
     pub admission_failures: u64,
     /// Time from the end of the faults until every pod was settled.
     pub settled_after: Option<Duration>,
+    /// DRA ledger passes (claims, slices and both checkpoints read).
+    pub dra_checks: u64,
+    /// Distinct DRA pods seen Running.
+    pub dra_pods_placed: u64,
+    /// Most claims the driver's checkpoint held at once, and most on one device.
+    pub dra_prepared_max: (u64, u64),
+    /// Time from settling until nothing was left of gone DRA pods.
+    pub dra_released_after: Option<Duration>,
     /// Timestamped log of injected faults and notable events, for diagnosing a failure.
     pub history: Vec<String>,
 }
@@ -114,6 +132,17 @@ impl ChaosReport {
             self.admission_failures,
             self.settled_after
         );
+        if self.dra_checks > 0 {
+            let _ = writeln!(
+                s,
+                "DRA: ledger checks {}, pods placed {}, most claims prepared at once {} (on one GPU {}), released after {:?}",
+                self.dra_checks,
+                self.dra_pods_placed,
+                self.dra_prepared_max.0,
+                self.dra_prepared_max.1,
+                self.dra_released_after
+            );
+        }
         for v in &self.violations {
             let _ = writeln!(s, "  VIOLATION {v}");
         }
@@ -164,6 +193,13 @@ pub(crate) struct Shared {
     memory_readings: u64,
     /// Device memory each pod held at the last usage pass.
     last_memory: BTreeMap<(String, String), u64>,
+    dra_checks: u64,
+    dra_placed: BTreeSet<String>,
+    dra_prepared_max: (u64, u64),
+    /// Running-pod findings of the last DRA pass, reported when the next one finds them too
+    /// (a pod listed Running between two checkpoint reads that went away meanwhile is no
+    /// finding).
+    dra_suspects: BTreeSet<String>,
 }
 
 fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
@@ -179,24 +215,23 @@ async fn chaos_pods(client: &Client) -> Option<Vec<Pod>> {
 }
 
 fn kind_of(pod: &Pod) -> Kind {
-    if pod
-        .metadata
-        .name
-        .as_deref()
-        .unwrap_or("")
-        .contains("nvidia")
-    {
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    if name.contains("nvidia") {
         Kind::Nvidia
+    } else if ledger_dra::is_dra_pod(pod) {
+        Kind::Dra
     } else {
         Kind::Amd
     }
 }
 
-/// The ReplicaSet stand-in: replaces Failed pods, keeps the target counts.
+/// The ReplicaSet stand-in: replaces Failed pods, keeps the target counts (DRA pods from
+/// `dra` when it has templates).
 pub(crate) async fn controller(
     client: Client,
     seed: u64,
     churn_every_ticks: u64,
+    dra: Vec<DraTemplate>,
     shared: Arc<Mutex<Shared>>,
     log: Log,
 ) {
@@ -206,7 +241,11 @@ pub(crate) async fn controller(
     let mut tick = 0u64;
     loop {
         if let Some(pods) = chaos_pods(&client).await {
-            let mut live = BTreeMap::from([(Kind::Amd, 0usize), (Kind::Nvidia, 0usize)]);
+            let mut live = BTreeMap::from([
+                (Kind::Amd, 0usize),
+                (Kind::Nvidia, 0usize),
+                (Kind::Dra, 0usize),
+            ]);
             for p in &pods {
                 let name = p.metadata.name.clone().unwrap_or_default();
                 if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
@@ -223,15 +262,28 @@ pub(crate) async fn controller(
                 }
                 *live.entry(kind_of(p)).or_default() += 1;
             }
+            let dra_pods = if dra.is_empty() {
+                0
+            } else {
+                workload::DRA_PODS
+            };
             for (kind, target) in [
                 (Kind::Amd, workload::AMD_PODS),
                 (Kind::Nvidia, workload::NVIDIA_PODS),
+                (Kind::Dra, dra_pods),
             ] {
                 for _ in live[&kind]..target {
                     counter += 1;
-                    let word = if kind == Kind::Amd { "amd" } else { "nvidia" };
+                    let word = match kind {
+                        Kind::Amd => "amd",
+                        Kind::Nvidia => "nvidia",
+                        Kind::Dra => "dra",
+                    };
                     let name = format!("chaos-{word}-{counter}");
-                    let pod = workload::pod(&name, kind, &mut rng);
+                    let pod = match kind {
+                        Kind::Dra => workload::dra_pod(&name, &dra, &mut rng),
+                        _ => workload::pod(&name, kind, &mut rng),
+                    };
                     match pods_api.create(&PostParams::default(), &pod).await {
                         Ok(_) => lock(&shared).created += 1,
                         Err(e) => {
@@ -267,12 +319,20 @@ pub(crate) async fn controller(
     }
 }
 
-/// Deletes one settled chaos pod on `node` (any node if None), so that its replacement is
-/// scheduled and allocated while the fault waits for it.
+/// Deletes one settled chaos pod on `node` (any device-plugin pod if None), so that its
+/// replacement is scheduled and allocated while the fault waits for it.
 async fn provoke(client: &Client, node: Option<&str>) {
+    provoke_one(client, |p| {
+        !ledger_dra::is_dra_pod(p) && node.is_none_or(|n| node_of(p) == Some(n))
+    })
+    .await;
+}
+
+/// Deletes one settled chaos pod that `pick` accepts.
+async fn provoke_one(client: &Client, pick: impl Fn(&Pod) -> bool) {
     if let Some(p) = chaos_pods(client).await.and_then(|ps| {
         ps.into_iter()
-            .find(|p| ledger::unsettled(p).is_none() && node.is_none_or(|n| node_of(p) == Some(n)))
+            .find(|p| ledger::unsettled(p).is_none() && pick(p))
     }) {
         let _ = Api::<Pod>::namespaced(client.clone(), "default")
             .delete(
@@ -331,11 +391,117 @@ fn usage_pass(live: &hami_demo::Live, pods: &[Pod], s: &mut Shared, log: &Log) -
     found
 }
 
+/// What the DRA checks read after the pods: the claims and slices, the pods again, the
+/// driver's checkpoint again (see `ledger_dra::check_cus` for why this order).
+struct DraSnapshot {
+    claims: Vec<ResourceClaim>,
+    slices: Vec<ResourceSlice>,
+    pods_after: Vec<Pod>,
+    driver_after: hami_amdgpu_dra_plugin::checkpoint::Checkpoint,
+}
+
+async fn dra_snapshot(client: &Client, files: &DraFiles) -> Option<DraSnapshot> {
+    let claims = Api::<ResourceClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .ok()?
+        .items;
+    let slices = Api::<ResourceSlice>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .ok()?
+        .items;
+    let pods_after = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .ok()?
+        .items;
+    let driver_after = files.driver_checkpoint().ok()?;
+    Some(DraSnapshot {
+        claims,
+        slices,
+        pods_after,
+        driver_after,
+    })
+}
+
+/// One DRA pass over `pods` (listed after `driver_before` was read, before the snapshot):
+/// capacity and CUs at once; Running pods' findings only when the last pass had them too
+/// (`confirm`), for pods still there.
+fn dra_findings(
+    pods: &[Pod],
+    driver_before: &Result<hami_amdgpu_dra_plugin::checkpoint::Checkpoint, String>,
+    snap: &DraSnapshot,
+    s: &mut Shared,
+    confirm: bool,
+) -> Vec<Violation> {
+    let driver_before = match driver_before {
+        Ok(c) => c,
+        Err(e) => {
+            return vec![Violation::Undecodable {
+                pod: "the DRA driver's checkpoint".into(),
+                what: e.clone(),
+            }];
+        }
+    };
+    let mut found = ledger_dra::check_capacity(&snap.claims, &snap.slices);
+    found.extend(ledger_dra::check_cus(
+        &snap.pods_after,
+        &snap.claims,
+        &snap.slices,
+        driver_before,
+    ));
+    let prepared: BTreeSet<String> = driver_before
+        .claims
+        .keys()
+        .chain(snap.driver_after.claims.keys())
+        .cloned()
+        .collect();
+    let still: BTreeSet<&str> = snap
+        .pods_after
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    let mut suspects = BTreeSet::new();
+    for (uid, v) in ledger_dra::check_running(pods, &snap.claims, &prepared) {
+        if !still.contains(uid.as_str()) {
+            continue;
+        }
+        let text = v.to_string();
+        if !confirm || s.dra_suspects.contains(&text) {
+            found.push(v);
+        }
+        suspects.insert(text);
+    }
+    s.dra_suspects = suspects;
+    s.dra_checks += 1;
+    let cp = &snap.driver_after;
+    let mut per_gpu: BTreeMap<&str, u64> = BTreeMap::new();
+    for d in cp.claims.values().flat_map(|c| &c.devices) {
+        *per_gpu.entry(d.device_id.as_str()).or_default() += 1;
+    }
+    s.dra_prepared_max.0 = s.dra_prepared_max.0.max(cp.claims.len() as u64);
+    s.dra_prepared_max.1 = s
+        .dra_prepared_max
+        .1
+        .max(per_gpu.values().copied().max().unwrap_or(0));
+    for p in pods.iter().filter(|p| {
+        ledger_dra::is_dra_pod(p)
+            && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    }) {
+        s.dra_placed
+            .insert(p.metadata.name.clone().unwrap_or_default());
+    }
+    found
+}
+
 /// The continuous ledger: placement and agreement invariants on every pass, and real usage
-/// from the monitors when the pods run processes.
+/// from the monitors when the pods run processes; the DRA checks with the DRA node.
 async fn ledger_loop(
     client: Client,
     monitors: Vec<SocketAddr>,
+    dra: Option<DraFiles>,
     shared: Arc<Mutex<Shared>>,
     log: Log,
 ) {
@@ -345,12 +511,17 @@ async fn ledger_loop(
         } else {
             read_monitors(&monitors).await
         };
+        let driver_before = dra.as_ref().map(DraFiles::driver_checkpoint);
         let pods = Api::<Pod>::all(client.clone())
             .list(&ListParams::default())
             .await;
         let nodes = Api::<Node>::all(client.clone())
             .list(&ListParams::default())
             .await;
+        let snap = match &dra {
+            Some(files) => dra_snapshot(&client, files).await,
+            None => None,
+        };
         if let (Ok(pods), Ok(nodes)) = (pods, nodes) {
             let mut found = ledger::check_placement(&pods.items, &nodes.items);
             found.extend(ledger::check_agreement(&pods.items));
@@ -358,6 +529,9 @@ async fn ledger_loop(
             s.checks += 1;
             if let Some(live) = &live {
                 found.extend(usage_pass(live, &pods.items, &mut s, &log));
+            }
+            if let (Some(before), Some(snap)) = (&driver_before, &snap) {
+                found.extend(dra_findings(&pods.items, before, snap, &mut s, true));
             }
             for p in pods
                 .items
@@ -375,6 +549,120 @@ async fn ledger_loop(
             }
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// The DRA side as it is now, one line per pod and claim, for a failing run's history.
+async fn dra_state_lines(client: &Client, files: &DraFiles) -> Vec<String> {
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let claims = Api::<ResourceClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let driver = files.driver_checkpoint();
+    let kubelet = files.kubelet_checkpoint();
+    let name_of = |uid: &str| {
+        pods.iter()
+            .find(|p| p.metadata.uid.as_deref() == Some(uid))
+            .and_then(|p| p.metadata.name.clone())
+            .unwrap_or_else(|| format!("gone pod {uid}"))
+    };
+    let mut out = Vec::new();
+    for p in pods.iter().filter(|p| ledger_dra::is_dra_pod(p)) {
+        let status = p.status.as_ref();
+        out.push(format!(
+            "DRA pod {} uid {:?}: node {:?}, phase {:?}, claims {:?}, conditions {:?}",
+            p.metadata.name.as_deref().unwrap_or(""),
+            p.metadata.uid,
+            node_of(p),
+            status.and_then(|s| s.phase.clone()),
+            status
+                .and_then(|s| s.resource_claim_statuses.as_ref())
+                .map(|c| c
+                    .iter()
+                    .map(|c| c.resource_claim_name.clone())
+                    .collect::<Vec<_>>()),
+            status.and_then(|s| s.conditions.as_ref()).map(|c| c
+                .iter()
+                .map(|c| format!("{}={} {:?}", c.type_, c.status, c.message))
+                .collect::<Vec<_>>()),
+        ));
+    }
+    for c in &claims {
+        let uid = c.metadata.uid.clone().unwrap_or_default();
+        let status = c.status.as_ref();
+        out.push(format!(
+            "claim {} uid {uid}: owner {:?}, allocation {:?}, reserved for {:?}, devices {:?}, in the driver's checkpoint {:?}, in kubelet-sim's {:?}",
+            c.metadata.name.as_deref().unwrap_or(""),
+            c.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .map(|o| o.name.clone())
+                .collect::<Vec<_>>(),
+            status.and_then(|s| s.allocation.as_ref()).map(|a| a
+                .devices
+                .as_ref()
+                .and_then(|d| d.results.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|r| format!("{}/{} {:?}", r.pool, r.device, r.consumed_capacity))
+                .collect::<Vec<_>>()),
+            status
+                .and_then(|s| s.reserved_for.as_ref())
+                .map(|r| r.iter().map(|r| name_of(&r.uid)).collect::<Vec<_>>()),
+            status
+                .and_then(|s| s.devices.as_ref())
+                .map(|d| d.iter().map(|d| format!("{} {:?}", d.device, d.data.as_ref().map(|x| x.0.to_string()))).collect::<Vec<_>>()),
+            driver.as_ref().map(|d| d.claims.contains_key(&uid)),
+            kubelet.as_ref().map(|k| k.claims.get(&uid).map(|e| e.pods.iter().map(|u| name_of(u)).collect::<Vec<_>>())),
+        ));
+    }
+    if let Ok(d) = &driver {
+        for (uid, c) in &d.claims {
+            if !claims
+                .iter()
+                .any(|x| x.metadata.uid.as_deref() == Some(uid.as_str()))
+            {
+                out.push(format!(
+                    "driver checkpoint: claim {}/{} uid {uid} (no such claim), CUs {:?}",
+                    c.namespace,
+                    c.name,
+                    c.devices.iter().map(|d| d.cus.clone()).collect::<Vec<_>>()
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// What is left of gone DRA pods now (`ledger_dra::check_released`); a read that fails is
+/// reported as such.
+async fn dra_leftovers(client: &Client, files: &DraFiles) -> Vec<Violation> {
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await;
+    let claims = Api::<ResourceClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await;
+    let (driver, kubelet) = (files.driver_checkpoint(), files.kubelet_checkpoint());
+    match (pods, claims, driver, kubelet) {
+        (Ok(p), Ok(c), Ok(d), Ok(k)) => ledger_dra::check_released(&p.items, &c.items, &d, &k),
+        (p, c, d, k) => vec![Violation::Undecodable {
+            pod: "the DRA node's state".into(),
+            what: format!(
+                "cannot read it: pods {:?}, claims {:?}, driver checkpoint {:?}, kubelet-sim checkpoint {:?}",
+                p.err().map(|e| e.to_string()),
+                c.err().map(|e| e.to_string()),
+                d.err(),
+                k.err()
+            ),
+        }],
     }
 }
 
@@ -415,12 +703,64 @@ fn node_of(p: &Pod) -> Option<&str> {
     p.spec.as_ref().and_then(|s| s.node_name.as_deref())
 }
 
+fn pending(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_none_or(|ph| ph == "Pending")
+}
+
+/// A DRA pod bound to its node and not Running yet: kubelet-sim is preparing its claim.
+fn dra_preparing(p: &Pod) -> bool {
+    ledger_dra::is_dra_pod(p) && node_of(p).is_some() && pending(p)
+}
+
+/// A DRA pod on its way: its claim created (recorded in its status), allocated or being
+/// prepared.
+fn dra_in_flight(p: &Pod) -> bool {
+    let has_claim = p
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref())
+        .is_some_and(|c| !c.is_empty());
+    ledger_dra::is_dra_pod(p) && pending(p) && (has_claim || node_of(p).is_some())
+}
+
+/// A seeded Running DRA pod's name.
+async fn running_dra_pod(client: &Client, param: u64) -> Option<String> {
+    let running: Vec<Pod> = chaos_pods(client)
+        .await?
+        .into_iter()
+        .filter(|p| ledger_dra::is_dra_pod(p) && ledger::unsettled(p).is_none())
+        .collect();
+    let n = running.len() as u64;
+    (n > 0).then(|| {
+        running[(param % n) as usize]
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_default()
+    })
+}
+
+async fn delete_pod(client: &Client, name: &str) -> &'static str {
+    match Api::<Pod>::namespaced(client.clone(), "default")
+        .delete(name, &DeleteParams::default().grace_period(0))
+        .await
+    {
+        Ok(_) => "deleted",
+        Err(_) => "delete failed",
+    }
+}
+
 /// Host pid of every container's live pid 1, with its pod (namespace, name).
 fn live_processes(stack: &Stack) -> Vec<(i32, String, String, String)> {
     stack
         .nodes
         .iter()
         .flat_map(|n| n.containers())
+        .chain(stack.dra.iter().flat_map(|n| n.containers()))
         .filter_map(|r| Some((r.init_pid?, r.namespace, r.pod, r.container_id)))
         .collect()
 }
@@ -477,8 +817,18 @@ impl Injector<'_> {
                     1 + (param >> 16) as u32 % 3,
                     409,
                 );
+                let dra = if self.stack.dra.is_some() {
+                    // The scheduler's allocation and reservation writes, the claim
+                    // controller's unreserve, the driver's status.devices at prepare.
+                    f.fail_next(Some("patch"), Some("resourceclaims/status"), n, 409);
+                    let creates = 1 + (param >> 24) as u32 % 2;
+                    f.fail_next(Some("create"), Some("resourceclaims"), creates, 500);
+                    format!(", {n} claim status patches, 500 on {creates} claim creations")
+                } else {
+                    String::new()
+                };
                 self.log.push(format!(
-                    "FAULT 409 storm: next {n} pod, pod status and node patches, bindings and lease updates"
+                    "FAULT 409 storm: next {n} pod, pod status and node patches, bindings and lease updates{dra}"
                 ));
             }
             FaultKind::WatchDrop => {
@@ -637,6 +987,78 @@ impl Injector<'_> {
                         .push("FAULT SIGKILL: no live workload process to kill"),
                 }
             }
+            FaultKind::DraDriverKill => {
+                provoke_one(&client, ledger_dra::is_dra_pod).await;
+                let caught = wait_for_pod(&client, Duration::from_secs(3), dra_preparing).await;
+                if caught.is_some() {
+                    *self.report.in_the_act.entry(kind).or_default() += 1;
+                }
+                let Some(node) = self.stack.dra.as_mut() else {
+                    anyhow::bail!("a DRA fault without the DRA node");
+                };
+                let was_running = node.kill_driver();
+                let down = Duration::from_millis(100 + param % 900);
+                self.log.push(format!(
+                    "FAULT DRA driver killed (pod waiting for prepare: {:?}; was running: {was_running}; down {down:?})",
+                    caught.and_then(|p| p.metadata.name)
+                ));
+                tokio::time::sleep(down).await;
+                node.start_driver()?;
+            }
+            FaultKind::DraKubeletRestart => {
+                provoke_one(&client, ledger_dra::is_dra_pod).await;
+                let caught = wait_for_pod(&client, Duration::from_secs(3), dra_preparing).await;
+                if caught.is_some() {
+                    *self.report.in_the_act.entry(kind).or_default() += 1;
+                }
+                let Some(node) = self.stack.dra.as_mut() else {
+                    anyhow::bail!("a DRA fault without the DRA node");
+                };
+                node.kubelet.restart().await?;
+                // Unprepare after the restart: a Running DRA pod goes.
+                let victim = running_dra_pod(&client, param).await;
+                let deleted = match &victim {
+                    Some(name) => delete_pod(&client, name).await,
+                    None => "no Running DRA pod",
+                };
+                self.log.push(format!(
+                    "FAULT DRA node's kubelet restart (pod waiting for prepare: {:?}); then {victim:?}: {deleted}",
+                    caught.and_then(|p| p.metadata.name)
+                ));
+            }
+            FaultKind::DraDeleteMidPrepare => {
+                provoke_one(&client, ledger_dra::is_dra_pod).await;
+                let caught = wait_for_pod(&client, Duration::from_secs(3), dra_in_flight).await;
+                let (victim, state) = match &caught {
+                    Some(p) => {
+                        *self.report.in_the_act.entry(kind).or_default() += 1;
+                        (
+                            p.metadata.name.clone(),
+                            format!(
+                                "node {:?}, claims {:?}",
+                                node_of(p),
+                                p.status
+                                    .as_ref()
+                                    .and_then(|s| s.resource_claim_statuses.as_ref())
+                                    .map(|c| c
+                                        .iter()
+                                        .filter_map(|c| c.resource_claim_name.clone())
+                                        .collect::<Vec<_>>())
+                            ),
+                        )
+                    }
+                    None => (
+                        running_dra_pod(&client, param).await,
+                        "no DRA pod in flight; a Running one".into(),
+                    ),
+                };
+                if let Some(name) = victim {
+                    let r = delete_pod(&client, &name).await;
+                    self.log.push(format!(
+                        "FAULT delete DRA pod {name} mid-prepare ({state}): {r}"
+                    ));
+                }
+            }
             FaultKind::ClockSkew => {
                 let i = (param % 2) as usize;
                 let skew = skew_of(param >> 8);
@@ -686,8 +1108,28 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
         &format!("{}", config.seed),
         skews,
         config.workload.as_deref(),
+        config.dra,
     )
     .await?;
+    // The DRA pods' ResourceClaimTemplates: seeded sizes, created once.
+    let templates = if stack.dra.is_some() {
+        let templates = workload::dra_templates(&mut Rng::new(config.seed ^ 0xD7A_7E47));
+        let api = Api::<ResourceClaimTemplate>::namespaced(stack.client.clone(), "default");
+        for t in &templates {
+            api.create(&PostParams::default(), &t.object()).await?;
+        }
+        log.push(format!(
+            "DRA templates (MiB, CUs): {:?}",
+            templates
+                .iter()
+                .map(|t| (t.name.as_str(), t.mem_mib, t.cus))
+                .collect::<Vec<_>>()
+        ));
+        templates
+    } else {
+        Vec::new()
+    };
+    let dra_files = stack.dra.as_ref().map(|n| n.files());
     log.push(format!(
         "stack up: nodes {:?}, leader replica {:?}",
         stack
@@ -699,7 +1141,12 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
     ));
     let shared = Arc::new(Mutex::new(Shared::default()));
     let monitors: Vec<SocketAddr> = if stack.images.is_some() {
-        stack.nodes.iter().map(|n| n.monitor_addr).collect()
+        stack
+            .nodes
+            .iter()
+            .map(|n| n.monitor_addr)
+            .chain(stack.dra.iter().map(|n| n.monitor_addr))
+            .collect()
     } else {
         Vec::new()
     };
@@ -709,12 +1156,14 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
             stack.client.clone(),
             config.seed,
             8,
+            templates.clone(),
             shared.clone(),
             log.clone(),
         )),
         tokio::spawn(ledger_loop(
             stack.client.clone(),
             monitors,
+            dra_files.clone(),
             shared.clone(),
             log.clone(),
         )),
@@ -731,6 +1180,9 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
         };
         let mut outcome = Ok(());
         for p in &plan {
+            if p.kind.needs_dra() && injector.stack.dra.is_none() {
+                continue;
+            }
             while Instant::now() < started + p.at {
                 injector.due_restarts(false)?;
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -757,13 +1209,26 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
             stack.start_replica(i, SignedDuration::ZERO)?;
         }
     }
+    if let Some(node) = stack.dra.as_mut()
+        && !node.driver_running()
+    {
+        // Only a failed start leaves it down (a kill is followed by a start).
+        let _ = node.kill_driver();
+        node.start_driver()?;
+        log.push("DRA driver started again");
+    }
     log.push("faults stopped");
     let faults_end = Instant::now();
     let deadline = faults_end + config.settle_limit;
     let mut last: Vec<(String, String)> = Vec::new();
     loop {
         if let Some(pods) = chaos_pods(&stack.client).await {
-            let full = pods.len() >= workload::AMD_PODS + workload::NVIDIA_PODS;
+            let dra_pods = if templates.is_empty() {
+                0
+            } else {
+                workload::DRA_PODS
+            };
+            let full = pods.len() >= workload::AMD_PODS + workload::NVIDIA_PODS + dra_pods;
             last = pods
                 .iter()
                 .filter_map(|p| {
@@ -787,6 +1252,24 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
     while !lock(&shared).killed.is_empty() && Instant::now() < release_deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Nothing may be left of gone DRA pods: claims deleted, both checkpoints without them
+    // (bounded wait; what is left at the limit is a violation).
+    let dra_left = match &dra_files {
+        Some(files) if report.settled_after.is_some() => {
+            let released_from = Instant::now();
+            let mut left = Vec::new();
+            while Instant::now() < released_from + DRA_RELEASE_LIMIT {
+                left = dra_leftovers(&stack.client, files).await;
+                if left.is_empty() {
+                    report.dra_released_after = Some(released_from.elapsed());
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            left
+        }
+        _ => Vec::new(),
+    };
     // One last full pass of the ledger over the settled state.
     tokio::time::sleep(Duration::from_millis(400)).await;
     for t in &tasks {
@@ -802,6 +1285,21 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
     ) {
         let mut found = ledger::check_placement(&pods.items, &nodes.items);
         found.extend(ledger::check_agreement(&pods.items));
+        found.extend(dra_left);
+        if let Some(files) = &dra_files {
+            // Settled: no pod comes or goes, so one pass is the final word on Running pods.
+            let before = files.driver_checkpoint();
+            match dra_snapshot(&stack.client, files).await {
+                Some(snap) => found.extend(dra_findings(
+                    &pods.items,
+                    &before,
+                    &snap,
+                    &mut lock(&shared),
+                    false,
+                )),
+                None => log.push("final DRA pass: the API server did not answer"),
+            }
+        }
         let live = if monitors_final.is_empty() {
             None
         } else {
@@ -824,6 +1322,13 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
                 log.push(format!("LEDGER (final): {text}"));
                 s.violations.push(text);
             }
+        }
+    }
+    if let Some(files) = &dra_files
+        && (report.settled_after.is_none() || report.dra_released_after.is_none())
+    {
+        for line in dra_state_lines(&stack.client, files).await {
+            log.push(line);
         }
     }
     if report.settled_after.is_none() {
@@ -878,6 +1383,9 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
         report.kills_holding_memory = s.kills_holding_memory;
         report.memory_readings = s.memory_readings;
         report.slowest_release = s.slowest_release;
+        report.dra_checks = s.dra_checks;
+        report.dra_pods_placed = s.dra_placed.len() as u64;
+        report.dra_prepared_max = s.dra_prepared_max;
     }
     report.history = log.lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
     stack.shutdown().await;

@@ -167,6 +167,50 @@ pub enum Violation {
         /// Whose limit: the region's or the pod request's.
         whose: &'static str,
     },
+    /// The allocated ResourceClaims on a DRA slice device consume more memory (bytes),
+    /// computeUnits or shares than the device's capacity in its ResourceSlice.
+    DraOvercommit {
+        /// `<pool>/<device>`.
+        device: String,
+        /// The capacity that overflowed.
+        what: &'static str,
+        /// The sum the claims consume.
+        used: u64,
+        /// The device's capacity.
+        capacity: u64,
+        /// The claims allocated on it.
+        claims: Vec<String>,
+    },
+    /// A claim is allocated a device no ResourceSlice of its pool publishes.
+    DraUnknownDevice {
+        /// The claim.
+        claim: String,
+        /// `<pool>/<device>`.
+        device: String,
+    },
+    /// What the driver published in a claim's `status.devices` disagrees with its allocation.
+    DraStatusMismatch {
+        /// The claim.
+        claim: String,
+        /// What differs.
+        what: String,
+    },
+    /// A Running DRA pod whose claim is not allocated to its node, reserved for it and
+    /// prepared, or whose container did not get what the driver published.
+    DraNotPrepared {
+        /// The pod.
+        pod: String,
+        /// What is missing or differs.
+        what: String,
+    },
+    /// After the run: a claim, or a checkpoint entry of the driver or kubelet-sim, left of a
+    /// pod that is gone.
+    DraLeftover {
+        /// The claim.
+        claim: String,
+        /// What is left.
+        what: String,
+    },
     /// A killed container's device memory was still counted this long after the kill.
     NotReleased {
         /// The pod whose container was killed.
@@ -219,6 +263,25 @@ impl fmt::Display for Violation {
                 f,
                 "pod {pod} container {container} uses {used} B of device {device}, above its {whose} limit {limit} B"
             ),
+            Violation::DraOvercommit {
+                device,
+                what,
+                used,
+                capacity,
+                claims,
+            } => write!(
+                f,
+                "DRA device {device}: {what} over-committed: {used} > {capacity} by claims {claims:?}"
+            ),
+            Violation::DraUnknownDevice { claim, device } => write!(
+                f,
+                "claim {claim} is allocated {device}, which no ResourceSlice publishes"
+            ),
+            Violation::DraStatusMismatch { claim, what } => write!(f, "claim {claim}: {what}"),
+            Violation::DraNotPrepared { pod, what } => write!(f, "DRA pod {pod}: {what}"),
+            Violation::DraLeftover { claim, what } => {
+                write!(f, "claim {claim} left over: {what}")
+            }
             Violation::NotReleased {
                 pod,
                 used,
@@ -516,10 +579,12 @@ pub fn check_agreement(pods: &[Pod]) -> Vec<Violation> {
     out
 }
 
-/// Why a pod is not settled: it should be bound, Running, with `bind-phase=success`.
+/// Why a pod is not settled: it should be bound, Running, with `bind-phase=success` (a DRA
+/// pod has no bind phase: kube-scheduler allocates its claims, no extender binds it).
 pub fn unsettled(pod: &Pod) -> Option<String> {
     let running = phase(pod) == Some("Running") && bound_node(pod).is_some();
-    let phase_ok = annotation(pod, pod_keys::BIND_PHASE) == Some("success");
+    let phase_ok = crate::ledger_dra::is_dra_pod(pod)
+        || annotation(pod, pod_keys::BIND_PHASE) == Some("success");
     (!(running && phase_ok)).then(|| {
         format!(
             "phase {:?}, node {:?}, bind-phase {:?}",

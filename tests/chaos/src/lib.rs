@@ -3,7 +3,9 @@
 //! process so faults can reach inside (see README.md).
 
 pub mod chaos;
+pub mod dra_node;
 pub mod ledger;
+pub mod ledger_dra;
 pub mod proxy;
 pub mod rng;
 pub mod schedule;

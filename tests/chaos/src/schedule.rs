@@ -8,7 +8,8 @@ use crate::rng::Rng;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FaultKind {
     /// A burst of 409 Conflict answers on pod, pod status and node patches, pod binding and
-    /// Lease updates.
+    /// Lease updates; with the DRA node also on ResourceClaim status writes (allocation,
+    /// reservation, the driver's `status.devices`) and 500s on claim creation.
     ConflictStorm,
     /// Every open watch is ended (and sometimes the watch history expired: 410 on resume).
     WatchDrop,
@@ -28,11 +29,22 @@ pub enum FaultKind {
     /// SIGKILL of a workload process (its process group when it has one of its own) of a
     /// seeded pod, preferably one just started and still allocating.
     KillWorkload,
+    /// The DRA driver is killed (no shutdown: stale sockets, calls cut), preferably while a
+    /// DRA pod on its node waits for its claim's prepare, and started again from its
+    /// checkpoint.
+    DraDriverKill,
+    /// The DRA node's kubelet-sim restarts (registrations forgotten, found again from the
+    /// plugin registry), preferably while a DRA pod waits for its prepare; then a Running DRA
+    /// pod is deleted, so its claim is unprepared by the restarted kubelet.
+    DraKubeletRestart,
+    /// A DRA pod is deleted while its claim is being created, allocated or prepared, and a
+    /// new one submitted.
+    DraDeleteMidPrepare,
 }
 
 impl FaultKind {
     /// Every fault kind, in a fixed order so a seed picks the same kinds each run.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::ConflictStorm,
         FaultKind::WatchDrop,
         FaultKind::ApiServerRestart,
@@ -42,7 +54,20 @@ impl FaultKind {
         FaultKind::DeleteMidBind,
         FaultKind::ClockSkew,
         FaultKind::KillWorkload,
+        FaultKind::DraDriverKill,
+        FaultKind::DraKubeletRestart,
+        FaultKind::DraDeleteMidPrepare,
     ];
+
+    /// Whether the fault needs the stack's DRA node.
+    pub fn needs_dra(self) -> bool {
+        matches!(
+            self,
+            FaultKind::DraDriverKill
+                | FaultKind::DraKubeletRestart
+                | FaultKind::DraDeleteMidPrepare
+        )
+    }
 }
 
 /// One planned fault: when (from the start of the fault phase), what, and a free
@@ -107,6 +132,16 @@ mod tests {
             plan(1, Duration::from_secs(40), Duration::from_secs(1)),
             plan(2, Duration::from_secs(40), Duration::from_secs(1))
         );
+    }
+
+    #[test]
+    fn the_ci_run_plans_every_kind() {
+        // tests/chaos.rs: 40 s of faults, 2.5 s apart on average; its default seed and more.
+        for seed in (0..2000u64).chain([0x4841_4d49_2018]) {
+            let p = plan(seed, Duration::from_secs(40), Duration::from_millis(2500));
+            let kinds: BTreeSet<FaultKind> = p.iter().map(|p| p.kind).collect();
+            assert_eq!(kinds.len(), FaultKind::ALL.len(), "seed {seed}: {p:?}");
+        }
     }
 
     #[test]

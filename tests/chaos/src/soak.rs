@@ -241,6 +241,7 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         "soak",
         [SignedDuration::ZERO, SignedDuration::from_secs(7)],
         None,
+        false,
     )
     .await?;
     let log = Log {
@@ -252,6 +253,7 @@ pub async fn run(config: SoakConfig) -> anyhow::Result<SoakReport> {
         stack.client.clone(),
         config.seed,
         config.churn_every_ticks,
+        Vec::new(),
         shared.clone(),
         log.clone(),
     ));

@@ -2,8 +2,10 @@
 //! API server (with `--data-dir`), two scheduler replicas with leader election behind a
 //! Service-like forwarder, the simulated kube-scheduler, and GPU nodes (an MI210 XGMI node
 //! from the KFD capture with the real AMD plugin, an NVIDIA node on the stand-in NVML),
-//! each with its simulated kubelet and monitor. Same wiring as `hami demo`, but the
-//! harness holds every handle so it can kill and restart parts.
+//! each with its simulated kubelet and monitor, and optionally a DRA node (`dra_node.rs`:
+//! the real AMD DRA driver, kubelet-sim's DRA side, the simulated kube-scheduler's DRA
+//! allocation). Same wiring as `hami demo` (`--dra`), but the harness holds every handle so
+//! it can kill and restart parts.
 //!
 //! Given the `hami-workload` program (and where namespaces can be made), the kubelets run
 //! the pods' containers as processes on the stand-in runtimes under the real hooks, with
@@ -32,6 +34,7 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::dra_node::DraNode;
 use crate::proxy::{self, Backends};
 
 /// Lease and lock timings of the harness: short, so a killed leader or a stale lock is
@@ -76,13 +79,13 @@ enum PluginKind {
 }
 
 /// The kernel side of a node's stand-in driver (with workload containers).
-enum NodeDriver {
+pub(crate) enum NodeDriver {
     Amd(hami_demo::amdgpu_driver::AmdgpuDriver),
     Cuda(hami_demo::cuda_driver::CudaDriver),
 }
 
 impl NodeDriver {
-    fn stop(&self) {
+    pub(crate) fn stop(&self) {
         match self {
             NodeDriver::Amd(d) => d.stop(),
             NodeDriver::Cuda(d) => d.stop(),
@@ -157,6 +160,16 @@ impl SimNode {
     }
 }
 
+/// What every AMD node has, device plugin or DRA.
+struct AmdPlumbing {
+    sockets: PathBuf,
+    hook: PathBuf,
+    kubelet: KubeletSim,
+    monitor_addr: SocketAddr,
+    monitor: JoinHandle<anyhow::Result<()>>,
+    driver: Option<NodeDriver>,
+}
+
 /// The whole system under test: API server, scheduler replicas behind a forwarder, and the nodes.
 pub struct Stack {
     /// The run's scratch directory, removed and recreated at start.
@@ -175,8 +188,10 @@ pub struct Stack {
     pub replicas: Vec<Option<Replica>>,
     /// HTTPS URL of the forwarder standing in for the scheduler's Service.
     pub service_url: String,
-    /// The simulated nodes.
+    /// The simulated device-plugin nodes.
     pub nodes: Vec<SimNode>,
+    /// The DRA node, when the stack was started with one.
+    pub dra: Option<DraNode>,
     /// Each replica's metrics endpoint, by replica index.
     pub scheduler_metrics: Vec<SocketAddr>,
     /// The containers' images: Some when pods run processes.
@@ -234,11 +249,13 @@ impl Stack {
     /// Starts everything; `skews` are the replicas' first wall-clock offsets. With
     /// `workload` (the `hami-workload` program) containers run as processes; an error if
     /// they cannot (no root or unshare, runtimes or hooks not built), rather than a run
-    /// that silently tests less.
+    /// that silently tests less. With `dra`, also the DRA node (and the chart's DeviceClass,
+    /// and DRA allocation in the simulated kube-scheduler).
     pub async fn start(
         tag: &str,
         skews: [SignedDuration; 2],
         workload: Option<&Path>,
+        dra: bool,
     ) -> anyhow::Result<Stack> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let workdir = std::env::temp_dir().join(format!("hami-chaos-{tag}-{}", std::process::id()));
@@ -286,9 +303,15 @@ impl Stack {
         )
         .map_err(|e| anyhow::anyhow!("cannot register the webhook: {e:?}"))?;
         let extender = ExtenderClient::new(&service_url, Trust::Ca(cert.cert.pem().into_bytes()))?;
-        background.push(tokio::spawn(
-            SimKubeScheduler::new(client.clone(), settings.scheduler_name.clone(), extender).run(),
-        ));
+        let kube_scheduler =
+            SimKubeScheduler::new(client.clone(), settings.scheduler_name.clone(), extender);
+        let kube_scheduler = if dra {
+            hami_demo::dra_node::create_device_class(&api)?;
+            kube_scheduler.with_dra(hami_kube_scheduler_sim::dra::DraOptions::default())
+        } else {
+            kube_scheduler
+        };
+        background.push(tokio::spawn(kube_scheduler.run()));
 
         let mut stack = Stack {
             workdir,
@@ -300,6 +323,7 @@ impl Stack {
             replicas: vec![None, None],
             service_url,
             nodes: Vec::new(),
+            dra: None,
             scheduler_metrics: Vec::new(),
             images,
             backends,
@@ -315,6 +339,12 @@ impl Stack {
         if let Some(nvml) = nvml_stand_in(&stack.workdir) {
             let node = stack.nvidia_node("nvidia-node", &nvml).await?;
             stack.nodes.push(node);
+        }
+        if dra {
+            let node = stack
+                .dra_node("mi210-dra-node", hami_sysfs_fixtures::mi210_xgmi()?)
+                .await?;
+            stack.dra = Some(node);
         }
         stack.wait_registered(Duration::from_secs(30)).await?;
         Ok(stack)
@@ -410,29 +440,30 @@ impl Stack {
         &self,
         name: &str,
         image_env: Option<(Vec<String>, PathBuf)>,
+        dra: Option<hami_kubelet_sim::dra_manager::DraConfig>,
     ) -> anyhow::Result<(PathBuf, PathBuf, KubeletSim)> {
         let sockets = self.workdir.join(name).join("device-plugins");
         let hook = self.workdir.join(name).join("hook");
         std::fs::create_dir_all(&sockets)?;
         std::fs::create_dir_all(hook.join("vgpu/containers"))?;
-        let kubelet = KubeletSim::start(
-            hami_kubelet_sim::Args {
-                socket_dir: sockets.clone(),
-                node_name: name.into(),
-                record_dir: Some(self.workdir.join(name).join("pods")),
-                run_containers: image_env.is_some(),
-                runtime: image_env
-                    .map(|(image_env, dev_root)| RuntimeArgs {
-                        dev_root,
-                        image_env,
-                        state_dir: Some(self.workdir.join(name).join("containers")),
-                    })
-                    .unwrap_or_default(),
-                sync_interval_ms: 100,
-            },
-            self.client.clone(),
-        )
-        .await?;
+        let args = hami_kubelet_sim::Args {
+            socket_dir: sockets.clone(),
+            node_name: name.into(),
+            record_dir: Some(self.workdir.join(name).join("pods")),
+            run_containers: image_env.is_some(),
+            runtime: image_env
+                .map(|(image_env, dev_root)| RuntimeArgs {
+                    dev_root,
+                    image_env,
+                    state_dir: Some(self.workdir.join(name).join("containers")),
+                })
+                .unwrap_or_default(),
+            sync_interval_ms: 100,
+        };
+        let kubelet = match dra {
+            Some(dra) => KubeletSim::start_with_dra(args, self.client.clone(), dra).await?,
+            None => KubeletSim::start(args, self.client.clone()).await?,
+        };
         Ok((sockets, hook, kubelet))
     }
 
@@ -467,8 +498,15 @@ impl Stack {
         Ok((addr, task))
     }
 
-    async fn amd_node(&self, name: &str, tree: FixtureTree) -> anyhow::Result<SimNode> {
-        self.create_node(name)?;
+    /// An AMD node's kubelet-sim (with `dra` when given), monitor and, with containers,
+    /// the stand-in driver's kernel side with the hook installed: (sockets, hook path,
+    /// kubelet, monitor address and task, driver model).
+    async fn amd_plumbing(
+        &self,
+        name: &str,
+        tree: &FixtureTree,
+        dra: Option<hami_kubelet_sim::dra_manager::DraConfig>,
+    ) -> anyhow::Result<AmdPlumbing> {
         let node_dir = self.workdir.join(name);
         // The monitor reads the driver model's proc-shaped tree (amdgpu_driver.rs).
         let proc_root = node_dir.join("proc");
@@ -485,7 +523,7 @@ impl Stack {
             }
             (env, tree.dev_root())
         });
-        let (sockets, hook, kubelet) = self.kubelet(name, containers).await?;
+        let (sockets, hook, kubelet) = self.kubelet(name, containers, dra).await?;
         let (monitor_addr, monitor) =
             self.monitor(name, &hook, tree.sysfs_root(), proc_root.clone())?;
         let driver = match &self.images {
@@ -502,6 +540,26 @@ impl Stack {
             }
             None => None,
         };
+        Ok(AmdPlumbing {
+            sockets,
+            hook,
+            kubelet,
+            monitor_addr,
+            monitor,
+            driver,
+        })
+    }
+
+    async fn amd_node(&self, name: &str, tree: FixtureTree) -> anyhow::Result<SimNode> {
+        self.create_node(name, None)?;
+        let AmdPlumbing {
+            sockets,
+            hook,
+            kubelet,
+            monitor_addr,
+            monitor,
+            driver,
+        } = self.amd_plumbing(name, &tree, None).await?;
         let mut args = hami_amd_plugin::cli::Args::parse_from(["k8s-device-plugin"]);
         args.sysfs_root = tree.sysfs_root();
         args.dev_root = tree.dev_root();
@@ -528,8 +586,35 @@ impl Stack {
         Ok(node)
     }
 
+    /// The DRA node (`dra_node.rs`), labelled for DRA as the chart's node selector wants it,
+    /// its driver started.
+    async fn dra_node(&self, name: &str, tree: FixtureTree) -> anyhow::Result<DraNode> {
+        self.create_node(
+            name,
+            Some((
+                hami_protocol::dra::AMD_MODE_LABEL,
+                hami_protocol::dra::AMD_MODE_DRA,
+            )),
+        )?;
+        let paths = hami_demo::dra_node::DraPaths::new(&self.workdir.join(name));
+        let p = self
+            .amd_plumbing(name, &tree, Some(paths.kubelet()))
+            .await?;
+        let mut node = DraNode::new(
+            name.into(),
+            tree,
+            p.kubelet,
+            (p.monitor_addr, p.monitor, p.hook),
+            paths,
+            p.driver,
+            format!("http://{}", self.api_addr),
+        );
+        node.start_driver()?;
+        Ok(node)
+    }
+
     async fn nvidia_node(&self, name: &str, nvml: &Path) -> anyhow::Result<SimNode> {
-        self.create_node(name)?;
+        self.create_node(name, None)?;
         let tree = FixtureTree::empty()?;
         let node_dir = self.workdir.join(name);
         let socket = node_dir.join("nvidia.sock");
@@ -553,7 +638,7 @@ impl Stack {
         } else {
             node_dir.join("proc")
         };
-        let (sockets, hook, kubelet) = self.kubelet(name, containers).await?;
+        let (sockets, hook, kubelet) = self.kubelet(name, containers, None).await?;
         let (monitor_addr, monitor) = self.monitor(name, &hook, tree.sysfs_root(), proc_root)?;
         let driver = match &self.images {
             Some(images) => {
@@ -586,9 +671,13 @@ impl Stack {
         Ok(node)
     }
 
-    fn create_node(&self, name: &str) -> anyhow::Result<()> {
+    fn create_node(&self, name: &str, label: Option<(&str, &str)>) -> anyhow::Result<()> {
+        let mut labels = json!({"kubernetes.io/hostname": name});
+        if let Some((k, v)) = label {
+            labels[k] = json!(v);
+        }
         self.api()
-            .create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
+            .create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}))
             .map(|_| ())
             .map_err(|e| anyhow::anyhow!("cannot create node {name}: {e:?}"))
     }
@@ -599,15 +688,21 @@ impl Stack {
         self.nodes[i].start_plugin(&client);
     }
 
-    /// Waits until a replica leads and sees every node's GPUs.
+    /// Waits until a replica leads and sees every device-plugin node's GPUs, and the DRA
+    /// node (if any) has published its ResourceSlices.
     pub async fn wait_registered(&self, limit: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + limit;
         loop {
+            let published = match &self.dra {
+                Some(n) => hami_demo::dra_node::slices_published(&self.client, &n.name).await,
+                None => true,
+            };
             if let Some(l) = self.leader()
                 && let Some(r) = &self.replicas[l]
             {
                 let state = r.scheduler.state();
-                if r.scheduler.ready()
+                if published
+                    && r.scheduler.ready()
                     && self.nodes.iter().all(|n| {
                         state
                             .node(&n.name)
@@ -618,7 +713,9 @@ impl Stack {
                 }
             }
             if Instant::now() > deadline {
-                anyhow::bail!("no leader saw every node's GPUs within {limit:?}");
+                anyhow::bail!(
+                    "no leader saw every node's GPUs (or the DRA node's slices: {published}) within {limit:?}"
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -626,6 +723,9 @@ impl Stack {
 
     /// Stops every component and removes the scratch directory.
     pub async fn shutdown(mut self) {
+        if let Some(node) = self.dra.take() {
+            node.shutdown().await;
+        }
         for node in std::mem::take(&mut self.nodes) {
             let mut node = node;
             node.stop_plugin().await;

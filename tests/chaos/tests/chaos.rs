@@ -27,10 +27,13 @@ async fn whole_stack_under_faults_keeps_every_invariant() {
     let config = ChaosConfig {
         seed,
         fault_duration: Duration::from_secs(seconds),
-        mean_gap: Duration::from_millis(3000),
+        // Every kind (12) fits 40 s of faults (gaps 1.25–3.75 s; schedule.rs checks seeds).
+        mean_gap: Duration::from_millis(2500),
         settle_limit: Duration::from_secs(45),
         // The pods' containers run as processes (root and util-linux needed, as in CI).
         workload: Some(env!("CARGO_BIN_EXE_chaos-workload").into()),
+        // The DRA node with its pods, faults and checks (issue 20).
+        dra: true,
     };
     let report = match run(config).await {
         Ok(r) => r,
@@ -50,6 +53,14 @@ async fn whole_stack_under_faults_keeps_every_invariant() {
     assert!(
         report.usage_checks > 10 && report.memory_readings > 0 && report.kills > 0,
         "the usage ledger never read the monitors or nothing was killed\n{}",
+        report.render()
+    );
+    assert!(
+        report.dra_checks > 10
+            && report.dra_pods_placed > 6
+            && report.dra_prepared_max.1 > 1
+            && report.dra_released_after.is_some(),
+        "the DRA ledger never saw DRA pods run, share a GPU, or be released\n{}",
         report.render()
     );
 }
