@@ -404,6 +404,27 @@ async fn kubectl_gets_resourceslices() {
         ["node-a-amdgpu-0", "node-a", "amdgpu.hami-rs.io", "node-a"],
         "{table}"
     );
+    // kubectl's --field-selector goes to the server
+    let mine = run(&[
+        "get",
+        "resourceslices",
+        "--field-selector",
+        "spec.nodeName=node-a,spec.driver=amdgpu.hami-rs.io",
+        "-o",
+        "name",
+    ])
+    .await;
+    assert_eq!(mine.trim(), "resourceslice.resource.k8s.io/node-a-amdgpu-0");
+    let none = run(&[
+        "get",
+        "resourceslices",
+        "--field-selector",
+        "spec.nodeName=node-b",
+        "-o",
+        "name",
+    ])
+    .await;
+    assert_eq!(none.trim(), "", "{none}");
     // claims print their state: pending until allocated, then allocated,reserved
     let claims: Api<DynamicObject> = Api::namespaced_with(
         client(&server),
