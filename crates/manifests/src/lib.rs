@@ -119,6 +119,43 @@ mod tests {
     }
 
     #[test]
+    fn the_webhooks_dra_mode_has_its_flag_rights_and_side_effects() {
+        let rules_of = |s: &Settings| {
+            objects::rbac_objects(s)
+                .into_iter()
+                .find_map(|o| match o {
+                    Object::ClusterRole(r)
+                        if r.metadata.name.as_deref() == Some(names::SCHEDULER) =>
+                    {
+                        r.rules
+                    }
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let plain = Settings::default();
+        let mut dra = Settings {
+            kube_version: settings::KubeVersion::parse("v1.34.0").unwrap(),
+            ..Settings::default()
+        };
+        dra.values.dra_plugin.enabled = true;
+        dra.values.scheduler.amd_mode = "dra".into();
+        let dra_rules = rbac::scheduler_dra_cluster_rules();
+        assert!(dra_rules.iter().all(|r| !rules_of(&plain).contains(r)));
+        assert!(dra_rules.iter().all(|r| rules_of(&dra).contains(r)));
+        let text = |s: &Settings| render(s).unwrap();
+        assert!(text(&plain).contains("--amd-mode=device-plugin"));
+        assert!(text(&dra).contains("--amd-mode=dra"));
+        // Template creation is a side effect the webhook skips on dryRun.
+        for s in [&plain, &dra] {
+            let hooks = objects::webhook(s).to_value().unwrap();
+            for hook in hooks["webhooks"].as_array().unwrap() {
+                assert_eq!(hook["sideEffects"], "NoneOnDryRun");
+            }
+        }
+    }
+
+    #[test]
     fn bad_settings_are_refused_with_what_to_change() {
         let s = Settings {
             namespace: "Hami_System".into(),

@@ -285,9 +285,13 @@ pub fn namespace(settings: &Settings) -> Object {
 pub fn rbac_objects(settings: &Settings) -> Vec<Object> {
     let ns = settings.namespace.as_str();
     let v = &settings.values;
+    let mut scheduler_rules = rbac::scheduler_cluster_rules();
+    if v.dra_plugin.enabled {
+        scheduler_rules.extend(rbac::scheduler_dra_cluster_rules());
+    }
     let mut out = vec![
         sa(SCHEDULER, ns),
-        cluster_role(SCHEDULER, SCHEDULER, rbac::scheduler_cluster_rules()),
+        cluster_role(SCHEDULER, SCHEDULER, scheduler_rules),
         cluster_binding(SCHEDULER, SCHEDULER, SCHEDULER, sa_subject(SCHEDULER, ns)),
         role(SCHEDULER, ns, SCHEDULER, rbac::scheduler_lease_rules()),
         binding(
@@ -501,6 +505,7 @@ pub fn scheduler_args(settings: &Settings) -> Vec<String> {
         format!("--scheduler-name={}", sched.scheduler_name),
         format!("--gpu-scheduler-policy={}", sched.gpu_scheduler_policy),
         format!("--node-scheduler-policy={}", sched.node_scheduler_policy),
+        format!("--amd-mode={}", sched.amd_mode),
         s("--leader-elect"),
         format!("--lease-name={SCHEDULER_LEASE}"),
     ]);
@@ -918,7 +923,8 @@ fn webhooks(
         ),
         failure_policy: Some(webhook_failure_policy(settings)),
         match_policy: Some(s("Equivalent")),
-        side_effects: s("None"),
+        // DRA mode: the webhook creates ResourceClaimTemplates, but never on a dryRun.
+        side_effects: s("NoneOnDryRun"),
         timeout_seconds: Some(10),
         reinvocation_policy: Some(s("Never")),
         admission_review_versions: vec![s("v1"), s("v1beta1")],

@@ -35,6 +35,29 @@ pub fn scheduler_cluster_rules() -> Vec<PolicyRule> {
     ]
 }
 
+/// The scheduler's extra cluster-wide rules in the DRA mode (`draPlugin.enabled`; also
+/// pods annotated `hami.io/amd-mode=dra`): dra_templates.rs watches the driver's
+/// ResourceSlices (reflector: list/watch; the device shapes percentages need), creates the
+/// claim templates the webhook names (create; get to compare an existing one), and its
+/// sweeper lists them and deletes the unused ones (list, delete; the pods of their
+/// namespaces are listed with the pods rule above).
+pub fn scheduler_dra_cluster_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(
+            "resource.k8s.io",
+            &["resourceslices"],
+            &["list", "watch"],
+            &[],
+        ),
+        rule(
+            "resource.k8s.io",
+            &["resourceclaimtemplates"],
+            &["get", "list", "create", "delete"],
+            &[],
+        ),
+    ]
+}
+
 /// Leader election in the release namespace: the extender's Lease (leader.rs) and the
 /// kube-scheduler sidecar's (same pod, same service account; its other rights come from the
 /// built-in `system:kube-scheduler` and `system:volume-scheduler` ClusterRoles, which only

@@ -160,6 +160,10 @@ pub struct SchedulerValues {
     pub gpu_scheduler_policy: String,
     /// Default node policy (`binpack` or `spread`).
     pub node_scheduler_policy: String,
+    /// The AMD front end of pods without a `hami.io/amd-mode` annotation (`--amd-mode`):
+    /// `device-plugin`, or `dra` (the webhook turns `amd.com/*` requests into claim
+    /// templates for the AMD DRA driver; needs `draPlugin.enabled`).
+    pub amd_mode: String,
     /// The kube-scheduler sidecar.
     pub kube_scheduler: KubeSchedulerValues,
     /// Where the scheduler pods run.
@@ -503,6 +507,14 @@ impl Settings {
                 &["cu", "partition"][..],
             ),
             (
+                "scheduler.amdMode",
+                &v.scheduler.amd_mode,
+                &[
+                    hami_protocol::dra::AMD_MODE_DEVICE_PLUGIN,
+                    hami_protocol::dra::AMD_MODE_DRA,
+                ][..],
+            ),
+            (
                 "monitor.legacyMetrics",
                 &v.monitor.legacy_metrics,
                 &["none", "seed", "all"][..],
@@ -528,6 +540,12 @@ impl Settings {
                  this cluster is {}: keep draPlugin.enabled false and use the device plugin",
                 k.release()
             ));
+        }
+        if v.scheduler.amd_mode == hami_protocol::dra::AMD_MODE_DRA && !v.dra_plugin.enabled {
+            return Err(
+                "scheduler.amdMode dra needs draPlugin.enabled: the webhook's claims are for the AMD DRA driver (and the scheduler's DRA rights come with it)"
+                    .into(),
+            );
         }
         if v.dra_plugin.publish_interval == 0 {
             return Err("draPlugin.publishInterval must be at least 1 (seconds)".into());

@@ -287,6 +287,15 @@ fn bad_values_fail_at_render_with_a_message_naming_the_value() {
             json!({"draPlugin": {"splitCount": 0}}),
             "/draPlugin/splitCount",
         ),
+        (
+            json!({"scheduler": {"amdMode": "both"}}),
+            "/scheduler/amdMode",
+        ),
+        // The webhook's DRA mode without the DRA driver (and the scheduler's DRA rights).
+        (
+            json!({"scheduler": {"amdMode": "dra"}}),
+            "scheduler.amdMode dra needs draPlugin.enabled",
+        ),
     ];
     let mut cases: Vec<Case> = bad
         .iter()
@@ -339,6 +348,16 @@ fn bad_values_fail_at_render_with_a_message_naming_the_value() {
         e.contains("draPlugin.enabled needs resource.k8s.io/v1") && e.contains("device plugin"),
         "{e}"
     );
+    let mut typed = Settings::default();
+    typed.values.scheduler.amd_mode = "dra".into();
+    let e = objects::all(&typed, false).unwrap_err().to_string();
+    assert!(
+        e.contains("scheduler.amdMode dra needs draPlugin.enabled"),
+        "{e}"
+    );
+    typed.values.scheduler.amd_mode = "both".into();
+    let e = objects::all(&typed, false).unwrap_err().to_string();
+    assert!(e.contains("scheduler.amdMode"), "{e}");
 }
 
 #[test]
