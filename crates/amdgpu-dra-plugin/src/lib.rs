@@ -2,13 +2,15 @@
 //! `registration` serves the plugin-registry socket (pluginregistration v1), `service` the
 //! DRA v1 `NodePrepareResources`/`NodeUnprepareResources` on the plugin socket, `driver`
 //! does the work (idempotent, serialised, checkpointed in `checkpoint`), `claims` reads
-//! ResourceClaims from the API server, `slice_publisher` keeps the node's ResourceSlices.
+//! ResourceClaims from the API server, `slice_publisher` keeps the node's ResourceSlices;
+//! `args` is the binary's command line.
 //! The kubelet protos (DRA v1, plugin registration v1) are compiled in
 //! `hami-deviceplugin-api`, with the device-plugin API; they are re-exported here because the
 //! driver's API speaks their types.
 
 pub use hami_deviceplugin_api::{dra_v1, pluginregistration};
 
+pub mod args;
 pub mod checkpoint;
 pub mod claims;
 pub mod driver;

@@ -2,63 +2,18 @@
 //! node's ResourceSlices (JSON) from discovery; without a subcommand it serves kubelet and
 //! keeps the node's ResourceSlices published (`slice_publisher`, every `--publish-interval`).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-use hami_amd_discovery::registration::RegistrationSettings;
+use clap::Parser;
+use hami_amdgpu_dra_plugin::args::{Args, Cmd};
 use hami_amdgpu_dra_plugin::claims::KubeClaims;
 use hami_amdgpu_dra_plugin::driver::{Driver, DriverConfig};
 use hami_amdgpu_dra_plugin::registration::{Sockets, serve};
 use hami_amdgpu_dra_plugin::slice_publisher::SlicePublisher;
 use hami_dra_core::prepare::PrepareSettings;
 use hami_dra_core::slice::{self, NodeRef};
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "amdgpu-dra-plugin",
-    about = "Kubelet DRA plugin for AMD GPU slices"
-)]
-struct Args {
-    #[arg(long, env = "NODE_NAME", global = true)]
-    node_name: Option<String>,
-    #[arg(long, default_value = hami_dra_core::DRIVER, global = true)]
-    driver_name: String,
-    #[arg(long, default_value = "/sys", global = true)]
-    sysfs_root: PathBuf,
-    #[arg(long, default_value = "/dev", global = true)]
-    dev_root: PathBuf,
-    #[arg(long = "split_count", global = true)]
-    split_count: Option<u32>,
-    #[arg(long, default_value = hami_deviceplugin_api::PLUGINS_REGISTRY)]
-    registry_dir: PathBuf,
-    /// Default: /var/lib/kubelet/plugins/<driver>.
-    #[arg(long)]
-    plugin_dir: Option<PathBuf>,
-    #[arg(long, default_value = "/var/run/cdi")]
-    cdi_dir: PathBuf,
-    /// Host path of libamvgpu.so.
-    #[arg(long, default_value = "/usr/local/vgpu/libamvgpu.so")]
-    hook_host_path: String,
-    /// Host root of per-claim cache dirs and hook configs.
-    #[arg(long, default_value = "/usr/local/vgpu/dra")]
-    cache_root: String,
-    #[arg(long, default_value = "/sys/fs/cgroup")]
-    cgroup_root: PathBuf,
-    /// Seconds between ResourceSlice reconciles (health and device changes show up this fast).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    publish_interval: u64,
-    #[command(subcommand)]
-    command: Option<Cmd>,
-}
-
-#[derive(Subcommand, Debug)]
-enum Cmd {
-    /// Print the node's ResourceSlices as JSON.
-    Slices,
-}
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -75,10 +30,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    let settings = RegistrationSettings {
-        split_count: args.split_count,
-        ..Default::default()
-    };
+    let settings = args.registration_settings();
     let report = match hami_amd_plugin::discover_report::build_report(
         &args.sysfs_root,
         &args.dev_root,
@@ -143,10 +95,7 @@ async fn run(
     report: hami_amd_plugin::discover_report::Report,
 ) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
-    let plugin_dir = args
-        .plugin_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet/plugins").join(&args.driver_name));
+    let plugin_dir = args.plugin_dir();
     let devices = slice::registered_by_name(&report.discovery, &report.registration)
         .into_iter()
         .map(|(k, v)| (k, v.clone()))
@@ -179,10 +128,7 @@ async fn run(
         node: node.clone(),
         sysfs_root: args.sysfs_root.clone(),
         dev_root: args.dev_root.clone(),
-        settings: RegistrationSettings {
-            split_count: args.split_count,
-            ..Default::default()
-        },
+        settings: args.registration_settings(),
     };
     let publishing = tokio::spawn(publisher.run(
         Duration::from_secs(args.publish_interval),

@@ -1,7 +1,8 @@
 //! Least privilege in the DRA mode, end to end: the manifests rendered as `hami manifests
 //! --dra` renders them; on the embedded API server with authentication and RBAC on, the
-//! real AMD DRA driver (its ResourceSlice publisher and its kubelet plugin: claim GET,
-//! claim status write) and the monitor's DRA reads (the node's pods, their claims, the
+//! real AMD DRA driver (flags from its rendered DaemonSet through its own parser; its
+//! ResourceSlice publisher and its kubelet plugin: claim GET, claim status write) and the
+//! monitor's DRA reads (the node's pods, their claims, the
 //! driver's slices) each run under their own shipped service account with exactly the
 //! shipped RBAC objects. The simulated kube-scheduler (allocation, reservation, binding)
 //! and the simulated kubelet (registration, NodePrepareResources/NodeUnprepareResources)
@@ -22,13 +23,13 @@
 //!   monitor reports the claim as unreadable.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
 use hami_amd_discovery::discovery::discover;
-use hami_amd_discovery::registration::{RegisteredDevice, RegistrationSettings, register};
+use hami_amd_discovery::registration::{RegisteredDevice, register};
+use hami_amdgpu_dra_plugin::args::Args;
 use hami_amdgpu_dra_plugin::claims::KubeClaims;
 use hami_amdgpu_dra_plugin::driver::{Driver, DriverConfig};
 use hami_amdgpu_dra_plugin::registration::{Sockets, serve};
@@ -159,9 +160,9 @@ struct Outcome {
 }
 
 /// The node's GPUs as the driver's Prepare sees them (its `main.rs` does the same).
-fn registered(sysfs: &Path) -> BTreeMap<String, RegisteredDevice> {
-    let d = discover(sysfs).unwrap();
-    let reg = register(&d, &RegistrationSettings::default(), |_| true);
+fn registered(args: &Args) -> BTreeMap<String, RegisteredDevice> {
+    let d = discover(&args.sysfs_root).unwrap();
+    let reg = register(&d, &args.registration_settings(), |_| true);
     hami_dra_core::slice::registered_by_name(&d, &reg)
         .into_iter()
         .map(|(k, v)| (k, v.clone()))
@@ -255,36 +256,54 @@ async fn run_flow(rbac_objects: Vec<Object>, expect_success: bool) -> Outcome {
         )
         .unwrap();
 
-    // The driver under its account: slices, then the kubelet plugin.
+    // The driver's flags as its DaemonSet passes them, the node's paths pointed at the
+    // scratch node; from them what main.rs builds, under the driver's account: slices, then
+    // the kubelet plugin.
+    let Object::DaemonSet(ds) = objects::dra_plugin_daemon_set(&s) else {
+        panic!("the DRA driver is not a DaemonSet")
+    };
+    let container = &ds.spec.unwrap().template.spec.unwrap().containers[0];
+    let mut args = Args::try_parse_from(
+        std::iter::once("amdgpu-dra-plugin".to_string()).chain(container.args.clone().unwrap()),
+    )
+    .unwrap();
+    args.node_name = Some(NODE.into());
+    args.sysfs_root = tree.sysfs_root();
+    args.dev_root = tree.dev_root();
+    args.registry_dir = dir.join("plugins_registry");
+    args.plugin_dir = Some(dir.join("plugin"));
+    args.cdi_dir = dir.join("cdi");
+    args.cache_root = dir.join("vgpu").display().to_string();
+    assert_eq!(args.driver_name, DRIVER);
     let publisher = SlicePublisher {
         client: dra.clone(),
-        driver: DRIVER.into(),
+        driver: args.driver_name.clone(),
         node: NODE.into(),
-        sysfs_root: tree.sysfs_root(),
-        dev_root: tree.dev_root(),
-        settings: RegistrationSettings::default(),
+        sysfs_root: args.sysfs_root.clone(),
+        dev_root: args.dev_root.clone(),
+        settings: args.registration_settings(),
     };
     let first = publisher.refresh().await.unwrap();
     let driver = Arc::new(
         Driver::new(
             DriverConfig {
                 settings: PrepareSettings {
-                    driver: DRIVER.into(),
+                    driver: args.driver_name.clone(),
                     node: NODE.into(),
-                    hook_host_path: "/usr/local/vgpu/libamvgpu.so".into(),
-                    hook_container_path: "/usr/local/vgpu/libamvgpu.so".into(),
-                    cache_host_root: dir.join("vgpu").display().to_string(),
+                    hook_host_path: args.hook_host_path.clone(),
+                    hook_container_path: hami_amd_plugin::allocate_plan::HOOK_CONTAINER_PATH.into(),
+                    cache_host_root: args.cache_root.clone(),
                 },
-                devices: registered(&tree.sysfs_root()),
-                cdi_dir: dir.join("cdi"),
-                checkpoint: dir.join("plugin/checkpoint.json"),
+                devices: registered(&args),
+                cdi_dir: args.cdi_dir.clone(),
+                checkpoint: args.plugin_dir().join("checkpoint.json"),
                 dmem: None,
             },
             KubeClaims { client: dra },
         )
         .unwrap(),
     );
-    let sockets = Sockets::new(&dir.join("plugins_registry"), &dir.join("plugin"), DRIVER);
+    let sockets = Sockets::new(&args.registry_dir, &args.plugin_dir(), DRIVER);
     let (stop_plugin, stopped) = tokio::sync::oneshot::channel::<()>();
     let (mut registration, plugin) = serve(driver.clone(), DRIVER, &sockets, async move {
         let _ = stopped.await;
