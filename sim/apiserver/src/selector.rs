@@ -235,11 +235,13 @@ fn supported_fields(plural: &str) -> &'static [&'static str] {
     }
 }
 
-/// Whether a field selector may name `field` on `plural`. ResourceSlices register their
-/// own conversion upstream, which (unlike the default one) refuses `metadata.namespace`.
+/// Whether a field selector may name `field` on `plural`. Nodes, Namespaces and
+/// ResourceSlices register their own conversions upstream, which (unlike the default one)
+/// refuse `metadata.namespace`.
 fn selectable(plural: &str, field: &str) -> bool {
     field == "metadata.name"
-        || (field == "metadata.namespace" && plural != "resourceslices")
+        || (field == "metadata.namespace"
+            && !matches!(plural, "nodes" | "namespaces" | "resourceslices"))
         || supported_fields(plural).contains(&field)
 }
 
@@ -523,6 +525,12 @@ mod tests {
                 )
             );
             assert_eq!(e.code, 400);
+        }
+        // as for nodes and namespaces (core/v1's conversions)
+        for plural in ["nodes", "namespaces"] {
+            let e = FieldSelector::parse("metadata.namespace=x", plural).unwrap_err();
+            assert_eq!(e.message, "field label not supported: metadata.namespace");
+            assert!(FieldSelector::parse("metadata.name=x", plural).is_ok());
         }
         // other resource.k8s.io kinds have only the metadata fields
         assert!(FieldSelector::parse("spec.nodeName=n1", "resourceclaims").is_err());
