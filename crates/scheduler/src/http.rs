@@ -689,3 +689,71 @@ pub async fn serve_on(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::WebhookConfig;
+    use crate::dra_claims::AmdMode;
+
+    fn body(dry_run: Option<bool>, namespace: &str) -> Vec<u8> {
+        let mut request = json!({
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE", "namespace": namespace,
+            "userInfo": {"username": "alice"},
+            "object": {"metadata": {"name": "p", "annotations": {"hami.io/amd-mode": "dra"}},
+                       "spec": {"containers": [{"name": "c", "resources": {"limits": {"amd.com/gpumem": "1024"}}}]}}
+        });
+        if let Some(d) = dry_run {
+            request["dryRun"] = json!(d);
+        }
+        serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_dra_review_names_its_templates_namespace_and_dry_run() {
+        let config = WebhookConfig::default();
+        let r = review_with(&body(Some(true), "team-a"), &config, &[]);
+        assert_eq!((r.namespace.as_str(), r.dry_run), ("team-a", true));
+        assert_eq!(r.claims.len(), 1);
+        assert_eq!(r.body["response"]["patchType"], "JSONPatch");
+        let r = review_with(&body(None, ""), &config, &[]);
+        assert_eq!((r.namespace.as_str(), r.dry_run), ("default", false));
+        // A failed create turns the answer into a denial without the patch.
+        let mut r = review_with(&body(Some(false), "ns"), &config, &[]);
+        r.deny("cannot create ResourceClaimTemplate ns/x: forbidden".into());
+        assert_eq!(r.body["response"]["allowed"], false);
+        assert!(r.body["response"].get("patch").is_none());
+        assert!(r.claims.is_empty());
+        assert_eq!(
+            r.denied(),
+            Some("cannot create ResourceClaimTemplate ns/x: forbidden")
+        );
+        // The slices could not be read: a denial for want of them says why.
+        let pct = String::from_utf8(body(None, "ns"))
+            .unwrap()
+            .replace("amd.com/gpumem", "amd.com/gpumem-percentage")
+            .replace("1024", "50");
+        let mut r = review_with(pct.as_bytes(), &config, &[]);
+        r.note_missing_shapes("403 Forbidden");
+        let message = r.denied().unwrap();
+        assert!(
+            message.contains("no ResourceSlice of")
+                && message.contains("cannot read ResourceSlices: 403 Forbidden"),
+            "{message}"
+        );
+        // Only a DRA-mode review is worth reading the slices for.
+        assert!(crate::dra_templates::may_need_shapes(
+            &body(None, "ns"),
+            &config
+        ));
+        let plain = br#"{"request": {"object": {"metadata": {}}}}"#;
+        assert!(!crate::dra_templates::may_need_shapes(plain, &config));
+        let dra = WebhookConfig {
+            amd_mode: AmdMode::Dra,
+            ..WebhookConfig::default()
+        };
+        assert!(crate::dra_templates::may_need_shapes(plain, &dra));
+    }
+}
