@@ -5,11 +5,14 @@
 //! A claim is fetched (`get`) when first named by a pod, and again only while it is not
 //! settled for that pod: allocated to our driver on this node but not (yet) reserved for
 //! the pod or without our `status.devices` entries (written after Prepare). Claims no pod
-//! names any more are forgotten. The slices are listed (`list`, filtered here: the
-//! embedded API server has no field selectors for slices; the real one's `spec.nodeName`
-//! is not needed for one list per hardware change) only when a claim names a device this
-//! node's slices, as last read, do not have. A pod without DRA claims costs nothing, so a
-//! cluster without resource.k8s.io/v1 (or without the RBAC for it) sees no call.
+//! names any more are forgotten. This node's slices of the driver are listed by field
+//! selector (`spec.nodeName=<node>,spec.driver=<driver>`, which the API server, real or
+//! embedded, filters: other nodes' slices are never sent here) only when a claim names a
+//! device this node's slices, as last read, do not have. An answer holding another node's
+//! or driver's slice (a server that ignored the selector) is refused whole, as the
+//! driver's slice publisher refuses it, and the slices last read are kept. A pod without
+//! DRA claims costs nothing, so a cluster without resource.k8s.io/v1 (or without the RBAC
+//! for it) sees no call.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -70,6 +73,26 @@ fn settled(claim: &ResourceClaim, uid: &str, driver: &str, node: &str) -> bool {
             .any(|d| d.driver == driver && d.pool == node)
 }
 
+/// The field selector of `node`'s slices of `driver`.
+pub fn slice_selector(node: &str, driver: &str) -> String {
+    format!("spec.nodeName={node},spec.driver={driver}")
+}
+
+/// Why a list answered to [`slice_selector`] cannot be used: it holds a slice of another
+/// node or driver (the server ignored the selector), named here; `None` when all are ours.
+pub fn foreign_slice(slices: &[ResourceSlice], node: &str, driver: &str) -> Option<String> {
+    let other = slices
+        .iter()
+        .find(|s| s.spec.driver != driver || s.spec.node_name.as_deref() != Some(node))?;
+    Some(format!(
+        "the API server answered the field selector {:?} with ResourceSlice {} of node {:?}, driver {:?}",
+        slice_selector(node, driver),
+        other.metadata.name.as_deref().unwrap_or_default(),
+        other.spec.node_name.as_deref().unwrap_or_default(),
+        other.spec.driver,
+    ))
+}
+
 impl DraSource {
     /// A source for `driver`'s claims on `node`; nothing read yet.
     pub fn new(client: Client, driver: &str, node: &str) -> DraSource {
@@ -118,11 +141,16 @@ impl DraSource {
         view.pods = self.build(pods);
         if view.pods.values().any(|p| !p.unknown_devices.is_empty()) {
             let api: Api<ResourceSlice> = Api::all(self.client.clone());
-            match api.list(&ListParams::default()).await {
-                Ok(list) => {
-                    self.slices = dra_claims::slice_devices(&self.driver, &self.node, &list.items);
-                    view.pods = self.build(pods);
-                }
+            let selector = slice_selector(&self.node, &self.driver);
+            match api.list(&ListParams::default().fields(&selector)).await {
+                Ok(list) => match foreign_slice(&list.items, &self.node, &self.driver) {
+                    Some(why) => view.problems.push(why),
+                    None => {
+                        self.slices =
+                            dra_claims::slice_devices(&self.driver, &self.node, &list.items);
+                        view.pods = self.build(pods);
+                    }
+                },
                 Err(e) => view.problems.push(format!("listing ResourceSlices: {e}")),
             }
         }
@@ -151,5 +179,36 @@ impl DraSource {
             out.insert(uid, dra);
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(name: &str, node: &str, driver: &str) -> ResourceSlice {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {"driver": driver, "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_answer_that_ignored_the_selector_is_refused() {
+        let d = "amdgpu.hami-rs.io";
+        assert_eq!(
+            slice_selector("n1", d),
+            "spec.nodeName=n1,spec.driver=amdgpu.hami-rs.io"
+        );
+        let mine = slice("n1-0", "n1", d);
+        assert_eq!(foreign_slice(std::slice::from_ref(&mine), "n1", d), None);
+        assert_eq!(foreign_slice(&[], "n1", d), None);
+        let node = foreign_slice(&[mine.clone(), slice("n2-0", "n2", d)], "n1", d).unwrap();
+        assert!(node.contains("ResourceSlice n2-0 of node \"n2\""), "{node}");
+        let driver = foreign_slice(&[slice("x", "n1", "gpu.amd.com"), mine], "n1", d).unwrap();
+        assert!(driver.contains("driver \"gpu.amd.com\""), "{driver}");
     }
 }

@@ -5,7 +5,8 @@
 //! and the pod (its `resourceClaimStatuses`); the region is a real hami-region file at the
 //! path the driver mounts (`<HOOK_PATH>/dra/claims/<claim uid>/hipdevshr.cache`,
 //! `hami_dra_core::prepare`), attached and reserved as libamvgpu.so does. The monitor's own
-//! informer, claim fetcher and HTTP server run.
+//! informer, claim fetcher and HTTP server run; the fetcher lists only this node's slices
+//! (by field selector, which the embedded server applies), never the other node's.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -24,6 +25,27 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const NODE: &str = "node-d";
 const DRIVER: &str = "amdgpu.hami-rs.io";
 const GIB: u64 = 1 << 30;
+
+/// A query string with `%XX` escapes (and `+`) decoded.
+fn percent_decoded(query: &str) -> String {
+    let bytes = query.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
+                out.push(u8::from_str_radix(hex, 16).unwrap());
+                i += 3;
+                continue;
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).unwrap()
+}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -284,6 +306,24 @@ async fn a_dra_pods_claim_region_is_reported_with_the_slices_uuid() {
     );
     assert!(stranger.join("hipdevshr.cache").exists());
     assert!(!text.contains("kind=\"dra_claim\""), "{text}");
+    // The slices were listed, and only through this node's and driver's field selector:
+    // the server never sent the other node's slice (its uuid above is not merely hidden).
+    let lists: Vec<String> = server
+        .request_log()
+        .into_iter()
+        .filter(|r| r.resource == "resourceslices" && r.verb != "create")
+        .map(|r| format!("{} {}", r.verb, percent_decoded(&r.query)))
+        .collect();
+    assert!(!lists.is_empty(), "the slices were never listed");
+    for l in &lists {
+        assert!(
+            l.starts_with("list ")
+                && l.contains(&format!(
+                    "fieldSelector=spec.nodeName={NODE},spec.driver={DRIVER}"
+                )),
+            "{lists:?}"
+        );
+    }
 
     let _ = tx.send(());
     monitor.await.unwrap().unwrap();
