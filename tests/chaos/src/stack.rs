@@ -440,7 +440,7 @@ impl Stack {
         &self,
         name: &str,
         image_env: Option<(Vec<String>, PathBuf)>,
-        dra: Option<hami_kubelet_sim::dra_manager::DraConfig>,
+        node: hami_kubelet_sim::NodeConfig,
     ) -> anyhow::Result<(PathBuf, PathBuf, KubeletSim)> {
         let sockets = self.workdir.join(name).join("device-plugins");
         let hook = self.workdir.join(name).join("hook");
@@ -460,10 +460,7 @@ impl Stack {
                 .unwrap_or_default(),
             sync_interval_ms: 100,
         };
-        let kubelet = match dra {
-            Some(dra) => KubeletSim::start_with_dra(args, self.client.clone(), dra).await?,
-            None => KubeletSim::start(args, self.client.clone()).await?,
-        };
+        let kubelet = KubeletSim::start_node(args, self.client.clone(), node).await?;
         Ok((sockets, hook, kubelet))
     }
 
@@ -523,7 +520,16 @@ impl Stack {
             }
             (env, tree.dev_root())
         });
-        let (sockets, hook, kubelet) = self.kubelet(name, containers, dra).await?;
+        // The DRA node's kubelet makes its pods' cgroups, in which the driver sets dmem
+        // (as the demo's DRA node).
+        let node = hami_kubelet_sim::NodeConfig {
+            cgroups: match &dra {
+                Some(_) => Some(hami_demo::dra_node::node_cgroups(&tree.sysfs_root())?),
+                None => None,
+            },
+            dra,
+        };
+        let (sockets, hook, kubelet) = self.kubelet(name, containers, node).await?;
         let (monitor_addr, monitor) =
             self.monitor(name, &hook, tree.sysfs_root(), proc_root.clone())?;
         let driver = match &self.images {
@@ -638,7 +644,7 @@ impl Stack {
         } else {
             node_dir.join("proc")
         };
-        let (sockets, hook, kubelet) = self.kubelet(name, containers, None).await?;
+        let (sockets, hook, kubelet) = self.kubelet(name, containers, Default::default()).await?;
         let (monitor_addr, monitor) = self.monitor(name, &hook, tree.sysfs_root(), proc_root)?;
         let driver = match &self.images {
             Some(images) => {
