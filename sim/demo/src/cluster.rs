@@ -28,9 +28,13 @@ use crate::{DemoArgs, Progress};
 /// A simulated GPU node: its sysfs tree, kubelet, plugin, monitor and (with containers)
 /// the kernel side of its stand-in driver.
 pub struct SimNode {
+    /// The Node object's name.
     pub name: String,
+    /// What the tables say about its GPUs.
     pub description: String,
+    /// Its sysfs/dev tree (and, on the DRA node, its cgroup tree).
     pub tree: FixtureTree,
+    /// Its simulated kubelet.
     pub kubelet: KubeletSim,
     /// Whether the AMD DRA driver serves this node (`--dra`) instead of a device plugin.
     pub dra: bool,
@@ -39,6 +43,7 @@ pub struct SimNode {
     driver: Option<NodeDriver>,
     plugin_stop: watch::Sender<bool>,
     plugin: JoinHandle<anyhow::Result<()>>,
+    /// Where its monitor serves `/metrics`.
     pub monitor_addr: SocketAddr,
     monitor: JoinHandle<anyhow::Result<()>>,
 }
@@ -247,6 +252,34 @@ pub fn install_hook(hook: &Path, hook_path: &Path, name: &str) -> anyhow::Result
     std::fs::create_dir_all(&dir)?;
     std::fs::copy(hook, dir.join(name))?;
     Ok(())
+}
+
+/// Creates one example pod through the API (so the webhook sees it as a user's pod).
+async fn submit_pod(
+    pods: &Api<Pod>,
+    file: String,
+    pod: &Pod,
+    progress: &mut Progress<'_>,
+) -> anyhow::Result<Submitted> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    match pods.create(&PostParams::default(), pod).await {
+        Ok(_) => {
+            progress.step(format!("submitted {file} (pod {name})"));
+            Ok(Submitted::Created { file, pod: name })
+        }
+        Err(kube::Error::Api(status)) => {
+            progress.step(format!(
+                "{file}: rejected by the API server: {}",
+                status.message
+            ));
+            Ok(Submitted::Rejected {
+                file,
+                pod: name,
+                message: status.message,
+            })
+        }
+        Err(e) => Err(anyhow::anyhow!("{file}: cannot create pod {name}: {e}")),
+    }
 }
 
 fn free_local_addr() -> anyhow::Result<SocketAddr> {
@@ -791,7 +824,8 @@ impl Cluster {
         progress: &mut Progress<'_>,
     ) -> anyhow::Result<Vec<Submitted>> {
         // No directory: the built-in examples, written out so the hints can point at them.
-        let dir = if crate::examples::is_built_in(dir) {
+        let built_in = crate::examples::is_built_in(dir);
+        let dir = if built_in {
             let out = self.examples_dir(dir);
             std::fs::create_dir_all(&out)?;
             for (file, text) in crate::examples::BUILT_IN {
@@ -819,34 +853,30 @@ impl Cluster {
                 .unwrap_or_default();
             let text = std::fs::read_to_string(&path)?;
             let docs = crate::dra_node::example_documents(&file, &text)?;
-            if docs.templates.is_some() && !self.dra {
-                progress.step(format!(
-                    "skipped {file}: a DRA example (ResourceClaimTemplate); run with --dra"
-                ));
+            if crate::dra_examples::is_dra_example(&docs) && !self.dra {
+                progress.step(if docs.templates.is_some() {
+                    format!("skipped {file}: a DRA example (ResourceClaimTemplate); run with --dra")
+                } else {
+                    format!(
+                        "skipped {file}: a DRA example ({}: {}); run with --dra",
+                        hami_protocol::dra::AMD_MODE_ANNOTATION,
+                        hami_protocol::dra::AMD_MODE_DRA
+                    )
+                });
                 continue;
             }
             if let Some(templates) = docs.templates {
                 crate::dra_node::create_templates(&self.client, &file, templates, progress).await?;
             }
-            let pod = docs.pod;
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            match pods.create(&PostParams::default(), &pod).await {
-                Ok(_) => {
-                    progress.step(format!("submitted {file} (pod {name})"));
-                    submitted.push(Submitted::Created { file, pod: name });
-                }
-                Err(kube::Error::Api(status)) => {
-                    progress.step(format!(
-                        "{file}: rejected by the API server: {}",
-                        status.message
-                    ));
-                    submitted.push(Submitted::Rejected {
-                        file,
-                        pod: name,
-                        message: status.message,
-                    });
-                }
-                Err(e) => return Err(anyhow::anyhow!("{file}: cannot create pod {name}: {e}")),
+            // With --dra some built-in examples run twice: as written (device plugin, the
+            // cluster's default mode) and annotated for the webhook's DRA mode.
+            let twin =
+                (self.dra && built_in && crate::dra_examples::TWINS.contains(&file.as_str()))
+                    .then(|| crate::dra_examples::twin(&docs.pod));
+            submitted.push(submit_pod(&pods, file.clone(), &docs.pod, progress).await?);
+            if let Some(twin) = twin {
+                let file = format!("{file} (DRA mode)");
+                submitted.push(submit_pod(&pods, file, &twin, progress).await?);
             }
         }
         Ok(submitted)

@@ -51,6 +51,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "10-dra-slice.yaml",
         include_str!("../../../examples/10-dra-slice.yaml"),
     ),
+    (
+        "11-dra-hami-api.yaml",
+        include_str!("../../../examples/11-dra-hami-api.yaml"),
+    ),
 ];
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ pub mod amdgpu_driver;
 pub mod cli;
 mod cluster;
 pub mod cuda_driver;
+pub mod dra_examples;
 pub mod dra_node;
 mod examples;
 mod report;
@@ -38,7 +39,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-pub use cluster::Cluster;
+pub use cluster::{Cluster, SimNode};
 /// What the chaos harness's nodes reuse to run workload containers.
 pub use cluster::{Images, install_hook, namespaces_work};
 

@@ -34,22 +34,48 @@ impl DraView {
     }
 }
 
-/// The containers of `pod` (`namespace/name`) that use one of its claims.
-fn claim_containers(pods: &[Pod], pod: &str) -> Vec<String> {
+/// The containers of `pod` (`namespace/name`) that use claim `claim` (`namespace/claim`,
+/// then `:request` as `dra_status` names a holder): the pod's entry for that claim (a
+/// template's claim through `status.resourceClaimStatuses`, a named one through the spec),
+/// then the containers listing that entry. The webhook's DRA mode gives every container a
+/// claim of its own, so one pod's claims are not its containers' in common. Before the
+/// pod's status names a template's claim: every container that uses a claim.
+fn claim_containers(pods: &[Pod], pod: &str, claim: &str) -> Vec<String> {
     let Some(p) = pods
         .iter()
         .find(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()) == pod)
     else {
         return Vec::new();
     };
+    let claim_name = claim
+        .split_once('/')
+        .map_or(claim, |(_, rest)| rest)
+        .split(':')
+        .next()
+        .unwrap_or_default();
+    let by_status = p
+        .status
+        .iter()
+        .flat_map(|s| s.resource_claim_statuses.iter().flatten())
+        .find(|s| s.resource_claim_name.as_deref() == Some(claim_name))
+        .map(|s| s.name.clone());
+    let by_spec = || {
+        p.spec
+            .iter()
+            .flat_map(|s| s.resource_claims.iter().flatten())
+            .find(|c| c.resource_claim_name.as_deref() == Some(claim_name))
+            .map(|c| c.name.clone())
+    };
+    let entry = by_status.or_else(by_spec);
     p.spec
         .iter()
         .flat_map(|s| &s.containers)
         .filter(|c| {
-            c.resources
-                .as_ref()
-                .and_then(|r| r.claims.as_ref())
-                .is_some_and(|c| !c.is_empty())
+            let claims = c.resources.as_ref().and_then(|r| r.claims.as_ref());
+            match &entry {
+                Some(entry) => claims.is_some_and(|cs| cs.iter().any(|c| &c.name == entry)),
+                None => claims.is_some_and(|cs| !cs.is_empty()),
+            }
         })
         .map(|c| c.name.clone())
         .collect()
@@ -94,7 +120,7 @@ pub fn node_table(
             let mut who: Vec<(String, String, String)> = Vec::new();
             for pod in &h.pods {
                 let (ns, pod_name) = pod.split_once('/').unwrap_or(("", pod));
-                for c in claim_containers(pods, pod) {
+                for c in claim_containers(pods, pod, &h.claim) {
                     who.push((ns.into(), pod_name.into(), c));
                 }
             }
@@ -139,4 +165,64 @@ pub fn node_table(
         text.push_str(&format!("  problem: {p}\n"));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pod as the webhook's DRA mode leaves it: two containers, a claim each from a
+    /// template, the claims' names in its status once made; a third container uses a
+    /// claim by name.
+    fn pod(with_status: bool) -> Pod {
+        let status = if with_status {
+            serde_json::json!({"resourceClaimStatuses": [
+                {"name": "hami-amd-a", "resourceClaimName": "p-hami-amd-a-x1"},
+                {"name": "hami-amd-b", "resourceClaimName": "p-hami-amd-b-x2"}]})
+        } else {
+            serde_json::json!({})
+        };
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {
+                "resourceClaims": [
+                    {"name": "hami-amd-a", "resourceClaimTemplateName": "hami-amd-1"},
+                    {"name": "hami-amd-b", "resourceClaimTemplateName": "hami-amd-2"},
+                    {"name": "shared", "resourceClaimName": "shared-claim"}],
+                "containers": [
+                    {"name": "a", "resources": {"claims": [{"name": "hami-amd-a"}]}},
+                    {"name": "b", "resources": {"claims": [{"name": "hami-amd-b"}]}},
+                    {"name": "c", "resources": {"claims": [{"name": "shared"}]}},
+                    {"name": "plain"}]},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn each_claim_names_only_the_containers_that_use_it() {
+        let pods = [pod(true)];
+        assert_eq!(
+            claim_containers(&pods, "ns/p", "ns/p-hami-amd-a-x1:gpu"),
+            ["a"]
+        );
+        assert_eq!(
+            claim_containers(&pods, "ns/p", "ns/p-hami-amd-b-x2:gpu/shape-0"),
+            ["b"]
+        );
+        assert_eq!(
+            claim_containers(&pods, "ns/p", "ns/shared-claim:gpu"),
+            ["c"]
+        );
+        assert!(claim_containers(&pods, "ns/other", "ns/shared-claim:gpu").is_empty());
+    }
+
+    #[test]
+    fn before_the_status_names_the_claim_every_claim_user_is_shown() {
+        let pods = [pod(false)];
+        assert_eq!(
+            claim_containers(&pods, "ns/p", "ns/p-hami-amd-a-x1:gpu"),
+            ["a", "b", "c"]
+        );
+    }
 }

@@ -77,6 +77,15 @@ fn demo_places_the_examples_and_explains_the_rest() {
             && not_placed.contains("from 1 to 100"),
         "{text}"
     );
+    // Without --dra the DRA examples are skipped, saying why, and nothing runs twice.
+    for skipped in [
+        "skipped 10-dra-slice.yaml: a DRA example (ResourceClaimTemplate); run with --dra",
+        "skipped 11-dra-hami-api.yaml: a DRA example (hami.io/amd-mode: dra); run with --dra",
+    ] {
+        assert!(text.contains(skipped), "{text}");
+    }
+    assert!(!text.contains("(pod dra-hami-api)"), "{text}");
+    assert!(!text.contains("memory-only-dra"), "{text}");
     // Hints a user can follow.
     assert!(
         text.contains(&format!("export KUBECONFIG={}", kubeconfig.display())),

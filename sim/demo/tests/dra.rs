@@ -4,20 +4,27 @@
 //! the real AMD DRA driver, and its container gets the CDI spec's env (CU mask, memory
 //! limit, hook) and mounts (hook, cache, hook config); a second claim pinned to the same GPU
 //! gets disjoint CUs; the pod's VRAM limit is in its pod cgroup's `dmem.max`; the device-plugin pods still run on their nodes; no device plugin
-//! registered on the DRA node; the tables show the DRA holders. (The DRA container does not
-//! run as a process yet: the driver's CDI spec bind-mounts `<claim dir>/hipdevshr.cache`,
-//! which its prepare never creates — see /work/notes/demo-dra.md.)
+//! registered on the DRA node; the tables show the DRA holders.
+//!
+//! HAMi's own API in DRA mode: `11-dra-hami-api.yaml` (share-a's request, annotated
+//! `hami.io/amd-mode: dra`) and memory-only's DRA twin are converted by the scheduler's
+//! webhook into `hami-amd-*` ResourceClaimTemplates (the cluster's default mode stays
+//! device-plugin) and run on the DRA node with the same env, mask width, memory limit and
+//! dmem as their device-plugin twins get on mi210-node.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::{once_args, scratch};
-use hami_demo::{Cluster, Progress};
+use hami_demo::{Cluster, Progress, SimNode};
 use hami_kubelet_sim::records::RECORD_ANNOTATION;
 use hami_protocol::cu_list::{CuSet, HsaCuMask};
+use hami_protocol::dra::{CLAIM_PREFIX, MANAGED_BY_LABEL, MANAGED_BY_WEBHOOK};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -73,6 +80,174 @@ fn result_of(claim: &ResourceClaim) -> (String, String, String) {
 fn cu_set(envs: &Value) -> CuSet {
     let mask = HsaCuMask::parse(envs["HSA_CU_MASK"].as_str().unwrap()).unwrap();
     mask.get(0).unwrap().clone()
+}
+
+/// The one `drm/<region> <bytes>` line the driver wrote into pod `uid`'s `dmem.max` on the
+/// DRA node (waited for, bounded).
+async fn dmem_limit(node: &SimNode, uid: &str) -> (String, u64) {
+    let cgroup_root = node.tree.sysfs_root().join("fs/cgroup");
+    let dmem_max = hami_demo::dra_node::pod_cgroup(&cgroup_root, uid).join("dmem.max");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let limits = loop {
+        let text = std::fs::read_to_string(&dmem_max).unwrap_or_default();
+        if !text.is_empty() {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no dmem limit in {}",
+            dmem_max.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let lines: Vec<&str> = limits.lines().collect();
+    assert_eq!(lines.len(), 1, "{limits}");
+    let (region, bytes) = lines[0].split_once(' ').unwrap();
+    assert!(region.starts_with("drm/"), "{limits}");
+    (region.to_owned(), bytes.parse().unwrap())
+}
+
+/// Waits (bounded) until `node`'s monitor shows `mib` MiB used by `pod`/`container` (device
+/// 0) under a limit of `limit` bytes: the container ran under the hook with its slice.
+async fn wait_live(node: &SimNode, pod: &str, container: &str, mib: f64, limit: f64, log: &str) {
+    let key = (
+        "default".to_owned(),
+        pod.to_owned(),
+        container.to_owned(),
+        "0".to_owned(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let addr = node.monitor_addr;
+        let live = tokio::task::spawn_blocking(move || hami_demo::scrape(addr))
+            .await
+            .unwrap();
+        if live.memory.get(&key) == Some(&(mib * 1048576.0)) {
+            assert_eq!(live.limit.get(&key), Some(&limit), "{live:?}");
+            return;
+        }
+        let container_log = std::fs::read_to_string(
+            node.record_dir
+                .join(format!("default_{pod}_{container}.log")),
+        )
+        .unwrap_or_default();
+        assert!(
+            Instant::now() < deadline,
+            "{}'s monitor never showed {pod}'s {mib} MiB: {live:?}\ncontainer log: {container_log}\n{log}",
+            node.name
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// What a pod converted by the webhook's DRA mode got.
+struct Converted {
+    pod: Pod,
+    /// The claim's device, consumed memory (bytes) and CUs.
+    device: String,
+    memory: u64,
+    cus: u64,
+    envs: Value,
+    set: CuSet,
+    /// `status.devices[0].data.cuRanges`.
+    published: String,
+}
+
+/// A pod written with HAMi's API and `hami.io/amd-mode: dra`: the webhook replaced its
+/// container's amd.com/* limits by a claim from a managed `hami-amd-*` template; it runs on
+/// the DRA node with the claim (owned by the pod, reserved for it) prepared by the driver: the
+/// CDI env, the CU ranges published in the claim's status, the limit in its `dmem.max`.
+async fn converted(client: &Client, node: &SimNode, name: &str, container: &str) -> Converted {
+    let pod = running(client, name).await;
+    let spec = pod.spec.as_ref().unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some(DRA_NODE), "{name}");
+    let entries = spec.resource_claims.as_ref().unwrap();
+    assert_eq!(entries.len(), 1, "{name}: {entries:?}");
+    assert_eq!(entries[0].name, format!("{CLAIM_PREFIX}{container}"));
+    let template_name = entries[0].resource_claim_template_name.clone().unwrap();
+    assert!(template_name.starts_with(CLAIM_PREFIX), "{template_name}");
+    let c = spec
+        .containers
+        .iter()
+        .find(|c| c.name == container)
+        .unwrap();
+    let resources = c.resources.as_ref().unwrap();
+    let claims: Vec<&str> = resources
+        .claims
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(claims, [entries[0].name.as_str()], "{name}");
+    assert!(
+        resources
+            .limits
+            .iter()
+            .chain(&resources.requests)
+            .flat_map(|m| m.keys())
+            .all(|k| !k.starts_with("amd.com/")),
+        "{name}: amd.com/* left in {resources:?}"
+    );
+    let template = Api::<ResourceClaimTemplate>::namespaced(client.clone(), "default")
+        .get(&template_name)
+        .await
+        .unwrap();
+    assert_eq!(template.labels()[MANAGED_BY_LABEL], MANAGED_BY_WEBHOOK);
+    let claim = claim_of(client, &pod).await;
+    let owner = &claim.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), Some(owner.uid.clone())),
+        ("Pod", pod.uid()),
+        "the claim goes with its pod"
+    );
+    let status = claim.status.clone().unwrap();
+    assert_eq!(
+        status.reserved_for.as_ref().unwrap()[0].uid,
+        pod.uid().unwrap()
+    );
+    let (device, memory, cus) = result_of(&claim);
+    let rec = record(&pod);
+    let entry = &rec[container][0];
+    assert_eq!(entry["claim"], claim.name_any(), "{rec}");
+    let envs = entry["envs"].clone();
+    assert_eq!(envs["LD_AUDIT"], "/usr/local/vgpu/libamvgpu.so", "{envs}");
+    assert_eq!(envs["HIP_VISIBLE_DEVICES"], "0", "{envs}");
+    let set = cu_set(&envs);
+    let published = status.devices.as_ref().unwrap()[0].data.as_ref().unwrap().0["cuRanges"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(CuSet::parse(&published, 104).unwrap(), set, "{name}");
+    let memory = hami_protocol::capacity::parse(&memory).unwrap();
+    assert_eq!(
+        dmem_limit(node, &pod.uid().unwrap()).await.1,
+        memory,
+        "{name}"
+    );
+    Converted {
+        pod,
+        device,
+        memory,
+        cus: hami_protocol::capacity::parse(&cus).unwrap(),
+        envs,
+        set,
+        published,
+    }
+}
+
+/// The env kubelet-sim gave container `container` of device-plugin pod `name`, on
+/// mi210-node.
+async fn device_plugin_envs(client: &Client, name: &str, container: &str) -> Value {
+    let p = running(client, name).await;
+    assert_eq!(
+        p.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("mi210-node"),
+        "{name}"
+    );
+    assert_eq!(p.annotations()["hami.io/bind-phase"], "success");
+    Value::Object(
+        hami_kubelet_sim::records::envs_of(&p.annotations()[RECORD_ANNOTATION], container).unwrap(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,27 +378,58 @@ async fn a_dra_slice_pod_runs_beside_the_device_plugin_pods() {
     assert_eq!(CuSet::parse(&published, 104).unwrap(), set);
 
     // dmem: the driver wrote the pod's VRAM limit into its pod cgroup.
-    let cgroup_root = dra_node.tree.sysfs_root().join("fs/cgroup");
-    let dmem_max =
-        hami_demo::dra_node::pod_cgroup(&cgroup_root, &pod.uid().unwrap()).join("dmem.max");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let limits = loop {
-        let text = std::fs::read_to_string(&dmem_max).unwrap_or_default();
-        if !text.is_empty() {
-            break text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no dmem limit in {}",
-            dmem_max.display()
+    let (_, bytes) = dmem_limit(dra_node, &pod.uid().unwrap()).await;
+    assert_eq!(bytes, 16u64 << 30);
+
+    // HAMi's API in DRA mode (11-dra-hami-api.yaml: share-a's request, annotated): the
+    // webhook's template asks 8Gi and 25 % of the MI210's 104 CUs = 26 (SPEC floor and
+    // clamp); first fit puts it on dra-slice's GPU, with CUs disjoint from dra-slice's.
+    let api = converted(&client, dra_node, "dra-hami-api", "train").await;
+    assert_eq!((api.memory, api.cus), (8 << 30, 26), "{log}");
+    assert_eq!(
+        api.envs["HIP_DEVICE_MEMORY_LIMIT_0"], "8192m",
+        "{}",
+        api.envs
+    );
+    assert_eq!(api.set.len(), 26, "{}", api.envs);
+    assert_eq!(api.device, device, "first fit: dra-slice's GPU");
+    assert!(!api.set.overlaps(&set), "{:?} vs {set:?}", api.set);
+    // memory-only's DRA twin: no gpucores, so every CU of its GPU (memory-only reserves
+    // 100 % of the cores), which therefore holds no other DRA pod.
+    let mem = converted(&client, dra_node, "memory-only-dra", "infer").await;
+    assert_eq!((mem.memory, mem.cus), (16 << 30, 104), "{log}");
+    assert_eq!(
+        mem.envs["HIP_DEVICE_MEMORY_LIMIT_0"], "16384m",
+        "{}",
+        mem.envs
+    );
+    assert_eq!(mem.set.len(), 104, "{}", mem.envs);
+    assert_ne!(mem.device, device);
+    let templates: std::collections::BTreeSet<String> = [&api.pod, &mem.pod]
+        .iter()
+        .map(|p| {
+            p.spec.as_ref().unwrap().resource_claims.as_ref().unwrap()[0]
+                .resource_claim_template_name
+                .clone()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        templates.len(),
+        2,
+        "different requests, different templates"
+    );
+    // Side by side: their device-plugin twins on mi210-node got the same from the device
+    // plugin (env, mask width, memory limit).
+    for (twin, name, container) in [(&api, "share-a", "train"), (&mem, "memory-only", "infer")] {
+        let envs = device_plugin_envs(&client, name, container).await;
+        assert_eq!(
+            envs["HIP_DEVICE_MEMORY_LIMIT_0"], twin.envs["HIP_DEVICE_MEMORY_LIMIT_0"],
+            "{name}: {envs}"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let lines: Vec<&str> = limits.lines().collect();
-    assert_eq!(lines.len(), 1, "{limits}");
-    let (region, bytes) = lines[0].split_once(' ').unwrap();
-    assert!(region.starts_with("drm/"), "{limits}");
-    assert_eq!(bytes, (16u64 << 30).to_string(), "{limits}");
+        assert_eq!(cu_set(&envs).len(), twin.set.len(), "{name}: {envs}");
+        assert_eq!(envs["LD_AUDIT"], twin.envs["LD_AUDIT"], "{name}: {envs}");
+    }
 
     // A second claim pinned to the same GPU: disjoint CUs.
     let uuid = devices
@@ -270,6 +476,11 @@ async fn a_dra_slice_pod_runs_beside_the_device_plugin_pods() {
     let second_set = cu_set(&record(&second)["main"][0]["envs"]);
     assert_eq!(second_set.len(), 40);
     assert!(!second_set.overlaps(&set), "{second_set:?} vs {set:?}");
+    assert!(
+        !second_set.overlaps(&api.set),
+        "{second_set:?} vs {:?}",
+        api.set
+    );
     assert_eq!(result_of(&claims.get("pinned").await.unwrap()).0, device);
 
     // The device-plugin slice pods still run, on device-plugin nodes, with their masks.
@@ -295,35 +506,34 @@ async fn a_dra_slice_pod_runs_beside_the_device_plugin_pods() {
     // With container processes: the DRA container starts (its CDI mounts exist, the region
     // file among them) and the DRA node's monitor reports what it allocated under the hook.
     if log.contains("app containers run hami-workload") {
-        let key = (
-            "default".to_owned(),
-            "dra-slice".to_owned(),
-            "train".to_owned(),
-            "0".to_owned(),
-        );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let addr = dra_node.monitor_addr;
-            let live = tokio::task::spawn_blocking(move || hami_demo::scrape(addr))
-                .await
-                .unwrap();
-            if live.memory.get(&key) == Some(&(4096.0 * 1048576.0)) {
-                assert_eq!(
-                    live.limit.get(&key),
-                    Some(&(16.0 * 1073741824.0)),
-                    "{live:?}"
-                );
-                break;
-            }
-            let container_log =
-                std::fs::read_to_string(dra_node.record_dir.join("default_dra-slice_train.log"))
-                    .unwrap_or_default();
-            assert!(
-                Instant::now() < deadline,
-                "the DRA node's monitor never showed dra-slice's 4096 MiB: {live:?}\ncontainer log: {container_log}\n{log}"
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        wait_live(
+            dra_node,
+            "dra-slice",
+            "train",
+            4096.0,
+            16.0 * 1073741824.0,
+            &log,
+        )
+        .await;
+        // The converted pods' containers run under the hook with their slices too.
+        wait_live(
+            dra_node,
+            "dra-hami-api",
+            "train",
+            4096.0,
+            8.0 * 1073741824.0,
+            &log,
+        )
+        .await;
+        wait_live(
+            dra_node,
+            "memory-only-dra",
+            "infer",
+            8192.0,
+            16.0 * 1073741824.0,
+            &log,
+        )
+        .await;
     }
 
     // The tables: the DRA node's holders with their CU ranges.
@@ -341,6 +551,32 @@ async fn a_dra_slice_pod_runs_beside_the_device_plugin_pods() {
     assert!(row.contains(&published), "{row}");
     assert!(row.contains("16384 MiB") && row.contains("26/104"), "{row}");
     assert!(section.contains("default/dra-pinned/main"), "{section}");
+    // The converted pods are DRA holders on the DRA node, not device-plugin rows.
+    for (who, twin, memory, cus) in [
+        ("default/dra-hami-api/train", &api, "8192 MiB", "26/104"),
+        (
+            "default/memory-only-dra/infer",
+            &mem,
+            "16384 MiB",
+            "104/104",
+        ),
+    ] {
+        let row = section
+            .lines()
+            .find(|l| l.contains(who))
+            .unwrap_or_else(|| panic!("no {who} row: {section}"));
+        assert!(row.contains(&twin.published), "{row}");
+        assert!(row.contains(memory) && row.contains(cus), "{row}");
+    }
+    let device_plugin = tables
+        .split("\nNode ")
+        .find(|s| s.starts_with("mi210-node"))
+        .unwrap_or_else(|| panic!("no mi210-node table: {tables}"));
+    assert!(
+        device_plugin.contains("default/memory-only/infer"),
+        "{device_plugin}"
+    );
+    assert!(!device_plugin.contains("-dra/"), "{device_plugin}");
 
     cluster.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
