@@ -38,9 +38,10 @@ pub fn scheduler_cluster_rules() -> Vec<PolicyRule> {
 /// The scheduler's extra cluster-wide rules in the DRA mode (`draPlugin.enabled`; also
 /// pods annotated `hami.io/amd-mode=dra`): dra_templates.rs watches the driver's
 /// ResourceSlices (reflector: list/watch; the device shapes percentages need), creates the
-/// claim templates the webhook names (create; get to compare an existing one), and its
-/// sweeper lists them and deletes the unused ones (list, delete; the pods of their
-/// namespaces are listed with the pods rule above).
+/// claim templates the webhook names (create; get to compare an existing one, patch to
+/// stamp it as in use so a sweeper racing the reuse keeps it), and its sweeper lists them
+/// and deletes the unused ones (list, delete; the pods of their namespaces are listed with
+/// the pods rule above).
 pub fn scheduler_dra_cluster_rules() -> Vec<PolicyRule> {
     vec![
         rule(
@@ -52,7 +53,7 @@ pub fn scheduler_dra_cluster_rules() -> Vec<PolicyRule> {
         rule(
             "resource.k8s.io",
             &["resourceclaimtemplates"],
-            &["get", "list", "create", "delete"],
+            &["get", "list", "create", "patch", "delete"],
             &[],
         ),
     ]

@@ -65,3 +65,9 @@ pub const EXACT_COUNT: &str = "ExactCount";
 /// Upstream's limit on the sub-requests of one `firstAvailable` request
 /// (`FirstAvailableDeviceRequestMaxSize`).
 pub const MAX_FIRST_AVAILABLE: usize = 8;
+/// Annotation the webhook writes on a managed ResourceClaimTemplate each time it hands the
+/// template out (created, or reused after a 409 with the same spec): when, as
+/// [`crate::rfc3339::format_utc`] writes it (`YYYY-MM-DDTHH:MM:SSZ`). The scheduler's
+/// sweeper spares a template whose stamp is newer than its grace period, and deletes only
+/// at the version it listed, so a stamp racing the delete wins.
+pub const LAST_USED_ANNOTATION: &str = "hami.io/last-used";

@@ -1,8 +1,9 @@
 //! The DRA mode's shell: a reflector of ResourceSlices (their device shapes feed
-//! [`crate::dra_claims`]), the creation of the claim templates an admitted pod names
-//! (idempotent: an existing template of our name with the same spec is fine, another spec
-//! is refused, never overwritten), and the sweeper that deletes managed templates no pod
-//! has referenced for [`SweepTuning::grace`] ([`crate::dra_sweep`] decides).
+//! [`crate::dra_claims`]), the hand-out of the claim templates an admitted pod names
+//! (created stamped, or an existing one of the same spec stamped at the version read; a
+//! template of another spec is refused, never overwritten), and the sweeper that deletes
+//! managed templates no pod has referenced, nor a webhook stamped, for
+//! [`SweepTuning::grace`]. [`crate::dra_sweep`] decides both sides of that race.
 //!
 //! Started at once with `--amd-mode=dra`; otherwise on the first pod that names
 //! `hami.io/amd-mode` (a device-plugin cluster makes no DRA request at all, so it needs
@@ -13,10 +14,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use hami_protocol::dra::{AMD_MODE_ANNOTATION, DRIVER, MANAGED_BY_LABEL, MANAGED_BY_WEBHOOK};
+use hami_plugin_core::node_lock_client::unix_now;
+use hami_protocol::dra::{
+    AMD_MODE_ANNOTATION, DRIVER, LAST_USED_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_WEBHOOK,
+};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaimTemplate, ResourceSlice};
-use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -24,7 +28,10 @@ use tracing::{info, warn};
 
 use crate::admission::WebhookConfig;
 use crate::dra_claims::{AmdMode, ContainerClaim, Shape, claim_field, same_spec, shapes};
-use crate::dra_sweep::{SweepBook, SweepTuning, TemplateKey};
+use crate::dra_sweep::{
+    ENSURE_ROUNDS, Ensure, EnsureAnswer, EnsureCall, EnsureNext, Listed, Refusal, SweepBook,
+    SweepTuning, TemplateKey, format_last_used, parse_last_used,
+};
 use crate::leader::Leadership;
 
 /// How long an admission waits for the first list of ResourceSlices.
@@ -51,8 +58,6 @@ pub struct DraFront {
     leader: Arc<Leadership>,
     tuning: SweepTuning,
     running: OnceLock<Running>,
-    /// Templates this replica's webhook ensured, and when (the sweeper spares them).
-    handed_out: Arc<Mutex<BTreeMap<TemplateKey, Instant>>>,
 }
 
 impl Drop for DraFront {
@@ -75,7 +80,6 @@ impl DraFront {
             leader,
             tuning,
             running: OnceLock::new(),
-            handed_out: Arc::default(),
         }
     }
 
@@ -118,7 +122,6 @@ impl DraFront {
                 self.client.clone(),
                 self.leader.clone(),
                 self.tuning,
-                self.handed_out.clone(),
             ));
             Running {
                 slices: store,
@@ -147,8 +150,9 @@ impl DraFront {
         Ok(shapes(state.iter().map(|s| s.as_ref())))
     }
 
-    /// Creates the templates `claims` name in `namespace` (each once); an existing one of
-    /// the same name must have the same spec. Err is the denial message.
+    /// Hands out the templates `claims` name in `namespace` (each once): creates each,
+    /// stamped, or stamps the existing one of the same spec at the version read, creating it
+    /// again if it was swept meanwhile ([`Ensure`]). Err is the denial message.
     pub async fn ensure_templates(
         &self,
         namespace: &str,
@@ -161,63 +165,105 @@ impl DraFront {
             if !done.insert(claim.template_name.as_str()) {
                 continue;
             }
-            let name = &claim.template_name;
-            let what = || {
-                format!(
-                    "ResourceClaimTemplate {namespace}/{name} for {}",
-                    claim_field(claim)
-                )
-            };
-            match api
-                .create(&PostParams::default(), &claim.template(namespace))
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    let existing = api.get(name).await.map_err(|e| {
-                        format!(
-                            "{} exists but cannot be read: {}",
-                            what(),
-                            crate::kube_error::text(&e)
-                        )
-                    })?;
-                    if !same_spec(&existing.spec, &claim.spec) {
-                        return Err(format!(
-                            "{} exists with a different spec; the webhook never overwrites it: delete or rename that template",
-                            what()
-                        ));
-                    }
-                }
-                Err(e) => {
-                    return Err(format!(
-                        "cannot create {}: {}",
-                        what(),
-                        crate::kube_error::text(&e)
-                    ));
-                }
-            }
-            lock(&self.handed_out).insert((namespace.to_owned(), name.clone()), Instant::now());
+            hand_out(&api, namespace, claim).await?;
         }
         Ok(())
     }
 }
 
+/// One template's hand-out, the calls [`Ensure`] asks for.
+async fn hand_out(
+    api: &Api<ResourceClaimTemplate>,
+    namespace: &str,
+    claim: &ContainerClaim,
+) -> Result<(), String> {
+    let name = &claim.template_name;
+    let text = crate::kube_error::text;
+    let mut ensure = Ensure::default();
+    let mut call = Ensure::first();
+    loop {
+        let answer = match &call {
+            EnsureCall::Create => {
+                let mut template = claim.template(namespace);
+                template
+                    .metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert(LAST_USED_ANNOTATION.into(), format_last_used(unix_now()));
+                match api.create(&PostParams::default(), &template).await {
+                    Ok(_) => EnsureAnswer::Created,
+                    Err(kube::Error::Api(s)) if s.code == 409 => EnsureAnswer::Exists,
+                    Err(e) => EnsureAnswer::Failed(text(&e)),
+                }
+            }
+            EnsureCall::Get => match api.get(name).await {
+                Ok(existing) => EnsureAnswer::Read {
+                    same_spec: same_spec(&existing.spec, &claim.spec),
+                    resource_version: existing.resource_version().unwrap_or_default(),
+                },
+                Err(kube::Error::Api(s)) if s.code == 404 => EnsureAnswer::Gone,
+                Err(e) => EnsureAnswer::Failed(text(&e)),
+            },
+            EnsureCall::Stamp { resource_version } => {
+                // The version makes it conditional: a template swept and made again since
+                // the GET is read again, never stamped blind.
+                let patch = serde_json::json!({"metadata": {
+                    "resourceVersion": resource_version,
+                    "annotations": {LAST_USED_ANNOTATION: format_last_used(unix_now())},
+                }});
+                match api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => EnsureAnswer::Stamped,
+                    Err(kube::Error::Api(s)) if s.code == 404 => EnsureAnswer::Gone,
+                    Err(kube::Error::Api(s)) if s.code == 409 => EnsureAnswer::Conflict,
+                    Err(e) => EnsureAnswer::Failed(text(&e)),
+                }
+            }
+        };
+        call = match ensure.next(&call, answer) {
+            EnsureNext::Call(next) => next,
+            EnsureNext::Done => return Ok(()),
+            EnsureNext::Deny(why) => return Err(refusal(namespace, claim, why)),
+        };
+    }
+}
+
+/// The denial message for `why`.
+fn refusal(namespace: &str, claim: &ContainerClaim, why: Refusal) -> String {
+    let what = format!(
+        "ResourceClaimTemplate {namespace}/{} for {}",
+        claim.template_name,
+        claim_field(claim)
+    );
+    match why {
+        Refusal::CreateFailed(e) => format!("cannot create {what}: {e}"),
+        Refusal::ReadFailed(e) => format!("{what} exists but cannot be read: {e}"),
+        Refusal::DifferentSpec => format!(
+            "{what} exists with a different spec; the webhook never overwrites it: delete or rename that template"
+        ),
+        Refusal::StampFailed(e) => format!(
+            "cannot mark {what} as in use (annotation {LAST_USED_ANNOTATION}, which keeps the sweeper from deleting it before the pod is stored): {e}"
+        ),
+        Refusal::KeptChanging => format!(
+            "{what} was deleted or changed {ENSURE_ROUNDS} times while the webhook handed it out; create the pod again"
+        ),
+        Refusal::Unexpected(e) => format!("{what}: unexpected answer {e}"),
+    }
+}
+
 /// Every `tuning.interval` while this replica leads: list the managed templates and the
-/// pods of their namespaces, delete what the book says (with the listed version as
-/// precondition, so a template changed since is kept).
-async fn sweep_loop(
-    client: Client,
-    leader: Arc<Leadership>,
-    tuning: SweepTuning,
-    handed_out: Arc<Mutex<BTreeMap<TemplateKey, Instant>>>,
-) {
+/// pods of their namespaces, delete what the book says (with the listed uid and version
+/// as preconditions, so a template stamped or made anew since the list is kept).
+async fn sweep_loop(client: Client, leader: Arc<Leadership>, tuning: SweepTuning) {
     let mut book = SweepBook::default();
     loop {
         tokio::time::sleep(tuning.interval).await;
         if !leader.is_leader() {
             continue;
         }
-        if let Err(e) = sweep_once(&client, &tuning, &handed_out, &mut book).await {
+        if let Err(e) = sweep_once(&client, &tuning, &mut book).await {
             warn!(error = %e, "sweeping claim templates failed; trying again later");
         }
     }
@@ -226,7 +272,6 @@ async fn sweep_loop(
 async fn sweep_once(
     client: &Client,
     tuning: &SweepTuning,
-    handed_out: &Mutex<BTreeMap<TemplateKey, Instant>>,
     book: &mut SweepBook,
 ) -> Result<(), String> {
     let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_WEBHOOK}");
@@ -235,14 +280,22 @@ async fn sweep_once(
         .await
         .map_err(|e| format!("listing claim templates: {}", crate::kube_error::text(&e)))?;
     let mut versions = BTreeMap::new();
+    let mut templates: BTreeMap<TemplateKey, Listed> = BTreeMap::new();
     for t in &listed.items {
-        versions.insert(
-            (t.namespace().unwrap_or_default(), t.name_any()),
-            (t.uid(), t.resource_version()),
+        let key = (t.namespace().unwrap_or_default(), t.name_any());
+        versions.insert(key.clone(), (t.uid(), t.resource_version()));
+        templates.insert(
+            key,
+            Listed {
+                resource_version: t.resource_version().unwrap_or_default(),
+                last_used: t
+                    .annotations()
+                    .get(LAST_USED_ANNOTATION)
+                    .and_then(|v| parse_last_used(v)),
+            },
         );
     }
-    let templates: BTreeSet<TemplateKey> = versions.keys().cloned().collect();
-    let namespaces: BTreeSet<&String> = templates.iter().map(|(ns, _)| ns).collect();
+    let namespaces: BTreeSet<&String> = templates.keys().map(|(ns, _)| ns).collect();
     let mut referenced = BTreeSet::new();
     for ns in namespaces {
         let pods = Api::<Pod>::namespaced(client.clone(), ns)
@@ -261,13 +314,8 @@ async fn sweep_once(
             }
         }
     }
-    let now = Instant::now();
-    let spared = {
-        let mut h = lock(handed_out);
-        h.retain(|_, at| now.saturating_duration_since(*at) <= tuning.grace);
-        h.clone()
-    };
-    for key in book.look(&templates, &referenced, &spared, tuning.grace, now) {
+    let (now, now_unix) = (Instant::now(), unix_now());
+    for key in book.look(&templates, &referenced, tuning.grace, now, now_unix) {
         let (uid, version) = versions[&key].clone();
         let params = DeleteParams {
             preconditions: Some(Preconditions {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hami_apiserver::{ApiServer, Config, RunningApiServer};
 use hami_kube_scheduler_sim::dra::DraOptions;
 use hami_kube_scheduler_sim::front::SchedulerFront;
-use hami_protocol::dra::{DRIVER, MANAGED_BY_LABEL, MANAGED_BY_WEBHOOK};
+use hami_protocol::dra::{DRIVER, LAST_USED_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_WEBHOOK};
 use hami_protocol::requests::{RequestDefaults, pod_requests};
 use hami_scheduler::config::Settings;
 use hami_scheduler::dra_claims::{pod_claims, shapes};
@@ -36,7 +36,7 @@ impl Drop for TempDir {
 }
 
 struct Cluster {
-    _api: RunningApiServer,
+    api: RunningApiServer,
     client: Client,
     front: SchedulerFront,
     _scheduler: Arc<Scheduler>,
@@ -138,7 +138,7 @@ async fn start(settings: Settings) -> Cluster {
     );
     wait("the scheduler syncs", || async { scheduler.ready() }).await;
     Cluster {
-        _api: api,
+        api,
         client,
         front,
         _scheduler: scheduler,
@@ -650,4 +650,144 @@ async fn several_shapes_are_tried_smallest_first_and_unused_templates_are_swept(
     })
     .await;
     assert_eq!(names().await, [big], "only the referenced template stays");
+}
+
+/// `(verb, status)` of the requests on resourceclaimtemplates in `c`'s log since `from`.
+fn template_calls(c: &Cluster, from: usize) -> Vec<(String, u16)> {
+    c.api.request_log()[from..]
+        .iter()
+        .filter(|r| r.resource == "resourceclaimtemplates")
+        .map(|r| (r.verb.clone(), r.status))
+        .collect()
+}
+
+fn template_name_of(pod: &Pod) -> String {
+    pod.spec.as_ref().unwrap().resource_claims.as_ref().unwrap()[0]
+        .resource_claim_template_name
+        .clone()
+        .unwrap()
+}
+
+fn stamp_of(t: &ResourceClaimTemplate) -> i64 {
+    let value = &t.metadata.annotations.as_ref().unwrap()[LAST_USED_ANNOTATION];
+    hami_protocol::rfc3339::parse(value).unwrap()
+}
+
+/// The sweeper race (dra_sweep.rs): a reused template is stamped before the pod is
+/// answered, a stamp that loses to another write is retried at the new version, a
+/// template deleted between the webhook's 409 and its read is made again (the pod then
+/// gets its claim and runs), and a refused stamp denies the pod, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reused_templates_are_stamped_and_one_swept_meanwhile_is_made_again() {
+    let c = start(Settings::default()).await;
+    dra_node(
+        &c.client,
+        "mi210-node",
+        vec![device(0, "AMD Instinct MI210", "64Gi", 104, 0)],
+    )
+    .await;
+    let api: Api<ResourceClaimTemplate> = Api::namespaced(c.client.clone(), "default");
+    let before = hami_plugin_core::node_lock_client::unix_now();
+    let first = create(&c, &amd_pod("first", dra(), slice_limits()))
+        .await
+        .unwrap();
+    let name = template_name_of(&first);
+    let made = api.get(&name).await.unwrap();
+    assert!(stamp_of(&made) >= before, "created without a fresh stamp");
+
+    // Reused: 409, read, stamped at the version read.
+    let from = c.api.request_log().len();
+    create(&c, &amd_pod("second", dra(), slice_limits()))
+        .await
+        .unwrap();
+    let calls = template_calls(&c, from);
+    assert_eq!(
+        calls,
+        [
+            ("create".into(), 409),
+            ("get".into(), 200),
+            ("patch".into(), 200)
+        ],
+        "{calls:?}"
+    );
+    let stamped = api.get(&name).await.unwrap();
+    // (Within the same second the stamp is unchanged and the write a no-op, as upstream
+    // makes it: such a stamp is fresh to every sweeper anyway.)
+    assert!(stamp_of(&stamped) >= stamp_of(&made));
+    let log = c.api.request_log();
+    let patch = log[from..]
+        .iter()
+        .find(|r| r.resource == "resourceclaimtemplates" && r.verb == "patch")
+        .unwrap();
+    let body: Value = serde_json::from_str(&patch.body).unwrap();
+    assert_eq!(
+        body["metadata"]["resourceVersion"].as_str(),
+        made.metadata.resource_version.as_deref(),
+        "the stamp is not conditional on the version read: {body}"
+    );
+
+    // The stamp loses to another write (409 Conflict): read again, stamped again.
+    c.api
+        .faults()
+        .fail_next(Some("patch"), Some("resourceclaimtemplates"), 1, 409);
+    let from = c.api.request_log().len();
+    create(&c, &amd_pod("third", dra(), slice_limits()))
+        .await
+        .unwrap();
+    let calls = template_calls(&c, from);
+    assert_eq!(
+        calls,
+        [
+            ("create".into(), 409),
+            ("get".into(), 200),
+            ("patch".into(), 409),
+            ("get".into(), 200),
+            ("patch".into(), 200)
+        ],
+        "{calls:?}"
+    );
+
+    // Swept between the webhook's 409 and its read: the GET finds it gone, the webhook
+    // creates it again before answering, and the pod's claim is made from it.
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), "default");
+    for p in ["first", "second", "third"] {
+        pods.delete(p, &DeleteParams::default()).await.unwrap();
+    }
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    c.api
+        .faults()
+        .fail_next(Some("create"), Some("resourceclaimtemplates"), 1, 409);
+    let from = c.api.request_log().len();
+    let fourth = create(&c, &amd_pod("fourth", dra(), slice_limits()))
+        .await
+        .unwrap();
+    assert_eq!(template_name_of(&fourth), name);
+    let calls = template_calls(&c, from);
+    assert_eq!(
+        calls[..3],
+        [
+            ("create".into(), 409),
+            ("get".into(), 404),
+            ("create".into(), 201)
+        ],
+        "{calls:?}"
+    );
+    let again = api.get(&name).await.unwrap();
+    assert_ne!(again.metadata.uid, made.metadata.uid);
+    let (_, claim) = bound(&c, "fourth").await;
+    assert_eq!(results(&claim).len(), 1);
+
+    // A refused stamp denies the pod, naming the template, the annotation and the error.
+    c.api
+        .faults()
+        .fail_next(Some("patch"), Some("resourceclaimtemplates"), 1, 403);
+    let denied = create(&c, &amd_pod("fifth", dra(), slice_limits()))
+        .await
+        .unwrap_err();
+    assert!(
+        denied.contains(&format!("cannot mark ResourceClaimTemplate default/{name}"))
+            && denied.contains(LAST_USED_ANNOTATION)
+            && denied.contains("403"),
+        "{denied}"
+    );
 }
