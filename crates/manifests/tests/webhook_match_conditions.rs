@@ -10,9 +10,9 @@
 //!   the same way: annotated pods only.
 //! - Per version: matchConditions + `Fail` from 1.28 on; on 1.27 none, and the operator's
 //!   fallback policy (also what certgen writes back). CREATE and UPDATE are both covered.
-//! - On our API server (which, like a 1.27 server, has no matchConditions) with the 1.27
-//!   rendering and the scheduler down, a plain pod is created; with the fallback set to
-//!   Fail it is refused (so the first half can fail).
+//! - On our API server with the 1.27 rendering (no matchConditions) and the scheduler
+//!   down, a plain pod is created; with the fallback set to Fail it is refused (so the
+//!   first half can fail).
 
 mod peers;
 

@@ -1,14 +1,17 @@
 //! Mutating admission webhooks: on pod CREATE the server calls every webhook of every
-//! `MutatingWebhookConfiguration` whose rules and selectors match, over HTTPS trusting the
-//! configured `caBundle`, with an `AdmissionReview` of the version the webhook accepts,
-//! and applies the JSONPatch it returns. Denials and failures follow `failurePolicy`.
+//! `MutatingWebhookConfiguration` whose rules, selectors and `matchConditions`
+//! ([`crate::match_conditions`]) match, over HTTPS trusting the configured `caBundle`, with
+//! an `AdmissionReview` of the version the webhook accepts (`userInfo` the requesting
+//! user), and applies the JSONPatch it returns. Denials and failures follow `failurePolicy`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::match_conditions::{self, Condition, Decision};
 use crate::meta;
+use crate::rbac::UserInfo;
 use crate::resources::ResourceType;
 use crate::selector::structured_selector_matches;
 use crate::status::ApiError;
@@ -29,6 +32,8 @@ pub struct Webhook {
     pub fail_closed: bool,
     /// `admission.k8s.io/v1` or `admission.k8s.io/v1beta1`.
     pub review_api_version: &'static str,
+    /// Its `matchConditions`, compiled.
+    pub match_conditions: Vec<Condition>,
 }
 
 fn list_has(list: Option<&Value>, want: &str) -> bool {
@@ -160,10 +165,22 @@ pub fn matching_webhooks(
                 timeout,
                 fail_closed,
                 review_api_version,
+                match_conditions: match_conditions::conditions(h),
             }));
         }
     }
     out
+}
+
+/// The user in a review when authentication is off: what the admin token would be.
+pub fn unauthenticated_admin() -> UserInfo {
+    UserInfo {
+        name: "system:admin".into(),
+        groups: vec![
+            crate::rbac::MASTERS_GROUP.into(),
+            "system:authenticated".into(),
+        ],
+    }
 }
 
 /// The AdmissionReview request sent to a webhook.
@@ -174,6 +191,7 @@ pub fn build_review(
     operation: &str,
     object: &Value,
     namespace: &str,
+    user: &UserInfo,
 ) -> Value {
     let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
     let gvr = json!({"group": r.group, "version": r.version, "resource": r.plural});
@@ -189,7 +207,7 @@ pub fn build_review(
             "name": object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""),
             "namespace": namespace,
             "operation": operation,
-            "userInfo": {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]},
+            "userInfo": {"username": user.name, "groups": user.groups},
             "object": object,
             "oldObject": null,
             "dryRun": false,
@@ -287,15 +305,62 @@ pub fn interpret_response(hook: &Webhook, uid: &str, body: &Value) -> Result<Ver
     }
 }
 
-/// Runs mutating admission for a CREATE of `object` (already defaulted) and returns the
-/// mutated object, or the Status error to answer with.
+/// The webhook's matchConditions over this review's request (the object as earlier
+/// webhooks left it): whether to call it, or the 403 a failing condition under
+/// `failurePolicy: Fail` answers with (upstream's `NewForbidden` of the errors).
+fn conditions_allow_call(
+    hook: &Webhook,
+    r: &ResourceType,
+    review: &Value,
+) -> Result<bool, ApiError> {
+    if hook.match_conditions.is_empty() {
+        return Ok(true);
+    }
+    let vars = match_conditions::bindings(&review["request"]);
+    match match_conditions::decide(&hook.match_conditions, hook.fail_closed, &vars) {
+        Decision::Call => Ok(true),
+        Decision::Skip { condition } => {
+            tracing::debug!(webhook = %hook.name, condition, "matchCondition false: webhook skipped");
+            Ok(false)
+        }
+        Decision::SkipOnError(e) => {
+            tracing::warn!(webhook = %hook.name, "matchConditions failed, failurePolicy Ignore: {e}");
+            Ok(false)
+        }
+        Decision::Refuse(e) => {
+            let name = review
+                .pointer("/request/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let gr = if r.group.is_empty() {
+                r.plural.to_string()
+            } else {
+                format!("{}.{}", r.plural, r.group)
+            };
+            let message = if name.is_empty() {
+                format!("{gr} is forbidden: {e}")
+            } else {
+                format!("{gr} \"{name}\" is forbidden: {e}")
+            };
+            let mut err = ApiError::new(403, "Forbidden", message);
+            err.details = Some(json!({"name": name, "group": r.group, "kind": r.plural}));
+            Err(err)
+        }
+    }
+}
+
+/// Runs mutating admission for a CREATE of `object` (already defaulted) by `user` (None:
+/// authentication is off) and returns the mutated object, or the Status error to answer
+/// with.
 pub async fn admit_create(
     configs: Vec<Arc<Value>>,
     r: &'static ResourceType,
     namespace: &str,
     namespace_labels: Option<Value>,
     mut object: Value,
+    user: Option<UserInfo>,
 ) -> Result<Value, ApiError> {
+    let user = user.unwrap_or_else(unauthenticated_admin);
     let hooks = matching_webhooks(&configs, r, "CREATE", &object, namespace_labels.as_ref());
     for hook in hooks {
         let hook = match hook {
@@ -303,7 +368,10 @@ pub async fn admit_create(
             Err(e) => return Err(ApiError::internal(format!("Internal error occurred: {e}"))),
         };
         let uid = meta::new_uid();
-        let review = build_review(&hook, &uid, r, "CREATE", &object, namespace);
+        let review = build_review(&hook, &uid, r, "CREATE", &object, namespace, &user);
+        if !conditions_allow_call(&hook, r, &review)? {
+            continue;
+        }
         let body = serde_json::to_vec(&review).map_err(|e| ApiError::internal(e.to_string()))?;
         let call =
             crate::webhook_client::post_https(&hook.url, &hook.ca_bundle, body, hook.timeout);
@@ -416,6 +484,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             fail_closed: true,
             review_api_version: "admission.k8s.io/v1",
+            match_conditions: vec![],
         };
         // [{"op":"add","path":"/x","value":1}]
         let patch = "W3sib3AiOiJhZGQiLCJwYXRoIjoiL3giLCJ2YWx1ZSI6MX1d";

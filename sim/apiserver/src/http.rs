@@ -107,6 +107,9 @@ struct Params {
     force: bool,
     /// The User-Agent, from which the default field manager is derived.
     user_agent: Option<String>,
+    /// The authenticated user (None when authentication is off): admission webhooks'
+    /// `request.userInfo`.
+    user: Option<crate::rbac::UserInfo>,
 }
 
 fn parse_params(uri: &axum::http::Uri) -> Result<Params, ApiError> {
@@ -264,9 +267,12 @@ pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
             let resp = match (injected, params) {
                 (Some(e), _) => error_response(&e),
                 (None, Err(e)) => error_response(&e),
-                (None, Ok(p)) => dispatch(&st, &method, route, p, ct.as_deref(), &accept, &b)
-                    .await
-                    .unwrap_or_else(|e| error_response(&e)),
+                (None, Ok(mut p)) => {
+                    p.user = user.clone();
+                    dispatch(&st, &method, route, p, ct.as_deref(), &accept, &b)
+                        .await
+                        .unwrap_or_else(|e| error_response(&e))
+                }
             };
             (
                 resp,
@@ -285,21 +291,21 @@ pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
         name,
         content_type: ct,
         user_agent,
-        user,
+        user: user.map(|u| u.name),
         body: body_text,
         status: resp.status().as_u16(),
     });
     resp
 }
 
-/// Authentication and authorization (when on): the user's name (if authenticated), and
-/// the 401/403 to answer instead of serving.
+/// Authentication and authorization (when on): the user (if authenticated), and the
+/// 401/403 to answer instead of serving.
 fn check_access(
     st: &AppState,
     authorization: Option<&str>,
     route: &Route,
     verb: &str,
-) -> (Option<String>, Result<(), ApiError>) {
+) -> (Option<crate::rbac::UserInfo>, Result<(), ApiError>) {
     let Some(auth) = &st.auth else {
         return (None, Ok(()));
     };
@@ -330,7 +336,7 @@ fn check_access(
     });
     match outcome {
         Err(e) => (None, Err(e)),
-        Ok((user, decision)) => (Some(user.name), decision.map_err(ApiError::forbidden)),
+        Ok((user, decision)) => (Some(user), decision.map_err(ApiError::forbidden)),
     }
 }
 
@@ -472,7 +478,9 @@ async fn resource_request(
         ("GET", None, None) => list_request(st, &rr, &p, accept),
         ("POST", None, None) => {
             let obj = codec::decode_object(ct, body)?;
-            let created = create_with_admission(st, &ctx, r, rr.namespace.as_deref(), obj).await?;
+            let created =
+                create_with_admission(st, &ctx, p.user.as_ref(), r, rr.namespace.as_deref(), obj)
+                    .await?;
             Ok(object_response(201, r, &created, accept))
         }
         ("POST", Some(name), Some("binding")) => {
@@ -531,7 +539,8 @@ async fn resource_request(
                 // Apply-creating a pod goes through admission like any other create.
                 let mut obj = patch_body.clone();
                 obj["metadata"]["name"] = json!(name);
-                create_with_admission(st, &ctx, r, rr.namespace.as_deref(), obj).await?
+                create_with_admission(st, &ctx, p.user.as_ref(), r, rr.namespace.as_deref(), obj)
+                    .await?
             } else {
                 (*st.write_ctx(&ctx, |s| s.patch(r, &ns, name, ty, &patch_body, subres))?).clone()
             };
@@ -616,6 +625,7 @@ fn dry_run_request(
 async fn create_with_admission(
     st: &Arc<AppState>,
     ctx: &WriteContext,
+    user: Option<&crate::rbac::UserInfo>,
     r: &'static ResourceType,
     ns: Option<&str>,
     obj: Value,
@@ -645,8 +655,15 @@ async fn create_with_admission(
         Ok((prepared, configs, ns_labels))
     })?;
     if !configs.is_empty() {
-        prepared =
-            admission::admit_create(configs, r, ns.unwrap_or(""), ns_labels, prepared).await?;
+        prepared = admission::admit_create(
+            configs,
+            r,
+            ns.unwrap_or(""),
+            ns_labels,
+            prepared,
+            user.cloned(),
+        )
+        .await?;
     }
     let created = st.write_ctx(ctx, |s| s.create(r, ns, prepared))?;
     Ok((*created).clone())

@@ -12,6 +12,7 @@
 
 pub mod admission;
 pub mod authn;
+pub mod cel;
 pub mod codec;
 pub mod connections;
 pub mod depth;
@@ -22,6 +23,7 @@ pub mod faults;
 pub mod http;
 pub mod kubeconfig;
 pub mod managed_fields;
+pub mod match_conditions;
 pub mod meta;
 pub mod openapi;
 pub mod patch;

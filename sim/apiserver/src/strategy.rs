@@ -246,6 +246,8 @@ pub fn validate(r: &ResourceType, obj: &Value) -> Causes {
                     "Required value: must specify one of v1, v1beta1".into(),
                 ));
             }
+            // matchConditions compile now, as a real server compiles them before storing.
+            causes.extend(crate::match_conditions::validate(h));
         }
     }
     causes

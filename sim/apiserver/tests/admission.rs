@@ -11,6 +11,7 @@ use axum::routing::post;
 use common::{client, pod, start};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
@@ -324,4 +325,116 @@ async fn webhook_configuration_validation() {
     let (code, msg) = status_of(api.create(&PostParams::default(), &bad).await.unwrap_err());
     assert_eq!(code, 422);
     assert!(msg.contains("https"), "{msg}");
+}
+
+/// `matchConditions` decide whether the webhook is called (all true), skip it (one false),
+/// or apply the failure policy (errors): 403 naming the expression under Fail, skipped under
+/// Ignore; an expression that does not compile is refused when the configuration is written.
+#[tokio::test]
+async fn match_conditions_gate_the_call() {
+    let ca = test_ca();
+    let hook = start_webhook(&ca).await;
+    let server = start().await;
+    let c = client(&server);
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let with = |conds: Value, url: String, policy: &str| {
+        let mut h = webhook("mc.hami.io", url, &ca.ca_pem, &["v1"], policy, 2);
+        h["matchConditions"] = conds;
+        h
+    };
+    let labelled = |name: &str, labels: Value| -> Pod {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}))
+        .unwrap()
+    };
+    register(
+        &c,
+        "gpu-only",
+        vec![with(
+            json!([
+                {"name": "gpu", "expression": "has(object.metadata.labels) && 'gpu' in object.metadata.labels"},
+                {"name": "not-nobody", "expression": "request.userInfo.username != 'nobody' && request.operation == 'CREATE'"}
+            ]),
+            format!("https://{hook}/v1"),
+            "Fail",
+        )],
+    )
+    .await;
+    let plain = pods
+        .create(
+            &PostParams::default(),
+            &labelled("plain", json!({"app": "a"})),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !plain.labels().contains_key("hami.io/mutated"),
+        "called although a condition is false"
+    );
+    let gpu = pods
+        .create(
+            &PostParams::default(),
+            &labelled("gpu", json!({"gpu": "1"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(gpu.labels()["hami.io/mutated"], "v1");
+    delete_config(&c, "gpu-only").await;
+
+    // An evaluation error and no false condition: the policy decides; nothing listens at the
+    // URL, so a call would fail with another message.
+    let erring = json!([{"name": "ann", "expression": "object.metadata.annotations['x'] == 'y'"}]);
+    register(
+        &c,
+        "erring",
+        vec![with(erring.clone(), "https://127.0.0.1:9/x".into(), "Fail")],
+    )
+    .await;
+    let (code, msg) = status_of(
+        pods.create(&PostParams::default(), &labelled("e1", json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(code, 403);
+    assert_eq!(
+        msg,
+        "pods \"e1\" is forbidden: expression 'object.metadata.annotations['x'] == 'y'' resulted in error: no such key: annotations"
+    );
+    delete_config(&c, "erring").await;
+    register(
+        &c,
+        "erring",
+        vec![with(erring, "https://127.0.0.1:9/x".into(), "Ignore")],
+    )
+    .await;
+    pods.create(&PostParams::default(), &labelled("e2", json!({})))
+        .await
+        .expect("Ignore skips a webhook whose conditions fail");
+    delete_config(&c, "erring").await;
+
+    // Compiled at create: unsupported or ill-typed CEL is refused, naming the expression.
+    let api: Api<MutatingWebhookConfiguration> = Api::all(c.clone());
+    for (expression, why) in [
+        (
+            "object.metadata.name.matches('^gpu')",
+            "the function 'matches' is not supported",
+        ),
+        ("object.metadata.name", "must evaluate to bool but got dyn"),
+        ("request.nope == 'x'", "undefined field 'nope'"),
+        ("object.spec.containers.exists(c,", "Syntax error"),
+    ] {
+        let cfg = serde_json::from_value(json!({"metadata": {"name": "bad-cel"}, "webhooks": [
+            with(json!([{"name": "c", "expression": expression}]), format!("https://{hook}/v1"), "Fail")
+        ]}))
+        .unwrap();
+        let (code, msg) = status_of(api.create(&PostParams::default(), &cfg).await.unwrap_err());
+        assert_eq!(code, 422, "{msg}");
+        assert!(
+            msg.contains(&format!(
+                "webhooks[].matchConditions[].expression: Invalid value: {expression:?}"
+            )) && msg.contains(why),
+            "{msg}"
+        );
+    }
 }
