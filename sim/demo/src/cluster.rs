@@ -445,6 +445,15 @@ impl Cluster {
                 "DeviceClass {} created as the chart renders it",
                 hami_dra_core::DRIVER
             ));
+            // The cluster's default stays as configured (device-plugin): only pods that
+            // ask for DRA mode are converted, so both modes run side by side.
+            progress.step(format!(
+                "webhook AMD mode {} by default; pods annotated {}: {} get claims from ResourceClaimTemplates the webhook makes ({}*)",
+                settings.webhook.amd_mode.as_str(),
+                hami_protocol::dra::AMD_MODE_ANNOTATION,
+                hami_protocol::dra::AMD_MODE_DRA,
+                hami_protocol::dra::CLAIM_PREFIX,
+            ));
             let (name, description) = (
                 "mi210-dra-node",
                 "8 × AMD Instinct MI210 in two XGMI hives (capture topo-mi210-xgmi-pcie), DRA mode",
@@ -987,6 +996,11 @@ impl Cluster {
         if self.dra {
             text.push_str("  kubectl get resourceslices,resourceclaims -o wide         # the DRA node's devices and the claims allocated from them\n");
             text.push_str("  kubectl get resourceclaims -o yaml                        # status.devices: the CU ranges the driver chose\n");
+            text.push_str(&format!(
+                "  kubectl get resourceclaimtemplates -l {}={} -o yaml   # what the webhook made of dra-hami-api's amd.com/* limits\n",
+                hami_protocol::dra::MANAGED_BY_LABEL,
+                hami_protocol::dra::MANAGED_BY_WEBHOOK
+            ));
         }
         text.push_str(&format!("API server: {}\n", self.api.url()));
         text.push_str(&format!(

@@ -271,6 +271,10 @@ async fn a_dra_slice_pod_runs_beside_the_device_plugin_pods() {
         .await;
     let log = String::from_utf8_lossy(&sink).into_owned();
     let client = cluster.client.clone();
+    assert!(
+        log.contains("webhook AMD mode device-plugin by default; pods annotated hami.io/amd-mode: dra get claims"),
+        "{log}"
+    );
 
     // The DRA node: labelled for DRA, its slices published, no device plugin registered.
     let node = Api::<Node>::all(client.clone())
