@@ -4,14 +4,20 @@
 //! ResourceSlice publisher and its kubelet plugin: claim GET, claim status write) and the
 //! monitor's DRA reads (the node's pods, their claims, the
 //! driver's slices) each run under their own shipped service account with exactly the
-//! shipped RBAC objects. The simulated kube-scheduler (allocation, reservation, binding)
+//! shipped RBAC objects; so does the scheduler in the webhook's DRA mode (`--amd-mode=dra`
+//! from its Deployment's flags, the shipped webhook configuration), whose DRA-mode rules
+//! are checked here (its others in `least_privilege.rs`). The simulated kube-scheduler
+//! (allocation, reservation, binding)
 //! and the simulated kubelet (registration, NodePrepareResources/NodeUnprepareResources)
 //! stand in for built-in components and run with admin rights.
 //!
 //! The driver's slice publisher creates the node's slice, deletes a stale one of its own,
 //! and replaces the slice when a GPU turns unhealthy (its device tainted); a DRA pod is
 //! allocated, prepared (CUs chosen, `status.devices` written) and runs; the monitor reports
-//! its CUs; deleting the pod unprepares the claim (no API call).
+//! its CUs; deleting the pod unprepares the claim (no API call). A pod written with HAMi's
+//! AMD API is converted by the webhook (the driver's slices read for the shape, the claim
+//! template created), an identical one reuses the template (409, read, stamped), and once
+//! both are gone the sweeper lists and deletes it.
 //!
 //! Checked both ways:
 //! - nothing the driver or the monitor asked for was refused, and no shipped rule of theirs
@@ -19,8 +25,10 @@
 //! - every verb of every rule bound to them is needed (removing it denies at least one
 //!   request they made, replayed through the server's authorizer);
 //! - and for real: without `patch` on `resourceclaims/status` the driver's prepare fails
-//!   naming the status write and the refusal, and without `get` on `resourceclaims` the
-//!   monitor reports the claim as unreadable.
+//!   naming the status write and the refusal, without `get` on `resourceclaims` the
+//!   monitor reports the claim as unreadable, and without `patch` on
+//!   `resourceclaimtemplates` the webhook denies the pod that reuses a template, naming
+//!   the stamp and the refusal.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,17 +48,23 @@ use hami_deviceplugin_api::dra_v1::{Claim, NodePrepareResourcesRequest};
 use hami_dra_core::prepare::PrepareSettings;
 use hami_kube_scheduler_sim::SimKubeScheduler;
 use hami_kube_scheduler_sim::dra::DraOptions;
+use hami_kube_scheduler_sim::front::SchedulerFront;
 use hami_kubelet_sim::KubeletSim;
 use hami_kubelet_sim::dra_manager::DraConfig;
-use hami_manifests::{ManifestsArgs, Object, Settings, names, objects};
-use hami_system_tests::grants::{made_by, policy_of, unused_grants};
+use hami_manifests::{ManifestsArgs, Object, Settings, names, objects, rbac};
+use hami_scheduler::config::{FileConfig, SchedulerArgs};
+use hami_scheduler::dra_claims::AmdMode;
+use hami_scheduler::dra_sweep::SweepTuning;
+use hami_scheduler::leader::Leadership;
+use hami_scheduler::runtime::Scheduler;
+use hami_system_tests::grants::{made_by, policy_of, unused_grants, unused_grants_among};
 use hami_system_tests::{
     SIM_KUBELET, admin_client, client_for, cluster_admin_for, start_authed_server, to_values,
     wait_until,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 
 const NODE: &str = "dra-node-1";
@@ -63,13 +77,23 @@ struct Cli {
     manifests: ManifestsArgs,
 }
 
+/// `hami-scheduler`'s command line.
+#[derive(Parser)]
+struct SchedulerCli {
+    #[command(flatten)]
+    args: SchedulerArgs,
+}
+
 /// The settings `hami manifests --dra` renders with (on a cluster that serves
-/// resource.k8s.io/v1).
+/// resource.k8s.io/v1), with the chart value `scheduler.amdMode=dra` (the webhook converts
+/// every AMD pod; it changes no RBAC).
 fn settings() -> Settings {
-    Cli::parse_from(["hami-manifests", "--dra", "--kube-version", "v1.36.0"])
+    let mut s = Cli::parse_from(["hami-manifests", "--dra", "--kube-version", "v1.36.0"])
         .manifests
         .settings()
-        .unwrap()
+        .unwrap();
+    s.values.scheduler.amd_mode = "dra".into();
+    s
 }
 
 /// The RBAC objects among the rendered manifests.
@@ -157,6 +181,23 @@ struct Outcome {
     monitor_problems: Vec<String>,
     /// The claim was unprepared after the pod went (gone from the driver's checkpoint).
     unprepared: bool,
+    /// The webhook's template for the first HAMi-API pod.
+    template: String,
+    /// The identical second pod's creation error (the webhook's denial), if any.
+    reuse_error: Option<String>,
+    /// The sweeper deleted the template once both pods were gone.
+    swept: bool,
+}
+
+/// A pod written with HAMi's AMD API: a quarter of the CUs (a percentage: the webhook needs
+/// the device's shape from the driver's slices) and 1 GiB.
+fn hami_pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "main", "image": "rocm/pytorch", "resources": {"limits":
+            {"amd.com/gpu": "1", "amd.com/gpucores": "25", "amd.com/gpumem": "1024"}}}]}
+    }))
+    .unwrap()
 }
 
 /// The node's GPUs as the driver's Prepare sees them (its `main.rs` does the same).
@@ -398,6 +439,66 @@ async fn run_flow(rbac_objects: Vec<Object>, expect_success: bool) -> Outcome {
     })
     .await;
 
+    // The scheduler in the webhook's DRA mode, flags from its Deployment, under its account
+    // (the sweeper's grace shortened); the shipped webhook configuration points at it.
+    let sched = client_for(&server, &ns, names::SCHEDULER).await;
+    let sched_args = SchedulerCli::parse_from(
+        std::iter::once("hami-scheduler".to_string()).chain(objects::scheduler_args(&s)),
+    )
+    .args;
+    let mut sched_settings =
+        hami_scheduler::config::Settings::resolve(&sched_args, FileConfig::default()).unwrap();
+    assert_eq!(sched_settings.webhook.amd_mode, AmdMode::Dra);
+    sched_settings.template_sweep = SweepTuning {
+        interval: Duration::from_millis(100),
+        grace: Duration::from_secs(1),
+    };
+    let hami_scheduler = Scheduler::start(sched, sched_settings, Arc::new(Leadership::always()));
+    let front = SchedulerFront::start(&hami_scheduler, &dir.join("tls"), &s, &admin)
+        .await
+        .unwrap();
+    assert!(
+        wait_until(WAIT, async || hami_scheduler.ready()).await,
+        "the scheduler never synced"
+    );
+    // Converted (template created), then reused (409, read, stamped), then swept.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let first_hami = pods
+        .create(&PostParams::default(), &hami_pod("hami-a"))
+        .await
+        .unwrap();
+    let template = first_hami.spec.unwrap().resource_claims.unwrap()[0]
+        .resource_claim_template_name
+        .clone()
+        .expect("the webhook did not convert the HAMi pod");
+    let reuse_error = match pods
+        .create(&PostParams::default(), &hami_pod("hami-b"))
+        .await
+    {
+        Ok(_) => {
+            pods.delete("hami-b", &DeleteParams::default())
+                .await
+                .unwrap();
+            None
+        }
+        Err(e) => Some(e.to_string()),
+    };
+    pods.delete("hami-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    let swept = wait_until(WAIT, async || {
+        server
+            .get_object(
+                "resource.k8s.io/v1",
+                "resourceclaimtemplates",
+                "default",
+                &template,
+            )
+            .is_none()
+    })
+    .await;
+    drop(front);
+
     // The GPU's render node disappears: its device is tainted, the slice replaced.
     tree.remove_dev("dri/renderD128").unwrap();
     let unhealthy = publisher.refresh().await.ok();
@@ -428,7 +529,27 @@ async fn run_flow(rbac_objects: Vec<Object>, expect_success: bool) -> Outcome {
         monitor_cus,
         monitor_problems,
         unprepared,
+        template,
+        reuse_error,
+        swept,
     }
+}
+
+/// The scheduler's DRA-mode rules: every verb needed by some request it made (its other
+/// rules are checked in `least_privilege.rs`).
+fn unused_scheduler_dra_grants(
+    policy: &hami_apiserver::rbac::Policy,
+    log: &[RequestRecord],
+) -> Vec<String> {
+    let dra_rules = rbac::scheduler_dra_cluster_rules();
+    unused_grants_among(
+        policy,
+        log,
+        &settings().namespace,
+        &[names::SCHEDULER],
+        &[],
+        |_, rule| dra_rules.contains(rule),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -438,7 +559,9 @@ async fn dra_driver_and_monitor_work_under_the_shipped_rbac_and_need_every_grant
     let ns = settings().namespace;
     // Wildcards would pass every check below without being least privilege.
     for role in &policy.cluster_roles {
-        if ![names::DRA_PLUGIN, names::MONITOR].contains(&role.metadata.name.as_deref().unwrap()) {
+        if ![names::DRA_PLUGIN, names::MONITOR, names::SCHEDULER]
+            .contains(&role.metadata.name.as_deref().unwrap())
+        {
             continue;
         }
         for rule in role.rules.iter().flatten() {
@@ -501,6 +624,52 @@ async fn dra_driver_and_monitor_work_under_the_shipped_rbac_and_need_every_grant
     }
     let unused = unused_grants(&policy, &out.log, &ns, &accounts(), &[]);
     assert!(unused.is_empty(), "granted but never used: {unused:#?}");
+
+    // 3. The scheduler's DRA mode: converted, reused and stamped, swept; each of its
+    // DRA-mode verbs needed.
+    assert_eq!(out.reuse_error, None, "the identical pod was refused");
+    assert!(
+        out.swept,
+        "the unused template {} was never swept",
+        out.template
+    );
+    let scheduler = user(names::SCHEDULER);
+    let calls: Vec<(&str, &str, u16)> = out
+        .log
+        .iter()
+        .filter(|r| {
+            r.user.as_deref() == Some(scheduler.as_str()) && r.api_group == "resource.k8s.io"
+        })
+        .map(|r| (r.resource.as_str(), r.verb.as_str(), r.status))
+        .collect();
+    for call in [
+        ("resourceslices", "list", 200),
+        ("resourceslices", "watch", 200),
+        ("resourceclaimtemplates", "create", 201),
+        ("resourceclaimtemplates", "create", 409),
+        ("resourceclaimtemplates", "get", 200),
+        ("resourceclaimtemplates", "patch", 200),
+        ("resourceclaimtemplates", "list", 200),
+        ("resourceclaimtemplates", "delete", 200),
+    ] {
+        assert!(
+            calls.contains(&call),
+            "the scheduler never made {call:?}: {calls:?}"
+        );
+    }
+    let rules = rbac::scheduler_dra_cluster_rules();
+    assert!(
+        rules.iter().all(|r| policy
+            .cluster_roles
+            .iter()
+            .any(
+                |role| role.metadata.name.as_deref() == Some(names::SCHEDULER)
+                    && role.rules.iter().flatten().any(|x| x == r)
+            )),
+        "the scheduler's ClusterRole lacks its DRA-mode rules"
+    );
+    let unused = unused_scheduler_dra_grants(&policy, &out.log);
+    assert!(unused.is_empty(), "granted but never used: {unused:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -518,6 +687,13 @@ async fn a_missing_dra_grant_fails_the_operation_that_needs_it() {
         "resource.k8s.io",
         "resourceclaims",
         "get",
+    );
+    let rbac = without(
+        rbac,
+        names::SCHEDULER,
+        "resource.k8s.io",
+        "resourceclaimtemplates",
+        "patch",
     );
     let out = run_flow(rbac, false).await;
 
@@ -548,11 +724,34 @@ async fn a_missing_dra_grant_fails_the_operation_that_needs_it() {
             && r.user.as_deref() == Some(user(names::MONITOR).as_str())),
         "{denied:#?}"
     );
+    // The webhook created the first pod's template, then denied the pod reusing it: the
+    // stamp was refused (the pod is never stored naming a template the sweeper may take).
+    let error = out
+        .reuse_error
+        .expect("the pod reusing the template was admitted");
+    assert!(
+        error.contains(&format!(
+            "cannot mark ResourceClaimTemplate default/{} ",
+            out.template
+        )) && error.contains(hami_protocol::dra::LAST_USED_ANNOTATION)
+            && error.contains("forbidden"),
+        "the webhook's denial does not say what was refused: {error:?}"
+    );
+    assert!(
+        denied.iter().any(|r| r.resource == "resourceclaimtemplates"
+            && r.verb == "patch"
+            && r.user.as_deref() == Some(user(names::SCHEDULER).as_str())),
+        "{denied:#?}"
+    );
+    assert!(out.swept, "the unused template was never swept");
     // Nothing else of theirs was refused: each removal fails only what needs it.
     for r in &denied {
         assert!(
             (r.resource == "resourceclaims/status" && r.verb == "patch")
-                || (r.resource == "resourceclaims" && r.verb == "get"),
+                || (r.resource == "resourceclaims" && r.verb == "get")
+                || (r.resource == "resourceclaimtemplates" && r.verb == "patch")
+                // The webhook's denial of the reusing pod (answered 403, as upstream does).
+                || (r.resource == "pods" && r.verb == "create" && r.body.contains("\"hami-b\"")),
             "refused beyond the removed grants: {r:?}"
         );
     }
