@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use hami_protocol::dra;
 use hami_protocol::names::Vendor;
 use hami_protocol::node_register::{DeviceInfo, decode_node_devices};
 use k8s_openapi::api::core::v1::Node;
@@ -65,6 +66,27 @@ impl NodeDevices {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let annotations = node.metadata.annotations.clone().unwrap_or_default();
         let mut devices = Self::from_annotations(name, &annotations);
+        // A DRA node serves AMD GPUs as ResourceSlices, never through this extender: say so,
+        // rather than "node unregistered", when a device-plugin pod is refused there.
+        let dra = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(dra::AMD_MODE_LABEL))
+            .is_some_and(|v| v == dra::AMD_MODE_DRA);
+        if dra && !devices.offers(Vendor::Amd) && devices.register_error(Vendor::Amd).is_none() {
+            devices.push_register_error(
+                Vendor::Amd,
+                refusal::NODE_UNREGISTERED,
+                format!(
+                    "node serves AMD GPUs through the DRA driver (label {}={}), not the device plugin: annotate the pod {}: {} to run it there",
+                    dra::AMD_MODE_LABEL,
+                    dra::AMD_MODE_DRA,
+                    dra::AMD_MODE_ANNOTATION,
+                    dra::AMD_MODE_DRA
+                ),
+            );
+        }
         for vendor in Vendor::ALL {
             if let Some(why) = withdrawn(node, vendor)
                 && devices.offers(vendor)
@@ -217,6 +239,39 @@ mod tests {
         let n =
             node(json!({"capacity": {"amd.com/gpu": "0"}, "allocatable": {"amd.com/gpu": "80"}}));
         assert!(NodeDevices::from_node(&n).offers(Vendor::Amd));
+    }
+
+    #[test]
+    fn a_dra_node_says_why_it_takes_no_device_plugin_pod() {
+        use serde_json::json;
+        let dra_node = |annotations: serde_json::Value| -> Node {
+            serde_json::from_value(json!({"metadata": {"name": "d",
+                "labels": {"hami.io/amd-mode": "dra"}, "annotations": annotations}}))
+            .unwrap()
+        };
+        let d = NodeDevices::from_node(&dra_node(json!({})));
+        assert!(!d.offers(Vendor::Amd));
+        let why = d.register_error(Vendor::Amd).unwrap();
+        assert!(
+            why.contains("DRA driver") && why.contains("hami.io/amd-mode: dra"),
+            "{why}"
+        );
+        assert_eq!(d.register_label(Vendor::Amd), refusal::NODE_UNREGISTERED);
+        // Its NVIDIA GPUs are unaffected; a node without the label stays "unregistered".
+        let nv = r#"[{"id":"GPU-1","count":10,"devmem":1000,"devcore":100,"type":"NVIDIA-A100","health":true}]"#;
+        let d = NodeDevices::from_node(&dra_node(json!({"hami.io/node-nvidia-register": nv})));
+        assert!(d.offers(Vendor::Nvidia) && d.register_error(Vendor::Nvidia).is_none());
+        assert!(
+            d.register_error(Vendor::Amd)
+                .unwrap()
+                .contains("DRA driver")
+        );
+        let plain: Node = serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap();
+        assert!(
+            NodeDevices::from_node(&plain)
+                .register_error(Vendor::Amd)
+                .is_none()
+        );
     }
 
     #[test]
