@@ -1,6 +1,8 @@
 //! D-4 on the running stack (issue 17 item 11): a pod that asks for no GPU may not carry
-//! the scheduler's allocation annotations — the webhook refuses it — and when one gets
-//! through anyway (here: labelled `hami.io/webhook=ignore`, which the webhook never sees),
+//! the scheduler's allocation annotations — the webhook refuses it, and so does the D-4
+//! guard webhook when the pod is labelled `hami.io/webhook=ignore` (which the main webhook
+//! never sees) — and when one gets through anyway (here: created while the webhook
+//! configuration is absent, as pods that predate the chart's install),
 //! its forged `hami.io/amd-cu-allocated` and device list no longer take the node's GPUs
 //! away: a later GPU pod on that node is placed by the scheduler, gets its CUs from the
 //! AMD plugin and runs, and the monitor reports no grant for the forged pod.
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{once_args, scratch};
 use hami_demo::{Cluster, Progress};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
@@ -116,16 +119,44 @@ async fn forged_allocations_neither_pass_the_webhook_nor_block_later_gpu_pods() 
         other => panic!("a non-GPU pod with allocation annotations was admitted: {other:?}"),
     }
 
-    // 2. Pods the webhook never sees carry the forgeries anyway: one the CU map the AMD
-    //    plugin unions (issue 17's live case), one the device list the scheduler counts.
+    // ... and the guard webhook refuses it on a pod the main webhook's selectors skip.
     let ignore = json!({"hami.io/webhook": "ignore"});
+    match pods
+        .create(
+            &PostParams::default(),
+            &forged("ignored-forger", ignore.clone(), &cu_forgery),
+        )
+        .await
+    {
+        Err(kube::Error::Api(status)) => assert!(
+            status.code == 403 && status.message.contains("hami.io/"),
+            "{status:?}"
+        ),
+        other => panic!("the D-4 guard admitted an ignore-labelled forgery: {other:?}"),
+    }
+
+    // 2. Pods created while no webhook is registered carry the forgeries anyway: one the CU
+    //    map the AMD plugin unions (issue 17's live case), one the device list the
+    //    scheduler counts.
+    let hooks: Api<MutatingWebhookConfiguration> = Api::all(cluster.client.clone());
+    let mut registered = Vec::new();
+    for mut h in hooks.list(&Default::default()).await.unwrap().items {
+        let name = h.metadata.name.clone().unwrap();
+        hooks.delete(&name, &Default::default()).await.unwrap();
+        h.metadata.resource_version = None;
+        h.metadata.uid = None;
+        registered.push(h);
+    }
     for (name, annotations) in [("bypass-cus", &cu_forgery), ("bypass-list", &list_forgery)] {
         pods.create(
             &PostParams::default(),
             &forged(name, ignore.clone(), annotations),
         )
         .await
-        .expect("an ignore-labelled pod skips the webhook");
+        .expect("no webhook is registered");
+    }
+    for h in &registered {
+        hooks.create(&PostParams::default(), h).await.unwrap();
     }
     // Bounded wait until the node's kubelet ran them: the informers have seen them by then.
     let deadline = Instant::now() + Duration::from_secs(10);
