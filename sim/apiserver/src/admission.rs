@@ -476,6 +476,30 @@ mod tests {
     }
 
     #[test]
+    fn failing_conditions_refuse_as_upstream_forbids() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let cfg = config(json!({"failurePolicy": "Fail", "matchConditions": [
+            {"name": "a", "expression": "object.metadata.annotations['x'] == 'y'"}
+        ]}));
+        let pod = json!({"metadata": {"generateName": "p-"}});
+        let hooks = matching_webhooks(&[cfg], pods, "CREATE", &pod, None);
+        let hook = hooks[0].as_ref().unwrap();
+        let user = unauthenticated_admin();
+        let review = build_review(hook, "u", pods, "CREATE", &pod, "default", &user);
+        assert_eq!(review["request"]["userInfo"]["username"], "system:admin");
+        let e = conditions_allow_call(hook, pods, &review).unwrap_err();
+        assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
+        // No name yet (generateName): upstream's NewForbidden leaves it out.
+        assert_eq!(
+            e.message,
+            "pods is forbidden: expression 'object.metadata.annotations['x'] == 'y'' resulted in error: no such key: annotations"
+        );
+        let named = json!({"metadata": {"name": "p", "annotations": {"x": "z"}}});
+        let review = build_review(hook, "u", pods, "CREATE", &named, "default", &user);
+        assert_eq!(conditions_allow_call(hook, pods, &review), Ok(false));
+    }
+
+    #[test]
     fn responses() {
         let hook = Webhook {
             name: "w".into(),
