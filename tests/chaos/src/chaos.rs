@@ -1011,18 +1011,22 @@ impl Injector<'_> {
                 if caught.is_some() {
                     *self.report.in_the_act.entry(kind).or_default() += 1;
                 }
-                let Some(node) = self.stack.dra.as_mut() else {
-                    anyhow::bail!("a DRA fault without the DRA node");
-                };
-                node.kubelet.restart().await?;
-                // Unprepare after the restart: a Running DRA pod goes.
+                // The process goes (its containers with it); a Running DRA pod is deleted
+                // while it is down: the next kubelet-sim, from its checkpoint, unprepares
+                // that pod's claim and keeps the others prepared.
+                if !self.stack.stop_dra_kubelet().await {
+                    anyhow::bail!("the DRA node's kubelet-sim was not running");
+                }
                 let victim = running_dra_pod(&client, param).await;
                 let deleted = match &victim {
                     Some(name) => delete_pod(&client, name).await,
                     None => "no Running DRA pod",
                 };
+                let down = Duration::from_millis(100 + param % 500);
+                tokio::time::sleep(down).await;
+                self.stack.start_dra_kubelet().await?;
                 self.log.push(format!(
-                    "FAULT DRA node's kubelet restart (pod waiting for prepare: {:?}); then {victim:?}: {deleted}",
+                    "FAULT DRA node's kubelet-sim restarted from its checkpoint (pod waiting for prepare: {:?}; down {down:?}, meanwhile {victim:?}: {deleted})",
                     caught.and_then(|p| p.metadata.name)
                 ));
             }
@@ -1208,6 +1212,10 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
         if stack.replicas[i].is_none() {
             stack.start_replica(i, SignedDuration::ZERO)?;
         }
+    }
+    if stack.dra.as_ref().is_some_and(|n| n.kubelet.is_none()) {
+        stack.start_dra_kubelet().await?;
+        log.push("DRA node's kubelet-sim started again");
     }
     if let Some(node) = stack.dra.as_mut()
         && !node.driver_running()

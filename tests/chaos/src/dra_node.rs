@@ -65,8 +65,9 @@ pub struct DraNode {
     pub name: String,
     /// The node's fixture sysfs tree.
     pub tree: FixtureTree,
-    /// The node's kubelet stand-in, with its DRA side.
-    pub kubelet: KubeletSim,
+    /// The node's kubelet stand-in, with its DRA side (`None` while its restart fault has
+    /// it down).
+    pub kubelet: Option<KubeletSim>,
     /// Where the node's monitor serves its metrics.
     pub monitor_addr: SocketAddr,
     /// The driver's and kubelet-sim's sockets, checkpoints and CDI directory.
@@ -82,7 +83,7 @@ impl DraNode {
     pub(crate) fn new(
         name: String,
         tree: FixtureTree,
-        kubelet: KubeletSim,
+        kubelet: Option<KubeletSim>,
         parts: (SocketAddr, JoinHandle<anyhow::Result<()>>, PathBuf),
         paths: DraPaths,
         model: Option<NodeDriver>,
@@ -154,10 +155,8 @@ impl DraNode {
     /// The node's containers as kubelet-sim last published them.
     pub fn containers(&self) -> Vec<ContainerRecord> {
         self.kubelet
-            .containers_handle()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .as_ref()
+            .map_or_else(Vec::new, KubeletSim::containers)
     }
 
     /// Stops the driver as a SIGTERM would (it unregisters), then the rest of the node.
@@ -169,7 +168,9 @@ impl DraNode {
             d.runtime.shutdown_background();
         }
         self.monitor.abort();
-        self.kubelet.shutdown().await;
+        if let Some(k) = self.kubelet.take() {
+            k.shutdown().await;
+        }
         if let Some(m) = &self.model {
             m.stop();
         }

@@ -33,9 +33,10 @@ pub enum FaultKind {
     /// DRA pod on its node waits for its claim's prepare, and started again from its
     /// checkpoint.
     DraDriverKill,
-    /// The DRA node's kubelet-sim restarts (registrations forgotten, found again from the
-    /// plugin registry), preferably while a DRA pod waits for its prepare; then a Running DRA
-    /// pod is deleted, so its claim is unprepared by the restarted kubelet.
+    /// The DRA node's kubelet-sim process restarts (preferably while a DRA pod waits for its
+    /// prepare): stopped, its containers with it; a Running DRA pod deleted while it is
+    /// down; started again from its checkpoint file, to unprepare that pod's claim, keep the
+    /// others prepared and find the driver's registration again.
     DraKubeletRestart,
     /// A DRA pod is deleted while its claim is being created, allocated or prepared, and a
     /// new one submitted.

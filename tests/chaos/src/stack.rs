@@ -495,19 +495,15 @@ impl Stack {
         Ok((addr, task))
     }
 
-    /// An AMD node's kubelet-sim (with `dra` when given), monitor and, with containers,
-    /// the stand-in driver's kernel side with the hook installed: (sockets, hook path,
-    /// kubelet, monitor address and task, driver model).
-    async fn amd_plumbing(
+    /// An AMD node's kubelet-sim (with `dra` when given; its containers on the node's
+    /// driver model): (sockets, hook path, kubelet).
+    async fn amd_kubelet(
         &self,
         name: &str,
         tree: &FixtureTree,
         dra: Option<hami_kubelet_sim::dra_manager::DraConfig>,
-    ) -> anyhow::Result<AmdPlumbing> {
-        let node_dir = self.workdir.join(name);
-        // The monitor reads the driver model's proc-shaped tree (amdgpu_driver.rs).
-        let proc_root = node_dir.join("proc");
-        let socket = node_dir.join("amdgpu.sock");
+    ) -> anyhow::Result<(PathBuf, PathBuf, KubeletSim)> {
+        let socket = self.workdir.join(name).join("amdgpu.sock");
         let containers = self.images.as_ref().map(|images| {
             let mut env = vec![
                 images.path(),
@@ -529,23 +525,47 @@ impl Stack {
             },
             dra,
         };
-        let (sockets, hook, kubelet) = self.kubelet(name, containers, node).await?;
-        let (monitor_addr, monitor) =
-            self.monitor(name, &hook, tree.sysfs_root(), proc_root.clone())?;
-        let driver = match &self.images {
-            Some(images) => {
-                hami_demo::install_hook(&images.amd_hook, &hook, "libamvgpu.so")?;
-                Some(NodeDriver::Amd(
-                    hami_demo::amdgpu_driver::AmdgpuDriver::start(
-                        &socket,
-                        &proc_root,
-                        &tree.sysfs_root(),
-                        kubelet.containers_handle(),
-                    )?,
-                ))
-            }
-            None => None,
-        };
+        self.kubelet(name, containers, node).await
+    }
+
+    /// With containers, the AMD node's stand-in driver (kernel side) for `kubelet`'s
+    /// containers.
+    fn amd_model(
+        &self,
+        name: &str,
+        tree: &FixtureTree,
+        kubelet: &KubeletSim,
+    ) -> anyhow::Result<Option<NodeDriver>> {
+        if self.images.is_none() {
+            return Ok(None);
+        }
+        let node_dir = self.workdir.join(name);
+        Ok(Some(NodeDriver::Amd(
+            hami_demo::amdgpu_driver::AmdgpuDriver::start(
+                &node_dir.join("amdgpu.sock"),
+                &node_dir.join("proc"),
+                &tree.sysfs_root(),
+                kubelet.containers_handle(),
+            )?,
+        )))
+    }
+
+    /// An AMD node's kubelet-sim (with `dra` when given), monitor and, with containers,
+    /// the stand-in driver's kernel side with the hook installed.
+    async fn amd_plumbing(
+        &self,
+        name: &str,
+        tree: &FixtureTree,
+        dra: Option<hami_kubelet_sim::dra_manager::DraConfig>,
+    ) -> anyhow::Result<AmdPlumbing> {
+        // The monitor reads the driver model's proc-shaped tree (amdgpu_driver.rs).
+        let proc_root = self.workdir.join(name).join("proc");
+        let (sockets, hook, kubelet) = self.amd_kubelet(name, tree, dra).await?;
+        let (monitor_addr, monitor) = self.monitor(name, &hook, tree.sysfs_root(), proc_root)?;
+        if let Some(images) = &self.images {
+            hami_demo::install_hook(&images.amd_hook, &hook, "libamvgpu.so")?;
+        }
+        let driver = self.amd_model(name, tree, &kubelet)?;
         Ok(AmdPlumbing {
             sockets,
             hook,
@@ -609,7 +629,7 @@ impl Stack {
         let mut node = DraNode::new(
             name.into(),
             tree,
-            p.kubelet,
+            Some(p.kubelet),
             (p.monitor_addr, p.monitor, p.hook),
             paths,
             p.driver,
@@ -686,6 +706,46 @@ impl Stack {
             .create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}))
             .map(|_| ())
             .map_err(|e| anyhow::anyhow!("cannot create node {name}: {e:?}"))
+    }
+
+    /// Stops the DRA node's kubelet-sim as its process would die (its containers, its
+    /// children, with it); what survives is its checkpoint file. False without one running.
+    pub async fn stop_dra_kubelet(&mut self) -> bool {
+        let Some(node) = self.dra.as_mut() else {
+            return false;
+        };
+        if let Some(m) = node.model.take() {
+            m.stop();
+        }
+        match node.kubelet.take() {
+            Some(k) => {
+                k.shutdown().await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Starts the DRA node's kubelet-sim again, resuming from its checkpoint file.
+    pub async fn start_dra_kubelet(&mut self) -> anyhow::Result<()> {
+        let Some(node) = self.dra.take() else {
+            anyhow::bail!("no DRA node");
+        };
+        let started = async {
+            let (_, _, kubelet) = self
+                .amd_kubelet(&node.name, &node.tree, Some(node.paths.kubelet()))
+                .await?;
+            let model = self.amd_model(&node.name, &node.tree, &kubelet)?;
+            anyhow::Ok((kubelet, model))
+        }
+        .await;
+        let mut node = node;
+        let result = started.map(|(kubelet, model)| {
+            node.kubelet = Some(kubelet);
+            node.model = model;
+        });
+        self.dra = Some(node);
+        result
     }
 
     /// Starts node `i`'s plugin again.

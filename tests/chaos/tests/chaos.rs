@@ -40,6 +40,10 @@ async fn whole_stack_under_faults_keeps_every_invariant() {
         Err(e) => panic!("chaos run with seed {seed} could not run: {e:#}"),
     };
     println!("{}", report.summary());
+    // What was injected, with its parameters (shown with --nocapture).
+    for line in report.history.iter().filter(|l| l.contains("FAULT")) {
+        println!("{line}");
+    }
     let missing: Vec<FaultKind> = FaultKind::ALL
         .into_iter()
         .filter(|k| !report.injected.contains_key(k))
