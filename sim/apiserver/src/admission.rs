@@ -183,6 +183,15 @@ pub fn unauthenticated_admin() -> UserInfo {
     }
 }
 
+/// Who asks, and how.
+#[derive(Debug, Clone, Default)]
+pub struct Requester {
+    /// The authenticated user; None when authentication is off ([`unauthenticated_admin`]).
+    pub user: Option<UserInfo>,
+    /// `dryRun=All`: webhooks are told (`request.dryRun`), the object is not stored.
+    pub dry_run: bool,
+}
+
 /// The AdmissionReview request sent to a webhook.
 pub fn build_review(
     hook: &Webhook,
@@ -191,8 +200,9 @@ pub fn build_review(
     operation: &str,
     object: &Value,
     namespace: &str,
-    user: &UserInfo,
+    who: &Requester,
 ) -> Value {
+    let user = who.user.clone().unwrap_or_else(unauthenticated_admin);
     let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
     let gvr = json!({"group": r.group, "version": r.version, "resource": r.plural});
     json!({
@@ -210,7 +220,7 @@ pub fn build_review(
             "userInfo": {"username": user.name, "groups": user.groups},
             "object": object,
             "oldObject": null,
-            "dryRun": false,
+            "dryRun": who.dry_run,
             "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
         }
     })
@@ -349,18 +359,16 @@ fn conditions_allow_call(
     }
 }
 
-/// Runs mutating admission for a CREATE of `object` (already defaulted) by `user` (None:
-/// authentication is off) and returns the mutated object, or the Status error to answer
-/// with.
+/// Runs mutating admission for a CREATE of `object` (already defaulted) asked by `who`
+/// and returns the mutated object, or the Status error to answer with.
 pub async fn admit_create(
     configs: Vec<Arc<Value>>,
     r: &'static ResourceType,
     namespace: &str,
     namespace_labels: Option<Value>,
     mut object: Value,
-    user: Option<UserInfo>,
+    who: Requester,
 ) -> Result<Value, ApiError> {
-    let user = user.unwrap_or_else(unauthenticated_admin);
     let hooks = matching_webhooks(&configs, r, "CREATE", &object, namespace_labels.as_ref());
     for hook in hooks {
         let hook = match hook {
@@ -368,7 +376,7 @@ pub async fn admit_create(
             Err(e) => return Err(ApiError::internal(format!("Internal error occurred: {e}"))),
         };
         let uid = meta::new_uid();
-        let review = build_review(&hook, &uid, r, "CREATE", &object, namespace, &user);
+        let review = build_review(&hook, &uid, r, "CREATE", &object, namespace, &who);
         if !conditions_allow_call(&hook, r, &review)? {
             continue;
         }
@@ -484,8 +492,8 @@ mod tests {
         let pod = json!({"metadata": {"generateName": "p-"}});
         let hooks = matching_webhooks(&[cfg], pods, "CREATE", &pod, None);
         let hook = hooks[0].as_ref().unwrap();
-        let user = unauthenticated_admin();
-        let review = build_review(hook, "u", pods, "CREATE", &pod, "default", &user);
+        let who = Requester::default();
+        let review = build_review(hook, "u", pods, "CREATE", &pod, "default", &who);
         assert_eq!(review["request"]["userInfo"]["username"], "system:admin");
         let e = conditions_allow_call(hook, pods, &review).unwrap_err();
         assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
@@ -495,7 +503,7 @@ mod tests {
             "pods is forbidden: expression 'object.metadata.annotations['x'] == 'y'' resulted in error: no such key: annotations"
         );
         let named = json!({"metadata": {"name": "p", "annotations": {"x": "z"}}});
-        let review = build_review(hook, "u", pods, "CREATE", &named, "default", &user);
+        let review = build_review(hook, "u", pods, "CREATE", &named, "default", &who);
         assert_eq!(conditions_allow_call(hook, pods, &review), Ok(false));
     }
 

@@ -463,6 +463,15 @@ async fn resource_request(
         force: p.force,
         dry_run: p.dry_run,
     };
+    if p.dry_run && *method == Method::POST && rr.name.is_none() && sub.is_none() {
+        // A dry-run create is admitted like any other (webhooks see `dryRun: true`; the
+        // shipped ones declare sideEffects None or NoneOnDryRun), then not stored.
+        let obj = codec::decode_object(ct, body)?;
+        let created =
+            create_with_admission(st, &ctx, p.user.as_ref(), r, rr.namespace.as_deref(), obj)
+                .await?;
+        return Ok(object_response(201, r, &created, accept));
+    }
     if p.dry_run && *method != Method::GET {
         return dry_run_request(st, &ctx, method, rr, ct, accept, body);
     }
@@ -576,8 +585,8 @@ async fn resource_request(
     }
 }
 
-/// `dryRun=All`: the write is validated and answered as if done, but nothing is stored,
-/// watched or persisted (admission webhooks are not called: they may have side effects).
+/// `dryRun=All` of an update, patch or delete: the write is validated and answered as if
+/// done, but nothing is stored, watched or persisted (admission runs on CREATE only).
 fn dry_run_request(
     st: &Arc<AppState>,
     ctx: &WriteContext,
@@ -597,9 +606,6 @@ fn dry_run_request(
     let name = rr.name.clone();
     let outcome = st.write_ctx(ctx, |s| {
         match (method.as_str(), name.as_deref(), rr.subresource.as_deref()) {
-            ("POST", None, None) => codec::decode_object(ct, body)
-                .and_then(|o| s.create(r, rr.namespace.as_deref(), o))
-                .map(|v| (201, v)),
             ("PUT", Some(n), None | Some("status")) => codec::decode_object(ct, body)
                 .and_then(|o| s.update(r, &ns, n, o, sub))
                 .map(|v| (200, v)),
@@ -661,7 +667,10 @@ async fn create_with_admission(
             ns.unwrap_or(""),
             ns_labels,
             prepared,
-            user.cloned(),
+            admission::Requester {
+                user: user.cloned(),
+                dry_run: ctx.dry_run,
+            },
         )
         .await?;
     }

@@ -231,11 +231,19 @@ pub fn validate(r: &ResourceType, obj: &Value) -> Causes {
                 )),
                 _ => {}
             }
-            if h.get("sideEffects").is_none() {
-                causes.push((
+            match h.get("sideEffects").and_then(Value::as_str) {
+                None => causes.push((
                     "webhooks[].sideEffects",
                     "Required value: must specify one of None, NoneOnDryRun".into(),
-                ));
+                )),
+                // admissionregistration/v1 allows only these (Some, Unknown were v1beta1's).
+                Some("None" | "NoneOnDryRun") => {}
+                Some(other) => causes.push((
+                    "webhooks[].sideEffects",
+                    format!(
+                        "Unsupported value: {other:?}: supported values: \"None\", \"NoneOnDryRun\""
+                    ),
+                )),
             }
             if h.get("admissionReviewVersions")
                 .and_then(Value::as_array)

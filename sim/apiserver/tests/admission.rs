@@ -438,3 +438,68 @@ async fn match_conditions_gate_the_call() {
         );
     }
 }
+
+/// A dry-run create is admitted as a real server admits it: the webhook is called with
+/// `dryRun: true` and its mutation answered, nothing is stored; a matchCondition on
+/// `request.dryRun` sees it. v1 allows only sideEffects None or NoneOnDryRun.
+#[tokio::test]
+async fn dry_run_creates_are_admitted() {
+    let ca = test_ca();
+    let hook = start_webhook(&ca).await;
+    let server = start().await;
+    let c = client(&server);
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let mut h = webhook(
+        "dry.hami.io",
+        format!("https://{hook}/v1"),
+        &ca.ca_pem,
+        &["v1"],
+        "Fail",
+        2,
+    );
+    h["sideEffects"] = json!("NoneOnDryRun");
+    register(&c, "dry", vec![h.clone()]).await;
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let answered = pods.create(&dry, &pod("dry1")).await.unwrap();
+    assert_eq!(answered.labels()["hami.io/mutated"], "v1");
+    assert!(
+        pods.get_opt("dry1").await.unwrap().is_none(),
+        "a dry run stored the pod"
+    );
+    let (code, msg) = status_of(
+        pods.create(&dry, &{
+            let mut p = pod("dry2");
+            p.metadata
+                .labels
+                .as_mut()
+                .unwrap()
+                .insert("deny".into(), "1".into());
+            p
+        })
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(code, 403, "{msg}");
+    delete_config(&c, "dry").await;
+    // A condition skipping dry runs: the webhook is not called for one, called otherwise.
+    h["matchConditions"] = json!([{"name": "not-dry", "expression": "!request.dryRun"}]);
+    register(&c, "dry", vec![h.clone()]).await;
+    let answered = pods.create(&dry, &pod("dry3")).await.unwrap();
+    assert!(!answered.labels().contains_key("hami.io/mutated"));
+    let stored = pods
+        .create(&PostParams::default(), &pod("wet"))
+        .await
+        .unwrap();
+    assert_eq!(stored.labels()["hami.io/mutated"], "v1");
+    delete_config(&c, "dry").await;
+    let api: Api<MutatingWebhookConfiguration> = Api::all(c.clone());
+    h["sideEffects"] = json!("Some");
+    let cfg =
+        serde_json::from_value(json!({"metadata": {"name": "some"}, "webhooks": [h]})).unwrap();
+    let (code, msg) = status_of(api.create(&PostParams::default(), &cfg).await.unwrap_err());
+    assert_eq!(code, 422);
+    assert!(msg.contains("Unsupported value: \"Some\""), "{msg}");
+}
