@@ -155,11 +155,19 @@ pub fn monitor_dra_cluster_rules() -> Vec<PolicyRule> {
 }
 
 /// Cluster-wide rules of the web UI: its watchers (crates/webui/src/watch.rs) list and
-/// watch nodes, pods and both Event APIs; nothing else, no write verb.
+/// watch nodes, pods, both Event APIs, and the ResourceSlices and ResourceClaims its DRA
+/// nodes' pages show (in every mode: the UI shows DRA nodes wherever a node is labelled
+/// for DRA, and a cluster before 1.34 merely answers 404); nothing else, no write verb.
 pub fn webui_cluster_rules() -> Vec<PolicyRule> {
     vec![
         rule("", &["nodes", "pods", "events"], &["list", "watch"], &[]),
         rule("events.k8s.io", &["events"], &["list", "watch"], &[]),
+        rule(
+            "resource.k8s.io",
+            &["resourceslices", "resourceclaims"],
+            &["list", "watch"],
+            &[],
+        ),
     ]
 }
 

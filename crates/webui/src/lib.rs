@@ -9,9 +9,11 @@
 //!
 //! - [`world`], [`samples`]: what is known (plain data, fed by [`watch`] and [`scrape`];
 //!   what a watch item does to the world is [`watch_feed`], pure).
-//! - [`pages`], [`whatif`], [`svg`], [`html`]: pure rendering.
+//! - [`pages`], [`dra`] (DRA nodes, devices and pods), [`whatif`], [`svg`], [`html`]: pure
+//!   rendering.
 //! - [`server`]: the axum routes.
 
+pub mod dra;
 pub mod html;
 pub mod live;
 pub mod pages;

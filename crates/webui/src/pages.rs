@@ -1,6 +1,6 @@
 //! The pages, as pure functions of what the watchers and scrapers gathered (no I/O): the
 //! overview, a node (cards, slices, CU maps), a pod (asked vs got, live charts), and the
-//! What-if planner. Each returns a [`Page`]; unknown objects give a 404 page.
+//! What-if planner (their DRA parts: [`crate::dra`]). Each returns a [`Page`]; unknown objects give a 404 page.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -289,6 +289,7 @@ pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
         ],
         &rows,
     ));
+    body.push_str(&crate::dra::overview_section(world));
     Page {
         status: 200,
         html: frame("Overview", &banners(world, metrics), true, &body),
@@ -408,11 +409,17 @@ pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
         let _ = write!(body, "<p class=\"bad\">{}</p>", esc(p));
     }
     let cards = snapshot.map(|s| s.devices.gpus.len()).unwrap_or(0);
-    let _ = write!(body, "<h2>Cards and partitions ({cards})</h2>");
-    if cards == 0 {
+    let dra = crate::dra::node_section(world, metrics, name);
+    // A DRA node registers nothing by annotation: its devices are the DRA section.
+    if cards > 0 || dra.is_none() {
+        let _ = write!(body, "<h2>Cards and partitions ({cards})</h2>");
+    }
+    if cards == 0 && dra.is_none() {
         body.push_str("<p class=\"muted\">This node registers no GPU.</p>");
     }
-    body.push_str("<div class=\"cards\">");
+    if cards > 0 || dra.is_none() {
+        body.push_str("<div class=\"cards\">");
+    }
     if let Some(snapshot) = snapshot {
         for (gpu, usage) in snapshot.devices.gpus.iter().zip(&snapshot.usage) {
             let info = &gpu.info;
@@ -528,7 +535,11 @@ pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
             body.push_str("</section>");
         }
     }
-    body.push_str("</div><h2>Events</h2>");
+    if cards > 0 || dra.is_none() {
+        body.push_str("</div>");
+    }
+    body.push_str(dra.as_deref().unwrap_or_default());
+    body.push_str("<h2>Events</h2>");
     let events: Vec<&EventRow> = world.events_of("Node", "", name).collect();
     let events = if events.is_empty() {
         world
@@ -626,6 +637,7 @@ pub fn pod(world: &World, metrics: &Metrics, namespace: &str, name: &str, now: i
             }
         }
     }
+    body.push_str(&crate::dra::pod_section(world, &key));
     body.push_str("<h2>Live</h2><div class=\"cards\">");
     let mine = |m: &BTreeMap<(String, String, String, String), Series>| -> Vec<(String, Series)> {
         m.iter()

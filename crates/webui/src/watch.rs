@@ -1,5 +1,6 @@
 //! The Kubernetes side: one watcher per resource (nodes, pods, core/v1 and
-//! events.k8s.io/v1 Events) feeding [`World`]. A watch error becomes a banner while it
+//! events.k8s.io/v1 Events, and resource.k8s.io/v1 ResourceSlices and ResourceClaims for
+//! the DRA nodes) feeding [`World`]. A watch error becomes a banner while it
 //! lasts; the watcher retries with backoff and the pages keep what was last seen. What each
 //! stream item does to the world is [`crate::watch_feed`]'s decision; this file drives it.
 
@@ -8,6 +9,7 @@ use std::sync::{Arc, RwLock};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use k8s_openapi::api::events::v1::Event as NewEvent;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
@@ -137,7 +139,33 @@ impl Apply for NewEvent {
     }
 }
 
-async fn run<K>(api: Api<K>, world: Arc<RwLock<World>>)
+impl Apply for ResourceSlice {
+    const WHAT: &'static str = crate::world::DRA_RESOURCES[0];
+    fn apply(world: &mut World, obj: Self) {
+        world.upsert_slice(obj);
+    }
+    fn delete(world: &mut World, obj: &Self) {
+        world.remove_slice(obj.metadata.name.as_deref().unwrap_or_default());
+    }
+    fn reset(world: &mut World, all: Vec<Self>) {
+        world.reset_slices(all);
+    }
+}
+
+impl Apply for ResourceClaim {
+    const WHAT: &'static str = crate::world::DRA_RESOURCES[1];
+    fn apply(world: &mut World, obj: Self) {
+        world.upsert_claim(obj);
+    }
+    fn delete(world: &mut World, obj: &Self) {
+        world.remove_claim(obj);
+    }
+    fn reset(world: &mut World, all: Vec<Self>) {
+        world.reset_claims(all);
+    }
+}
+
+async fn run<K>(api: Api<K>, config: watcher::Config, world: Arc<RwLock<World>>)
 where
     K: Apply + Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
@@ -145,7 +173,7 @@ where
         w.synced.insert(K::WHAT, false);
     }
     let mut feed = Feed::new();
-    let mut stream = watcher::watcher(api, watcher::Config::default())
+    let mut stream = watcher::watcher(api, config)
         .default_backoff()
         .into_stream()
         .boxed();
@@ -171,12 +199,29 @@ where
     }
 }
 
-/// Starts the watchers; they run until the runtime stops.
+/// Starts the watchers; they run until the runtime stops. Only our driver's slices are
+/// watched (the server filters by `spec.driver`); claims have no driver field to select on.
 pub fn start(client: Client, world: Arc<RwLock<World>>) -> Vec<tokio::task::JoinHandle<()>> {
+    let all = watcher::Config::default;
+    let ours = format!("spec.driver={}", hami_protocol::dra::DRIVER);
     vec![
-        tokio::spawn(run(Api::<Node>::all(client.clone()), world.clone())),
-        tokio::spawn(run(Api::<Pod>::all(client.clone()), world.clone())),
-        tokio::spawn(run(Api::<CoreEvent>::all(client.clone()), world.clone())),
-        tokio::spawn(run(Api::<NewEvent>::all(client), world)),
+        tokio::spawn(run(Api::<Node>::all(client.clone()), all(), world.clone())),
+        tokio::spawn(run(Api::<Pod>::all(client.clone()), all(), world.clone())),
+        tokio::spawn(run(
+            Api::<CoreEvent>::all(client.clone()),
+            all(),
+            world.clone(),
+        )),
+        tokio::spawn(run(
+            Api::<NewEvent>::all(client.clone()),
+            all(),
+            world.clone(),
+        )),
+        tokio::spawn(run(
+            Api::<ResourceSlice>::all(client.clone()),
+            all().fields(&ours),
+            world.clone(),
+        )),
+        tokio::spawn(run(Api::<ResourceClaim>::all(client), all(), world)),
     ]
 }

@@ -2,12 +2,21 @@
 //! them, and the scheduler's own usage state (`ClusterState`, the core `hami status`
 //! uses), kept incrementally: a pod's annotations are decoded once per change, not per
 //! page view. Plain data; the watchers (`watch.rs`) feed it.
+//!
+//! DRA nodes (issue 20) have no registration annotation and their pods no allocation
+//! annotation: their devices and shares come from the driver's ResourceSlices and the
+//! ResourceClaims, through the same model `hami status` prints
+//! (`hami_report::dra_status`), built once per change of either, when a page first asks.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
+use hami_protocol::dra::{AMD_MODE_DRA, AMD_MODE_LABEL, DRIVER};
 use hami_protocol::requests::pod_ref;
+use hami_report::dra_status::{self, DraNode, PodShare};
 use hami_scheduler::state::ClusterState;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 
 /// Events kept (newest); older ones are dropped.
 pub const MAX_EVENTS: usize = 5000;
@@ -58,6 +67,35 @@ pub struct World {
     pub synced: BTreeMap<&'static str, bool>,
     /// The last watch error per resource while it lasts (cleared by the next success).
     pub api_errors: BTreeMap<&'static str, String>,
+    /// ResourceSlices by name (all drivers; the view keeps ours).
+    pub slices: BTreeMap<String, ResourceSlice>,
+    /// ResourceClaims by `namespace/name`.
+    pub claims: BTreeMap<String, ResourceClaim>,
+    /// [`World::dra_nodes`], built on first use after a slice or claim changed.
+    dra: OnceLock<Vec<DraNode>>,
+}
+
+/// The resources only DRA clusters serve: their watch errors and pending lists are shown
+/// only when a node is in DRA mode (a cluster before 1.34, or without the DRA rights,
+/// answers 404/403 for ever, and has nothing of them to show).
+pub const DRA_RESOURCES: [&str; 2] = ["resourceslices", "resourceclaims"];
+
+/// Whether `node` runs the AMD DRA driver (label `hami.io/amd-mode=dra`).
+pub fn is_dra_node(node: &Node) -> bool {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(AMD_MODE_LABEL))
+        .is_some_and(|v| v == AMD_MODE_DRA)
+}
+
+/// `namespace/name` of a namespaced object's metadata.
+fn namespaced(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or("default"),
+        meta.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// `namespace/name` (`default` when the namespace is unset).
@@ -108,6 +146,66 @@ impl World {
         self.pods = pods.into_iter().map(|p| (pod_key(&p), p)).collect();
     }
 
+    /// Adds or replaces a ResourceSlice.
+    pub fn upsert_slice(&mut self, slice: ResourceSlice) {
+        let name = slice.metadata.name.clone().unwrap_or_default();
+        self.slices.insert(name, slice);
+        self.dra = OnceLock::new();
+    }
+
+    /// Forgets a deleted ResourceSlice.
+    pub fn remove_slice(&mut self, name: &str) {
+        self.slices.remove(name);
+        self.dra = OnceLock::new();
+    }
+
+    /// Replaces every ResourceSlice (after a relist).
+    pub fn reset_slices(&mut self, slices: Vec<ResourceSlice>) {
+        self.slices = slices
+            .into_iter()
+            .map(|s| (s.metadata.name.clone().unwrap_or_default(), s))
+            .collect();
+        self.dra = OnceLock::new();
+    }
+
+    /// Adds or replaces a ResourceClaim.
+    pub fn upsert_claim(&mut self, claim: ResourceClaim) {
+        self.claims.insert(namespaced(&claim.metadata), claim);
+        self.dra = OnceLock::new();
+    }
+
+    /// Forgets a deleted ResourceClaim.
+    pub fn remove_claim(&mut self, claim: &ResourceClaim) {
+        self.claims.remove(&namespaced(&claim.metadata));
+        self.dra = OnceLock::new();
+    }
+
+    /// Replaces every ResourceClaim (after a relist).
+    pub fn reset_claims(&mut self, claims: Vec<ResourceClaim>) {
+        self.claims = claims
+            .into_iter()
+            .map(|c| (namespaced(&c.metadata), c))
+            .collect();
+        self.dra = OnceLock::new();
+    }
+
+    /// Our DRA driver's nodes with their devices and the shares claims hold (as `hami
+    /// status` shows them), sorted by node.
+    pub fn dra_nodes(&self) -> &[DraNode] {
+        self.dra
+            .get_or_init(|| dra_status::build(DRIVER, self.slices.values(), self.claims.values()))
+    }
+
+    /// The DRA shares of the pod `namespace/name`.
+    pub fn dra_shares_of(&self, pod: &str) -> Vec<PodShare<'_>> {
+        dra_status::pod_shares(self.dra_nodes(), pod)
+    }
+
+    /// Whether some node is in DRA mode or publishes our driver's devices.
+    pub fn has_dra(&self) -> bool {
+        self.nodes.values().any(is_dra_node) || !self.dra_nodes().is_empty()
+    }
+
     /// Adds or replaces an event (by uid), keeping them ordered by time.
     pub fn upsert_event(&mut self, event: EventRow) {
         self.events.retain(|e| e.uid != event.uid);
@@ -156,14 +254,17 @@ impl World {
 
     /// Problems to show on every page (watch errors; resources not yet listed).
     pub fn banners(&self) -> Vec<String> {
+        let dra = self.has_dra();
+        let shown = |what: &&str| dra || !DRA_RESOURCES.contains(what);
         let mut out: Vec<String> = self
             .api_errors
             .iter()
+            .filter(|(what, _)| shown(what))
             .map(|(what, e)| {
                 format!("The Kubernetes API server cannot be read ({what}): {e}. Showing what was last seen.")
             })
             .collect();
-        for (what, synced) in &self.synced {
+        for (what, synced) in self.synced.iter().filter(|(w, _)| shown(w)) {
             if !synced && !self.api_errors.contains_key(what) {
                 out.push(format!(
                     "Still listing {what} from the Kubernetes API server…"

@@ -5,8 +5,11 @@
 //! registered GPU or partition, the pods; each CU map has one cell per CU and its owners'
 //! cells match `hami.io/amd-cu-allocated` (decoded by crates/protocol); charts have data
 //! where a monitor has samples and say "No samples yet" where none has; the live refresh
-//! runs; the What-if form plans; unknown objects are 404 pages. axe-core checks each page
-//! (headings, labels, contrast). Screenshots go to target/webui-screenshots/.
+//! runs; the What-if form plans; unknown objects are 404 pages. The demo runs with `--dra`:
+//! its DRA node's page has one card per device of the driver's ResourceSlices, each CU map
+//! one cell per published CU and its owners' cells match the claims' `cuRanges`, and each
+//! DRA pod's page lists its shares. axe-core checks each page (headings, labels,
+//! contrast). Screenshots go to target/webui-screenshots/.
 //!
 //! Needs `chromium` and `chromium-driver` (Debian packages; CI installs them) and
 //! `npm ci --prefix crates/webui/tests/axe` (CI runs it): fails clearly without them.
@@ -20,10 +23,12 @@ use std::time::{Duration, Instant};
 
 use hami_demo::{Cluster, DemoArgs, Progress};
 use hami_protocol::cu_allocated::CuAllocation;
+use hami_protocol::cu_list::CuSet;
 use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::names::{Vendor, pod as pod_keys};
 use hami_protocol::node_register::decode_node_devices;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::Api;
 use kube::api::ListParams;
 use serde_json::{Value, json};
@@ -334,9 +339,9 @@ fn every_page_in_chromium_against_the_demo() {
         settle_seconds: 25,
         scenario: None,
         ui_listen: "127.0.0.1:0".parse().unwrap(),
-        dra: false,
+        dra: true,
     };
-    let (cluster, demo_ui, ui, nodes, pods) = runtime.block_on(async {
+    let (cluster, demo_ui, ui, nodes, pods, slices, claims) = runtime.block_on(async {
         let mut sink = Vec::new();
         let mut progress = Progress::new(&mut sink);
         let cluster = Cluster::start(&args, &mut progress).await.unwrap();
@@ -370,6 +375,16 @@ fn every_page_in_chromium_against_the_demo() {
             .unwrap()
             .items;
         let pods = Api::<Pod>::all(cluster.client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let slices = Api::<ResourceSlice>::all(cluster.client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let claims = Api::<ResourceClaim>::all(cluster.client.clone())
             .list(&ListParams::default())
             .await
             .unwrap()
@@ -420,7 +435,7 @@ fn every_page_in_chromium_against_the_demo() {
             Duration::from_millis(500),
         )
         .unwrap();
-        (cluster, demo_ui, ui, nodes, pods)
+        (cluster, demo_ui, ui, nodes, pods, slices, claims)
     });
     let url = ui.url();
     let mut problems: Vec<String> = Vec::new();
@@ -557,6 +572,124 @@ fn every_page_in_chromium_against_the_demo() {
         "the demo has pods with CU allocations"
     );
 
+    // The DRA node: a card per device of the driver's slices, CU maps against the claims.
+    let dra_nodes: Vec<&Node> = nodes
+        .iter()
+        .filter(|n| {
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("hami.io/amd-mode"))
+                == Some(&"dra".to_string())
+        })
+        .collect();
+    assert_eq!(dra_nodes.len(), 1, "the demo --dra has one DRA node");
+    let dra_name = dra_nodes[0].metadata.name.clone().unwrap();
+    browser.go(&url);
+    let overview = browser.text();
+    assert!(
+        overview.contains("DRA nodes") && overview.contains(&dra_name),
+        "the overview lists the DRA node:\n{overview}"
+    );
+    browser.go(&format!("{url}nodes/{dra_name}"));
+    browser.wait(
+        "return document.querySelectorAll('section[data-dra-device]').length > 0;",
+        "the DRA node's devices",
+    );
+    let mut dra_devices: BTreeMap<String, u64> = BTreeMap::new();
+    for sl in slices
+        .iter()
+        .filter(|s| s.spec.driver == hami_protocol::dra::DRIVER)
+    {
+        assert_eq!(sl.spec.node_name.as_deref(), Some(dra_name.as_str()));
+        for d in sl.spec.devices.iter().flatten() {
+            let cus = d
+                .capacity
+                .as_ref()
+                .and_then(|c| c.get(hami_protocol::dra::COMPUTE_UNITS))
+                .map(|q| hami_protocol::capacity::parse(&q.value.0).unwrap())
+                .unwrap_or(0);
+            dra_devices.insert(format!("{}/{}", sl.spec.pool.name, d.name), cus);
+        }
+    }
+    assert!(!dra_devices.is_empty(), "the DRA driver published devices");
+    assert_eq!(
+        browser.js("return document.querySelectorAll('section[data-dra-device]').length;"),
+        json!(dra_devices.len()),
+        "one card per DRA device"
+    );
+    // Expected CU owners per device: each allocated result's cuRanges, for its pod.
+    let mut dra_owners: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut dra_pods: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for c in &claims {
+        let Some(status) = &c.status else { continue };
+        let pod = status
+            .reserved_for
+            .iter()
+            .flatten()
+            .find(|r| r.resource == "pods")
+            .map(|r| format!("{}/{}", c.metadata.namespace.clone().unwrap(), r.name));
+        for d in status
+            .devices
+            .iter()
+            .flatten()
+            .filter(|d| d.driver == hami_protocol::dra::DRIVER)
+        {
+            let Some(ranges) = d
+                .data
+                .as_ref()
+                .and_then(|v| v.0.get(hami_protocol::dra::CU_RANGES))
+                .and_then(|v| v.as_str())
+            else {
+                continue;
+            };
+            let device = format!("{}/{}", d.pool, d.device);
+            let total = dra_devices[&device] as u32;
+            let set = CuSet::parse(ranges, total).unwrap();
+            let owner = pod.clone().unwrap_or_default();
+            *dra_owners
+                .entry(device)
+                .or_default()
+                .entry(owner.clone())
+                .or_default() += set.len() as u64;
+            dra_pods.entry(owner).or_default().push(ranges.to_owned());
+        }
+    }
+    assert!(
+        !dra_owners.is_empty(),
+        "the demo's DRA claims were prepared"
+    );
+    for (device, cus) in &dra_devices {
+        let sel = format!(
+            "document.querySelector('section[data-dra-device=\"' + CSS.escape({}) + '\"]')",
+            json!(device)
+        );
+        let cells = browser.js(&format!("return {sel}.querySelectorAll('rect.cu').length;"));
+        assert_eq!(cells, json!(cus), "{device}: one cell per CU");
+        let drawn = browser.js(&format!("var m = {{}}; {sel}.querySelectorAll('rect.cu').forEach(function (r) {{ var o = r.getAttribute('data-owner'); if (o) m[o] = (m[o] || 0) + 1; }}); return m;"));
+        let drawn: BTreeMap<String, u64> = serde_json::from_value(drawn).unwrap();
+        let expected = dra_owners.get(device).cloned().unwrap_or_default();
+        assert_eq!(drawn, expected, "{device}: CU map owners");
+    }
+    check_page(&browser, &format!("node-{dra_name}"), &mut problems);
+    // Each DRA pod's page lists its shares with the CU ranges the driver chose.
+    for (pod, ranges) in &dra_pods {
+        browser.go(&format!("{url}pods/{pod}"));
+        browser.wait(
+            "return document.querySelectorAll('h1').length === 1;",
+            "a DRA pod page",
+        );
+        let t = browser.text();
+        assert!(t.contains("DRA shares"), "pod {pod}:\n{t}");
+        for r in ranges {
+            assert!(t.contains(r.as_str()), "pod {pod} shows CUs {r}:\n{t}");
+        }
+    }
+    if let Some(pod) = dra_pods.keys().next() {
+        browser.go(&format!("{url}pods/{pod}"));
+        check_page(&browser, "pod-dra", &mut problems);
+    }
+
     // Pod pages: containers asked and got; charts with data for the sampled pods.
     for p in &pods {
         let name = p.metadata.name.clone().unwrap();
@@ -576,6 +709,8 @@ fn every_page_in_chromium_against_the_demo() {
         if a.contains_key(Vendor::Amd.names().devices_allocated) && spec.node_name.is_some() {
             browser.wait("return document.querySelectorAll('figure.chart svg polyline').length >= 2 && Array.prototype.every.call(document.querySelectorAll('figure.chart svg'), function (s) { return +s.getAttribute('data-points') > 0; });", &format!("pod {name}'s charts with data"));
             check_page(&browser, &format!("pod-{name}"), &mut problems);
+        } else if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
+            // DRA pods: their shares are checked above; the real monitor may sample them.
         } else {
             let t = browser.text();
             assert!(

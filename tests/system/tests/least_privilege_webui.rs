@@ -1,8 +1,9 @@
 //! Least privilege for the web UI, end to end: on the embedded API server with
 //! authentication and RBAC on, the real UI (`hami_webui::start`, flags from its rendered
 //! Deployment) runs under its own service-account token with exactly the shipped RBAC
-//! objects, while a node, a GPU pod and Events of both APIs exist. Its pages show them;
-//! no request was refused; every granted verb was used; and nothing it did writes.
+//! objects, while a node, a GPU pod and Events of both APIs exist, and a DRA node with the
+//! driver's ResourceSlice and a pod's allocated ResourceClaim. Its pages show them; no
+//! request was refused; every granted verb was used; and nothing it did writes.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -10,8 +11,12 @@ use std::time::Duration;
 use clap::Parser;
 use hami_manifests::{Object, Settings, names, objects};
 use hami_system_tests::{
-    client_for, refused, requests_of, service_account_user, start_authed_server, to_values,
+    admin_client, client_for, refused, requests_of, service_account_user, start_authed_server,
+    to_values,
 };
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -61,6 +66,58 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
             "reportingController": "hami-scheduler", "reportingInstance": "hami-scheduler-0", "action": "Binding",
             "regarding": {"kind": "Pod", "namespace": "ml", "name": "train"},
             "reason": "BindingSucceed", "type": "Normal", "note": "new event seen"}))
+        .unwrap();
+
+    // A DRA node: its devices in the driver's slice, a pod's share in an allocated claim
+    // (the status through the status subresource, as the scheduler and driver write it).
+    let driver = hami_protocol::dra::DRIVER;
+    server
+        .create_object(
+            "v1",
+            "nodes",
+            None,
+            json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "dra-node-1", "labels": {"hami.io/amd-mode": "dra"}}}),
+        )
+        .unwrap();
+    server
+        .create_object("resource.k8s.io/v1", "resourceslices", None, json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": "dra-node-1-amdgpu-hami-rs-io-0"},
+            "spec": {"driver": driver, "nodeName": "dra-node-1",
+                "pool": {"name": "dra-node-1", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0", "allowMultipleAllocations": true,
+                    "attributes": {"uuid": {"string": "0xd1a"}, "productName": {"string": "AMD Instinct MI210"}},
+                    "capacity": {"memory": {"value": "64Gi"}, "computeUnits": {"value": "104"},
+                        "shares": {"value": "10"}}}]}}))
+        .unwrap();
+    server
+        .create_object("v1", "pods", Some("ml"), json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "dra-train", "namespace": "ml"},
+            "spec": {"nodeName": "dra-node-1",
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "dra-train-gpu"}],
+                "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}]},
+            "status": {"phase": "Running"}}))
+        .unwrap();
+    server
+        .create_object("resource.k8s.io/v1", "resourceclaims", Some("ml"), json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "dra-train-gpu", "namespace": "ml"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": driver}}]}}}))
+        .unwrap();
+    Api::<ResourceClaim>::namespaced(admin_client(&server).await, "ml")
+        .patch_status(
+            "dra-train-gpu",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+            "allocation": {"devices": {"results": [{"request": "gpu", "driver": driver,
+                "pool": "dra-node-1", "device": "gpu-0", "shareID": "s1",
+                "consumedCapacity": {"memory": "16Gi", "computeUnits": "52", "shares": "1"}}]}},
+            "reservedFor": [{"resource": "pods", "name": "dra-train", "uid": "u-dra-train"}],
+            "devices": [{"driver": driver, "pool": "dra-node-1", "device": "gpu-0", "shareID": "s1",
+                "data": {"cuRanges": "0-51", "memoryBytes": 17179869184u64}}]}})),
+        )
+        .await
         .unwrap();
 
     let client = client_for(&server, &ns, names::WEBUI).await;
@@ -120,7 +177,31 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
         26,
         "{node}"
     );
-    assert!(!get("/").await.contains("cannot be read"));
+    // The DRA node's device with the pod's 52 CUs, and the pod's share on its page.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let dra_node = loop {
+        let page = get("/nodes/dra-node-1").await;
+        if page.matches("data-owner=\"ml/dra-train\"").count() == 52 {
+            break page;
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        dra_node.contains("Memory (MiB): 16384 of 65536 MiB granted"),
+        "{dra_node}"
+    );
+    let dra_pod = get("/pods/ml/dra-train").await;
+    assert!(
+        dra_pod.contains("<td>ml/dra-train-gpu:gpu</td><td>16.0 GiB</td><td>16.0 GiB</td><td>52 CUs</td><td>0-51</td>"),
+        "{dra_pod}"
+    );
+    let overview = get("/").await;
+    assert!(
+        overview.contains("href=\"/nodes/dra-node-1\""),
+        "{overview}"
+    );
+    assert!(!overview.contains("cannot be read"), "{overview}");
     ui.shutdown();
 
     let me = service_account_user(&ns, names::WEBUI);

@@ -1,0 +1,477 @@
+//! The DRA parts of the pages (issue 20), pure: DRA nodes on the overview, a DRA node's
+//! devices (capacity, what the claims consume, the CU map from the CU ranges the driver
+//! chose, the shares) and a DRA pod's shares. All from [`World::dra_nodes`], the model
+//! `hami status` prints (`hami_report::dra_status`): a DRA node registers nothing in
+//! annotations and its pods carry no allocation annotation.
+
+use std::fmt::Write;
+
+use hami_protocol::cu_list::CuSet;
+use hami_protocol::dra::DRIVER;
+use hami_report::dra_status::{DraDevice, DraNode};
+
+use crate::html::{esc, mib, table, url_segment};
+use crate::samples::Metrics;
+use crate::svg::{CuOwner, cu_map, meter};
+use crate::world::{World, is_dra_node};
+
+const MIB: f64 = 1048576.0;
+
+fn node_link(name: &str) -> String {
+    format!("<a href=\"/nodes/{}\">{}</a>", url_segment(name), esc(name))
+}
+
+fn pod_link(namespaced: &str) -> String {
+    let (ns, name) = namespaced
+        .split_once('/')
+        .unwrap_or(("default", namespaced));
+    format!(
+        "<a href=\"/pods/{}/{}\">{}</a>",
+        url_segment(ns),
+        url_segment(name),
+        esc(namespaced)
+    )
+}
+
+fn bytes_mib(bytes: u64) -> String {
+    mib(bytes as f64 / MIB)
+}
+
+/// The names of the DRA nodes: labelled `hami.io/amd-mode=dra`, or publishing devices of
+/// our driver; sorted.
+fn dra_node_names(world: &World) -> Vec<String> {
+    let mut names: Vec<String> = world
+        .nodes
+        .iter()
+        .filter(|(_, n)| is_dra_node(n))
+        .map(|(name, _)| name.clone())
+        .collect();
+    names.extend(world.dra_nodes().iter().map(|n| n.name.clone()));
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The overview's "DRA nodes" section; empty when the cluster has none.
+pub fn overview_section(world: &World) -> String {
+    let names = dra_node_names(world);
+    if names.is_empty() {
+        return String::new();
+    }
+    let rows: Vec<Vec<String>> = names
+        .iter()
+        .map(|name| {
+            let devices: &[DraDevice] = world
+                .dra_nodes()
+                .iter()
+                .find(|n| &n.name == name)
+                .map_or(&[], |n| n.devices.as_slice());
+            let sum = |f: fn(&DraDevice) -> u64| devices.iter().map(f).sum::<u64>();
+            let busy = devices.iter().filter(|d| !d.holders.is_empty()).count();
+            let tainted = devices.iter().filter(|d| d.tainted).count();
+            let problems = world
+                .dra_nodes()
+                .iter()
+                .find(|n| &n.name == name)
+                .is_some_and(|n| !n.problems.is_empty());
+            vec![
+                node_link(name),
+                format!("{busy}/{}", devices.len()),
+                format!(
+                    "{} / {}",
+                    bytes_mib(sum(|d| d.memory_used_bytes)),
+                    bytes_mib(sum(|d| d.memory_bytes))
+                ),
+                format!(
+                    "{} / {} CUs",
+                    sum(|d| d.compute_units_used),
+                    sum(|d| d.compute_units)
+                ),
+                format!("{} / {}", sum(|d| d.shares_used), sum(|d| d.shares)),
+                if devices.is_empty() {
+                    "<span class=\"bad\">no devices published</span>".into()
+                } else if tainted > 0 {
+                    format!("<span class=\"bad\">{tainted} unhealthy (tainted)</span>")
+                } else if problems {
+                    "<span class=\"bad\">problem</span>".into()
+                } else {
+                    "ok".into()
+                },
+            ]
+        })
+        .collect();
+    let mut out = String::from("<h2>DRA nodes</h2>");
+    out.push_str(&table(
+        &format!(
+            "{} nodes whose GPUs are DRA devices of {DRIVER} (claimed through ResourceClaims)",
+            names.len()
+        ),
+        &[
+            "NODE",
+            "DEVICES IN USE",
+            "MEMORY CLAIMED",
+            "COMPUTE CLAIMED",
+            "SHARES",
+            "HEALTH",
+        ],
+        &rows,
+    ));
+    out
+}
+
+/// One device's card: capacity and consumption meters, CU map, shares.
+fn device_card(out: &mut String, device: &DraDevice, metrics: &Metrics) {
+    let id = format!("dra-{}", url_segment(&device.name));
+    let used: Vec<f64> = device
+        .holders
+        .iter()
+        .flat_map(|h| &h.pods)
+        .filter_map(|p| {
+            let (ns, name) = p.split_once('/').unwrap_or(("", p));
+            metrics.pod_device(ns, name, &device.uuid).memory_bytes
+        })
+        .collect();
+    let used_mib = metrics
+        .cards
+        .get(&device.uuid)
+        .and_then(|c| c.1)
+        .map(|b| b / MIB)
+        .or_else(|| (!used.is_empty()).then(|| used.iter().sum::<f64>() / MIB));
+    let _ = write!(
+        out,
+        "<section class=\"card\" data-dra-device=\"{name}\" aria-labelledby=\"{id}\"><h3 id=\"{id}\">{name} {product} <span class=\"muted\">{uuid}</span></h3><p>{health} · {used}/{shares} shares</p>",
+        name = esc(&device.name),
+        product = esc(&device.product),
+        uuid = esc(&device.uuid),
+        health = if device.tainted {
+            "<span class=\"bad\">UNHEALTHY (tainted: takes no new claims)</span>"
+        } else {
+            "healthy"
+        },
+        used = device.shares_used,
+        shares = device.shares,
+    );
+    let _ = write!(
+        out,
+        "<p>{}<br>{}</p>",
+        meter(
+            "Memory (MiB)",
+            device.memory_used_bytes as f64 / MIB,
+            used_mib,
+            device.memory_bytes as f64 / MIB,
+            "MiB"
+        ),
+        meter(
+            "Compute (CUs)",
+            device.compute_units_used as f64,
+            None,
+            device.compute_units as f64,
+            "CUs"
+        ),
+    );
+    let total = u32::try_from(device.compute_units).unwrap_or(u32::MAX);
+    // Owner label: the pod, else the claim (allocated, not reserved by a pod yet).
+    let mut problems = Vec::new();
+    let sets: Vec<(String, CuSet)> = device
+        .holders
+        .iter()
+        .filter(|h| !h.cu_ranges.is_empty())
+        .filter_map(|h| {
+            let who = h.pods.first().cloned().unwrap_or_else(|| h.claim.clone());
+            match CuSet::parse(&h.cu_ranges, total) {
+                Ok(set) => Some((who, set)),
+                Err(e) => {
+                    problems.push(format!("{}: cuRanges {:?}: {e}", h.claim, h.cu_ranges));
+                    None
+                }
+            }
+        })
+        .collect();
+    let owners: Vec<CuOwner> = sets.iter().map(|(pod, cus)| CuOwner { pod, cus }).collect();
+    out.push_str(&cu_map(
+        total,
+        &owners,
+        None,
+        &format!("CU map of {}: {} CUs", device.name, device.compute_units),
+    ));
+    for p in &problems {
+        let _ = write!(out, "<p class=\"bad\">{}</p>", esc(p));
+    }
+    if device.holders.is_empty() {
+        out.push_str("<p class=\"muted\">No claims.</p>");
+    } else {
+        let rows: Vec<Vec<String>> = device
+            .holders
+            .iter()
+            .map(|h| {
+                let pods = if h.pods.is_empty() {
+                    "(not reserved yet)".to_owned()
+                } else {
+                    h.pods
+                        .iter()
+                        .map(|p| pod_link(p))
+                        .collect::<Vec<_>>()
+                        .join("<br>")
+                };
+                let used: Vec<f64> = h
+                    .pods
+                    .iter()
+                    .filter_map(|p| {
+                        let (ns, name) = p.split_once('/').unwrap_or(("", p));
+                        metrics.pod_device(ns, name, &device.uuid).memory_bytes
+                    })
+                    .collect();
+                vec![
+                    pods,
+                    esc(&h.claim),
+                    bytes_mib(h.memory_bytes),
+                    h.memory_limit_bytes
+                        .map(bytes_mib)
+                        .unwrap_or_else(|| "(pending prepare)".into()),
+                    if used.is_empty() {
+                        "no samples yet".into()
+                    } else {
+                        mib(used.iter().sum::<f64>() / MIB)
+                    },
+                    format!("{} CUs", h.compute_units),
+                    if h.cu_ranges.is_empty() {
+                        "(pending prepare)".into()
+                    } else {
+                        esc(&h.cu_ranges)
+                    },
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            "Shares (one per allocation result)",
+            &[
+                "POD",
+                "CLAIM",
+                "MEMORY CLAIMED",
+                "LIMIT",
+                "USED",
+                "COMPUTE",
+                "CUS",
+            ],
+            &rows,
+        ));
+    }
+    out.push_str("</section>");
+}
+
+/// The node page's DRA section for node `name`; `None` when it is not a DRA node.
+pub fn node_section(world: &World, metrics: &Metrics, name: &str) -> Option<String> {
+    let labelled = world.nodes.get(name).is_some_and(is_dra_node);
+    let node: Option<&DraNode> = world.dra_nodes().iter().find(|n| n.name == name);
+    if !labelled && node.is_none() {
+        return None;
+    }
+    let devices = node.map_or(&[][..], |n| n.devices.as_slice());
+    let mut out = format!(
+        "<h2>DRA devices ({})</h2><p>DRA mode: this node's GPUs are devices of {DRIVER} in its ResourceSlices; pods get shares of them through ResourceClaims.</p>",
+        devices.len()
+    );
+    for p in node.iter().flat_map(|n| &n.problems) {
+        let _ = write!(out, "<p class=\"bad\">{}</p>", esc(p));
+    }
+    if devices.is_empty() {
+        out.push_str(
+            "<p class=\"muted\">No ResourceSlice of this driver names this node (yet).</p>",
+        );
+    }
+    out.push_str("<div class=\"cards\">");
+    for d in devices {
+        device_card(&mut out, d, metrics);
+    }
+    out.push_str("</div>");
+    Some(out)
+}
+
+/// The pod page's DRA section for `namespace/name`: its shares of DRA devices; empty
+/// when it has none.
+pub fn pod_section(world: &World, pod: &str) -> String {
+    let shares = world.dra_shares_of(pod);
+    if shares.is_empty() {
+        return String::new();
+    }
+    let rows: Vec<Vec<String>> = shares
+        .iter()
+        .map(|s| {
+            vec![
+                node_link(&s.node.name),
+                esc(&s.device.name),
+                esc(&s.device.uuid),
+                esc(&s.holder.claim),
+                bytes_mib(s.holder.memory_bytes),
+                s.holder
+                    .memory_limit_bytes
+                    .map(bytes_mib)
+                    .unwrap_or_else(|| "(pending prepare)".into()),
+                format!("{} CUs", s.holder.compute_units),
+                if s.holder.cu_ranges.is_empty() {
+                    "(pending prepare)".into()
+                } else {
+                    esc(&s.holder.cu_ranges)
+                },
+            ]
+        })
+        .collect();
+    let mut out = String::from("<h2>DRA shares</h2>");
+    out.push_str(&table(
+        "From the ResourceClaims reserved for this pod (allocation and the driver's status)",
+        &[
+            "NODE",
+            "DEVICE",
+            "UUID",
+            "CLAIM",
+            "MEMORY CLAIMED",
+            "LIMIT",
+            "COMPUTE",
+            "CUS",
+        ],
+        &rows,
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pages;
+    use serde_json::{Value, json};
+
+    fn world() -> World {
+        let mut w = World::default();
+        w.upsert_node(
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "dra-node", "labels": {"hami.io/amd-mode": "dra"}}}))
+            .unwrap(),
+        );
+        let gpu = |name: &str, uuid: &str, taints: Value| {
+            json!({"name": name, "allowMultipleAllocations": true,
+                "attributes": {"uuid": {"string": uuid}, "productName": {"string": "AMD Instinct MI210"}},
+                "capacity": {"memory": {"value": "64Gi"}, "computeUnits": {"value": "104"},
+                    "shares": {"value": "10"}},
+                "taints": taints})
+        };
+        w.reset_slices(vec![
+            serde_json::from_value(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": "dra-node-amdgpu-0"},
+                "spec": {"driver": DRIVER, "nodeName": "dra-node",
+                    "pool": {"name": "dra-node", "generation": 2, "resourceSliceCount": 1},
+                    "devices": [gpu("gpu-0", "0xa1", json!([])),
+                        gpu("gpu-1", "0xa2", json!([{"key": "unhealthy", "effect": "NoSchedule"}]))]}}))
+            .unwrap(),
+        ]);
+        w.upsert_claim(
+            serde_json::from_value(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": "train-gpu-x1", "namespace": "ml"},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
+                "status": {
+                    "allocation": {"devices": {"results": [{"request": "gpu", "driver": DRIVER,
+                        "pool": "dra-node", "device": "gpu-0", "shareID": "s1",
+                        "consumedCapacity": {"memory": "8Gi", "computeUnits": "26", "shares": "1"}}]}},
+                    "reservedFor": [{"resource": "pods", "name": "train", "uid": "u1"}],
+                    "devices": [{"driver": DRIVER, "pool": "dra-node", "device": "gpu-0", "shareID": "s1",
+                        "data": {"cuRanges": "26-51", "memoryBytes": 8589934592u64}}]}}))
+            .unwrap(),
+        );
+        w.upsert_pod(
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "train", "namespace": "ml", "uid": "u1"},
+                "spec": {"nodeName": "dra-node",
+                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "slice-8g"}],
+                    "containers": [{"name": "main", "image": "rocm",
+                        "resources": {"claims": [{"name": "gpu"}]}}]},
+                "status": {"phase": "Running",
+                    "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "train-gpu-x1"}]}}))
+            .unwrap(),
+        );
+        w
+    }
+
+    fn count(haystack: &str, needle: &str) -> usize {
+        haystack.matches(needle).count()
+    }
+
+    #[test]
+    fn a_dra_node_and_pod_show_their_devices_and_shares() {
+        let w = world();
+        let m = Metrics::default();
+        let overview = pages::overview(&w, &m, 1000).html;
+        assert!(overview.contains("<h2>DRA nodes</h2>"), "{overview}");
+        assert!(overview.contains("href=\"/nodes/dra-node\""), "{overview}");
+        // 1 of 2 devices in use; 8 GiB of 128 GiB; 26 of 208 CUs; 1 of 20 shares; 1 tainted.
+        assert!(
+            overview.contains("<td>1/2</td><td>8.0 GiB / 128.0 GiB</td><td>26 / 208 CUs</td><td>1 / 20</td><td><span class=\"bad\">1 unhealthy (tainted)</span></td>"),
+            "{overview}"
+        );
+
+        let node = pages::node(&w, &m, "dra-node", 1000).html;
+        assert!(node.contains("<h2>DRA devices (2)</h2>"), "{node}");
+        assert!(!node.contains("Cards and partitions"), "{node}");
+        assert_eq!(count(&node, "data-dra-device="), 2, "{node}");
+        // The CU map: 104 cells per device, the pod owns 26-51 of gpu-0.
+        assert_eq!(count(&node, "class=\"cu\""), 208);
+        assert_eq!(count(&node, "data-owner=\"ml/train\""), 26);
+        assert!(
+            node.contains("fill=\"#1f5fa8\" data-cu=\"26\" data-owner=\"ml/train\""),
+            "{node}"
+        );
+        assert!(
+            node.contains("Memory (MiB): 8192 of 65536 MiB granted"),
+            "{node}"
+        );
+        assert!(
+            node.contains("Compute (CUs): 26 of 104 CUs granted"),
+            "{node}"
+        );
+        assert!(node.contains("1/10 shares"), "{node}");
+        assert!(node.contains("UNHEALTHY (tainted"), "{node}");
+        assert!(
+            node.contains("<td>ml/train-gpu-x1:gpu</td><td>8.0 GiB</td><td>8.0 GiB</td><td>no samples yet</td><td>26 CUs</td><td>26-51</td>"),
+            "{node}"
+        );
+
+        let pod = pages::pod(&w, &m, "ml", "train", 1000).html;
+        assert!(pod.contains("<h2>DRA shares</h2>"), "{pod}");
+        assert!(
+            pod.contains("<td><a href=\"/nodes/dra-node\">dra-node</a></td><td>dra-node/gpu-0</td><td>0xa1</td><td>ml/train-gpu-x1:gpu</td><td>8.0 GiB</td><td>8.0 GiB</td><td>26 CUs</td><td>26-51</td>"),
+            "{pod}"
+        );
+        // A pod without claims has no DRA section; the claim's removal empties the share.
+        let mut w = w;
+        w.reset_claims(vec![]);
+        let pod = pages::pod(&w, &m, "ml", "train", 1000).html;
+        assert!(!pod.contains("DRA shares"), "{pod}");
+        let node = pages::node(&w, &m, "dra-node", 1000).html;
+        assert_eq!(count(&node, "data-owner=\"ml/train\""), 0);
+    }
+
+    #[test]
+    fn dra_watch_errors_show_only_where_dra_is_used() {
+        let mut w = World::default();
+        w.api_errors
+            .insert("resourceslices", "404 the server could not find it".into());
+        w.synced.insert("resourceclaims", false);
+        w.synced.insert("nodes", false);
+        let b = w.banners();
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert!(b[0].contains("Still listing nodes"));
+        assert!(overview_section(&w).is_empty());
+        w = world();
+        w.api_errors
+            .insert("resourceslices", "403 forbidden".into());
+        w.synced.insert("resourceclaims", false);
+        let b = w.banners();
+        assert!(
+            b.iter()
+                .any(|b| b.contains("cannot be read (resourceslices): 403")),
+            "{b:?}"
+        );
+        assert!(
+            b.iter().any(|b| b.contains("Still listing resourceclaims")),
+            "{b:?}"
+        );
+    }
+}
