@@ -107,17 +107,30 @@ impl DraNode {
     /// Starts the driver (first start, or after a kill) from the checkpoint on disk.
     pub fn start_driver(&mut self) -> anyhow::Result<()> {
         anyhow::ensure!(self.driver.is_none(), "the DRA driver already runs");
+        let config = kube::Config::new(self.api_url.parse()?);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("dra-driver")
             .enable_all()
             .build()?;
         let (stop, rx) = watch::channel(false);
-        let task = {
+        let spawned = {
             let _inside = runtime.enter();
             // Its own client: connections made on the caller's runtime would outlive a kill.
-            let client = Client::try_from(kube::Config::new(self.api_url.parse()?))?;
-            spawn_driver(client, &self.name, &self.tree, &self.hook, &self.paths, rx)?
+            config
+                .try_into()
+                .map_err(anyhow::Error::from)
+                .and_then(|client: Client| {
+                    spawn_driver(client, &self.name, &self.tree, &self.hook, &self.paths, rx)
+                })
+        };
+        let task = match spawned {
+            Ok(t) => t,
+            Err(e) => {
+                // Dropping a runtime would block this async caller.
+                runtime.shutdown_background();
+                return Err(e);
+            }
         };
         self.driver = Some(DriverProcess {
             runtime,
