@@ -11,27 +11,12 @@ use hami_protocol::dra::DRIVER;
 use hami_report::dra_status::{DraDevice, DraNode};
 
 use crate::html::{esc, mib, table, url_segment};
+use crate::pages::{node_link, pod_link};
 use crate::samples::Metrics;
 use crate::svg::{CuOwner, cu_map, meter};
 use crate::world::{World, is_dra_node};
 
 const MIB: f64 = 1048576.0;
-
-fn node_link(name: &str) -> String {
-    format!("<a href=\"/nodes/{}\">{}</a>", url_segment(name), esc(name))
-}
-
-fn pod_link(namespaced: &str) -> String {
-    let (ns, name) = namespaced
-        .split_once('/')
-        .unwrap_or(("default", namespaced));
-    format!(
-        "<a href=\"/pods/{}/{}\">{}</a>",
-        url_segment(ns),
-        url_segment(name),
-        esc(namespaced)
-    )
-}
 
 fn bytes_mib(bytes: u64) -> String {
     mib(bytes as f64 / MIB)
@@ -436,6 +421,12 @@ mod tests {
         let pod = pages::pod(&w, &m, "ml", "train", 1000).html;
         assert!(pod.contains("<h2>DRA shares</h2>"), "{pod}");
         assert!(
+            pod.contains(
+                "<td>main</td><td>app</td><td>-</td><td>claims gpu (DRA shares below)</td>"
+            ),
+            "{pod}"
+        );
+        assert!(
             pod.contains("<td><a href=\"/nodes/dra-node\">dra-node</a></td><td>dra-node/gpu-0</td><td>0xa1</td><td>ml/train-gpu-x1:gpu</td><td>8.0 GiB</td><td>8.0 GiB</td><td>26 CUs</td><td>26-51</td>"),
             "{pod}"
         );
@@ -443,7 +434,7 @@ mod tests {
         let mut w = w;
         w.reset_claims(vec![]);
         let pod = pages::pod(&w, &m, "ml", "train", 1000).html;
-        assert!(!pod.contains("DRA shares"), "{pod}");
+        assert!(!pod.contains("<h2>DRA shares</h2>"), "{pod}");
         let node = pages::node(&w, &m, "dra-node", 1000).html;
         assert_eq!(count(&node, "data-owner=\"ml/train\""), 0);
     }

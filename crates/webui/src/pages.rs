@@ -24,11 +24,13 @@ fn banners(world: &World, metrics: &Metrics) -> Vec<String> {
     out
 }
 
-fn node_link(name: &str) -> String {
+/// A link to a node's page.
+pub(crate) fn node_link(name: &str) -> String {
     format!("<a href=\"/nodes/{}\">{}</a>", url_segment(name), esc(name))
 }
 
-fn pod_link(namespaced: &str) -> String {
+/// A link to the page of the pod `namespace/name`.
+pub(crate) fn pod_link(namespaced: &str) -> String {
     let (ns, name) = namespaced
         .split_once('/')
         .unwrap_or(("default", namespaced));
@@ -393,13 +395,16 @@ pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
         }
     }
     let snapshot = world.state.node(name);
+    let dra = crate::dra::node_section(world, metrics, name);
+    // On a DRA node the scheduler's "serves AMD through DRA" is the expected state.
+    let class = if dra.is_some() { "muted" } else { "bad" };
     for (vendor, e) in snapshot
         .map(|s| s.devices.register_errors.as_slice())
         .unwrap_or(&[])
     {
         let _ = write!(
             body,
-            "<p class=\"bad\">{} registration: {}</p>",
+            "<p class=\"{class}\">{} registration: {}</p>",
             vendor.word(),
             esc(e)
         );
@@ -409,7 +414,6 @@ pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
         let _ = write!(body, "<p class=\"bad\">{}</p>", esc(p));
     }
     let cards = snapshot.map(|s| s.devices.gpus.len()).unwrap_or(0);
-    let dra = crate::dra::node_section(world, metrics, name);
     // A DRA node registers nothing by annotation: its devices are the DRA section.
     if cards > 0 || dra.is_none() {
         let _ = write!(body, "<h2>Cards and partitions ({cards})</h2>");
@@ -599,8 +603,19 @@ pub fn pod(world: &World, metrics: &Metrics, namespace: &str, name: &str, now: i
                         .collect::<Vec<_>>()
                         .join("<br>")
                 };
+                // A DRA container asks through the claims it names (shares below).
+                let claims: Vec<String> = object
+                    .spec
+                    .iter()
+                    .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+                    .filter(|k| k.name == c.name)
+                    .flat_map(|k| k.resources.iter().flat_map(|r| r.claims.iter().flatten()))
+                    .map(|claim| claim.name.clone())
+                    .collect();
                 let got = if c.got.is_empty() {
-                    if c.asked.is_empty() {
+                    if c.asked.is_empty() && !claims.is_empty() {
+                        esc(&format!("claims {} (DRA shares below)", claims.join(", ")))
+                    } else if c.asked.is_empty() {
                         "-".to_owned()
                     } else {
                         "(not scheduled)".to_owned()

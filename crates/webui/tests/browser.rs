@@ -221,6 +221,12 @@ impl Browser {
         }
     }
 
+    /// CU cells per owner in the CU map(s) under the element `sel` (a JS expression).
+    fn cu_owners(&self, sel: &str) -> BTreeMap<String, u64> {
+        let drawn = self.js(&format!("var m = {{}}; {sel}.querySelectorAll('rect.cu').forEach(function (r) {{ var o = r.getAttribute('data-owner'); if (o) m[o] = (m[o] || 0) + 1; }}); return m;"));
+        serde_json::from_value(drawn).unwrap()
+    }
+
     fn text(&self) -> String {
         self.js("return document.body.innerText;")
             .as_str()
@@ -552,9 +558,8 @@ fn every_page_in_chromium_against_the_demo() {
             }
             let cells = browser.js(&format!("return {sel}.querySelectorAll('rect.cu').length;"));
             assert_eq!(cells, json!(d.devcore), "{name} {}: one cell per CU", d.id);
-            let drawn = browser.js(&format!("var m = {{}}; {sel}.querySelectorAll('rect.cu').forEach(function (r) {{ var o = r.getAttribute('data-owner'); if (o) m[o] = (m[o] || 0) + 1; }}); return m;"));
+            let drawn = browser.cu_owners(&sel);
             let expected: BTreeMap<String, u64> = owners.get(&d.id).cloned().unwrap_or_default();
-            let drawn: BTreeMap<String, u64> = serde_json::from_value(drawn).unwrap();
             assert_eq!(drawn, expected, "{name} {}: CU map owners", d.id);
         }
         if name == "mi210-node" {
@@ -666,8 +671,7 @@ fn every_page_in_chromium_against_the_demo() {
         );
         let cells = browser.js(&format!("return {sel}.querySelectorAll('rect.cu').length;"));
         assert_eq!(cells, json!(cus), "{device}: one cell per CU");
-        let drawn = browser.js(&format!("var m = {{}}; {sel}.querySelectorAll('rect.cu').forEach(function (r) {{ var o = r.getAttribute('data-owner'); if (o) m[o] = (m[o] || 0) + 1; }}); return m;"));
-        let drawn: BTreeMap<String, u64> = serde_json::from_value(drawn).unwrap();
+        let drawn = browser.cu_owners(&sel);
         let expected = dra_owners.get(device).cloned().unwrap_or_default();
         assert_eq!(drawn, expected, "{device}: CU map owners");
     }
