@@ -80,8 +80,8 @@ pub struct Decision<'a> {
 }
 
 /// Writes what the HAMi scheduler writes at filter + bind for `decision` on `node` (the
-/// vendor's device lists, bind phase `allocating`, the pod bound), then, if `take_lock`, the
-/// node lock naming the pod, as bind takes it.
+/// vendor's device lists, bind phase `allocating`, the pod bound), after, if `take_lock`, the
+/// node lock naming the pod, as bind takes it (before binding).
 ///
 /// # Panics
 /// If the server refuses a write.
@@ -100,6 +100,12 @@ pub async fn schedule(
         runs,
     } = decision;
     let list = encode_pod_devices(runs).unwrap();
+    // Lock first, then the bound pod, as bind does: kubelet can call Allocate as soon as
+    // the pod is bound, and a plugin that finds no lock yet rightly treats the pod as one
+    // HAMi did not place (a loaded machine showed that order flake).
+    if take_lock {
+        take_node_lock(client, node, name).await;
+    }
     server
         .create_object(
             "v1",
@@ -116,9 +122,6 @@ pub async fn schedule(
             }),
         )
         .unwrap();
-    if take_lock {
-        take_node_lock(client, node, name).await;
-    }
 }
 
 /// Writes the node lock on `node` naming the pod `default/<pod>` (stamped 1700000000), as
