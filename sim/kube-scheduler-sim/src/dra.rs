@@ -8,11 +8,22 @@
 //! the pod added to `reservedFor` of claims allocated before, and the pod bound. A failed
 //! write undoes what this pod wrote and the pod goes back to the queue.
 //!
+//! Extended resources a DeviceClass maps (KEP-5004, pure part in
+//! [`crate::extended_resources`]): on nodes that offer none of them as allocatable, the
+//! special claim is placed with the pod's other claims (assumed under a temporary UID until
+//! it exists); the binding cycle creates it, writes its allocation and reservation, records
+//! `pod.status.extendedResourceClaimStatus`, then binds; a failure deletes it again. A claim
+//! of an earlier try (the pod still pending) is placed as it is. The claim controller frees
+//! and deletes it when the pod goes (it is owned by the pod).
+//!
 //! Not modelled: the extender is not called for DRA pods (a pod with claims and extender
 //! resources gets no extender filter), nor are the other filter plugins (NodeResourcesFit,
-//! affinity, taints of Nodes); no `extendedResourceClaimStatus` (KEP-5004 extended-resource
-//! claims); claims shared by several pods are reserved for each but placed by the first;
-//! binding conditions (KEP-5007) are not waited for.
+//! affinity, taints of Nodes): a node offering a mapped extended resource as allocatable is
+//! refused with that reason instead of being fitted by NodeResourcesFit, and extended
+//! resources no class maps are not checked; in a scheduler with an extender, a pod without
+//! claims goes to the extender even when a class maps its resources (kube-scheduler would
+//! run both, and the extender refuses DRA nodes); claims shared by several pods are reserved
+//! for each but placed by the first; binding conditions (KEP-5007) are not waited for.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use hami_dra_core::allocator::DeviceClass as ClassModel;
 use hami_dra_core::api::{self as model, DeviceRequestAllocationResult};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerExtendedResourceRequest, Node, Pod};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
@@ -32,6 +43,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::dra_placement::{NodeOrder, NodeView, PodClaim, Unschedulable, place, utilization};
+use crate::extended_resources as ext;
 
 /// How the simulated scheduler places DRA pods.
 #[derive(Debug, Clone, Copy, Default)]
@@ -46,6 +58,20 @@ pub fn has_claims(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.resource_claims.as_ref())
         .is_some_and(|c| !c.is_empty())
+}
+
+/// The pod's requests of extended resources a DeviceClass in `state` maps (KEP-5004: such a
+/// pod takes the DRA path even without claims).
+pub fn mapped_extended(state: &DraState, pod: &Pod) -> BTreeMap<String, u64> {
+    let requests = ext::pod_requests(pod);
+    if requests.is_empty() {
+        return requests;
+    }
+    let classes = state.classes.state();
+    ext::mapped(
+        &requests,
+        &ext::class_mapping(classes.iter().map(|c| c.as_ref())),
+    )
 }
 
 /// An allocation this scheduler decided and is writing (or wrote, before the informer shows it).
@@ -560,11 +586,39 @@ pub(crate) enum Decision {
     Place {
         node: String,
         claims: Vec<ClaimWrite>,
+        /// The extended-resource claim's part (KEP-5004), when the pod has one.
+        extended: Option<Box<ExtendedClaim>>,
     },
 }
 
+/// The pod's extended-resource claim in a [`Decision::Place`].
+pub(crate) struct ExtendedClaim {
+    /// A new claim: the object to create, the temporary UID its allocation is assumed under,
+    /// and its allocation. `None`: it exists from an earlier try (among `claims`).
+    create: Option<(ResourceClaim, String, Vec<DeviceRequestAllocationResult>)>,
+    /// The existing claim's name (when `create` is `None`).
+    name: Option<String>,
+    /// `pod.status.extendedResourceClaimStatus.requestMappings`.
+    mappings: Vec<ContainerExtendedResourceRequest>,
+}
+
+/// The node's allocatable of `resource`, as a count.
+fn allocatable(nodes: &Store<Node>, node: &str, resource: &str) -> Option<u64> {
+    let n = nodes.get(&reflector::ObjectRef::new(node))?;
+    let q = n.status.as_ref()?.allocatable.as_ref()?.get(resource)?;
+    hami_dra_core::quantity::parse(&q.0).ok()
+}
+
+/// The nodes a scheduling cycle sees: the schedulable ones' names, and the Node objects
+/// (their allocatable, for KEP-5004).
+pub(crate) struct Nodes<'a> {
+    pub(crate) schedulable: &'a HashSet<String>,
+    pub(crate) objects: &'a Store<Node>,
+}
+
 /// The scheduling cycle of one DRA pod over `view` (which it updates with what it assumes).
-pub(crate) fn decide(state: &DraState, pod: &Pod, nodes: &HashSet<String>) -> Decision {
+pub(crate) fn decide(state: &DraState, pod: &Pod, cycle_nodes: &Nodes) -> Decision {
+    let (nodes, node_objects) = (cycle_nodes.schedulable, cycle_nodes.objects);
     let names: Vec<String> = pod
         .spec
         .as_ref()
@@ -578,6 +632,42 @@ pub(crate) fn decide(state: &DraState, pod: &Pod, nodes: &HashSet<String>) -> De
         match state.pod_claim(pod, n) {
             Some(c) => objects.push(c),
             None => return Decision::Waiting,
+        }
+    }
+    // KEP-5004: the pod's extended-resource claim, found from an earlier try or made here.
+    let extended = mapped_extended(state, pod);
+    let mut new_extended: Option<(ResourceClaim, model::DeviceClaim)> = None;
+    let mut mappings = Vec::new();
+    let mut existing_extended = None;
+    if !extended.is_empty() {
+        let classes = state.classes.state();
+        let mapping = ext::class_mapping(classes.iter().map(|c| c.as_ref()));
+        let (requests, m) = ext::requests_and_mappings(pod, &extended, &mapping);
+        mappings = m;
+        match state
+            .claims
+            .state()
+            .into_iter()
+            .find(|c| ext::is_claim_of(c, pod))
+        {
+            Some(c) => {
+                existing_extended = Some(c.name_any());
+                objects.push(c);
+            }
+            None => {
+                let body = match ext::claim_body(pod, &requests) {
+                    Ok(b) => b,
+                    Err(e) => return Decision::Unschedulable(e),
+                };
+                match convert::<_, model::DeviceClaim>(&body.spec.devices) {
+                    Ok(spec) => new_extended = Some((body, spec)),
+                    Err(e) => {
+                        return Decision::Unschedulable(format!(
+                            "the extended-resource claim cannot be read: {e}"
+                        ));
+                    }
+                }
+            }
         }
     }
     let mut specs = Vec::new();
@@ -603,7 +693,7 @@ pub(crate) fn decide(state: &DraState, pod: &Pod, nodes: &HashSet<String>) -> De
         .map(|(c, uid)| allocation_node(c).or_else(|| assumed.get(uid).cloned()))
         .collect();
     let claim_names: Vec<String> = objects.iter().map(|c| c.name_any()).collect();
-    let pod_claims: Vec<PodClaim> = (0..objects.len())
+    let mut pod_claims: Vec<PodClaim> = (0..objects.len())
         .map(|i| PodClaim {
             name: &claim_names[i],
             uid: &uids[i],
@@ -611,11 +701,38 @@ pub(crate) fn decide(state: &DraState, pod: &Pod, nodes: &HashSet<String>) -> De
             allocated_on: on[i].as_deref(),
         })
         .collect();
+    let temp_uid = format!("<extended-resources>/{}", pod.uid().unwrap_or_default());
+    let extended_label = format!(
+        "<extended-resources: {}>",
+        extended.keys().cloned().collect::<Vec<_>>().join(",")
+    );
+    if let Some((_, spec)) = &new_extended {
+        pod_claims.push(PodClaim {
+            name: &extended_label,
+            uid: &temp_uid,
+            spec,
+            allocated_on: None,
+        });
+    }
+    // A node offering a mapped resource as allocatable serves it through a device plugin.
+    let mut refused: BTreeMap<String, String> = BTreeMap::new();
     let view = state.view();
     let node_views: Vec<NodeView> = view
         .nodes
         .iter()
         .filter(|n| nodes.contains(&n.name))
+        .filter(|n| {
+            let Some(r) =
+                ext::device_plugin_served(&extended, |r| allocatable(node_objects, &n.name, r))
+            else {
+                return true;
+            };
+            refused.insert(
+                n.name.clone(),
+                format!("node(s) serve {r} through a device plugin, not DRA"),
+            );
+            false
+        })
         .map(|n| NodeView {
             name: &n.name,
             slices: &n.slices,
@@ -629,25 +746,48 @@ pub(crate) fn decide(state: &DraState, pod: &Pod, nodes: &HashSet<String>) -> De
         &node_views,
         state.options.node_order,
     ) {
-        Ok(p) => {
+        Ok(mut p) => {
+            let new_results = new_extended
+                .as_ref()
+                .and_then(|_| p.results.pop().flatten());
             for (i, r) in p.results.iter().enumerate() {
                 if let Some(r) = r {
                     state.assume(&uids[i], &p.node, r);
                 }
             }
+            let extended = if extended.is_empty() {
+                None
+            } else {
+                let create = match (new_extended, new_results) {
+                    (Some((body, _)), Some(results)) => {
+                        state.assume(&temp_uid, &p.node, &results);
+                        Some((body, temp_uid, results))
+                    }
+                    _ => None,
+                };
+                Some(Box::new(ExtendedClaim {
+                    create,
+                    name: existing_extended,
+                    mappings,
+                }))
+            };
             Decision::Place {
                 node: p.node,
                 claims: objects.into_iter().zip(p.results).collect(),
+                extended,
             }
         }
-        Err(Unschedulable { reasons, .. }) => Decision::Unschedulable(
-            Unschedulable {
-                // Nodes without slices count too: kube-scheduler reports every node.
-                nodes: nodes.len(),
-                reasons,
-            }
-            .to_string(),
-        ),
+        Err(Unschedulable { mut reasons, .. }) => {
+            reasons.append(&mut refused);
+            Decision::Unschedulable(
+                Unschedulable {
+                    // Nodes without slices count too: kube-scheduler reports every node.
+                    nodes: nodes.len(),
+                    reasons,
+                }
+                .to_string(),
+            )
+        }
     }
 }
 
@@ -663,12 +803,37 @@ pub(crate) async fn bind(
     pod: &Pod,
     node: &str,
     claims: &[ClaimWrite],
+    extended: Option<&ExtendedClaim>,
 ) -> Result<(), String> {
     let ns = pod.namespace().unwrap_or_else(|| "default".into());
     let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
     let mut written: Vec<(String, bool)> = Vec::new();
     let mut failure = None;
-    for (c, results) in claims {
+    let mut claims = claims.to_vec();
+    // KEP-5004: the special claim is created now (PreBind), its allocation moved from the
+    // temporary UID to its real one (assumed first, so no cycle sees the capacity free).
+    let mut created: Option<String> = None;
+    let mut claim_name = extended.and_then(|x| x.name.clone());
+    if let Some((body, temp, results)) = extended.and_then(|x| x.create.as_ref()) {
+        let made = api.create(&PostParams::default(), body).await;
+        match made {
+            Ok(c) => {
+                state.assume(&c.uid().unwrap_or_default(), node, results);
+                state.forget(temp);
+                created = Some(c.name_any());
+                claim_name = Some(c.name_any());
+                claims.push((Arc::new(c), Some(results.clone())));
+            }
+            Err(e) => {
+                state.forget(temp);
+                return Err(format!(
+                    "cannot create the extended-resource claim of pod {ns}/{}: {e}",
+                    pod.name_any()
+                ));
+            }
+        }
+    }
+    for (c, results) in &claims {
         let name = c.name_any();
         let mut reserved: Vec<Value> = c
             .status
@@ -711,6 +876,26 @@ pub(crate) async fn bind(
             }
         }
     }
+    if failure.is_none()
+        && let (Some(x), Some(name)) = (extended, &claim_name)
+    {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let patch = json!({"status": {"extendedResourceClaimStatus": {
+            "resourceClaimName": name, "requestMappings": x.mappings}}});
+        if let Err(e) = pods
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            failure = Some(format!(
+                "cannot record the extended-resource claim in pod {ns}/{}: {e}",
+                pod.name_any()
+            ));
+        }
+    }
     if failure.is_none() {
         let binding = json!({
             "apiVersion": "v1", "kind": "Binding",
@@ -739,10 +924,16 @@ pub(crate) async fn bind(
             tracing::warn!(claim = %format!("{ns}/{name}"), "cannot undo the reservation: {e}");
         }
     }
-    for (c, results) in claims {
+    for (c, results) in &claims {
         if results.is_some() {
             state.forget(&c.uid().unwrap_or_default());
         }
+    }
+    // The special claim made for this try goes too (upstream's Unreserve deletes it).
+    if let Some(name) = created
+        && let Err(e) = api.delete(&name, &Default::default()).await
+    {
+        tracing::warn!(claim = %format!("{ns}/{name}"), "cannot delete the extended-resource claim: {e}");
     }
     Err(failure)
 }

@@ -6,7 +6,9 @@
 //! cycle (filter) at a time and binds asynchronously.
 //!
 //! With [`SimKubeScheduler::with_dra`] (or [`SimKubeScheduler::dra_only`]), pods with
-//! `spec.resourceClaims` take the DRA path instead of the extender: the resourceclaim
+//! `spec.resourceClaims` take the DRA path instead of the extender (and, with no extender,
+//! pods asking for an extended resource a DeviceClass maps: KEP-5004,
+//! `extended_resources.rs`): the resourceclaim
 //! controller's part (`claim_controller.rs`: claims from templates, freeing when pods go),
 //! and the `DynamicResources` plugin's (`dra.rs`, the shell; `dra_placement.rs`, the pure
 //! choice of node and allocations). Their module docs name what they do not model.
@@ -32,6 +34,7 @@ use hami_scheduler::extender_client::ExtenderClient;
 pub mod claim_controller;
 pub mod dra;
 pub mod dra_placement;
+pub mod extended_resources;
 pub mod front;
 
 use dra::{Decision, DraOptions, DraState};
@@ -197,9 +200,25 @@ impl SimKubeScheduler {
                 {
                     continue;
                 }
-                if let Some(dra) = dra.as_ref().filter(|_| dra::has_claims(&pod)) {
+                // KEP-5004: a pod asking for a class-mapped extended resource takes the DRA
+                // path too (with an extender, such pods without claims stay its; module doc
+                // of `dra`).
+                if let Some(dra) = dra.as_ref().filter(|d| {
+                    dra::has_claims(&pod)
+                        || (this.extender.is_none() && !dra::mapped_extended(d, &pod).is_empty())
+                }) {
                     worked |= this
-                        .schedule_dra(&pod, dra, &schedulable, &backoff, &binding, &creating)
+                        .schedule_dra(
+                            &pod,
+                            dra,
+                            &dra::Nodes {
+                                schedulable: &schedulable,
+                                objects: &nodes,
+                            },
+                            &backoff,
+                            &binding,
+                            &creating,
+                        )
                         .await;
                     continue;
                 }
@@ -222,7 +241,7 @@ impl SimKubeScheduler {
         self: &Arc<Self>,
         pod: &Arc<Pod>,
         dra: &Arc<DraState>,
-        schedulable: &std::collections::HashSet<String>,
+        nodes: &dra::Nodes<'_>,
         backoff: &Arc<Mutex<Backoff>>,
         binding: &Arc<Mutex<std::collections::HashSet<String>>>,
         creating: &Arc<Mutex<std::collections::HashSet<String>>>,
@@ -247,14 +266,18 @@ impl SimKubeScheduler {
             });
             return true;
         }
-        let (node, claims) = match dra::decide(dra, pod, schedulable) {
+        let (node, claims, extended) = match dra::decide(dra, pod, nodes) {
             Decision::Waiting => return false,
             Decision::Unschedulable(message) => {
                 self.failed(pod, &uid, &message, backoff).await;
                 self.unschedulable_condition(pod, &message).await;
                 return true;
             }
-            Decision::Place { node, claims } => (node, claims),
+            Decision::Place {
+                node,
+                claims,
+                extended,
+            } => (node, claims, extended),
         };
         binding.lock().await.insert(uid.clone());
         let (this, dra, pod, backoff, binding) = (
@@ -265,7 +288,16 @@ impl SimKubeScheduler {
             binding.clone(),
         );
         tokio::spawn(async move {
-            match dra::bind(&this.client, &dra, &pod, &node, &claims).await {
+            match dra::bind(
+                &this.client,
+                &dra,
+                &pod,
+                &node,
+                &claims,
+                extended.as_deref(),
+            )
+            .await
+            {
                 Ok(()) => {
                     backoff.lock().await.next_try.remove(&uid);
                     let note = format!(
@@ -456,7 +488,7 @@ async fn freeing(
             let waiting: std::collections::HashSet<String> = pods
                 .state()
                 .iter()
-                .filter(|p| dra::has_claims(p))
+                .filter(|p| dra::has_claims(p) || !dra::mapped_extended(&dra, p).is_empty())
                 .filter_map(|p| p.uid())
                 .collect();
             backoff

@@ -14,35 +14,12 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 
-const DRIVER: &str = hami_dra_core::DRIVER;
-
-async fn create<K>(api: &Api<K>, v: Value)
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
-{
-    api.create(&PostParams::default(), &serde_json::from_value(v).unwrap())
-        .await
-        .unwrap();
-}
-
-fn slice(node: &str) -> Value {
-    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-    "metadata": {"name": format!("{node}-{DRIVER}")},
-    "spec": {"driver": DRIVER, "nodeName": node,
-        "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-        "devices": [{"name": "gpu-0", "allowMultipleAllocations": true, "capacity": {
-            "memory": {"value": "64Gi", "requestPolicy": {"default": "64Gi",
-                "validRange": {"min": "1Mi", "max": "64Gi", "step": "1Mi"}}},
-            "computeUnits": {"value": "104", "requestPolicy": {"default": "104",
-                "validRange": {"min": "1", "max": "104", "step": "1"}}},
-            "shares": {"value": "10", "requestPolicy": {"default": "1",
-                "validRange": {"min": "1", "max": "10", "step": "1"}}},
-        }}]}})
-}
+mod common;
+use common::{DRIVER, create, slice};
 
 /// The pod once bound, with its claim record and claims (within 20 s).
 async fn bound(

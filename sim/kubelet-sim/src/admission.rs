@@ -290,7 +290,8 @@ impl Admission {
             .spec
             .as_ref()
             .and_then(|s| s.resource_claims.as_ref())
-            .is_some_and(|c| !c.is_empty());
+            .is_some_and(|c| !c.is_empty())
+            || crate::dra_manager::extended_claim_name(pod).is_some();
         let Some(dra) = self.dra.as_mut().filter(|_| has_claims) else {
             return Some(BTreeMap::new());
         };
@@ -330,8 +331,14 @@ impl Admission {
         let mut apps: Vec<AppAlloc> = Vec::new();
         for slot in container_slots(spec) {
             let known: BTreeSet<String> = lock(&self.state).resources.keys().cloned().collect();
+            // Extended resources DRA serves for this container (KEP-5004) are not the device
+            // manager's.
+            let by_dra = crate::dra_manager::dra_extended_resources(pod, slot.container);
             let wants = match container_resources(slot.container, &known) {
-                Ok(w) => w,
+                Ok(w) => w
+                    .into_iter()
+                    .filter(|(r, _)| !by_dra.contains_key(r))
+                    .collect::<Vec<_>>(),
                 Err(e) => {
                     failure = Some(e);
                     break;

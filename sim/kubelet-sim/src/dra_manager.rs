@@ -14,6 +14,11 @@
 //! - Container edits: each container's `resources.claims` pick CDI ids (per request, or the
 //!   whole claim), which are resolved in the CDI spec files the drivers wrote
 //!   ([`crate::cdi`]).
+//! - Extended resources backed by DRA (KEP-5004): the claim the scheduler made, named in
+//!   `pod.status.extendedResourceClaimStatus`, is prepared with the pod's others; a container
+//!   gets the CDI ids of the requests its `requestMappings` name for the extended resources
+//!   it requests (not through `resources.claims`), and the device manager leaves those
+//!   resources alone ([`dra_extended_resources`]).
 //! - Unprepare: a claim whose pods are all gone or finished is sent to
 //!   `NodeUnprepareResources` and leaves the checkpoint once every driver said yes; an
 //!   unregistered driver (not back yet after a restart) is retried next pass.
@@ -80,6 +85,63 @@ pub struct DraManager {
     /// Registration sockets already dialled, with their modification time.
     seen: BTreeMap<PathBuf, Option<SystemTime>>,
     state: DraState,
+}
+
+/// The pseudo entry name of the extended-resource claim among a pod's claims (not a valid
+/// entry name, so it cannot clash with one).
+const EXTENDED_ENTRY: &str = "<extended-resources>";
+
+/// The claim the scheduler made for the pod's extended resources (KEP-5004), if any.
+pub fn extended_claim_name(pod: &Pod) -> Option<String> {
+    let st = pod
+        .status
+        .as_ref()?
+        .extended_resource_claim_status
+        .as_ref()?;
+    (!st.resource_claim_name.is_empty()).then(|| st.resource_claim_name.clone())
+}
+
+/// The container's requests names with a non-zero quantity (requests, else limits: the API
+/// server's defaulting copies limits into requests).
+fn requested(c: &k8s_openapi::api::core::v1::Container) -> BTreeSet<String> {
+    let mut all: BTreeMap<&String, &str> = BTreeMap::new();
+    if let Some(r) = &c.resources {
+        for map in [&r.limits, &r.requests].into_iter().flatten() {
+            for (k, v) in map {
+                all.insert(k, v.0.as_str());
+            }
+        }
+    }
+    all.into_iter()
+        .filter(|(_, v)| !v.trim().trim_start_matches(['0', '.']).is_empty())
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// The container's extended resources that DRA serves (a mapping in
+/// `extendedResourceClaimStatus` names them for it) and their request names: the device
+/// manager skips these, as kubelet's does.
+pub fn dra_extended_resources(
+    pod: &Pod,
+    container: &k8s_openapi::api::core::v1::Container,
+) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let Some(st) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref())
+    else {
+        return out;
+    };
+    let wants = requested(container);
+    for m in &st.request_mappings {
+        if m.container_name == container.name && wants.contains(&m.resource_name) {
+            out.entry(m.resource_name.clone())
+                .or_default()
+                .push(m.request_name.clone());
+        }
+    }
+    out
 }
 
 /// The claim name a pod's entry refers to (`resourceClaimName`, or from the pod's status for
@@ -255,7 +317,7 @@ impl DraManager {
     ) -> Result<BTreeMap<String, ContainerClaims>, String> {
         let ns = pod.namespace().unwrap_or_else(|| "default".into());
         let pod_uid = pod.uid().unwrap_or_default();
-        let entries: Vec<String> = pod
+        let mut entries: Vec<String> = pod
             .spec
             .as_ref()
             .and_then(|s| s.resource_claims.as_ref())
@@ -263,13 +325,20 @@ impl DraManager {
             .flatten()
             .map(|c| c.name.clone())
             .collect();
+        let extended = extended_claim_name(pod);
+        if extended.is_some() {
+            entries.push(EXTENDED_ENTRY.to_owned());
+        }
         let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &ns);
         // entry name → (claim name, claim uid)
         let mut claims: BTreeMap<String, (String, String)> = BTreeMap::new();
         let mut todo: BTreeMap<String, Vec<Claim>> = BTreeMap::new();
         for entry in &entries {
-            let name = claim_name(pod, entry)
-                .ok_or_else(|| format!("claim {entry:?} of the pod has no ResourceClaim yet"))?;
+            let name = match entry.as_str() {
+                EXTENDED_ENTRY => extended.clone(),
+                _ => claim_name(pod, entry),
+            }
+            .ok_or_else(|| format!("claim {entry:?} of the pod has no ResourceClaim yet"))?;
             let c = api
                 .get(&name)
                 .await
@@ -381,29 +450,40 @@ impl DraManager {
         for c in containers {
             let mut got = ContainerClaims::default();
             let mut ids = Vec::new();
-            for r in c
+            // Entries of `resources.claims`, then the extended-resource claim's requests the
+            // pod's mappings name for this container: (pod entry, request).
+            let mut uses: Vec<(String, Option<String>)> = c
                 .resources
                 .as_ref()
                 .and_then(|r| r.claims.as_ref())
                 .into_iter()
                 .flatten()
-            {
-                let (name, uid) = claims.get(&r.name).ok_or_else(|| {
+                .map(|r| (r.name.clone(), r.request.clone()))
+                .collect();
+            for requests in dra_extended_resources(pod, c).into_values() {
+                uses.extend(
+                    requests
+                        .into_iter()
+                        .map(|q| (EXTENDED_ENTRY.to_owned(), Some(q))),
+                );
+            }
+            for (entry, request) in uses {
+                let (name, uid) = claims.get(&entry).ok_or_else(|| {
                     format!(
-                        "container {} uses claim {:?}, which the pod does not have",
-                        c.name, r.name
+                        "container {} uses claim {entry:?}, which the pod does not have",
+                        c.name
                     )
                 })?;
-                let mine = self.state.cdi_ids(uid, r.request.as_deref());
+                let mine = self.state.cdi_ids(uid, request.as_deref());
                 let one = cdi::resolve(&specs, &mine)
                     .map_err(|e| format!("container {}: {e}", c.name))?;
                 let entry = self.state.claims.get(uid);
                 got.records.push(json!({
                     "resource": entry.map(|e| e.drivers.keys().cloned().collect::<Vec<_>>().join(",")).unwrap_or_default(),
                     "claim": name,
-                    "request": r.request,
+                    "request": request,
                     "deviceIds": entry.map(|e| e.drivers.values().flatten()
-                        .filter(|d| r.request.as_deref().is_none_or(|q| d.requests.iter().any(|x| x == q)))
+                        .filter(|d| request.as_deref().is_none_or(|q| d.requests.iter().any(|x| x == q)))
                         .map(|d| format!("{}/{}", d.pool, d.device)).collect::<Vec<_>>()).unwrap_or_default(),
                     "cdiDevices": mine,
                     "envs": one.env,
@@ -518,5 +598,44 @@ impl DraManager {
         if let Err(e) = self.save() {
             tracing::warn!("{e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extended_resources_follow_the_mappings_of_the_container() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [
+                {"name": "a", "resources": {"limits": {"amd.com/gpu": "2"}}},
+                {"name": "b", "resources": {"requests": {"amd.com/gpu": "0"}}},
+                {"name": "c"}]},
+            "status": {"extendedResourceClaimStatus": {"resourceClaimName": "p-extended-resources-x",
+                "requestMappings": [
+                    {"containerName": "a", "resourceName": "amd.com/gpu", "requestName": "container-0-request-0"},
+                    {"containerName": "b", "resourceName": "amd.com/gpu", "requestName": "container-1-request-0"}]}}}))
+        .unwrap();
+        let spec = pod.spec.clone().unwrap();
+        assert_eq!(
+            extended_claim_name(&pod).as_deref(),
+            Some("p-extended-resources-x")
+        );
+        assert_eq!(
+            dra_extended_resources(&pod, &spec.containers[0]),
+            BTreeMap::from([(
+                "amd.com/gpu".to_owned(),
+                vec!["container-0-request-0".to_owned()]
+            )])
+        );
+        // A zero request asks for nothing, whatever a mapping says; no mapping, nothing.
+        assert!(dra_extended_resources(&pod, &spec.containers[1]).is_empty());
+        assert!(dra_extended_resources(&pod, &spec.containers[2]).is_empty());
+        let mut plain = pod.clone();
+        plain.status = None;
+        assert!(extended_claim_name(&plain).is_none());
+        assert!(dra_extended_resources(&plain, &spec.containers[0]).is_empty());
     }
 }
