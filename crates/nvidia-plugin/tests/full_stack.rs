@@ -7,8 +7,8 @@ use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hami_kube_scheduler_sim::front::SchedulerFront;
-use hami_plugin_harness::{api_with_node, env_of, spawn_nvidia_plugin, start_kubelet};
+use hami_kube_scheduler_sim::front::{SchedulerFront, client_as, component_user};
+use hami_plugin_harness::{api_with_node, env_of, spawn_nvidia_plugin_as, start_kubelet};
 use hami_protocol::names::{NVIDIA, node as node_keys, pod as pod_keys};
 use hami_protocol::node_register::decode_node_devices;
 use hami_scheduler::config::Settings;
@@ -40,8 +40,15 @@ async fn scheduler_plugin_and_kubelet_place_and_start_nvidia_slices() {
     // Scheduler: extender + webhook over TLS, the webhook configuration that ships pointed
     // at this process, kube-scheduler calling the extender.
     let settings = Settings::default();
+    // The scheduler and the plugin act as their ServiceAccounts: the API server admits
+    // UPDATEs, and D-4 lets only them write the scheduler-owned annotations.
+    let manifests = hami_manifests::Settings::default();
     let scheduler = Scheduler::start(
-        client.clone(),
+        client_as(
+            &api.url(),
+            &component_user(&manifests, hami_manifests::names::SCHEDULER),
+        )
+        .unwrap(),
         settings.clone(),
         Arc::new(Leadership::always()),
     );
@@ -64,12 +71,14 @@ async fn scheduler_plugin_and_kubelet_place_and_start_nvidia_slices() {
     let sockets = scratch.join("device-plugins");
     std::fs::create_dir_all(&sockets).unwrap();
     let sim = start_kubelet(sockets.clone(), NODE, client.clone()).await;
-    let _plugin = KillOnDrop(spawn_nvidia_plugin(
+    let plugin_user = component_user(&manifests, hami_manifests::names::NVIDIA_DEVICE_PLUGIN);
+    let _plugin = KillOnDrop(spawn_nvidia_plugin_as(
         env!("CARGO_BIN_EXE_nvidia-device-plugin"),
         &api,
         NODE,
         &scratch,
         2,
+        Some(&plugin_user),
     ));
     assert!(
         sim.wait_for_allocatable("nvidia.com/gpu", 20, Duration::from_secs(30))

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use hami_apiserver::{ApiServer, Config, RunningApiServer};
 use hami_kube_scheduler_sim::dra::DraOptions;
-use hami_kube_scheduler_sim::front::SchedulerFront;
+use hami_kube_scheduler_sim::front::{SchedulerFront, client_as, component_user};
 use hami_protocol::dra::{DRIVER, LAST_USED_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_WEBHOOK};
 use hami_protocol::requests::{RequestDefaults, pod_requests};
 use hami_scheduler::config::Settings;
@@ -116,8 +116,17 @@ async fn start(settings: Settings) -> Cluster {
         .create(&PostParams::default(), &class)
         .await
         .unwrap();
+    // As its ServiceAccount: the API server admits UPDATEs, and D-4 lets only it (and the
+    // plugins) write the scheduler-owned annotations.
     let scheduler = Scheduler::start(
-        client.clone(),
+        client_as(
+            &api.url(),
+            &component_user(
+                &hami_manifests::Settings::default(),
+                hami_manifests::names::SCHEDULER,
+            ),
+        )
+        .unwrap(),
         settings.clone(),
         Arc::new(Leadership::always()),
     );

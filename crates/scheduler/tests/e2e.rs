@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hami_apiserver::{ApiServer, Config, RunningApiServer};
-use hami_kube_scheduler_sim::front::SchedulerFront;
+use hami_kube_scheduler_sim::front::{SchedulerFront, client_as, component_user};
 use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::names::{node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::NodeLock;
@@ -131,8 +131,12 @@ async fn start(settings: Settings) -> Cluster {
         rand_suffix()
     )));
     std::fs::create_dir_all(&dir.0).unwrap();
+    // The scheduler and the plugin act as their ServiceAccounts (the API server admits
+    // UPDATEs: D-4 lets only them write the scheduler-owned annotations).
+    let manifests = hami_manifests::Settings::default();
+    let as_component = |sa: &str| client_as(&api.url(), &component_user(&manifests, sa)).unwrap();
     let scheduler = Scheduler::start(
-        client.clone(),
+        as_component(hami_manifests::names::SCHEDULER),
         settings.clone(),
         Arc::new(Leadership::always()),
     );
@@ -152,7 +156,9 @@ async fn start(settings: Settings) -> Cluster {
             .unwrap()
             .run(),
     );
-    tokio::spawn(plugin_stand_in(client.clone()));
+    tokio::spawn(plugin_stand_in(as_component(
+        hami_manifests::names::DEVICE_PLUGIN,
+    )));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !scheduler.ready() {
         assert!(Instant::now() < deadline, "scheduler never synced");

@@ -1,8 +1,12 @@
-//! Mutating admission webhooks: on pod CREATE the server calls every webhook of every
-//! `MutatingWebhookConfiguration` whose rules, selectors and `matchConditions`
-//! ([`crate::match_conditions`]) match, over HTTPS trusting the configured `caBundle`, with
-//! an `AdmissionReview` of the version the webhook accepts (`userInfo` the requesting
-//! user), and applies the JSONPatch it returns. Denials and failures follow `failurePolicy`.
+//! Mutating admission webhooks: on a pod CREATE, and on an UPDATE (PUT, or PATCH of any
+//! type: `object` the patched result, `oldObject` the stored pod), the server calls every
+//! webhook of every `MutatingWebhookConfiguration` whose rules (operations, resources with
+//! their subresources as upstream's `pods`, `pods/status`, `pods/*`, `*/*`, scope),
+//! selectors (the objectSelector of an UPDATE matches the new or the old object) and
+//! `matchConditions` ([`crate::match_conditions`]) match, over HTTPS trusting the configured
+//! `caBundle`, with an `AdmissionReview` of the version the webhook accepts (`userInfo` the
+//! requesting user), and applies the JSONPatch it returns. Denials and failures follow
+//! `failurePolicy`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,14 +47,19 @@ fn list_has(list: Option<&Value>, want: &str) -> bool {
     })
 }
 
-fn rule_matches(rule: &Value, r: &ResourceType, operation: &str) -> bool {
+/// Upstream's rule matcher (rules.go `resource()`): `res/sub` entries, `*` in either part
+/// (a `*` subresource matches the resource itself too); a plain `pods` (or `*`) names the
+/// main resource only, so `pods/status` writes reach only rules that list them.
+fn rule_matches(rule: &Value, r: &ResourceType, sub: Option<&str>, operation: &str) -> bool {
+    let opsub = sub.unwrap_or("");
     let resources_ok = rule
         .get("resources")
         .and_then(Value::as_array)
         .is_some_and(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .any(|x| x == "*" || x == r.plural)
+            a.iter().filter_map(Value::as_str).any(|x| {
+                let (res, s) = x.split_once('/').unwrap_or((x, ""));
+                (res == "*" || res == r.plural) && (s == "*" || s == opsub)
+            })
         });
     let scope_ok = match rule.get("scope").and_then(Value::as_str).unwrap_or("*") {
         "Namespaced" => r.namespaced,
@@ -70,14 +79,51 @@ fn decode_base64(s: &str) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("invalid base64: {e}"))
 }
 
-/// The webhooks, in configuration order, that apply to this request.
-pub fn matching_webhooks(
+/// Whether any webhook of `configs` has a rule for this operation on `r` (and `sub`): the
+/// cheap test before the object is prepared for admission.
+pub fn any_rule_matches(
     configs: &[Arc<Value>],
     r: &ResourceType,
+    sub: Option<&str>,
     operation: &str,
+) -> bool {
+    configs.iter().any(|cfg| {
+        cfg.get("webhooks")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .flat_map(|h| {
+                h.get("rules")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+            })
+            .any(|rule| rule_matches(rule, r, sub, operation))
+    })
+}
+
+/// What is being admitted: the operation on which resource and subresource.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// The resource.
+    pub resource: &'a ResourceType,
+    /// `status` for `pods/status`; None for the resource itself.
+    pub sub: Option<&'a str>,
+    /// `CREATE` or `UPDATE`.
+    pub operation: &'a str,
+}
+
+/// The webhooks, in configuration order, that apply to this request. `old` is the stored
+/// object of an UPDATE: the objectSelector matches if the new or the old object matches
+/// (upstream's `MatchObjectSelector`).
+pub fn matching_webhooks(
+    configs: &[Arc<Value>],
+    t: Target<'_>,
     object: &Value,
+    old: Option<&Value>,
     namespace_labels: Option<&Value>,
 ) -> Vec<Result<Webhook, String>> {
+    let (r, operation) = (t.resource, t.operation);
     let mut out = Vec::new();
     for cfg in configs {
         for h in cfg
@@ -91,7 +137,10 @@ pub fn matching_webhooks(
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default();
-            if !rules.iter().any(|rule| rule_matches(rule, r, operation)) {
+            if !rules
+                .iter()
+                .any(|rule| rule_matches(rule, r, t.sub, operation))
+            {
                 continue;
             }
             if r.namespaced
@@ -99,10 +148,10 @@ pub fn matching_webhooks(
             {
                 continue;
             }
-            if !structured_selector_matches(
-                h.get("objectSelector"),
-                object.pointer("/metadata/labels"),
-            ) {
+            let selects = |o: &Value| {
+                structured_selector_matches(h.get("objectSelector"), o.pointer("/metadata/labels"))
+            };
+            if !selects(object) && !old.is_some_and(selects) {
                 continue;
             }
             let name = h
@@ -190,22 +239,43 @@ pub struct Requester {
     pub user: Option<UserInfo>,
     /// `dryRun=All`: webhooks are told (`request.dryRun`), the object is not stored.
     pub dry_run: bool,
+    /// The `fieldManager` query parameter, as the request's options carry it.
+    pub field_manager: Option<String>,
+}
+
+/// The request's options as upstream sends them: `CreateOptions` on CREATE, and on UPDATE
+/// `UpdateOptions` (a PATCH's options converted, as upstream's `patchToUpdateOptions`).
+fn options(operation: &str, who: &Requester) -> Value {
+    let kind = if operation == "UPDATE" {
+        "UpdateOptions"
+    } else {
+        "CreateOptions"
+    };
+    let mut o = json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
+    if who.dry_run {
+        o["dryRun"] = json!(["All"]);
+    }
+    if let Some(m) = &who.field_manager {
+        o["fieldManager"] = json!(m);
+    }
+    o
 }
 
 /// The AdmissionReview request sent to a webhook.
 pub fn build_review(
     hook: &Webhook,
     uid: &str,
-    r: &ResourceType,
-    operation: &str,
+    t: Target<'_>,
     object: &Value,
+    old: Option<&Value>,
     namespace: &str,
     who: &Requester,
 ) -> Value {
+    let r = t.resource;
     let user = who.user.clone().unwrap_or_else(unauthenticated_admin);
     let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
     let gvr = json!({"group": r.group, "version": r.version, "resource": r.plural});
-    json!({
+    let mut review = json!({
         "apiVersion": hook.review_api_version,
         "kind": "AdmissionReview",
         "request": {
@@ -216,14 +286,20 @@ pub fn build_review(
             "requestResource": gvr,
             "name": object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""),
             "namespace": namespace,
-            "operation": operation,
+            "operation": t.operation,
             "userInfo": {"username": user.name, "groups": user.groups},
             "object": object,
-            "oldObject": null,
+            "oldObject": old.cloned().unwrap_or(Value::Null),
             "dryRun": who.dry_run,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
+            "options": options(t.operation, who)
         }
-    })
+    });
+    // Upstream omits an empty subResource (omitempty).
+    if let Some(sub) = t.sub {
+        review["request"]["subResource"] = json!(sub);
+        review["request"]["requestSubResource"] = json!(sub);
+    }
+    review
 }
 
 /// What a webhook answered.
@@ -366,17 +442,43 @@ pub async fn admit_create(
     r: &'static ResourceType,
     namespace: &str,
     namespace_labels: Option<Value>,
-    mut object: Value,
+    object: Value,
     who: Requester,
 ) -> Result<Value, ApiError> {
-    let hooks = matching_webhooks(&configs, r, "CREATE", &object, namespace_labels.as_ref());
+    let t = Target {
+        resource: r,
+        sub: None,
+        operation: "CREATE",
+    };
+    admit(configs, t, namespace, namespace_labels, object, None, who).await
+}
+
+/// Runs mutating admission for `t` of `object` (`old`: the stored object of an UPDATE)
+/// and returns the mutated object, or the Status error to answer with.
+pub async fn admit(
+    configs: Vec<Arc<Value>>,
+    t: Target<'_>,
+    namespace: &str,
+    namespace_labels: Option<Value>,
+    mut object: Value,
+    old: Option<Value>,
+    who: Requester,
+) -> Result<Value, ApiError> {
+    let r = t.resource;
+    let hooks = matching_webhooks(
+        &configs,
+        t,
+        &object,
+        old.as_ref(),
+        namespace_labels.as_ref(),
+    );
     for hook in hooks {
         let hook = match hook {
             Ok(h) => h,
             Err(e) => return Err(ApiError::internal(format!("Internal error occurred: {e}"))),
         };
         let uid = meta::new_uid();
-        let review = build_review(&hook, &uid, r, "CREATE", &object, namespace, &who);
+        let review = build_review(&hook, &uid, t, &object, old.as_ref(), namespace, &who);
         if !conditions_allow_call(&hook, r, &review)? {
             continue;
         }
@@ -452,35 +554,86 @@ mod tests {
     fn matching_honours_rules_and_selectors() {
         let pods = lookup("", "v1", "pods").unwrap();
         let pod = json!({"metadata": {"labels": {"gpu": "yes"}}});
-        let hooks = matching_webhooks(&[config(json!({}))], pods, "CREATE", &pod, None);
+        let create = Target {
+            resource: pods,
+            sub: None,
+            operation: "CREATE",
+        };
+        let update = Target {
+            operation: "UPDATE",
+            ..create
+        };
+        let hooks = matching_webhooks(&[config(json!({}))], create, &pod, None, None);
         let h = hooks[0].as_ref().unwrap();
         assert_eq!(h.review_api_version, "admission.k8s.io/v1beta1");
         assert!(!h.fail_closed);
         assert_eq!(h.timeout, Duration::from_secs(3));
         assert!(!h.ca_bundle.is_empty());
-        assert!(matching_webhooks(&[config(json!({}))], pods, "UPDATE", &pod, None).is_empty());
+        assert!(matching_webhooks(&[config(json!({}))], update, &pod, None, None).is_empty());
         let nodes = lookup("", "v1", "nodes").unwrap();
-        assert!(matching_webhooks(&[config(json!({}))], nodes, "CREATE", &pod, None).is_empty());
+        let node_create = Target {
+            resource: nodes,
+            ..create
+        };
+        assert!(matching_webhooks(&[config(json!({}))], node_create, &pod, None, None).is_empty());
         let sel = config(json!({"objectSelector": {"matchLabels": {"gpu": "no"}}}));
-        assert!(matching_webhooks(&[sel], pods, "CREATE", &pod, None).is_empty());
+        assert!(matching_webhooks(std::slice::from_ref(&sel), create, &pod, None, None).is_empty());
+        // UPDATE: the new or the old object may match the objectSelector.
+        let sel = config(json!({"objectSelector": {"matchLabels": {"gpu": "no"}},
+            "rules": [{"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}));
+        let old = json!({"metadata": {"labels": {"gpu": "no"}}});
+        assert_eq!(
+            matching_webhooks(std::slice::from_ref(&sel), update, &pod, Some(&old), None).len(),
+            1
+        );
+        assert!(matching_webhooks(&[sel], update, &pod, Some(&pod), None).is_empty());
         let nssel = config(
             json!({"namespaceSelector": {"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]}}),
         );
         assert_eq!(
             matching_webhooks(
                 std::slice::from_ref(&nssel),
-                pods,
-                "CREATE",
+                create,
                 &pod,
+                None,
                 Some(&json!({"hami.io/webhook": "ignore"}))
             )
             .len(),
             0
         );
         assert_eq!(
-            matching_webhooks(&[nssel], pods, "CREATE", &pod, Some(&json!({}))).len(),
+            matching_webhooks(&[nssel], create, &pod, None, Some(&json!({}))).len(),
             1
         );
+    }
+
+    #[test]
+    fn rules_name_subresources_as_upstream() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let rule = |res: &str| json!({"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": [res]});
+        let status = Some("status");
+        for (res, main, st) in [
+            ("pods", true, false),
+            ("*", true, false),
+            ("pods/status", false, true),
+            // upstream's matcher: a `*` subresource matches none too (rules.go resource()).
+            ("pods/*", true, true),
+            ("*/status", false, true),
+            ("*/*", true, true),
+            ("pods/binding", false, false),
+        ] {
+            assert_eq!(
+                rule_matches(&rule(res), pods, None, "UPDATE"),
+                main,
+                "{res}"
+            );
+            assert_eq!(
+                rule_matches(&rule(res), pods, status, "UPDATE"),
+                st,
+                "{res}/status"
+            );
+        }
+        assert!(!rule_matches(&rule("pods"), pods, None, "CREATE"));
     }
 
     #[test]
@@ -490,10 +643,15 @@ mod tests {
             {"name": "a", "expression": "object.metadata.annotations['x'] == 'y'"}
         ]}));
         let pod = json!({"metadata": {"generateName": "p-"}});
-        let hooks = matching_webhooks(&[cfg], pods, "CREATE", &pod, None);
+        let t = Target {
+            resource: pods,
+            sub: None,
+            operation: "CREATE",
+        };
+        let hooks = matching_webhooks(&[cfg], t, &pod, None, None);
         let hook = hooks[0].as_ref().unwrap();
         let who = Requester::default();
-        let review = build_review(hook, "u", pods, "CREATE", &pod, "default", &who);
+        let review = build_review(hook, "u", t, &pod, None, "default", &who);
         assert_eq!(review["request"]["userInfo"]["username"], "system:admin");
         let e = conditions_allow_call(hook, pods, &review).unwrap_err();
         assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
@@ -503,7 +661,7 @@ mod tests {
             "pods is forbidden: expression 'object.metadata.annotations['x'] == 'y'' resulted in error: no such key: annotations"
         );
         let named = json!({"metadata": {"name": "p", "annotations": {"x": "z"}}});
-        let review = build_review(hook, "u", pods, "CREATE", &named, "default", &who);
+        let review = build_review(hook, "u", t, &named, None, "default", &who);
         assert_eq!(conditions_allow_call(hook, pods, &review), Ok(false));
     }
 

@@ -224,7 +224,10 @@ pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
         _ => ("discovery", String::new(), None, None),
     };
     let authorization = header_str(&parts.headers, header::AUTHORIZATION);
-    let (user, access) = check_access(&st, authorization.as_deref(), &route, verb);
+    let (user, access) = match crate::impersonation::from_headers(&parts.headers) {
+        Ok(imp) => check_access(&st, authorization.as_deref(), imp, &route, verb),
+        Err(e) => (None, Err(e)),
+    };
     // A body that trickles in (or never comes) must not hold the connection forever.
     let body = match tokio::time::timeout(
         st.body_read_timeout,
@@ -303,14 +306,25 @@ pub async fn handle(State(st): State<Arc<AppState>>, req: Request) -> Response {
 fn check_access(
     st: &AppState,
     authorization: Option<&str>,
+    impersonate: Option<crate::rbac::UserInfo>,
     route: &Route,
     verb: &str,
 ) -> (Option<crate::rbac::UserInfo>, Result<(), ApiError>) {
     let Some(auth) = &st.auth else {
-        return (None, Ok(()));
+        // Every request is the admin, who may impersonate anyone (system:masters may).
+        return (impersonate, Ok(()));
     };
     let outcome = st.read(|s| {
         let user = crate::authn::authenticate(s, auth, authorization)?;
+        let user = match impersonate {
+            None => user,
+            Some(as_user) => {
+                let policy = crate::rbac::policy_from_store(s);
+                crate::impersonation::authorize(&policy, &user, &as_user)
+                    .map_err(ApiError::forbidden)?;
+                as_user
+            }
+        };
         let decision = match route {
             Route::Resource(rr) => {
                 let attrs = crate::rbac::ResourceAttributes {
@@ -472,6 +486,15 @@ async fn resource_request(
                 .await?;
         return Ok(object_response(201, r, &created, accept));
     }
+    if (*method == Method::PUT || *method == Method::PATCH)
+        && let Some(name) = rr.name.clone()
+        && matches!(sub, None | Some("status"))
+        && let Some(configs) = update_webhooks(st, r, &ns, &name, sub)
+    {
+        return update_with_admission(st, &ctx, &p, method, &rr, &name, configs, ct, body)
+            .await
+            .map(|out| object_response(200, r, &out, accept));
+    }
     if p.dry_run && *method != Method::GET {
         return dry_run_request(st, &ctx, method, rr, ct, accept, body);
     }
@@ -586,7 +609,8 @@ async fn resource_request(
 }
 
 /// `dryRun=All` of an update, patch or delete: the write is validated and answered as if
-/// done, but nothing is stored, watched or persisted (admission runs on CREATE only).
+/// done, but nothing is stored, watched or persisted (one no webhook's rule names; the
+/// others go through [`update_with_admission`]).
 fn dry_run_request(
     st: &Arc<AppState>,
     ctx: &WriteContext,
@@ -625,6 +649,131 @@ fn dry_run_request(
         }
     })?;
     Ok(object_response(outcome.0, r, &outcome.1, accept))
+}
+
+/// The webhook configurations to consult for an UPDATE of the existing pod `ns/name` (or
+/// its `sub`), when any of their rules names it; None: the update is stored directly.
+fn update_webhooks(
+    st: &AppState,
+    r: &'static ResourceType,
+    ns: &str,
+    name: &str,
+    sub: Option<&str>,
+) -> Option<Vec<Arc<Value>>> {
+    if r.plural != "pods" {
+        return None;
+    }
+    let mwc = resources::lookup(
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+    )?;
+    let configs: Vec<Arc<Value>> = st.read(|s| {
+        if s.get(r, ns, name).is_err() {
+            // Not there: the plain path answers (404, or an apply patch's create).
+            return Vec::new();
+        }
+        s.list(mwc, None, &ListOptions::default())
+            .map(|l| l.items.iter().map(|o| Arc::new(o.to_value())).collect())
+            .unwrap_or_default()
+    });
+    admission::any_rule_matches(&configs, r, sub, "UPDATE").then_some(configs)
+}
+
+/// How many times an UPDATE is prepared and admitted again when the object changed while
+/// its webhooks were called (upstream's patcher retries a conflicting patch 5 times).
+const ADMITTED_UPDATE_ATTEMPTS: usize = 6;
+
+/// A PUT or PATCH through mutating admission, as upstream orders it: the change is applied
+/// to the stored object (managedFields recorded), the webhooks see that result as `object`
+/// and the stored one as `oldObject` (operation UPDATE, UpdateOptions), their patches are
+/// applied, and the result is validated and stored if the object has not changed meanwhile.
+/// If it has, an unconditional update or a patch is prepared and admitted again; an update
+/// naming a resourceVersion then answers 409.
+#[allow(clippy::too_many_arguments)]
+async fn update_with_admission(
+    st: &Arc<AppState>,
+    ctx: &WriteContext,
+    p: &Params,
+    method: &Method,
+    rr: &ResourceRoute,
+    name: &str,
+    configs: Vec<Arc<Value>>,
+    ct: Option<&str>,
+    body: &Bytes,
+) -> Result<Value, ApiError> {
+    enum Change {
+        Put(Value),
+        Patch(PatchType, Value),
+    }
+    let r = rr.resource;
+    let ns = store_ns(rr).to_string();
+    let subres = if rr.subresource.as_deref() == Some("status") {
+        Subresource::Status
+    } else {
+        Subresource::Main
+    };
+    let change = if *method == Method::PUT {
+        Change::Put(codec::decode_object(ct, body)?)
+    } else {
+        let ty = PatchType::from_content_type(ct.unwrap_or(""))?;
+        Change::Patch(ty, patch::parse_body(ty, body)?)
+    };
+    let nsr = resources::lookup("", "v1", "namespaces").expect("served");
+    let ns_labels = st.read(|s| {
+        s.get(nsr, "", &ns)
+            .ok()
+            .and_then(|o| o.pointer("/metadata/labels").cloned())
+    });
+    let prepare = WriteContext {
+        dry_run: true,
+        ..ctx.clone()
+    };
+    let who = admission::Requester {
+        user: p.user.clone(),
+        dry_run: ctx.dry_run,
+        field_manager: p.field_manager.clone(),
+    };
+    let target = admission::Target {
+        resource: r,
+        sub: rr.subresource.as_deref(),
+        operation: "UPDATE",
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (old, new) = st.write_ctx(&prepare, |s| {
+            let old = s.get(r, &ns, name)?;
+            let new = match &change {
+                Change::Put(o) => s.update(r, &ns, name, o.clone(), subres)?,
+                Change::Patch(ty, b) => s.patch(r, &ns, name, *ty, b, subres)?,
+            };
+            Ok((old, new))
+        })?;
+        let expected = old
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let admitted = admission::admit(
+            configs.clone(),
+            target,
+            &ns,
+            ns_labels.clone(),
+            (*new).clone(),
+            Some((*old).clone()),
+            who.clone(),
+        )
+        .await?;
+        match st.write_ctx(ctx, |s| {
+            s.commit_admitted(r, &ns, name, admitted, subres, &expected)
+        }) {
+            Ok(out) => return Ok((*out).clone()),
+            // Changed while the webhooks were called: prepare against the new state.
+            Err(e) if e.code == 409 && attempt < ADMITTED_UPDATE_ATTEMPTS => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Creates an object, running mutating admission webhooks first for pods.
@@ -670,6 +819,7 @@ async fn create_with_admission(
             admission::Requester {
                 user: user.cloned(),
                 dry_run: ctx.dry_run,
+                field_manager: None,
             },
         )
         .await?;

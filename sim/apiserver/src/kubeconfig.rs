@@ -38,10 +38,22 @@ users:
     )
 }
 
+/// [`kubeconfig_yaml`] whose user acts as `user` (`as:`: the `Impersonate-User` header), how
+/// a stack without authentication gives a component its own identity.
+pub fn kubeconfig_yaml_as(server_url: &str, user: &str) -> String {
+    let quoted = serde_json::Value::String(user.to_string()).to_string();
+    format!("{}    as: {quoted}\n", kubeconfig_yaml(server_url))
+}
+
 /// Writes the kubeconfig atomically (temporary file, then rename), mode 0600.
 pub fn write_kubeconfig(path: &Path, server_url: &str) -> std::io::Result<()> {
+    write_kubeconfig_text(path, &kubeconfig_yaml(server_url))
+}
+
+/// Writes `text` as a kubeconfig file atomically (temporary file, then rename), mode 0600.
+pub fn write_kubeconfig_text(path: &Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp-kubeconfig");
-    std::fs::write(&tmp, kubeconfig_yaml(server_url))?;
+    std::fs::write(&tmp, text)?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -63,5 +75,9 @@ mod tests {
             "http://127.0.0.1:1234"
         );
         assert_eq!(v["current-context"], "hami-embedded");
+        let y = kubeconfig_yaml_as("http://127.0.0.1:1234", "system:serviceaccount:a:b");
+        let v: serde_json::Value = serde_saphyr::from_str(&y).unwrap();
+        assert_eq!(v["users"][0]["user"]["as"], "system:serviceaccount:a:b");
+        assert_eq!(v["users"][0]["user"]["token"], PLACEHOLDER_TOKEN);
     }
 }

@@ -21,6 +21,7 @@ pub mod event_mirror;
 pub mod event_ttl;
 pub mod faults;
 pub mod http;
+pub mod impersonation;
 pub mod kubeconfig;
 pub mod managed_fields;
 pub mod match_conditions;
@@ -218,6 +219,12 @@ impl RunningApiServer {
     /// Writes [`Self::kubeconfig_yaml`] to `path`, for kubectl and other processes.
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
         kubeconfig::write_kubeconfig(path, &self.url())
+    }
+
+    /// Writes a kubeconfig whose user acts as `user` (impersonation; see
+    /// [`kubeconfig::kubeconfig_yaml_as`]).
+    pub fn write_kubeconfig_as(&self, path: &Path, user: &str) -> std::io::Result<()> {
+        kubeconfig::write_kubeconfig_text(path, &kubeconfig::kubeconfig_yaml_as(&self.url(), user))
     }
 
     /// Fault injection.

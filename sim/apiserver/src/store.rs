@@ -976,6 +976,40 @@ impl Store {
         Ok(self.commit(r, key, new, prev, EventType::Modified))
     }
 
+    /// Stores an UPDATE that mutating admission has seen: `obj` is what [`Store::update`] or
+    /// [`Store::patch`] prepared under `dryRun` (its managedFields already recorded, before
+    /// admission as upstream's field manager does), as the webhooks left it. `expected_rv` is
+    /// the resourceVersion it was prepared against: 409 if the object changed since (the
+    /// caller prepares again). Validation and the subresource's field resets run again, on
+    /// the admitted object (a webhook's change to the spec of a status write is dropped, as
+    /// upstream's status strategy drops it).
+    pub fn commit_admitted(
+        &mut self,
+        r: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        mut obj: Value,
+        sub: Subresource,
+        expected_rv: &str,
+    ) -> Result<Arc<Value>, ApiError> {
+        let current = self.get(r, ns, name)?;
+        if obj_rv(&current) != expected_rv {
+            return Err(ApiError::conflict(
+                r.group,
+                r.plural,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
+        }
+        set_meta(&mut obj, "resourceVersion", json!(expected_rv));
+        // The main resource's prepared managedFields are kept as they are; a status write
+        // keeps the stored metadata, so its entry is recorded again here.
+        self.applying = sub == Subresource::Main;
+        let out = self.update_from(r, ns, name, obj, sub, current);
+        self.applying = false;
+        out
+    }
+
     /// Applies a patch (PATCH). A `metadata.resourceVersion` left in the patched object that
     /// differs from the stored one is a precondition failure (409). Apply patches create
     /// missing objects, as server-side apply does.

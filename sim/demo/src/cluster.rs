@@ -25,6 +25,14 @@ use tokio::task::JoinHandle;
 
 use crate::{DemoArgs, Progress};
 
+/// A client acting as the ServiceAccount `sa` of the shipped install: the scheduler and the
+/// device plugins write under their own identities, so that the D-4 guard (which the API
+/// server applies to UPDATEs as well) lets their annotation patches through and refuses a
+/// user's, who is the admin here (`hami_kube_scheduler_sim::front::client_as` says why).
+fn component_client(api: &RunningApiServer, sa: &str) -> anyhow::Result<Client> {
+    hami_kube_scheduler_sim::front::component_client(&api.url(), sa)
+}
+
 /// A simulated GPU node: its sysfs tree, kubelet, plugin, monitor and (with containers)
 /// the kernel side of its stand-in driver.
 pub struct SimNode {
@@ -335,7 +343,7 @@ impl Cluster {
         std::fs::write(&key_path, cert.signing_key.serialize_pem())?;
         let settings = Settings::default();
         let scheduler = Scheduler::start(
-            client.clone(),
+            component_client(&api, hami_manifests::names::SCHEDULER)?,
             settings.clone(),
             Arc::new(Leadership::always()),
         );
@@ -744,7 +752,7 @@ impl Cluster {
         let plugin = tokio::spawn(hami_amd_plugin::plugin::serve(
             args,
             settings,
-            client.clone(),
+            component_client(api, hami_manifests::names::DEVICE_PLUGIN)?,
             stop_rx,
         ));
         let mut node = base.into_node(name, description, tree, plugin_stop, plugin);
@@ -816,7 +824,7 @@ impl Cluster {
         let plugin = tokio::spawn(hami_nvidia_plugin::plugin::serve(
             args,
             settings,
-            client.clone(),
+            component_client(api, hami_manifests::names::NVIDIA_DEVICE_PLUGIN)?,
             stop_rx,
         ));
         let description = "1 × NVIDIA GPU from the stand-in driver (16 GiB)";

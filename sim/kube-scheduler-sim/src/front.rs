@@ -76,3 +76,47 @@ impl SchedulerFront {
         Ok(SimKubeScheduler::new(client, scheduler_name, extender))
     }
 }
+
+/// The username of the ServiceAccount `service_account` where `settings` installs: one of
+/// the shipped webhook's annotation writers for the scheduler's and the plugins' accounts.
+pub fn component_user(settings: &hami_manifests::Settings, service_account: &str) -> String {
+    format!(
+        "system:serviceaccount:{}:{service_account}",
+        settings.namespace
+    )
+}
+
+/// A client of the unauthenticated API server at `api_url` (`http://127.0.0.1:<port>`)
+/// that acts as `user` by impersonation (kubeconfig's `as:`; the admin may).
+///
+/// Why stacks need it: without authentication every request is the admin, users and
+/// components alike, and D-4's guard (scheduler-owned annotations written only by the
+/// scheduler's and the plugins' accounts, on CREATE and UPDATE, which the API server now
+/// admits) could not tell the scheduler's own annotation patches from a user's forgery.
+/// So the scheduler and the device plugins run as their ServiceAccounts, as they do in a
+/// cluster, and users stay the admin.
+///
+/// # Errors
+/// If `api_url` is not a URL.
+pub fn client_as(api_url: &str, user: &str) -> anyhow::Result<Client> {
+    let mut config = kube::Config::new(api_url.parse().context("the API server URL")?);
+    config.auth_info.impersonate = Some(user.to_string());
+    Ok(Client::try_from(config)?)
+}
+
+/// The shipped install's ServiceAccounts that write scheduler-owned annotations.
+pub mod accounts {
+    pub use hami_manifests::names::{DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, SCHEDULER};
+}
+
+/// [`client_as`] the ServiceAccount `service_account` of the default install
+/// ([`component_user`] of the default settings): see [`accounts`].
+///
+/// # Errors
+/// If `api_url` is not a URL.
+pub fn component_client(api_url: &str, service_account: &str) -> anyhow::Result<Client> {
+    client_as(
+        api_url,
+        &component_user(&hami_manifests::Settings::default(), service_account),
+    )
+}

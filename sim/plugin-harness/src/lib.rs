@@ -402,8 +402,27 @@ pub fn spawn_nvidia_plugin(
     scratch: &Path,
     gpus: u32,
 ) -> std::process::Child {
+    spawn_nvidia_plugin_as(binary, server, node, scratch, gpus, None)
+}
+
+/// [`spawn_nvidia_plugin`] acting as `user` (impersonation, with authentication off): its
+/// ServiceAccount, where a webhook must tell its annotation writes from a user's.
+///
+/// # Panics
+/// As [`spawn_nvidia_plugin`].
+pub fn spawn_nvidia_plugin_as(
+    binary: &str,
+    server: &RunningApiServer,
+    node: &str,
+    scratch: &Path,
+    gpus: u32,
+    user: Option<&str>,
+) -> std::process::Child {
     let kubeconfig = scratch.join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
+    match user {
+        Some(u) => server.write_kubeconfig_as(&kubeconfig, u).unwrap(),
+        None => server.write_kubeconfig(&kubeconfig).unwrap(),
+    }
     let sockets = scratch.join("device-plugins");
     let log = std::fs::File::create(scratch.join("plugin.log")).unwrap();
     nvidia_plugin_command(binary, scratch, gpus)

@@ -106,12 +106,23 @@ pub struct SimNode {
     driver: Option<NodeDriver>,
     plugin_kind: PluginKind,
     plugin: Option<(watch::Sender<bool>, JoinHandle<anyhow::Result<()>>)>,
+    /// The plugin's client: its own ServiceAccount (`component_client`).
+    plugin_client: Client,
     monitor: JoinHandle<anyhow::Result<()>>,
 }
 
+/// A client of the stack's API server acting as the ServiceAccount `sa` of the shipped
+/// install: the scheduler and the plugins write under their own identities, so that D-4's
+/// guard (applied to UPDATEs too) lets their annotation patches through and refuses a
+/// user's, who is the admin here (`hami_kube_scheduler_sim::front::client_as` says why).
+fn component_client(api_addr: SocketAddr, sa: &str) -> anyhow::Result<Client> {
+    hami_kube_scheduler_sim::front::component_client(&format!("http://{api_addr}"), sa)
+}
+
 impl SimNode {
-    fn start_plugin(&mut self, client: &Client) {
+    fn start_plugin(&mut self) {
         let (stop, rx) = watch::channel(false);
+        let client = &self.plugin_client;
         let task = match &self.plugin_kind {
             PluginKind::Amd(args, settings) => tokio::spawn(hami_amd_plugin::plugin::serve(
                 (**args).clone(),
@@ -372,7 +383,10 @@ impl Stack {
             SkewedClock(skew),
         ))];
         let scheduler = Scheduler::start(
-            self.client.clone(),
+            component_client(
+                self.api_addr,
+                hami_kube_scheduler_sim::front::accounts::SCHEDULER,
+            )?,
             self.settings.clone(),
             leadership.clone(),
         );
@@ -606,9 +620,13 @@ impl Stack {
             driver,
             plugin_kind: PluginKind::Amd(Box::new(args), settings),
             plugin: None,
+            plugin_client: component_client(
+                self.api_addr,
+                hami_kube_scheduler_sim::front::accounts::DEVICE_PLUGIN,
+            )?,
             monitor,
         };
-        node.start_plugin(&self.client);
+        node.start_plugin();
         Ok(node)
     }
 
@@ -691,9 +709,13 @@ impl Stack {
             driver,
             plugin_kind: PluginKind::Nvidia(Box::new(args), settings),
             plugin: None,
+            plugin_client: component_client(
+                self.api_addr,
+                hami_kube_scheduler_sim::front::accounts::NVIDIA_DEVICE_PLUGIN,
+            )?,
             monitor,
         };
-        node.start_plugin(&self.client);
+        node.start_plugin();
         Ok(node)
     }
 
@@ -750,8 +772,7 @@ impl Stack {
 
     /// Starts node `i`'s plugin again.
     pub fn start_plugin(&mut self, i: usize) {
-        let client = self.client.clone();
-        self.nodes[i].start_plugin(&client);
+        self.nodes[i].start_plugin();
     }
 
     /// Waits until a replica leads and sees every device-plugin node's GPUs, and the DRA

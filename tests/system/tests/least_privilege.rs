@@ -42,6 +42,8 @@ use serde_json::{Value, json};
 
 const NODE: &str = "gpu-node-1";
 const SIM_SCHEDULER: &str = "sim-kube-scheduler";
+/// The node a user's forged `vgpu-node` patch names (refused by the webhook, D-4).
+const FORGED_NODE: &str = "forged-node";
 
 fn settings() -> Settings {
     let mut s = Settings::default();
@@ -273,6 +275,29 @@ async fn run_flow(
             "the monitor never saw the pod"
         );
     }
+    // D-4 on UPDATE through the API server's admission: a user (the admin) changing a
+    // scheduler-owned annotation of the running pod is refused with the webhook's message;
+    // the scheduler's and the plugin's own annotation patches above went through.
+    if running {
+        let forge = json!({"metadata": {"annotations": {pod_keys::VGPU_NODE: FORGED_NODE}}});
+        match Api::<Pod>::namespaced(admin.clone(), "default")
+            .patch("slice", &PatchParams::default(), &Patch::Merge(&forge))
+            .await
+        {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!(s.code, 403, "{}", s.message);
+                assert!(
+                    s.message.contains(pod_keys::VGPU_NODE)
+                        && s.message.contains("may not set, change or remove it"),
+                    "{}",
+                    s.message
+                );
+            }
+            other => panic!("a forged vgpu-node patch was not refused: {other:?}"),
+        }
+        let pod = server.get_object("v1", "pods", "default", "slice").unwrap();
+        assert_eq!(pod["metadata"]["annotations"][pod_keys::VGPU_NODE], NODE);
+    }
     // The GPU's render node disappears: the plugin records AMDGPUUnhealthy.
     tree.remove_dev("dri/renderD128").unwrap();
     let unhealthy_event = wait_until(wait, async || {
@@ -377,11 +402,11 @@ async fn shipped_rbac_is_enough_and_every_verb_is_used() {
     );
     assert!(out.labelled, "the node labeller labelled nothing");
 
-    // 1. Nothing a component asked for was refused.
+    // 1. Nothing a component asked for was refused (the admin's forgery is, on purpose).
     let refused: Vec<_> = out
         .log
         .iter()
-        .filter(|r| r.status == 401 || r.status == 403)
+        .filter(|r| (r.status == 401 || r.status == 403) && !r.body.contains(FORGED_NODE))
         .collect();
     assert!(refused.is_empty(), "refused requests: {refused:#?}");
 
