@@ -144,7 +144,9 @@ pub fn token_request(
             })?;
     let token =
         String::from_utf8(token.0).map_err(|_| ApiError::internal("the token is not UTF-8"))?;
-    let now = k8s_openapi::jiff::Timestamp::now();
+    // meta::now_timestamp: jiff's own clock needs its `std` feature, which a build of
+    // this crate alone does not turn on.
+    let now = crate::meta::now_timestamp();
     let expires = now
         .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds))
         .unwrap_or(now);
