@@ -226,9 +226,16 @@ fn quote(s: &str) -> String {
     out
 }
 
+/// How deep `!(…)` may nest: the parser, the evaluator, rendering and dropping a term all
+/// recurse per level, and a 10 KiB selector (upstream's limit) of `!(` would otherwise
+/// overflow a thread's stack (the fuzz target dra_selector's replay). No selector needs more
+/// than a few.
+pub const MAX_NEGATION_DEPTH: usize = 32;
+
 struct Parser {
     toks: Vec<Tok>,
     at: usize,
+    depth: usize,
 }
 
 impl Parser {
@@ -285,7 +292,14 @@ impl Parser {
                 return Err("negation must be written `!(<term>)`".into());
             }
             self.at += 1;
+            self.depth += 1;
+            if self.depth > MAX_NEGATION_DEPTH {
+                return Err(format!(
+                    "negations nest deeper than {MAX_NEGATION_DEPTH} levels"
+                ));
+            }
             let inner = self.unary()?;
+            self.depth -= 1;
             if self.is_punct("&&") {
                 return Err("`!(…)` negates one term, not a conjunction".into());
             }
@@ -469,7 +483,13 @@ pub fn parse(expression: &str) -> Result<Vec<Term>, SelectorError> {
     if toks.is_empty() {
         return Err(err("empty".into()));
     }
-    Parser { toks, at: 0 }.expression().map_err(err)
+    Parser {
+        toks,
+        at: 0,
+        depth: 0,
+    }
+    .expression()
+    .map_err(err)
 }
 
 /// A capacity by fully qualified name: unqualified keys belong to the driver's domain (as
@@ -620,6 +640,25 @@ mod tests {
 
     fn ev(expr: &str) -> Result<bool, String> {
         eval(D, &dev(), &parse(expr).unwrap())
+    }
+
+    #[test]
+    fn negations_nest_at_most_the_limit_even_in_a_10k_selector() {
+        let nested = |depth: usize| {
+            format!(
+                "{}device.driver == \"x\"{}",
+                "!(".repeat(depth),
+                ")".repeat(depth)
+            )
+        };
+        let deepest = parse(&nested(MAX_NEGATION_DEPTH)).unwrap();
+        assert_eq!(parse(&render(&deepest)).unwrap(), deepest);
+        assert_eq!(eval(D, &dev(), &deepest), Ok(false));
+        // 10 KiB of `!(` (upstream's CEL length limit): an error, not a stack overflow.
+        for depth in [MAX_NEGATION_DEPTH + 1, 3400] {
+            let e = parse(&nested(depth)).unwrap_err();
+            assert!(e.problem.contains("nest deeper than 32"), "{e}");
+        }
     }
 
     #[test]
