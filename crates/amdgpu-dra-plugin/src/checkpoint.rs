@@ -91,32 +91,39 @@ impl Checkpoint {
     /// Loads the checkpoint; a missing file is an empty one (first start).
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {
         let p = path.display().to_string();
-        let text = match std::fs::read(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Self {
-                    version: VERSION,
-                    claims: BTreeMap::new(),
-                });
-            }
-            Err(source) => return Err(CheckpointError::Io { path: p, source }),
+        match std::fs::read(path) {
+            Ok(bytes) => Self::decode(&bytes, &p),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self {
+                version: VERSION,
+                claims: BTreeMap::new(),
+            }),
+            Err(source) => Err(CheckpointError::Io { path: p, source }),
+        }
+    }
+
+    /// Reads a checkpoint file's bytes (`path` names the file in errors): a whole
+    /// version-[`VERSION`] checkpoint, or [`CheckpointError::Corrupt`] (a file a crash cut
+    /// short is refused, never read in part).
+    pub fn decode(bytes: &[u8], path: &str) -> Result<Self, CheckpointError> {
+        let corrupt = |problem: String| CheckpointError::Corrupt {
+            path: path.to_owned(),
+            problem,
         };
-        let cp: Self = serde_json::from_slice(&text).map_err(|e| CheckpointError::Corrupt {
-            path: p.clone(),
-            problem: e.to_string(),
-        })?;
+        let cp: Self = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
         if cp.version != VERSION {
-            return Err(CheckpointError::Corrupt {
-                path: p,
-                problem: format!("version {}", cp.version),
-            });
+            return Err(corrupt(format!("version {}", cp.version)));
         }
         Ok(cp)
     }
 
+    /// The file's bytes, as [`Checkpoint::save`] writes them.
+    pub fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec_pretty(self)
+    }
+
     /// Writes the checkpoint atomically (owner-only, fsynced).
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        let bytes = self.encode().map_err(std::io::Error::other)?;
         write_atomic(path, &bytes, 0o600, true)
     }
 
@@ -146,5 +153,50 @@ impl Checkpoint {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Checkpoint {
+        let device = PreparedDevice {
+            request: "gpu/shape-0".into(),
+            pool: "node".into(),
+            device: "gpu-0".into(),
+            device_id: "GPU-a".into(),
+            cus: "0-25".into(),
+            cdi_id: "k8s.amdgpu.hami-rs.io/claim=u1-gpu-0".into(),
+        };
+        let claim = PreparedClaim {
+            namespace: "ml".into(),
+            name: "c".into(),
+            pod_uid: "pod-1".into(),
+            devices: vec![device],
+            cdi_file: "/var/run/cdi/c.json".into(),
+            cdi_spec: "{}".into(),
+            dmem: BTreeMap::from([("drm/0000:03:00.0/vram0".into(), 1 << 30)]),
+            ..Default::default()
+        };
+        Checkpoint {
+            version: VERSION,
+            claims: BTreeMap::from([("u1".into(), claim)]),
+        }
+    }
+
+    #[test]
+    fn decode_reads_what_encode_wrote_and_refuses_any_part_of_it() {
+        let bytes = sample().encode().unwrap();
+        assert_eq!(Checkpoint::decode(&bytes, "cp").unwrap(), sample());
+        for cut in 0..bytes.len() {
+            match Checkpoint::decode(&bytes[..cut], "cp") {
+                Err(CheckpointError::Corrupt { path, .. }) => assert_eq!(path, "cp"),
+                other => panic!("cut at {cut}: {other:?}"),
+            }
+        }
+        let other = br#"{"version": 2, "claims": {}}"#;
+        let error = Checkpoint::decode(other, "cp").unwrap_err().to_string();
+        assert!(error.contains("version 2"), "{error}");
     }
 }
