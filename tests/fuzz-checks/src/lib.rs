@@ -9,6 +9,7 @@
 
 mod apiserver;
 mod control_plane;
+mod dra;
 mod node;
 mod plugin_inputs;
 mod protocol_codecs;
@@ -18,6 +19,7 @@ pub use apiserver::{
     apiserver_yaml_body,
 };
 pub use control_plane::{admission_review, extender_json};
+pub use dra::{dra_checkpoint, dra_claim_status, dra_kubelet_messages, dra_selector, dra_webhook};
 pub use node::{fdinfo, hami_core_region, hip_region, kfd_properties};
 pub use plugin_inputs::{hook_config, kubelet_messages, run_mapping};
 pub use protocol_codecs::{
@@ -56,6 +58,11 @@ pub const TARGETS: &[Target] = &[
     ("apiserver_protobuf_body", apiserver_protobuf_body),
     ("apiserver_patch", apiserver_patch),
     ("apiserver_selectors", apiserver_selectors),
+    ("dra_checkpoint", dra_checkpoint),
+    ("dra_webhook", dra_webhook),
+    ("dra_selector", dra_selector),
+    ("dra_claim_status", dra_claim_status),
+    ("dra_kubelet_messages", dra_kubelet_messages),
 ];
 
 /// Text of the input when it is UTF-8: most wire formats are strings (annotations, env
