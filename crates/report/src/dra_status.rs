@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use hami_protocol::capacity;
-use hami_protocol::dra::{COMPUTE_UNITS, CU_RANGES, MEMORY, SHARES};
+use hami_protocol::dra::{COMPUTE_UNITS, CU_RANGES, MEMORY, MEMORY_BYTES, SHARES};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use serde::Serialize;
 
@@ -65,22 +65,67 @@ pub struct DraHolder {
     /// The CU ranges the driver chose at prepare (`status.devices[].data.cuRanges`); empty
     /// until a kubelet prepared the claim.
     pub cu_ranges: String,
+    /// The memory limit the driver applied at prepare (`status.devices[].data.memoryBytes`);
+    /// `None` until a kubelet prepared the claim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_limit_bytes: Option<u64>,
+}
+
+/// One share a pod holds: the node, the device and the claim's result on it.
+#[derive(Debug, Clone, Copy)]
+pub struct PodShare<'a> {
+    /// The DRA node.
+    pub node: &'a DraNode,
+    /// The device.
+    pub device: &'a DraDevice,
+    /// The claim's result on it.
+    pub holder: &'a DraHolder,
+}
+
+/// The shares of `pod` (`namespace/name`) among [`build`]'s nodes: each result of a claim
+/// reserved for it, in node, device and claim order.
+pub fn pod_shares<'a>(nodes: &'a [DraNode], pod: &str) -> Vec<PodShare<'a>> {
+    let mut out = Vec::new();
+    for node in nodes {
+        for device in &node.devices {
+            for holder in device
+                .holders
+                .iter()
+                .filter(|h| h.pods.iter().any(|p| p == pod))
+            {
+                out.push(PodShare {
+                    node,
+                    device,
+                    holder,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// Builds the DRA view of `driver`'s slices and the claims allocated from them (pure: the
 /// shell lists, this decides). Nodes and devices come out sorted; a device's holders in
 /// claim order.
-pub fn build(driver: &str, slices: &[ResourceSlice], claims: &[ResourceClaim]) -> Vec<DraNode> {
+pub fn build<'a, S, C>(driver: &str, slices: S, claims: C) -> Vec<DraNode>
+where
+    S: IntoIterator<Item = &'a ResourceSlice> + Clone,
+    C: IntoIterator<Item = &'a ResourceClaim>,
+{
     let mut nodes: BTreeMap<String, DraNode> = BTreeMap::new();
     // (pool, device) → (node, index in that node's devices)
     let mut index: BTreeMap<(String, String), String> = BTreeMap::new();
     let mut newest: BTreeMap<String, i64> = BTreeMap::new();
-    for slice in slices.iter().filter(|s| s.spec.driver == driver) {
+    for slice in slices
+        .clone()
+        .into_iter()
+        .filter(|s| s.spec.driver == driver)
+    {
         let pool = &slice.spec.pool;
         let e = newest.entry(pool.name.clone()).or_insert(pool.generation);
         *e = (*e).max(pool.generation);
     }
-    for slice in slices.iter().filter(|s| s.spec.driver == driver) {
+    for slice in slices.into_iter().filter(|s| s.spec.driver == driver) {
         let pool = &slice.spec.pool;
         // Only a pool's newest generation counts, as for the scheduler.
         if newest.get(&pool.name) != Some(&pool.generation) {
@@ -166,7 +211,7 @@ pub fn build(driver: &str, slices: &[ResourceSlice], claims: &[ResourceClaim]) -
                     }),
                 };
             let (memory_bytes, compute_units) = (consumed(MEMORY), consumed(COMPUTE_UNITS));
-            let cu_ranges = status
+            let data = status
                 .devices
                 .iter()
                 .flatten()
@@ -176,11 +221,15 @@ pub fn build(driver: &str, slices: &[ResourceSlice], claims: &[ResourceClaim]) -
                         && d.device == result.device
                         && d.share_id == result.share_id
                 })
-                .and_then(|d| d.data.as_ref())
+                .and_then(|d| d.data.as_ref());
+            let cu_ranges = data
                 .and_then(|raw| raw.0.get(CU_RANGES))
                 .and_then(|v| v.as_str())
                 .unwrap_or_default()
                 .to_owned();
+            let memory_limit_bytes = data
+                .and_then(|raw| raw.0.get(MEMORY_BYTES))
+                .and_then(|v| v.as_u64());
             let device_name = format!("{}/{}", result.pool, result.device);
             let Some(device) = node.devices.iter_mut().find(|d| d.name == device_name) else {
                 continue;
@@ -206,6 +255,7 @@ pub fn build(driver: &str, slices: &[ResourceSlice], claims: &[ResourceClaim]) -
                 memory_bytes,
                 compute_units,
                 cu_ranges,
+                memory_limit_bytes,
             });
         }
     }
@@ -332,7 +382,18 @@ mod tests {
         assert_eq!(g0.holders[0].pods, ["ml/pod-a"]);
         assert_eq!(g0.holders[0].cu_ranges, "0-25");
         assert_eq!(g0.holders[0].claim, "ml/a:gpu");
+        assert_eq!(g0.holders[0].memory_limit_bytes, Some(16 << 30));
         assert!(g0.holders[1].pods.is_empty() && g0.holders[1].cu_ranges.is_empty());
+        assert_eq!(g0.holders[1].memory_limit_bytes, None);
+        // A pod's shares: only the claims reserved for it.
+        let shares = pod_shares(&nodes, "ml/pod-a");
+        assert_eq!(shares.len(), 1);
+        assert_eq!(
+            (shares[0].node.name.as_str(), shares[0].device.uuid.as_str()),
+            ("n1", "U0")
+        );
+        assert_eq!(shares[0].holder.compute_units, 26);
+        assert!(pod_shares(&nodes, "ml/pod-c").is_empty());
         assert!(n1.devices[1].tainted && !g0.tainted);
         assert!(n1.problems.is_empty());
         assert_eq!(nodes[1].devices[0].shares_used, 0);
