@@ -149,7 +149,10 @@ impl Checkpoint {
         let mut out: BTreeMap<String, u64> = BTreeMap::new();
         for c in self.claims.values().filter(|c| c.pod_uid == pod_uid) {
             for (region, bytes) in &c.dmem {
-                *out.entry(region.clone()).or_default() += bytes;
+                // Saturating: a hand-edited checkpoint must not panic (debug) or wrap to a
+                // tiny limit (release); u64::MAX reads as "no limit narrower than the card".
+                let e = out.entry(region.clone()).or_default();
+                *e = e.saturating_add(*bytes);
             }
         }
         out
@@ -195,6 +198,24 @@ mod tests {
                 other => panic!("cut at {cut}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_pods_dmem_sum_saturates_instead_of_overflowing() {
+        let mut cp = sample();
+        let mut second = cp.claims["u1"].clone();
+        second.dmem = BTreeMap::from([("drm/0000:03:00.0/vram0".into(), u64::MAX - 5)]);
+        cp.claims.insert("u2".into(), second);
+        let sums = cp.pod_dmem("pod-1");
+        assert_eq!(sums["drm/0000:03:00.0/vram0"], u64::MAX);
+        assert_eq!(
+            sample().pod_dmem("pod-1")["drm/0000:03:00.0/vram0"],
+            1 << 30
+        );
+    }
+
+    #[test]
+    fn a_version_it_does_not_know_is_named() {
         let other = br#"{"version": 2, "claims": {}}"#;
         let error = Checkpoint::decode(other, "cp").unwrap_err().to_string();
         assert!(error.contains("version 2"), "{error}");
