@@ -13,6 +13,61 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// `GET path` on 127.0.0.1:port: the status code, or `None` when nothing answers.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+/// Starts Prometheus on a free port and waits until it answers `/-/ready` with 200. The
+/// port is free when chosen but not reserved: another process (a server of an earlier test
+/// still shutting down, on a loaded machine) can take it before Prometheus binds, and then
+/// Prometheus exits and that process answers 404 — so a start that exits is retried on
+/// another port, and readiness is Prometheus' own answer, not "something listens".
+fn start_prometheus(dir: &std::path::Path) -> (u16, std::process::Child) {
+    let mut last = String::new();
+    for _ in 0..5 {
+        last.clear();
+        let port = free_port();
+        let mut child = Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus starts");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                last = format!("prometheus on port {port} exited: {status}");
+                break;
+            }
+            if http_status(port, "/-/ready") == Some(200) {
+                return (port, child);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if last.is_empty() {
+            last = format!("prometheus on port {port} not ready in 60 s");
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("prometheus did not come up: {last}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn samples_arrive_through_prometheus_federate() {
     let found = Command::new("prometheus").arg("--version").output();
@@ -38,21 +93,13 @@ async fn samples_arrive_through_prometheus_federate() {
         format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: monitor\n    static_configs:\n      - targets: ['{target}']\n"),
     )
     .unwrap();
-    let port = free_port();
-    let mut prometheus = Command::new("prometheus")
-        .arg(format!(
-            "--config.file={}",
-            dir.join("prometheus.yml").display()
-        ))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus starts");
+    // Blocking waits off the runtime: the exposition above must keep answering scrapes.
+    let (port, mut prometheus) = {
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || start_prometheus(&dir))
+            .await
+            .unwrap()
+    };
 
     let _ = rustls::crypto::ring::default_provider().install_default();
     // No API server: the banner for it is expected; this test is about the metrics side.
