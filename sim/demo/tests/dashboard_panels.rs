@@ -82,24 +82,48 @@ fn start_prometheus(dir: &Path, targets: &[(String, SocketAddr)]) -> Prometheus 
         ));
     }
     std::fs::write(dir.join("prometheus.yml"), config).unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    // The chosen port is free but not reserved: a process of an earlier test can take it
+    // before Prometheus binds; Prometheus then exits ("address already in use") and that
+    // process answers. So wait for Prometheus' own `/-/ready`, and retry on another port
+    // when it exits.
     let log = dir.join("prometheus.log");
-    // One file for both streams, so neither overwrites the other.
-    let out = std::fs::File::create(&log).unwrap();
-    let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
-        .arg(format!("--web.listen-address={addr}"))
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run prometheus ({e}): install Debian's prometheus package (apt-get install prometheus); CI installs it"
-            )
-        });
-    Prometheus { child, addr, log }
+    let mut last = String::new();
+    for _ in 0..5 {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        // One file for both streams, so neither overwrites the other.
+        let out = std::fs::File::create(&log).unwrap();
+        let mut child = Command::new("prometheus")
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run prometheus ({e}): install Debian's prometheus package (apt-get install prometheus); CI installs it"
+                )
+            });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        last = format!("prometheus on {addr} not ready in 60 s");
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                last = format!(
+                    "prometheus on {addr} exited ({status}): {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+                break;
+            }
+            if get(addr, "/-/ready").is_ok_and(|(code, _)| code == 200) {
+                return Prometheus { child, addr, log };
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("prometheus did not come up: {last}");
 }
 
 /// `GET path` over HTTP/1.0 (so the body is neither chunked nor kept alive): (status, body).
@@ -303,7 +327,13 @@ async fn every_dashboard_panel_has_data_against_the_demo() {
             .iter()
             .map(|n| (format!("monitor-{}", n.name), n.monitor_addr)),
     );
-    let prom = start_prometheus(&dir, &targets);
+    // Blocking waits off the runtime: the demo keeps serving scrapes meanwhile.
+    let prom = {
+        let (dir, targets) = (dir.clone(), targets.clone());
+        tokio::task::spawn_blocking(move || start_prometheus(&dir, &targets))
+            .await
+            .unwrap()
+    };
     let addr = prom.addr;
 
     // Every target up (Prometheus ready and one successful scrape of each).
