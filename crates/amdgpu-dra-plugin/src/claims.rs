@@ -17,16 +17,28 @@ pub trait ClaimSource: Send + Sync + 'static {
     ) -> impl Future<Output = Result<ResourceClaim, String>> + Send;
 
     /// Sets `driver`'s entries of the claim's `status.devices` to `devices` (other drivers'
-    /// entries kept), on the claim with UID `uid` only (a claim recreated under the same
-    /// name is an error, not a target).
+    /// entries kept), on the claim `seen` names (namespace, name, UID) and only while it
+    /// has that UID (a claim recreated under the same name is an error, not a target).
+    /// `seen` is the claim as [`ClaimSource::get`] returned it: a source may write against
+    /// its resourceVersion and status, and must read again when that version is stale.
     fn set_device_status(
         &self,
-        namespace: &str,
-        name: &str,
-        uid: &str,
+        seen: &ResourceClaim,
         driver: &str,
         devices: &[AllocatedDeviceStatus],
     ) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// The namespace, name and UID of a claim as read, for a status write (each must be set).
+pub fn claim_key(seen: &ResourceClaim) -> Result<(&str, &str, &str), String> {
+    let m = &seen.metadata;
+    match (m.namespace.as_deref(), m.name.as_deref(), m.uid.as_deref()) {
+        (Some(ns), Some(name), Some(uid)) => Ok((ns, name, uid)),
+        _ => Err(format!(
+            "the claim read has no namespace, name or UID ({:?}/{:?}, UID {:?}); not writing its status",
+            m.namespace, m.name, m.uid
+        )),
+    }
 }
 
 /// `current` (the claim's `status.devices`, raw) with `driver`'s entries replaced by
@@ -82,14 +94,11 @@ impl ClaimSource for KubeClaims {
 
     async fn set_device_status(
         &self,
-        namespace: &str,
-        name: &str,
-        uid: &str,
+        seen: &ResourceClaim,
         driver: &str,
         devices: &[AllocatedDeviceStatus],
     ) -> Result<(), String> {
-        self.write_device_status(namespace, name, uid, driver, devices)
-            .await
+        self.write_device_status(seen, driver, devices).await
     }
 }
 
@@ -100,39 +109,64 @@ const STATUS_ATTEMPTS: usize = 5;
 impl KubeClaims {
     async fn write_device_status(
         &self,
-        namespace: &str,
-        name: &str,
-        uid: &str,
+        seen: &ResourceClaim,
         driver: &str,
         devices: &[AllocatedDeviceStatus],
     ) -> Result<(), String> {
+        let (namespace, name, uid) = claim_key(seen)?;
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &resource_claims());
         let what = format!("ResourceClaim {namespace}/{name}");
-        for _ in 0..STATUS_ATTEMPTS {
-            let obj = api
-                .get_status(name)
-                .await
-                .map_err(|e| format!("reading {what}: {e}"))?;
-            if obj.metadata.uid.as_deref() != Some(uid) {
-                return Err(format!(
-                    "{what} now has UID {:?}, not {uid}: the claim was replaced; not writing its status",
-                    obj.metadata.uid.as_deref().unwrap_or("")
-                ));
+        // First against the claim as read (no second GET on the prepare path): its status is
+        // lossless to merge when every entry is this driver's — ours are replaced whole —
+        // while another driver's entry is merged from the raw object, read here, so fields
+        // this build does not model survive.
+        // A missing resourceVersion would make the patch unconditional (null deletes the
+        // precondition): then read first, as for another driver's entry.
+        let mut known = match (&seen.metadata.resource_version, &seen.status) {
+            (None, _) => None,
+            (Some(_), Some(s)) if s.devices.iter().any(|d| d.driver != driver) => None,
+            (Some(rv), status) => {
+                let current = status
+                    .iter()
+                    .flat_map(|s| &s.devices)
+                    .map(serde_json::to_value)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| e.to_string())?;
+                Some((Some(rv.clone()), current))
             }
-            let current = obj
-                .data
-                .pointer("/status/devices")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
+        };
+        for _ in 0..STATUS_ATTEMPTS {
+            let (version, current) = match known.take() {
+                Some(k) => k,
+                None => {
+                    let obj = api
+                        .get_status(name)
+                        .await
+                        .map_err(|e| format!("reading {what}: {e}"))?;
+                    if obj.metadata.uid.as_deref() != Some(uid) {
+                        return Err(format!(
+                            "{what} now has UID {:?}, not {uid}: the claim was replaced; not writing its status",
+                            obj.metadata.uid.as_deref().unwrap_or("")
+                        ));
+                    }
+                    let current = obj
+                        .data
+                        .pointer("/status/devices")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
+                    (obj.metadata.resource_version, current)
+                }
+            };
             let Some(next) = merged_device_status(&current, driver, devices)? else {
                 return Ok(());
             };
             // The resourceVersion makes the merge patch conditional: entries another
-            // writer added meanwhile are never overwritten.
+            // writer added meanwhile are never overwritten, and a claim replaced under the
+            // same name (a new version) is read again and refused above.
             let patch = json!({
-                "metadata": {"resourceVersion": obj.metadata.resource_version},
+                "metadata": {"resourceVersion": version},
                 "status": {"devices": next},
             });
             match api

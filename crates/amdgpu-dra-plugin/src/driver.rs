@@ -4,7 +4,8 @@
 //! in between leaves at worst files a retry overwrites. Only the checkpoint is fsynced; it
 //! holds the CDI spec and hook config texts, and a repeated prepare restores those files
 //! if a crash lost them (one durable write per call keeps prepare in a few milliseconds).
-//! Prepare also writes the claim's `status.devices` (CU ranges, bytes); unprepare leaves it:
+//! Prepare also writes the claim's `status.devices` (CU ranges, bytes), alongside the files
+//! and before the checkpoint, and takes it back when the files fail; unprepare leaves it:
 //! the claim's deallocation clears it.
 
 use std::collections::BTreeMap;
@@ -19,7 +20,7 @@ use tokio::sync::{Mutex, mpsc::UnboundedSender};
 use crate::checkpoint::{self, Checkpoint, CheckpointError, PreparedClaim};
 use crate::claims::ClaimSource;
 use crate::dra_v1::{Claim, Device};
-use crate::files::{ensure, remove_if_present, write_atomic};
+use crate::files::{ensure, remove_if_present, write_atomic, write_unpublished};
 
 /// What the driver prepares with.
 pub struct DriverConfig {
@@ -86,33 +87,34 @@ impl<C: ClaimSource> Driver<C> {
             &state.used_cus(None),
         )
         .map_err(|e| e.to_string())?;
-        // The cache directory and its region file before the hook config: the config names
-        // the region's inode (the hook then uses only that file), and the CDI spec
-        // bind-mounts the file, so a missing one would fail the container's start.
-        if let Some(dir) = &plan.cache_dir {
-            std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir}: {e}"))?;
-        }
-        let hook_text = match &plan.hook_config {
-            Some((path, config)) => {
-                let mut config = config.clone();
-                if let Some(dir) = &plan.cache_dir {
-                    config.shared_cache_inode =
-                        Some(hami_amd_plugin::kube_shell::prepare_region(dir, &config)?);
+        // The files (on a blocking thread: 4–5 creations on the node's disk) and the claim's
+        // status write (the monitor's and UI's source of CU ranges) at once: neither reads
+        // the other, and both are done before the checkpoint records the claim as prepared
+        // (a failure of either fails this prepare; kubelet's retry plans and writes again).
+        let driver = &self.config.settings.driver;
+        let status = plan.status.clone();
+        let cdi_dir = self.config.cdi_dir.clone();
+        let files = tokio::task::spawn_blocking(move || {
+            let written = write_claim_files(&plan, &cdi_dir);
+            (plan, written)
+        });
+        let (files, status_written) = tokio::join!(
+            files,
+            self.claims.set_device_status(&claim, driver, &status)
+        );
+        let (plan, written) = files.map_err(|e| format!("writing the claim's files: {e}"))?;
+        let written = match (written, status_written) {
+            (Ok(w), Ok(())) => w,
+            (Err(e), Ok(())) => {
+                // The status must not name CUs no checkpoint holds (another claim may get
+                // them next): take this driver's entries back, best effort.
+                if let Err(undo) = self.claims.set_device_status(&claim, driver, &[]).await {
+                    tracing::warn!(claim = %format!("{}/{}", c.namespace, c.name), "clearing status.devices after a failed prepare: {undo}");
                 }
-                let text = config.encode().map_err(|e| format!("hook config: {e}"))?;
-                write_atomic(Path::new(path), text.as_bytes(), 0o444, false)
-                    .map_err(|e| format!("writing {path}: {e}"))?;
-                Some(text)
+                return Err(e);
             }
-            None => None,
+            (_, Err(e)) => return Err(e),
         };
-        let cdi_file = self
-            .config
-            .cdi_dir
-            .join(cdi_claim::file_name(&plan.claim_uid));
-        let spec = serde_json::to_string_pretty(&plan.cdi_spec).map_err(|e| e.to_string())?;
-        write_atomic(&cdi_file, spec.as_bytes(), 0o644, false)
-            .map_err(|e| format!("writing {}: {e}", cdi_file.display()))?;
         let entry = PreparedClaim {
             namespace: c.namespace.clone(),
             name: c.name.clone(),
@@ -133,10 +135,10 @@ impl<C: ClaimSource> Driver<C> {
                     cdi_id: d.cdi_id.clone(),
                 })
                 .collect(),
-            cdi_file: cdi_file.display().to_string(),
-            cdi_spec: spec,
+            cdi_file: written.cdi_file.display().to_string(),
+            cdi_spec: written.cdi_spec,
             hook_config_file: plan.hook_config.as_ref().map(|(p, _)| p.clone()),
-            hook_config: hook_text,
+            hook_config: written.hook_config,
             cache_dir: plan.cache_dir.clone(),
             dmem: plan
                 .dmem
@@ -144,17 +146,6 @@ impl<C: ClaimSource> Driver<C> {
                 .map(|l| (l.region.clone(), l.bytes))
                 .collect(),
         };
-        // Before the checkpoint: a failed write fails this prepare, and kubelet's retry
-        // plans and writes again (the status is where monitor and UI read the CU ranges).
-        self.claims
-            .set_device_status(
-                &c.namespace,
-                &c.name,
-                &c.uid,
-                &self.config.settings.driver,
-                &plan.status,
-            )
-            .await?;
         let devices = devices_of(&entry);
         state.claims.insert(c.uid.clone(), entry);
         if let Err(e) = state.save(&self.config.checkpoint) {
@@ -216,6 +207,50 @@ impl<C: ClaimSource> Driver<C> {
             )
         })
     }
+}
+
+/// What [`write_claim_files`] wrote: the texts the checkpoint keeps to restore them.
+struct WrittenFiles {
+    cdi_file: PathBuf,
+    cdi_spec: String,
+    hook_config: Option<String>,
+}
+
+/// A planned claim's files, none durable (the checkpoint holds their texts): the cache
+/// directory and its region file before the hook config — the config names the region's
+/// inode (the hook then uses only that file), and the CDI spec bind-mounts the file, so a
+/// missing one would fail the container's start — and the CDI spec last, atomically: the
+/// container runtime watches its directory, and only the spec makes the others reachable.
+fn write_claim_files(
+    plan: &hami_dra_core::prepare::PreparePlan,
+    cdi_dir: &Path,
+) -> Result<WrittenFiles, String> {
+    if let Some(dir) = &plan.cache_dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir}: {e}"))?;
+    }
+    let hook_config = match &plan.hook_config {
+        Some((path, config)) => {
+            let mut config = config.clone();
+            if let Some(dir) = &plan.cache_dir {
+                config.shared_cache_inode =
+                    Some(hami_amd_plugin::kube_shell::prepare_region(dir, &config)?);
+            }
+            let text = config.encode().map_err(|e| format!("hook config: {e}"))?;
+            write_unpublished(Path::new(path), text.as_bytes(), 0o444)
+                .map_err(|e| format!("writing {path}: {e}"))?;
+            Some(text)
+        }
+        None => None,
+    };
+    let cdi_file = cdi_dir.join(cdi_claim::file_name(&plan.claim_uid));
+    let cdi_spec = serde_json::to_string_pretty(&plan.cdi_spec).map_err(|e| e.to_string())?;
+    write_atomic(&cdi_file, cdi_spec.as_bytes(), 0o644, false)
+        .map_err(|e| format!("writing {}: {e}", cdi_file.display()))?;
+    Ok(WrittenFiles {
+        cdi_file,
+        cdi_spec,
+        hook_config,
+    })
 }
 
 /// The non-durable files of a prepared claim, as the checkpoint says they must be.

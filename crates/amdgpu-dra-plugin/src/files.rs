@@ -33,6 +33,31 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> std:
     Ok(())
 }
 
+/// Writes a file that nothing reads until a later step publishes it (a claim's hook config:
+/// its container starts only after the CDI spec naming it is written): created in place,
+/// with no temporary file or rename (one creation on the disk instead of two operations).
+/// A file already there — a failed or interrupted earlier attempt — is replaced atomically.
+pub fn write_unpublished(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+    let mut f = match created {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return write_atomic(path, bytes, mode, false);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return write_atomic(path, bytes, mode, false);
+        }
+        Err(e) => return Err(e),
+    };
+    f.write_all(bytes)?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
+}
+
 /// Makes sure `path` holds exactly `bytes` (after a crash a non-durable file may be
 /// missing or empty): rewrites it only when it differs.
 pub fn ensure(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {

@@ -205,3 +205,149 @@ async fn prepare_writes_status_devices_through_the_subresource() {
         .unwrap()
         .unwrap();
 }
+
+/// The status write against the claim as read (no second GET) when its version is current;
+/// a stale read — another writer came between — is answered 409 and read again, losing
+/// neither writer's entries; a claim replaced under the same name after the read is refused.
+#[tokio::test]
+async fn the_status_write_uses_the_read_version_and_rereads_when_it_is_stale() {
+    use hami_amdgpu_dra_plugin::claims::ClaimSource;
+    use hami_dra_core::api::AllocatedDeviceStatus;
+    let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
+        .await
+        .expect("server starts");
+    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &resource_claims());
+    let claims = KubeClaims {
+        client: client.clone(),
+    };
+    let ours = |device: &str| AllocatedDeviceStatus {
+        driver: hami_dra_core::DRIVER.into(),
+        pool: "node-a".into(),
+        device: device.into(),
+        data: Some(json!({"cuRanges": "0-7"})),
+        ..Default::default()
+    };
+    let drop_other = json!({"status": {"devices": []}});
+
+    // current version, only our entries (none yet): written as read
+    allocated_claim(&api, "c", "8").await;
+    api.patch_status(
+        "c",
+        &PatchParams::default(),
+        &Patch::Merge(drop_other.clone()),
+    )
+    .await
+    .unwrap();
+    let seen = claims.get("default", "c").await.unwrap();
+    claims
+        .set_device_status(&seen, hami_dra_core::DRIVER, &[ours("gpu-0")])
+        .await
+        .unwrap();
+    let st = status(&api, "c").await;
+    assert_eq!(st["devices"].as_array().unwrap().len(), 1, "{st}");
+    assert_eq!(st["devices"][0]["device"], "gpu-0");
+
+    // stale: another driver writes after our read; ours must not erase its entry
+    let seen = claims.get("default", "c").await.unwrap();
+    api.patch_status(
+        "c",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"devices": [
+            st["devices"][0].clone(),
+            {"driver": "other.example.com", "pool": "node-a", "device": "nic-0"}
+        ]}})),
+    )
+    .await
+    .unwrap();
+    claims
+        .set_device_status(&seen, hami_dra_core::DRIVER, &[ours("gpu-1")])
+        .await
+        .unwrap();
+    let st = status(&api, "c").await;
+    let devices = st["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2, "{st}");
+    assert_eq!(devices[0]["driver"], "other.example.com", "{st}");
+    assert_eq!(devices[1]["device"], "gpu-1", "{st}");
+
+    // replaced after the read: the read version is stale, the reread has another UID
+    allocated_claim(&api, "r", "8").await;
+    api.patch_status("r", &PatchParams::default(), &Patch::Merge(drop_other))
+        .await
+        .unwrap();
+    let seen = claims.get("default", "r").await.unwrap();
+    api.delete("r", &DeleteParams::default()).await.unwrap();
+    allocated_claim(&api, "r", "8").await;
+    let err = claims
+        .set_device_status(&seen, hami_dra_core::DRIVER, &[ours("gpu-0")])
+        .await
+        .unwrap_err();
+    assert!(err.contains("was replaced"), "{err}");
+    let st = status(&api, "r").await;
+    assert_eq!(
+        st["devices"].as_array().unwrap().len(),
+        1,
+        "untouched: {st}"
+    );
+    assert_eq!(st["devices"][0]["driver"], "other.example.com", "{st}");
+
+    // a read without a resourceVersion is never patched unconditionally: it reads first
+    let mut seen = claims.get("default", "c").await.unwrap();
+    seen.metadata.resource_version = None;
+    seen.status = None;
+    claims
+        .set_device_status(&seen, hami_dra_core::DRIVER, &[ours("gpu-2")])
+        .await
+        .unwrap();
+    let st = status(&api, "c").await;
+    assert_eq!(
+        st["devices"].as_array().unwrap().len(),
+        2,
+        "other kept: {st}"
+    );
+}
+
+/// A prepare whose files cannot be written (the CDI directory is a file) fails, and the
+/// status it wrote alongside is taken back: status.devices never names CUs no checkpoint holds.
+#[tokio::test]
+async fn a_failed_file_write_takes_the_status_back() {
+    let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
+        .await
+        .expect("server starts");
+    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &resource_claims());
+    let uid = allocated_claim(&api, "a", "40").await;
+    let tree = hami_sysfs_fixtures::mi210_xgmi().unwrap();
+    let d = discover(&tree.sysfs_root()).unwrap();
+    let reg = register(&d, &RegistrationSettings::default(), |_| true);
+    let dir = tree.sysfs_root().parent().unwrap().join("node");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("cdi"), "not a directory").unwrap();
+    let config = DriverConfig {
+        settings: PrepareSettings {
+            driver: hami_dra_core::DRIVER.into(),
+            node: "node-a".into(),
+            hook_host_path: "/usr/local/vgpu/libamvgpu.so".into(),
+            hook_container_path: "/usr/local/vgpu/libamvgpu.so".into(),
+            cache_host_root: dir.join("vgpu").display().to_string(),
+        },
+        devices: hami_dra_core::slice::registered_by_name(&d, &reg)
+            .into_iter()
+            .map(|(k, v)| (k, v.clone()))
+            .collect(),
+        cdi_dir: dir.join("cdi"),
+        checkpoint: dir.join("plugin/checkpoint.json"),
+        dmem: None,
+    };
+    let driver = Driver::new(config, KubeClaims { client }).unwrap();
+    let out = driver.prepare(&[kclaim("a", &uid)]).await;
+    let err = out[&uid].as_ref().unwrap_err();
+    assert!(err.contains("cdi"), "names the CDI path: {err}");
+    let st = status(&api, "a").await;
+    let devices = st["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1, "only the other driver's entry: {st}");
+    assert_eq!(devices[0]["driver"], "other.example.com");
+    assert!(driver.checkpoint().await.claims.is_empty());
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hami_amd_discovery::discovery::discover;
 use hami_amd_discovery::registration::{RegistrationSettings, register};
-use hami_amdgpu_dra_plugin::claims::ClaimSource;
+use hami_amdgpu_dra_plugin::claims::{ClaimSource, claim_key};
 use hami_amdgpu_dra_plugin::dra_v1::dra_plugin_client::DraPluginClient;
 use hami_amdgpu_dra_plugin::dra_v1::{
     Claim, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest,
@@ -39,12 +39,11 @@ impl ClaimSource for Claims {
 
     async fn set_device_status(
         &self,
-        namespace: &str,
-        name: &str,
-        uid: &str,
+        seen: &ResourceClaim,
         driver: &str,
         devices: &[AllocatedDeviceStatus],
     ) -> Result<(), String> {
+        let (namespace, name, uid) = claim_key(seen)?;
         let mut claims = self.0.lock().unwrap();
         let c = claims
             .get_mut(&(namespace.to_string(), name.to_string()))
