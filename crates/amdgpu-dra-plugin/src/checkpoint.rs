@@ -1,6 +1,7 @@
 //! What the plugin prepared, on disk: unprepare must work after a plugin or kubelet restart
 //! and after the claim is deleted from the API server, and the CUs prepared claims hold
-//! must survive a restart (else a new claim could be given the same CUs).
+//! must survive a restart (else a new claim could be given the same CUs). This is the
+//! snapshot's format; `checkpoint_store` journals the changes between snapshots.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -88,16 +89,11 @@ pub enum CheckpointError {
 }
 
 impl Checkpoint {
-    /// Loads the checkpoint; a missing file is an empty one (first start).
-    pub fn load(path: &Path) -> Result<Self, CheckpointError> {
-        let p = path.display().to_string();
-        match std::fs::read(path) {
-            Ok(bytes) => Self::decode(&bytes, &p),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self {
-                version: VERSION,
-                claims: BTreeMap::new(),
-            }),
-            Err(source) => Err(CheckpointError::Io { path: p, source }),
+    /// Nothing prepared (a first start).
+    pub fn empty() -> Self {
+        Self {
+            version: VERSION,
+            claims: BTreeMap::new(),
         }
     }
 
@@ -121,7 +117,9 @@ impl Checkpoint {
         serde_json::to_vec_pretty(self)
     }
 
-    /// Writes the checkpoint atomically (owner-only, fsynced).
+    /// Writes the checkpoint as a snapshot, atomically (owner-only, fsynced); the plugin
+    /// writes through [`crate::checkpoint_store::CheckpointStore`], which also empties the
+    /// journal.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let bytes = self.encode().map_err(std::io::Error::other)?;
         write_atomic(path, &bytes, 0o600, true)

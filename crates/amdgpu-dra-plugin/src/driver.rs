@@ -1,9 +1,10 @@
 //! Prepare and unprepare, around the pure Prepare core: one call at a time (a mutex, as the
 //! upstream helper serialises), idempotent (a prepared claim answers from the checkpoint;
 //! an unknown claim unprepares as done), files first and the checkpoint last, so a crash
-//! in between leaves at worst files a retry overwrites. Only the checkpoint is fsynced; it
-//! holds the CDI spec and hook config texts, and a repeated prepare restores those files
-//! if a crash lost them (one durable write per call keeps prepare in a few milliseconds).
+//! in between leaves at worst files a retry overwrites. Only the checkpoint is synced (one
+//! journal line and one `fdatasync` per call, `checkpoint_store`); it holds the CDI spec
+//! and hook config texts, and a repeated prepare restores those files if a crash lost them
+//! (one durable write per call keeps prepare in a few milliseconds).
 //! Prepare also writes the claim's `status.devices` (CU ranges, bytes), alongside the files
 //! and before the checkpoint, and takes it back when the files fail; unprepare leaves it:
 //! the claim's deallocation clears it.
@@ -18,6 +19,7 @@ use hami_dra_core::prepare::{PrepareSettings, plan_prepare};
 use tokio::sync::{Mutex, mpsc::UnboundedSender};
 
 use crate::checkpoint::{self, Checkpoint, CheckpointError, PreparedClaim};
+use crate::checkpoint_store::CheckpointStore;
 use crate::claims::ClaimSource;
 use crate::dra_v1::{Claim, Device};
 use crate::files::{ensure, remove_if_present, write_atomic, write_unpublished};
@@ -40,13 +42,13 @@ pub struct DriverConfig {
 pub struct Driver<C> {
     config: DriverConfig,
     claims: C,
-    state: Mutex<Checkpoint>,
+    state: Mutex<CheckpointStore>,
 }
 
 impl<C: ClaimSource> Driver<C> {
     /// A driver resuming from the checkpoint on disk (fails rather than guess when it is corrupt).
     pub fn new(config: DriverConfig, claims: C) -> Result<Self, CheckpointError> {
-        let state = Checkpoint::load(&config.checkpoint)?;
+        let state = CheckpointStore::open(&config.checkpoint)?;
         Ok(Self {
             config,
             claims,
@@ -56,7 +58,7 @@ impl<C: ClaimSource> Driver<C> {
 
     /// A copy of what is prepared now.
     pub async fn checkpoint(&self) -> Checkpoint {
-        self.state.lock().await.clone()
+        self.state.lock().await.state().clone()
     }
 
     /// Prepares each claim; every claim gets an entry (`Err` = its error string).
@@ -73,8 +75,12 @@ impl<C: ClaimSource> Driver<C> {
         out
     }
 
-    async fn prepare_one(&self, state: &mut Checkpoint, c: &Claim) -> Result<Vec<Device>, String> {
-        if let Some(done) = state.claims.get(&c.uid) {
+    async fn prepare_one(
+        &self,
+        state: &mut CheckpointStore,
+        c: &Claim,
+    ) -> Result<Vec<Device>, String> {
+        if let Some(done) = state.state().claims.get(&c.uid) {
             restore_files(done)?;
             return Ok(devices_of(done));
         }
@@ -84,7 +90,7 @@ impl<C: ClaimSource> Driver<C> {
             &c.uid,
             &self.config.settings,
             &self.config.devices,
-            &state.used_cus(None),
+            &state.state().used_cus(None),
         )
         .map_err(|e| e.to_string())?;
         // The files (on a blocking thread: 4–5 creations on the node's disk) and the claim's
@@ -147,9 +153,7 @@ impl<C: ClaimSource> Driver<C> {
                 .collect(),
         };
         let devices = devices_of(&entry);
-        state.claims.insert(c.uid.clone(), entry);
-        if let Err(e) = state.save(&self.config.checkpoint) {
-            state.claims.remove(&c.uid);
+        if let Err(e) = state.insert(&c.uid, entry) {
             return Err(format!(
                 "saving checkpoint {}: {e}",
                 self.config.checkpoint.display()
@@ -159,6 +163,7 @@ impl<C: ClaimSource> Driver<C> {
             && !plan.dmem.is_empty()
         {
             let limits = state
+                .state()
                 .pod_dmem(&plan.pod_uid)
                 .into_iter()
                 .map(|(region, bytes)| DmemLimit { region, bytes })
@@ -181,8 +186,8 @@ impl<C: ClaimSource> Driver<C> {
         out
     }
 
-    fn unprepare_one(&self, state: &mut Checkpoint, uid: &str) -> Result<(), String> {
-        let Some(entry) = state.claims.get(uid).cloned() else {
+    fn unprepare_one(&self, state: &mut CheckpointStore, uid: &str) -> Result<(), String> {
+        let Some(entry) = state.state().claims.get(uid).cloned() else {
             return Ok(());
         };
         remove_if_present(Path::new(&entry.cdi_file))
@@ -199,8 +204,7 @@ impl<C: ClaimSource> Driver<C> {
                 _ => {}
             }
         }
-        state.claims.remove(uid);
-        state.save(&self.config.checkpoint).map_err(|e| {
+        state.remove(uid).map_err(|e| {
             format!(
                 "saving checkpoint {}: {e}",
                 self.config.checkpoint.display()

@@ -1,7 +1,8 @@
 //! The kubelet DRA plugin for AMD GPU slices (issue 20): the shell around `hami-dra-core`.
 //! `registration` serves the plugin-registry socket (pluginregistration v1), `service` the
 //! DRA v1 `NodePrepareResources`/`NodeUnprepareResources` on the plugin socket, `driver`
-//! does the work (idempotent, serialised, checkpointed in `checkpoint`), `claims` reads
+//! does the work (idempotent, serialised, checkpointed: `checkpoint` is the snapshot format,
+//! `checkpoint_store` the journal that makes each change durable), `claims` reads
 //! ResourceClaims from the API server, `slice_publisher` keeps the node's ResourceSlices;
 //! `args` is the binary's command line.
 //! The kubelet protos (DRA v1, plugin registration v1) are compiled in
@@ -12,6 +13,7 @@ pub use hami_deviceplugin_api::{dra_v1, pluginregistration};
 
 pub mod args;
 pub mod checkpoint;
+pub mod checkpoint_store;
 pub mod claims;
 pub mod driver;
 pub mod files;

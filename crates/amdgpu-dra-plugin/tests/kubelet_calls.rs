@@ -291,9 +291,7 @@ async fn kubelet_registers_prepares_and_unprepares_across_restarts() {
     assert_eq!(conf.shared_cache_inode, Some(region.ino()));
 
     // Disjoint CUs, recorded in the checkpoint.
-    let cp: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(n.dir.join("plugin/checkpoint.json")).unwrap())
-            .unwrap();
+    let cp: serde_json::Value = serde_json::to_value(checkpoint_on_disk(&n)).unwrap();
     let cus = |uid: &str| {
         CuSet::parse(
             cp["claims"][uid]["devices"][0]["cus"].as_str().unwrap(),
@@ -313,9 +311,7 @@ async fn kubelet_registers_prepares_and_unprepares_across_restarts() {
         .unwrap()
         .into_inner();
     assert_eq!(again.claims["uid-a"], *a);
-    let cp2: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(n.dir.join("plugin/checkpoint.json")).unwrap())
-            .unwrap();
+    let cp2: serde_json::Value = serde_json::to_value(checkpoint_on_disk(&n)).unwrap();
     assert_eq!(cp, cp2);
 
     // Plugin restart, claim a deleted from the API server: unprepare still works.
@@ -360,9 +356,7 @@ async fn kubelet_registers_prepares_and_unprepares_across_restarts() {
         .unwrap()
         .into_inner();
     assert_eq!(c.claims["uid-c"].error, "");
-    let cp: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(n.dir.join("plugin/checkpoint.json")).unwrap())
-            .unwrap();
+    let cp: serde_json::Value = serde_json::to_value(checkpoint_on_disk(&n)).unwrap();
     assert!(!cus("uid-b").is_empty());
     let b_cus = CuSet::parse(
         cp["claims"]["uid-b"]["devices"][0]["cus"].as_str().unwrap(),
@@ -483,6 +477,34 @@ fn a_corrupt_checkpoint_is_refused_with_what_to_do() {
         .unwrap()
         .to_string();
     assert!(err.contains("drain the node"), "{err}");
+
+    // A journal damaged before its last line (a torn last line is an unacknowledged
+    // append, dropped): refused too, naming the journal and the line.
+    let n = node();
+    let cfg = config(&n);
+    std::fs::create_dir_all(cfg.checkpoint.parent().unwrap()).unwrap();
+    let journal = hami_amdgpu_dra_plugin::checkpoint_store::journal_path(&cfg.checkpoint);
+    std::fs::write(
+        &journal,
+        b"{\"remove\":{\"uid\":\"a\"}}\ngarbage\n{\"remove\":{\"uid\":\"b\"}}\n",
+    )
+    .unwrap();
+    let err = Driver::new(cfg, Claims::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("checkpoint.json.journal")
+            && err.contains("line 2")
+            && err.contains("drain the node"),
+        "{err}"
+    );
+}
+
+/// The driver's checkpoint as a restarted plugin reads it (snapshot + journal).
+fn checkpoint_on_disk(n: &Node) -> hami_amdgpu_dra_plugin::checkpoint::Checkpoint {
+    hami_amdgpu_dra_plugin::checkpoint::Checkpoint::load(&n.dir.join("plugin/checkpoint.json"))
+        .unwrap()
 }
 
 /// Waits (bounded) until `path` holds `want`.

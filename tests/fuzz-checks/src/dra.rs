@@ -22,11 +22,13 @@ use k8s_openapi::api::resource::v1::{
 use prost::Message;
 use serde_json::Value;
 
-/// The driver's checkpoint file (`checkpoint.json`, root-only in the plugin directory; a
-/// crash or a full disk may cut it short): decoding is total, what decodes re-encodes to
-/// itself, and every strict prefix of an encoding is refused as corrupt (never a partial
-/// checkpoint, which would forget CUs prepared claims hold).
+/// The driver's checkpoint files (`checkpoint.json` and its journal, root-only in the plugin
+/// directory; a crash or a full disk may cut them short): decoding is total, what decodes
+/// re-encodes to itself, and every strict prefix of an encoding is refused as corrupt (never
+/// a partial checkpoint, which would forget CUs prepared claims hold); the same bytes read as
+/// a journal replay totally, and a torn record after the last whole line changes nothing.
 pub fn dra_checkpoint(data: &[u8]) {
+    dra_checkpoint_journal(data);
     let Ok(checkpoint) = Checkpoint::decode(data, "checkpoint.json") else {
         return;
     };
@@ -48,6 +50,24 @@ pub fn dra_checkpoint(data: &[u8]) {
     let _ = checkpoint.used_cus(None);
     for claim in checkpoint.claims.values() {
         let _ = checkpoint.pod_dmem(&claim.pod_uid);
+    }
+}
+
+fn dra_checkpoint_journal(data: &[u8]) {
+    use hami_amdgpu_dra_plugin::checkpoint_store::replay;
+    let Ok((state, records)) = replay(Checkpoint::empty(), data, "j") else {
+        return;
+    };
+    assert!(records <= data.iter().filter(|b| **b == b'\n').count());
+    // The whole lines, then a record a crash cut short: read as the whole lines alone.
+    let whole = data.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let mut torn = data[..whole].to_vec();
+    torn.extend_from_slice(br#"{"put":{"uid":"torn","claim":{"#);
+    let (cut, _) = replay(Checkpoint::empty(), &torn, "j").expect("a torn last record is dropped");
+    let (alone, _) = replay(Checkpoint::empty(), &data[..whole], "j").expect("its prefix replays");
+    assert_eq!(cut, alone, "a torn record changed the replay");
+    if whole == data.len() {
+        assert_eq!(alone, state);
     }
 }
 
