@@ -203,16 +203,18 @@ impl CheckpointStore {
         })
     }
 
-    /// Records `uid` as unprepared, durably; on error nothing changed.
+    /// Records `uid` as unprepared, durably; on error nothing changed. A claim this state
+    /// does not hold is recorded too: an append that reported failure may have reached the
+    /// disk all the same, and would bring the claim back at the next start.
     pub fn remove(&mut self, uid: &str) -> std::io::Result<()> {
-        let Some(previous) = self.state.claims.remove(uid) else {
-            return Ok(());
-        };
+        let previous = self.state.claims.remove(uid);
         self.persist(&Record::Remove {
             uid: uid.to_owned(),
         })
         .inspect_err(|_| {
-            self.state.claims.insert(uid.to_owned(), previous);
+            if let Some(p) = previous {
+                self.state.claims.insert(uid.to_owned(), p);
+            }
         })
     }
 

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use hami_amd_discovery::registration::RegisteredDevice;
 use hami_amd_plugin::dmem::{DmemJob, DmemLimit};
 use hami_dra_core::cdi_claim;
-use hami_dra_core::prepare::{PrepareSettings, plan_prepare};
+use hami_dra_core::prepare::{PrepareSettings, claim_paths, plan_prepare};
 use tokio::sync::{Mutex, mpsc::UnboundedSender};
 
 use crate::checkpoint::{self, Checkpoint, CheckpointError, PreparedClaim};
@@ -81,8 +81,14 @@ impl<C: ClaimSource> Driver<C> {
         c: &Claim,
     ) -> Result<Vec<Device>, String> {
         if let Some(done) = state.state().claims.get(&c.uid) {
-            restore_files(done)?;
-            return Ok(devices_of(done));
+            let devices = devices_of(done);
+            if let Some(restored) = restore_files(done)? {
+                // A new region file (a crash lost it): the hook config names its inode.
+                state
+                    .insert(&c.uid, restored)
+                    .map_err(|e| self.checkpoint_error(e))?;
+            }
+            return Ok(devices);
         }
         let claim = self.claims.get(&c.namespace, &c.name).await?;
         let plan = plan_prepare(
@@ -108,18 +114,17 @@ impl<C: ClaimSource> Driver<C> {
             files,
             self.claims.set_device_status(&claim, driver, &status)
         );
-        let (plan, written) = files.map_err(|e| format!("writing the claim's files: {e}"))?;
+        let (plan, written) = match files {
+            Ok(done) => done,
+            Err(e) => {
+                let e = format!("writing the claim's files: {e}");
+                return Err(self.undo(c, &claim, status_written.is_ok(), e).await);
+            }
+        };
         let written = match (written, status_written) {
             (Ok(w), Ok(())) => w,
-            (Err(e), Ok(())) => {
-                // The status must not name CUs no checkpoint holds (another claim may get
-                // them next): take this driver's entries back, best effort.
-                if let Err(undo) = self.claims.set_device_status(&claim, driver, &[]).await {
-                    tracing::warn!(claim = %format!("{}/{}", c.namespace, c.name), "clearing status.devices after a failed prepare: {undo}");
-                }
-                return Err(e);
-            }
-            (_, Err(e)) => return Err(e),
+            (Err(e), status) => return Err(self.undo(c, &claim, status.is_ok(), e).await),
+            (Ok(_), Err(e)) => return Err(self.undo(c, &claim, false, e).await),
         };
         let entry = PreparedClaim {
             namespace: c.namespace.clone(),
@@ -154,10 +159,8 @@ impl<C: ClaimSource> Driver<C> {
         };
         let devices = devices_of(&entry);
         if let Err(e) = state.insert(&c.uid, entry) {
-            return Err(format!(
-                "saving checkpoint {}: {e}",
-                self.config.checkpoint.display()
-            ));
+            let e = self.checkpoint_error(e);
+            return Err(self.undo(c, &claim, true, e).await);
         }
         if let Some(tx) = &self.config.dmem
             && !plan.dmem.is_empty()
@@ -187,30 +190,85 @@ impl<C: ClaimSource> Driver<C> {
     }
 
     fn unprepare_one(&self, state: &mut CheckpointStore, uid: &str) -> Result<(), String> {
-        let Some(entry) = state.state().claims.get(uid).cloned() else {
+        match state.state().claims.get(uid) {
+            Some(entry) => remove_claim_files(
+                Path::new(&entry.cdi_file),
+                entry.hook_config_file.as_deref(),
+                entry.cache_dir.as_deref(),
+            )?,
+            // Unknown: its prepare failed, or never answered (kubelet unprepares every claim
+            // it asked for). Remove whatever such a prepare left, by the paths it would have
+            // used, and record the removal all the same: an append that reported failure
+            // may still have reached the disk, and must not bring the claim back at restart.
+            None => self.remove_unrecorded_files(uid)?,
+        }
+        state.remove(uid).map_err(|e| self.checkpoint_error(e))
+    }
+
+    /// After a failed prepare of a claim the checkpoint does not hold: this driver's
+    /// `status.devices` entries taken back (when `status_written`; the status must not name
+    /// CUs another claim may get next) and the files removed, best effort; returns `error`.
+    async fn undo(
+        &self,
+        c: &Claim,
+        claim: &hami_dra_core::api::ResourceClaim,
+        status_written: bool,
+        error: String,
+    ) -> String {
+        let what = format!("{}/{}", c.namespace, c.name);
+        if status_written
+            && let Err(e) = self
+                .claims
+                .set_device_status(claim, &self.config.settings.driver, &[])
+                .await
+        {
+            tracing::warn!(claim = %what, "clearing status.devices after a failed prepare: {e}");
+        }
+        if let Err(e) = self.remove_unrecorded_files(&c.uid) {
+            tracing::warn!(claim = %what, "removing the files of a failed prepare: {e}");
+        }
+        error
+    }
+
+    /// The files a prepare of `uid` writes, by their paths (no checkpoint entry needed).
+    fn remove_unrecorded_files(&self, uid: &str) -> Result<(), String> {
+        // A UID that is no path component names no file of ours (prepare refuses it).
+        let Some(paths) = claim_paths(&self.config.settings, uid) else {
             return Ok(());
         };
-        remove_if_present(Path::new(&entry.cdi_file))
-            .map_err(|e| format!("removing {}: {e}", entry.cdi_file))?;
-        if let Some(p) = &entry.hook_config_file {
-            remove_if_present(Path::new(p)).map_err(|e| format!("removing {p}: {e}"))?;
-        }
-        if let Some(dir) = &entry.cache_dir {
-            // remove_dir_all does not follow links a tenant planted inside.
-            match std::fs::remove_dir_all(dir) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(format!("removing {dir}: {e}"));
-                }
-                _ => {}
-            }
-        }
-        state.remove(uid).map_err(|e| {
-            format!(
-                "saving checkpoint {}: {e}",
-                self.config.checkpoint.display()
-            )
-        })
+        remove_claim_files(
+            &self.config.cdi_dir.join(cdi_claim::file_name(uid)),
+            Some(&paths.hook_config),
+            Some(&paths.cache_dir),
+        )
     }
+
+    fn checkpoint_error(&self, e: std::io::Error) -> String {
+        format!(
+            "saving checkpoint {}: {e}",
+            self.config.checkpoint.display()
+        )
+    }
+}
+
+/// Removes a claim's files, each attempted even when one fails (the first error is
+/// returned); absent ones are fine (unprepare is idempotent).
+fn remove_claim_files(
+    cdi_file: &Path,
+    hook_config: Option<&str>,
+    cache_dir: Option<&str>,
+) -> Result<(), String> {
+    let cdi =
+        remove_if_present(cdi_file).map_err(|e| format!("removing {}: {e}", cdi_file.display()));
+    let hook = hook_config.map_or(Ok(()), |p| {
+        remove_if_present(Path::new(p)).map_err(|e| format!("removing {p}: {e}"))
+    });
+    // remove_dir_all does not follow links a tenant planted inside.
+    let cache = cache_dir.map_or(Ok(()), |dir| match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("removing {dir}: {e}")),
+        _ => Ok(()),
+    });
+    cdi.and(hook).and(cache)
 }
 
 /// What [`write_claim_files`] wrote: the texts the checkpoint keeps to restore them.
@@ -257,17 +315,45 @@ fn write_claim_files(
     })
 }
 
-/// The non-durable files of a prepared claim, as the checkpoint says they must be.
-fn restore_files(c: &PreparedClaim) -> Result<(), String> {
+/// The non-durable files of a prepared claim, as the checkpoint says they must be (after a
+/// crash a file may be missing or empty). A missing region file is made anew, and then the
+/// hook config must name the new inode: the entry to record is returned.
+fn restore_files(c: &PreparedClaim) -> Result<Option<PreparedClaim>, String> {
     ensure(Path::new(&c.cdi_file), c.cdi_spec.as_bytes(), 0o644)
         .map_err(|e| format!("restoring {}: {e}", c.cdi_file))?;
-    if let (Some(p), Some(text)) = (&c.hook_config_file, &c.hook_config) {
-        ensure(Path::new(p), text.as_bytes(), 0o444).map_err(|e| format!("restoring {p}: {e}"))?;
-    }
     if let Some(dir) = &c.cache_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {dir}: {e}"))?;
     }
-    Ok(())
+    let (Some(p), Some(text)) = (&c.hook_config_file, &c.hook_config) else {
+        return Ok(None);
+    };
+    let region = c
+        .cache_dir
+        .as_ref()
+        .map(|dir| Path::new(dir).join(hami_amd_plugin::allocate_plan::CACHE_FILE));
+    let lost = match &region {
+        Some(r) => match std::fs::symlink_metadata(r) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => return Err(format!("restoring {}: {e}", r.display())),
+            Ok(_) => false,
+        },
+        None => false,
+    };
+    if !lost {
+        ensure(Path::new(p), text.as_bytes(), 0o444).map_err(|e| format!("restoring {p}: {e}"))?;
+        return Ok(None);
+    }
+    let dir = c.cache_dir.as_deref().unwrap_or_default();
+    let mut config = hami_protocol::hook_config::decode(text.as_bytes())
+        .map_err(|e| format!("the checkpoint's hook config for {p}: {e}"))?;
+    config.shared_cache_inode = Some(hami_amd_plugin::kube_shell::prepare_region(dir, &config)?);
+    let text = config.encode().map_err(|e| format!("hook config: {e}"))?;
+    write_atomic(Path::new(p), text.as_bytes(), 0o444, false)
+        .map_err(|e| format!("restoring {p}: {e}"))?;
+    Ok(Some(PreparedClaim {
+        hook_config: Some(text),
+        ..c.clone()
+    }))
 }
 
 fn devices_of(c: &PreparedClaim) -> Vec<Device> {

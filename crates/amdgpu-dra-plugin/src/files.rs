@@ -67,10 +67,12 @@ pub fn ensure(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     }
 }
 
-/// Removes a file; absent is fine (unprepare is idempotent).
+/// Removes a file; absent is fine (unprepare is idempotent), also where a parent is not a
+/// directory (nothing can be there).
 pub fn remove_if_present(path: &Path) -> std::io::Result<()> {
+    use std::io::ErrorKind::{NotADirectory, NotFound};
     match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        Err(e) if !matches!(e.kind(), NotFound | NotADirectory) => Err(e),
         _ => Ok(()),
     }
 }

@@ -309,7 +309,8 @@ async fn the_status_write_uses_the_read_version_and_rereads_when_it_is_stale() {
 }
 
 /// A prepare whose files cannot be written (the CDI directory is a file) fails, and the
-/// status it wrote alongside is taken back: status.devices never names CUs no checkpoint holds.
+/// status it wrote alongside is taken back (status.devices never names CUs no checkpoint
+/// holds), and so are the files it did write.
 #[tokio::test]
 async fn a_failed_file_write_takes_the_status_back() {
     let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
@@ -350,4 +351,10 @@ async fn a_failed_file_write_takes_the_status_back() {
     assert_eq!(devices.len(), 1, "only the other driver's entry: {st}");
     assert_eq!(devices[0]["driver"], "other.example.com");
     assert!(driver.checkpoint().await.claims.is_empty());
+    // ... and what the prepare wrote before the CDI spec failed is gone too.
+    assert!(!dir.join(format!("vgpu/claims/{uid}")).exists());
+    let hooks: Vec<_> = std::fs::read_dir(dir.join("vgpu/.hook-config"))
+        .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(hooks.is_empty(), "{hooks:?}");
 }

@@ -327,6 +327,16 @@ async fn kubelet_registers_prepares_and_unprepares_across_restarts() {
     );
     let run = start(&n, claims.clone()).await;
     let mut client = dra(&run.sockets.dra).await;
+    // What a prepare of "never" that failed (or never answered) before recording it left.
+    let never = [
+        n.dir.join("cdi/k8s.amdgpu.hami-rs.io-claim_uid-never.json"),
+        n.dir.join("vgpu/.hook-config/claim_uid-never.conf"),
+        n.dir.join("vgpu/claims/uid-never/hipdevshr.cache"),
+    ];
+    for f in &never {
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, b"left over").unwrap();
+    }
     let un = client
         .node_unprepare_resources(NodeUnprepareResourcesRequest {
             claims: vec![kclaim("a", "uid-a"), kclaim("never", "uid-never")],
@@ -337,6 +347,10 @@ async fn kubelet_registers_prepares_and_unprepares_across_restarts() {
     assert_eq!(un.claims.len(), 2);
     assert!(un.claims.values().all(|r| r.error.is_empty()), "{un:?}");
     assert!(!cdi_a.exists() && !hook.exists());
+    for f in &never {
+        assert!(!f.exists(), "{} left behind", f.display());
+    }
+    assert!(!n.dir.join("vgpu/claims/uid-never").exists());
     // Again: still fine (kubelet retries).
     let un2 = client
         .node_unprepare_resources(NodeUnprepareResourcesRequest {
@@ -383,6 +397,32 @@ async fn kubelet_registers_prepares_and_unprepares_across_restarts() {
         .into_inner();
     assert_eq!(again.claims["uid-c"], c.claims["uid-c"]);
     assert_eq!(std::fs::read(&cdi_c).unwrap(), text);
+
+    // ... or its region file (created, never synced): made anew, and the hook config (and
+    // the checkpoint's copy of it) names the new file's inode, or the hook would refuse it.
+    let region_c = n.dir.join("vgpu/claims/uid-c/hipdevshr.cache");
+    let hook_c = n.dir.join("vgpu/.hook-config/claim_uid-c.conf");
+    let old_inode = std::fs::metadata(&region_c).unwrap().ino();
+    // Held open so the new file cannot get the same inode number back.
+    let _held = std::fs::File::open(&region_c).unwrap();
+    std::fs::remove_file(&region_c).unwrap();
+    let again = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("c", "uid-c")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.claims["uid-c"], c.claims["uid-c"]);
+    let inode = std::fs::metadata(&region_c).unwrap().ino();
+    assert_ne!(inode, old_inode);
+    let conf = hami_protocol::hook_config::decode(&std::fs::read(&hook_c).unwrap()).unwrap();
+    assert_eq!(conf.shared_cache_inode, Some(inode));
+    let recorded = checkpoint_on_disk(&n).claims["uid-c"]
+        .hook_config
+        .clone()
+        .unwrap();
+    assert_eq!(recorded.as_bytes(), std::fs::read(&hook_c).unwrap());
     stop(run).await;
 }
 

@@ -40,6 +40,29 @@ pub struct PrepareSettings {
     pub cache_host_root: String,
 }
 
+/// Where a claim's host files are, from the settings and its UID alone (so that unprepare
+/// can find them without a plan, even for a claim whose prepare never completed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimPaths {
+    /// The claim's cache directory (`<root>/claims/<uid>`), its region file inside.
+    pub cache_dir: String,
+    /// The claim's hook config (`<root>/<HOOK_CONFIG_DIR>/claim_<uid>.conf`).
+    pub hook_config: String,
+}
+
+/// The claim's [`ClaimPaths`]; `None` for a UID that is not one path component (empty,
+/// `.`/`..`, or holding `/` or NUL), which no API server assigns.
+pub fn claim_paths(settings: &PrepareSettings, uid: &str) -> Option<ClaimPaths> {
+    if uid.is_empty() || uid == "." || uid == ".." || uid.contains(['/', '\0']) {
+        return None;
+    }
+    let root = settings.cache_host_root.trim_end_matches('/');
+    Some(ClaimPaths {
+        cache_dir: format!("{root}/claims/{uid}"),
+        hook_config: format!("{root}/{HOOK_CONFIG_DIR}/claim_{uid}.conf"),
+    })
+}
+
 /// One device the claim got on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PreparedDevice {
@@ -105,6 +128,16 @@ pub enum PrepareError {
         asked: String,
         /// The UID the API server has.
         found: String,
+    },
+    /// The claim's UID cannot name a file.
+    #[error(
+        "claim {claim} has UID {uid:?}, which is not a single path component; the driver names the claim's files by it and refuses it"
+    )]
+    BadUid {
+        /// The claim.
+        claim: String,
+        /// Its UID.
+        uid: String,
     },
     /// The claim is not allocated; its name.
     #[error("claim {0} is not allocated (status.allocation is empty)")]
@@ -210,6 +243,11 @@ pub fn plan_prepare(
             found: uid,
         });
     }
+    // The UID names the claim's files (CDI spec, cache directory, hook config).
+    let paths = claim_paths(settings, &uid).ok_or_else(|| PrepareError::BadUid {
+        claim: name.clone(),
+        uid: uid.clone(),
+    })?;
     let status = claim.status.as_ref();
     let results = status
         .and_then(|s| s.allocation.as_ref())
@@ -343,8 +381,7 @@ pub fn plan_prepare(
             host_path: settings.hook_host_path.clone(),
             read_only: true,
         });
-        let root = settings.cache_host_root.trim_end_matches('/');
-        let host = format!("{root}/claims/{uid}");
+        let host = paths.cache_dir.clone();
         mounts.push(MountPlan {
             container_path: CACHE_CONTAINER_DIR.into(),
             host_path: host.clone(),
@@ -371,7 +408,7 @@ pub fn plan_prepare(
         for (i, p) in prepared.iter().enumerate() {
             config.memory_limits.insert(i as u32, p.mem_bytes);
         }
-        let path = format!("{root}/{HOOK_CONFIG_DIR}/claim_{uid}.conf");
+        let path = paths.hook_config.clone();
         mounts.push(MountPlan {
             container_path: hook_config::CONTAINER_PATH.into(),
             host_path: path.clone(),

@@ -185,6 +185,26 @@ fn refuses_what_it_must_not_prepare() {
         ),
         Err(PrepareError::UidMismatch { .. })
     ));
+    // A UID names the claim's files: one that is not a single path component is refused
+    // (whole-GPU claims too: the CDI spec's file name holds it).
+    for bad in ["../../etc", "a/b", "..", ".", "x\0y"] {
+        let e = plan_prepare(
+            &claim(bad, vec![result("gpu-0", "1Gi", "2")], 1),
+            bad,
+            &s,
+            &devs,
+            &none,
+        )
+        .unwrap_err();
+        assert!(matches!(e, PrepareError::BadUid { .. }), "{bad:?}: {e}");
+        assert!(e.to_string().contains("path component"), "{e}");
+    }
+    let p = hami_dra_core::prepare::claim_paths(&s, "u-1").unwrap();
+    assert_eq!(p.cache_dir, "/var/lib/hami/vgpu/claims/u-1");
+    assert!(
+        p.hook_config.starts_with("/var/lib/hami/vgpu/")
+            && p.hook_config.ends_with("/claim_u-1.conf")
+    );
     assert!(matches!(
         plan_prepare(
             &claim("u", vec![result("gpu-9", "1Gi", "2")], 1),
