@@ -250,11 +250,16 @@ impl CheckpointStore {
                 if let Some(dir) = path.parent() {
                     std::fs::create_dir_all(dir)?;
                 }
+                let existed = path.exists();
                 let f = std::fs::OpenOptions::new()
                     .append(true)
                     .create(true)
                     .mode(0o600)
                     .open(&path)?;
+                if !existed && let Some(dir) = path.parent() {
+                    // A new file's name is durable only with its directory synced.
+                    File::open(dir)?.sync_all()?;
+                }
                 self.good_len = f.metadata()?.len();
                 self.journal.insert(f)
             }
