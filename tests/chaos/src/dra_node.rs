@@ -26,11 +26,13 @@ use tokio::task::JoinHandle;
 
 use crate::stack::NodeDriver;
 
-/// The two checkpoint files of the DRA node, readable while the node runs (they are
-/// replaced by rename, so a reader sees a whole old or a whole new one).
+/// The two checkpoints of the DRA node, readable while the node runs: kubelet-sim's is
+/// replaced by rename (a reader sees a whole old or a whole new one); the driver's is a
+/// snapshot and its journal, which `Checkpoint::load` reads as a restart would (a torn last
+/// record dropped, read again across a compaction).
 #[derive(Debug, Clone)]
 pub struct DraFiles {
-    /// The driver's `checkpoint.json`.
+    /// The driver's `checkpoint.json` (its journal beside it).
     pub driver: PathBuf,
     /// kubelet-sim's `dra_manager_state`.
     pub kubelet: PathBuf,
