@@ -61,21 +61,9 @@ fn kclaim(name: &str, uid: &str) -> Claim {
     }
 }
 
-async fn status(api: &Api<DynamicObject>, name: &str) -> Value {
-    api.get_status(name).await.unwrap().data["status"].clone()
-}
-
-#[tokio::test]
-async fn prepare_writes_status_devices_through_the_subresource() {
-    let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
-        .await
-        .expect("server starts");
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), "default", &resource_claims());
-    let uid_a = allocated_claim(&api, "a", "40").await;
-    let uid_b = allocated_claim(&api, "b", "30").await;
-
+/// The MI210 XGMI capture as node "node-a" and the driver's config on it (files under the
+/// capture's `node/` directory); the tree must outlive the driver.
+fn node_config() -> (hami_sysfs_fixtures::FixtureTree, DriverConfig) {
     let tree = hami_sysfs_fixtures::mi210_xgmi().unwrap();
     let d = discover(&tree.sysfs_root()).unwrap();
     let reg = register(&d, &RegistrationSettings::default(), |_| true);
@@ -96,6 +84,26 @@ async fn prepare_writes_status_devices_through_the_subresource() {
         checkpoint: dir.join("plugin/checkpoint.json"),
         dmem: None,
     };
+    (tree, config)
+}
+
+async fn status(api: &Api<DynamicObject>, name: &str) -> Value {
+    api.get_status(name).await.unwrap().data["status"].clone()
+}
+
+#[tokio::test]
+async fn prepare_writes_status_devices_through_the_subresource() {
+    let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
+        .await
+        .expect("server starts");
+    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &resource_claims());
+    let uid_a = allocated_claim(&api, "a", "40").await;
+    let uid_b = allocated_claim(&api, "b", "30").await;
+
+    let (tree, config) = node_config();
+    let dir = tree.sysfs_root().parent().unwrap().join("node");
     let driver = Arc::new(
         Driver::new(
             config,
@@ -320,28 +328,10 @@ async fn a_failed_file_write_takes_the_status_back() {
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), "default", &resource_claims());
     let uid = allocated_claim(&api, "a", "40").await;
-    let tree = hami_sysfs_fixtures::mi210_xgmi().unwrap();
-    let d = discover(&tree.sysfs_root()).unwrap();
-    let reg = register(&d, &RegistrationSettings::default(), |_| true);
+    let (tree, config) = node_config();
     let dir = tree.sysfs_root().parent().unwrap().join("node");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("cdi"), "not a directory").unwrap();
-    let config = DriverConfig {
-        settings: PrepareSettings {
-            driver: hami_dra_core::DRIVER.into(),
-            node: "node-a".into(),
-            hook_host_path: "/usr/local/vgpu/libamvgpu.so".into(),
-            hook_container_path: "/usr/local/vgpu/libamvgpu.so".into(),
-            cache_host_root: dir.join("vgpu").display().to_string(),
-        },
-        devices: hami_dra_core::slice::registered_by_name(&d, &reg)
-            .into_iter()
-            .map(|(k, v)| (k, v.clone()))
-            .collect(),
-        cdi_dir: dir.join("cdi"),
-        checkpoint: dir.join("plugin/checkpoint.json"),
-        dmem: None,
-    };
     let driver = Driver::new(config, KubeClaims { client }).unwrap();
     let out = driver.prepare(&[kclaim("a", &uid)]).await;
     let err = out[&uid].as_ref().unwrap_err();
