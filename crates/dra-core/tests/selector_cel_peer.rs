@@ -9,9 +9,6 @@
 //! spec there (a cross-type `==` is an error), cel-go and so Kubernetes the current one
 //! (false, which `selector.rs` does; unit-tested in `selector.rs`).
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use hami_dra_core::api::{Device, DeviceAttribute, DeviceCapacity};
 use hami_dra_core::selector::{self, Cmp, Term};
 use proptest::prelude::*;
@@ -146,32 +143,13 @@ fn term_strategy() -> impl Strategy<Value = Term> {
 }
 
 fn peer(cases: &[Value]) -> Vec<Value> {
-    let python = std::env::var("HAMI_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/cel_selector_peer.py");
-    let mut child = Command::new(&python)
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(json!({ "cases": cases }).to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    match out.status.code() {
-        Some(0) => {}
-        Some(3) => {
-            panic!("a real peer is missing: {stderr} (`pip install cel-python`, as .ci/run does)")
-        }
-        _ => panic!("cel_selector_peer.py failed: {stderr}"),
-    }
-    serde_json::from_slice(&out.stdout).unwrap()
+    hami_cel_peer::run(
+        &hami_cel_peer::script(
+            env!("CARGO_MANIFEST_DIR"),
+            "tests/peers/cel_selector_peer.py",
+        ),
+        &json!({ "cases": cases }),
+    )
 }
 
 #[test]

@@ -16,43 +16,15 @@
 
 mod peers;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use hami_protocol::names::{SCHEDULER_OWNED_ANNOTATIONS, managed_resources};
 use peers::Case;
 use serde_json::{Value, json};
 
 fn cel_eval(conditions: &[String], bindings: &[Value]) -> Vec<Value> {
-    let python = std::env::var("HAMI_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/cel_peer.py");
-    let mut child = Command::new(&python)
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(
-            json!({"conditions": conditions, "bindings": bindings})
-                .to_string()
-                .as_bytes(),
-        )
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    match out.status.code() {
-        Some(0) => {}
-        Some(3) => {
-            panic!("a real peer is missing: {stderr} (`pip install cel-python`, as .ci/run does)")
-        }
-        _ => panic!("cel_peer.py failed: {stderr}"),
-    }
-    serde_json::from_slice(&out.stdout).unwrap()
+    hami_cel_peer::run(
+        &hami_cel_peer::script(env!("CARGO_MANIFEST_DIR"), "tests/peers/cel_peer.py"),
+        &json!({"conditions": conditions, "bindings": bindings}),
+    )
 }
 
 fn owned(pod: &Value) -> bool {

@@ -10,9 +10,6 @@
 //! spec there (a cross-type `==` is an error), cel-go and so Kubernetes the current one
 //! (false, which `src/cel/value.rs` does and unit-tests).
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use hami_apiserver::cel::{self, Activation, Val};
 use hami_apiserver::match_conditions;
 use serde_json::{Value, json};
@@ -202,31 +199,10 @@ fn request(rng: &mut Rng, object: &Value, old: &Value) -> Value {
 }
 
 fn peer(cases: &[Value]) -> Vec<Value> {
-    let python = std::env::var("HAMI_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/cel_peer.py");
-    let mut child = Command::new(&python)
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(json!({ "cases": cases }).to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    match out.status.code() {
-        Some(0) => {}
-        Some(3) => panic!(
-            "a real peer is missing: {stderr} (`pip install cel-python`, as scripts/test.sh does)"
-        ),
-        _ => panic!("cel_peer.py failed: {stderr}"),
-    }
-    serde_json::from_slice(&out.stdout).unwrap()
+    hami_cel_peer::run(
+        &hami_cel_peer::script(env!("CARGO_MANIFEST_DIR"), "tests/peers/cel_peer.py"),
+        &json!({ "cases": cases }),
+    )
 }
 
 fn ours(expression: &str, review_request: &Value) -> Value {
