@@ -260,6 +260,37 @@ async fn limit_holds_for_every_container_and_restart_in_each_runtime_layout() {
     }
 }
 
+/// The DRA order: kubelet makes the pod cgroup (`pcm.EnsureExists` in `SyncPod`) before it
+/// calls NodePrepareResources, so the driver's job finds it already there and writes at
+/// once: with no time to wait at all, the limit still lands.
+#[tokio::test]
+async fn a_pod_cgroup_made_before_the_job_gets_the_limit_without_waiting() {
+    let (_tree, devs) = devices();
+    let limits = pod_limits(&pod(&devs), &devs).unwrap();
+    for layout in [Layout::ContainerdSystemd, Layout::ContainerdCgroupfs] {
+        let root =
+            std::env::temp_dir().join(format!("hami-dmem-early-{}-{layout:?}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let pod_dir = layout.pod_dir(&root);
+        mkcg(&pod_dir);
+        let job = DmemJob {
+            pod_uid: UID.into(),
+            limits: limits.clone(),
+        };
+        let written = apply_job(&root, job, Duration::ZERO).await.unwrap();
+        assert_eq!(written, pod_dir, "{layout:?}");
+        for l in &limits {
+            assert_eq!(
+                effective_limit(&root, &pod_dir, &l.region),
+                Some(l.bytes),
+                "{layout:?}: {}",
+                l.region
+            );
+        }
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
+
 #[tokio::test]
 async fn controller_not_enabled_below_root_is_a_clear_error() {
     let root = std::env::temp_dir().join(format!("hami-dmem-off-{}", std::process::id()));

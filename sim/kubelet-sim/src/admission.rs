@@ -3,6 +3,13 @@
 //! app containers), pick device ids, call the plugin's Allocate once for that container,
 //! then mark the pod Running and record what every container got.
 //!
+//! In kubelet's order: Allocate at admission (`HandlePodAdditions` → `canAdmitPod` → the
+//! topology manager's `allocateAlignedResources`); then, as `Kubelet.SyncPod` does, the pod
+//! cgroup (`pcm.EnsureExists`); then, as the runtime's `SyncPod` does, the pod's claims
+//! prepared (`PrepareDynamicResources`) and only then the sandbox (`createPodSandbox`). A
+//! failed prepare (or cgroup) leaves the pod Pending with its cgroup, and the next pass
+//! retries from there; a failed Allocate fails the pod, nothing prepared.
+//!
 //! Allocation happens once per pod (kubelet checkpoints it); reporting it — the record
 //! annotation and the pod status — is retried at every pass until the API server takes it,
 //! as kubelet's status manager does, so one refused patch (a 409, an outage) never leaves
@@ -59,6 +66,8 @@ pub struct Admission {
     pub state: Arc<Mutex<DeviceState>>,
     /// Pods whose containers were allocated (never allocated twice).
     admitted: HashSet<String>,
+    /// Admitted pods not started yet (pod cgroup, claims, sandbox), with their allocations.
+    syncing: HashMap<String, Vec<ContainerAlloc>>,
     /// Allocated pods whose record and status the API server has not taken yet.
     unreported: HashMap<String, Report>,
     /// Started containers, killed when their pod goes (or at shutdown).
@@ -69,8 +78,8 @@ pub struct Admission {
     pub dra: Option<DraManager>,
     /// Set to make the DRA side forget its plugin registrations (a kubelet restart).
     pub forget_dra_plugins: Arc<std::sync::atomic::AtomicBool>,
-    /// The last prepare error of each pod waiting for its claims (logged when it changes).
-    dra_errors: HashMap<String, String>,
+    /// The last error of each pod in `syncing` (logged when it changes).
+    sync_errors: HashMap<String, String>,
     /// The node's pod cgroups, when this kubelet makes them (`pod_cgroups.rs`).
     pub cgroups: Option<PodCgroups>,
 }
@@ -83,6 +92,15 @@ struct AppAlloc {
     mounts: Vec<MountSpec>,
     /// (container path, host path).
     devices: Vec<(String, String)>,
+}
+
+/// What the device manager gave one container (in admission order).
+#[derive(Debug, Clone)]
+struct ContainerAlloc {
+    kind: ContainerKind,
+    /// Record entries, one per resource.
+    records: Vec<Value>,
+    app: AppAlloc,
 }
 
 /// What admission decided for one pod, to be written to the API server.
@@ -141,12 +159,13 @@ impl Admission {
             client,
             state,
             admitted: HashSet::new(),
+            syncing: HashMap::new(),
             unreported: HashMap::new(),
             containers: Vec::new(),
             running: Arc::new(Mutex::new(Vec::new())),
             dra: None,
             forget_dra_plugins: Arc::default(),
-            dra_errors: HashMap::new(),
+            sync_errors: HashMap::new(),
             cgroups: None,
         }
     }
@@ -210,7 +229,8 @@ impl Admission {
             .collect();
         self.admitted.retain(|uid| present.contains(uid.as_str()));
         self.unreported.retain(|uid, _| live.contains(uid));
-        self.dra_errors.retain(|uid, _| live.contains(uid));
+        self.syncing.retain(|uid, _| live.contains(uid));
+        self.sync_errors.retain(|uid, _| live.contains(uid));
         self.tend_containers(&live);
         if let Some(dra) = self.dra.as_mut() {
             if self
@@ -234,15 +254,33 @@ impl Admission {
             let Some(uid) = pod.metadata.uid.clone() else {
                 continue;
             };
-            if !self.admitted.contains(&uid) && phase(pod).is_none_or(|p| p == "Pending") {
-                let claims = match self.prepare_claims(pod, &uid).await {
-                    Some(c) => c,
-                    // Not prepared yet: the pod stays pending, the next pass retries.
-                    None => continue,
-                };
+            let pending = phase(pod).is_none_or(|p| p == "Pending");
+            if !self.admitted.contains(&uid) && pending {
                 self.admitted.insert(uid.clone());
-                let report = self.admit(pod, &uid, claims).await;
-                self.unreported.insert(uid.clone(), report);
+                match self.admit(pod, &uid).await {
+                    Ok(allocated) => {
+                        self.syncing.insert(uid.clone(), allocated);
+                    }
+                    Err((allocated, e)) => {
+                        let report = self.report_of(pod, &uid, allocated, Err(e));
+                        self.unreported.insert(uid.clone(), report);
+                    }
+                }
+            }
+            if pending && self.syncing.contains_key(&uid) {
+                match self.sync_pod(pod, &uid).await {
+                    Ok(report) => {
+                        self.sync_errors.remove(&uid);
+                        self.unreported.insert(uid.clone(), report);
+                    }
+                    // Not started yet: the pod stays pending, the next pass retries.
+                    Err(e) => {
+                        if self.sync_errors.get(&uid) != Some(&e) {
+                            tracing::warn!(pod = %format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or("")), "{e}");
+                            self.sync_errors.insert(uid.clone(), e);
+                        }
+                    }
+                }
             }
             if let Err(e) = self.report(&uid).await {
                 first_error.get_or_insert(e);
@@ -279,13 +317,31 @@ impl Admission {
         Ok(())
     }
 
-    /// Prepares the pod's ResourceClaims when it has some and this kubelet does DRA; `None`
-    /// when that failed (logged once per distinct error).
+    /// Starts an admitted pod as kubelet's `SyncPod` does (see the module doc): the pod
+    /// cgroup, the claims prepared, the sandbox's cgroup; then what to report. An error
+    /// leaves the pod in `syncing` for the next pass.
+    async fn sync_pod(&mut self, pod: &Pod, uid: &str) -> Result<Report, String> {
+        let qos = Qos::of_pod(pod);
+        if let Some(cgroups) = &self.cgroups {
+            cgroups
+                .ensure_pod(qos, uid)
+                .map_err(|e| format!("cannot create the pod cgroup: {e}"))?;
+        }
+        let claims = self.prepare_claims(pod).await?;
+        if let Some(cgroups) = &self.cgroups {
+            cgroups
+                .start_sandbox(qos, uid)
+                .map_err(|e| format!("cannot start the pod sandbox: {e}"))?;
+        }
+        let allocated = self.syncing.remove(uid).unwrap_or_default();
+        Ok(self.report_of(pod, uid, allocated, Ok(claims)))
+    }
+
+    /// Prepares the pod's ResourceClaims when it has some and this kubelet does DRA.
     async fn prepare_claims(
         &mut self,
         pod: &Pod,
-        uid: &str,
-    ) -> Option<BTreeMap<String, ContainerClaims>> {
+    ) -> Result<BTreeMap<String, ContainerClaims>, String> {
         let has_claims = pod
             .spec
             .as_ref()
@@ -293,42 +349,24 @@ impl Admission {
             .is_some_and(|c| !c.is_empty())
             || crate::dra_manager::extended_claim_name(pod).is_some();
         let Some(dra) = self.dra.as_mut().filter(|_| has_claims) else {
-            return Some(BTreeMap::new());
+            return Ok(BTreeMap::new());
         };
-        match dra.prepare_pod(pod).await {
-            Ok(c) => {
-                self.dra_errors.remove(uid);
-                Some(c)
-            }
-            Err(e) => {
-                if self.dra_errors.get(uid) != Some(&e) {
-                    tracing::warn!(pod = %format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or("")), "cannot prepare the pod's claims: {e}");
-                    self.dra_errors.insert(uid.to_owned(), e);
-                }
-                None
-            }
-        }
+        dra.prepare_pod(pod)
+            .await
+            .map_err(|e| format!("cannot prepare the pod's claims: {e}"))
     }
 
-    /// Allocates every container of the pod (once) and returns what to report.
+    /// Allocates every container of the pod (once, at admission): what each got, in
+    /// admission order; on failure, what the containers before the failing one got.
     async fn admit(
         &mut self,
         pod: &Pod,
         uid: &str,
-        mut claims: BTreeMap<String, ContainerClaims>,
-    ) -> Report {
-        let ns = pod
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let name = pod.metadata.name.clone().unwrap_or_default();
+    ) -> Result<Vec<ContainerAlloc>, (Vec<ContainerAlloc>, String)> {
         let default_spec = Default::default();
         let spec = pod.spec.as_ref().unwrap_or(&default_spec);
-        let mut records = serde_json::Map::new();
-        let mut failure: Option<String> = None;
+        let mut done = Vec::new();
         let mut init_ids: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let mut apps: Vec<AppAlloc> = Vec::new();
         for slot in container_slots(spec) {
             let known: BTreeSet<String> = lock(&self.state).resources.keys().cloned().collect();
             // Extended resources DRA serves for this container (KEP-5004) are not the device
@@ -339,22 +377,13 @@ impl Admission {
                     .into_iter()
                     .filter(|(r, _)| !by_dra.contains_key(r))
                     .collect::<Vec<_>>(),
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
+                Err(e) => return Err((done, e)),
             };
             let mut container_record_entries = Vec::new();
             let mut app = AppAlloc {
                 name: slot.container.name.clone(),
                 ..AppAlloc::default()
             };
-            if let Some(c) = claims.remove(&slot.container.name) {
-                app.envs.extend(c.edits.env);
-                app.mounts.extend(c.edits.mounts);
-                app.devices.extend(c.edits.devices);
-                container_record_entries.extend(c.records);
-            }
             for (resource, count) in wants {
                 match self
                     .allocate_one(uid, &resource, count, slot.kind, &mut init_ids)
@@ -376,32 +405,66 @@ impl Admission {
                         container_record_entries.push(container_record(&resource, &ids, &response));
                     }
                     Err(e) => {
-                        failure = Some(format!("container {}: {e}", slot.container.name));
-                        break;
+                        return Err((done, format!("container {}: {e}", slot.container.name)));
                     }
                 }
             }
-            if failure.is_some() {
-                break;
+            done.push(ContainerAlloc {
+                kind: slot.kind,
+                records: container_record_entries,
+                app,
+            });
+        }
+        Ok(done)
+    }
+
+    /// What to report for a pod: Running with what its containers got from its claims
+    /// (first) and the device manager, or Failed with the admission error.
+    fn report_of(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        allocated: Vec<ContainerAlloc>,
+        claims: Result<BTreeMap<String, ContainerClaims>, String>,
+    ) -> Report {
+        let ns = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let default_spec = Default::default();
+        let spec = pod.spec.as_ref().unwrap_or(&default_spec);
+        let (mut claims, failure) = match claims {
+            Ok(c) => (c, None),
+            Err(e) => (BTreeMap::new(), Some(e)),
+        };
+        let mut records = serde_json::Map::new();
+        let mut apps: Vec<AppAlloc> = Vec::new();
+        for c in allocated {
+            let mut entries = Vec::new();
+            let mut app = AppAlloc {
+                name: c.app.name.clone(),
+                ..AppAlloc::default()
+            };
+            if let Some(got) = claims.remove(&c.app.name) {
+                app.envs.extend(got.edits.env);
+                app.mounts.extend(got.edits.mounts);
+                app.devices.extend(got.edits.devices);
+                entries.extend(got.records);
             }
-            if !container_record_entries.is_empty() {
-                records.insert(
-                    slot.container.name.clone(),
-                    Value::Array(container_record_entries),
-                );
+            app.envs.extend(c.app.envs);
+            app.mounts.extend(c.app.mounts);
+            app.devices.extend(c.app.devices);
+            entries.extend(c.records);
+            if !entries.is_empty() {
+                records.insert(app.name.clone(), Value::Array(entries));
             }
-            if slot.kind == ContainerKind::App {
+            if c.kind == ContainerKind::App {
                 apps.push(app);
             }
         }
         let qos = Qos::of_pod(pod);
-        // Admitted (Allocate done, claims prepared): the pod cgroup and its sandbox's.
-        if failure.is_none()
-            && let Some(cgroups) = &self.cgroups
-            && let Err(e) = cgroups.start_pod(qos, uid)
-        {
-            failure = Some(format!("cannot start the pod sandbox: {e}"));
-        }
         let record_text = Value::Object(records).to_string();
         if let Some(dir) = &self.config.record_dir {
             let _ = std::fs::create_dir_all(dir);

@@ -5,12 +5,14 @@
 //!   with `v1.DRAPlugin` among its versions is registered under its name with its endpoint,
 //!   and told so with `NotifyRegistrationStatus` (anything else is told why not). A socket
 //!   that disappears drops the registration.
-//! - Prepare, before a pod's containers start: each of the pod's claims is read from the
+//! - Prepare, after the pod cgroup is made and before the sandbox (kubelet's order, see
+//!   `admission.rs`): each of the pod's claims is read from the
 //!   API server and must be allocated and reserved for the pod (kubelet's checks); claims
 //!   not prepared yet are recorded in the checkpoint first (so they get unprepared even if
 //!   this process dies), then sent to their drivers' `NodePrepareResources`, one call per
 //!   driver; the answered devices and CDI ids are checkpointed. A failure leaves the pod
-//!   unadmitted, and the next pass retries (kubelet's pod sync retries too).
+//!   Pending with its pod cgroup and no sandbox, and the next pass retries (kubelet's pod
+//!   sync retries too).
 //! - Container edits: each container's `resources.claims` pick CDI ids (per request, or the
 //!   whole claim), which are resolved in the CDI spec files the drivers wrote
 //!   ([`crate::cdi`]).

@@ -17,9 +17,10 @@
 //!   (their CDI edits go into the containers and the record) and unprepares them once the
 //!   pod is gone, from a checkpoint file that outlives the process (`dra_manager.rs`);
 //! - started with [`KubeletSim::start_node`] and a [`pod_cgroups::CgroupConfig`], it makes
-//!   the pods' cgroups as kubelet and containerd do, when they do: the pod's and its
-//!   sandbox's once it is admitted, each app container's as it starts, all removed once the
-//!   pod is finished or gone (`pod_cgroups.rs`).
+//!   the pods' cgroups as kubelet and containerd do, when they do: the pod's once it is
+//!   admitted (before its claims are prepared, as kubelet's `SyncPod` does), its sandbox's
+//!   once they are, each app container's as it starts, all removed once the pod is
+//!   finished or gone (`pod_cgroups.rs`).
 
 pub mod admission;
 pub mod cdi;

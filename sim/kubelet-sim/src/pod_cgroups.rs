@@ -3,9 +3,12 @@
 //!
 //! When, as on a real node (and never earlier):
 //! - at start, `kubepods` and its QoS levels (kubelet's QoS manager);
-//! - once a pod is admitted (Allocate done, its claims prepared), its pod cgroup, then the
-//!   sandbox's (pause) — kubelet makes the pod cgroup just before NodePrepareResources, so
-//!   a DRA driver here sees it later than on a real node, never sooner;
+//! - once a pod is admitted (Allocate done), its pod cgroup: kubelet's `SyncPod` makes it
+//!   (`pcm.EnsureExists`) before the runtime's `SyncPod` calls `PrepareDynamicResources`,
+//!   so a DRA driver's NodePrepareResources finds it there, and it stays while a failed
+//!   prepare is retried;
+//! - once the pod's claims are prepared, the sandbox's (pause: `createPodSandbox` comes
+//!   right after the prepare);
 //! - each app container's when that container starts (after the pod is reported Running);
 //! - all of a pod's, containers first, once the pod is finished or gone and its claims are
 //!   unprepared (kubelet's orphaned pod cgroup cleanup); found by scanning the tree, so a
@@ -106,20 +109,28 @@ impl PodCgroups {
         Ok(dir)
     }
 
-    /// The pod cgroup of `uid` (made if missing), then the sandbox's in it.
-    pub fn start_pod(&self, qos: Qos, uid: &str) -> Result<PathBuf, String> {
-        let pod = self.make(&self.layout.pod(qos, uid))?;
+    /// The pod cgroup of `uid` (made if missing; kubelet's `pcm.EnsureExists`).
+    pub fn ensure_pod(&self, qos: Qos, uid: &str) -> Result<PathBuf, String> {
+        self.make(&self.layout.pod(qos, uid))
+    }
+
+    /// The sandbox's (pause) cgroup of pod `uid` (made if missing; the pod's must exist).
+    pub fn start_sandbox(&self, qos: Qos, uid: &str) -> Result<PathBuf, String> {
         let sandbox = crate::container_runtime::container_id(uid, crate::cgroup_layout::SANDBOX);
-        self.make(&self.layout.container(qos, uid, &sandbox))?;
-        Ok(pod)
+        self.in_pod(qos, uid, &sandbox, "the pod cgroup was never made")
     }
 
     /// The cgroup of container `id` of pod `uid` (made if missing; the pod's must exist).
     pub fn start_container(&self, qos: Qos, uid: &str, id: &str) -> Result<PathBuf, String> {
+        self.in_pod(qos, uid, id, "its sandbox was never started")
+    }
+
+    /// Makes container `id`'s cgroup in the existing pod cgroup of `uid`.
+    fn in_pod(&self, qos: Qos, uid: &str, id: &str, why: &str) -> Result<PathBuf, String> {
         let pod = self.root.join(self.layout.pod(qos, uid));
         if !pod.is_dir() {
             return Err(format!(
-                "the pod cgroup {} is missing: its sandbox was never started",
+                "the pod cgroup {} is missing: {why}",
                 pod.display()
             ));
         }
@@ -196,14 +207,28 @@ mod tests {
         // a container before its pod's sandbox is refused
         let err = cg.start_container(Qos::Burstable, "u-1", "c1").unwrap_err();
         assert!(err.contains("never started"), "{err}");
-        let pod = cg.start_pod(Qos::Burstable, "u-1").unwrap();
+        // the sandbox before the pod cgroup is refused too
+        let err = cg.start_sandbox(Qos::Burstable, "u-1").unwrap_err();
+        assert!(err.contains("never made"), "{err}");
+        let pod = cg.ensure_pod(Qos::Burstable, "u-1").unwrap();
+        let sandbox = crate::container_runtime::container_id("u-1", "POD");
+        // the pod cgroup alone (a DRA driver's prepare meets it so), then the sandbox's
+        assert!(!pod.join(format!("cri-containerd-{sandbox}.scope")).exists());
+        assert_eq!(
+            cg.start_sandbox(Qos::Burstable, "u-1").unwrap().parent(),
+            Some(&*pod)
+        );
+        assert_eq!(
+            cg.ensure_pod(Qos::Burstable, "u-1").unwrap(),
+            pod,
+            "idempotent"
+        );
         assert_eq!(
             pod,
             level.join("kubepods-burstable-podu_1.slice"),
             "systemd names"
         );
         assert!(pod.join("dmem.max").is_file());
-        let sandbox = crate::container_runtime::container_id("u-1", "POD");
         assert!(pod.join(format!("cri-containerd-{sandbox}.scope")).is_dir());
         let c = cg.start_container(Qos::Burstable, "u-1", "c1").unwrap();
         assert!(c.join("dmem.max").is_file());
@@ -211,7 +236,8 @@ mod tests {
             std::fs::read_to_string(pod.join("cgroup.subtree_control")).unwrap(),
             "cpu memory dmem\n"
         );
-        cg.start_pod(Qos::Guaranteed, "u-2").unwrap();
+        cg.ensure_pod(Qos::Guaranteed, "u-2").unwrap();
+        cg.start_sandbox(Qos::Guaranteed, "u-2").unwrap();
         let mut uids: Vec<String> = cg.pods().into_iter().map(|(u, _)| u).collect();
         uids.sort();
         assert_eq!(uids, ["u-1", "u-2"]);
@@ -230,7 +256,8 @@ mod tests {
             driver: CgroupDriver::Cgroupfs,
         })
         .unwrap();
-        let pod = cg.start_pod(Qos::BestEffort, "u-3").unwrap();
+        let pod = cg.ensure_pod(Qos::BestEffort, "u-3").unwrap();
+        cg.start_sandbox(Qos::BestEffort, "u-3").unwrap();
         assert_eq!(pod, root.join("kubepods/besteffort/podu-3"));
         assert!(!pod.join("dmem.max").exists());
         assert_eq!(controllers_of(&pod), Vec::<String>::new());

@@ -1,7 +1,8 @@
 //! Pod cgroups as kubelet and containerd make them, in a node's cgroup tree (systemd
-//! driver here; both drivers' names are unit-tested in `cgroup_layout.rs`): none for a pod
-//! not admitted (its claims cannot be prepared); once admitted, the pod's (by QoS) and its
-//! sandbox's, then each app container's; controllers flow down (dmem.max where the root
+//! driver here; both drivers' names are unit-tested in `cgroup_layout.rs`): once admitted,
+//! the pod's (by QoS), also while its claims cannot be prepared (kubelet's `SyncPod` makes
+//! it before `PrepareDynamicResources`), but no sandbox's until they are; then the
+//! sandbox's and each app container's; controllers flow down (dmem.max where the root
 //! has dmem); all removed once the pod is deleted, also by a kubelet-sim started after
 //! the pod went while none ran.
 
@@ -124,7 +125,8 @@ async fn pod_cgroups_appear_as_pods_start_and_go_with_them() {
     ];
     assert_eq!(dirs(&root), levels.map(String::from).into());
 
-    // a pod whose claim cannot be prepared (no such claim) is never admitted: no cgroup
+    // a pod whose claim cannot be prepared (no such claim) never starts: its pod cgroup
+    // only (made before the prepare, as kubelet does), no sandbox, no containers
     let stuck = pod(
         "stuck",
         json!({}),
@@ -164,15 +166,21 @@ async fn pod_cgroups_appear_as_pods_start_and_go_with_them() {
         want.insert(d.clone());
         want.extend(scopes(&uid, d));
     }
+    let stuck_dir = format!(
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+        u(&stuck).replace('-', "_")
+    );
+    want.insert(stuck_dir.clone());
     // the app containers' cgroups come as they start, after the pod is reported Running
     wait_until("the containers' cgroups", async || dirs(&root) == want).await;
     assert_eq!(phase(&pods, "stuck").await.as_deref(), Some("Pending"));
-    assert!(
-        !dirs(&root)
-            .iter()
-            .any(|d| d.contains(&u(&stuck).replace('-', "_"))),
-        "{:?}",
+    assert_eq!(
         dirs(&root)
+            .into_iter()
+            .filter(|d| d.contains(&u(&stuck).replace('-', "_")))
+            .collect::<Vec<_>>(),
+        std::slice::from_ref(&stuck_dir),
+        "the stuck pod's cgroup alone: no sandbox, no containers"
     );
     // controllers flow down: the pod cgroup and its containers have dmem.max
     let pod_cg = root.join(&burst_dir);
