@@ -41,7 +41,8 @@ pub struct DraDevice {
     pub compute_units: u64,
     /// Shares published.
     pub shares: u64,
-    /// What the allocated claims consume of each.
+    /// What the allocated claims consume of each (all of it for a device allocated whole,
+    /// a hard partition).
     pub memory_used_bytes: u64,
     /// CUs consumed.
     pub compute_units_used: u64,
@@ -113,8 +114,8 @@ where
     C: IntoIterator<Item = &'a ResourceClaim>,
 {
     let mut nodes: BTreeMap<String, DraNode> = BTreeMap::new();
-    // (pool, device) → (node, index in that node's devices)
-    let mut index: BTreeMap<(String, String), String> = BTreeMap::new();
+    // (pool, device) → (node, whether the device takes one allocation only)
+    let mut index: BTreeMap<(String, String), (String, bool)> = BTreeMap::new();
     let mut newest: BTreeMap<String, i64> = BTreeMap::new();
     for slice in slices
         .clone()
@@ -158,7 +159,11 @@ where
             };
             let (memory_bytes, compute_units, shares) =
                 (cap(MEMORY), cap(COMPUTE_UNITS), cap(SHARES));
-            index.insert((pool.name.clone(), device.name.clone()), node_name.clone());
+            let exclusive = device.allow_multiple_allocations != Some(true);
+            index.insert(
+                (pool.name.clone(), device.name.clone()),
+                (node_name.clone(), exclusive),
+            );
             node.devices.push(DraDevice {
                 name: format!("{}/{}", pool.name, device.name),
                 uuid: attr(hami_protocol::dra::ATTR_UUID),
@@ -198,18 +203,25 @@ where
         pods.sort();
         for result in results.iter().filter(|r| r.driver == driver) {
             let key = (result.pool.clone(), result.device.clone());
-            let Some(node) = index.get(&key).and_then(|n| nodes.get_mut(n)) else {
+            let Some((node, exclusive)) = index
+                .get(&key)
+                .and_then(|(n, exclusive)| Some((nodes.get_mut(n)?, *exclusive)))
+            else {
                 continue;
             };
-            let mut consumed =
-                |k: &str| match result.consumed_capacity.as_ref().and_then(|c| c.get(k)) {
-                    None => 0,
-                    Some(q) => capacity::parse(&q.0).unwrap_or_else(|e| {
-                        node.problems
-                            .push(format!("claim {ns}/{name}: consumed {k}: {e}"));
-                        0
-                    }),
-                };
+            let mut consumed = |k: &str| {
+                result
+                    .consumed_capacity
+                    .as_ref()
+                    .and_then(|c| c.get(k))
+                    .map(|q| {
+                        capacity::parse(&q.0).unwrap_or_else(|e| {
+                            node.problems
+                                .push(format!("claim {ns}/{name}: consumed {k}: {e}"));
+                            0
+                        })
+                    })
+            };
             let (memory_bytes, compute_units) = (consumed(MEMORY), consumed(COMPUTE_UNITS));
             let data = status
                 .devices
@@ -234,6 +246,12 @@ where
             let Some(device) = node.devices.iter_mut().find(|d| d.name == device_name) else {
                 continue;
             };
+            // A device without allowMultipleAllocations (a hard partition) is allocated
+            // whole, and the API sets no consumedCapacity for it: its result holds all
+            // of it, as the kube-scheduler and the monitor count it.
+            let whole = |v: u64| if exclusive { v } else { 0 };
+            let memory_bytes = memory_bytes.unwrap_or(whole(device.memory_bytes));
+            let compute_units = compute_units.unwrap_or(whole(device.compute_units));
             // Claims' status is written by whoever may update it: a sum past u64 is
             // shown full and named, not wrapped to a small number (or a panic).
             for (used, amount, what) in [
@@ -423,6 +441,44 @@ mod tests {
                 "n1/gpu-0: consumed computeUnits adds up past 18446744073709551615"
             ]
         );
+    }
+
+    #[test]
+    fn a_hard_partition_is_held_whole() {
+        // A partition (shares 1, no allowMultipleAllocations) and its claim's result, which
+        // the API gives no consumedCapacity.
+        let mut part = gpu("gpu-0-cpx-0", "P0", json!([]));
+        part["allowMultipleAllocations"] = json!(false);
+        part["capacity"] = json!({"memory": {"value": "24Gi"}, "computeUnits": {"value": "38"},
+            "shares": {"value": "1"}});
+        let mut free = part.clone();
+        free["name"] = json!("gpu-0-cpx-1");
+        let slices = [slice("n1", 1, json!([part, free]))];
+        let claims = [claim(
+            "a",
+            json!([{"request": "gpu", "driver": "amdgpu.hami-rs.io", "pool": "n1",
+                    "device": "gpu-0-cpx-0"}]),
+            &["pod-a"],
+            json!([]),
+        )];
+        let nodes = build("amdgpu.hami-rs.io", &slices, &claims);
+        let [held, free] = &nodes[0].devices[..] else {
+            panic!("{nodes:?}")
+        };
+        assert_eq!(
+            (
+                held.memory_used_bytes,
+                held.compute_units_used,
+                held.shares_used
+            ),
+            (24 << 30, 38, 1)
+        );
+        assert_eq!(
+            (held.holders[0].memory_bytes, held.holders[0].compute_units),
+            (24 << 30, 38)
+        );
+        assert_eq!((free.memory_used_bytes, free.shares_used), (0, 0));
+        assert!(nodes[0].problems.is_empty());
     }
 
     #[test]
