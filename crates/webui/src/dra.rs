@@ -24,7 +24,7 @@ fn bytes_mib(bytes: u64) -> String {
 
 /// The names of the DRA nodes: labelled `hami.io/amd-mode=dra`, or publishing devices of
 /// our driver; sorted.
-fn dra_node_names(world: &World) -> Vec<String> {
+pub(crate) fn dra_node_names(world: &World) -> Vec<String> {
     let mut names: Vec<String> = world
         .nodes
         .iter()
@@ -322,7 +322,12 @@ pub fn pod_section(world: &World, pod: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::html::esc;
     use crate::pages;
+    use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
+    use hami_protocol::names::{Vendor, pod as pod_keys};
+    use hami_protocol::node_register::DeviceInfo;
+    use hami_protocol::scrape::parse_samples;
     use serde_json::{Value, json};
 
     fn world() -> World {
@@ -437,6 +442,198 @@ mod tests {
         assert!(!pod.contains("<h2>DRA shares</h2>"), "{pod}");
         let node = pages::node(&w, &m, "dra-node", 1000).html;
         assert_eq!(count(&node, "data-owner=\"ml/train\""), 0);
+    }
+
+    /// The real captures' register entries (KFD trees from hami-sysfs-fixtures, discovered
+    /// and registered as the AMD plugin does): 8 × MI210, and an MI300X in CPX mode (63
+    /// hard partitions of 38 CUs).
+    fn captures() -> (k8s_openapi::api::core::v1::Node, Vec<DeviceInfo>) {
+        let scenario = hami_planner::scenario::parse_scenario(
+            "fleet:\n- {name: mi210, count: 1, capture: mi210-xgmi}\n- {name: cpx, count: 1, capture: mi300x-cpx, mode: partition}\nworkloads: []\n",
+            "test.yaml",
+        )
+        .unwrap();
+        let specs = hami_planner::fleet::resolve_groups(&scenario.fleet).unwrap();
+        let nodes = hami_planner::fleet::build_nodes(&scenario.fleet[..1], &specs[..1]).unwrap();
+        (nodes[0].clone(), specs[1].amd.clone())
+    }
+
+    /// The slice device the driver publishes for a register entry (dra-core's
+    /// `slice::device`: shared when it has more than one share, else exclusive).
+    fn slice_device(name: &str, info: &DeviceInfo) -> Value {
+        json!({"name": name, "allowMultipleAllocations": info.count > 1,
+            "attributes": {"uuid": {"string": info.id}, "productName": {"string": info.device_type}},
+            "capacity": {"memory": {"value": format!("{}Mi", info.devmem)},
+                "computeUnits": {"value": info.devcore.to_string()},
+                "shares": {"value": info.count.to_string()}}})
+    }
+
+    #[test]
+    fn gpus_by_type_and_the_memory_trend_count_dra_devices_once() {
+        let mut w = world();
+        // A device-plugin node (the MI210 capture) with a pod granted 16 GiB and 26 CUs.
+        let (node, cpx) = captures();
+        let mi210: Vec<DeviceInfo> = hami_protocol::node_register::decode_node_devices(
+            &node.metadata.annotations.as_ref().unwrap()[Vendor::Amd.names().node_register],
+        )
+        .unwrap();
+        assert_eq!(mi210.len(), 8);
+        let ty = mi210[0].device_type.clone();
+        assert_eq!(ty, "AMD Instinct MI210", "the DRA fixture's productName");
+        w.upsert_node(node);
+        let runs = vec![vec![ContainerDevice {
+            uuid: mi210[0].id.clone(),
+            device_type: ty.clone(),
+            mem_mib: 16384,
+            cores: 26,
+        }]];
+        w.upsert_pod(
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "infer", "namespace": "default", "uid": "u2",
+                    "annotations": {
+                        pod_keys::VGPU_NODE: "mi210-0",
+                        Vendor::Amd.names().devices_allocated: encode_pod_devices(&runs).unwrap(),
+                        pod_keys::BIND_PHASE: "success"}},
+                "spec": {"nodeName": "mi210-0", "schedulerName": "hami-scheduler",
+                    "containers": [{"name": "server", "image": "rocm",
+                        "resources": {"limits": {"amd.com/gpu": "1", "amd.com/gpumem": "16384"}}}]},
+                "status": {"phase": "Running"}}))
+            .unwrap(),
+        );
+        // A DRA node of hard partitions (the CPX capture), one claimed whole: the API gives
+        // an exclusive device's result no consumedCapacity.
+        let devices: Vec<Value> = cpx
+            .iter()
+            .enumerate()
+            .map(|(i, d)| slice_device(&format!("gpu-0-cpx-{i}"), d))
+            .collect();
+        assert_eq!(devices.len(), 63);
+        w.upsert_slice(
+            serde_json::from_value(
+                json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": "cpx-dra-amdgpu-0"},
+                "spec": {"driver": DRIVER, "nodeName": "cpx-dra",
+                    "pool": {"name": "cpx-dra", "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices}}),
+            )
+            .unwrap(),
+        );
+        w.upsert_claim(
+            serde_json::from_value(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": "part", "namespace": "ml"},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
+                "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": DRIVER,
+                    "pool": "cpx-dra", "device": "gpu-0-cpx-5"}]}}}}))
+            .unwrap(),
+        );
+        // Monitor samples: the device-plugin container (4 GiB) and the DRA one (2 GiB).
+        let sample = |ns: &str, pod: &str, ctr: &str, uuid: &str, gib: u64| {
+            format!(
+                "hami_container_device_memory_bytes{{namespace=\"{ns}\",pod=\"{pod}\",container=\"{ctr}\",vdevice_index=\"0\",device_uuid=\"{uuid}\"}} {}\n",
+                gib << 30
+            )
+        };
+        let body = sample("default", "infer", "server", &mi210[0].id, 4)
+            + &sample("ml", "train", "main", "0xa1", 2);
+        let mut m = Metrics::with_endpoints(&["http://monitor/metrics".into()]);
+        // Granted: 16 GiB by the scheduler, 8 GiB + one 1/63 partition claimed through DRA.
+        let partition_mib = cpx[5].devmem as f64;
+        assert_eq!(w.memory_granted_mib(), 16384.0 + 8192.0 + partition_mib);
+        m.ingest(1000, vec![Ok(parse_samples(&body))], w.memory_granted_mib());
+        assert_eq!(
+            m.trend_granted.0.back(),
+            Some(&(1000, 24576.0 + partition_mib))
+        );
+        assert_eq!(m.trend_used.0.back(), Some(&(1000, 6144.0)));
+
+        let overview = pages::overview(&w, &m, 1000).html;
+        // MI210: 8 plugin GPUs + 2 DRA devices on 2 nodes; 24 of 640 GiB
+        // granted, 6 GiB used; 52 of 1040 CUs; the tainted DRA device is unhealthy.
+        assert!(
+            overview.contains("<td>AMD Instinct MI210</td><td>AMD</td><td>10</td><td>2</td><td>24.0 GiB / 640.0 GiB (4%)</td><td>6.0 GiB (1%)</td><td>52 / 1040 CUs (5%)</td><td>no samples yet</td><td><span class=\"bad\">1 unhealthy</span></td>"),
+            "{overview}"
+        );
+        // The CPX partitions: 63 on 1 node, one held whole (as a register entry each).
+        let part = &cpx[5];
+        let total_mib: f64 = cpx.iter().map(|d| d.devmem as f64).sum();
+        let total_cus: u32 = cpx.iter().map(|d| d.devcore).sum();
+        assert!(
+            overview.contains(&format!(
+                "<td>{}</td><td>AMD</td><td>63</td><td>1</td><td>{} / {} ({})</td><td>no samples yet</td><td>{} / {total_cus} CUs ({})</td>",
+                esc(&part.device_type),
+                mib(part.devmem as f64),
+                mib(total_mib),
+                pages::pct(part.devmem as f64, total_mib),
+                part.devcore,
+                pages::pct(f64::from(part.devcore), f64::from(total_cus)),
+            )),
+            "{overview}"
+        );
+        // The Nodes table lists device-plugin nodes; the DRA nodes have their own table.
+        assert!(overview.contains("1 nodes with GPUs"), "{overview}");
+        assert!(!overview.contains("-0 MiB"), "{overview}");
+        // The DRA nodes table shows the partition held whole too.
+        assert!(overview.contains("href=\"/nodes/cpx-dra\""), "{overview}");
+        assert!(
+            overview.contains(&format!(
+                "<td>1/63</td><td>{} / {}</td>",
+                bytes_mib(part.devmem << 20),
+                mib(total_mib)
+            )),
+            "{overview}"
+        );
+
+        // The DRA node also registering its tainted device 0xa2 by annotation, healthy
+        // (a node changing modes): that GPU is counted once, from the device plugin.
+        let mut both = mi210[1].clone();
+        both.id = "0xa2".into();
+        w.upsert_node(
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "dra-node", "labels": {"hami.io/amd-mode": "dra"},
+                    "annotations": {Vendor::Amd.names().node_register:
+                        hami_protocol::node_register::encode_node_devices(&[both]).unwrap()}}}))
+            .unwrap(),
+        );
+        let overview = pages::overview(&w, &m, 1000).html;
+        assert!(
+            overview.contains("<td>AMD Instinct MI210</td><td>AMD</td><td>10</td><td>2</td><td>24.0 GiB / 640.0 GiB (4%)</td><td>6.0 GiB (1%)</td><td>52 / 1040 CUs (5%)</td><td>no samples yet</td><td>ok</td>"),
+            "{overview}"
+        );
+        // dra-node now registers a GPU by annotation: a row, healthy.
+        assert!(overview.contains("2 nodes with GPUs"), "{overview}");
+        assert!(
+            overview.contains("<td><a href=\"/nodes/dra-node\">dra-node</a></td><td>AMD Instinct MI210</td><td>0/1</td><td>0 MiB / 64.0 GiB</td><td>no samples yet</td><td>ok</td>"),
+            "{overview}"
+        );
+        assert_eq!(w.memory_granted_mib(), 16384.0 + 8192.0 + partition_mib);
+
+        // A DRA node whose NVIDIA GPUs come through the device plugin: its row is healthy
+        // (the scheduler's "serves AMD through DRA" note there is expected).
+        let mut nvidia = mi210[2].clone();
+        nvidia.id = "GPU-00000000-0000-4000-8000-000000000001".into();
+        nvidia.device_type = "NVIDIA A100".into();
+        nvidia.device_vendor = Vendor::Nvidia.word().into();
+        w.upsert_node(
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "mixed", "labels": {"hami.io/amd-mode": "dra"},
+                    "annotations": {Vendor::Nvidia.names().node_register:
+                        hami_protocol::node_register::encode_node_devices(&[nvidia]).unwrap()}}}))
+            .unwrap(),
+        );
+        assert!(
+            !w.state
+                .node("mixed")
+                .unwrap()
+                .devices
+                .register_errors
+                .is_empty(),
+            "the scheduler refuses the device plugin's AMD there"
+        );
+        let overview = pages::overview(&w, &m, 1000).html;
+        assert!(
+            overview.contains("<td><a href=\"/nodes/mixed\">mixed</a></td><td>NVIDIA A100</td><td>0/1</td><td>0 MiB / 64.0 GiB</td><td>no samples yet</td><td>ok</td>"),
+            "{overview}"
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! overview, a node (cards, slices, CU maps), a pod (asked vs got, live charts), and the
 //! What-if planner (their DRA parts: [`crate::dra`]). Each returns a [`Page`]; unknown objects give a 404 page.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 use hami_protocol::cu_allocated::CuAllocation;
@@ -42,7 +42,8 @@ pub(crate) fn pod_link(namespaced: &str) -> String {
     )
 }
 
-fn pct(part: f64, whole: f64) -> String {
+/// `part` as a whole percent of `whole`; `-` when there is no whole.
+pub(crate) fn pct(part: f64, whole: f64) -> String {
     if whole <= 0.0 {
         "-".into()
     } else {
@@ -97,19 +98,62 @@ fn events_table(events: &[&EventRow]) -> String {
     )
 }
 
-/// `/`: GPUs by type, the last hour's trend, pending GPU pods and the nodes.
+/// `/`: GPUs by type (the device plugins' and the DRA devices), the last hour's trend,
+/// pending GPU pods and the nodes.
 pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
     let report = report_from_state(&world.state, world.pods.values(), &world.scheduling_notes());
     let used = used_by_device(metrics);
     let mut body = String::with_capacity(256 * report.nodes.len() + 8192);
     body.push_str("<h1>Overview</h1>");
 
-    // GPUs by type.
+    // GPUs by type: the device plugins' GPUs and the DRA devices, each a GPU or a hard
+    // partition counted once (World::dra_devices says why both count alike).
+    struct Counted<'a> {
+        node: &'a str,
+        device_type: &'a str,
+        vendor: &'static str,
+        id: &'a str,
+        mem: f64,
+        mem_granted: f64,
+        cores: f64,
+        cores_granted: f64,
+        healthy: bool,
+    }
+    let plugin = report.nodes.iter().flat_map(|n| {
+        n.gpus.iter().map(move |g| Counted {
+            node: &n.name,
+            device_type: &g.device_type,
+            vendor: g.vendor,
+            id: &g.id,
+            mem: g.memory_mib as f64,
+            mem_granted: g.memory_used_mib as f64,
+            cores: f64::from(g.cores),
+            cores_granted: g.cores_used as f64,
+            healthy: g.healthy,
+        })
+    });
+    // Granted on a DRA device: what the allocated claims consume; tainted = unhealthy.
+    let dra = world.dra_devices().map(|(n, d)| Counted {
+        node: &n.name,
+        device_type: if d.product.is_empty() {
+            "(no productName)"
+        } else {
+            &d.product
+        },
+        vendor: Vendor::Amd.word(),
+        id: &d.uuid,
+        mem: d.memory_bytes as f64 / 1048576.0,
+        mem_granted: d.memory_used_bytes as f64 / 1048576.0,
+        cores: d.compute_units as f64,
+        cores_granted: d.compute_units_used as f64,
+        healthy: !d.tainted,
+    });
     #[derive(Default)]
-    struct TypeRow {
+    struct TypeRow<'a> {
         vendor: &'static str,
         gpus: usize,
-        nodes: usize,
+        /// Nodes with GPUs of this type.
+        nodes: BTreeSet<&'a str>,
         mem: f64,
         mem_granted: f64,
         mem_used: f64,
@@ -122,29 +166,23 @@ pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
         busy: Vec<f64>,
     }
     let mut types: BTreeMap<&str, TypeRow> = BTreeMap::new();
-    for node in &report.nodes {
-        let mut seen: Vec<&str> = Vec::new();
-        for g in &node.gpus {
-            let row = types.entry(g.device_type.as_str()).or_default();
-            row.vendor = g.vendor;
-            row.gpus += 1;
-            if !seen.contains(&g.device_type.as_str()) {
-                seen.push(&g.device_type);
-                row.nodes += 1;
-            }
-            row.mem += g.memory_mib as f64;
-            row.mem_granted += g.memory_used_mib as f64;
-            if let Some(u) = used.get(g.id.as_str()) {
-                row.mem_used += u;
-                row.sampled += 1;
-            }
-            row.cores += f64::from(g.cores);
-            row.cores_granted += g.cores_used as f64;
-            if let Some(b) = metrics.cards.get(&g.id).and_then(|c| c.0) {
-                row.busy.push(b);
-            }
-            row.unhealthy += usize::from(!g.healthy);
+    for g in plugin.chain(dra) {
+        let row = types.entry(g.device_type).or_default();
+        row.vendor = g.vendor;
+        row.gpus += 1;
+        row.nodes.insert(g.node);
+        row.mem += g.mem;
+        row.mem_granted += g.mem_granted;
+        if let Some(u) = used.get(g.id) {
+            row.mem_used += u;
+            row.sampled += 1;
         }
+        row.cores += g.cores;
+        row.cores_granted += g.cores_granted;
+        if let Some(b) = metrics.cards.get(g.id).and_then(|c| c.0) {
+            row.busy.push(b);
+        }
+        row.unhealthy += usize::from(!g.healthy);
     }
     let rows: Vec<Vec<String>> = types
         .iter()
@@ -154,7 +192,7 @@ pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
                 esc(t),
                 r.vendor.to_owned(),
                 r.gpus.to_string(),
-                r.nodes.to_string(),
+                r.nodes.len().to_string(),
                 format!(
                     "{} / {} ({})",
                     mib(r.mem_granted),
@@ -191,10 +229,10 @@ pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
         .collect();
     body.push_str("<h2>GPUs by type</h2>");
     if rows.is_empty() {
-        body.push_str("<p class=\"muted\">No node registers GPUs (no hami.io/node-*-register annotation).</p>");
+        body.push_str("<p class=\"muted\">No node registers GPUs (no hami.io/node-*-register annotation, no DRA device published).</p>");
     } else {
         body.push_str(&table(
-            "Allocated (granted by the scheduler) and used (reported by the monitors)",
+            "Allocated (granted by the scheduler, or claimed through DRA) and used (reported by the monitors)",
             &[
                 "TYPE",
                 "VENDOR",
@@ -247,12 +285,29 @@ pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
     }
 
     body.push_str("<h2>Nodes</h2>");
-    let rows: Vec<Vec<String>> = report
+    // A DRA node registers no GPU by annotation (the DRA nodes table below lists its
+    // devices), and there the scheduler's "serves AMD through DRA" note is the expected
+    // state, not a problem.
+    let dra_names = crate::dra::dra_node_names(world);
+    let listed: Vec<_> = report
         .nodes
         .iter()
+        .filter(|n| !(n.gpus.is_empty() && dra_names.contains(&n.name)))
+        .collect();
+    let rows: Vec<Vec<String>> = listed
+        .iter()
         .map(|n| {
-            let mem: f64 = n.gpus.iter().map(|g| g.memory_mib as f64).sum();
-            let granted: f64 = n.gpus.iter().map(|g| g.memory_used_mib as f64).sum();
+            let dra = dra_names.contains(&n.name);
+            let problems = world.state.node(&n.name).map_or(0, |s| {
+                s.devices
+                    .register_errors
+                    .iter()
+                    .filter(|(v, _)| !(dra && *v == Vendor::Amd))
+                    .count()
+            });
+            // fold, not sum: an empty f64 sum is -0.0, shown as "-0 MiB".
+            let mem = n.gpus.iter().fold(0.0, |a, g| a + g.memory_mib as f64);
+            let granted = n.gpus.iter().fold(0.0, |a, g| a + g.memory_used_mib as f64);
             let node_used: Vec<f64> = n
                 .gpus
                 .iter()
@@ -271,7 +326,7 @@ pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
                 } else {
                     mib(node_used.iter().fold(0.0, |a, b| a + b))
                 },
-                if n.problems.is_empty() && n.gpus.iter().all(|g| g.healthy) {
+                if problems == 0 && n.gpus.iter().all(|g| g.healthy) {
                     "ok".into()
                 } else {
                     "<span class=\"bad\">problem</span>".into()
@@ -280,7 +335,7 @@ pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
         })
         .collect();
     body.push_str(&table(
-        &format!("{} nodes with GPUs", report.nodes.len()),
+        &format!("{} nodes with GPUs", listed.len()),
         &[
             "NODE",
             "TYPES",

@@ -84,7 +84,7 @@ pub struct Metrics {
     pub utilization: BTreeMap<SeriesKey, Series>,
     /// Memory history per container and device.
     pub memory: BTreeMap<SeriesKey, Series>,
-    /// Cluster MiB granted, over the last hour.
+    /// Cluster MiB granted (device plugins' GPUs and DRA claims), over the last hour.
     pub trend_granted: Series,
     /// Cluster MiB in use, over the last hour.
     pub trend_used: Series,
@@ -117,7 +117,7 @@ impl Metrics {
     }
 
     /// Takes one round of scrapes (`results[i]` from endpoint `i`) at `now`, and the
-    /// memory the scheduler granted at that moment (from the cluster state).
+    /// memory granted at that moment ([`crate::world::World::memory_granted_mib`]).
     pub fn ingest(
         &mut self,
         now: i64,
@@ -195,6 +195,8 @@ impl Metrics {
         self.utilization.retain(|_, s| !s.0.is_empty());
         self.memory.retain(|_, s| !s.0.is_empty());
         // Only what was sampled is drawn: no memory samples, no "used" point (not a 0).
+        // Every container counts, DRA ones too: the monitor reports a DRA container's
+        // claim region under the slice device's uuid, like a device-plugin container's.
         let used: Vec<f64> = latest.values().filter_map(|u| u.memory_bytes).collect();
         let utils: Vec<f64> = latest.values().filter_map(|u| u.utilization).collect();
         self.trend_granted.push(now, granted_mib);

@@ -83,11 +83,7 @@ pub async fn run(world: Arc<RwLock<World>>, metrics: Arc<RwLock<Metrics>>, inter
         tick.tick().await;
         let results = futures::future::join_all(urls.iter().map(|u| fetch(&client, u))).await;
         let granted: f64 = match world.read() {
-            Ok(w) => w
-                .state
-                .nodes()
-                .flat_map(|n| n.usage.iter().map(|u| u.mem_mib as f64))
-                .sum(),
+            Ok(w) => w.memory_granted_mib(),
             Err(_) => return,
         };
         let Ok(mut m) = metrics.write() else { return };

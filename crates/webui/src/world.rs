@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use hami_protocol::dra::{AMD_MODE_DRA, AMD_MODE_LABEL, DRIVER};
 use hami_protocol::requests::pod_ref;
-use hami_report::dra_status::{self, DraNode, PodShare};
+use hami_report::dra_status::{self, DraDevice, DraNode, PodShare};
 use hami_scheduler::state::ClusterState;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
@@ -199,6 +199,39 @@ impl World {
     /// The DRA shares of the pod `namespace/name`.
     pub fn dra_shares_of(&self, pod: &str) -> Vec<PodShare<'_>> {
         dra_status::pod_shares(self.dra_nodes(), pod)
+    }
+
+    /// The DRA devices the overview counts, with their node: every device of
+    /// [`World::dra_nodes`] but one whose uuid its node also registers through the device
+    /// plugin (a node changing modes: a node serves AMD one way at a time), which is
+    /// counted there once. Each device is one GPU or one hard partition, as each
+    /// device-plugin register entry is (a partitioned card registers its partitions, not
+    /// itself; the driver publishes one device per such entry): both count alike.
+    pub fn dra_devices(&self) -> impl Iterator<Item = (&DraNode, &DraDevice)> {
+        self.dra_nodes().iter().flat_map(move |node| {
+            let registered = self.state.node(&node.name);
+            node.devices
+                .iter()
+                .filter(move |d| {
+                    !registered.is_some_and(|s| s.devices.gpus.iter().any(|g| g.info.id == d.uuid))
+                })
+                .map(move |d| (node, d))
+        })
+    }
+
+    /// GPU memory granted in the whole cluster, MiB: what the scheduler charged on the
+    /// device plugins' GPUs plus what allocated claims consume of [`World::dra_devices`].
+    pub fn memory_granted_mib(&self) -> f64 {
+        let plugin: f64 = self
+            .state
+            .nodes()
+            .flat_map(|n| n.usage.iter().map(|u| u.mem_mib as f64))
+            .sum();
+        let dra: f64 = self
+            .dra_devices()
+            .map(|(_, d)| d.memory_used_bytes as f64 / 1048576.0)
+            .sum();
+        plugin + dra
     }
 
     /// Whether some node is in DRA mode or publishes our driver's devices.
