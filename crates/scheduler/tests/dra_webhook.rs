@@ -5,20 +5,17 @@
 //! allocates them (dra-core's allocator) on the DRA nodes' ResourceSlices, which have the
 //! shape the AMD DRA driver publishes for the MI210 capture (64 GiB, 104 CUs, 10 shares).
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod common;
 
-use hami_apiserver::{ApiServer, Config, RunningApiServer};
+use std::time::Duration;
+
 use hami_kube_scheduler_sim::dra::DraOptions;
-use hami_kube_scheduler_sim::front::{SchedulerFront, client_as, component_user};
 use hami_protocol::dra::{DRIVER, LAST_USED_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_WEBHOOK};
 use hami_protocol::requests::{RequestDefaults, pod_requests};
 use hami_scheduler::config::Settings;
 use hami_scheduler::dra_claims::{pod_claims, shapes};
 use hami_scheduler::dra_sweep::SweepTuning;
 use hami_scheduler::extender_client::{ExtenderClient, Trust};
-use hami_scheduler::leader::Leadership;
-use hami_scheduler::runtime::Scheduler;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
@@ -27,21 +24,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-struct Cluster {
-    api: RunningApiServer,
-    client: Client,
-    front: SchedulerFront,
-    _scheduler: Arc<Scheduler>,
-    _dir: TempDir,
-}
+use common::{Front as Cluster, wait};
 
 /// One device as the AMD DRA driver's `hami_dra_core::slice::device` publishes it.
 fn device(index: usize, product: &str, memory: &str, cus: u64, numa: i64) -> Value {
@@ -94,16 +77,7 @@ async fn dra_node(client: &Client, node: &str, devices: Vec<Value>) {
 }
 
 async fn start(settings: Settings) -> Cluster {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let api = ApiServer::start(Config::default()).await.unwrap();
-    let client = Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let dir = TempDir(
-        std::env::temp_dir().join(format!("hami-dra-webhook-{}-{nanos}", std::process::id())),
-    );
+    let (api, client) = common::tls_api().await;
     // The chart's DeviceClass (draPlugin on).
     let mut manifests = hami_manifests::Settings::default();
     manifests.values.dra_plugin.enabled = true;
@@ -116,56 +90,10 @@ async fn start(settings: Settings) -> Cluster {
         .create(&PostParams::default(), &class)
         .await
         .unwrap();
-    // As its ServiceAccount: the API server admits UPDATEs, and D-4 lets only it (and the
-    // plugins) write the scheduler-owned annotations.
-    let scheduler = Scheduler::start(
-        client_as(
-            &api.url(),
-            &component_user(
-                &hami_manifests::Settings::default(),
-                hami_manifests::names::SCHEDULER,
-            ),
-        )
-        .unwrap(),
-        settings.clone(),
-        Arc::new(Leadership::always()),
-    );
-    let front = SchedulerFront::start(
-        &scheduler,
-        &dir.0,
-        &hami_manifests::Settings::default(),
-        &client,
-    )
+    common::start_front((api, client), &settings, "hami-dra-webhook", |sim| {
+        sim.with_dra(DraOptions::default())
+    })
     .await
-    .unwrap();
-    tokio::spawn(
-        front
-            .kube_scheduler(client.clone(), settings.scheduler_name.clone())
-            .unwrap()
-            .with_dra(DraOptions::default())
-            .run(),
-    );
-    wait("the scheduler syncs", || async { scheduler.ready() }).await;
-    Cluster {
-        api,
-        client,
-        front,
-        _scheduler: scheduler,
-        _dir: dir,
-    }
-}
-
-/// Waits (bounded) until `f` holds.
-async fn wait<F, Fut>(what: &str, f: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 fn amd_pod(name: &str, annotations: Value, limits: Value) -> Pod {

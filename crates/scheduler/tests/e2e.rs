@@ -3,38 +3,22 @@
 //! kube-scheduler, filter and bind; a stand-in for the device plugin's last step releases
 //! the node lock as the real plugin does.
 
-use std::sync::Arc;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use hami_apiserver::{ApiServer, Config, RunningApiServer};
-use hami_kube_scheduler_sim::front::{SchedulerFront, client_as, component_user};
 use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::names::{node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::NodeLock;
 use hami_protocol::node_register::{CustomInfo, DeviceInfo, DeviceMode, encode_node_devices};
 use hami_scheduler::config::Settings;
-use hami_scheduler::leader::Leadership;
-use hami_scheduler::runtime::Scheduler;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-struct Cluster {
-    _api: RunningApiServer,
-    client: Client,
-    scheduler: Arc<Scheduler>,
-    _dir: TempDir,
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::Front as Cluster;
 
 fn mi300x(id: &str, bdf: &str) -> DeviceInfo {
     DeviceInfo {
@@ -122,61 +106,20 @@ async fn plugin_stand_in(client: Client) {
 }
 
 async fn start(settings: Settings) -> Cluster {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let api = ApiServer::start(Config::default()).await.unwrap();
-    let client = Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
-    let dir = TempDir(std::env::temp_dir().join(format!(
-        "hami-sched-e2e-{}-{}",
-        std::process::id(),
-        rand_suffix()
-    )));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    // The scheduler and the plugin act as their ServiceAccounts (the API server admits
-    // UPDATEs: D-4 lets only them write the scheduler-owned annotations).
-    let manifests = hami_manifests::Settings::default();
-    let as_component = |sa: &str| client_as(&api.url(), &component_user(&manifests, sa)).unwrap();
-    let scheduler = Scheduler::start(
-        as_component(hami_manifests::names::SCHEDULER),
-        settings.clone(),
-        Arc::new(Leadership::always()),
-    );
-    // Served over TLS, the webhook configuration that ships (failurePolicy Fail) pointed at
-    // this process, kube-scheduler calling the extender.
-    let front = SchedulerFront::start(
-        &scheduler,
-        &dir.0,
-        &hami_manifests::Settings::default(),
-        &client,
+    let c = common::start_front(
+        common::tls_api().await,
+        &settings,
+        "hami-sched-e2e",
+        |sim| sim,
     )
-    .await
-    .unwrap();
-    tokio::spawn(
-        front
-            .kube_scheduler(client.clone(), settings.scheduler_name.clone())
-            .unwrap()
-            .run(),
-    );
-    tokio::spawn(plugin_stand_in(as_component(
+    .await;
+    // The plugin acts as its ServiceAccount: D-4 lets only it and the scheduler write the
+    // scheduler-owned annotations.
+    tokio::spawn(plugin_stand_in(common::as_component(
+        &c.api,
         hami_manifests::names::DEVICE_PLUGIN,
     )));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !scheduler.ready() {
-        assert!(Instant::now() < deadline, "scheduler never synced");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Cluster {
-        _api: api,
-        client,
-        scheduler,
-        _dir: dir,
-    }
-}
-
-fn rand_suffix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u64
+    c
 }
 
 fn pod(name: &str, init: Value, containers: Value) -> Pod {

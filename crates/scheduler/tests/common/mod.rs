@@ -1,11 +1,17 @@
 //! What the scheduler's API-server tests set up the same way: the embedded API server and a
 //! client, a node whose AMD plugin registered one MI210 (10 slices), a one-slice GPU pod, a
-//! scheduler that is always leader, and filter's arguments for one node.
+//! scheduler that is always leader, and filter's arguments for one node; for the end-to-end
+//! tests, the scheduler in front of the API server as it is installed ([`start_front`]) and a
+//! bounded [`wait`].
 #![allow(dead_code)] // each test binary uses its own part
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use hami_apiserver::{ApiServer, Config, RunningApiServer};
+use hami_kube_scheduler_sim::SimKubeScheduler;
+use hami_kube_scheduler_sim::front::{SchedulerFront, client_as, component_user};
 use hami_scheduler::config::Settings;
 use hami_scheduler::extender::ExtenderArgs;
 use hami_scheduler::leader::Leadership;
@@ -93,4 +99,112 @@ pub fn start_scheduler(client: &Client) -> Arc<Scheduler> {
 /// Filter's arguments for `pod` on node `n` alone.
 pub fn filter_args(pod: &Pod) -> ExtenderArgs {
     serde_json::from_value(json!({"pod": pod, "nodenames": ["n"]})).unwrap()
+}
+
+/// A directory of its own under the system temp dir (the process id and the clock's
+/// nanoseconds in its name), removed with what is in it when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// A new name starting with `prefix` (the directory is made by whoever writes there).
+    pub fn new(prefix: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        TempDir(std::env::temp_dir().join(format!("{prefix}-{}-{nanos}", std::process::id())))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// [`api`] with rustls' ring provider installed first: the API server calls the webhook, and
+/// the simulated kube-scheduler the extender, over HTTPS.
+pub async fn tls_api() -> (RunningApiServer, Client) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    api().await
+}
+
+/// A client of `api` acting as the ServiceAccount `service_account` where the chart installs.
+pub fn as_component(api: &RunningApiServer, service_account: &str) -> Client {
+    client_as(
+        &api.url(),
+        &component_user(&hami_manifests::Settings::default(), service_account),
+    )
+    .unwrap()
+}
+
+/// The embedded API server with the scheduler in front of it, as installed.
+pub struct Front {
+    /// The API server.
+    pub api: RunningApiServer,
+    /// An anonymous (admin) client of it.
+    pub client: Client,
+    /// The scheduler, always leader.
+    pub scheduler: Arc<Scheduler>,
+    /// Where it serves over TLS, and the CA its clients trust.
+    pub front: SchedulerFront,
+    /// Its serving certificate and key.
+    pub dir: TempDir,
+}
+
+/// Starts on `api` the scheduler with `settings`, acting as its ServiceAccount (the API
+/// server admits UPDATEs, and D-4 lets only it and the plugins write the scheduler-owned
+/// annotations); serves it over TLS with the shipped webhook configuration (failurePolicy
+/// Fail) pointed at it, the certificate in a [`TempDir`] named from `tls_dir_prefix`; spawns
+/// the simulated kube-scheduler calling its extender, as `kube_scheduler` makes it of the
+/// plain one; and waits (bounded) until the scheduler has synced.
+pub async fn start_front(
+    (api, client): (RunningApiServer, Client),
+    settings: &Settings,
+    tls_dir_prefix: &str,
+    kube_scheduler: impl FnOnce(SimKubeScheduler) -> SimKubeScheduler,
+) -> Front {
+    let dir = TempDir::new(tls_dir_prefix);
+    let scheduler = Scheduler::start(
+        as_component(&api, hami_manifests::names::SCHEDULER),
+        settings.clone(),
+        Arc::new(Leadership::always()),
+    );
+    let front = SchedulerFront::start(
+        &scheduler,
+        &dir.0,
+        &hami_manifests::Settings::default(),
+        &client,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(
+        kube_scheduler(
+            front
+                .kube_scheduler(client.clone(), settings.scheduler_name.clone())
+                .unwrap(),
+        )
+        .run(),
+    );
+    wait("the scheduler syncs", || async { scheduler.ready() }).await;
+    Front {
+        api,
+        client,
+        scheduler,
+        front,
+        dir,
+    }
+}
+
+/// Waits (bounded: 20 s) until `f` holds.
+pub async fn wait<F, Fut>(what: &str, f: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
 }
