@@ -6,7 +6,8 @@
 //! was refused, is reused, not duplicated), and the freeing
 //! side: pods that are gone or finished are dropped from `reservedFor`, a claim nobody
 //! reserves is deallocated (capacity returns), and a generated claim whose pod is gone is
-//! deleted (the embedded API server has no garbage collector).
+//! deleted (the embedded API server has no garbage collector); what the controller kept of a
+//! gone pod to bridge the informers' lag is forgotten then too.
 //!
 //! Not modelled: templates' own metadata (labels/annotations copied onto the claim),
 //! `ownerReferences` of other consumers than pods, the controller's metrics and workqueue
@@ -141,6 +142,7 @@ fn generate_name(pod: &str, claim: &str) -> String {
 /// One freeing pass (see the module doc); `pods` is the scheduler's pod informer. Returns
 /// how many claims it changed (deallocated, unreserved or deleted): capacity may be free.
 pub async fn free(client: &Client, state: &DraState, pods: &Store<Pod>) -> usize {
+    state.forget_gone_pods(pods);
     let live: HashMap<String, bool> = pods
         .state()
         .iter()

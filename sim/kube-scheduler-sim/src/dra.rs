@@ -95,10 +95,11 @@ pub struct DraState {
     /// Claims whose assumed allocation changed since the last view.
     assumed_dirty: Arc<Mutex<HashSet<String>>>,
     /// Claims the claim controller created that the informer may not show yet:
-    /// (pod UID, pod claim name) → claim.
+    /// (pod UID, pod claim name) → claim. Kept while the pod exists (see
+    /// [`DraState::forget_gone_pods`]).
     pub(crate) created: Mutex<HashMap<(String, String), Arc<ResourceClaim>>>,
     /// Entries the claim controller recorded in the pod's status, which the pod informer may
-    /// not show yet: (pod UID, pod claim name) → claim name.
+    /// not show yet: (pod UID, pod claim name) → claim name. Kept while the pod exists.
     pub(crate) recorded: Mutex<HashMap<(String, String), String>>,
     /// Bumped on every slice or class event (the view's slice side is rebuilt when it moved).
     slice_generation: Arc<AtomicU64>,
@@ -483,6 +484,32 @@ impl DraState {
             .unwrap_or_else(|p| p.into_inner())
             .remove(claim_uid);
         self.claim_generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many entries the claim controller keeps over the informers' lag: (claims it
+    /// created, records it wrote), for tests and logs.
+    pub fn claim_controller_entries(&self) -> (usize, usize) {
+        let created = self.created.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let recorded = self
+            .recorded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        (created, recorded)
+    }
+
+    /// Forgets what the claim controller created and recorded for pods that `pods` (the pod
+    /// informer) no longer holds: a pod's UID never comes back, so those entries can no
+    /// longer be read, and without this a long run keeps one per pod it ever saw.
+    pub(crate) fn forget_gone_pods(&self, pods: &Store<Pod>) {
+        // Locked before the snapshot: the controller adds entries only for pods it took from
+        // this store, so every entry present now is of a pod the snapshot shows unless it is
+        // gone (a snapshot taken first could predate a pod whose entries are added after).
+        let mut created = self.created.lock().unwrap_or_else(|p| p.into_inner());
+        let mut recorded = self.recorded.lock().unwrap_or_else(|p| p.into_inner());
+        let live: HashSet<String> = pods.state().iter().filter_map(|p| p.uid()).collect();
+        created.retain(|(pod, _), _| live.contains(pod));
+        recorded.retain(|(pod, _), _| live.contains(pod));
     }
 
     /// Nodes of allocations being written, by claim UID (for tests and logs).
