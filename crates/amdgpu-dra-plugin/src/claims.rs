@@ -140,8 +140,10 @@ impl KubeClaims {
             let (version, current) = match known.take() {
                 Some(k) => k,
                 None => {
+                    // The claim itself, status included: `get` on the claim is granted for
+                    // the claim GET already, so the status subresource needs only `patch`.
                     let obj = api
-                        .get_status(name)
+                        .get(name)
                         .await
                         .map_err(|e| format!("reading {what}: {e}"))?;
                     if obj.metadata.uid.as_deref() != Some(uid) {

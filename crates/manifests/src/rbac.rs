@@ -133,7 +133,7 @@ pub fn dra_plugin_cluster_rules() -> Vec<PolicyRule> {
         rule(
             "resource.k8s.io",
             &["resourceclaims/status"],
-            &["get", "patch"],
+            &["patch"],
             &[],
         ),
     ]
