@@ -84,6 +84,9 @@ pub mod refusal {
     pub const NODE_INSUFFICIENT_DEVICE: &str = "NodeInsufficientDevice";
     /// The node registered no GPU at all, or the scheduler does not know it.
     pub const NODE_UNREGISTERED: &str = "NodeUnregistered";
+    /// The node serves AMD GPUs through the DRA driver (label `hami.io/amd-mode=dra`), as
+    /// ResourceSlices, not through the device plugin this extender places pods for.
+    pub const NODE_DRA_MODE: &str = "NodeDraMode";
     /// The node registered only another vendor's GPUs.
     pub const NO_VENDOR_GPU: &str = "NoVendorGpu";
     /// A register annotation that does not decode, or a malformed heartbeat.
@@ -99,6 +102,7 @@ pub fn refusal_labels() -> Vec<&'static str> {
     let mut all = vec![
         refusal::NODE_INSUFFICIENT_DEVICE,
         refusal::NODE_UNREGISTERED,
+        refusal::NODE_DRA_MODE,
         refusal::NO_VENDOR_GPU,
         refusal::REGISTER_INVALID,
         refusal::PLUGIN_NOT_SERVING,

@@ -110,7 +110,7 @@ impl Metrics {
         );
         registry.register(
             "hami_scheduler_filter_refusals",
-            "Nodes a filter call refused, by reason: the GPU-level fit reasons (CardInsufficientMemory, CardInsufficientCore, ...; a node counts once under each reason its GPUs gave) and node-level ones (NodeInsufficientDevice, NodeUnregistered, NoVendorGpu, RegisterInvalid, PluginNotServing: kubelet reports 0 devices, PluginStale: the plugin's heartbeat stopped)",
+            "Nodes a filter call refused, by reason: the GPU-level fit reasons (CardInsufficientMemory, CardInsufficientCore, ...; a node counts once under each reason its GPUs gave) and node-level ones (NodeInsufficientDevice, NodeUnregistered, NodeDraMode: the node serves AMD GPUs through the DRA driver, NoVendorGpu, RegisterInvalid, PluginNotServing: kubelet reports 0 devices, PluginStale: the plugin's heartbeat stopped)",
             self.refusals.clone(),
         );
         let gauge = |registry: &mut Registry, name: &str, help: &str| {
@@ -327,6 +327,43 @@ mod tests {
             crate::fit::refusal_labels().len(),
             "no label outside the fixed set"
         );
+    }
+
+    #[test]
+    fn a_dra_node_refusal_is_counted_as_dra_mode_not_unregistered() {
+        use crate::extender::{FilterConfig, decide_filter};
+        let mut state = ClusterState::new();
+        for node in [
+            json!({"metadata": {"name": "dra", "labels": {"hami.io/amd-mode": "dra"}}}),
+            json!({"metadata": {"name": "bare"}}),
+        ] {
+            state.upsert_node(&serde_json::from_value::<Node>(node).unwrap());
+        }
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "resources": {"limits": {"amd.com/gpu": "1"}}}]}})).unwrap();
+        let names = vec!["dra".to_owned(), "bare".to_owned()];
+        let d = decide_filter(&mut state, &pod, &names, &FilterConfig::default(), 0);
+        assert!(d.result.nodenames.is_none(), "{d:?}");
+        // kube-scheduler still shows the user what to change on the DRA node.
+        let why = &d.result.failed_nodes["dra"];
+        assert!(
+            why.contains("DRA driver") && why.contains("hami.io/amd-mode: dra"),
+            "{why}"
+        );
+        let m = Metrics::new();
+        m.count_refusals(&d.refusals);
+        let text = m.render(&state);
+        let value = |reason: &str| {
+            let prefix = format!(
+                r#"hami_scheduler_filter_refusals_total{{zone="vGPU",reason="{reason}"}} "#
+            );
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .unwrap_or_else(|| panic!("{reason} missing in\n{text}"))
+                .to_string()
+        };
+        assert_eq!(value("NodeDraMode"), "1", "the DRA node");
+        assert_eq!(value("NodeUnregistered"), "1", "only the bare node");
     }
 
     /// Two nodes, a pod with an init container and two app containers, one of them on two

@@ -67,7 +67,8 @@ impl NodeDevices {
         let annotations = node.metadata.annotations.clone().unwrap_or_default();
         let mut devices = Self::from_annotations(name, &annotations);
         // A DRA node serves AMD GPUs as ResourceSlices, never through this extender: say so,
-        // rather than "node unregistered", when a device-plugin pod is refused there.
+        // and count it as such, rather than "node unregistered", when a device-plugin pod
+        // is refused there.
         let dra = node
             .metadata
             .labels
@@ -77,13 +78,12 @@ impl NodeDevices {
         if dra && !devices.offers(Vendor::Amd) && devices.register_error(Vendor::Amd).is_none() {
             devices.push_register_error(
                 Vendor::Amd,
-                refusal::NODE_UNREGISTERED,
+                refusal::NODE_DRA_MODE,
                 format!(
-                    "node serves AMD GPUs through the DRA driver (label {}={}), not the device plugin: annotate the pod {}: {} to run it there",
-                    dra::AMD_MODE_LABEL,
-                    dra::AMD_MODE_DRA,
-                    dra::AMD_MODE_ANNOTATION,
-                    dra::AMD_MODE_DRA
+                    "node serves AMD GPUs through the DRA driver (label {label}={dra}), not the device plugin: annotate the pod {annotation}: {dra} to run it there, or leave it to a node without that label",
+                    label = dra::AMD_MODE_LABEL,
+                    dra = dra::AMD_MODE_DRA,
+                    annotation = dra::AMD_MODE_ANNOTATION,
                 ),
             );
         }
@@ -256,7 +256,7 @@ mod tests {
             why.contains("DRA driver") && why.contains("hami.io/amd-mode: dra"),
             "{why}"
         );
-        assert_eq!(d.register_label(Vendor::Amd), refusal::NODE_UNREGISTERED);
+        assert_eq!(d.register_label(Vendor::Amd), refusal::NODE_DRA_MODE);
         // Its NVIDIA GPUs are unaffected; a node without the label stays "unregistered".
         let nv = r#"[{"id":"GPU-1","count":10,"devmem":1000,"devcore":100,"type":"NVIDIA-A100","health":true}]"#;
         let d = NodeDevices::from_node(&dra_node(json!({"hami.io/node-nvidia-register": nv})));
