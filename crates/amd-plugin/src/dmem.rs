@@ -3,7 +3,8 @@
 //!
 //! Why the pod cgroup (see `dmem_plan`): it exists before every container of the pod and
 //! outlives their restarts; the kernel applies a parent's `dmem.max` to the whole subtree.
-//! Kubelet creates it after Allocate returns, so the writer waits for it (bounded). Which
+//! Kubelet creates it after Allocate returns (device plugin), so the writer waits for it
+//! (bounded); before NodePrepareResources (DRA), so the limit is written at once. Which
 //! directory is the pod's, and how long to wait, is `pod_cgroup` (pure). The layouts
 //! below are what kubelet + containerd / CRI-O create:
 //!
@@ -114,20 +115,54 @@ pub async fn apply_job(
     }
 }
 
+/// Where jobs go: [`DmemWriter::submit`] writes at once when the pod's cgroup is already
+/// there, else the writer task waits for it (bounded).
+#[derive(Debug, Clone)]
+pub struct DmemWriter {
+    cgroup_root: PathBuf,
+    available: bool,
+    tx: tokio::sync::mpsc::UnboundedSender<DmemJob>,
+}
+
+impl DmemWriter {
+    /// Applies `job` now if its pod's cgroup exists — in DRA, kubelet makes it before
+    /// NodePrepareResources (`Kubelet.SyncPod`'s `pcm.EnsureExists`), so the limit is in
+    /// place before the prepare answers and any container starts — else hands it to the
+    /// writer task (the device plugin's Allocate comes before the pod cgroup). Returns the
+    /// cgroup written now, if any; failures are logged (the hook still limits memory).
+    pub fn submit(&self, job: DmemJob) -> Option<PathBuf> {
+        if !self.available {
+            return None;
+        }
+        if let Some(dir) = find_pod_cgroup(&self.cgroup_root, &job.pod_uid) {
+            return match write_limits(&dir, &job.limits) {
+                Ok(()) => {
+                    tracing::info!(cgroup = %dir.display(), "dmem limit applied");
+                    Some(dir)
+                }
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    None
+                }
+            };
+        }
+        let _ = self.tx.send(job);
+        None
+    }
+}
+
 /// The writer task: applies jobs as they come (only when the controller is available; the
 /// caller reports its absence once).
-pub fn spawn_writer(
-    cgroup_root: PathBuf,
-    timeout: Duration,
-) -> tokio::sync::mpsc::UnboundedSender<DmemJob> {
+pub fn spawn_writer(cgroup_root: PathBuf, timeout: Duration) -> DmemWriter {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<DmemJob>();
+    let available = dmem_available(&cgroup_root);
+    let root = cgroup_root.clone();
     tokio::spawn(async move {
-        let available = dmem_available(&cgroup_root);
         while let Some(job) = rx.recv().await {
             if !available {
                 continue;
             }
-            let root = cgroup_root.clone();
+            let root = root.clone();
             tokio::spawn(async move {
                 match apply_job(&root, job, timeout).await {
                     Ok(cg) => tracing::info!(cgroup = %cg.display(), "dmem limit applied"),
@@ -136,7 +171,11 @@ pub fn spawn_writer(
             });
         }
     });
-    tx
+    DmemWriter {
+        cgroup_root,
+        available,
+        tx,
+    }
 }
 
 /// The message for a node without the controller.

@@ -30,7 +30,7 @@ use crate::allocate_plan::{
     ContainerPlan, PlanSettings, PodAnnotations, plan_allocate, plan_whole_cards,
 };
 use crate::cu_usage::{PodCus, Usage, cus_in_use};
-use crate::dmem::DmemJob;
+use crate::dmem::{DmemJob, DmemWriter};
 use crate::dmem_plan::{DmemLimit, pod_dmem};
 use crate::grpc_server::Allocator;
 use crate::registration::RegisteredDevice;
@@ -116,7 +116,7 @@ pub struct KubeAllocator {
     /// How containers are planned.
     pub settings: PlanSettings,
     /// Receives dmem jobs (the cgroup writer); `None` disables dmem.
-    pub dmem: Option<tokio::sync::mpsc::UnboundedSender<DmemJob>>,
+    pub dmem: Option<DmemWriter>,
     /// Allocations of one node are serialized so CU choices never race.
     pub serial: Mutex<()>,
     /// Unreadable annotations already reported (pod, value), so each gets one Event.
@@ -130,7 +130,7 @@ impl KubeAllocator {
         node: String,
         devices: watch::Receiver<Vec<RegisteredDevice>>,
         settings: PlanSettings,
-        dmem: Option<tokio::sync::mpsc::UnboundedSender<DmemJob>>,
+        dmem: Option<DmemWriter>,
     ) -> Arc<Self> {
         Arc::new(Self {
             client,
@@ -256,10 +256,10 @@ impl KubeAllocator {
         annotations.insert(AMD.devices_to_allocate.into(), json!(plan.to_allocate));
         annotations.insert(pod_keys::AMD_CU_ALLOCATED.into(), json!(plan.cu_allocated));
         commit_allocation(&self.client, &self.node, target, annotations, plan.last).await?;
-        if let (Some(tx), Some(uid)) = (&self.dmem, pod.metadata.uid.as_ref()) {
+        if let (Some(writer), Some(uid)) = (&self.dmem, pod.metadata.uid.as_ref()) {
             let limits = pod_limits(pod, devices).unwrap_or_else(|| plan.dmem.clone());
             if !limits.is_empty() {
-                let _ = tx.send(DmemJob {
+                writer.submit(DmemJob {
                     pod_uid: uid.clone(),
                     limits,
                 });

@@ -291,6 +291,53 @@ async fn a_pod_cgroup_made_before_the_job_gets_the_limit_without_waiting() {
     }
 }
 
+/// The writer's two paths: a pod cgroup already there is written before `submit` returns
+/// (DRA: the limit is in place when NodePrepareResources answers); one that is not yet
+/// there is left to the writer task, which writes once it appears.
+#[tokio::test]
+async fn submit_writes_an_existing_pod_cgroup_at_once_and_a_late_one_later() {
+    let (_tree, devs) = devices();
+    let limits = pod_limits(&pod(&devs), &devs).unwrap();
+    let layout = Layout::ContainerdSystemd;
+    let root = std::env::temp_dir().join(format!("hami-dmem-submit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("cgroup.controllers"), "cpu memory dmem\n").unwrap();
+    let writer = hami_amd_plugin::dmem::spawn_writer(root.clone(), Duration::from_secs(10));
+    let job = DmemJob {
+        pod_uid: UID.into(),
+        limits: limits.clone(),
+    };
+    // Not there yet: handed to the task, nothing written now.
+    assert_eq!(writer.submit(job.clone()), None);
+    let pod_dir = layout.pod_dir(&root);
+    // Appears with its dmem.max in one step, as a cgroup mkdir does in cgroupfs.
+    let staged = root.join("staged");
+    mkcg(&staged);
+    std::fs::create_dir_all(pod_dir.parent().unwrap()).unwrap();
+    std::fs::rename(&staged, &pod_dir).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while effective_limit(&root, &pod_dir, &limits[0].region) != Some(limits[0].bytes) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the late cgroup never got its limit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // There now: written before submit returns.
+    std::fs::write(pod_dir.join("dmem.max"), "").unwrap();
+    assert_eq!(writer.submit(job), Some(pod_dir.clone()));
+    for l in &limits {
+        assert_eq!(
+            effective_limit(&root, &pod_dir, &l.region),
+            Some(l.bytes),
+            "{}",
+            l.region
+        );
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 #[tokio::test]
 async fn controller_not_enabled_below_root_is_a_clear_error() {
     let root = std::env::temp_dir().join(format!("hami-dmem-off-{}", std::process::id()));

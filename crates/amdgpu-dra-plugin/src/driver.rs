@@ -13,10 +13,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use hami_amd_discovery::registration::RegisteredDevice;
-use hami_amd_plugin::dmem::{DmemJob, DmemLimit};
+use hami_amd_plugin::dmem::{DmemJob, DmemLimit, DmemWriter};
 use hami_dra_core::cdi_claim;
 use hami_dra_core::prepare::{PrepareSettings, claim_paths, plan_prepare};
-use tokio::sync::{Mutex, mpsc::UnboundedSender};
+use tokio::sync::Mutex;
 
 use crate::checkpoint::{self, Checkpoint, CheckpointError, PreparedClaim};
 use crate::checkpoint_store::CheckpointStore;
@@ -35,7 +35,7 @@ pub struct DriverConfig {
     /// The checkpoint file.
     pub checkpoint: PathBuf,
     /// The dmem writer (absent when the node has no dmem controller).
-    pub dmem: Option<UnboundedSender<DmemJob>>,
+    pub dmem: Option<DmemWriter>,
 }
 
 /// The DRA driver: prepares and unprepares claims, one at a time, recording each in the checkpoint.
@@ -162,7 +162,7 @@ impl<C: ClaimSource> Driver<C> {
             let e = self.checkpoint_error(e);
             return Err(self.undo(c, &claim, true, e).await);
         }
-        if let Some(tx) = &self.config.dmem
+        if let Some(writer) = &self.config.dmem
             && !plan.dmem.is_empty()
         {
             let limits = state
@@ -171,7 +171,9 @@ impl<C: ClaimSource> Driver<C> {
                 .into_iter()
                 .map(|(region, bytes)| DmemLimit { region, bytes })
                 .collect();
-            let _ = tx.send(DmemJob {
+            // The pod cgroup exists by now (kubelet makes it before this call): the limit
+            // is written before the answer, so no container of the pod starts without it.
+            writer.submit(DmemJob {
                 pod_uid: plan.pod_uid.clone(),
                 limits,
             });

@@ -626,11 +626,12 @@ async fn dmem_limit_reaches_a_late_pod_cgroup_and_sums_the_pods_claims() {
         .unwrap()
         .into_inner();
     assert_eq!(r.claims["uid-b"].error, "");
-    wait_for_file(
-        &pod.join("dmem.max"),
-        &format!("drm/{bdf}/vram0 {}\n", 6u64 << 30),
-    )
-    .await;
+    // The pod cgroup was there before this prepare (kubelet's order): the limit is written
+    // before the answer, not after it — no container of the pod starts without it.
+    assert_eq!(
+        std::fs::read_to_string(pod.join("dmem.max")).unwrap(),
+        format!("drm/{bdf}/vram0 {}\n", 6u64 << 30)
+    );
     let _ = stop_tx.send(());
     tokio::time::timeout(Duration::from_secs(10), handle)
         .await
