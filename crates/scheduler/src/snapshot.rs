@@ -68,14 +68,19 @@ impl NodeDevices {
         let mut devices = Self::from_annotations(name, &annotations);
         // A DRA node serves AMD GPUs as ResourceSlices, never through this extender: say so,
         // and count it as such, rather than "node unregistered", when a device-plugin pod
-        // is refused there.
+        // is refused there. The label wins over a register annotation still there (a node
+        // switched to DRA before its device plugin's annotation went stale): the DRA driver
+        // allocates those GPUs now, and two allocators on one GPU would over-commit it.
         let dra = node
             .metadata
             .labels
             .as_ref()
             .and_then(|l| l.get(dra::AMD_MODE_LABEL))
             .is_some_and(|v| v == dra::AMD_MODE_DRA);
-        if dra && !devices.offers(Vendor::Amd) && devices.register_error(Vendor::Amd).is_none() {
+        if dra {
+            devices.gpus.retain(|g| g.vendor != Vendor::Amd);
+            devices.register_errors.retain(|(v, _)| *v != Vendor::Amd);
+            devices.register_labels.retain(|(v, _)| *v != Vendor::Amd);
             devices.push_register_error(
                 Vendor::Amd,
                 refusal::NODE_DRA_MODE,
@@ -266,6 +271,24 @@ mod tests {
                 .unwrap()
                 .contains("DRA driver")
         );
+        // A register annotation left from the device plugin does not bring the GPUs back,
+        // nor does a broken one change the reason.
+        let amd =
+            r#"[{"id":"G","count":10,"devmem":1000,"devcore":100,"type":"AMD X","health":true}]"#;
+        for left in [amd, "not json"] {
+            let d = NodeDevices::from_node(&dra_node(json!({"hami.io/node-amd-register": left})));
+            assert!(!d.offers(Vendor::Amd), "{left}");
+            assert_eq!(
+                d.register_label(Vendor::Amd),
+                refusal::NODE_DRA_MODE,
+                "{left}"
+            );
+            assert!(
+                d.register_error(Vendor::Amd)
+                    .unwrap()
+                    .contains("DRA driver")
+            );
+        }
         let plain: Node = serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap();
         assert!(
             NodeDevices::from_node(&plain)
