@@ -18,8 +18,8 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 /// container names are lowercase DNS labels).
 pub const SANDBOX: &str = "POD";
 
-/// kubelet's `--cgroup-driver`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// kubelet's `--cgroup-driver` (the flag's values, `cgroupfs` and `systemd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum CgroupDriver {
     /// Plain directories (`kubepods/burstable/pod<uid>`).
     Cgroupfs,

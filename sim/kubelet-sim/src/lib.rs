@@ -24,6 +24,7 @@
 
 pub mod admission;
 pub mod cdi;
+pub mod cgroup_args;
 pub mod cgroup_layout;
 pub mod container_runtime;
 pub mod device_state;
@@ -73,12 +74,13 @@ pub struct Args {
     pub sync_interval_ms: u64,
 }
 
-/// Runs until Ctrl-C, with the kubeconfig from the environment.
-pub async fn run(args: Args) -> anyhow::Result<()> {
+/// Runs until Ctrl-C, with the kubeconfig from the environment, making the pods' cgroups
+/// when `cgroups` says where (checked by [`cgroup_args::CgroupArgs::config`]).
+pub async fn run(args: Args, cgroups: Option<pod_cgroups::CgroupConfig>) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client (set KUBECONFIG): {e}"))?;
-    let sim = KubeletSim::start(args, client).await?;
+    let sim = KubeletSim::start_node(args, client, NodeConfig { dra: None, cgroups }).await?;
     tokio::signal::ctrl_c().await?;
     sim.shutdown().await;
     Ok(())

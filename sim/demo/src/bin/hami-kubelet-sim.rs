@@ -7,13 +7,30 @@ use clap::Parser;
     name = "hami-kubelet-sim",
     version,
     about = "Run a simulated kubelet: serves the device-plugin Registration API and calls \
-             Allocate for pods bound to its node, as kubelet does (uses $KUBECONFIG)"
+             Allocate for pods bound to its node, as kubelet does (uses $KUBECONFIG); with \
+             --cgroup-root, also makes the pods' cgroups in that tree as kubelet and \
+             containerd do"
 )]
 struct Cli {
     #[command(flatten)]
     kubelet: hami_kubelet_sim::Args,
+    #[command(flatten)]
+    cgroups: hami_kubelet_sim::cgroup_args::CgroupArgs,
 }
 
 fn main() -> std::process::ExitCode {
-    hami_demo::cli::serve(hami_kubelet_sim::run(Cli::parse().kubelet), "info")
+    let cli = Cli::parse();
+    // Checked before anything starts: a bad tree is the user's to fix (exit 2), not a
+    // failure of the running kubelet.
+    let cgroups = match cli.cgroups.config() {
+        Ok(c) => c,
+        Err(e) => return hami_plugin_core::entry::usage_error(e),
+    };
+    let cgroups = cgroups.map(|(config, warnings)| {
+        for w in warnings {
+            eprintln!("warning: {w}");
+        }
+        config
+    });
+    hami_demo::cli::serve(hami_kubelet_sim::run(cli.kubelet, cgroups), "info")
 }
