@@ -109,10 +109,7 @@ fn main() -> ExitCode {
         Command::Workload(f) => return subprogram::run("hami-workload", f.args),
         Command::Plan(args) => return plan(&args),
         Command::Ui(args) => {
-            return serve(
-                hami_webui::run(args),
-                "info,kube_client=warn,kube_runtime=warn",
-            );
+            return serve(hami_webui::run(args), hami_webui::LOG_FILTER);
         }
         Command::Inspect { what } => inspect(what),
         Command::Status(args) => return show_status(args),

@@ -223,6 +223,34 @@ mod tests {
     }
 
     #[test]
+    fn webui_reads_claims_and_slices_only_in_the_dra_mode() {
+        // (resource.k8s.io rules of the hami-webui ClusterRole, its --dra flag)
+        let ui = |argv: &[&str]| {
+            let s = Cli::parse_from(argv).args.settings().unwrap();
+            let role = crate::objects::rbac_objects(&s)
+                .iter()
+                .map(|o| o.to_value().unwrap())
+                .find(|v| {
+                    v["kind"] == "ClusterRole" && v["metadata"]["name"] == crate::names::WEBUI
+                })
+                .unwrap();
+            let dra_rules = role["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["apiGroups"][0] == "resource.k8s.io")
+                .count();
+            let args = crate::objects::webui_args(&s);
+            (dra_rules, args.contains(&"--dra".to_string()))
+        };
+        assert_eq!(ui(&["x", "--webui"]), (0, false));
+        assert_eq!(
+            ui(&["x", "--webui", "--dra", "--kube-version", "v1.34.0"]),
+            (1, true)
+        );
+    }
+
+    #[test]
     fn dra_is_opt_in_and_keeps_the_device_plugin_off_dra_nodes() {
         let objects = |argv: &[&str]| {
             let s = Cli::parse_from(argv).args.settings()?;

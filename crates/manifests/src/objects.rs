@@ -364,9 +364,13 @@ pub fn rbac_objects(settings: &Settings) -> Vec<Object> {
         ]);
     }
     if v.webui.enabled {
+        let mut rules = rbac::webui_cluster_rules();
+        if v.dra_plugin.enabled {
+            rules.extend(rbac::webui_dra_cluster_rules());
+        }
         out.extend([
             sa(WEBUI, ns),
-            cluster_role(WEBUI, WEBUI, rbac::webui_cluster_rules()),
+            cluster_role(WEBUI, WEBUI, rules),
             cluster_binding(WEBUI, WEBUI, WEBUI, sa_subject(WEBUI, ns)),
         ]);
     }
@@ -1526,18 +1530,24 @@ pub fn monitor_daemon_set(settings: &Settings) -> Object {
     )
 }
 
-/// The web UI's arguments (the chart's `webui.yaml` writes the same).
+/// The web UI's arguments (the chart's `webui.yaml` writes the same): `--dra` exactly when
+/// its role has the DRA rules ([`rbac::webui_dra_cluster_rules`]), so it watches what it
+/// may read.
 pub fn webui_args(settings: &Settings) -> Vec<String> {
     let mut args = vec![format!("--listen=0.0.0.0:{WEBUI_PORT}")];
     let url = &settings.values.webui.prometheus_url;
     if !url.is_empty() {
         args.push(format!("--prometheus={url}"));
     }
+    if settings.values.dra_plugin.enabled {
+        args.push(s("--dra"));
+    }
     args
 }
 
 /// The read-only web UI: one replica, non-root, no capabilities, read-only root; in-cluster
-/// credentials of its ServiceAccount (list/watch nodes, pods, events).
+/// credentials of its ServiceAccount (list/watch nodes, pods, events; in the DRA mode also
+/// ResourceSlices and ResourceClaims).
 pub fn webui_deployment(settings: &Settings) -> Object {
     let v = &settings.values;
     let probe = Probe {

@@ -155,20 +155,25 @@ pub fn monitor_dra_cluster_rules() -> Vec<PolicyRule> {
 }
 
 /// Cluster-wide rules of the web UI: its watchers (crates/webui/src/watch.rs) list and
-/// watch nodes, pods, both Event APIs, and the ResourceSlices and ResourceClaims its DRA
-/// nodes' pages show (in every mode: the UI shows DRA nodes wherever a node is labelled
-/// for DRA, and a cluster before 1.34 merely answers 404); nothing else, no write verb.
+/// watch nodes, pods and both Event APIs; nothing else, no write verb.
 pub fn webui_cluster_rules() -> Vec<PolicyRule> {
     vec![
         rule("", &["nodes", "pods", "events"], &["list", "watch"], &[]),
         rule("events.k8s.io", &["events"], &["list", "watch"], &[]),
-        rule(
-            "resource.k8s.io",
-            &["resourceslices", "resourceclaims"],
-            &["list", "watch"],
-            &[],
-        ),
     ]
+}
+
+/// The web UI's extra rules in the DRA mode (`draPlugin`, which also passes it `--dra`):
+/// its DRA watchers list and watch the driver's ResourceSlices and the ResourceClaims its
+/// DRA nodes' and pods' pages show. Without the DRA mode the UI starts no such watch and
+/// holds no read of any claim.
+pub fn webui_dra_cluster_rules() -> Vec<PolicyRule> {
+    vec![rule(
+        "resource.k8s.io",
+        &["resourceslices", "resourceclaims"],
+        &["list", "watch"],
+        &[],
+    )]
 }
 
 /// Cluster-wide rules of the node labeller: main.rs reads and labels its Node.

@@ -102,6 +102,8 @@ fn variants() -> Vec<(&'static str, &'static str, Value)> {
             "enabled": true, "splitCount": 4, "extendedResourceName": false,
             "publishInterval": 10, "cdiSpecDir": "/etc/cdi",
         },
+        // The web UI's DRA rules and its --dra flag.
+        "webui": {"enabled": true},
         "devicePlugin": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [
                 {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]},

@@ -662,4 +662,32 @@ mod tests {
             "{b:?}"
         );
     }
+
+    #[test]
+    fn a_dra_node_on_a_ui_without_dra_watches_says_so_once() {
+        // Without --dra the UI starts no DRA watch (so has no DRA error or pending list);
+        // a node labelled for DRA gets one banner naming the flag; none without one.
+        let mut w = World::default();
+        w.dra_unwatched = true;
+        w.upsert_node(
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "plain"}}))
+            .unwrap(),
+        );
+        assert!(w.banners().is_empty(), "{:?}", w.banners());
+        w.upsert_node(
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "dra-node", "labels": {"hami.io/amd-mode": "dra"}}}))
+            .unwrap(),
+        );
+        let b = w.banners();
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert!(
+            b[0].contains("Node dra-node is in DRA mode") && b[0].contains("--dra"),
+            "{b:?}"
+        );
+        // With the DRA watches on (the default World, as `start`), no such banner.
+        w.dra_unwatched = false;
+        assert!(w.banners().is_empty(), "{:?}", w.banners());
+    }
 }

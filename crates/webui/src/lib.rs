@@ -13,6 +13,11 @@
 //!   rendering.
 //! - [`server`]: the axum routes.
 
+/// The log filter of `hami-webui` and `hami ui` (unless `RUST_LOG`): kube-runtime's
+/// watcher warns at each retry of a refused watch, for ever; the UI's watchers log the first
+/// error of each run themselves (`watch_feed`), and show it as a banner while it lasts.
+pub const LOG_FILTER: &str = "info,kube_client=warn,kube_runtime=warn,kube_runtime::watcher=error";
+
 pub mod dra;
 pub mod html;
 pub mod live;
@@ -57,6 +62,11 @@ pub struct UiArgs {
     /// Seconds between scrapes.
     #[arg(long, default_value_t = 5)]
     pub scrape_seconds: u64,
+    /// Also watch the AMD DRA driver's ResourceSlices and the ResourceClaims (the DRA
+    /// nodes' devices and their pods' shares); needs list/watch on both (the chart grants
+    /// them and passes this flag with draPlugin.enabled).
+    #[arg(long)]
+    pub dra: bool,
 }
 
 /// A running UI.
@@ -82,12 +92,23 @@ impl RunningUi {
     }
 }
 
-/// Starts watchers, scrapers and the server on `listener`.
+/// Starts watchers (the DRA ones too), scrapers and the server on `listener`.
 pub fn start(
     client: kube::Client,
     listener: tokio::net::TcpListener,
     monitors: Vec<String>,
     scrape_every: Duration,
+) -> anyhow::Result<RunningUi> {
+    start_with(client, listener, monitors, scrape_every, true)
+}
+
+/// [`start`], with the DRA watchers only if `dra` (`--dra`).
+pub fn start_with(
+    client: kube::Client,
+    listener: tokio::net::TcpListener,
+    monitors: Vec<String>,
+    scrape_every: Duration,
+    dra: bool,
 ) -> anyhow::Result<RunningUi> {
     let addr = listener.local_addr()?;
     let world = Arc::new(RwLock::new(World::default()));
@@ -96,7 +117,7 @@ pub fn start(
         world: world.clone(),
         metrics: metrics.clone(),
     };
-    let mut tasks = watch::start(client, world.clone());
+    let mut tasks = watch::start(client, world.clone(), dra);
     if !monitors.is_empty() {
         tasks.push(tokio::spawn(scrape::run(world, metrics, scrape_every)));
     }
@@ -126,11 +147,12 @@ pub async fn run(args: UiArgs) -> anyhow::Result<()> {
     if let Some(p) = &args.prometheus {
         monitors.push(scrape::federate_url(p));
     }
-    let ui = start(
+    let ui = start_with(
         client,
         listener,
         monitors,
         Duration::from_secs(args.scrape_seconds.max(1)),
+        args.dra,
     )?;
     println!("hami web UI: {}", ui.url());
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

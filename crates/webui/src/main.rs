@@ -11,5 +11,5 @@ struct Cli {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    hami_plugin_core::entry::serve(hami_webui::run(cli.ui), "info")
+    hami_plugin_core::entry::serve(hami_webui::run(cli.ui), hami_webui::LOG_FILTER)
 }

@@ -1,8 +1,9 @@
 //! The Kubernetes side: one watcher per resource (nodes, pods, core/v1 and
-//! events.k8s.io/v1 Events, and resource.k8s.io/v1 ResourceSlices and ResourceClaims for
-//! the DRA nodes) feeding [`World`]. A watch error becomes a banner while it
-//! lasts; the watcher retries with backoff and the pages keep what was last seen. What each
-//! stream item does to the world is [`crate::watch_feed`]'s decision; this file drives it.
+//! events.k8s.io/v1 Events, and, with `--dra`, resource.k8s.io/v1 ResourceSlices and
+//! ResourceClaims for the DRA nodes) feeding [`World`]. A watch error becomes a banner while
+//! it lasts and is logged once per run of errors; the watcher retries with backoff and the
+//! pages keep what was last seen. What each stream item does to the world is
+//! [`crate::watch_feed`]'s decision; this file drives it.
 
 use std::sync::{Arc, RwLock};
 
@@ -178,8 +179,19 @@ where
         .into_stream()
         .boxed();
     while let Some(item) = stream.next().await {
+        let update = feed.on(item.map_err(|e| e.to_string()));
+        if let Update::Banner(e) = &update
+            && feed.began_failing()
+        {
+            tracing::warn!(
+                "cannot watch {}: {e} (retrying with backoff; logged once until it works)",
+                K::WHAT
+            );
+        } else if feed.recovered() {
+            tracing::info!("watching {} again", K::WHAT);
+        }
         let Ok(mut w) = world.write() else { return };
-        match feed.on(item.map_err(|e| e.to_string())) {
+        match update {
             Update::Banner(e) => {
                 w.api_errors.insert(K::WHAT, e);
             }
@@ -199,12 +211,22 @@ where
     }
 }
 
-/// Starts the watchers; they run until the runtime stops. Only our driver's slices are
-/// watched (the server filters by `spec.driver`); claims have no driver field to select on.
-pub fn start(client: Client, world: Arc<RwLock<World>>) -> Vec<tokio::task::JoinHandle<()>> {
+/// Starts the watchers; they run until the runtime stops. With `dra` also the DRA
+/// watchers (the chart passes `--dra`, and grants list/watch on ResourceSlices and
+/// ResourceClaims, only in its DRA mode: without it the UI never asks for what it may not
+/// read; [`World::dra_unwatched`] then says so if a node is in DRA mode anyway). Only our
+/// driver's slices are watched (the server filters by `spec.driver`); claims have no driver
+/// field to select on.
+pub fn start(
+    client: Client,
+    world: Arc<RwLock<World>>,
+    dra: bool,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let all = watcher::Config::default;
-    let ours = format!("spec.driver={}", hami_protocol::dra::DRIVER);
-    vec![
+    if let Ok(mut w) = world.write() {
+        w.dra_unwatched = !dra;
+    }
+    let mut tasks = vec![
         tokio::spawn(run(Api::<Node>::all(client.clone()), all(), world.clone())),
         tokio::spawn(run(Api::<Pod>::all(client.clone()), all(), world.clone())),
         tokio::spawn(run(
@@ -217,11 +239,17 @@ pub fn start(client: Client, world: Arc<RwLock<World>>) -> Vec<tokio::task::Join
             all(),
             world.clone(),
         )),
-        tokio::spawn(run(
-            Api::<ResourceSlice>::all(client.clone()),
-            all().fields(&ours),
-            world.clone(),
-        )),
-        tokio::spawn(run(Api::<ResourceClaim>::all(client), all(), world)),
-    ]
+    ];
+    if dra {
+        let ours = format!("spec.driver={}", hami_protocol::dra::DRIVER);
+        tasks.extend([
+            tokio::spawn(run(
+                Api::<ResourceSlice>::all(client.clone()),
+                all().fields(&ours),
+                world.clone(),
+            )),
+            tokio::spawn(run(Api::<ResourceClaim>::all(client), all(), world)),
+        ]);
+    }
+    tasks
 }

@@ -71,6 +71,9 @@ pub struct World {
     pub slices: BTreeMap<String, ResourceSlice>,
     /// ResourceClaims by `namespace/name`.
     pub claims: BTreeMap<String, ResourceClaim>,
+    /// The UI runs without `--dra` (no ResourceSlice or ResourceClaim watch): a node in
+    /// DRA mode then gets a banner saying its devices are not shown.
+    pub dra_unwatched: bool,
     /// [`World::dra_nodes`], built on first use after a slice or claim changed.
     dra: OnceLock<Vec<DraNode>>,
 }
@@ -285,18 +288,30 @@ impl World {
             .collect()
     }
 
-    /// Problems to show on every page (watch errors; resources not yet listed).
+    /// Problems to show on every page (watch errors; resources not yet listed; a DRA node
+    /// while the DRA resources are not watched).
     pub fn banners(&self) -> Vec<String> {
         let dra = self.has_dra();
         let shown = |what: &&str| dra || !DRA_RESOURCES.contains(what);
-        let mut out: Vec<String> = self
+        let mut out: Vec<String> = Vec::new();
+        if self.dra_unwatched
+            && let Some(name) = self
+                .nodes
+                .values()
+                .find(|n| is_dra_node(n))
+                .map(|n| n.metadata.name.as_deref().unwrap_or_default())
+        {
+            out.push(format!(
+                "Node {name} is in DRA mode ({AMD_MODE_LABEL}={AMD_MODE_DRA}), but this UI does not watch ResourceSlices and ResourceClaims: DRA devices and claims are not shown (start it with --dra; the chart does with draPlugin.enabled)."
+            ));
+        }
+        out.extend(self
             .api_errors
             .iter()
             .filter(|(what, _)| shown(what))
             .map(|(what, e)| {
                 format!("The Kubernetes API server cannot be read ({what}): {e}. Showing what was last seen.")
-            })
-            .collect();
+            }));
         for (what, synced) in self.synced.iter().filter(|(w, _)| shown(w)) {
             if !synced && !self.api_errors.contains_key(what) {
                 out.push(format!(

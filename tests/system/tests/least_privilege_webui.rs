@@ -1,14 +1,20 @@
 //! Least privilege for the web UI, end to end: on the embedded API server with
-//! authentication and RBAC on, the real UI (`hami_webui::start`, flags from its rendered
-//! Deployment) runs under its own service-account token with exactly the shipped RBAC
-//! objects, while a node, a GPU pod and Events of both APIs exist, and a DRA node with the
-//! driver's ResourceSlice and a pod's allocated ResourceClaim. Its pages show them; no
-//! request was refused; every granted verb was used; and nothing it did writes.
+//! authentication and RBAC on, the real UI (`hami_webui::start_with`, flags from its
+//! rendered Deployment) runs under its own service-account token with exactly the shipped
+//! RBAC objects, while a node, a GPU pod and Events of both APIs exist. Its pages show them;
+//! no request was refused; every granted verb was used; and nothing it did writes. In both
+//! install modes:
+//! - DRA (`hami manifests --dra` / `draPlugin.enabled`): also a DRA node with the driver's
+//!   ResourceSlice and a pod's allocated ResourceClaim, which its pages show;
+//! - not DRA: its role has no resource.k8s.io rule and it asks for no such resource (no
+//!   `--dra`); and a UI started with `--dra` under that role anyway gets its refusals only
+//!   there, shows no banner for them (no node is in DRA mode) and keeps its pages.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use clap::Parser;
+use hami_apiserver::{RequestRecord, RunningApiServer};
 use hami_manifests::{Object, Settings, names, objects};
 use hami_system_tests::{
     admin_client, client_for, refused, requests_of, service_account_user, start_authed_server,
@@ -17,7 +23,7 @@ use hami_system_tests::{
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[derive(Parser)]
 struct Cli {
@@ -25,17 +31,36 @@ struct Cli {
     ui: hami_webui::UiArgs,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothing() {
-    let mut s = Settings::default();
-    s.values.webui.enabled = true;
+/// The settings `hami manifests --webui [--dra]` renders with.
+fn settings(dra: bool) -> Settings {
+    let mut argv = vec!["hami-manifests", "--webui"];
+    if dra {
+        argv.extend(["--dra", "--kube-version", "v1.36.0"]);
+    }
+    ManifestsCli::parse_from(argv).args.settings().unwrap()
+}
+
+/// `hami manifests`' flags.
+#[derive(Parser)]
+struct ManifestsCli {
+    #[command(flatten)]
+    args: hami_manifests::ManifestsArgs,
+}
+
+/// The shipped RBAC objects and an authenticating server holding them.
+async fn server_for(s: &Settings) -> (Vec<Value>, RunningApiServer) {
     let ns = s.namespace.clone();
-    let rbac = to_values(&objects::rbac_objects(&s));
+    let rbac = to_values(&objects::rbac_objects(s));
     assert!(
         rbac.iter().any(|v| v["metadata"]["name"] == names::WEBUI),
         "webui RBAC shipped when enabled"
     );
     let server = start_authed_server(&[&ns, "ml"], &rbac).await;
+    (rbac, server)
+}
+
+/// A device-plugin GPU node, a pod on it, and an Event of each API about the pod.
+fn create_plugin_objects(server: &RunningApiServer) {
     let register = r#"[{"id":"G1","index":1,"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":true}]"#;
     server
         .create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-1", "annotations": {"hami.io/node-amd-register": register}}}))
@@ -67,9 +92,11 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
             "regarding": {"kind": "Pod", "namespace": "ml", "name": "train"},
             "reason": "BindingSucceed", "type": "Normal", "note": "new event seen"}))
         .unwrap();
+}
 
-    // A DRA node: its devices in the driver's slice, a pod's share in an allocated claim
-    // (the status through the status subresource, as the scheduler and driver write it).
+/// A DRA node: its devices in the driver's slice, a pod's share in an allocated claim
+/// (the status through the status subresource, as the scheduler and driver write it).
+async fn create_dra_objects(server: &RunningApiServer) {
     let driver = hami_protocol::dra::DRIVER;
     server
         .create_object(
@@ -105,7 +132,7 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
             "metadata": {"name": "dra-train-gpu", "namespace": "ml"},
             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": driver}}]}}}))
         .unwrap();
-    Api::<ResourceClaim>::namespaced(admin_client(&server).await, "ml")
+    Api::<ResourceClaim>::namespaced(admin_client(server).await, "ml")
         .patch_status(
             "dra-train-gpu",
             &PatchParams::default(),
@@ -119,10 +146,12 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
         )
         .await
         .unwrap();
+}
 
-    let client = client_for(&server, &ns, names::WEBUI).await;
+/// The UI's flags from its rendered Deployment, parsed by the binary's own parser.
+fn deployment_flags(s: &Settings) -> Cli {
     // The flags as the Deployment passes them are the binary's flags.
-    let Object::Deployment(d) = objects::webui_deployment(&s) else {
+    let Object::Deployment(d) = objects::webui_deployment(s) else {
         panic!()
     };
     let container = &d.spec.unwrap().template.spec.unwrap().containers[0];
@@ -134,34 +163,53 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
         std::iter::once("hami-webui".to_string()).chain(container.args.clone().unwrap()),
     );
     assert_eq!(cli.ui.listen.port(), names::WEBUI_PORT as u16);
+    assert_eq!(
+        cli.ui.dra, s.values.dra_plugin.enabled,
+        "--dra exactly in the DRA mode (with its rules)"
+    );
+    cli
+}
+
+/// Starts the UI under the web UI's service account, DRA watches as `dra`.
+async fn start_ui(
+    server: &RunningApiServer,
+    s: &Settings,
+    cli: &Cli,
+    dra: bool,
+) -> hami_webui::RunningUi {
+    let client = client_for(server, &s.namespace, names::WEBUI).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let ui = hami_webui::start(
+    hami_webui::start_with(
         client,
         listener,
         cli.ui.monitors.clone(),
         Duration::from_secs(5),
+        dra,
     )
-    .unwrap();
+    .unwrap()
+}
 
-    let get = |path: &'static str| {
-        let addr = ui.addr;
-        async move {
-            tokio::task::spawn_blocking(move || {
-                use std::io::{Read, Write};
-                let mut s = std::net::TcpStream::connect(addr).unwrap();
-                write!(
-                    s,
-                    "GET {path} HTTP/1.1\r\nHost: ui\r\nConnection: close\r\n\r\n"
-                )
-                .unwrap();
-                let mut out = String::new();
-                s.read_to_string(&mut out).unwrap();
-                out
-            })
-            .await
-            .unwrap()
-        }
-    };
+/// `GET path` from the UI: the raw HTTP answer.
+async fn get(addr: std::net::SocketAddr, path: &'static str) -> String {
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: ui\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits for the pod page to show both Events, then checks the plugin node's CU map.
+async fn check_plugin_pages(ui: &hami_webui::RunningUi) {
+    let get = |path: &'static str| get(ui.addr, path);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let page = get("/pods/ml/train").await;
@@ -177,6 +225,73 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
         26,
         "{node}"
     );
+}
+
+/// The (group, resource, verb) triples the shipped hami-webui ClusterRole grants.
+fn granted(rbac: &[Value]) -> BTreeSet<(String, String, String)> {
+    let role = rbac
+        .iter()
+        .find(|v| v["kind"] == "ClusterRole" && v["metadata"]["name"] == names::WEBUI)
+        .expect("the web UI's ClusterRole");
+    let rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule> =
+        serde_json::from_value(role["rules"].clone()).unwrap();
+    rules
+        .iter()
+        .flat_map(|rule| {
+            let group = rule.api_groups.clone().unwrap_or_default()[0].clone();
+            let verbs = rule.verbs.clone();
+            rule.resources
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .flat_map(move |res| {
+                    let group = group.clone();
+                    verbs
+                        .clone()
+                        .into_iter()
+                        .map(move |v| (group.clone(), res.clone(), v))
+                })
+        })
+        .collect()
+}
+
+/// Both directions of least privilege over `mine` (the UI's requests): nothing refused,
+/// every granted verb used, nothing used without a grant, no write.
+fn check_least_privilege(mine: &[&RequestRecord], granted: &BTreeSet<(String, String, String)>) {
+    assert!(!mine.is_empty());
+    let refused = refused(mine);
+    assert!(refused.is_empty(), "refused: {refused:?}");
+    let used: BTreeSet<(String, String, String)> = mine
+        .iter()
+        .filter(|r| !r.resource.is_empty())
+        .map(|r| (r.api_group.clone(), r.resource.clone(), r.verb.clone()))
+        .collect();
+    for g in granted {
+        assert!(
+            used.contains(g),
+            "{g:?} granted but never used (used: {used:?})"
+        );
+    }
+    for u in &used {
+        assert!(granted.contains(u), "{u:?} used without a grant");
+        assert!(
+            matches!(u.2.as_str(), "get" | "list" | "watch"),
+            "{u:?}: the UI must not write"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothing() {
+    let s = settings(true);
+    let ns = s.namespace.clone();
+    let (rbac, server) = server_for(&s).await;
+    create_plugin_objects(&server);
+    create_dra_objects(&server).await;
+    let cli = deployment_flags(&s);
+    let ui = start_ui(&server, &s, &cli, cli.ui.dra).await;
+    check_plugin_pages(&ui).await;
+    let get = |path: &'static str| get(ui.addr, path);
     // The DRA node's device with the pod's 52 CUs, and the pod's share on its page.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let dra_node = loop {
@@ -207,43 +322,79 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
     let me = service_account_user(&ns, names::WEBUI);
     let log = server.request_log();
     let mine = requests_of(&log, &me);
-    assert!(!mine.is_empty());
-    let refused = refused(&mine);
-    assert!(refused.is_empty(), "refused: {refused:?}");
-    let used: BTreeSet<(String, String, String)> = mine
-        .iter()
-        .filter(|r| !r.resource.is_empty())
-        .map(|r| (r.api_group.clone(), r.resource.clone(), r.verb.clone()))
-        .collect();
-    let granted: BTreeSet<(String, String, String)> = hami_manifests::rbac::webui_cluster_rules()
-        .iter()
-        .flat_map(|rule| {
-            let group = rule.api_groups.clone().unwrap_or_default()[0].clone();
-            let verbs = rule.verbs.clone();
-            rule.resources
-                .clone()
-                .unwrap_or_default()
-                .into_iter()
-                .flat_map(move |res| {
-                    let group = group.clone();
-                    verbs
-                        .clone()
-                        .into_iter()
-                        .map(move |v| (group.clone(), res.clone(), v))
-                })
+    let granted = granted(&rbac);
+    assert!(
+        granted.iter().any(|g| g.0 == "resource.k8s.io"),
+        "the DRA mode grants the DRA reads: {granted:?}"
+    );
+    check_least_privilege(&mine, &granted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webui_without_dra_holds_and_asks_for_no_dra_resource() {
+    let s = settings(false);
+    let ns = s.namespace.clone();
+    let (rbac, server) = server_for(&s).await;
+    let granted = granted(&rbac);
+    assert!(
+        granted.iter().all(|g| g.0 != "resource.k8s.io"),
+        "no resource.k8s.io rule without the DRA mode: {granted:?}"
+    );
+    create_plugin_objects(&server);
+    let cli = deployment_flags(&s);
+    let ui = start_ui(&server, &s, &cli, cli.ui.dra).await;
+    check_plugin_pages(&ui).await;
+    let overview = get(ui.addr, "/").await;
+    assert!(
+        overview.contains("href=\"/nodes/gpu-node-1\""),
+        "{overview}"
+    );
+    assert!(!overview.contains("cannot be read"), "{overview}");
+    assert!(!overview.contains("Still listing"), "{overview}");
+    assert!(!overview.contains("DRA mode"), "{overview}");
+    ui.shutdown();
+    let me = service_account_user(&ns, names::WEBUI);
+    let log = server.request_log();
+    let mine = requests_of(&log, &me);
+    assert!(
+        mine.iter().all(|r| r.api_group != "resource.k8s.io"),
+        "a DRA request without the DRA mode: {:?}",
+        mine.iter()
+            .filter(|r| r.api_group == "resource.k8s.io")
+            .map(|r| &r.path)
+            .collect::<Vec<_>>()
+    );
+    check_least_privilege(&mine, &granted);
+    let seen = log.len();
+
+    // Misconfigured: --dra under the role without DRA rules. The refusals are of the DRA
+    // reads only; no node is in DRA mode, so no banner, and the pages work.
+    let ui = start_ui(&server, &s, &cli, true).await;
+    check_plugin_pages(&ui).await;
+    let me_refused =
+        |log: &[RequestRecord]| -> Vec<String> { refused(&requests_of(&log[seen..], &me)) };
+    assert!(
+        hami_system_tests::wait_until(Duration::from_secs(20), async || {
+            let r = me_refused(&server.request_log());
+            r.iter().any(|r| r.contains("resourceslices"))
+                && r.iter().any(|r| r.contains("resourceclaims"))
         })
-        .collect();
-    for g in &granted {
+        .await,
+        "both DRA lists refused: {:?}",
+        me_refused(&server.request_log())
+    );
+    let overview = get(ui.addr, "/").await;
+    assert!(!overview.contains("cannot be read"), "{overview}");
+    assert!(!overview.contains("Still listing"), "{overview}");
+    assert!(
+        overview.contains("href=\"/nodes/gpu-node-1\""),
+        "{overview}"
+    );
+    ui.shutdown();
+    for r in me_refused(&server.request_log()) {
         assert!(
-            used.contains(g),
-            "{g:?} granted but never used (used: {used:?})"
-        );
-    }
-    for u in &used {
-        assert!(granted.contains(u), "{u:?} used without a grant");
-        assert!(
-            matches!(u.2.as_str(), "get" | "list" | "watch"),
-            "{u:?}: the UI must not write"
+            r.contains("resourceslices") || r.contains("resourceclaims"),
+            "only the DRA reads are refused: {r}"
         );
     }
 }
