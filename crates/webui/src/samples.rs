@@ -47,17 +47,6 @@ impl Series {
     }
 }
 
-/// Cluster-wide totals at one scrape, for the overview's trend.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Totals {
-    /// MiB the scheduler granted, all GPUs.
-    pub memory_granted_mib: f64,
-    /// MiB the monitors report in use.
-    pub memory_used_mib: f64,
-    /// Mean utilization over the containers that report one, percent.
-    pub utilization: f64,
-}
-
 /// The state of one monitor endpoint.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Endpoint {

@@ -204,7 +204,7 @@ pub fn run(cases: &[Case], parse_sets: &[Vec<(String, String)>]) -> Answer {
     match out.status.code() {
         Some(0) => {}
         Some(3) => panic!(
-            "a real peer is missing: {stderr} (`pip install helm-python-sdk kubernetes-validate`, as .ci/run does)"
+            "a real peer is missing: {stderr} (`pip install helm-python-sdk kubernetes-validate`, as scripts/test.sh does)"
         ),
         _ => panic!("helm_peer.py failed ({}): {stderr}", out.status),
     }
