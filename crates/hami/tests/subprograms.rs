@@ -4,13 +4,34 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+
+/// Held while a test writes an executable and while one forks: a child forked (by another
+/// test's thread) while a write descriptor of an executable is open holds it until its own
+/// exec, and running that executable meanwhile fails with ETXTBSY ("Text file busy"; seen
+/// in CI).
+static FORK_OR_WRITE: Mutex<()> = Mutex::new(());
+
+/// Runs `cmd` to its end; only the fork and exec happen under [`FORK_OR_WRITE`].
+fn run(cmd: &mut Command) -> Output {
+    let child = {
+        let _held = FORK_OR_WRITE.lock().unwrap_or_else(|e| e.into_inner());
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    child.wait_with_output().unwrap()
+}
 
 /// A directory holding a copy of the real `hami` binary, and nothing else yet.
 fn install_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("hami-sub-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    let _held = FORK_OR_WRITE.lock().unwrap_or_else(|e| e.into_inner());
     std::fs::copy(env!("CARGO_BIN_EXE_hami"), dir.join("hami")).unwrap();
     dir
 }
@@ -19,6 +40,7 @@ fn install_dir(name: &str) -> PathBuf {
 fn recorder(dir: &Path, program: &str) -> PathBuf {
     let record = dir.join(format!("{program}.args"));
     let path = dir.join(program);
+    let _held = FORK_OR_WRITE.lock().unwrap_or_else(|e| e.into_inner());
     std::fs::write(
         &path,
         format!(
@@ -42,11 +64,9 @@ fn each_subcommand_runs_its_program_with_the_arguments_and_status() {
     ] {
         let record = recorder(&dir, program);
         // `--help` is the program's, not hami's; hyphenated values and spaces survive.
-        let out = Command::new(dir.join("hami"))
+        let out = run(Command::new(dir.join("hami"))
             .args([subcommand, "--once", "--help", "-x", "a b"])
-            .env("PATH", "/nonexistent")
-            .output()
-            .unwrap();
+            .env("PATH", "/nonexistent"));
         assert_eq!(out.status.code(), Some(7), "{subcommand}: {out:?}");
         assert_eq!(
             std::fs::read_to_string(&record).unwrap(),
@@ -63,11 +83,9 @@ fn a_program_on_path_is_used_when_none_is_beside_hami() {
     let bin = dir.join("elsewhere");
     std::fs::create_dir_all(&bin).unwrap();
     let record = recorder(&bin, "hami-demo");
-    let out = Command::new(dir.join("hami"))
+    let out = run(Command::new(dir.join("hami"))
         .args(["demo", "--once"])
-        .env("PATH", &bin)
-        .output()
-        .unwrap();
+        .env("PATH", &bin));
     assert_eq!(out.status.code(), Some(7), "{out:?}");
     assert_eq!(std::fs::read_to_string(&record).unwrap(), "--once\n");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -76,11 +94,9 @@ fn a_program_on_path_is_used_when_none_is_beside_hami() {
 #[test]
 fn a_missing_program_is_named_with_how_to_install_it() {
     let dir = install_dir("missing");
-    let out = Command::new(dir.join("hami"))
+    let out = run(Command::new(dir.join("hami"))
         .args(["demo", "--once"])
-        .env("PATH", "/nonexistent")
-        .output()
-        .unwrap();
+        .env("PATH", "/nonexistent"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(127), "{stderr}");
     assert!(
@@ -94,10 +110,7 @@ fn a_missing_program_is_named_with_how_to_install_it() {
 
 #[test]
 fn help_lists_the_operator_commands_and_the_demo() {
-    let out = Command::new(env!("CARGO_BIN_EXE_hami"))
-        .arg("--help")
-        .output()
-        .unwrap();
+    let out = run(Command::new(env!("CARGO_BIN_EXE_hami")).arg("--help"));
     let text = String::from_utf8_lossy(&out.stdout);
     for command in ["status", "inspect", "plan", "manifests", "ui", "demo"] {
         assert!(
