@@ -323,13 +323,21 @@ async fn scenario(replicas: usize, subnet: u8, mode: Mode) {
         holder(&client).await.is_some()
     })
     .await;
+    // 30 s: three scenarios of 2–3 replicas each run at once, with TLS and leader election,
+    // on the 2 cores of CI (a final CI run timed out at 10 s). A replica that stopped says why.
     for i in 0..replicas {
-        until(
-            &format!("replica {i} Ready"),
-            Duration::from_secs(10),
-            || ready(i),
-        )
-        .await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready(i).await {
+            if tasks[i].as_ref().is_some_and(|t| t.is_finished()) {
+                let stopped = tasks[i].take().unwrap().await;
+                panic!("replica {i} stopped before it was Ready: {stopped:?}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for replica {i} Ready (30 s)"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     let leader: usize = holder(&client).await.unwrap()["hami-scheduler-".len()..]
         .parse()
