@@ -325,11 +325,11 @@ async fn scenario(replicas: usize, subnet: u8, mode: Mode) {
     .await;
     // 30 s: three scenarios of 2–3 replicas each run at once, with TLS and leader election,
     // on the 2 cores of CI (a final CI run timed out at 10 s). A replica that stopped says why.
-    for i in 0..replicas {
+    for (i, task) in tasks.iter_mut().enumerate() {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !ready(i).await {
-            if tasks[i].as_ref().is_some_and(|t| t.is_finished()) {
-                let stopped = tasks[i].take().unwrap().await;
+            if task.as_ref().is_some_and(|t| t.is_finished()) {
+                let stopped = task.take().unwrap().await;
                 panic!("replica {i} stopped before it was Ready: {stopped:?}");
             }
             assert!(
