@@ -87,18 +87,28 @@ fn node_config() -> (hami_sysfs_fixtures::FixtureTree, DriverConfig) {
     (tree, config)
 }
 
+/// The embedded API server, a client of it, and its `default` ResourceClaims (the server
+/// lives as long as the first element).
+async fn api_server() -> (
+    hami_apiserver::RunningApiServer,
+    kube::Client,
+    Api<DynamicObject>,
+) {
+    let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
+        .await
+        .expect("server starts");
+    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let api = Api::namespaced_with(client.clone(), "default", &resource_claims());
+    (server, client, api)
+}
+
 async fn status(api: &Api<DynamicObject>, name: &str) -> Value {
     api.get_status(name).await.unwrap().data["status"].clone()
 }
 
 #[tokio::test]
 async fn prepare_writes_status_devices_through_the_subresource() {
-    let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
-        .await
-        .expect("server starts");
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), "default", &resource_claims());
+    let (_server, client, api) = api_server().await;
     let uid_a = allocated_claim(&api, "a", "40").await;
     let uid_b = allocated_claim(&api, "b", "30").await;
 
@@ -221,12 +231,7 @@ async fn prepare_writes_status_devices_through_the_subresource() {
 async fn the_status_write_uses_the_read_version_and_rereads_when_it_is_stale() {
     use hami_amdgpu_dra_plugin::claims::ClaimSource;
     use hami_dra_core::api::AllocatedDeviceStatus;
-    let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
-        .await
-        .expect("server starts");
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), "default", &resource_claims());
+    let (_server, client, api) = api_server().await;
     let claims = KubeClaims {
         client: client.clone(),
     };
@@ -321,12 +326,7 @@ async fn the_status_write_uses_the_read_version_and_rereads_when_it_is_stale() {
 /// holds), and so are the files it did write.
 #[tokio::test]
 async fn a_failed_file_write_takes_the_status_back() {
-    let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
-        .await
-        .expect("server starts");
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), "default", &resource_claims());
+    let (_server, client, api) = api_server().await;
     let uid = allocated_claim(&api, "a", "40").await;
     let (tree, config) = node_config();
     let dir = tree.sysfs_root().parent().unwrap().join("node");

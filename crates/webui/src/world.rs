@@ -206,9 +206,10 @@ impl World {
 
     /// The DRA devices the overview counts, with their node: every device of
     /// [`World::dra_nodes`] but one whose uuid its node also offers through a device plugin,
-    /// which is counted there once (a guard: the scheduler's snapshot already withdraws the
-    /// AMD register entries of a DRA-labelled node, so an old annotation never counts). Each device is one GPU or one hard partition, as each
-    /// device-plugin register entry is (a partitioned card registers its partitions, not
+    /// which is counted there once. (The scheduler's snapshot withdraws the AMD register
+    /// entries of a DRA-labelled node, so this only matters for a node running the driver
+    /// without the label, which the chart never does.) Each device is one GPU or one hard
+    /// partition, as each device-plugin register entry is (a partitioned card registers its partitions, not
     /// itself; the driver publishes one device per such entry): both count alike.
     pub fn dra_devices(&self) -> impl Iterator<Item = (&DraNode, &DraDevice)> {
         self.dra_nodes().iter().flat_map(move |node| {
