@@ -317,12 +317,27 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
         "{overview}"
     );
     assert!(!overview.contains("cannot be read"), "{overview}");
+    // The pages can be served from a watcher's first list before its watch request is
+    // made (a CI run stopped the UI in between): wait, bounded, for every granted verb
+    // to be used before stopping it; the check below still names any that never is.
+    let me = service_account_user(&ns, names::WEBUI);
+    let granted = granted(&rbac);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while std::time::Instant::now() < deadline {
+        let log = server.request_log();
+        let used: BTreeSet<(String, String, String)> = requests_of(&log, &me)
+            .iter()
+            .map(|r| (r.api_group.clone(), r.resource.clone(), r.verb.clone()))
+            .collect();
+        if granted.is_subset(&used) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     ui.shutdown();
 
-    let me = service_account_user(&ns, names::WEBUI);
     let log = server.request_log();
     let mine = requests_of(&log, &me);
-    let granted = granted(&rbac);
     assert!(
         granted.iter().any(|g| g.0 == "resource.k8s.io"),
         "the DRA mode grants the DRA reads: {granted:?}"
