@@ -219,7 +219,16 @@ async fn check_plugin_pages(ui: &hami_webui::RunningUi) {
         assert!(std::time::Instant::now() < deadline, "{page}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let node = get("/nodes/gpu-node-1").await;
+    // Each watcher syncs on its own: the node page can still be a 404 when the pod's is
+    // complete (seen in CI); wait for it, bounded, then check it whole.
+    let node = loop {
+        let page = get("/nodes/gpu-node-1").await;
+        if page.contains("data-owner=\"ml/train\"") {
+            break page;
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(
         node.matches("data-owner=\"ml/train\"").count(),
         26,
@@ -306,7 +315,14 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
         dra_node.contains("Memory (MiB): 16384 of 65536 MiB granted"),
         "{dra_node}"
     );
-    let dra_pod = get("/pods/ml/dra-train").await;
+    let dra_pod = loop {
+        let page = get("/pods/ml/dra-train").await;
+        if page.contains("ml/dra-train-gpu:gpu") {
+            break page;
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert!(
         dra_pod.contains("<td>ml/dra-train-gpu:gpu</td><td>16.0 GiB</td><td>16.0 GiB</td><td>52 CUs</td><td>0-51</td>"),
         "{dra_pod}"
