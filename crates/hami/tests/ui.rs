@@ -29,11 +29,7 @@ async fn hami_ui_serves_the_cluster() {
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = hami_local_ports::free_port();
     let addr = format!("127.0.0.1:{port}");
     let mut child = Command::new(env!("CARGO_BIN_EXE_hami"))
         .args(["ui", "--kubeconfig"])

@@ -11,6 +11,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use hami_local_ports::free_port;
 use hami_monitor::node_monitor::MonitorConfig;
 use hami_monitor::server::{ServeConfig, serve};
 use hami_region::layout::{LIMIT_NONE, MAX_DEVICES};
@@ -45,14 +46,6 @@ fn percent_decoded(query: &str) -> String {
         i += 1;
     }
     String::from_utf8(out).unwrap()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn scrape(port: u16) -> Option<String> {

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{proc, v1_region};
+use hami_local_ports::free_port;
 use hami_monitor::node_monitor::MonitorConfig;
 use hami_monitor::server::{ServeConfig, serve};
 use hami_region::layout::{LIMIT_NONE, MAX_DEVICES};
@@ -141,14 +142,6 @@ fn fdinfo_text(pdev: &str, client: u64, busy_ns: u64) -> String {
     format!(
         "pos:\t0\nflags:\t02100002\nmnt_id:\t24\ndrm-driver:\tamdgpu\ndrm-client-id:\t{client}\ndrm-pdev:\t{pdev}\ndrm-memory-vram:\t1024 KiB\ndrm-engine-gfx:\t0 ns\ndrm-engine-compute:\t{busy_ns} ns\ndrm-engine-dma:\t{busy_ns} ns\n"
     )
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn scrape(port: u16) -> String {

@@ -9,25 +9,17 @@
 //! (informers listed everything), and its peak (VmHWM).
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use hami_apiserver::{ApiServer, Config};
+use hami_local_ports::free_port;
 use hami_protocol::node_register::{CustomInfo, DeviceInfo, DeviceMode, encode_node_devices};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn status_kib(pid: u32, key: &str) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

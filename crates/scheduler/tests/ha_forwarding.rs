@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hami_kube_scheduler_sim::SimKubeScheduler;
+use hami_local_ports::free_port;
 use hami_protocol::names::{node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::{NodeLock, PodRef};
 use hami_scheduler::config::SchedulerArgs;
@@ -115,14 +116,6 @@ fn pki(tag: &str) -> Pki {
             key_pem: server_key.into_bytes(),
         },
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Ports {

@@ -10,15 +10,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hami_apiserver::{ApiServer, Config};
+use hami_local_ports::free_port;
 use serde_json::json;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn readyz(port: u16) -> bool {
     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
@@ -56,21 +49,32 @@ async fn ready_rss(kubeconfig: &std::path::Path) -> f64 {
         .unwrap();
     let pid = child.id();
     let started = Instant::now();
-    let ready = tokio::task::spawn_blocking(move || {
-        while !readyz(http) {
+    // A scheduler that exits (a bind it cannot make, a kubeconfig it cannot read) is
+    // reported at once with its exit status, not after the whole wait.
+    let (ready, exited, mut child) = tokio::task::spawn_blocking(move || {
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return (false, Some(status), child);
+            }
+            if readyz(http) {
+                return (true, None, child);
+            }
             if started.elapsed() > Duration::from_secs(60) {
-                return false;
+                return (false, None, child);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        true
     })
     .await
     .unwrap();
     let rss = rss_mib(pid);
     let _ = child.kill();
     let _ = child.wait();
-    assert!(ready, "the scheduler did not become ready");
+    assert!(
+        exited.is_none(),
+        "the scheduler exited before it was ready: {exited:?}"
+    );
+    assert!(ready, "the scheduler did not become ready within 60 s");
     rss
 }
 

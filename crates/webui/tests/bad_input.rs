@@ -43,9 +43,9 @@ async fn wait_for(url: &str, needle: &str) -> String {
     }
 }
 
+/// A port nothing listens on: reserved, so nothing else gets it while the test runs.
 fn closed_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+    hami_local_ports::free_port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

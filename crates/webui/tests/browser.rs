@@ -142,11 +142,7 @@ impl Browser {
                 "{bin} is not on PATH: install Debian's chromium and chromium-driver (apt-get install -y --no-install-recommends chromium chromium-driver); CI installs them"
             );
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = hami_local_ports::free_port();
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())

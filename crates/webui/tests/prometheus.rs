@@ -2,16 +2,9 @@
 //! (Debian's `prometheus`, CI installs it) via `/federate`, as in a cluster where only
 //! Prometheus can reach the monitors.
 
+use hami_local_ports::free_port;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `GET path` on 127.0.0.1:port: the status code, or `None` when nothing answers.
 fn http_status(port: u16, path: &str) -> Option<u16> {

@@ -79,11 +79,7 @@ async fn serve_writes_a_kubeconfig_kube_accepts() {
     let dir = temp_dir("serve");
     std::fs::create_dir_all(&dir).unwrap();
     let kc = dir.join("kubeconfig");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = hami_local_ports::free_port();
     let args = ServeArgs {
         listen: format!("127.0.0.1:{port}").parse().unwrap(),
         kubeconfig_out: Some(kc.clone()),

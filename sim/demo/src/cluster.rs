@@ -290,10 +290,6 @@ async fn submit_pod(
     }
 }
 
-fn free_local_addr() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
-
 impl Cluster {
     /// Starts the cluster; its pods run processes when [`workload_program`] finds one.
     pub async fn start(args: &DemoArgs, progress: &mut Progress<'_>) -> anyhow::Result<Cluster> {
@@ -595,7 +591,7 @@ impl Cluster {
             hami_kubelet_sim::NodeConfig { dra, cgroups },
         )
         .await?;
-        let monitor_addr = free_local_addr()?;
+        let monitor_addr = hami_local_ports::free_local_addr();
         let config = hami_monitor::server::ServeConfig {
             monitor: hami_monitor::node_monitor::MonitorConfig {
                 // The plugin's `$HOST_HOOK_PATH/vgpu` is the monitor's `$HOOK_PATH`.

@@ -10,13 +10,14 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{once_args, scratch, start_running_workloads};
 use hami_demo::Progress;
+use hami_local_ports::free_port;
 use serde_json::Value;
 
 /// Panels that are legitimately empty against the demo, by dashboard file and title, and why.
@@ -61,14 +62,6 @@ impl Prometheus {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Scrapes every `targets` entry each second.

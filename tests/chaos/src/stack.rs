@@ -212,10 +212,6 @@ pub struct Stack {
     background: Vec<JoinHandle<()>>,
 }
 
-fn free_local_addr() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
-
 /// The stand-in NVML built with the workspace, linked as `libnvidia-ml.so.1`.
 fn nvml_stand_in(workdir: &Path) -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
@@ -486,7 +482,7 @@ impl Stack {
         proc_root: PathBuf,
     ) -> anyhow::Result<(SocketAddr, JoinHandle<anyhow::Result<()>>)> {
         std::fs::create_dir_all(&proc_root)?;
-        let addr = free_local_addr()?;
+        let addr = hami_local_ports::free_local_addr();
         let config = hami_monitor::server::ServeConfig {
             monitor: hami_monitor::node_monitor::MonitorConfig {
                 hook_path: hook.join("vgpu"),
