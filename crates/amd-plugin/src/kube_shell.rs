@@ -372,6 +372,12 @@ impl Allocator for KubeAllocator {
     }
 }
 
+/// Whether `meta` (from `symlink_metadata`) is what a hook can map: a plain file of a
+/// region's size. Anything else (cut short, a symlink, a FIFO) it refuses.
+pub fn is_region_file(meta: &std::fs::Metadata) -> bool {
+    meta.is_file() && meta.len() == hami_region::layout::REGION_SIZE as u64
+}
+
 /// Creates the container's region file with the plugin's limits (or finds the one an
 /// earlier try of this Allocate made) and returns its inode for the hook config: the hook
 /// then uses only that file (issue 14 items 7, 8). The DRA driver's prepare does the same
@@ -397,7 +403,7 @@ pub fn prepare_region(
             if source.kind() == std::io::ErrorKind::AlreadyExists =>
         {
             let meta = std::fs::symlink_metadata(&path).map_err(|e| e.to_string())?;
-            if meta.is_file() && meta.len() == hami_region::layout::REGION_SIZE as u64 {
+            if is_region_file(&meta) {
                 Ok(meta.ino())
             } else {
                 Err(format!(

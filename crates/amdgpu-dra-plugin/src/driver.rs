@@ -296,6 +296,10 @@ fn write_claim_files(
         Some((path, config)) => {
             let mut config = config.clone();
             if let Some(dir) = &plan.cache_dir {
+                // A claim not yet prepared has had no container: a region file there is an
+                // interrupted attempt's, and one cut short (a crash between its creation
+                // and sizing) would refuse this prepare and every retry.
+                region_file(Path::new(dir))?;
                 config.shared_cache_inode =
                     Some(hami_amd_plugin::kube_shell::prepare_region(dir, &config)?);
             }
@@ -329,16 +333,8 @@ fn restore_files(c: &PreparedClaim) -> Result<Option<PreparedClaim>, String> {
     let (Some(p), Some(text)) = (&c.hook_config_file, &c.hook_config) else {
         return Ok(None);
     };
-    let region = c
-        .cache_dir
-        .as_ref()
-        .map(|dir| Path::new(dir).join(hami_amd_plugin::allocate_plan::CACHE_FILE));
-    let lost = match &region {
-        Some(r) => match std::fs::symlink_metadata(r) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-            Err(e) => return Err(format!("restoring {}: {e}", r.display())),
-            Ok(_) => false,
-        },
+    let lost = match &c.cache_dir {
+        Some(dir) => region_file(Path::new(dir))? == RegionFile::Absent,
         None => false,
     };
     if !lost {
@@ -356,6 +352,42 @@ fn restore_files(c: &PreparedClaim) -> Result<Option<PreparedClaim>, String> {
         hook_config: Some(text),
         ..c.clone()
     }))
+}
+
+/// What [`region_file`] left in a claim's cache directory.
+#[derive(Debug, PartialEq, Eq)]
+enum RegionFile {
+    /// A plain file of a region's size: kept (its inode is the one the hook config pins).
+    Usable,
+    /// None there, or there was one the hook could only refuse and it was removed.
+    Absent,
+}
+
+/// Checks the claim's region file, removing one no hook could use: cut short or empty (a
+/// crash between its creation and sizing, or a power loss before its blocks were written:
+/// only the checkpoint is synced), or not a plain file. Removing, not repairing in place:
+/// a container still running has the old inode bind-mounted and keeps failing closed on
+/// it; nothing it had counted is reset under it. The caller makes the new file.
+fn region_file(dir: &Path) -> Result<RegionFile, String> {
+    let path = dir.join(hami_amd_plugin::allocate_plan::CACHE_FILE);
+    let meta = match std::fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(RegionFile::Absent),
+        Err(e) => return Err(format!("checking {}: {e}", path.display())),
+        Ok(meta) => meta,
+    };
+    if hami_amd_plugin::kube_shell::is_region_file(&meta) {
+        return Ok(RegionFile::Usable);
+    }
+    if meta.is_dir() {
+        return Err(format!(
+            "{} is a directory, not a region file; remove it",
+            path.display()
+        ));
+    }
+    tracing::warn!(path = %path.display(), bytes = meta.len(), "replacing a region file no hook could use (cut short, or not a plain file)");
+    std::fs::remove_file(&path)
+        .map_err(|e| format!("removing the unusable region file {}: {e}", path.display()))?;
+    Ok(RegionFile::Absent)
 }
 
 fn devices_of(c: &PreparedClaim) -> Vec<Device> {

@@ -423,6 +423,85 @@ async fn kubelet_registers_prepares_and_unprepares_across_restarts() {
         .clone()
         .unwrap();
     assert_eq!(recorded.as_bytes(), std::fs::read(&hook_c).unwrap());
+
+    // ... or its region file's blocks (a power loss before they were written): an empty
+    // file is one the hook could only refuse, so it is replaced like a lost one.
+    let old_inode = inode;
+    let _held_too = std::fs::File::open(&region_c).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&region_c)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let again = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("c", "uid-c")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.claims["uid-c"], c.claims["uid-c"]);
+    let region = std::fs::metadata(&region_c).unwrap();
+    assert_ne!(region.ino(), old_inode);
+    assert!(hami_amd_plugin::kube_shell::is_region_file(
+        &std::fs::symlink_metadata(&region_c).unwrap()
+    ));
+    let conf = hami_protocol::hook_config::decode(&std::fs::read(&hook_c).unwrap()).unwrap();
+    assert_eq!(conf.shared_cache_inode, Some(region.ino()));
+    hami_region::Session::attach_expecting(
+        &region_c,
+        &hami_region::Limits::default(),
+        conf.shared_cache_inode,
+    )
+    .expect("the hook can attach to the replaced region");
+
+    // A prepare interrupted between creating a claim's region file and sizing it left an
+    // empty one (and a torn hook config); the claim was never answered, so kubelet's retry
+    // must succeed, not stop at "exists and is not a region file".
+    claims.0.lock().unwrap().insert(
+        ("default".into(), "d".into()),
+        claim("d", "uid-d", "gpu-0", "1Gi", "10"),
+    );
+    let region_d = n.dir.join("vgpu/claims/uid-d/hipdevshr.cache");
+    std::fs::create_dir_all(region_d.parent().unwrap()).unwrap();
+    std::fs::write(&region_d, b"").unwrap();
+    std::fs::write(n.dir.join("vgpu/.hook-config/claim_uid-d.conf"), b"torn").unwrap();
+    let d = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("d", "uid-d")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(d.claims["uid-d"].error, "", "{d:?}");
+    let region = std::fs::metadata(&region_d).unwrap();
+    let conf = hami_protocol::hook_config::decode(
+        &std::fs::read(n.dir.join("vgpu/.hook-config/claim_uid-d.conf")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(conf.shared_cache_inode, Some(region.ino()));
+    assert!(hami_amd_plugin::kube_shell::is_region_file(&region));
+
+    // A directory where the region file goes is not guessed at: the error says what to do.
+    claims.0.lock().unwrap().insert(
+        ("default".into(), "e".into()),
+        claim("e", "uid-e", "gpu-0", "1Gi", "10"),
+    );
+    std::fs::create_dir_all(n.dir.join("vgpu/claims/uid-e/hipdevshr.cache")).unwrap();
+    let e = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("e", "uid-e")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        e.claims["uid-e"]
+            .error
+            .contains("is a directory, not a region file; remove it"),
+        "{e:?}"
+    );
     stop(run).await;
 }
 
