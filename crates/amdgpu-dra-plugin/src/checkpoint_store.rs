@@ -6,7 +6,8 @@
 //! node, synced each time; BENCHMARKS.md, DRA prepare latency); one appended line is ~3 KB.
 //!
 //! Every [`COMPACT_AFTER`] records, and when the plugin starts with a journal, the state is
-//! written as a new snapshot and the journal truncated. A crash between the two is harmless:
+//! written as a new snapshot and the journal replaced by an empty one (never truncated: a
+//! reader may hold it). A crash between the two is harmless:
 //! the journal is the whole history since the previous snapshot, so replaying it onto the
 //! new one gives every claim it names its last value, which the new snapshot already holds.
 //! A crash mid-append leaves a torn last line: that record was never acknowledged (its call
@@ -95,43 +96,67 @@ fn apply(state: &mut Checkpoint, record: Record) {
 impl Checkpoint {
     /// Loads the snapshot and replays its journal; no files is an empty checkpoint (first
     /// start). Safe while the plugin writes: a compaction between reading the snapshot and
-    /// the journal (the snapshot replaced, the journal truncated) is seen and read again.
+    /// the journal (both files replaced) is seen and read again.
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {
         Ok(load_counted(path)?.0)
     }
 }
 
+/// A file's (device, inode).
+type FileId = (u64, u64);
+
 fn load_counted(path: &Path) -> Result<(Checkpoint, usize), CheckpointError> {
+    use std::io::Read;
     use std::os::unix::fs::MetadataExt;
     let p = path.display().to_string();
     let journal = journal_path(path);
     let jp = journal.display().to_string();
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| CheckpointError::Io { path, source }
+    };
+    // Each file is read through a handle held until the check below: the identity of a
+    // file held open cannot be reused by a later one, so "the same (dev, inode) at the path
+    // after the read" means no compaction replaced it meanwhile. The writer replaces both
+    // files and never shortens one a reader may hold (only a failed append's unacknowledged
+    // tail, which replay drops as torn).
+    let open = |path: &Path| -> Result<Option<(File, FileId)>, CheckpointError> {
+        match File::open(path) {
+            Ok(f) => {
+                let m = f.metadata().map_err(io(path))?;
+                Ok(Some((f, (m.dev(), m.ino()))))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(io(path)(source)),
+        }
+    };
     let identity = |path: &Path| match std::fs::metadata(path) {
         Ok(m) => Ok(Some((m.dev(), m.ino()))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(CheckpointError::Io {
-            path: path.display().to_string(),
-            source,
-        }),
+        Err(source) => Err(io(path)(source)),
     };
-    let read = |path: &Path| match std::fs::read(path) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(CheckpointError::Io {
-            path: path.display().to_string(),
-            source,
-        }),
+    let read_all = |file: &mut Option<(File, FileId)>, path: &Path| {
+        let mut bytes = Vec::new();
+        if let Some((f, _)) = file {
+            f.read_to_end(&mut bytes).map_err(io(path))?;
+        }
+        Ok::<_, CheckpointError>(bytes)
     };
     for _ in 0..16 {
-        let before = identity(path)?;
-        let snapshot = match read(path)? {
-            Some(bytes) => Checkpoint::decode(&bytes, &p)?,
-            None => Checkpoint::empty(),
-        };
-        let journal_bytes = read(&journal)?.unwrap_or_default();
-        if identity(path)? != before {
+        // The journal first: one opened after the snapshot could follow a newer snapshot.
+        let mut journal_file = open(&journal)?;
+        let mut snapshot_file = open(path)?;
+        let snapshot_bytes = read_all(&mut snapshot_file, path)?;
+        let journal_bytes = read_all(&mut journal_file, &journal)?;
+        if identity(path)? != snapshot_file.as_ref().map(|(_, id)| *id)
+            || identity(&journal)? != journal_file.as_ref().map(|(_, id)| *id)
+        {
             continue; // compacted meanwhile: this journal may not follow that snapshot
         }
+        let snapshot = match snapshot_file {
+            Some(_) => Checkpoint::decode(&snapshot_bytes, &p)?,
+            None => Checkpoint::empty(),
+        };
         return replay(snapshot, &journal_bytes, &jp);
     }
     Err(CheckpointError::Corrupt {
@@ -154,6 +179,8 @@ pub struct CheckpointStore {
     records: usize,
     /// The journal's tail is in doubt (a failed append): the next change snapshots.
     compact_next: bool,
+    /// Records between snapshots ([`COMPACT_AFTER`]; tests make it small to compact often).
+    compact_after: usize,
 }
 
 impl CheckpointStore {
@@ -170,6 +197,7 @@ impl CheckpointStore {
             good_len: 0,
             records,
             compact_next: false,
+            compact_after: COMPACT_AFTER,
         };
         let left = std::fs::metadata(&journal).map(|m| m.len()).unwrap_or(0);
         if left > 0 {
@@ -221,7 +249,7 @@ impl CheckpointStore {
     /// Makes the state (already changed by `record`) durable: the record appended, or a
     /// new snapshot when it is time to compact.
     fn persist(&mut self, record: &Record) -> std::io::Result<()> {
-        if self.compact_next || self.records >= COMPACT_AFTER {
+        if self.compact_next || self.records >= self.compact_after {
             return self.compact();
         }
         let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
@@ -271,23 +299,34 @@ impl CheckpointStore {
         Ok(())
     }
 
-    /// A new snapshot of the state, then the journal emptied (both durable).
+    /// A new snapshot of the state, then a new empty journal in the old one's place (both
+    /// durable). Replaced, not truncated: a reader holding the old journal reads it whole,
+    /// and sees by its identity that it no longer follows the snapshot (truncating it under
+    /// the reader handed it the first records of a history whose rest it never saw).
     fn compact(&mut self) -> std::io::Result<()> {
         self.state.save(&self.path)?;
         let journal = journal_path(&self.path);
-        match &self.journal {
-            Some(f) => {
-                f.set_len(0)?;
-                f.sync_all()?;
+        if self.journal.is_some() || journal.exists() {
+            use std::os::unix::fs::OpenOptionsExt;
+            let name = journal
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("journal");
+            let fresh = journal.with_file_name(format!(".{name}.new"));
+            drop(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&fresh)?,
+            );
+            std::fs::rename(&fresh, &journal)?;
+            if let Some(dir) = journal.parent() {
+                File::open(dir)?.sync_all()?;
             }
-            None => match std::fs::OpenOptions::new().write(true).open(&journal) {
-                Ok(f) => {
-                    f.set_len(0)?;
-                    f.sync_all()?;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            },
+            // The next append opens the new file.
+            self.journal = None;
         }
         self.good_len = 0;
         self.records = 0;
@@ -391,6 +430,55 @@ mod tests {
         assert_eq!(store.state(), &expected);
         assert_eq!(std::fs::metadata(journal_path(&path)).unwrap().len(), 0);
         assert_eq!(Checkpoint::load(&path).unwrap(), expected);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A reader beside the writer (the chaos ledger's, a restart's) only ever sees a
+    /// state the writer had, and never an older one than it saw before: compactions every
+    /// other record race each read. The writer's states are {c_k} then {c_k, c_k+1}.
+    #[test]
+    fn a_load_racing_compactions_sees_only_states_the_writer_had() {
+        let dir = std::env::temp_dir().join(format!("cp-store-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("checkpoint.json");
+        let mut store = CheckpointStore::open(&path).unwrap();
+        store.compact_after = 2;
+        store.insert("c0000", claim("c0")).unwrap();
+        const CHANGES: usize = 1500;
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (path, done) = (path.clone(), done.clone());
+            std::thread::spawn(move || {
+                let (mut last, mut loads) = (0usize, 0usize);
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    let state = Checkpoint::load(&path).expect("a load beside the writer");
+                    loads += 1;
+                    let ks: Vec<usize> = state
+                        .claims
+                        .keys()
+                        .map(|k| k[1..].parse().unwrap())
+                        .collect();
+                    let valid = match ks[..] {
+                        [k] => Some(k),
+                        [k, next] if next == k + 1 => Some(k),
+                        _ => None,
+                    };
+                    let k = valid.unwrap_or_else(|| {
+                        panic!("load {loads} saw {ks:?}: not a state the writer had")
+                    });
+                    assert!(k >= last, "load {loads} went back from c{last} to {ks:?}");
+                    last = k;
+                }
+                loads
+            })
+        };
+        for k in 1..CHANGES {
+            store.insert(&format!("c{k:04}"), claim("c")).unwrap();
+            store.remove(&format!("c{:04}", k - 1)).unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let loads = reader.join().expect("the reader's checks held");
+        assert!(loads > 10, "only {loads} loads raced the writer");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
