@@ -241,12 +241,18 @@ mod tests {
                 .filter(|r| r["apiGroups"][0] == "resource.k8s.io")
                 .count();
             let args = crate::objects::webui_args(&s);
-            (dra_rules, args.contains(&"--dra".to_string()))
+            let flag: Vec<String> = args
+                .into_iter()
+                .filter(|a| a.starts_with("--dra"))
+                .collect();
+            (dra_rules, flag)
         };
-        assert_eq!(ui(&["x", "--webui"]), (0, false));
+        // Without the rules the UI is told --dra=off: its default (auto) would ask for
+        // slices and claims once a node is labelled for DRA.
+        assert_eq!(ui(&["x", "--webui"]), (0, vec!["--dra=off".to_string()]));
         assert_eq!(
             ui(&["x", "--webui", "--dra", "--kube-version", "v1.34.0"]),
-            (1, true)
+            (1, vec!["--dra".to_string()])
         );
     }
 

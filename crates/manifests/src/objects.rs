@@ -1531,17 +1531,20 @@ pub fn monitor_daemon_set(settings: &Settings) -> Object {
 }
 
 /// The web UI's arguments (the chart's `webui.yaml` writes the same): `--dra` exactly when
-/// its role has the DRA rules ([`rbac::webui_dra_cluster_rules`]), so it watches what it
-/// may read.
+/// its role has the DRA rules ([`rbac::webui_dra_cluster_rules`]), else `--dra=off` (not its
+/// default, `auto`, which would watch them once a node is in DRA mode), so it watches what
+/// it may read.
 pub fn webui_args(settings: &Settings) -> Vec<String> {
     let mut args = vec![format!("--listen=0.0.0.0:{WEBUI_PORT}")];
     let url = &settings.values.webui.prometheus_url;
     if !url.is_empty() {
         args.push(format!("--prometheus={url}"));
     }
-    if settings.values.dra_plugin.enabled {
-        args.push(s("--dra"));
-    }
+    args.push(s(if settings.values.dra_plugin.enabled {
+        "--dra"
+    } else {
+        "--dra=off"
+    }));
     args
 }
 

@@ -669,7 +669,7 @@ mod tests {
 
     #[test]
     fn a_dra_node_on_a_ui_without_dra_watches_says_so_once() {
-        // Without --dra the UI starts no DRA watch (so has no DRA error or pending list);
+        // With --dra=off the UI starts no DRA watch (so has no DRA error or pending list);
         // a node labelled for DRA gets one banner naming the flag; none without one.
         let mut w = World::default();
         w.dra_unwatched = true;

@@ -62,11 +62,32 @@ pub struct UiArgs {
     /// Seconds between scrapes.
     #[arg(long, default_value_t = 5)]
     pub scrape_seconds: u64,
-    /// Also watch the AMD DRA driver's ResourceSlices and the ResourceClaims (the DRA
-    /// nodes' devices and their pods' shares); needs list/watch on both (the chart grants
-    /// them and passes this flag with draPlugin.enabled).
-    #[arg(long)]
-    pub dra: bool,
+    /// Whether to watch the AMD DRA driver's ResourceSlices and the ResourceClaims (the
+    /// DRA nodes' devices and their pods' shares; needs list/watch on both): `--dra` (=on)
+    /// from the start; `--dra=off` never (the chart passes one of the two, with its
+    /// draPlugin.enabled, so it asks only for what its role grants); `auto`, the default,
+    /// once a node is labelled hami.io/amd-mode=dra.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = DraWatch::Auto,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "on",
+        value_name = "auto|on|off"
+    )]
+    pub dra: DraWatch,
+}
+
+/// When the UI watches the DRA resources (`--dra`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DraWatch {
+    /// Once a node is in DRA mode (until then no resource.k8s.io request is made).
+    Auto,
+    /// From the start.
+    On,
+    /// Never: a node in DRA mode gets a banner naming the flag.
+    Off,
 }
 
 /// A running UI.
@@ -99,16 +120,16 @@ pub fn start(
     monitors: Vec<String>,
     scrape_every: Duration,
 ) -> anyhow::Result<RunningUi> {
-    start_with(client, listener, monitors, scrape_every, true)
+    start_with(client, listener, monitors, scrape_every, DraWatch::On)
 }
 
-/// [`start`], with the DRA watchers only if `dra` (`--dra`).
+/// [`start`], with the DRA watchers as `dra` says (`--dra`).
 pub fn start_with(
     client: kube::Client,
     listener: tokio::net::TcpListener,
     monitors: Vec<String>,
     scrape_every: Duration,
-    dra: bool,
+    dra: DraWatch,
 ) -> anyhow::Result<RunningUi> {
     let addr = listener.local_addr()?;
     let world = Arc::new(RwLock::new(World::default()));

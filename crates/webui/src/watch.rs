@@ -1,5 +1,5 @@
 //! The Kubernetes side: one watcher per resource (nodes, pods, core/v1 and
-//! events.k8s.io/v1 Events, and, with `--dra`, resource.k8s.io/v1 ResourceSlices and
+//! events.k8s.io/v1 Events, and, as `--dra` says, resource.k8s.io/v1 ResourceSlices and
 //! ResourceClaims for the DRA nodes) feeding [`World`]. A watch error becomes a banner while
 //! it lasts and is logged once per run of errors; the watcher retries with backoff and the
 //! pages keep what was last seen. What each stream item does to the world is
@@ -16,8 +16,9 @@ use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::DraWatch;
 use crate::watch_feed::{Feed, Update};
-use crate::world::{EventRow, World};
+use crate::world::{EventRow, World, is_dra_node};
 
 /// A core/v1 Event as a row (its time: last, first, event time, else creation).
 pub fn core_event_row(e: &CoreEvent) -> EventRow {
@@ -211,20 +212,25 @@ where
     }
 }
 
-/// Starts the watchers; they run until the runtime stops. With `dra` also the DRA
-/// watchers (the chart passes `--dra`, and grants list/watch on ResourceSlices and
-/// ResourceClaims, only in its DRA mode: without it the UI never asks for what it may not
-/// read; [`World::dra_unwatched`] then says so if a node is in DRA mode anyway). Only our
-/// driver's slices are watched (the server filters by `spec.driver`); claims have no driver
-/// field to select on.
+/// How often `--dra=auto` looks for a node in DRA mode (in the world the node watcher
+/// keeps: no API call).
+const DRA_AUTO_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Starts the watchers; they run until the runtime stops. The DRA watchers as `dra` says:
+/// from the start (the chart passes `--dra`, and grants list/watch on ResourceSlices and
+/// ResourceClaims, only in its DRA mode), never (`--dra=off`, the chart's other mode: the UI
+/// never asks for what it may not read; [`World::dra_unwatched`] then says so if a node is
+/// in DRA mode anyway), or once a node is in DRA mode (`auto`, `hami ui`'s default: a
+/// cluster without DRA sees no resource.k8s.io request). Only our driver's slices are
+/// watched (the server filters by `spec.driver`); claims have no driver field to select on.
 pub fn start(
     client: Client,
     world: Arc<RwLock<World>>,
-    dra: bool,
+    dra: DraWatch,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let all = watcher::Config::default;
     if let Ok(mut w) = world.write() {
-        w.dra_unwatched = !dra;
+        w.dra_unwatched = dra == DraWatch::Off;
     }
     let mut tasks = vec![
         tokio::spawn(run(Api::<Node>::all(client.clone()), all(), world.clone())),
@@ -240,16 +246,36 @@ pub fn start(
             world.clone(),
         )),
     ];
-    if dra {
-        let ours = format!("spec.driver={}", hami_protocol::dra::DRIVER);
-        tasks.extend([
-            tokio::spawn(run(
-                Api::<ResourceSlice>::all(client.clone()),
-                all().fields(&ours),
-                world.clone(),
-            )),
-            tokio::spawn(run(Api::<ResourceClaim>::all(client), all(), world)),
-        ]);
+    match dra {
+        DraWatch::On => tasks.push(tokio::spawn(run_dra(client, world))),
+        DraWatch::Auto => tasks.push(tokio::spawn(async move {
+            while !world
+                .read()
+                .is_ok_and(|w| w.nodes.values().any(is_dra_node))
+            {
+                tokio::time::sleep(DRA_AUTO_POLL).await;
+            }
+            tracing::info!("a node is in DRA mode: watching ResourceSlices and ResourceClaims");
+            run_dra(client, world).await;
+        })),
+        DraWatch::Off => {}
     }
     tasks
+}
+
+/// The two DRA watchers, in this task (aborting it stops both).
+async fn run_dra(client: Client, world: Arc<RwLock<World>>) {
+    let ours = format!("spec.driver={}", hami_protocol::dra::DRIVER);
+    futures::join!(
+        run(
+            Api::<ResourceSlice>::all(client.clone()),
+            watcher::Config::default().fields(&ours),
+            world.clone(),
+        ),
+        run(
+            Api::<ResourceClaim>::all(client),
+            watcher::Config::default(),
+            world
+        ),
+    );
 }

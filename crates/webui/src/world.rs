@@ -71,7 +71,7 @@ pub struct World {
     pub slices: BTreeMap<String, ResourceSlice>,
     /// ResourceClaims by `namespace/name`.
     pub claims: BTreeMap<String, ResourceClaim>,
-    /// The UI runs without `--dra` (no ResourceSlice or ResourceClaim watch): a node in
+    /// The UI runs with `--dra=off` (no ResourceSlice or ResourceClaim watch): a node in
     /// DRA mode then gets a banner saying its devices are not shown.
     pub dra_unwatched: bool,
     /// [`World::dra_nodes`], built on first use after a slice or claim changed.
@@ -303,7 +303,7 @@ impl World {
                 .map(|n| n.metadata.name.as_deref().unwrap_or_default())
         {
             out.push(format!(
-                "Node {name} is in DRA mode ({AMD_MODE_LABEL}={AMD_MODE_DRA}), but this UI does not watch ResourceSlices and ResourceClaims: DRA devices and claims are not shown (start it with --dra; the chart does with draPlugin.enabled)."
+                "Node {name} is in DRA mode ({AMD_MODE_LABEL}={AMD_MODE_DRA}), but this UI does not watch ResourceSlices and ResourceClaims: DRA devices and claims are not shown (start it with --dra, or without --dra=off; the chart passes --dra with draPlugin.enabled)."
             ));
         }
         out.extend(self

@@ -65,8 +65,14 @@ async fn a_refused_watch_logs_once_while_it_retries() {
         .unwrap();
     let client = kube::Client::try_from(cfg).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let ui =
-        hami_webui::start_with(client, listener, vec![], Duration::from_secs(5), true).unwrap();
+    let ui = hami_webui::start_with(
+        client,
+        listener,
+        vec![],
+        Duration::from_secs(5),
+        hami_webui::DraWatch::On,
+    )
+    .unwrap();
 
     // Each watcher retried (three refused lists of each DRA resource) …
     let refused = |resource: &str| {

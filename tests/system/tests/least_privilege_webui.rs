@@ -7,7 +7,7 @@
 //! - DRA (`hami manifests --dra` / `draPlugin.enabled`): also a DRA node with the driver's
 //!   ResourceSlice and a pod's allocated ResourceClaim, which its pages show;
 //! - not DRA: its role has no resource.k8s.io rule and it asks for no such resource (no
-//!   `--dra`); and a UI started with `--dra` under that role anyway gets its refusals only
+//!   `--dra=off`); and a UI started with `--dra` under that role anyway gets its refusals only
 //!   there, shows no banner for them (no node is in DRA mode) and keeps its pages.
 
 use std::collections::BTreeSet;
@@ -164,8 +164,13 @@ fn deployment_flags(s: &Settings) -> Cli {
     );
     assert_eq!(cli.ui.listen.port(), names::WEBUI_PORT as u16);
     assert_eq!(
-        cli.ui.dra, s.values.dra_plugin.enabled,
-        "--dra exactly in the DRA mode (with its rules)"
+        cli.ui.dra,
+        if s.values.dra_plugin.enabled {
+            hami_webui::DraWatch::On
+        } else {
+            hami_webui::DraWatch::Off
+        },
+        "--dra exactly in the DRA mode (with its rules), else --dra=off"
     );
     cli
 }
@@ -175,7 +180,7 @@ async fn start_ui(
     server: &RunningApiServer,
     s: &Settings,
     cli: &Cli,
-    dra: bool,
+    dra: hami_webui::DraWatch,
 ) -> hami_webui::RunningUi {
     let client = client_for(server, &s.namespace, names::WEBUI).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -400,7 +405,7 @@ async fn webui_without_dra_holds_and_asks_for_no_dra_resource() {
 
     // Misconfigured: --dra under the role without DRA rules. The refusals are of the DRA
     // reads only; no node is in DRA mode, so no banner, and the pages work.
-    let ui = start_ui(&server, &s, &cli, true).await;
+    let ui = start_ui(&server, &s, &cli, hami_webui::DraWatch::On).await;
     check_plugin_pages(&ui).await;
     let me_refused =
         |log: &[RequestRecord]| -> Vec<String> { refused(&requests_of(&log[seen..], &me)) };
