@@ -73,5 +73,18 @@ async fn hami_ui_serves_the_cluster() {
         err.contains("cannot listen on") && err.contains("--listen"),
         "{err}"
     );
+
+    // A --dra mode that does not exist: exit 2 naming the ones that do, before any start.
+    let out = Command::new(env!("CARGO_BIN_EXE_hami"))
+        .args(["ui", "--dra=yes", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid value 'yes'") && err.contains("auto, on, off"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
