@@ -298,7 +298,8 @@ fn write_claim_files(
             if let Some(dir) = &plan.cache_dir {
                 // A claim not yet prepared has had no container: a region file there is an
                 // interrupted attempt's, and one cut short (a crash between its creation
-                // and sizing) would refuse this prepare and every retry.
+                // and sizing) would refuse this prepare and every retry. (One in use here
+                // is refused by prepare_region, naming it.)
                 region_file(Path::new(dir))?;
                 config.shared_cache_inode =
                     Some(hami_amd_plugin::kube_shell::prepare_region(dir, &config)?);
@@ -359,15 +360,19 @@ fn restore_files(c: &PreparedClaim) -> Result<Option<PreparedClaim>, String> {
 enum RegionFile {
     /// A plain file of a region's size: kept (its inode is the one the hook config pins).
     Usable,
-    /// None there, or there was one the hook could only refuse and it was removed.
+    /// One no hook could map, kept because live processes still have it attached (a tenant
+    /// cut it short under them): they fail closed on it, and a fresh region beside them
+    /// would let the pod count its memory twice. Replaced by a later prepare once they exit.
+    InUse,
+    /// None there, or there was one no hook could use and it was removed.
     Absent,
 }
 
-/// Checks the claim's region file, removing one no hook could use: cut short or empty (a
-/// crash between its creation and sizing, or a power loss before its blocks were written:
-/// only the checkpoint is synced), or not a plain file. Removing, not repairing in place:
-/// a container still running has the old inode bind-mounted and keeps failing closed on
-/// it; nothing it had counted is reset under it. The caller makes the new file.
+/// Checks the claim's region file, removing one no hook could map and no process has
+/// attached: empty or cut short (a crash between its creation and sizing, or a power loss
+/// before its blocks were written: only the checkpoint is synced), or not a plain file. The
+/// caller makes the new one. Removing, not repairing in place: an inode some container
+/// still has bind-mounted is never reset under it.
 fn region_file(dir: &Path) -> Result<RegionFile, String> {
     let path = dir.join(hami_amd_plugin::allocate_plan::CACHE_FILE);
     let meta = match std::fs::symlink_metadata(&path) {
@@ -384,7 +389,18 @@ fn region_file(dir: &Path) -> Result<RegionFile, String> {
             path.display()
         ));
     }
-    tracing::warn!(path = %path.display(), bytes = meta.len(), "replacing a region file no hook could use (cut short, or not a plain file)");
+    // Only a plain file can have been attached (a link, FIFO or socket never was).
+    if meta.is_file() {
+        match hami_region::attached_elsewhere(&path) {
+            Ok(false) => {}
+            Ok(true) => {
+                tracing::warn!(path = %path.display(), bytes = meta.len(), "a region file cut short while processes still have it attached: left as it is (they fail closed); replaced by a prepare after they exit");
+                return Ok(RegionFile::InUse);
+            }
+            Err(e) => return Err(format!("checking who uses {}: {e}", path.display())),
+        }
+    }
+    tracing::warn!(path = %path.display(), bytes = meta.len(), "replacing a region file no hook could map (cut short, or not a plain file)");
     std::fs::remove_file(&path)
         .map_err(|e| format!("removing the unusable region file {}: {e}", path.display()))?;
     Ok(RegionFile::Absent)

@@ -424,8 +424,39 @@ async fn kubelet_registers_prepares_and_unprepares_across_restarts() {
         .unwrap();
     assert_eq!(recorded.as_bytes(), std::fs::read(&hook_c).unwrap());
 
-    // ... or its region file's blocks (a power loss before they were written): an empty
-    // file is one the hook could only refuse, so it is replaced like a lost one.
+    // A tenant cut the region short under a process that still has it attached (its slot's
+    // liveness lock held): kept as it is — that process fails closed on it, and a fresh
+    // region beside it would count the pod's memory twice.
+    let holder = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(&region_c)
+        .unwrap();
+    assert!(
+        hami_kernel_locks::file_lock::try_lock_record(&holder, hami_region::layout::slot_offset(3))
+            .unwrap()
+    );
+    holder.set_len(0).unwrap();
+    let again = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("c", "uid-c")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.claims["uid-c"], c.claims["uid-c"]);
+    let kept = std::fs::metadata(&region_c).unwrap();
+    assert_eq!(
+        (kept.ino(), kept.len()),
+        (inode, 0),
+        "replaced under a live process"
+    );
+    assert_eq!(recorded.as_bytes(), std::fs::read(&hook_c).unwrap());
+    drop(holder);
+
+    // ... once it has exited, or after a power loss before the file's blocks were written
+    // (no process survives that): an empty file is one the hook could only refuse, so it
+    // is replaced like a lost one.
     let old_inode = inode;
     let _held_too = std::fs::File::open(&region_c).unwrap();
     std::fs::File::options()

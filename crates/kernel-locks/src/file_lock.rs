@@ -76,6 +76,17 @@ pub fn record_locked_elsewhere(file: &File, offset: usize) -> io::Result<bool> {
     Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
 }
 
+/// Whether some other OFD holds a record lock anywhere in the file, also past its end (a
+/// file cut short keeps the locks its holders took on it).
+pub fn any_record_locked_elsewhere(file: &File) -> io::Result<bool> {
+    let fd = file.as_raw_fd();
+    let mut lock = record(libc::F_WRLCK, 0);
+    lock.l_len = 0; // to the end of any size the file has or gets
+    // SAFETY: F_OFD_GETLK writes into the struct we pass; it lives across the call.
+    retry_eintr(|| unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut lock) })?;
+    Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +107,18 @@ mod tests {
         assert!(!record_locked_elsewhere(&other, 4).unwrap());
         drop(owner);
         assert!(!record_locked_elsewhere(&other, 3).unwrap());
+        // Anywhere in the file, and past its end once it is cut short.
+        assert!(!any_record_locked_elsewhere(&other).unwrap());
+        assert!(try_lock_record(&other, 12).unwrap());
+        let third = File::options().read(true).write(true).open(&path).unwrap();
+        third.set_len(0).unwrap();
+        assert!(any_record_locked_elsewhere(&third).unwrap());
+        assert!(
+            !any_record_locked_elsewhere(&other).unwrap(),
+            "its own lock does not count"
+        );
+        drop(other);
+        assert!(!any_record_locked_elsewhere(&third).unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -12,5 +12,5 @@ mod session;
 pub use accounting::OverLimit;
 pub use session::{
     DeviceLock, DeviceUsage, Limits, Reclaimed, RegionError, ReserveError, Session, SlotView,
-    prepare_file,
+    attached_elsewhere, prepare_file,
 };

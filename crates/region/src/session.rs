@@ -17,7 +17,8 @@ use crate::layout::{
     slot_offset,
 };
 use hami_kernel_locks::file_lock::{
-    flock_exclusive, flock_unlock, record_locked_elsewhere, try_lock_record,
+    any_record_locked_elsewhere, flock_exclusive, flock_unlock, record_locked_elsewhere,
+    try_lock_record,
 };
 
 /// Per-device limits a creator writes into a new region.
@@ -333,6 +334,17 @@ pub fn prepare_file(path: &Path, limits: &Limits) -> Result<u64, RegionError> {
     // Initialise through a session of our own, dropped at once (its slot is freed again).
     drop(Session::attach_expecting(path, limits, Some(inode))?);
     Ok(inode)
+}
+
+/// Whether a live process has the region at `path` attached: one of its slots' liveness
+/// locks is held. The locks outlive a truncation of the file (a tenant's, or a crash's) and
+/// go with their process, so a file no hook could map again is known to be unused when
+/// this says `false`. No file: `false`; one that is not a plain file: an error.
+pub fn attached_elsewhere(path: &Path) -> Result<bool, RegionError> {
+    let Some(file) = open_existing(path)? else {
+        return Ok(false);
+    };
+    any_record_locked_elsewhere(&file).map_err(io_err("probe the slot locks of", path))
 }
 
 /// The region file at `path`: the existing one if it is a plain file, else a new one.
