@@ -378,6 +378,58 @@ pub fn is_region_file(meta: &std::fs::Metadata) -> bool {
     meta.is_file() && meta.len() == hami_region::layout::REGION_SIZE as u64
 }
 
+/// What [`check_region_file`] left in a container's or claim's cache directory.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RegionFile {
+    /// A plain file of a region's size: kept (its inode is the one the hook config pins).
+    Usable,
+    /// One no hook could map, kept because live processes still have it attached (a tenant
+    /// cut it short under them): they fail closed on it, and a fresh region beside them
+    /// would let the pod count its memory twice. Replaced by a later try once they exit.
+    InUse,
+    /// None there, or there was one no hook could use and it was removed.
+    Absent,
+}
+
+/// Checks the region file in `dir`, removing one no hook could map and no process has
+/// attached: empty or cut short (a crash between its creation and sizing, or a power loss
+/// before its blocks were written: they are never synced), or not a plain file (a link or
+/// FIFO planted in the container's directory). The caller makes the new one. Removing, not
+/// repairing in place: an inode some container still has bind-mounted is never reset under
+/// it.
+pub fn check_region_file(dir: &std::path::Path) -> Result<RegionFile, String> {
+    let path = dir.join(crate::allocate_plan::CACHE_FILE);
+    let meta = match std::fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(RegionFile::Absent),
+        Err(e) => return Err(format!("checking {}: {e}", path.display())),
+        Ok(meta) => meta,
+    };
+    if is_region_file(&meta) {
+        return Ok(RegionFile::Usable);
+    }
+    if meta.is_dir() {
+        return Err(format!(
+            "{} is a directory, not a region file; remove it",
+            path.display()
+        ));
+    }
+    // Only a plain file can have been attached (a link, FIFO or socket never was).
+    if meta.is_file() {
+        match hami_region::attached_elsewhere(&path) {
+            Ok(false) => {}
+            Ok(true) => {
+                tracing::warn!(path = %path.display(), bytes = meta.len(), "a region file cut short while processes still have it attached: left as it is (they fail closed); replaced by a try after they exit");
+                return Ok(RegionFile::InUse);
+            }
+            Err(e) => return Err(format!("checking who uses {}: {e}", path.display())),
+        }
+    }
+    tracing::warn!(path = %path.display(), bytes = meta.len(), "replacing a region file no hook could map (cut short, or not a plain file)");
+    std::fs::remove_file(&path)
+        .map_err(|e| format!("removing the unusable region file {}: {e}", path.display()))?;
+    Ok(RegionFile::Absent)
+}
+
 /// Creates the container's region file with the plugin's limits (or finds the one an
 /// earlier try of this Allocate made) and returns its inode for the hook config: the hook
 /// then uses only that file (issue 14 items 7, 8). The DRA driver's prepare does the same
@@ -388,6 +440,14 @@ pub fn prepare_region(
 ) -> Result<u64, String> {
     use std::os::unix::fs::MetadataExt;
     let path = std::path::Path::new(dir).join(crate::allocate_plan::CACHE_FILE);
+    // One an interrupted earlier try left cut short would refuse this try and every retry;
+    // one a process still has attached is refused, naming why.
+    if check_region_file(std::path::Path::new(dir))? == RegionFile::InUse {
+        return Err(format!(
+            "{} is cut short while processes still have it attached; it is replaced once they exit",
+            path.display()
+        ));
+    }
     let mut limits = hami_region::Limits::default();
     for (device, slot) in limits.bytes.iter_mut().enumerate() {
         if let Some(bytes) = u32::try_from(device)
@@ -419,6 +479,65 @@ pub fn prepare_region(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_region_file_no_hook_could_map_is_replaced_unless_a_process_has_it() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir().join(format!("hami-prepare-region-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.to_str().unwrap();
+        let path = dir.join(crate::allocate_plan::CACHE_FILE);
+        let config = hami_protocol::hook_config::HookConfig::default();
+        // An interrupted earlier try's empty file: replaced, not "remove it".
+        std::fs::write(&path, b"").unwrap();
+        let inode = prepare_region(d, &config).unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(is_region_file(&meta) && meta.ino() == inode);
+        // Found again as it is by a retry.
+        assert_eq!(prepare_region(d, &config).unwrap(), inode);
+        // A planted link: the link goes, its target is untouched.
+        let target = dir.join("victim");
+        std::fs::write(&target, b"keep").unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        prepare_region(d, &config).unwrap();
+        assert!(is_region_file(&std::fs::symlink_metadata(&path).unwrap()));
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        // Cut short under a live process (its slot lock held): kept, and refused naming why.
+        let holder = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        assert!(
+            hami_kernel_locks::file_lock::try_lock_record(
+                &holder,
+                hami_region::layout::slot_offset(0)
+            )
+            .unwrap()
+        );
+        holder.set_len(100).unwrap();
+        let kept = std::fs::metadata(&path).unwrap().ino();
+        let e = prepare_region(d, &config).unwrap_err();
+        assert!(e.contains("still have it attached"), "{e}");
+        assert_eq!(check_region_file(&dir).unwrap(), RegionFile::InUse);
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), kept);
+        // Once it exits: replaced (a plain open, holding no lock, keeps the inode number
+        // from being reused, and does not count as attached).
+        let _pin = std::fs::File::open(&path).unwrap();
+        drop(holder);
+        assert_ne!(prepare_region(d, &config).unwrap(), kept);
+        // A directory in its place is not guessed at.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let e = prepare_region(d, &config).unwrap_err();
+        assert!(
+            e.contains("is a directory, not a region file; remove it"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn pod(name: &str, ann: &[(&str, &str)]) -> Pod {
         serde_json::from_value(json!({

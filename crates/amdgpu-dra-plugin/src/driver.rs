@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use hami_amd_discovery::registration::RegisteredDevice;
 use hami_amd_plugin::dmem::{DmemJob, DmemLimit, DmemWriter};
+use hami_amd_plugin::kube_shell;
 use hami_dra_core::cdi_claim;
 use hami_dra_core::prepare::{PrepareSettings, claim_paths, plan_prepare};
 use tokio::sync::Mutex;
@@ -296,13 +297,7 @@ fn write_claim_files(
         Some((path, config)) => {
             let mut config = config.clone();
             if let Some(dir) = &plan.cache_dir {
-                // A claim not yet prepared has had no container: a region file there is an
-                // interrupted attempt's, and one cut short (a crash between its creation
-                // and sizing) would refuse this prepare and every retry. (One in use here
-                // is refused by prepare_region, naming it.)
-                region_file(Path::new(dir))?;
-                config.shared_cache_inode =
-                    Some(hami_amd_plugin::kube_shell::prepare_region(dir, &config)?);
+                config.shared_cache_inode = Some(kube_shell::prepare_region(dir, &config)?);
             }
             let text = config.encode().map_err(|e| format!("hook config: {e}"))?;
             write_unpublished(Path::new(path), text.as_bytes(), 0o444)
@@ -335,7 +330,9 @@ fn restore_files(c: &PreparedClaim) -> Result<Option<PreparedClaim>, String> {
         return Ok(None);
     };
     let lost = match &c.cache_dir {
-        Some(dir) => region_file(Path::new(dir))? == RegionFile::Absent,
+        Some(dir) => {
+            kube_shell::check_region_file(Path::new(dir))? == kube_shell::RegionFile::Absent
+        }
         None => false,
     };
     if !lost {
@@ -345,7 +342,7 @@ fn restore_files(c: &PreparedClaim) -> Result<Option<PreparedClaim>, String> {
     let dir = c.cache_dir.as_deref().unwrap_or_default();
     let mut config = hami_protocol::hook_config::decode(text.as_bytes())
         .map_err(|e| format!("the checkpoint's hook config for {p}: {e}"))?;
-    config.shared_cache_inode = Some(hami_amd_plugin::kube_shell::prepare_region(dir, &config)?);
+    config.shared_cache_inode = Some(kube_shell::prepare_region(dir, &config)?);
     let text = config.encode().map_err(|e| format!("hook config: {e}"))?;
     write_atomic(Path::new(p), text.as_bytes(), 0o444, false)
         .map_err(|e| format!("restoring {p}: {e}"))?;
@@ -353,57 +350,6 @@ fn restore_files(c: &PreparedClaim) -> Result<Option<PreparedClaim>, String> {
         hook_config: Some(text),
         ..c.clone()
     }))
-}
-
-/// What [`region_file`] left in a claim's cache directory.
-#[derive(Debug, PartialEq, Eq)]
-enum RegionFile {
-    /// A plain file of a region's size: kept (its inode is the one the hook config pins).
-    Usable,
-    /// One no hook could map, kept because live processes still have it attached (a tenant
-    /// cut it short under them): they fail closed on it, and a fresh region beside them
-    /// would let the pod count its memory twice. Replaced by a later prepare once they exit.
-    InUse,
-    /// None there, or there was one no hook could use and it was removed.
-    Absent,
-}
-
-/// Checks the claim's region file, removing one no hook could map and no process has
-/// attached: empty or cut short (a crash between its creation and sizing, or a power loss
-/// before its blocks were written: only the checkpoint is synced), or not a plain file. The
-/// caller makes the new one. Removing, not repairing in place: an inode some container
-/// still has bind-mounted is never reset under it.
-fn region_file(dir: &Path) -> Result<RegionFile, String> {
-    let path = dir.join(hami_amd_plugin::allocate_plan::CACHE_FILE);
-    let meta = match std::fs::symlink_metadata(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(RegionFile::Absent),
-        Err(e) => return Err(format!("checking {}: {e}", path.display())),
-        Ok(meta) => meta,
-    };
-    if hami_amd_plugin::kube_shell::is_region_file(&meta) {
-        return Ok(RegionFile::Usable);
-    }
-    if meta.is_dir() {
-        return Err(format!(
-            "{} is a directory, not a region file; remove it",
-            path.display()
-        ));
-    }
-    // Only a plain file can have been attached (a link, FIFO or socket never was).
-    if meta.is_file() {
-        match hami_region::attached_elsewhere(&path) {
-            Ok(false) => {}
-            Ok(true) => {
-                tracing::warn!(path = %path.display(), bytes = meta.len(), "a region file cut short while processes still have it attached: left as it is (they fail closed); replaced by a prepare after they exit");
-                return Ok(RegionFile::InUse);
-            }
-            Err(e) => return Err(format!("checking who uses {}: {e}", path.display())),
-        }
-    }
-    tracing::warn!(path = %path.display(), bytes = meta.len(), "replacing a region file no hook could map (cut short, or not a plain file)");
-    std::fs::remove_file(&path)
-        .map_err(|e| format!("removing the unusable region file {}: {e}", path.display()))?;
-    Ok(RegionFile::Absent)
 }
 
 fn devices_of(c: &PreparedClaim) -> Vec<Device> {
