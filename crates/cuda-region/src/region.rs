@@ -163,24 +163,39 @@ pub fn own_start_time() -> u64 {
 /// `anchor` (a path in a directory the plugin alone writes, on the same file system) gets a
 /// second hard link to it, so the inode stays allocated when the tenant deletes the
 /// container's name: a file created in its place can never reuse the inode number. An
-/// existing plain file (a repeated Allocate) is kept; anything else there is an error.
+/// existing plain file of a region's size (a repeated Allocate) is kept. One no hook could
+/// map — cut short (an interrupted earlier try: created, not yet sized), a link or a FIFO —
+/// is replaced, unless a live process holds a lock on it (then it is an error naming why);
+/// a directory is an error.
 pub fn prepare_file(path: &Path, anchor: &Path) -> io::Result<u64> {
     use std::os::unix::fs::MetadataExt;
-    let inode = match hami_kernel_locks::private_file::create_new(path) {
-        Ok(file) => {
-            file.set_permissions(std::fs::Permissions::from_mode(0o666))?;
-            file.set_len(FILE_SIZE as u64)?;
-            file.metadata()?.ino()
-        }
+    let create = || -> io::Result<u64> {
+        let file = hami_kernel_locks::private_file::create_new(path)?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o666))?;
+        file.set_len(FILE_SIZE as u64)?;
+        Ok(file.metadata()?.ino())
+    };
+    let inode = match create() {
+        Ok(inode) => inode,
         Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
             let meta = std::fs::symlink_metadata(path)?;
-            if !(meta.file_type().is_file() && meta.len() == FILE_SIZE as u64) {
+            if meta.file_type().is_file() && meta.len() == FILE_SIZE as u64 {
+                meta.ino()
+            } else if meta.file_type().is_dir() {
                 return Err(io::Error::other(format!(
-                    "{} exists and is not a region file this plugin made; remove it",
+                    "{} is a directory, not a region file; remove it",
                     path.display()
                 )));
+            } else {
+                if meta.file_type().is_file() && locked_elsewhere(path)? {
+                    return Err(io::Error::other(format!(
+                        "{} is cut short while processes still have it attached; it is replaced once they exit",
+                        path.display()
+                    )));
+                }
+                std::fs::remove_file(path)?;
+                create()?
             }
-            meta.ino()
         }
         Err(err) => return Err(err),
     };
@@ -194,6 +209,17 @@ pub fn prepare_file(path: &Path, anchor: &Path) -> io::Result<u64> {
         Err(err) => return Err(err),
     }
     Ok(inode)
+}
+
+/// Whether another open file description holds a record lock on the plain file at `path`
+/// (a live process's slot: the locks outlive a truncation and go with their process).
+fn locked_elsewhere(path: &Path) -> io::Result<bool> {
+    let file = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    hami_kernel_locks::file_lock::any_record_locked_elsewhere(&file)
 }
 
 /// Opens the region file without following a symbolic link, creating it (exclusively, so a

@@ -307,3 +307,50 @@ fn refused_expecting(path: &std::path::Path, inode: u64, says: &str) {
         .unwrap();
     assert!(err.to_string().contains(says), "{err}");
 }
+
+/// An Allocate retried after an interrupted try (the file created, not yet sized) or over a
+/// planted link replaces what no hook could map; one a live process holds a lock on (the
+/// tenant cut it short under it) is refused naming why, and a directory is not guessed at.
+#[test]
+fn a_retried_allocate_replaces_a_file_no_hook_could_map() {
+    use std::os::unix::fs::MetadataExt;
+    let path = temp("retried");
+    let anchor = path.with_extension("anchor");
+    std::fs::write(&path, b"").unwrap();
+    let inode = hami_cuda_region::prepare_file(&path, &anchor).unwrap();
+    let meta = std::fs::symlink_metadata(&path).unwrap();
+    assert!(meta.is_file() && meta.len() == FILE_SIZE as u64 && meta.ino() == inode);
+    assert_eq!(std::fs::metadata(&anchor).unwrap().ino(), inode);
+    assert_eq!(mode_of(&path), 0o666);
+    // A planted link: the link goes, its target is untouched.
+    let target = path.with_extension("victim");
+    std::fs::write(&target, b"keep").unwrap();
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink(&target, &path).unwrap();
+    let relinked = hami_cuda_region::prepare_file(&path, &anchor).unwrap();
+    assert_eq!(std::fs::metadata(&anchor).unwrap().ino(), relinked);
+    assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+    // Cut short under a process that has it attached: refused, kept.
+    let region = Region::attach_expecting(&path, &InitValues::default(), Some(relinked)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(10)
+        .unwrap();
+    let err = hami_cuda_region::prepare_file(&path, &anchor).unwrap_err();
+    assert!(err.to_string().contains("still have it attached"), "{err}");
+    assert_eq!(std::fs::metadata(&path).unwrap().ino(), relinked);
+    // (Its mapping is past the file's end now: leaked, never touched again.)
+    std::mem::forget(region);
+    // A directory in its place.
+    let dir_path = temp("retried-dir");
+    std::fs::create_dir(&dir_path).unwrap();
+    let err =
+        hami_cuda_region::prepare_file(&dir_path, &dir_path.with_extension("anchor")).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("is a directory, not a region file; remove it"),
+        "{err}"
+    );
+}
