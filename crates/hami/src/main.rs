@@ -165,7 +165,10 @@ fn show_status(args: status::StatusArgs) -> ExitCode {
         }
     };
     let collected = runtime.block_on(async {
-        let (report, dra) = status::collect(&args).await?;
+        let (report, dra, dra_warning) = status::collect(&args).await?;
+        if let Some(w) = dra_warning {
+            eprintln!("warning: {w}");
+        }
         let (usage, monitor_errors) = status::live_usage(&args.monitors).await;
         anyhow::Ok(status::Status {
             report,

@@ -277,33 +277,51 @@ pub fn render(report: &StatusReport, all: bool, dra_nodes: usize) -> String {
 }
 
 /// The DRA driver's ResourceSlices and all ResourceClaims, as the DRA section. A cluster
-/// without `resource.k8s.io/v1` (before 1.34) has no DRA section; other errors fail.
-async fn collect_dra(client: &kube::Client) -> anyhow::Result<Vec<DraNode>> {
+/// without `resource.k8s.io/v1` (before 1.34) has no DRA section. A user who may not list
+/// them (403) gets the rest with a warning saying which rights the section needs; other
+/// errors fail.
+async fn collect_dra(client: &kube::Client) -> anyhow::Result<(Vec<DraNode>, Option<String>)> {
     use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+    let refused = |what: &str, e: &kube::core::Status| {
+        format!(
+            "the DRA section is not shown: listing {what} was refused ({}); it needs list on resourceslices and resourceclaims (API group resource.k8s.io)",
+            e.message
+        )
+    };
     let slices = match Api::<ResourceSlice>::all(client.clone())
         .list(&ListParams::default())
         .await
     {
         Ok(list) => list.items,
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Vec::new()),
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok((Vec::new(), None)),
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            return Ok((Vec::new(), Some(refused("ResourceSlices", &e))));
+        }
         Err(e) => return Err(anyhow::anyhow!("listing ResourceSlices: {e}")),
     };
-    let claims = Api::<ResourceClaim>::all(client.clone())
+    let claims = match Api::<ResourceClaim>::all(client.clone())
         .list(&ListParams::default())
         .await
-        .map_err(|e| anyhow::anyhow!("listing ResourceClaims: {e}"))?
-        .items;
-    Ok(hami_report::dra_status::build(
-        hami_manifests::names::DRA_DRIVER,
-        &slices,
-        &claims,
+    {
+        Ok(list) => list.items,
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            return Ok((Vec::new(), Some(refused("ResourceClaims", &e))));
+        }
+        Err(e) => return Err(anyhow::anyhow!("listing ResourceClaims: {e}")),
+    };
+    Ok((
+        hami_report::dra_status::build(hami_manifests::names::DRA_DRIVER, &slices, &claims),
+        None,
     ))
 }
 
-/// Lists nodes, pods and scheduling events and builds the report; and the DRA section.
-pub async fn collect(args: &StatusArgs) -> anyhow::Result<(StatusReport, Vec<DraNode>)> {
+/// Lists nodes, pods and scheduling events and builds the report; and the DRA section, or
+/// why it is missing (a warning for stderr).
+pub async fn collect(
+    args: &StatusArgs,
+) -> anyhow::Result<(StatusReport, Vec<DraNode>, Option<String>)> {
     let client = hami_scheduler::server::client(args.kubeconfig.as_deref()).await?;
-    let dra = collect_dra(&client).await?;
+    let (dra, dra_warning) = collect_dra(&client).await?;
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await?
@@ -358,5 +376,5 @@ pub async fn collect(args: &StatusArgs) -> anyhow::Result<(StatusReport, Vec<Dra
         .into_iter()
         .map(|(_, ns, n, note)| (ns, n, note))
         .collect();
-    Ok((build(&nodes, &pods, &events), dra))
+    Ok((build(&nodes, &pods, &events), dra, dra_warning))
 }

@@ -283,3 +283,69 @@ async fn status_shows_dra_devices_their_claims_pods_and_cu_ranges() {
     assert_eq!(train["pods"], json!(["ml/train"]));
     assert_eq!(train["cu_ranges"], "0-25");
 }
+
+/// A user who may read nodes, pods and events but not resource.k8s.io still gets the
+/// device-plugin tables, and a warning on stderr says which rights the DRA section needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_without_dra_rights_shows_the_rest_and_says_what_dra_needs() {
+    let api = ApiServer::start(Config {
+        auth: Some(hami_apiserver::authn::AuthConfig::default()),
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let register = r#"[{"id":"G1","index":1,"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":true}]"#;
+    api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "annotations": {"hami.io/node-amd-register": register}}}))
+        .unwrap();
+    api.create_object(
+        "v1",
+        "namespaces",
+        None,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ops"}}),
+    )
+    .unwrap();
+    let rbac = "rbac.authorization.k8s.io/v1";
+    api.create_object(
+        rbac,
+        "clusterroles",
+        None,
+        json!({"apiVersion": rbac, "kind": "ClusterRole",
+        "metadata": {"name": "gpu-viewer"},
+        "rules": [{"apiGroups": [""], "resources": ["nodes", "pods", "events"], "verbs": ["list"]},
+                  {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["list"]}]}),
+    )
+    .unwrap();
+    api.create_object(rbac, "clusterrolebindings", None, json!({"apiVersion": rbac, "kind": "ClusterRoleBinding",
+        "metadata": {"name": "gpu-viewer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-viewer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": "ops"}]}))
+        .unwrap();
+    let token = api.service_account_token("ops", "viewer").unwrap();
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "hami-status-no-dra-{}.kubeconfig",
+        std::process::id()
+    ));
+    std::fs::write(&kubeconfig, api.kubeconfig_yaml_with_token(&token)).unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_hami"))
+            .args(["status", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{text}\n{err}");
+    assert!(text.contains("n1"), "{text}");
+    assert!(
+        err.contains("warning: the DRA section is not shown: listing ResourceSlices was refused")
+            && err.contains(
+                "it needs list on resourceslices and resourceclaims (API group resource.k8s.io)"
+            ),
+        "{err}"
+    );
+}
