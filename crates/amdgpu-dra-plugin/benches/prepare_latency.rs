@@ -15,7 +15,13 @@
 //! against the version the GET read; it runs alongside the file writes), and everything
 //! after the GET (CU choice, hook config, region file and CDI spec ∥ the status write,
 //! checkpoint rewrite and fsync, gRPC answer).
-//! Run: `[SOURCE=api] cargo bench -p hami-amdgpu-dra-plugin --bench prepare_latency`
+//! `DMEM=1`: also the dmem limit, as on a node whose cgroup root lists the controller: a
+//! cgroup tree in the bench's directory (systemd driver layout), each claim's pod cgroup
+//! made before its prepare (kubelet's order) and removed after its unprepare; the limit is
+//! written into the pod's `dmem.max` before the answer, and checked. (A plain directory
+//! tree, not cgroupfs: the walk and write cost the same system calls; the kernel's own work
+//! behind a cgroupfs write is not in it.)
+//! Run: `[SOURCE=api] [DMEM=1] cargo bench -p hami-amdgpu-dra-plugin --bench prepare_latency`
 //! (CLAIMS=n, default 2000).
 
 use std::collections::BTreeMap;
@@ -289,6 +295,15 @@ async fn bench() {
         .collect();
     let names: Vec<String> = devices.keys().cloned().collect();
     let dir = tree.sysfs_root().parent().unwrap().join("node");
+    let dmem = std::env::var("DMEM").is_ok_and(|v| v == "1");
+    let cgroups = dir.join("cgroup");
+    let burstable = cgroups.join("kubepods.slice/kubepods-burstable.slice");
+    if dmem {
+        std::fs::create_dir_all(&burstable).unwrap();
+        std::fs::write(cgroups.join("cgroup.controllers"), "cpu memory dmem\n").unwrap();
+    }
+    // The pod cgroup of claim i's pod (`pod-{i}`), as kubelet's systemd driver names it.
+    let pod_cgroup = |i: usize| burstable.join(format!("kubepods-burstable-podpod_{i}.slice"));
     let config = DriverConfig {
         settings: PrepareSettings {
             driver: hami_dra_core::DRIVER.into(),
@@ -300,7 +315,8 @@ async fn bench() {
         devices,
         cdi_dir: dir.join("cdi"),
         checkpoint: dir.join("plugin/checkpoint.json"),
-        dmem: None,
+        dmem: dmem
+            .then(|| hami_amd_plugin::dmem::spawn_writer(cgroups.clone(), Duration::from_secs(10))),
     };
     let sockets = Sockets::new(
         &dir.join("registry"),
@@ -348,8 +364,9 @@ async fn bench() {
         other => panic!("SOURCE={other:?}: expected memory or api"),
     };
     println!(
-        "claim source: {mode}, {n} claims, fixture MI210 XGMI ({} GPUs)",
-        names.len()
+        "claim source: {mode}, {n} claims, fixture MI210 XGMI ({} GPUs), dmem {}",
+        names.len(),
+        if dmem { "on" } else { "off" }
     );
     let mut client = DraPluginClient::new(
         hami_deviceplugin_api::connect_unix(&sockets.dra)
@@ -369,6 +386,10 @@ async fn bench() {
     let mut unprepare = Vec::with_capacity(n);
     for i in 0..n {
         let uid = source.add(i, &names[i % names.len()]).await;
+        if dmem {
+            std::fs::create_dir_all(pod_cgroup(i)).unwrap();
+            std::fs::write(pod_cgroup(i).join("dmem.max"), "").unwrap();
+        }
         *marks.lock().unwrap() = Marks::default();
         let t = Instant::now();
         let r = client
@@ -381,6 +402,13 @@ async fn bench() {
         let end = Instant::now();
         prepare.push(end - t);
         assert_eq!(r.claims[&uid].error, "", "claim c{i}");
+        if dmem {
+            let limit = std::fs::read_to_string(pod_cgroup(i).join("dmem.max")).unwrap();
+            assert!(
+                limit.contains(&format!(" {}\n", 2u64 << 30)),
+                "claim c{i}'s pod: dmem.max {limit:?}"
+            );
+        }
         let m = *marks.lock().unwrap();
         let (g, s) = (m.get.expect("claim read"), m.set.expect("status written"));
         for (v, (a, b)) in phases.iter_mut().zip([(t, g.0), g, s, (g.1, end)]) {
@@ -400,6 +428,9 @@ async fn bench() {
             unprepare.push(t.elapsed());
             assert_eq!(r.claims[&uids[j]].error, "", "claim c{j}");
             source.remove(j).await;
+            if dmem {
+                std::fs::remove_dir_all(pod_cgroup(j)).unwrap();
+            }
         }
     }
     report("NodePrepareResources", &mut prepare);
