@@ -155,28 +155,50 @@ mod tests {
         }
     }
 
-    #[test]
-    fn another_processes_reservation_is_respected() {
-        // A lock held through a second open file description stands in for another process
-        // (flock locks belong to the open file description, not the process).
-        let dir = lock_dir();
-        std::fs::create_dir_all(&dir).unwrap();
-        let port = free_port() + 1;
-        let other = OpenOptions::new()
+    /// The lock file for `port`, opened as another holder would.
+    fn lock_file(dir: &std::path::Path, port: u16) -> File {
+        OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(dir.join(format!("{port}.lock")))
-            .unwrap();
-        other.lock().unwrap();
+            .unwrap()
+    }
+
+    #[test]
+    fn another_holders_reservation_is_respected() {
+        // flock locks belong to the open file description, so a lock held through another
+        // one stands in for another process's — and never blocks: every lock here is tried
+        // (a blocking lock waited forever on a port a parallel test had reserved).
+        let dir = lock_dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        // This process's own reservation, held through HELD's description.
+        let port = free_port();
         assert!(
             reserve(&dir, port).is_none(),
+            "a reserved port was handed out again"
+        );
+        // One taken through a description of the test's own, from the top of the span.
+        let (low, high) = candidates();
+        let (p, other) = (low..high)
+            .rev()
+            .find_map(|p| {
+                let f = lock_file(&dir, p);
+                f.try_lock().ok()?;
+                Some((p, f))
+            })
+            .expect("a port nobody holds");
+        assert!(
+            reserve(&dir, p).is_none(),
             "a port another holder reserved was taken"
         );
         drop(other);
+        // Free again — unless it is bound, or a parallel test's free_port took it meanwhile
+        // (the same rule at work).
         assert!(
-            reserve(&dir, port).is_some()
-                || TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_err(),
+            reserve(&dir, p).is_some()
+                || TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_err()
+                || lock_file(&dir, p).try_lock().is_err(),
             "a released, unbound port could not be reserved"
         );
     }
