@@ -410,3 +410,142 @@ fn a_reused_address_replaces_its_stale_record() {
     );
     assert!(err.contains("does not wrap"), "{err}");
 }
+
+/// Reads the region's lock word (`owner_pid`) and slot 0's claim generation from the file.
+fn lock_word_and_slot0_generation(region: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(region).unwrap();
+    let mut word = [0u8; 8];
+    file.read_exact_at(&mut word, offsets::OWNER_PID as u64)
+        .unwrap();
+    let mut generation = [0u8; 8];
+    file.read_exact_at(
+        &mut generation,
+        (offsets::PROCS + offsets::SLOT_GENERATION) as u64,
+    )
+    .unwrap();
+    (u64::from_le_bytes(word), u64::from_le_bytes(generation))
+}
+
+/// Runs `alloc <bytes>` and fails the test if it takes more than 10 s (a process waiting
+/// on a lock word nobody will release waits forever).
+fn alloc_unblocked(s: &std::path::Path, env: &[(&str, String)], bytes: u64, what: &str) {
+    let started = std::time::Instant::now();
+    let mut next = command(s, env, &["alloc", &bytes.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(status) = next.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = next.kill();
+            let _ = next.wait();
+            panic!("{what}: the next process is blocked on the region's lock word");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(next.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert!(status.success() && out.contains("rc=0\n"), "{what}: {out}");
+}
+
+/// Issue 26 item 12: a process killed holding the region's lock word leaves it naming its
+/// slot; the next process is given that slot (reclaimed, a new generation) and must take
+/// the word over at once instead of waiting on what looks like itself. The word is set
+/// exactly so: slot 0's previous generation, and also the generation the next claim gets.
+#[test]
+fn a_lock_word_naming_our_own_slot_blocks_nobody() {
+    use std::os::unix::fs::FileExt;
+    let s = scratch("own-slot-word");
+    let env = limit("64m");
+    let region = s.join("cudevshr.cache");
+    let (out, _) = run(&s, &env, &["alloc", "4096"]);
+    assert!(out.contains("rc=0\n"), "{out}");
+    for ahead in [0u64, 1] {
+        // The last process ran in slot 0 (it exited without freeing it, like a killed one).
+        let (_, generation) = lock_word_and_slot0_generation(&region);
+        assert!(generation >= 1);
+        let word = hami_cuda_region::layout::lock_word(0, generation + ahead);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&region)
+            .unwrap();
+        file.write_all_at(&word.to_le_bytes(), offsets::OWNER_PID as u64)
+            .unwrap();
+        drop(file);
+        alloc_unblocked(
+            &s,
+            &env,
+            60 << 20,
+            &format!("word of slot 0, generation {}", generation + ahead),
+        );
+        let (_, after) = lock_word_and_slot0_generation(&region);
+        assert_eq!(after, generation + 1, "the next process reused slot 0");
+    }
+}
+
+/// Kills a process inside its alloc/free loop exactly while it holds the region's lock word
+/// (stopped, checked, killed; resumed and tried again when it did not hold it), round after
+/// round: the next process, which reuses the killed one's slot, never blocks and gets the
+/// whole limit. Random kills reached that instant 2 times in 300 (issue 26 item 12).
+#[test]
+fn a_process_killed_holding_the_lock_word_blocks_nobody_who_reuses_its_slot() {
+    let s = scratch("kill-in-lock");
+    let env = limit("64m");
+    let region = s.join("cudevshr.cache");
+    let mut hits = 0;
+    for round in 0..6u32 {
+        let mut victim = command(
+            &s,
+            &env,
+            &["threads", "4", &(8u64 << 20).to_string(), "100000000"],
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(victim.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line, "racing\n");
+        let pid = victim.id() as libc::pid_t;
+        let started = std::time::Instant::now();
+        let mut tries = 0u64;
+        let held = loop {
+            tries += 1;
+            // SAFETY: signals to our own child; waitpid on it with WUNTRACED.
+            let stopped = unsafe {
+                libc::kill(pid, libc::SIGSTOP);
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, libc::WUNTRACED) == pid && libc::WIFSTOPPED(status)
+            };
+            assert!(stopped, "round {round}: the victim did not stop");
+            let (word, generation) = lock_word_and_slot0_generation(&region);
+            if word == hami_cuda_region::layout::lock_word(0, generation) {
+                break true;
+            }
+            if started.elapsed() > std::time::Duration::from_secs(30) {
+                break false;
+            }
+            // SAFETY: resumes our own stopped child.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+            // A different instant of the loop each try (the delay is the instant, not a wait).
+            std::thread::sleep(std::time::Duration::from_micros(50 + (tries * 37) % 400));
+        };
+        victim.kill().unwrap();
+        victim.wait().unwrap();
+        if held {
+            hits += 1;
+        }
+        alloc_unblocked(&s, &env, 60 << 20, &format!("round {round}"));
+    }
+    assert!(
+        hits >= 3,
+        "only {hits} of 6 kills landed while the victim held the lock word"
+    );
+}

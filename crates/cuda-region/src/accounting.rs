@@ -202,28 +202,25 @@ pub fn release(region: &SharedRegion, index: usize, device: usize, bytes: u64) -
     update_data(&region.procs[index], device, bytes, false)
 }
 
-/// Whether the holder named by lock word `word` is gone, given what its slot shows: a slot
-/// index out of range, a free slot, another generation (the slot was reclaimed and claimed
-/// again) or an owner that no longer holds its liveness lock. `own` is this process's slot:
-/// another of our threads holds the lock, which is never taken over.
+/// Whether the holder named by lock word `word` is gone, by [`crate::takeover::stale`] over
+/// what its slot shows: a slot index out of range, a free slot, another generation (the slot
+/// was reclaimed and claimed again), an owner that no longer holds its liveness lock, or —
+/// for the waiter's own slot — a previous owner's generation (issue 26 item 12).
 pub fn holder_gone(
     region: &SharedRegion,
     word: u64,
-    own: usize,
+    waiter: crate::takeover::Waiter,
     alive: &dyn Fn(usize) -> bool,
 ) -> bool {
-    let Some((index, generation)) = crate::layout::lock_holder(word) else {
-        return false;
-    };
-    if index == own {
-        return false;
-    }
-    let Some(slot) = region.procs.get(index) else {
-        return true;
-    };
-    slot.status.load(Acquire) == STATUS_FREE
-        || slot.generation.load(Acquire) & 0xffff_ffff != generation
-        || !alive(index)
+    crate::takeover::stale(word, waiter, |index| {
+        let slot = region.procs.get(index)?;
+        let free = slot.status.load(Acquire) == STATUS_FREE;
+        Some(crate::takeover::HolderSlot {
+            free,
+            generation: slot.generation.load(Acquire),
+            alive: !free && alive(index),
+        })
+    })
 }
 
 /// Initialises a zeroed (or foreign-magic-free) region: versions, limits, switches, then the
@@ -339,33 +336,49 @@ mod tests {
     #[test]
     fn only_a_gone_holder_loses_the_lock_word() {
         use crate::layout::lock_word;
+        use crate::takeover::Waiter;
         let region = SharedRegion::boxed_zeroed();
         initialize(&region, &limits(100), &[100; MAX_DEVICES], 1);
         let a = claim_slot(&region, 10, 0, &|_| true).unwrap();
         let b = claim_slot(&region, 11, 0, &|_| true).unwrap();
         let gen_a = region.procs[a].generation.load(Relaxed);
+        let gen_b = region.procs[b].generation.load(Relaxed);
+        let waiter = |slot: usize, generation: u64| Waiter {
+            own_word: lock_word(slot, generation),
+            threads_may_hold: true,
+        };
         let word = lock_word(a, gen_a);
         assert!(
-            !holder_gone(&region, word, b, &|_| true),
+            !holder_gone(&region, word, waiter(b, gen_b), &|_| true),
             "a live holder keeps it"
         );
         assert!(
-            !holder_gone(&region, word, a, &|_| false),
+            !holder_gone(&region, word, waiter(a, gen_a), &|_| false),
             "our own thread holds it"
         );
         assert!(
-            holder_gone(&region, word, b, &|i| i != a),
+            holder_gone(&region, word, waiter(b, gen_b), &|i| i != a),
             "its liveness lock is gone"
         );
-        assert!(holder_gone(&region, lock_word(a, gen_a + 1), b, &|_| true));
-        // The slot is reclaimed and claimed again by a live process: the old word is stale.
+        assert!(holder_gone(
+            &region,
+            lock_word(a, gen_a + 1),
+            waiter(b, gen_b),
+            &|_| true
+        ));
+        // The slot is reclaimed and claimed again by a live process: the old word is stale,
+        // for others and for the new owner of the slot itself (issue 26 item 12).
         free_slot(&region, a);
-        assert!(holder_gone(&region, word, b, &|_| true));
+        assert!(holder_gone(&region, word, waiter(b, gen_b), &|_| true));
         assert_eq!(claim_slot(&region, 12, 0, &|_| true).unwrap(), a);
-        assert!(holder_gone(&region, word, b, &|_| true));
+        assert!(holder_gone(&region, word, waiter(b, gen_b), &|_| true));
+        let new_gen = region.procs[a].generation.load(Relaxed);
+        assert_ne!(new_gen, gen_a);
+        assert!(holder_gone(&region, word, waiter(a, new_gen), &|_| true));
         // A HAMi-core pid or any other foreign value names no live holder.
-        assert!(holder_gone(&region, 4_000_000, b, &|_| true));
-        assert!(!holder_gone(&region, 0, b, &|_| false));
+        assert!(holder_gone(&region, 4_000_000, waiter(b, gen_b), &|_| true));
+        assert!(holder_gone(&region, 1 << 40, waiter(b, gen_b), &|_| true));
+        assert!(!holder_gone(&region, 0, waiter(b, gen_b), &|_| false));
     }
 
     #[test]

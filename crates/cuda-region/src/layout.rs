@@ -232,6 +232,8 @@ pub mod offsets {
     pub const UTIL_STRIDE: usize = size_of::<DeviceUtil>();
     /// Byte offset of `shrreg_proc_slot_t.status`.
     pub const SLOT_STATUS: usize = offset_of!(ProcSlot, status);
+    /// Byte offset of the slot's claim generation (ours; HAMi-core's reserved bytes).
+    pub const SLOT_GENERATION: usize = offset_of!(ProcSlot, generation);
 }
 
 impl SharedRegion {

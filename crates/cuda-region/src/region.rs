@@ -526,6 +526,12 @@ impl Region {
     /// of the slots, and a dead slot's bytes are reclaimed whole.
     fn lock_region(&self) -> RegionLock<'_> {
         let word = &self.shared().owner_pid;
+        // Callers hold `writers`, so no other thread of this process holds the word while
+        // this one waits: a word naming our own slot is never ours (issue 26 item 12).
+        let waiter = crate::takeover::Waiter {
+            own_word: self.word,
+            threads_may_hold: false,
+        };
         let mut attempts: u32 = 0;
         loop {
             match word.compare_exchange_weak(0, self.word, Acquire, Relaxed) {
@@ -534,7 +540,7 @@ impl Region {
                     attempts = attempts.wrapping_add(1);
                     if held != 0
                         && attempts.is_multiple_of(64)
-                        && accounting::holder_gone(self.shared(), held, self.slot, &|i| {
+                        && accounting::holder_gone(self.shared(), held, waiter, &|i| {
                             self.slot_alive(i)
                         })
                         && word
