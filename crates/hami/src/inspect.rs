@@ -4,15 +4,15 @@
 
 pub use hami_report::{Asked, NodeReport, PodReport, node_report, pod_report};
 
-use crate::table::Table;
+use crate::table::{Table, shown};
 
 pub fn render_pod(report: &PodReport) -> String {
-    let mut out = format!("Pod {}/{}", report.namespace, report.name);
+    let mut out = format!("Pod {}/{}", shown(&report.namespace), shown(&report.name));
     if let Some(node) = &report.node {
-        out.push_str(&format!("   node: {node}"));
+        out.push_str(&format!("   node: {}", shown(node)));
     }
     if let Some(phase) = &report.bind_phase {
-        out.push_str(&format!("   bind-phase: {phase}"));
+        out.push_str(&format!("   bind-phase: {}", shown(phase)));
     }
     out.push('\n');
     let mut table = Table::new(&[
@@ -76,13 +76,13 @@ pub fn render_pod(report: &PodReport) -> String {
     }
     out.push_str(&table.render());
     for note in &report.notes {
-        out.push_str(&format!("note: {note}\n"));
+        out.push_str(&format!("note: {}\n", shown(note)));
     }
     out
 }
 
 pub fn render_node(report: &NodeReport) -> String {
-    let mut out = format!("Node {}\n", report.name);
+    let mut out = format!("Node {}\n", shown(&report.name));
     if report.devices.is_empty() {
         out.push_str("no GPU registered (no hami.io/node-amd-register or hami.io/node-nvidia-register annotation)\n");
     } else {
@@ -136,22 +136,31 @@ pub fn render_node(report: &NodeReport) -> String {
     }
     if let Some(lock) = &report.lock {
         match (&lock.owner, &lock.taken_at, &lock.problem) {
-            (_, _, Some(problem)) => out.push_str(&format!("node lock: unreadable ({problem})\n")),
-            (Some(owner), Some(at), _) => {
-                out.push_str(&format!("node lock: held by {owner} since {at}\n"))
+            (_, _, Some(problem)) => {
+                out.push_str(&format!("node lock: unreadable ({})\n", shown(problem)))
             }
+            (Some(owner), Some(at), _) => out.push_str(&format!(
+                "node lock: held by {} since {}\n",
+                shown(owner),
+                shown(at)
+            )),
             (None, Some(at), _) => out.push_str(&format!(
-                "node lock: legacy lock without owner, since {at}\n"
+                "node lock: legacy lock without owner, since {}\n",
+                shown(at)
             )),
             _ => {}
         }
     }
     if let Some(mode) = &report.amd_operating_mode {
-        out.push_str(&format!("AMD operating mode (node override): {mode}\n"));
+        out.push_str(&format!(
+            "AMD operating mode (node override): {}\n",
+            shown(mode)
+        ));
     }
     if let Some(partition) = &report.amd_compute_partition {
         out.push_str(&format!(
-            "AMD compute partition (node override): {partition}\n"
+            "AMD compute partition (node override): {}\n",
+            shown(partition)
         ));
     }
     out

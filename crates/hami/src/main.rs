@@ -124,12 +124,10 @@ fn main() -> ExitCode {
         }
     };
     match output {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
+        Ok(text) => print_out(&text),
         Err(err) => {
-            eprintln!("error: {err}");
+            // Input errors may quote the input.
+            eprintln!("error: {}", table::shown(&err.to_string()));
             ExitCode::from(2)
         }
     }
@@ -145,10 +143,7 @@ fn serve(
 
 fn plan(args: &hami_planner::PlanArgs) -> ExitCode {
     match hami_planner::run(args) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
+        Ok(text) => print_out(&text),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(e.exit_code() as u8)
@@ -178,20 +173,18 @@ fn show_status(args: status::StatusArgs) -> ExitCode {
         })
     });
     match collected {
-        Ok(status) => {
-            match args.output {
-                Output::Table => print!(
-                    "{}{}{}",
-                    status::render(&status.report, args.all, status.dra.len()),
-                    status::render_dra(&status.dra, args.all),
-                    status::render_usage(&status.usage, &status.monitor_errors)
-                ),
-                Output::Json => print!("{}", to_json(&status)),
-            }
-            ExitCode::SUCCESS
-        }
+        Ok(status) => print_out(&match args.output {
+            Output::Table => format!(
+                "{}{}{}",
+                status::render(&status.report, args.all, status.dra.len()),
+                status::render_dra(&status.dra, args.all),
+                status::render_usage(&status.usage, &status.monitor_errors)
+            ),
+            Output::Json => to_json(&status),
+        }),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // API errors carry the server's text.
+            eprintln!("error: {}", table::shown(&format!("{e:#}")));
             ExitCode::from(1)
         }
     }
@@ -214,6 +207,22 @@ fn inspect(what: InspectTarget) -> Result<String, InputError> {
                 Output::Table => inspect::render_node(&report),
                 Output::Json => to_json(&report),
             })
+        }
+    }
+}
+
+/// Writes a command's output. A reader that stopped early (`hami status | head`) closes
+/// the pipe: that ends the command quietly with success, as other command-line tools do,
+/// instead of `print!`'s panic (Rust ignores SIGPIPE, so the write fails with EPIPE).
+fn print_out(text: &str) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: cannot write the output: {e}");
+            ExitCode::from(1)
         }
     }
 }

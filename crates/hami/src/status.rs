@@ -12,7 +12,7 @@ pub use hami_report::{StatusReport, status_report as build};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 
-use crate::table::Table;
+use crate::table::{Table, shown};
 
 #[derive(clap::Args)]
 pub struct StatusArgs {
@@ -93,7 +93,7 @@ pub async fn live_usage(monitors: &[String]) -> (Vec<PodUsage>, Vec<String>) {
 pub fn render_usage(usage: &[PodUsage], errors: &[String]) -> String {
     let mut out = String::new();
     for e in errors {
-        out.push_str(&format!("monitor unreadable: {e}\n"));
+        out.push_str(&format!("monitor unreadable: {}\n", shown(e)));
     }
     if usage.is_empty() {
         return out;
@@ -127,18 +127,18 @@ pub fn render_dra(nodes: &[DraNode], all: bool) -> String {
         let idle = node.devices.iter().filter(|d| d.shares_used == 0).count();
         out.push_str(&format!(
             "DRA node {} ({} devices, {idle} idle)\n",
-            node.name,
+            shown(&node.name),
             node.devices.len()
         ));
         for problem in &node.problems {
-            out.push_str(&format!("  problem: {problem}\n"));
+            out.push_str(&format!("  problem: {}\n", shown(problem)));
         }
-        let shown: Vec<_> = node
+        let listed: Vec<_> = node
             .devices
             .iter()
             .filter(|d| all || d.shares_used > 0 || d.tainted)
             .collect();
-        if shown.is_empty() {
+        if listed.is_empty() {
             continue;
         }
         let mut table = Table::new(&[
@@ -153,7 +153,7 @@ pub fn render_dra(nodes: &[DraNode], all: bool) -> String {
             "HOLDERS",
         ]);
         let mib = |b: u64| b >> 20;
-        for d in shown {
+        for d in listed {
             let holders: Vec<String> = d
                 .holders
                 .iter()
@@ -212,11 +212,11 @@ pub fn render(report: &StatusReport, all: bool, dra_nodes: usize) -> String {
         let idle = node.gpus.iter().filter(|g| g.shares_used == 0).count();
         out.push_str(&format!(
             "Node {} ({} GPUs, {idle} idle)\n",
-            node.name,
+            shown(&node.name),
             node.gpus.len()
         ));
         for problem in &node.problems {
-            out.push_str(&format!("  problem: {problem}\n"));
+            out.push_str(&format!("  problem: {}\n", shown(problem)));
         }
         let mut table = Table::new(&[
             "  GPU",
@@ -270,7 +270,7 @@ pub fn render(report: &StatusReport, all: bool, dra_nodes: usize) -> String {
     if !report.pending.is_empty() {
         out.push_str("Pending GPU pods:\n");
         for p in &report.pending {
-            out.push_str(&format!("  {}: {}\n", p.pod, p.reason));
+            out.push_str(&format!("  {}: {}\n", shown(&p.pod), shown(&p.reason)));
         }
     }
     out
@@ -285,7 +285,7 @@ async fn collect_dra(client: &kube::Client) -> anyhow::Result<(Vec<DraNode>, Opt
     let refused = |what: &str, e: &kube::core::Status| {
         format!(
             "the DRA section is not shown: listing {what} was refused ({}); it needs list on resourceslices and resourceclaims (API group resource.k8s.io)",
-            e.message
+            shown(&e.message)
         )
     };
     let slices = match Api::<ResourceSlice>::all(client.clone())
