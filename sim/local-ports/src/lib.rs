@@ -52,14 +52,11 @@ pub fn try_free_port() -> Result<u16, String> {
             dir.display()
         )
     })?;
-    let first = NEXT
-        .compare_exchange(
-            u32::MAX,
-            start_offset(span),
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        )
-        .unwrap_or_else(|current| current);
+    let start = start_offset(span);
+    let first = first_offset(
+        NEXT.compare_exchange(u32::MAX, start, Ordering::SeqCst, Ordering::SeqCst),
+        start,
+    );
     for step in 0..span {
         let offset = (first + step) % span;
         // Truncation cannot happen: offset < span <= u16::MAX - low.
@@ -100,6 +97,17 @@ fn start_offset(span: u32) -> u32 {
     std::process::id().wrapping_mul(7919).wrapping_add(nanos) % span
 }
 
+/// Where a call starts: `start` when this call was the process's first (the exchange
+/// succeeded: it returns the old `u32::MAX`, which is no offset — taking it overflowed
+/// `first + step` the moment the first candidate was taken), else where the last call
+/// stopped.
+fn first_offset(exchanged: Result<u32, u32>, start: u32) -> u32 {
+    match exchanged {
+        Ok(_) => start,
+        Err(current) => current,
+    }
+}
+
 /// The lock for `port` when this process got it and nothing is bound to the port.
 fn reserve(dir: &std::path::Path, port: u16) -> Option<File> {
     let lock = OpenOptions::new()
@@ -121,6 +129,19 @@ fn reserve(dir: &std::path::Path, port: u16) -> Option<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_call_starts_at_its_start_offset_not_at_the_unset_marker() {
+        let span = u32::from(SPAN);
+        let start = start_offset(span);
+        let first = first_offset(Ok(u32::MAX), start);
+        assert_eq!(first, start);
+        // Every step of a full scan stays in range without overflow.
+        for step in 0..span {
+            assert!((first + step) % span < span);
+        }
+        assert_eq!(first_offset(Err(17), start), 17);
+    }
 
     #[test]
     fn ports_are_below_the_ephemeral_range_distinct_and_bindable() {
