@@ -47,7 +47,7 @@ pub fn router(monitor: Arc<NodeMonitor>, legacy: LegacyMetrics) -> Router {
 
 async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let monitor = state.monitor.clone();
-    // OpenMetrics unless the scraper asks for the 0.0.4 text format.
+    // The 0.0.4 text unless the scraper names OpenMetrics (issue 27).
     let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     // Region reads are memory loads and fcntl queries: short, but not async.
     match tokio::task::spawn_blocking(move || render_as(&monitor.snapshot(), state.legacy, format))

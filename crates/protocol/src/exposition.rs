@@ -1,8 +1,9 @@
 //! The two Prometheus exposition formats our `/metrics` endpoints speak, chosen by the
-//! scraper's `Accept` header: OpenMetrics 1.0.0 (what `prometheus-client` encodes, and the
-//! answer when the client does not ask for anything else) and the classic text format
-//! 0.0.4 (what `promtool check metrics`, Prometheus with OpenMetrics disabled and most
-//! ad-hoc tools read).
+//! scraper's `Accept` header: OpenMetrics 1.0.0 (what `prometheus-client` encodes; only
+//! for a client that names `application/openmetrics-text`, as Prometheus does) and the
+//! classic text format 0.0.4 (the answer otherwise — no `Accept`, `*/*` — as the Go
+//! client answers: what `curl … | promtool check metrics`, Prometheus with OpenMetrics
+//! disabled and most ad-hoc tools read; issue 27).
 //!
 //! The formats differ only in framing, so 0.0.4 is produced from OpenMetrics text: no
 //! `# EOF` and no `# UNIT`; a counter family is named as its samples (`x_total`); an
@@ -27,20 +28,34 @@ impl Format {
         }
     }
 
-    /// The format to answer a request with `Accept` header `accept` (RFC 9110 §12.5.1: the
-    /// most specific matching range gives each format its quality). OpenMetrics wins ties
-    /// and is the answer when the header is absent or accepts neither format.
+    /// The format to answer a request with `Accept` header `accept`. OpenMetrics only when
+    /// the client names `application/openmetrics-text` itself (wildcards never select it)
+    /// with a quality above 0 and at least that of `text/plain` or `text/*` (the most
+    /// specific of those gives the text its quality, RFC 9110 §12.5.1; `*/*` counts for
+    /// neither, as in the Go client); 0.0.4 text otherwise, also
+    /// when the header is absent, `*/*` or unreadable — the Go client's rule, so the usual
+    /// `curl … | promtool check metrics` reads what it gets.
     pub fn negotiate(accept: Option<&str>) -> Format {
         let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
-            return Format::OpenMetrics;
+            return Format::PrometheusText;
         };
         let ranges: Vec<MediaRange> = accept.split(',').filter_map(MediaRange::parse).collect();
-        let om = quality(&ranges, "application", "openmetrics-text");
-        let text = quality(&ranges, "text", "plain");
-        if text > om {
-            Format::PrometheusText
+        let om = ranges
+            .iter()
+            .filter(|r| r.kind == "application" && r.subtype == "openmetrics-text")
+            .map(|r| r.q)
+            .max()
+            .unwrap_or(0);
+        // `*/*` selects neither (it would always tie); `text/*` speaks for `text/plain`.
+        let text = if ranges.iter().any(|r| r.kind == "text") {
+            quality(&ranges, "text", "plain")
         } else {
+            0
+        };
+        if om > 0 && om >= text {
             Format::OpenMetrics
+        } else {
+            Format::PrometheusText
         }
     }
 
@@ -178,9 +193,11 @@ mod tests {
     fn negotiation() {
         use Format::*;
         let cases = [
-            (None, OpenMetrics),
-            (Some(""), OpenMetrics),
-            (Some("*/*"), OpenMetrics),
+            // No Accept, or one naming no format: the 0.0.4 text (curl, promtool users).
+            (None, PrometheusText),
+            (Some(""), PrometheusText),
+            (Some("*/*"), PrometheusText),
+            (Some("application/*"), PrometheusText),
             // Prometheus 2.x by default.
             (
                 Some(
@@ -188,6 +205,7 @@ mod tests {
                 ),
                 OpenMetrics,
             ),
+            (Some("application/openmetrics-text"), OpenMetrics),
             // Prometheus with OpenMetrics disabled, curl -H, promtool users.
             (
                 Some("text/plain;version=0.0.4;q=1,*/*;q=0.1"),
@@ -204,17 +222,17 @@ mod tests {
                 Some("text/plain;q=0.5, application/openmetrics-text;q=0.5"),
                 OpenMetrics,
             ),
-            // The exact range decides over the wildcard.
+            // Named, even at a low quality, it beats a wildcard.
             (
                 Some("*/*;q=0.9, application/openmetrics-text;q=0.1"),
-                PrometheusText,
+                OpenMetrics,
             ),
             (
                 Some("application/openmetrics-text;q=0, text/plain;q=0"),
-                OpenMetrics,
+                PrometheusText,
             ),
-            (Some("application/json"), OpenMetrics),
-            (Some("text/plain;q=2, garbage"), OpenMetrics),
+            (Some("application/json"), PrometheusText),
+            (Some("text/plain;q=2, garbage"), PrometheusText),
             (Some("text/plain;q=0.5"), PrometheusText),
         ];
         for (accept, want) in cases {

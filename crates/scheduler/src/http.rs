@@ -197,7 +197,7 @@ pub fn metrics_router(scheduler: Arc<Scheduler>) -> Router {
             "/metrics",
             get(
                 |State(s): State<Arc<Scheduler>>, headers: axum::http::HeaderMap| async move {
-                    // OpenMetrics unless the scraper asks for the 0.0.4 text format.
+                    // The 0.0.4 text unless the scraper names OpenMetrics (issue 27).
                     let format = hami_protocol::exposition::Format::negotiate(
                         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
                     );

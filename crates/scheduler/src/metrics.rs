@@ -417,7 +417,14 @@ mod tests {
         let m = Metrics::new();
         m.observe_bind(Duration::from_millis(3), false);
         let state = busy_state();
-        let om = m.render_as(&state, Format::negotiate(None));
+        let om = m.render_as(
+            &state,
+            Format::negotiate(Some("application/openmetrics-text")),
+        );
+        assert!(
+            !m.render_as(&state, Format::negotiate(None))
+                .contains("# EOF")
+        );
         assert!(om.ends_with("# EOF\n"), "{om}");
         let text = m.render_as(
             &state,

@@ -1,7 +1,7 @@
 //! Every `/metrics` endpoint of a running demo (the scheduler's and each node's monitor),
 //! checked by the real `promtool check metrics` (Debian's `prometheus` package; CI installs
-//! it) in the Prometheus text format 0.0.4 a scraper asks for with `Accept`, OpenMetrics
-//! otherwise; `zone="vGPU"` on every series; one GPU has one `device_type` in the
+//! it) in the Prometheus text format 0.0.4 — what a client gets unless it names
+//! OpenMetrics in `Accept`: no `Accept` at all and `*/*` (plain `curl`) included; `zone="vGPU"` on every series; one GPU has one `device_type` in the
 //! scheduler and the monitor; `container_index` is the container's device-list position.
 
 mod common;
@@ -51,15 +51,20 @@ const ACCEPT_PROMETHEUS: &str = "application/openmetrics-text;version=1.0.0,appl
 const KEPT_LINT: &str =
     "hami_gpu_shared_count non-histogram and non-summary metrics should not have \"_count\" suffix";
 
-/// `GET /metrics` with `accept`: (content type, body).
+/// `GET /metrics` with `accept` (no `Accept` header when empty): (content type, body).
 fn get(addr: SocketAddr, accept: &str) -> (String, String) {
     let mut stream = std::net::TcpStream::connect(addr).expect("connect to /metrics");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
+    let accept = if accept.is_empty() {
+        String::new()
+    } else {
+        format!("Accept: {accept}\r\n")
+    };
     write!(
         stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut raw = Vec::new();
@@ -251,11 +256,14 @@ async fn every_endpoint_passes_promtool_and_agrees_on_device_types() {
             "{who}: {om_type}"
         );
         assert!(om.ends_with("# EOF\n"), "{who}: {om}");
-        // No Accept at all: OpenMetrics.
-        let (plain_type, _) = tokio::task::spawn_blocking(move || get(addr, "*/*"))
-            .await
-            .unwrap();
-        assert_eq!(plain_type, om_type, "{who}");
+        // `curl … | promtool check metrics` (no Accept, or `*/*`): the 0.0.4 text, clean.
+        for accept in ["", "*/*"] {
+            let (plain_type, plain) = tokio::task::spawn_blocking(move || get(addr, accept))
+                .await
+                .unwrap();
+            assert_eq!(plain_type, text_type, "{who}, Accept {accept:?}");
+            promtool(&plain).unwrap_or_else(|e| panic!("{who}, Accept {accept:?}: {e}\n{plain}"));
+        }
         if who == "scheduler" {
             scheduler_text = text;
         }
