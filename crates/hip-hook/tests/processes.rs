@@ -702,3 +702,52 @@ fn in_a_pod_setenv_cannot_widen_the_cu_mask_and_cleaned_children_keep_the_limit(
     let results = lines(&out);
     assert_eq!(results[1].1[2], 64, "{results:?}");
 }
+
+/// Runs `run` with `args`, failing the test if it takes more than 10 s (a process waiting
+/// on a lock word nobody will release waits forever).
+fn run_unblocked(run: Run, args: &[&str], what: &str) -> std::process::Output {
+    let mut command = run.command;
+    command
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: the process is blocked on a device lock word");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Issue 26 item 12, checked for this region too: a device lock word left by a previous
+/// owner of the slot a new process claims (another generation of that slot) is taken over at
+/// once; the rule compared only the slot, so the process waited on "itself" for good.
+#[test]
+fn a_lock_word_naming_our_own_slot_from_a_previous_claim_blocks_nobody() {
+    use std::os::unix::fs::FileExt;
+    let dir = scratch("own-slot-word");
+    let path = dir.join("hipdevshr.cache");
+    let mut limits = Limits::default();
+    limits.bytes[0] = 4 * MIB;
+    // A claim of slot 0 (generation 1), freed again: the hooked process gets slot 0 next.
+    drop(Session::attach(&path, &limits).unwrap());
+    let devices = std::mem::offset_of!(hami_region::layout::RegionLayout, devices) as u64;
+    let word = hami_region::layout::lock_word(0, 1);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .write_all_at(&word.to_le_bytes(), devices)
+        .unwrap();
+    let out = run_unblocked(
+        hooked(Binding::Lazy, &dir, "4m"),
+        &["malloc", "4194304", "malloc", "1"],
+        "word of slot 0, generation 1",
+    );
+    assert_eq!(codes(&out), [0, 2], "{}", stderr(&out));
+}

@@ -4,10 +4,12 @@
 //! - [`layout`]: the byte layout (documented byte by byte in README.md).
 //! - [`accounting`]: the pure reserve/release/report decisions.
 //! - [`Session`]: a process's claimed slot and the operations on the mapping.
+//! - [`takeover`]: when a waiter may take a device lock word over (pure rule).
 
 pub mod accounting;
 pub mod layout;
 mod session;
+pub mod takeover;
 
 pub use accounting::OverLimit;
 pub use session::{

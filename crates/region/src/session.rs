@@ -642,8 +642,9 @@ impl Session {
     }
 
     /// Takes device `device`'s accounting lock. If its holder died (its slot's record lock
-    /// is gone), the lock is taken over and the device total rebuilt from the slots, so a
-    /// holder killed mid-update neither blocks nor skews anyone.
+    /// is gone, or the slot was freed or claimed again since, also by this process), the
+    /// lock is taken over and the device total rebuilt from the slots, so a holder killed
+    /// mid-update neither blocks nor skews anyone.
     pub fn lock_device(&self, device: usize) -> Option<DeviceLock<'_>> {
         let account = self.layout().devices.get(device)?;
         let mut attempts: u32 = 0;
@@ -660,28 +661,37 @@ impl Session {
                 }
                 Err(holder_word) => {
                     attempts = attempts.wrapping_add(1);
-                    if holder_word != 0 && attempts.is_multiple_of(64) {
-                        let holder = lock_holder(holder_word);
-                        if let Some(holder) = holder
-                            && holder != self.slot
-                            && holder < MAX_PROCS
-                            && !self.slot_alive(holder)
-                            && account
-                                .lock
-                                .compare_exchange(holder_word, self.word, Acquire, Relaxed)
-                                .is_ok()
-                        {
-                            self.rebuild_total(device);
-                            return Some(DeviceLock {
-                                account,
-                                word: self.word,
-                            });
-                        }
+                    if holder_word != 0
+                        && attempts.is_multiple_of(64)
+                        && self.holder_gone(holder_word)
+                        && account
+                            .lock
+                            .compare_exchange(holder_word, self.word, Acquire, Relaxed)
+                            .is_ok()
+                    {
+                        self.rebuild_total(device);
+                        return Some(DeviceLock {
+                            account,
+                            word: self.word,
+                        });
                     }
                     hami_kernel_locks::lock_backoff::wait(attempts, 16);
                 }
             }
         }
+    }
+
+    /// Whether the holder `word` names is gone ([`crate::takeover::stale`] over its slot).
+    fn holder_gone(&self, word: u64) -> bool {
+        crate::takeover::stale(word, self.word, |index| {
+            let slot = self.layout().slots.get(index)?;
+            let free = slot.status.load(Acquire) != SLOT_ACTIVE;
+            Some(crate::takeover::HolderSlot {
+                free,
+                generation: slot.generation.load(Acquire),
+                alive: !free && self.slot_alive(index),
+            })
+        })
     }
 
     /// Caller holds `device`'s lock.
