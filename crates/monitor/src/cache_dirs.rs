@@ -12,6 +12,50 @@ pub fn parse_dir_name(name: &str) -> Option<(&str, &str)> {
     (!uid.is_empty() && !container.is_empty()).then_some((uid, container))
 }
 
+/// The AMD device plugin's directory of hook configs inside the containers directory
+/// (`hami_amd_plugin::allocate_plan::HOOK_CONFIG_DIR`: `<uid>_<container>.conf`, mounted
+/// read-only into each container; written through a `<uid>_<container>.tmp<pid>` file).
+/// Not a container's directory: its stale files are pruned ([`hook_config_action`]).
+pub const HOOK_CONFIG_DIR: &str = ".hook-config";
+
+/// What to do with one entry of [`HOOK_CONFIG_DIR`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookConfig {
+    /// Its pod is known, or unknown within the grace period, or it is the DRA driver's
+    /// (`claim_<uid>.conf`, removed by the driver at unprepare): left alone.
+    Keep,
+    /// A file of a pod that is gone, past the grace period: removed.
+    Remove,
+    /// Not named `<uid>_<container>.<suffix>`: reported, left alone.
+    BadName,
+}
+
+/// The decision for the entry `name` of [`HOOK_CONFIG_DIR`], last modified at `mtime`:
+/// the rule of the containers' directories ([`orphan_decision`]) on the pod UID its name
+/// starts with, so a container's hook config goes when its accounting directory goes.
+pub fn hook_config_action(
+    name: &str,
+    mtime: SystemTime,
+    pod_known: impl Fn(&str) -> bool,
+    now: SystemTime,
+    grace: Duration,
+) -> HookConfig {
+    // Pod UIDs and container names (DNS labels) hold no `.`.
+    let Some((stem, _suffix)) = name.split_once('.') else {
+        return HookConfig::BadName;
+    };
+    let Some((uid, _container)) = parse_dir_name(stem) else {
+        return HookConfig::BadName;
+    };
+    if uid == "claim" {
+        return HookConfig::Keep;
+    }
+    match orphan_decision(pod_known(uid), mtime, now, grace) {
+        Orphan::Keep | Orphan::Wait => HookConfig::Keep,
+        Orphan::Remove => HookConfig::Remove,
+    }
+}
+
 /// Why a directory's files cannot be used (yet).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CacheDirError {
@@ -172,6 +216,31 @@ mod tests {
             Orphan::Wait,
             "mtime in the future"
         );
+    }
+
+    #[test]
+    fn hook_configs_of_gone_pods_go_after_the_grace_period() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let grace = Duration::from_secs(300);
+        let known = |uid: &str| uid == "u1";
+        let at = |name: &str, now: SystemTime| hook_config_action(name, t0, known, now, grace);
+        let late = t0 + grace;
+        assert_eq!(at("u1_main.conf", t0 + grace * 10), HookConfig::Keep);
+        assert_eq!(at("u2_main.conf", t0 + grace / 2), HookConfig::Keep);
+        assert_eq!(at("u2_main.conf", late), HookConfig::Remove);
+        assert_eq!(at("u2_main.tmp4242", late), HookConfig::Remove);
+        assert_eq!(at("u1_main.tmp4242", late), HookConfig::Keep);
+        // The DRA driver's own, removed by it at unprepare.
+        assert_eq!(at("claim_c-1.conf", late), HookConfig::Keep);
+        for bad in [
+            "u2_main",
+            "nounderscore.conf",
+            "_main.conf",
+            ".conf",
+            "u2_.conf",
+        ] {
+            assert_eq!(at(bad, late), HookConfig::BadName, "{bad}");
+        }
     }
 
     proptest! {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::cache_dirs::{cache_files, file_names, list_dirs};
+use crate::cache_dirs::{HookConfig, cache_files, file_names, hook_config_action, list_dirs};
 use crate::errors::ErrorLog;
 use crate::fdinfo::{BusySample, DeviceUtilization, add_client_on};
 use crate::hami_core_region::{self, MemoryBreakdown};
@@ -462,6 +462,10 @@ impl NodeMonitor {
                 self.config.gc_grace,
             ) {
                 DirAction::Track { pod_uid, container } => (pod_uid, container),
+                DirAction::HookConfigs => {
+                    self.prune_hook_configs(&entry.path, pods, now);
+                    continue;
+                }
                 DirAction::BadName => {
                     self.errors.record(
                         "dir_bad_name",
@@ -509,6 +513,62 @@ impl NodeMonitor {
                     regions: BTreeMap::new(),
                 });
             self.follow_regions(slot, &entry.path, &files);
+        }
+    }
+
+    /// Removes the AMD plugin's hook configs (and temporary files) in `dir` whose pod is
+    /// gone, by the rule of the containers' directories
+    /// ([`crate::cache_dirs::hook_config_action`]). The plugin rewrites a container's
+    /// config at its next Allocate, so a removal can never cost a running container one.
+    fn prune_hook_configs(&self, dir: &Path, pods: &PodIndex, now: SystemTime) {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+            Err(e) => {
+                self.errors
+                    .record("cache_dir_unreadable", &dir.display().to_string(), &e);
+                return;
+            }
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let subject = path.display().to_string();
+            // `DirEntry::metadata` does not follow a link.
+            let Ok(meta) = entry.metadata() else { continue };
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                self.errors.record(
+                    "hook_config_bad_name",
+                    &subject,
+                    &"the name is not UTF-8 <podUID>_<container>.conf",
+                );
+                continue;
+            };
+            let action = if meta.is_dir() {
+                HookConfig::BadName
+            } else {
+                hook_config_action(
+                    &name,
+                    meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                    |uid| pods.get(uid).is_some(),
+                    now,
+                    self.config.gc_grace,
+                )
+            };
+            match action {
+                HookConfig::Keep => {}
+                HookConfig::BadName => self.errors.record(
+                    "hook_config_bad_name",
+                    &subject,
+                    &"not a <podUID>_<container>.conf file the device plugin writes; left alone",
+                ),
+                HookConfig::Remove => match std::fs::remove_file(&path) {
+                    Ok(()) => {
+                        tracing::info!(file = %subject, "removed the hook config of a pod that no longer exists")
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => self.errors.record("hook_config_remove", &subject, &e),
+                },
+            }
         }
     }
 

@@ -4,7 +4,9 @@
 //! opened. [`crate::node_monitor::NodeMonitor::refresh`] lists the directory, applies the
 //! plan, and does the I/O (removal, listing each directory, opening regions).
 //!
-//! The rules: a directory no longer present is forgotten; a directory of a pod the
+//! The rules: the AMD plugin's hook-config directory is not a container's (its files are
+//! pruned by [`crate::cache_dirs::hook_config_action`]); a directory no longer present is
+//! forgotten; a directory of a pod the
 //! informer knows is tracked, whatever its age; one of an unknown pod is kept (and stays
 //! tracked if it was) until `mtime + grace` passed, then removed ([`orphan_decision`]); a
 //! region file that left the directory is closed, one that appeared is opened, one already
@@ -13,11 +15,13 @@
 use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, SystemTime};
 
-use crate::cache_dirs::{Orphan, orphan_decision, parse_dir_name};
+use crate::cache_dirs::{HOOK_CONFIG_DIR, Orphan, orphan_decision, parse_dir_name};
 
 /// What to do with one directory present in the containers directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DirAction<'a> {
+    /// The AMD plugin's hook configs ([`HOOK_CONFIG_DIR`]): its stale files are pruned.
+    HookConfigs,
     /// The name is not `<podUID>_<container>`: reported, left alone.
     BadName,
     /// No pod on the node has its UID (yet), within the grace period: reported, kept.
@@ -41,6 +45,9 @@ pub fn dir_action<'a>(
     now: SystemTime,
     grace: Duration,
 ) -> DirAction<'a> {
+    if name == HOOK_CONFIG_DIR {
+        return DirAction::HookConfigs;
+    }
     let Some((pod_uid, container)) = parse_dir_name(name) else {
         return DirAction::BadName;
     };
@@ -120,6 +127,10 @@ mod tests {
         assert_eq!(
             dir_action("nounderscore", t(0), known, t(10_000), GRACE),
             DirAction::BadName
+        );
+        assert_eq!(
+            dir_action(".hook-config", t(0), known, t(10_000), GRACE),
+            DirAction::HookConfigs
         );
     }
 

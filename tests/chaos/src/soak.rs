@@ -146,10 +146,6 @@ fn sum_of(body: &str, name: &str) -> f64 {
 /// crate's owners (issue 18 report); the soak shows them but only fails on other kinds.
 pub const KNOWN_MONITOR_NOISE: &[(&str, &str)] = &[
     (
-        "dir_bad_name",
-        "the AMD plugin writes <cache root>/.hook-config/, which the monitor scans as a container directory with a bad name on every refresh",
-    ),
-    (
         "cache_not_initialized",
         "the NVIDIA plugin's prepared region file stays zeroed until a CUDA process starts; the monitor counts each such container on every refresh",
     ),
