@@ -16,7 +16,7 @@ use hami_protocol::names::env;
 use hami_protocol::node_register::DeviceMode;
 use hami_protocol::requests::ContainerKind;
 
-use crate::cu_choice::{CuChoiceError, choose_cus};
+use crate::cu_choice::{CuChoiceError, GpuSlice, choose_common_cus, choose_cus};
 pub use crate::dmem_plan::{DmemLimit, container_dmem};
 use crate::registration::RegisteredDevice;
 pub use crate::rocr_visible::rocr_visible_devices;
@@ -249,10 +249,10 @@ pub fn plan_allocate(
         .zip(&resolved)
         .all(|(entry, dev)| entry.cores >= dev.info.devcore && entry.mem_mib >= dev.info.devmem);
 
-    let mut chosen = Vec::new();
-    for (entry, dev) in run.iter().zip(&resolved) {
+    // Other pods' CUs plus what this pod's earlier containers (or devices) already hold;
+    // the pod's own CUs on the device, and whether this container may reuse them.
+    let avoid = |dev: &RegisteredDevice, pod_cus: &CuAllocation| {
         let id = &dev.info.id;
-        // Other pods' CUs plus what this pod's earlier containers (or devices) already hold.
         let mut used = others_used.0.get(id).cloned().unwrap_or_default();
         let own = pod_cus.0.get(id).cloned();
         // A whole hard partition belongs to the pod: its init container and a later app
@@ -264,13 +264,46 @@ pub fn plan_allocate(
         {
             used = used.union(own);
         }
-        let cus =
-            choose_cus(&used, dev.info.devcore, entry.cores, dev.cu_per_wgp).map_err(|source| {
-                PlanError::Cus {
+        (used, own, reuse)
+    };
+    // Several GPUs: the same CUs on each where some set is free on all, so ROCm 5.x's one
+    // global mask can express the slice (`cu_choice::choose_common_cus`).
+    let distinct = resolved
+        .iter()
+        .map(|d| &d.info.id)
+        .collect::<BTreeSet<_>>()
+        .len()
+        == resolved.len();
+    let common = if distinct {
+        let used: Vec<CuSet> = resolved.iter().map(|d| avoid(d, &pod_cus).0).collect();
+        let gpus: Vec<GpuSlice<'_>> = run
+            .iter()
+            .zip(&resolved)
+            .zip(&used)
+            .map(|((entry, dev), used)| GpuSlice {
+                used,
+                devcore: dev.info.devcore,
+                count: entry.cores,
+                cu_per_wgp: dev.cu_per_wgp,
+            })
+            .collect();
+        choose_common_cus(&gpus)
+    } else {
+        None
+    };
+    let mut chosen = Vec::new();
+    for (entry, dev) in run.iter().zip(&resolved) {
+        let id = &dev.info.id;
+        let (used, own, reuse) = avoid(dev, &pod_cus);
+        let cus = match &common {
+            Some(common) => common.clone(),
+            None => choose_cus(&used, dev.info.devcore, entry.cores, dev.cu_per_wgp).map_err(
+                |source| PlanError::Cus {
                     id: id.clone(),
                     source,
-                }
-            })?;
+                },
+            )?,
+        };
         match own {
             Some(own) if reuse => {
                 pod_cus.0.insert(id.clone(), own.union(&cus));

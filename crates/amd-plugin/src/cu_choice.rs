@@ -7,6 +7,12 @@
 //! so big runs stay whole for big slices; only when no run is large enough do we combine
 //! runs, largest first, and best-fit the remainder. `best_fit_keeps_large_runs_whole` and
 //! `fewer_split_masks_than_first_fit` below show the difference.
+//!
+//! A container with several GPUs gets, where possible, the *same* CU ids on each
+//! ([`choose_common_cus`]): ROCm 5.x enforces a CU slice only through
+//! `ROC_GLOBAL_CU_MASK`, one mask for every device of the process, so a container whose
+//! GPUs got different CU sets runs there with no CU limit at all. Only when no set is free
+//! on every GPU does each GPU get its own best fit.
 
 use hami_protocol::cu_list::CuSet;
 
@@ -78,6 +84,64 @@ pub fn choose_cus(
         set.insert_run(start * w, (start + len) * w - 1);
     }
     Ok(set)
+}
+
+/// One GPU of a multi-GPU container's CU choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuSlice<'a> {
+    /// CUs other pods (and this pod's earlier containers) hold on this GPU.
+    pub used: &'a CuSet,
+    /// The GPU's CU count.
+    pub devcore: u32,
+    /// CUs the scheduler reserved on it.
+    pub count: u32,
+    /// CUs per WGP (2 on RDNA).
+    pub cu_per_wgp: u32,
+}
+
+/// One CU set free on *every* GPU of `gpus` that is a valid slice of each (the size
+/// [`slice_size`] gives each, whole WGPs of each, below each GPU's CU count), chosen by the
+/// same best fit as [`choose_cus`] over the CUs free everywhere; `None` when there is no
+/// such set (the slices differ in size, or no common set is free), and for fewer than two
+/// GPUs (nothing to agree on). Whenever some set is free on every GPU, one is returned, and
+/// a contiguous one whenever a common free run can hold the slice.
+pub fn choose_common_cus(gpus: &[GpuSlice<'_>]) -> Option<CuSet> {
+    if gpus.len() < 2 {
+        return None;
+    }
+    let size = slice_size(gpus[0].count, gpus[0].cu_per_wgp);
+    if gpus
+        .iter()
+        .any(|g| g.count == 0 || slice_size(g.count, g.cu_per_wgp) != size)
+    {
+        return None;
+    }
+    // A unit that is a whole WGP on every GPU (WGPs have 1 or 2 CUs: the largest is a
+    // multiple of every other).
+    let unit = gpus.iter().map(|g| g.cu_per_wgp.max(1)).max().unwrap_or(1);
+    if gpus
+        .iter()
+        .any(|g| !unit.is_multiple_of(g.cu_per_wgp.max(1)))
+        || !size.is_multiple_of(unit)
+    {
+        return None;
+    }
+    let devcore = gpus.iter().map(|g| g.devcore).min().unwrap_or(0);
+    let used = gpus.iter().fold(CuSet::new(), |acc, g| acc.union(g.used));
+    choose_cus(&used, devcore, size, unit).ok()
+}
+
+/// The CUs of each GPU of one container, in order: the same set on all of them when
+/// [`choose_common_cus`] finds one, else each GPU's own [`choose_cus`]. An error names the
+/// index of the GPU that has no room.
+pub fn choose_container_cus(gpus: &[GpuSlice<'_>]) -> Result<Vec<CuSet>, (usize, CuChoiceError)> {
+    if let Some(common) = choose_common_cus(gpus) {
+        return Ok(vec![common; gpus.len()]);
+    }
+    gpus.iter()
+        .enumerate()
+        .map(|(i, g)| choose_cus(g.used, g.devcore, g.count, g.cu_per_wgp).map_err(|e| (i, e)))
+        .collect()
 }
 
 /// Free runs in WGP units: `(first unit, length)`. A unit is free only if all its CUs are.
@@ -273,7 +337,109 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_multi_gpu_container_gets_one_common_range() {
+        // GPU 0 holds 0-9, GPU 1 holds 50-59: each GPU's own best fit differs (10-35 and
+        // 60-85), but 10-35 is free on both.
+        let (a, b) = (set("0-9"), set("50-59"));
+        assert_eq!(choose_cus(&a, 104, 26, 1).unwrap().to_string(), "10-35");
+        assert_eq!(choose_cus(&b, 104, 26, 1).unwrap().to_string(), "60-85");
+        let gpus = [gpu(&a, 104, 26, 1), gpu(&b, 104, 26, 1)];
+        assert_eq!(choose_common_cus(&gpus).unwrap().to_string(), "10-35");
+        let both = choose_container_cus(&gpus).unwrap();
+        assert_eq!(both[0], both[1]);
+        // No CU free on both: each GPU gets its own best fit.
+        let (a, b) = (set("0-51"), set("52-103"));
+        let gpus = [gpu(&a, 104, 26, 1), gpu(&b, 104, 26, 1)];
+        assert_eq!(choose_common_cus(&gpus), None);
+        let each = choose_container_cus(&gpus).unwrap();
+        assert_eq!(each[0].to_string(), "52-77");
+        assert_eq!(each[1].to_string(), "0-25");
+        // A common set split over two holes still beats none (ROCm 5.x can enforce it).
+        let (a, b) = (set("4-9,20-103"), set("10-13,30-103"));
+        let gpus = [gpu(&a, 104, 8, 1), gpu(&b, 104, 8, 1)];
+        assert_eq!(choose_common_cus(&gpus).unwrap().to_string(), "0-1,14-19");
+        // Slices of different sizes cannot share one set.
+        let free = CuSet::new();
+        let gpus = [gpu(&free, 104, 26, 1), gpu(&free, 80, 20, 1)];
+        assert_eq!(choose_common_cus(&gpus), None);
+        // RDNA: the common set is whole WGPs.
+        let (a, b) = (set("1"), set("4"));
+        let gpus = [gpu(&a, 96, 4, 2), gpu(&b, 96, 4, 2)];
+        assert_eq!(choose_common_cus(&gpus).unwrap().to_string(), "6-9");
+        // One GPU: nothing to agree on.
+        assert_eq!(choose_common_cus(&gpus[..1]), None);
+    }
+
+    fn gpu(used: &CuSet, devcore: u32, count: u32, cu_per_wgp: u32) -> GpuSlice<'_> {
+        GpuSlice {
+            used,
+            devcore,
+            count,
+            cu_per_wgp,
+        }
+    }
+
+    fn used_set(devcore: u32, runs: &[(u32, u32)]) -> CuSet {
+        runs.iter().fold(CuSet::new(), |acc, &(a, n)| {
+            let a = a.min(devcore - 1);
+            acc.union(&CuSet::range(a, n.min(devcore - a)))
+        })
+    }
+
     proptest! {
+        #[test]
+        fn a_common_choice_is_free_everywhere_and_found_when_one_exists(
+            gpus in prop::collection::vec(
+                (64u32..128, prop::collection::vec((0u32..128, 1u32..30), 0..5)),
+                2..5,
+            ),
+            count in 1u32..64,
+            wgp in 1u32..3,
+        ) {
+            let used: Vec<(u32, CuSet)> = gpus
+                .iter()
+                .map(|(devcore, runs)| (*devcore, used_set(*devcore, runs)))
+                .collect();
+            let slices: Vec<GpuSlice<'_>> = used
+                .iter()
+                .map(|(devcore, u)| gpu(u, *devcore, count, wgp))
+                .collect();
+            let size = slice_size(count, wgp);
+            // Brute force: whole WGPs free on every GPU, below every GPU's CU count.
+            let devcore = used.iter().map(|(d, _)| *d).min().unwrap();
+            let union = used.iter().fold(CuSet::new(), |acc, (_, u)| acc.union(u));
+            let free_units = free_unit_runs(&union, devcore, wgp);
+            let common_free: u32 = free_units.iter().map(|r| r.1 * wgp).sum();
+            let common_run = free_units.iter().any(|r| r.1 * wgp >= size);
+            match choose_common_cus(&slices) {
+                Some(s) => {
+                    for (d, u) in &used {
+                        prop_assert!(!s.overlaps(u));
+                        prop_assert!(s.max().unwrap() < *d);
+                    }
+                    prop_assert_eq!(s.len(), u64::from(size));
+                    prop_assert!(s.check_whole_wgps(wgp).is_ok());
+                    if common_run {
+                        prop_assert_eq!(s.runs().len(), 1);
+                    }
+                }
+                None => prop_assert!(common_free < size, "a common set of {} exists", size),
+            }
+            // The container's choice: one set everywhere when a common one exists, else
+            // each GPU's own, never overlapping what it holds.
+            if let Ok(sets) = choose_container_cus(&slices) {
+                for (s, (d, u)) in sets.iter().zip(&used) {
+                    prop_assert!(!s.overlaps(u));
+                    prop_assert!(s.max().unwrap() < *d);
+                    prop_assert_eq!(s.len(), u64::from(size));
+                }
+                if common_free >= size {
+                    prop_assert!(sets.iter().all(|s| s == &sets[0]));
+                }
+            }
+        }
+
         #[test]
         fn never_overlaps_exact_and_aligned(
             devcore in 1u32..320,

@@ -103,8 +103,15 @@ fn a_sliced_container_gets_its_settings_as_a_read_only_config_file() {
 fn different_cu_sets_get_no_global_mask_and_whole_cards_no_config() {
     let tree = mi210_xgmi().unwrap();
     let devs = devices(&tree);
-    // Another pod already holds CUs 0-25 of device 1, so its slice is elsewhere.
+    // Other pods hold CUs 26-103 of device 0 and 0-25 of device 1: no CU is free on both,
+    // so the slices differ.
     let mut others = CuAllocation::default();
+    others
+        .add(
+            &devs[0].info.id,
+            &hami_protocol::cu_list::CuSet::range(26, 78),
+        )
+        .unwrap();
     others
         .add(
             &devs[1].info.id,
