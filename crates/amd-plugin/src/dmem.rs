@@ -17,8 +17,10 @@
 //! ```
 //!
 //! Writing is idempotent (each Allocate of the pod writes the same, whole-pod values), so
-//! a plugin restart or a second container changes nothing. Where the controller is absent
-//! the plugin says so once (log + node Event, `plugin.rs`): the hook still limits memory.
+//! a plugin restart or a second container changes nothing. Where the controller is absent,
+//! or a level above the pod cgroups does not enable it, the plugin says so once per change
+//! (log, node Event, `hami.io/amd-dmem` annotation: `dmem_delegation`, `dmem_watch`): the
+//! hook still limits memory.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -75,9 +77,11 @@ pub fn find_pod_cgroup(cgroup_root: &Path, pod_uid: &str) -> Option<PathBuf> {
 pub fn write_limits(cgroup: &Path, limits: &[DmemLimit]) -> Result<(), String> {
     let path = cgroup.join("dmem.max");
     if !path.is_file() {
+        let parent = cgroup.parent().unwrap_or(cgroup);
         return Err(format!(
-            "{} does not exist: the dmem controller is not enabled for this cgroup (add +dmem to cgroup.subtree_control of its parents); the hook still limits memory",
-            path.display()
+            "{} does not exist: the dmem controller is not enabled for this cgroup (add +dmem to cgroup.subtree_control of {} and of each cgroup above it; the node's hami.io/amd-dmem annotation names them); the hook still limits memory",
+            path.display(),
+            parent.display()
         ));
     }
     let mut file = std::fs::OpenOptions::new()

@@ -7,19 +7,17 @@ use tokio::sync::watch;
 
 use crate::allocate_plan::PlanSettings;
 use crate::cli::Args;
-use crate::dmem::{absent_message, dmem_available, spawn_writer};
+use crate::dmem::spawn_writer;
 use crate::grpc_server::kubelet_devices;
-use crate::health_events::GpuEvent;
 use crate::kube_shell::KubeAllocator;
 use crate::node_publisher::NodePublisher;
-use crate::node_publisher::record_node_event;
 use crate::registration::RegistrationSettings;
 use hami_plugin_core::kubelet_session::{SessionConfig, serve_then_join, shutdown_on_signal};
 use hami_plugin_core::publisher_loop::{Publisher, run_publisher};
 use hami_plugin_core::refresh_schedule::RefreshPolicy;
 
 /// Node event reason when the dmem controller is absent.
-pub const DMEM_UNAVAILABLE: &str = "AMDGPUDmemUnavailable";
+pub const DMEM_UNAVAILABLE: &str = crate::dmem_delegation::REASON_UNAVAILABLE;
 
 /// Socket file name of the plugin (the reference's `amd.com_<resource>`).
 pub const ENDPOINT: &str = "amd.com_gpu";
@@ -62,19 +60,15 @@ pub async fn serve(
         health_every: Some(pulse.unwrap_or(interval)),
     };
     let publisher_task = tokio::spawn(run_publisher(publisher, policy, shutdown.clone()));
-    if !dmem_available(&args.cgroup_root) {
-        // Once per plugin start (= once per node and DaemonSet pod), not per Allocate.
-        record_node_event(
-            &client,
-            &node,
-            &GpuEvent {
-                reason: DMEM_UNAVAILABLE,
-                kind: "Warning",
-                message: absent_message(&args.cgroup_root),
-            },
-        )
-        .await;
-    }
+    // Whether pod cgroups can get dmem.max: checked at start and every interval, each
+    // change published once (annotation, Node Event, log), not once per Allocate.
+    tokio::spawn(crate::dmem_watch::watch_delegation(
+        client.clone(),
+        node.clone(),
+        args.cgroup_root.clone(),
+        interval,
+        shutdown.clone(),
+    ));
     let dmem = spawn_writer(args.cgroup_root.clone(), Duration::from_secs(60));
     let hook = args.host_hook_path.join("vgpu/libamvgpu.so");
     let allocator = KubeAllocator::new(
