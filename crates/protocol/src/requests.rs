@@ -169,14 +169,25 @@ impl MemoryRequest {
     }
 }
 
-/// AMD CU count for a percentage of a GPU with `devcore` CUs (SPEC §2.2):
-/// `floor(pct × devcore / 100)` clamped to `[1, devcore]`. 0 when the GPU reports no CUs.
-pub fn amd_cu_count(cores_percent: u32, devcore: u32) -> u32 {
+/// AMD CU count for a percentage of a GPU with `devcore` CUs whose WGP holds `cu_per_wgp`
+/// CUs (the register's `cuPerWGP`; 0 or absent read as 1): SPEC §2.2's
+/// `floor(pct × devcore / 100)` clamped to `[1, devcore]`, then, where a WGP holds more than
+/// one CU (RDNA: 2), rounded **up** to whole WGPs and clamped to the GPU's whole WGPs
+/// (`devcore` rounded down). A slice on RDNA is made of whole WGPs (§2.5), so this is
+/// exactly what the plugin's CU choice gives: the scheduler charges what the pod gets
+/// (5 % of 64 CUs is 4, not the 3 of the floor, of which one WGP = 2 would be given).
+/// 0 when the GPU reports no CUs (or fewer than one WGP).
+pub fn amd_cu_count(cores_percent: u32, devcore: u32, cu_per_wgp: u32) -> u32 {
     if devcore == 0 {
         return 0;
     }
     let cus = u64::from(cores_percent) * u64::from(devcore) / 100;
-    u32::try_from(cus).unwrap_or(u32::MAX).clamp(1, devcore)
+    let cus = u32::try_from(cus).unwrap_or(u32::MAX).clamp(1, devcore);
+    let w = cu_per_wgp.max(1);
+    if w == 1 {
+        return cus;
+    }
+    cus.div_ceil(w).saturating_mul(w).min(devcore / w * w)
 }
 
 /// One vendor's request of one container.
@@ -638,12 +649,38 @@ mod tests {
         assert_eq!(MemoryRequest::Percent(33).resolve(100), 33);
         assert_eq!(MemoryRequest::Whole.resolve(65_520), 65_520);
         assert_eq!(MemoryRequest::Mib(4096).resolve(65_520), 4096);
-        assert_eq!(amd_cu_count(25, 304), 76);
-        assert_eq!(amd_cu_count(33, 304), 100);
-        assert_eq!(amd_cu_count(67, 304), 203);
-        assert_eq!(amd_cu_count(100, 304), 304);
-        assert_eq!(amd_cu_count(1, 38), 1, "clamped up to one CU");
-        assert_eq!(amd_cu_count(50, 0), 0);
+        assert_eq!(amd_cu_count(25, 304, 1), 76);
+        assert_eq!(amd_cu_count(33, 304, 1), 100);
+        assert_eq!(amd_cu_count(67, 304, 1), 203);
+        assert_eq!(amd_cu_count(100, 304, 1), 304);
+        assert_eq!(amd_cu_count(1, 38, 1), 1, "clamped up to one CU");
+        assert_eq!(amd_cu_count(50, 0, 1), 0);
+        assert_eq!(amd_cu_count(25, 304, 0), 76, "cuPerWGP 0 reads as 1");
+    }
+
+    #[test]
+    fn rdna_cu_counts_are_whole_wgps_rounded_up() {
+        // 5 % of 64 = 3 by the floor: one WGP more, 4 CUs = 2 WGPs.
+        assert_eq!(amd_cu_count(5, 64, 2), 4);
+        assert_eq!(amd_cu_count(1, 64, 2), 2, "at least one WGP");
+        assert_eq!(amd_cu_count(25, 96, 2), 24, "already whole WGPs");
+        assert_eq!(amd_cu_count(99, 64, 2), 64);
+        assert_eq!(amd_cu_count(100, 64, 2), 64);
+        // An odd count: the last CU is in no whole WGP, never given, never charged.
+        assert_eq!(amd_cu_count(100, 61, 2), 60);
+        assert_eq!(amd_cu_count(99, 61, 2), 60);
+        assert_eq!(amd_cu_count(50, 1, 2), 0, "less than one WGP");
+        for devcore in 1..=320 {
+            for pct in 1..=100 {
+                let floor = amd_cu_count(pct, devcore, 1);
+                let c = amd_cu_count(pct, devcore, 2);
+                assert_eq!(c % 2, 0, "{pct} % of {devcore}");
+                assert!(c <= devcore, "{pct} % of {devcore}");
+                // Rounded up unless the GPU has no whole WGP more.
+                assert!(c >= floor || c == devcore / 2 * 2, "{pct} % of {devcore}");
+                assert!(c <= floor + 1, "{pct} % of {devcore}");
+            }
+        }
     }
 
     #[test]

@@ -9,8 +9,8 @@
 //! one shape is an `exactly` request pinned to it, several are `firstAvailable`
 //! sub-requests, smallest fitting device first (binpack by shape). Amounts follow SPEC §1
 //! and §2.2: memory `gpumem` MiB, or `floor(devmem × pct / 100)` MiB; compute units
-//! `floor(pct × cus / 100)` clamped to `[1, cus]` (the allocator rounds up to the policy
-//! step); `gpucores` absent or 100 leaves compute units to the policy default (all of them:
+//! `floor(pct × cus / 100)` clamped to `[1, cus]`, on RDNA (policy step 2) rounded up to
+//! whole WGPs (`amd_cu_count`, the device plugin path's charge); `gpucores` absent or 100 leaves compute units to the policy default (all of them:
 //! a memory-only request reserves every CU). A request that depends on no device size (a
 //! count, a fixed `gpumem`, no type filter) is one unpinned `exactly` request.
 //!
@@ -334,7 +334,13 @@ fn amounts_on(request: &DeviceRequest, shape: &Shape) -> Option<Amounts> {
         None
     } else {
         let cus = u32::try_from(shape.compute_units).ok().filter(|c| *c > 0)?;
-        Some(u64::from(amd_cu_count(request.cores_percent, cus)))
+        // The policy's step is the WGP (2 on RDNA): whole WGPs, rounded up, as the device
+        // plugin path charges (the allocator would round up to the step all the same).
+        let wgp = u32::try_from(shape.cu_step).unwrap_or(1);
+        match amd_cu_count(request.cores_percent, cus, wgp) {
+            0 => return None, // not one whole WGP
+            c => Some(u64::from(c)),
+        }
     };
     Some(Amounts {
         memory_mib,

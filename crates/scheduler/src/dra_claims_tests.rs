@@ -145,6 +145,73 @@ fn percent_of_cores_is_floor_and_clamp_of_the_shapes_cus() {
     }
 }
 
+/// The DRA path charges compute units as the device-plugin path does (`fit::demand`):
+/// whole WGPs on RDNA (policy step 2), rounded up, so the request is already a valid
+/// amount of the policy and the allocator consumes exactly it.
+#[test]
+fn dra_and_device_plugin_paths_charge_the_same_cus() {
+    use crate::snapshot::Gpu;
+    use hami_protocol::node_register::{CustomInfo, DeviceInfo};
+    for step in [1u64, 2] {
+        for cus in [1u64, 2, 3, 32, 60, 61, 64, 96, 104, 304] {
+            let shape = Shape {
+                product_name: "AMD GPU".into(),
+                memory_bytes: 16 * GI,
+                compute_units: cus,
+                cu_step: step,
+                shares: 10,
+                device_type: "amdgpu-slice".into(),
+            };
+            let gpu = Gpu {
+                vendor: Vendor::Amd,
+                info: DeviceInfo {
+                    devcore: cus as u32,
+                    devmem: 16 << 10,
+                    custom_info: CustomInfo {
+                        cu_per_wgp: Some(step as u32),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            };
+            for pct in 1..100 {
+                let request = DeviceRequest {
+                    count: 1,
+                    memory: MemoryRequest::Mib(1),
+                    cores_percent: pct,
+                    priority: None,
+                    added_limits: Vec::new(),
+                };
+                let charged = crate::fit::demand(&gpu, &request).1;
+                let dra = amounts_on(&request, &shape).and_then(|a| a.compute_units);
+                match dra {
+                    Some(c) => {
+                        assert_eq!(c, charged, "{pct} % of {cus} (step {step})");
+                        assert_eq!(c % step, 0, "{pct} % of {cus} (step {step})");
+                    }
+                    // No whole WGP: neither path has anything to give.
+                    None => assert_eq!(charged, 0, "{pct} % of {cus} (step {step})"),
+                }
+            }
+        }
+    }
+    // 5 % of a 64-CU RDNA GPU: 4 (two WGPs), not the floor's 3.
+    let rdna = Shape {
+        product_name: "AMD Radeon PRO W7800".into(),
+        memory_bytes: 32 * GI,
+        compute_units: 64,
+        cu_step: 2,
+        shares: 10,
+        device_type: "amdgpu-slice".into(),
+    };
+    let p = pod(
+        json!({}),
+        json!({"amd.com/gpu": "1", "amd.com/gpucores": "5"}),
+    );
+    let claims = claims_of(&p, &[rdna]).unwrap();
+    assert_eq!(alternatives(&claims[0])[0].1[COMPUTE_UNITS], "4");
+}
+
 #[test]
 fn memory_only_reserves_every_cu_and_needs_no_shapes() {
     let p = pod(json!({}), json!({"amd.com/gpumem": "4096"}));
@@ -478,12 +545,13 @@ fn arb_shape() -> impl Strategy<Value = Shape> {
         ]),
         1u64..=262_144,
         1u64..=320,
+        1u64..=2,
     )
-        .prop_map(|(p, mib, cus)| Shape {
+        .prop_map(|(p, mib, cus, step)| Shape {
             product_name: p.into(),
             memory_bytes: mib << 20,
             compute_units: cus,
-            cu_step: 1,
+            cu_step: step,
             shares: 10,
             device_type: "amdgpu-slice".into(),
         })
@@ -550,7 +618,7 @@ proptest! {
                         if let Some(m) = mem { prop_assert!(m <= shape.memory_bytes); }
                         if let Some(c) = cus {
                             prop_assert!(c >= 1 && c <= shape.compute_units);
-                            prop_assert_eq!(c, u64::from(amd_cu_count(request.cores_percent, shape.compute_units as u32)));
+                            prop_assert_eq!(c, u64::from(amd_cu_count(request.cores_percent, shape.compute_units as u32, shape.cu_step as u32)));
                         }
                         if let MemoryRequest::Percent(p) = request.memory && p < 100 {
                             prop_assert_eq!(mem, Some((shape.memory_mib() * u64::from(p) / 100).max(1) << 20));

@@ -488,7 +488,12 @@ fn ratio(part: f64, total: f64) -> f64 {
 pub fn demand(gpu: &Gpu, request: &DeviceRequest) -> (u64, u64) {
     let mem = request.memory.resolve(gpu.info.devmem);
     let cores = match gpu.vendor {
-        Vendor::Amd => u64::from(amd_cu_count(request.cores_percent, gpu.info.devcore)),
+        // On RDNA whole WGPs, rounded up: what the plugin's CU choice gives.
+        Vendor::Amd => u64::from(amd_cu_count(
+            request.cores_percent,
+            gpu.info.devcore,
+            gpu.info.custom_info.cu_per_wgp.unwrap_or(1),
+        )),
         Vendor::Nvidia => u64::from(request.cores_percent),
     };
     (mem, cores)
@@ -523,7 +528,8 @@ fn check(
     }
     match gpu.vendor {
         Vendor::Amd => {
-            if info.devcore == 0 || u64::from(info.devcore).saturating_sub(u.cores) < cores {
+            // 0 CUs: the GPU has none (or no whole WGP) to give.
+            if cores == 0 || u64::from(info.devcore).saturating_sub(u.cores) < cores {
                 return Err(Reason::CardInsufficientCore);
             }
         }

@@ -124,6 +124,89 @@ fn memory_only_amd_pod_takes_every_cu() {
     );
 }
 
+fn rdna(id: &str, devcore: u32) -> Gpu {
+    let mut g = amd(id, devcore, 49_152, 0);
+    g.info.device_type = "AMD Radeon PRO W7800".into();
+    g.info.custom_info.cu_per_wgp = Some(2);
+    g.info.count = 1000;
+    g
+}
+
+fn cores_pod(pct: u32) -> Vec<ContainerRequest> {
+    app(json!({"amd.com/gpu": "1", "amd.com/gpumem": "1", "amd.com/gpucores": pct.to_string()}))
+}
+
+#[test]
+fn a_5_percent_pod_on_a_64_cu_rdna_card_is_charged_4() {
+    let mut n = node("n", vec![rdna("R", 64)]);
+    // floor(5 × 64 / 100) = 3, rounded up to whole WGPs: 4 CUs = 2 WGPs, what is given.
+    for _ in 0..10 {
+        let p = fit(&n, &cores_pod(5)).unwrap();
+        assert_eq!(p.runs[&Vendor::Amd][0][0].cores, 4);
+        commit(&mut n, &cores_pod(5), &p);
+    }
+    // Without cuPerWGP (CDNA, or a reference plugin that does not publish it): the floor.
+    let cdna = node("n", vec![amd("A", 64, 49_152, 0)]);
+    assert_eq!(
+        fit(&cdna, &cores_pod(5)).unwrap().runs[&Vendor::Amd][0][0].cores,
+        3
+    );
+    // 40 of 64 CUs are charged, 24 left: 39 % (24.96 → 24) fits; 40 % (25.6 → 25) would
+    // fit by the floor, but the plugin gives 26 (13 WGPs), which do not.
+    assert_eq!(
+        fit(&n, &cores_pod(39)).unwrap().runs[&Vendor::Amd][0][0].cores,
+        24
+    );
+    assert_eq!(
+        fit(&n, &cores_pod(40)).unwrap_err(),
+        "container c: 1/1 CardInsufficientCore"
+    );
+    // A GPU with no whole WGP has nothing to give.
+    assert_eq!(
+        fit(&node("n", vec![rdna("R", 1)]), &cores_pod(50)).unwrap_err(),
+        "container c: 1/1 CardInsufficientCore"
+    );
+}
+
+/// What the scheduler charges is what the plugin gives (issue 26 item 5): for every
+/// percentage and CU count of an RDNA GPU, the count `fit` writes into the device list is
+/// a count `cu_choice` hands over unchanged, on an empty GPU and on one that earlier pods
+/// (also charged by `fit`, given by `cu_choice`) fill until `fit` refuses.
+#[test]
+fn rdna_charged_is_given_for_every_percentage_and_cu_count() {
+    use hami_amd_plugin::cu_choice::choose_cus;
+    use hami_protocol::cu_list::CuSet;
+    for devcore in 1..=130 {
+        for pct in 1..=100 {
+            let mut n = node("n", vec![rdna("R", devcore)]);
+            let mut used = CuSet::new();
+            // Fill: each pod fit charges, the plugin gives; the scheduler's refusal ends it.
+            for round in 0..=100 {
+                let Ok(p) = fit(&n, &cores_pod(pct)) else {
+                    // Refused: the plugin would have no whole WGPs for it either.
+                    let want = amd_cu_count(pct, devcore, 2);
+                    assert!(
+                        want == 0 || choose_cus(&used, devcore, want, 2).is_err(),
+                        "{pct} % of {devcore}: refused though the plugin could give {want}"
+                    );
+                    break;
+                };
+                let charged = p.runs[&Vendor::Amd][0][0].cores;
+                let given = choose_cus(&used, devcore, charged, 2).unwrap_or_else(|e| {
+                    panic!("{pct} % of {devcore}, pod {round}: charged {charged}, plugin: {e}")
+                });
+                assert_eq!(
+                    given.len(),
+                    u64::from(charged),
+                    "{pct} % of {devcore}, pod {round}"
+                );
+                used = used.union(&given);
+                commit(&mut n, &cores_pod(pct), &p);
+            }
+        }
+    }
+}
+
 #[test]
 fn init_containers_count_at_their_peak() {
     let n = node("n", vec![amd("A", 100, 10_000, 0)]);
