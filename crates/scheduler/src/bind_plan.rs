@@ -10,21 +10,28 @@
 //!    stays with the pod until the device plugin's bind-phase success or its expiry; a pod
 //!    bound to another node is refused, without an Event, and nothing is written;
 //! 3. refuse, with a `BindingFailed` Event, a pod that filter placed on another node;
-//! 4. a pod that asks for GPUs (whatever the informer has seen of filter's patch so far)
+//! 4. refuse, with a `BindingFailed` Event and nothing written (no lock, no bind phase), a
+//!    pod that asks for HAMi-managed GPU resources but carries no filter decision for the
+//!    node (`hami.io/vgpu-node` naming it and a `*-devices-to-allocate` list for each vendor
+//!    it asks for, as filter writes before it answers): one `/filter` refused, or one that
+//!    never went through filter. Bound anyway it would stay `allocating` for good, hold the
+//!    node lock until expiry, and its device plugin would hand the slice pod a whole card;
+//! 5. a pod that asks for GPUs (whatever the informer has seen of filter's patch so far)
 //!    takes the node lock, then is marked `bind-phase=allocating` ([`allocating_patch`],
 //!    conditional on the pod being as read: a pod bound meanwhile by another bind of it,
 //!    whose device plugin may have written success already, is not marked again; on a
 //!    conflict, [`after_allocating_conflict`] with the pod read again);
 //!    a pod without GPU requests, or whose requests do not parse, takes no lock;
-//! 5. then `pods/binding` ([`binding`]); a failure is settled by [`after_failure`] with the
+//! 6. then `pods/binding` ([`binding`]); a failure is settled by [`after_failure`] with the
 //!    pod read again: bound where asked after all (another bind of the same pod got there
 //!    first) is success and keeps the lock for the plugin (one this bind wrote is removed
 //!    when the pod is no longer allocating: the plugin is done with it); otherwise only a
 //!    lock this bind wrote is released, never one it found already the pod's (that one
 //!    belongs to another bind of the pod, perhaps one that succeeded or is under way).
 
-use hami_protocol::names::pod as pod_keys;
+use hami_protocol::names::{Vendor, pod as pod_keys};
 use hami_protocol::node_lock::{BindPhase, PodRef};
+use hami_protocol::placement::requests_managed_resource;
 use hami_protocol::requests::{RequestDefaults, pod_requests};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
@@ -70,7 +77,10 @@ pub fn plan_bind(
         });
     }
     let owner = PodRef::new(&args.pod_namespace, &args.pod_name);
-    let takes_lock = pod_requests(pod, defaults).is_ok_and(|r| r.iter().any(|c| !c.is_empty()));
+    let requests = pod_requests(pod, defaults);
+    let takes_lock = requests
+        .as_ref()
+        .is_ok_and(|r| r.iter().any(|c| !c.is_empty()));
     match bound_to(pod) {
         Some(node) if node == args.node => {
             return Ok(BindPlan {
@@ -101,11 +111,62 @@ pub fn plan_bind(
             event: true,
         });
     }
+    if takes_lock || requests_managed_resource(pod) {
+        // The vendors filter must have decided for: those asked for (none known when the
+        // requests do not parse: filter refused such a pod, so it has no decision).
+        let vendors: Vec<Vendor> = match &requests {
+            Ok(r) => Vendor::ALL
+                .into_iter()
+                .filter(|v| r.iter().any(|c| c.get(*v).is_some()))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        if let Some(missing) = missing_decision(pod, &args.node, &vendors, requests.is_err()) {
+            return Err(BindRefusal {
+                message: format!(
+                    "no filter decision for node {node}; the pod must be scheduled through the hami filter: pod {owner} asks for HAMi GPU resources but {missing}; nothing was changed",
+                    node = args.node
+                ),
+                event: true,
+            });
+        }
+    }
     Ok(BindPlan {
         owner,
         takes_lock,
         already_bound: false,
     })
+}
+
+/// What of filter's decision for `node` the pod lacks (`None`: it has it all): the
+/// `hami.io/vgpu-node` annotation naming the node, and each vendor's devices-to-allocate
+/// list. `unparsable`: the requests do not parse, so filter refused the pod.
+fn missing_decision(pod: &Pod, node: &str, vendors: &[Vendor], unparsable: bool) -> Option<String> {
+    let annotations = pod.metadata.annotations.as_ref();
+    let get = |key: &str| {
+        annotations
+            .and_then(|a| a.get(key))
+            .filter(|v| !v.is_empty())
+    };
+    if unparsable {
+        return Some("its requests do not parse (filter refused it)".to_owned());
+    }
+    match get(pod_keys::VGPU_NODE) {
+        None => return Some(format!("it has no {} annotation", pod_keys::VGPU_NODE)),
+        Some(placed) if placed != node => {
+            return Some(format!(
+                "filter placed it on {placed} ({})",
+                pod_keys::VGPU_NODE
+            ));
+        }
+        Some(_) => {}
+    }
+    let lists: Vec<&str> = vendors
+        .iter()
+        .map(|v| v.names().devices_to_allocate)
+        .filter(|key| get(key).is_none())
+        .collect();
+    (!lists.is_empty()).then(|| format!("it has no {} annotation", lists.join(" or ")))
 }
 
 /// The node `pod` is bound to, if any (`spec.nodeName`).
@@ -225,12 +286,116 @@ mod tests {
         }
     }
 
+    /// A pod as filter leaves it when it placed the pod on `n1` (the decision annotations
+    /// for every vendor a request names).
     fn pod(uid: &str, limits: Value) -> Pod {
+        let mut annotations = json!({pod_keys::VGPU_NODE: "n1"});
+        for v in Vendor::ALL {
+            if limits
+                .to_string()
+                .contains(v.names().resource_count.split('/').next().unwrap())
+            {
+                annotations[v.names().devices_to_allocate] = json!("G,AMD,100,10:;");
+            }
+        }
+        undecided_with(uid, limits, annotations)
+    }
+
+    /// A pod without filter's decision.
+    fn undecided(uid: &str, limits: Value) -> Pod {
+        undecided_with(uid, limits, json!({}))
+    }
+
+    fn undecided_with(uid: &str, limits: Value, annotations: Value) -> Pod {
         serde_json::from_value(
-            json!({"metadata": {"name": "p", "namespace": "ns", "uid": uid},
+            json!({"metadata": {"name": "p", "namespace": "ns", "uid": uid, "annotations": annotations},
             "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]}}),
         )
         .unwrap()
+    }
+
+    /// Issue 26 item 4: a `/bind` for a GPU pod `/filter` refused (or never saw) is refused
+    /// with the reason, recorded as an Event, and nothing is written (no lock taken).
+    #[test]
+    fn a_gpu_pod_without_a_filter_decision_for_the_node_is_refused() {
+        let d = RequestDefaults::default();
+        let cases = [
+            (
+                undecided("u1", json!({"amd.com/gpu": "1", "amd.com/gpucores": "10"})),
+                "it has no hami.io/vgpu-node annotation",
+            ),
+            (
+                undecided_with(
+                    "u1",
+                    json!({"amd.com/gpu": "1"}),
+                    json!({pod_keys::VGPU_NODE: "n1"}),
+                ),
+                "it has no hami.io/amd-devices-to-allocate annotation",
+            ),
+            (
+                undecided_with(
+                    "u1",
+                    json!({"amd.com/gpu": "1"}),
+                    json!({pod_keys::VGPU_NODE: "n2", "hami.io/amd-devices-to-allocate": "G,AMD,100,10:;"}),
+                ),
+                "filter placed it on n2",
+            ),
+            (
+                // Both vendors asked for, NVIDIA's list missing.
+                undecided_with(
+                    "u1",
+                    json!({"amd.com/gpu": "1", "nvidia.com/gpu": "1"}),
+                    json!({pod_keys::VGPU_NODE: "n1", "hami.io/amd-devices-to-allocate": "G,AMD,100,10:;"}),
+                ),
+                "it has no hami.io/vgpu-devices-to-allocate annotation",
+            ),
+            (
+                // An empty list is no decision either.
+                undecided_with(
+                    "u1",
+                    json!({"amd.com/gpu": "1"}),
+                    json!({pod_keys::VGPU_NODE: "n1", "hami.io/amd-devices-to-allocate": ""}),
+                ),
+                "it has no hami.io/amd-devices-to-allocate annotation",
+            ),
+            (
+                // Requests that do not parse: filter refused the pod.
+                undecided("u1", json!({"amd.com/gpu": "1", "amd.com/gpucores": "150"})),
+                "its requests do not parse",
+            ),
+            (
+                // Memory alone asks for a GPU too.
+                undecided("u1", json!({"nvidia.com/gpumem": "1024"})),
+                "it has no hami.io/vgpu-node annotation",
+            ),
+        ];
+        for (p, why) in cases {
+            for held_on in [None, Some("n1")] {
+                let refused = plan_bind(&args("u1", "n1"), &p, held_on, &d).unwrap_err();
+                assert!(refused.event, "{why}");
+                assert!(
+                    refused.message.starts_with(
+                        "no filter decision for node n1; the pod must be scheduled through the hami filter: pod ns/p"
+                    ) && refused.message.contains(why)
+                        && refused.message.ends_with("nothing was changed"),
+                    "{}",
+                    refused.message
+                );
+            }
+        }
+        // A pod already bound where asked is a repeated bind, decision or not.
+        let mut bound_here = undecided("u1", json!({"amd.com/gpu": "1"}));
+        bound_here.spec.as_mut().unwrap().node_name = Some("n1".into());
+        assert!(
+            plan_bind(&args("u1", "n1"), &bound_here, None, &d)
+                .unwrap()
+                .already_bound
+        );
+        // No GPU asked for (or the priority alone): no decision needed, no lock.
+        for limits in [json!({"cpu": "1"}), json!({"nvidia.com/priority": "1"})] {
+            let plan = plan_bind(&args("u1", "n1"), &undecided("u1", limits), None, &d).unwrap();
+            assert!(!plan.takes_lock);
+        }
     }
 
     #[test]
@@ -249,13 +414,6 @@ mod tests {
         let plain = pod("u1", json!({"cpu": "1"}));
         assert!(
             !plan_bind(&args("u1", "n1"), &plain, None, &d)
-                .unwrap()
-                .takes_lock
-        );
-        // Requests that do not parse take no lock (filter refused them already).
-        let bad = pod("u1", json!({"amd.com/gpu": "1", "amd.com/gpucores": "150"}));
-        assert!(
-            !plan_bind(&args("u1", "n1"), &bad, None, &d)
                 .unwrap()
                 .takes_lock
         );

@@ -406,3 +406,121 @@ async fn init_container_pods_count_at_their_peak() {
             .is_none()
     );
 }
+
+/// The BindingFailed note recorded on pod `name`, waited for (bounded).
+async fn binding_failed_note(client: &Client, name: &str) -> String {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let found = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    && e.reason.as_deref() == Some("BindingFailed")
+            });
+        if let Some(e) = found {
+            return e.note.unwrap_or_default();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no BindingFailed event for {name}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 26 item 4: a `/bind` for a GPU pod without a filter decision for the node — one
+/// `/filter` refused, one that never went through filter — binds nothing: the pod stays
+/// unbound with no bind phase, the node lock is not taken, and a BindingFailed Event says
+/// why (landed: the pod was bound, `allocating` for good, the lock held until expiry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_without_a_filter_decision_binds_nothing() {
+    let c = start(Settings::default()).await;
+    add_node(&c.client, "node-a", &[mi300x("GPU-a", "0000:01:00.0")]).await;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), "default");
+
+    // More memory than the card has: kube-scheduler's filter call is refused.
+    let too_big = json!({"amd.com/gpu": "1", "amd.com/gpumem": "300000", "amd.com/gpucores": "10"});
+    pods.create(
+        &PostParams::default(),
+        &pod("refused", json!([]), json!([gpu_container("c", too_big)])),
+    )
+    .await
+    .unwrap();
+    let events: Api<Event> = Api::namespaced(c.client.clone(), "default");
+    common::wait("filter refuses the pod", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("refused")
+                    && e.reason.as_deref() == Some("FilteringFailed")
+            })
+    })
+    .await;
+    // Opted out of the webhook: left to the default scheduler, never filtered by us.
+    let mut unfiltered = pod(
+        "unfiltered",
+        json!([]),
+        json!([gpu_container(
+            "c",
+            json!({"amd.com/gpu": "1", "amd.com/gpucores": "10"})
+        )]),
+    );
+    unfiltered.metadata.labels = Some([("hami.io/webhook".into(), "ignore".into())].into());
+    pods.create(&PostParams::default(), &unfiltered)
+        .await
+        .unwrap();
+
+    // A /bind sent anyway (another scheduler profile, a replay, a hand-written call).
+    let extender = hami_scheduler::extender_client::ExtenderClient::new(
+        &c.front.base,
+        hami_scheduler::extender_client::Trust::Ca(c.front.ca_pem.clone().into_bytes()),
+    )
+    .unwrap();
+    for name in ["refused", "unfiltered"] {
+        let uid = pods.get(name).await.unwrap().metadata.uid.unwrap();
+        let answer: Value = extender
+            .call(
+                "bind",
+                &json!({"podName": name, "podNamespace": "default", "podUID": uid, "node": "node-a"}),
+            )
+            .await
+            .unwrap();
+        let error = answer["error"].as_str().unwrap_or_default();
+        assert!(
+            error.starts_with(
+                "no filter decision for node node-a; the pod must be scheduled through the hami filter"
+            ),
+            "{name}: {answer}"
+        );
+        let note = binding_failed_note(&c.client, name).await;
+        assert_eq!(note, error, "{name}");
+        let now = pods.get(name).await.unwrap();
+        assert_eq!(
+            now.spec.as_ref().unwrap().node_name,
+            None,
+            "{name} was bound"
+        );
+        assert_eq!(annotation(&now, pod_keys::BIND_PHASE), "", "{name}");
+        let node = Api::<Node>::all(c.client.clone())
+            .get("node-a")
+            .await
+            .unwrap();
+        assert_eq!(
+            node.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(node_keys::MUTEX_LOCK)),
+            None,
+            "{name}: the node lock was taken"
+        );
+    }
+}
