@@ -18,7 +18,9 @@ use hami_scheduler::state::ClusterState;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 
-/// Events kept (newest); older ones are dropped.
+/// Events kept in all. Past it, the namespace holding the most Events loses its oldest: the
+/// budget is shared fairly, so one namespace's flood erases its own Events, never another
+/// namespace's pending reasons (a single cap let it, issue 27).
 pub const MAX_EVENTS: usize = 5000;
 
 /// A Kubernetes Event, core/v1 or events.k8s.io/v1, reduced to what the pages show.
@@ -59,7 +61,8 @@ pub struct World {
     pub nodes: BTreeMap<String, Node>,
     /// By `namespace/name` (pages address pods by name).
     pub pods: BTreeMap<String, Pod>,
-    /// Oldest first, at most [`MAX_EVENTS`].
+    /// Oldest first, at most [`MAX_EVENTS`] (kept by [`World::upsert_event`]: the fullest
+    /// namespace gives way first).
     pub events: Vec<EventRow>,
     /// The scheduler's cluster state, fed the same nodes and pods.
     pub state: ClusterState,
@@ -104,6 +107,20 @@ fn namespaced(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta)
 /// `namespace/name` (`default` when the namespace is unset).
 pub fn pod_key(pod: &Pod) -> String {
     pod_ref(pod).to_string()
+}
+
+/// Where in `events` (oldest first) the oldest Event of the namespace holding the most is:
+/// the one to drop when over budget. Among namespaces holding as many, the one whose
+/// oldest Event is oldest gives way.
+fn oldest_of_fullest_namespace(events: &[EventRow]) -> Option<usize> {
+    let mut per_namespace: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for (i, e) in events.iter().enumerate() {
+        per_namespace.entry(&e.namespace).or_insert((0, i)).0 += 1;
+    }
+    per_namespace
+        .into_values()
+        .max_by_key(|(count, first)| (*count, std::cmp::Reverse(*first)))
+        .map(|(_, first)| first)
 }
 
 impl World {
@@ -248,9 +265,11 @@ impl World {
         self.events.retain(|e| e.uid != event.uid);
         let at = self.events.partition_point(|e| e.at <= event.at);
         self.events.insert(at, event);
-        if self.events.len() > MAX_EVENTS {
-            let extra = self.events.len() - MAX_EVENTS;
-            self.events.drain(..extra);
+        while self.events.len() > MAX_EVENTS {
+            let Some(at) = oldest_of_fullest_namespace(&self.events) else {
+                break;
+            };
+            self.events.remove(at);
         }
     }
 
@@ -321,5 +340,78 @@ impl World {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(uid: usize, namespace: &str, pod: &str, reason: &str) -> EventRow {
+        EventRow {
+            uid: format!("{namespace}-{uid}"),
+            source: "core",
+            at: uid as i64,
+            kind: "Pod".into(),
+            namespace: namespace.into(),
+            name: pod.into(),
+            reason: reason.into(),
+            note: format!("0/3 nodes are available for {pod}"),
+            warning: true,
+        }
+    }
+
+    #[test]
+    fn one_namespace_flood_keeps_the_other_namespaces_pending_reasons() {
+        let mut world = World::default();
+        for i in 0..50 {
+            world.upsert_event(event(i, "team-a", &format!("train-{i}"), "FilteringFailed"));
+            world.upsert_event(event(i, "kube-system", &format!("node-{i}"), "Pulled"));
+        }
+        // A tenant floods its namespace with twice the whole budget, newer than the rest.
+        for i in 0..2 * MAX_EVENTS {
+            world.upsert_event(event(1000 + i, "flood", "spam", "FailedScheduling"));
+        }
+        assert_eq!(world.events.len(), MAX_EVENTS);
+        let notes = world.scheduling_notes();
+        for i in 0..50 {
+            let pod = format!("train-{i}");
+            assert!(
+                notes
+                    .iter()
+                    .any(|(ns, name, _)| ns == "team-a" && *name == pod),
+                "team-a/{pod}'s pending reason survives the flood"
+            );
+        }
+        assert_eq!(
+            world
+                .events
+                .iter()
+                .filter(|e| e.namespace == "kube-system")
+                .count(),
+            50
+        );
+        // The flood lost its own oldest Events, and the events stay oldest first.
+        let flood: Vec<i64> = world
+            .events
+            .iter()
+            .filter(|e| e.namespace == "flood")
+            .map(|e| e.at)
+            .collect();
+        assert_eq!(flood.len(), MAX_EVENTS - 100);
+        assert_eq!(*flood.last().unwrap(), 1000 + 2 * MAX_EVENTS as i64 - 1);
+        assert!(world.events.windows(2).all(|w| w[0].at <= w[1].at));
+    }
+
+    #[test]
+    fn over_budget_the_fullest_namespace_gives_way() {
+        let events: Vec<EventRow> = [("a", 0), ("b", 1), ("b", 2), ("a", 3), ("c", 4)]
+            .into_iter()
+            .map(|(ns, at)| event(at, ns, "p", "Pulled"))
+            .collect();
+        // a and b hold two each: b's oldest (index 1) is newer than a's (index 0).
+        assert_eq!(oldest_of_fullest_namespace(&events), Some(0));
+        assert_eq!(oldest_of_fullest_namespace(&events[1..]), Some(0));
+        assert_eq!(oldest_of_fullest_namespace(&[]), None);
     }
 }
