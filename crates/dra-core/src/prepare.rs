@@ -3,7 +3,8 @@
 //! plugin's own core (`hami_amd_plugin::cu_choice`), and derive from `consumedCapacity` the
 //! env of SPEC §2.6, the hook config (`hami_protocol::hook_config`), the dmem limits
 //! (`hami_amd_plugin::dmem_plan`), the claim's CDI spec and the `status.devices` entries
-//! that publish the chosen CU ranges.
+//! that publish the chosen CU ranges. Shares of one GPU in one claim are one device for the
+//! container (memory summed, CUs joined), each share's CUs published in its own status entry.
 
 use std::collections::BTreeMap;
 
@@ -53,7 +54,7 @@ pub struct ClaimPaths {
 /// The claim's [`ClaimPaths`]; `None` for a UID that is not one path component (empty,
 /// `.`/`..`, or holding `/` or NUL), which no API server assigns.
 pub fn claim_paths(settings: &PrepareSettings, uid: &str) -> Option<ClaimPaths> {
-    if uid.is_empty() || uid == "." || uid == ".." || uid.contains(['/', '\0']) {
+    if !crate::claim_identity::is_path_component(uid) {
         return None;
     }
     let root = settings.cache_host_root.trim_end_matches('/');
@@ -91,9 +92,10 @@ pub struct PreparePlan {
     pub claim_uid: String,
     /// The pod it is reserved for.
     pub pod_uid: String,
-    /// Its devices on this node.
+    /// Its allocation results on this node, one per share (two shares of one GPU are two
+    /// entries, with their own CUs, and one device in the env, hook config and CDI spec).
     pub devices: Vec<PreparedDevice>,
-    /// True when every device is handed over whole (no hook, no mask, no dmem).
+    /// True when every GPU is handed over whole, its shares summed (no hook, no mask, no dmem).
     pub whole: bool,
     /// Env for the claim's containers.
     pub env: BTreeMap<String, String>,
@@ -216,6 +218,19 @@ pub enum PrepareError {
     },
 }
 
+/// One GPU as the claim's containers see it: every share the claim has of it.
+struct Gpu<'a> {
+    /// The slice device name.
+    name: String,
+    dev: &'a RegisteredDevice,
+    /// Bytes, summed over the shares (at most the card's).
+    mem: u64,
+    /// CUs asked, summed over the shares.
+    cores: u32,
+    /// CUs chosen, joined over the shares.
+    cus: CuSet,
+}
+
 /// Plans Prepare of `claim` (the object read from the API server) for kubelet's
 /// `asked_uid`. `devices`: this node's slice device names → registered devices;
 /// `others_used`: CUs other prepared claims hold, by registered device id.
@@ -283,9 +298,11 @@ pub fn plan_prepare(
 
     let mut used = others_used.clone();
     let mut prepared = Vec::new();
-    let mut run = Vec::new();
-    let mut resolved: Vec<&RegisteredDevice> = Vec::new();
-    let mut whole = true;
+    // The GPUs the container sees, each once: shares of one GPU in one claim (consumable
+    // capacity allows them unless the claim asks for `distinctAttribute`) are one device
+    // with their memory summed and their CUs joined (two entries would be
+    // `ROCR_VISIBLE_DEVICES=0,0`, where ROCr ends the list at the repeat).
+    let mut gpus: Vec<Gpu> = Vec::new();
     for r in &mine {
         let dev = devices
             .get(&r.device)
@@ -316,7 +333,6 @@ pub fn plan_prepare(
                 u32::try_from(read(COMPUTE_UNITS, dev.info.devcore.into())?).unwrap_or(u32::MAX),
             )
         };
-        whole &= cores >= dev.info.devcore && mem >= full_mem;
         let taken = used.get(&dev.info.id).cloned().unwrap_or_default();
         let cus = if partition {
             CuSet::range(0, dev.info.devcore)
@@ -330,13 +346,20 @@ pub fn plan_prepare(
             })?
         };
         used.insert(dev.info.id.clone(), taken.union(&cus));
-        run.push(ContainerDevice {
-            uuid: dev.info.id.clone(),
-            device_type: dev.info.device_type.clone(),
-            mem_mib: mem >> 20,
-            cores,
-        });
-        resolved.push(dev);
+        match gpus.iter_mut().find(|g| g.name == r.device) {
+            Some(g) => {
+                g.mem = g.mem.saturating_add(mem).min(full_mem);
+                g.cores = g.cores.saturating_add(cores);
+                g.cus = g.cus.union(&cus);
+            }
+            None => gpus.push(Gpu {
+                name: r.device.clone(),
+                dev,
+                mem,
+                cores,
+                cus: cus.clone(),
+            }),
+        }
         prepared.push(PreparedDevice {
             request: r.request.clone(),
             pool: r.pool.clone(),
@@ -349,6 +372,19 @@ pub fn plan_prepare(
         });
     }
 
+    let whole = gpus
+        .iter()
+        .all(|g| g.cores >= g.dev.info.devcore && g.mem >= g.dev.info.devmem << 20);
+    let resolved: Vec<&RegisteredDevice> = gpus.iter().map(|g| g.dev).collect();
+    let run: Vec<ContainerDevice> = gpus
+        .iter()
+        .map(|g| ContainerDevice {
+            uuid: g.dev.info.id.clone(),
+            device_type: g.dev.info.device_type.clone(),
+            mem_mib: g.mem >> 20,
+            cores: g.cores,
+        })
+        .collect();
     let mut envs = BTreeMap::new();
     envs.insert(
         env::ROCR_VISIBLE_DEVICES.to_string(),
@@ -359,20 +395,19 @@ pub fn plan_prepare(
     let mut cache_dir = None;
     let mut dmem = Vec::new();
     if !whole {
-        let visible: Vec<String> = (0..prepared.len()).map(|i| i.to_string()).collect();
+        let visible: Vec<String> = (0..gpus.len()).map(|i| i.to_string()).collect();
         envs.insert(env::HIP_VISIBLE_DEVICES.into(), visible.join(","));
-        let mask =
-            HsaCuMask::from_sets(prepared.iter().map(|p| p.cus.clone())).map_err(|source| {
-                PrepareError::Mask {
-                    claim: name.clone(),
-                    source,
-                }
-            })?;
+        let mask = HsaCuMask::from_sets(gpus.iter().map(|g| g.cus.clone())).map_err(|source| {
+            PrepareError::Mask {
+                claim: name.clone(),
+                source,
+            }
+        })?;
         envs.insert(env::HSA_CU_MASK.into(), mask.to_string());
-        for (i, p) in prepared.iter().enumerate() {
+        for (i, g) in gpus.iter().enumerate() {
             envs.insert(
                 env::hip_device_memory_limit(i),
-                MibLimit(p.mem_bytes >> 20).to_string(),
+                MibLimit(g.mem >> 20).to_string(),
             );
         }
         envs.insert(env::LD_AUDIT.into(), settings.hook_container_path.clone());
@@ -394,7 +429,7 @@ pub fn plan_prepare(
         });
         let cache = format!("{CACHE_CONTAINER_DIR}/{CACHE_FILE}");
         envs.insert(env::HIP_DEVICE_MEMORY_SHARED_CACHE.into(), cache.clone());
-        let global = hook_config::shared_cu_set(prepared.iter().map(|p| &p.cus))
+        let global = hook_config::shared_cu_set(gpus.iter().map(|g| &g.cus))
             .and_then(hook_config::global_cu_mask);
         if let Some(g) = &global {
             envs.insert(hook_config::ROC_GLOBAL_CU_MASK.into(), g.clone());
@@ -405,8 +440,8 @@ pub fn plan_prepare(
             roc_global_cu_mask: global,
             ..HookConfig::default()
         };
-        for (i, p) in prepared.iter().enumerate() {
-            config.memory_limits.insert(i as u32, p.mem_bytes);
+        for (i, g) in gpus.iter().enumerate() {
+            config.memory_limits.insert(i as u32, g.mem);
         }
         let path = paths.hook_config.clone();
         mounts.push(MountPlan {
@@ -418,25 +453,20 @@ pub fn plan_prepare(
         cache_dir = Some(host);
         dmem = container_dmem(&run, &resolved);
     }
-    let cdi_devices: Vec<CdiDevice> = prepared
+    let cdi_devices: Vec<CdiDevice> = gpus
         .iter()
-        .zip(&resolved)
-        .map(|(p, d)| CdiDevice {
-            device: p.device.clone(),
-            card: d.card,
-            render: d.render,
+        .map(|g| CdiDevice {
+            device: g.name.clone(),
+            card: g.dev.card,
+            render: g.dev.render,
         })
         .collect();
-    let mut seen = std::collections::BTreeSet::new();
-    let unique: Vec<CdiDevice> = cdi_devices
-        .into_iter()
-        .filter(|d| seen.insert(d.device.clone()))
-        .collect();
-    let cdi_spec =
-        cdi_claim::spec(&uid, &unique, &envs, &mounts).map_err(|problem| PrepareError::Cdi {
+    let cdi_spec = cdi_claim::spec(&uid, &cdi_devices, &envs, &mounts).map_err(|problem| {
+        PrepareError::Cdi {
             claim: name.clone(),
             problem,
-        })?;
+        }
+    })?;
     let status = prepared
         .iter()
         .map(|p| AllocatedDeviceStatus {

@@ -225,3 +225,79 @@ fn refuses_what_it_must_not_prepare() {
     .unwrap_err();
     assert!(e.to_string().contains("consumedCapacity.memory"), "{e}");
 }
+
+/// Issue 26 item 8: two shares of one GPU in one claim are one device for the container —
+/// memory summed, CUs joined, one env/hook-config/dmem/CDI entry — and each share keeps its
+/// own CUs in its status entry; a GPU whose shares add up to all of it is handed over whole.
+#[test]
+fn two_shares_of_one_gpu_are_one_device_with_the_summed_slice() {
+    let devs = mi210();
+    let mut a = result("gpu-0", "4Gi", "20");
+    a.share_id = Some("s1".into());
+    let mut b = result("gpu-0", "2Gi", "30");
+    b.request = "more".into();
+    b.share_id = Some("s2".into());
+    let other = result("gpu-1", "1Gi", "8");
+    let plan = plan_prepare(
+        &claim("u1", vec![a, b, other], 1),
+        "u1",
+        &settings(),
+        &devs,
+        &BTreeMap::new(),
+    )
+    .unwrap();
+    assert!(!plan.whole);
+    // per share: its own CUs, disjoint, each published under its shareID
+    assert_eq!(plan.devices.len(), 3);
+    let (s1, s2) = (&plan.devices[0].cus, &plan.devices[1].cus);
+    assert_eq!((s1.len(), s2.len()), (20, 30));
+    assert!(!s1.overlaps(s2));
+    assert_eq!(plan.status.len(), 3);
+    assert_eq!(plan.status[1].share_id.as_deref(), Some("s2"));
+    assert_eq!(
+        plan.status[1].data.as_ref().unwrap()["cuRanges"],
+        s2.to_string()
+    );
+    // the container: two GPUs, gpu-0 once with 6 GiB and 50 CUs
+    assert_eq!(plan.env["HIP_VISIBLE_DEVICES"], "0,1");
+    assert_eq!(plan.env["ROCR_VISIBLE_DEVICES"].split(',').count(), 2);
+    assert_eq!(plan.env["HIP_DEVICE_MEMORY_LIMIT_0"], "6144m");
+    assert_eq!(plan.env["HIP_DEVICE_MEMORY_LIMIT_1"], "1024m");
+    assert!(!plan.env.contains_key("HIP_DEVICE_MEMORY_LIMIT_2"));
+    let mask = hami_protocol::cu_list::HsaCuMask::parse(&plan.env["HSA_CU_MASK"]).unwrap();
+    assert_eq!(mask.entries().len(), 2, "{}", plan.env["HSA_CU_MASK"]);
+    assert_eq!(mask.get(0), Some(&s1.union(s2)));
+    let (_, conf) = plan.hook_config.as_ref().unwrap();
+    assert_eq!(
+        conf.memory_limits.clone().into_iter().collect::<Vec<_>>(),
+        [(0, 6 << 30), (1, 1 << 30)]
+    );
+    assert_eq!(plan.dmem.len(), 2);
+    assert_eq!(plan.dmem[0].bytes, 6 << 30);
+    let names: Vec<&str> = plan.cdi_spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["u1-gpu-0", "u1-gpu-1"]);
+
+    // Shares adding up to the whole GPU: handed over whole.
+    let full = devs["gpu-0"].info.devmem;
+    let half = format!("{}Mi", full / 2);
+    let mut a = result("gpu-0", &half, "52");
+    a.share_id = Some("s1".into());
+    let mut b = result("gpu-0", &half, "52");
+    b.share_id = Some("s2".into());
+    let plan = plan_prepare(
+        &claim("u2", vec![a, b], 1),
+        "u2",
+        &settings(),
+        &devs,
+        &BTreeMap::new(),
+    )
+    .unwrap();
+    assert!(plan.whole, "{:?}", plan.env);
+    assert!(!plan.env.contains_key("HSA_CU_MASK"));
+    assert_eq!(plan.env["ROCR_VISIBLE_DEVICES"].split(',').count(), 1);
+}
