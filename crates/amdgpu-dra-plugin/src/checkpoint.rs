@@ -76,6 +76,17 @@ pub enum CheckpointError {
         /// The read error.
         source: std::io::Error,
     },
+    /// Something other than a regular file at the checkpoint's or journal's path (a FIFO
+    /// would block the start forever, a link is not followed).
+    #[error(
+        "checkpoint {path} is {kind}, not a regular file; the plugin does not read or write through it: remove it (the plugin's files there are regular files it writes itself)"
+    )]
+    NotAFile {
+        /// The path.
+        path: String,
+        /// What is there (`a FIFO`, `a symbolic link`, …).
+        kind: &'static str,
+    },
     /// Not JSON of this version: the plugin refuses to guess what is prepared.
     #[error(
         "checkpoint {path} is not a version-{VERSION} checkpoint ({problem}); it records which CUs prepared claims hold, so the plugin will not guess: restore it, or drain the node's DRA pods and delete it"

@@ -105,6 +105,46 @@ impl Checkpoint {
 /// A file's (device, inode).
 type FileId = (u64, u64);
 
+/// What kind of thing `m` describes, for a message (`None`: a regular file).
+pub fn not_regular(m: &std::fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_file() {
+        None
+    } else if t.is_symlink() {
+        Some("a symbolic link")
+    } else if t.is_dir() {
+        Some("a directory")
+    } else if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else if t.is_block_device() || t.is_char_device() {
+        Some("a device node")
+    } else {
+        Some("not a file")
+    }
+}
+
+/// The checkpoint's files are regular files or absent: checked by `lstat` before any open,
+/// so a FIFO planted there never blocks the start and a link is never followed.
+fn check_regular(path: &Path) -> Result<(), CheckpointError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) => match not_regular(&m) {
+            None => Ok(()),
+            Some(kind) => Err(CheckpointError::NotAFile {
+                path: path.display().to_string(),
+                kind,
+            }),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(CheckpointError::Io {
+            path: path.display().to_string(),
+            source,
+        }),
+    }
+}
+
 fn load_counted(path: &Path) -> Result<(Checkpoint, usize), CheckpointError> {
     use std::io::Read;
     use std::os::unix::fs::MetadataExt;
@@ -121,9 +161,17 @@ fn load_counted(path: &Path) -> Result<(Checkpoint, usize), CheckpointError> {
     // files and never shortens one a reader may hold (only a failed append's unacknowledged
     // tail, which replay drops as torn).
     let open = |path: &Path| -> Result<Option<(File, FileId)>, CheckpointError> {
+        check_regular(path)?;
         match File::open(path) {
             Ok(f) => {
                 let m = f.metadata().map_err(io(path))?;
+                if let Some(kind) = not_regular(&m) {
+                    // Replaced between the check and the open.
+                    return Err(CheckpointError::NotAFile {
+                        path: path.display().to_string(),
+                        kind,
+                    });
+                }
                 Ok(Some((f, (m.dev(), m.ino()))))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -278,7 +326,20 @@ impl CheckpointStore {
                 if let Some(dir) = path.parent() {
                     std::fs::create_dir_all(dir)?;
                 }
-                let existed = path.exists();
+                // Only ever a regular file of ours: a link planted there is not followed.
+                let existed = match std::fs::symlink_metadata(&path) {
+                    Ok(m) => match not_regular(&m) {
+                        None => true,
+                        Some(kind) => {
+                            return Err(std::io::Error::other(format!(
+                                "{} is {kind}, not a regular file: remove it",
+                                path.display()
+                            )));
+                        }
+                    },
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+                    Err(e) => return Err(e),
+                };
                 let f = std::fs::OpenOptions::new()
                     .append(true)
                     .create(true)
@@ -313,11 +374,17 @@ impl CheckpointStore {
                 .and_then(|n| n.to_str())
                 .unwrap_or("journal");
             let fresh = journal.with_file_name(format!(".{name}.new"));
+            // Made anew, never opened as found: whatever is at the temporary name (a left
+            // over file, a planted link to truncate and write through) is removed first, and
+            // O_EXCL never follows a link.
+            match std::fs::remove_file(&fresh) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
             drop(
                 std::fs::OpenOptions::new()
                     .write(true)
-                    .create(true)
-                    .truncate(true)
+                    .create_new(true)
                     .mode(0o600)
                     .open(&fresh)?,
             );
@@ -479,6 +546,48 @@ mod tests {
         done.store(true, std::sync::atomic::Ordering::SeqCst);
         let loads = reader.join().expect("the reader's checks held");
         assert!(loads > 10, "only {loads} loads raced the writer");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Issue 27 item 6: links planted at the journal's temporary name (or at the journal)
+    /// are never followed: the file they point at is neither truncated nor written, and
+    /// the journal stays a regular file of the store's own.
+    #[test]
+    fn links_planted_at_the_journals_names_are_never_followed() {
+        let dir = std::env::temp_dir().join(format!("cp-store-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("checkpoint.json");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let journal = journal_path(&path);
+        let tmp = dir.join(".checkpoint.json.journal.new");
+        let mut store = CheckpointStore::open(&path).unwrap();
+        store.compact_after = 2;
+        store.insert("u0", claim("c0")).unwrap();
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        // the third change compacts: the journal is replaced through the temporary name
+        for i in 1..4 {
+            store.insert(&format!("u{i}"), claim("c")).unwrap();
+        }
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let m = std::fs::symlink_metadata(&journal).unwrap();
+        assert!(m.file_type().is_file(), "the journal is a link: {m:?}");
+        assert_eq!(&Checkpoint::load(&path).unwrap(), store.state());
+
+        // a link at the journal itself: the next append refuses it, naming it
+        drop(store);
+        std::fs::remove_file(&journal).unwrap();
+        let mut store = CheckpointStore::open(&path).unwrap();
+        std::os::unix::fs::symlink(&victim, &journal).unwrap();
+        let e = store.insert("u9", claim("c9")).unwrap_err().to_string();
+        assert!(e.contains("a symbolic link, not a regular file"), "{e}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(!store.state().claims.contains_key("u9"));
+        // ... and a start refuses it too, before reading through it
+        drop(store);
+        let e = CheckpointStore::open(&path).unwrap_err().to_string();
+        assert!(e.contains("is a symbolic link, not a regular file"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -7,6 +7,8 @@ use hami_dra_core::api::{AllocatedDeviceStatus, ResourceClaim};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use crate::kube_error::text;
+
 /// Where claims come from: the API server in production.
 pub trait ClaimSource: Send + Sync + 'static {
     /// The claim `namespace/name`; the error says why it cannot be read.
@@ -20,7 +22,9 @@ pub trait ClaimSource: Send + Sync + 'static {
     /// entries kept), on the claim `seen` names (namespace, name, UID) and only while it
     /// has that UID (a claim recreated under the same name is an error, not a target).
     /// `seen` is the claim as [`ClaimSource::get`] returned it: a source may write against
-    /// its resourceVersion and status, and must read again when that version is stale.
+    /// its resourceVersion and status, and must read again when that version is stale; a
+    /// `seen` without `metadata.resourceVersion` (the driver's undo after a failed prepare)
+    /// must be read first.
     fn set_device_status(
         &self,
         seen: &ResourceClaim,
@@ -85,7 +89,7 @@ impl ClaimSource for KubeClaims {
         let obj = api
             .get(name)
             .await
-            .map_err(|e| format!("reading ResourceClaim {namespace}/{name}: {e}"))?;
+            .map_err(|e| format!("reading ResourceClaim {namespace}/{name}: {}", text(&e)))?;
         let value = serde_json::to_value(obj).map_err(|e| e.to_string())?;
         serde_json::from_value(value).map_err(|e| {
             format!("ResourceClaim {namespace}/{name} is not a resource.k8s.io/v1 claim: {e}")
@@ -145,7 +149,7 @@ impl KubeClaims {
                     let obj = api
                         .get(name)
                         .await
-                        .map_err(|e| format!("reading {what}: {e}"))?;
+                        .map_err(|e| format!("reading {what}: {}", text(&e)))?;
                     if obj.metadata.uid.as_deref() != Some(uid) {
                         return Err(format!(
                             "{what} now has UID {:?}, not {uid}: the claim was replaced; not writing its status",
@@ -177,7 +181,9 @@ impl KubeClaims {
             {
                 Ok(_) => return Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(e) => return Err(format!("writing status.devices of {what}: {e}")),
+                Err(e) => {
+                    return Err(format!("writing status.devices of {what}: {}", text(&e)));
+                }
             }
         }
         Err(format!(

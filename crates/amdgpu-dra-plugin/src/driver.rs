@@ -1,22 +1,33 @@
-//! Prepare and unprepare, around the pure Prepare core: one call at a time (a mutex, as the
-//! upstream helper serialises), idempotent (a prepared claim answers from the checkpoint;
-//! an unknown claim unprepares as done), files first and the checkpoint last, so a crash
-//! in between leaves at worst files a retry overwrites. Only the checkpoint is synced (one
-//! journal line and one `fdatasync` per call, `checkpoint_store`); it holds the CDI spec
-//! and hook config texts, and a repeated prepare restores those files if a crash lost them
-//! (one durable write per call keeps prepare in a few milliseconds).
+//! Prepare and unprepare, around the pure Prepare core: idempotent (a prepared claim
+//! answers from the checkpoint; an unknown claim unprepares as done), files first and the
+//! checkpoint last, so a crash in between leaves at worst files a retry overwrites. Only
+//! the checkpoint is synced (one journal line and one `fdatasync` per call,
+//! `checkpoint_store`); it holds the CDI spec and hook config texts, and a repeated prepare
+//! restores those files if a crash lost them (one durable write per call keeps prepare in
+//! a few milliseconds).
 //! Prepare also writes the claim's `status.devices` (CU ranges, bytes), alongside the files
-//! and before the checkpoint, and takes it back when the files fail; unprepare leaves it:
-//! the claim's deallocation clears it.
+//! and before the checkpoint, and takes it back when the prepare fails after that write;
+//! unprepare leaves it: the claim's deallocation clears it.
+//!
+//! Serialisation: each claim UID has a lock of its own (one prepare or unprepare of a
+//! claim at a time, as upstream's helper serialises), and the driver's one state lock
+//! (checkpoint + CU reservations) is held only for decisions and checkpoint writes, never
+//! across an API call: a claim GET that hangs delays only its own claim. CUs a prepare
+//! chose are reserved from its plan until the checkpoint records them or its undo has
+//! taken its status back, so no other claim is planned onto them meanwhile.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use hami_amd_discovery::registration::RegisteredDevice;
 use hami_amd_plugin::dmem::{DmemJob, DmemLimit, DmemWriter};
 use hami_amd_plugin::kube_shell;
+use hami_dra_core::api::ResourceClaim;
 use hami_dra_core::cdi_claim;
+use hami_dra_core::claim_identity::claim_identity;
 use hami_dra_core::prepare::{PrepareSettings, claim_paths, plan_prepare};
+use hami_protocol::cu_list::CuSet;
 use tokio::sync::Mutex;
 
 use crate::checkpoint::{self, Checkpoint, CheckpointError, PreparedClaim};
@@ -39,11 +50,18 @@ pub struct DriverConfig {
     pub dmem: Option<DmemWriter>,
 }
 
-/// The DRA driver: prepares and unprepares claims, one at a time, recording each in the checkpoint.
+/// CUs of prepares in flight: claim UID → registered device id → CUs.
+type Reserved = BTreeMap<String, BTreeMap<String, CuSet>>;
+
+/// The DRA driver: prepares and unprepares claims, recording each in the checkpoint.
 pub struct Driver<C> {
     config: DriverConfig,
     claims: C,
     state: Mutex<CheckpointStore>,
+    /// CUs chosen by prepares not yet recorded or undone (a plain mutex: never held
+    /// across an await, and released on drop of a cancelled prepare's [`Reservation`]).
+    reserved: Arc<std::sync::Mutex<Reserved>>,
+    claim_locks: ClaimLocks,
 }
 
 impl<C: ClaimSource> Driver<C> {
@@ -54,6 +72,8 @@ impl<C: ClaimSource> Driver<C> {
             config,
             claims,
             state: Mutex::new(state),
+            reserved: Arc::default(),
+            claim_locks: ClaimLocks::default(),
         })
     }
 
@@ -64,10 +84,9 @@ impl<C: ClaimSource> Driver<C> {
 
     /// Prepares each claim; every claim gets an entry (`Err` = its error string).
     pub async fn prepare(&self, claims: &[Claim]) -> BTreeMap<String, Result<Vec<Device>, String>> {
-        let mut state = self.state.lock().await;
         let mut out = BTreeMap::new();
         for c in claims {
-            let r = self.prepare_one(&mut state, c).await;
+            let r = self.prepare_one(c).await;
             if let Err(e) = &r {
                 tracing::warn!(claim = %format!("{}/{}", c.namespace, c.name), uid = %c.uid, "prepare failed: {e}");
             }
@@ -76,30 +95,60 @@ impl<C: ClaimSource> Driver<C> {
         out
     }
 
-    async fn prepare_one(
-        &self,
-        state: &mut CheckpointStore,
-        c: &Claim,
-    ) -> Result<Vec<Device>, String> {
-        if let Some(done) = state.state().claims.get(&c.uid) {
-            let devices = devices_of(done);
-            if let Some(restored) = restore_files(done)? {
+    async fn prepare_one(&self, c: &Claim) -> Result<Vec<Device>, String> {
+        // Before anything uses them: the namespace and name become URL path segments.
+        let id = claim_identity(&c.namespace, &c.name, &c.uid).map_err(|e| e.to_string())?;
+        let _claim = self.claim_locks.lock(&id.uid).await;
+        let done = self.state.lock().await.state().claims.get(&id.uid).cloned();
+        if let Some(done) = done {
+            let devices = devices_of(&done);
+            let restored = {
+                let done = done.clone();
+                tokio::task::spawn_blocking(move || restore_files(&done))
+                    .await
+                    .map_err(|e| format!("restoring the claim's files: {e}"))??
+            };
+            if let Some(restored) = restored {
                 // A new region file (a crash lost it): the hook config names its inode.
-                state
-                    .insert(&c.uid, restored)
+                self.state
+                    .lock()
+                    .await
+                    .insert(&id.uid, restored)
                     .map_err(|e| self.checkpoint_error(e))?;
             }
             return Ok(devices);
         }
-        let claim = self.claims.get(&c.namespace, &c.name).await?;
-        let plan = plan_prepare(
-            &claim,
-            &c.uid,
-            &self.config.settings,
-            &self.config.devices,
-            &state.state().used_cus(None),
-        )
-        .map_err(|e| e.to_string())?;
+        let claim = self.claims.get(&id.namespace, &id.name).await?;
+        let (plan, reservation) = {
+            let state = self.state.lock().await;
+            let mut reserved = lock(&self.reserved);
+            let mut used = state.state().used_cus(None);
+            for cus in reserved.values() {
+                for (device, set) in cus {
+                    let e = used.entry(device.clone()).or_default();
+                    *e = e.union(set);
+                }
+            }
+            let plan = plan_prepare(
+                &claim,
+                &id.uid,
+                &self.config.settings,
+                &self.config.devices,
+                &used,
+            )
+            .map_err(|e| e.to_string())?;
+            let mut mine: BTreeMap<String, CuSet> = BTreeMap::new();
+            for d in &plan.devices {
+                let e = mine.entry(d.device_id.clone()).or_default();
+                *e = e.union(&d.cus);
+            }
+            reserved.insert(id.uid.clone(), mine);
+            let reservation = Reservation {
+                reserved: self.reserved.clone(),
+                uid: id.uid.clone(),
+            };
+            (plan, reservation)
+        };
         // The files (on a blocking thread: 4–5 creations on the node's disk) and the claim's
         // status write (the monitor's and UI's source of CU ranges) at once: neither reads
         // the other, and both are done before the checkpoint records the claim as prepared
@@ -119,13 +168,14 @@ impl<C: ClaimSource> Driver<C> {
             Ok(done) => done,
             Err(e) => {
                 let e = format!("writing the claim's files: {e}");
-                return Err(self.undo(c, &claim, status_written.is_ok(), e).await);
+                return Err(self.undo(c, &claim, e, reservation).await);
             }
         };
         let written = match (written, status_written) {
             (Ok(w), Ok(())) => w,
-            (Err(e), status) => return Err(self.undo(c, &claim, status.is_ok(), e).await),
-            (Ok(_), Err(e)) => return Err(self.undo(c, &claim, false, e).await),
+            (Err(e), _) | (Ok(_), Err(e)) => {
+                return Err(self.undo(c, &claim, e, reservation).await);
+            }
         };
         let entry = PreparedClaim {
             namespace: c.namespace.clone(),
@@ -159,10 +209,14 @@ impl<C: ClaimSource> Driver<C> {
                 .collect(),
         };
         let devices = devices_of(&entry);
+        let mut state = self.state.lock().await;
         if let Err(e) = state.insert(&c.uid, entry) {
+            drop(state);
             let e = self.checkpoint_error(e);
-            return Err(self.undo(c, &claim, true, e).await);
+            return Err(self.undo(c, &claim, e, reservation).await);
         }
+        // Recorded: the checkpoint holds the CUs now.
+        drop(reservation);
         if let Some(writer) = &self.config.dmem
             && !plan.dmem.is_empty()
         {
@@ -174,6 +228,7 @@ impl<C: ClaimSource> Driver<C> {
                 .collect();
             // The pod cgroup exists by now (kubelet makes it before this call): the limit
             // is written before the answer, so no container of the pod starts without it.
+            // Submitted under the state lock: the pod's jobs go in the order of its sums.
             writer.submit(DmemJob {
                 pod_uid: plan.pod_uid.clone(),
                 limits,
@@ -184,9 +239,10 @@ impl<C: ClaimSource> Driver<C> {
 
     /// Unprepares each claim from the checkpoint alone (the claim may be gone).
     pub async fn unprepare(&self, claims: &[Claim]) -> BTreeMap<String, Result<(), String>> {
-        let mut state = self.state.lock().await;
         let mut out = BTreeMap::new();
         for c in claims {
+            let _claim = self.claim_locks.lock(&c.uid).await;
+            let mut state = self.state.lock().await;
             out.insert(c.uid.clone(), self.unprepare_one(&mut state, &c.uid));
         }
         out
@@ -209,27 +265,36 @@ impl<C: ClaimSource> Driver<C> {
     }
 
     /// After a failed prepare of a claim the checkpoint does not hold: this driver's
-    /// `status.devices` entries taken back (when `status_written`; the status must not name
-    /// CUs another claim may get next) and the files removed, best effort; returns `error`.
+    /// `status.devices` entries taken back and the files removed, best effort, then the
+    /// CUs' reservation released (the status must not name CUs another claim may get
+    /// next); returns `error`.
     async fn undo(
         &self,
         c: &Claim,
-        claim: &hami_dra_core::api::ResourceClaim,
-        status_written: bool,
+        claim: &ResourceClaim,
         error: String,
+        reservation: Reservation,
     ) -> String {
         let what = format!("{}/{}", c.namespace, c.name);
-        if status_written
-            && let Err(e) = self
-                .claims
-                .set_device_status(claim, &self.config.settings.driver, &[])
-                .await
+        // Against the claim as it is now, not as read before the write (whose status has
+        // none of our entries: merged with nothing, it sent nothing): without a
+        // resourceVersion the source reads it first. Also after a write that reported an
+        // error: it may have landed all the same; when nothing of ours is there, nothing
+        // is sent.
+        let mut now = claim.clone();
+        now.metadata.resource_version = None;
+        now.status = None;
+        if let Err(e) = self
+            .claims
+            .set_device_status(&now, &self.config.settings.driver, &[])
+            .await
         {
             tracing::warn!(claim = %what, "clearing status.devices after a failed prepare: {e}");
         }
         if let Err(e) = self.remove_unrecorded_files(&c.uid) {
             tracing::warn!(claim = %what, "removing the files of a failed prepare: {e}");
         }
+        drop(reservation);
         error
     }
 
@@ -251,6 +316,66 @@ impl<C: ClaimSource> Driver<C> {
             "saving checkpoint {}: {e}",
             self.config.checkpoint.display()
         )
+    }
+}
+
+/// The reserved CUs, also after a panic elsewhere (the map stays consistent: every change
+/// is one insert or remove).
+fn lock(m: &std::sync::Mutex<Reserved>) -> std::sync::MutexGuard<'_, Reserved> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A prepare's CU reservation; released when dropped (also when the prepare is cancelled).
+struct Reservation {
+    reserved: Arc<std::sync::Mutex<Reserved>>,
+    uid: String,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        lock(&self.reserved).remove(&self.uid);
+    }
+}
+
+/// One lock per claim UID, made on first use and dropped with its last holder.
+#[derive(Default)]
+struct ClaimLocks(Arc<std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>>);
+
+/// Holds a claim's lock.
+struct ClaimGuard {
+    locks: Arc<std::sync::Mutex<HashMap<String, Arc<Mutex<()>>>>>,
+    uid: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl ClaimLocks {
+    async fn lock(&self, uid: &str) -> ClaimGuard {
+        let mutex = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(uid.to_owned())
+            .or_default()
+            .clone();
+        ClaimGuard {
+            locks: self.0.clone(),
+            uid: uid.to_owned(),
+            guard: Some(mutex.lock_owned().await),
+        }
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        let mut map = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        // The map's handle and this guard's: nobody else waits (clones are made under the
+        // map's lock), so the entry goes.
+        if let Some(guard) = &self.guard
+            && Arc::strong_count(tokio::sync::OwnedMutexGuard::mutex(guard)) == 2
+        {
+            map.remove(&self.uid);
+        }
+        self.guard = None;
     }
 }
 

@@ -25,10 +25,12 @@ impl<C: ClaimSource> DraPlugin for DraService<C> {
         request: Request<NodePrepareResourcesRequest>,
     ) -> Result<Response<NodePrepareResourcesResponse>, Status> {
         let claims = request.into_inner().claims;
-        let claims = self
-            .driver
-            .prepare(&claims)
+        // On a task of its own: a prepare kubelet stops waiting for still runs to its end
+        // (recorded, or undone: its status entries taken back), never cut off in between.
+        let driver = self.driver.clone();
+        let claims = tokio::spawn(async move { driver.prepare(&claims).await })
             .await
+            .map_err(|e| Status::internal(format!("prepare: {e}")))?
             .into_iter()
             .map(|(uid, r)| {
                 let resp = match r {

@@ -348,3 +348,238 @@ async fn a_failed_file_write_takes_the_status_back() {
         .unwrap_or_default();
     assert!(hooks.is_empty(), "{hooks:?}");
 }
+
+/// A claim allocated with `results` and reserved for one pod, with no other driver's
+/// status entry (our entries are then the claim's whole `status.devices`); returns its UID.
+async fn claim_with(api: &Api<DynamicObject>, name: &str, results: Value) -> String {
+    let claim: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "amdgpu-slice", "allocationMode": "ExactCount", "count": 1}}]}}
+    }))
+    .unwrap();
+    let uid = api
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "allocation": {"devices": {"results": results}},
+            "reservedFor": [{"resource": "pods", "name": format!("pod-{name}"), "uid": format!("pod-{uid}")}],
+        }})),
+    )
+    .await
+    .unwrap();
+    uid
+}
+
+fn share(request: &str, device: &str, share: &str, mem: &str, cus: &str) -> Value {
+    json!({"request": request, "driver": hami_dra_core::DRIVER, "pool": "node-a",
+        "device": device, "shareID": share,
+        "consumedCapacity": {"memory": mem, "computeUnits": cus, "shares": "1"}})
+}
+
+/// This driver's `status.devices` entries of the claim `name`.
+async fn ours(api: &Api<DynamicObject>, name: &str) -> Vec<Value> {
+    status(api, name).await["devices"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|d| d["driver"] == hami_dra_core::DRIVER)
+        .collect()
+}
+
+/// Issue 26 item 7: a prepare that fails after its status write (here the checkpoint
+/// append: the journal's place is taken) takes its `status.devices` entries back also
+/// when they were the claim's only ones — the undo once merged against the claim as read
+/// before the write, found nothing to change and sent nothing — so the next claim on that
+/// GPU, which may get the same CUs, is the only one publishing them.
+#[tokio::test]
+async fn a_prepare_failing_after_the_status_write_takes_its_entries_back() {
+    let (_server, client, api) = api_server().await;
+    let uid_a = claim_with(
+        &api,
+        "a",
+        json!([share("gpu", "gpu-0", "s-a", "4Gi", "40")]),
+    )
+    .await;
+    let uid_b = claim_with(
+        &api,
+        "b",
+        json!([share("gpu", "gpu-0", "s-b", "4Gi", "40")]),
+    )
+    .await;
+    let (tree, config) = node_config();
+    let journal = hami_amdgpu_dra_plugin::checkpoint_store::journal_path(&config.checkpoint);
+    let driver = Driver::new(config, KubeClaims { client }).unwrap();
+    std::fs::create_dir_all(&journal).unwrap();
+    let out = driver.prepare(&[kclaim("a", &uid_a)]).await;
+    let err = out[&uid_a].as_ref().unwrap_err();
+    assert!(err.contains("saving checkpoint"), "{err}");
+    assert!(driver.checkpoint().await.claims.is_empty());
+    assert_eq!(ours(&api, "a").await, Vec::<Value>::new(), "taken back");
+    let dir = tree.sysfs_root().parent().unwrap().join("node");
+    assert!(!dir.join(format!("vgpu/claims/{uid_a}")).exists());
+
+    // The journal's place free again: "b" gets the GPU's first CUs, published once.
+    std::fs::remove_dir(&journal).unwrap();
+    let out = driver.prepare(&[kclaim("b", &uid_b)]).await;
+    assert!(out[&uid_b].is_ok(), "{:?}", out[&uid_b]);
+    let b = ours(&api, "b").await;
+    assert_eq!(b.len(), 1);
+    let mut published = Vec::new();
+    for name in ["a", "b"] {
+        for d in ours(&api, name).await {
+            published.push(CuSet::parse(d["data"]["cuRanges"].as_str().unwrap(), 104).unwrap());
+        }
+    }
+    assert_eq!(
+        published.len(),
+        1,
+        "one claim publishes gpu-0's CUs: {published:?}"
+    );
+    // kubelet's retry of "a" then gets CUs of its own
+    let out = driver.prepare(&[kclaim("a", &uid_a)]).await;
+    assert!(out[&uid_a].is_ok(), "{:?}", out[&uid_a]);
+    let range = |d: &Value| CuSet::parse(d["data"]["cuRanges"].as_str().unwrap(), 104).unwrap();
+    assert!(!range(&ours(&api, "a").await[0]).overlaps(&range(&b[0])));
+}
+
+/// Issue 27 item 6: an API error reaches kubelet's NodePrepareResources answer (which it
+/// copies into the pod's Events) as one readable line — code, reason, the server's message
+/// — not kube-rs's debug dump (`Status { status: Some(Failure), … }`).
+#[tokio::test]
+async fn an_api_error_reaches_kubelet_as_one_readable_line() {
+    let (server, client, api) = api_server().await;
+    let uid = claim_with(
+        &api,
+        "a",
+        json!([share("gpu", "gpu-0", "s-a", "4Gi", "40")]),
+    )
+    .await;
+    let (_tree, config) = node_config();
+    let driver = Driver::new(config, KubeClaims { client }).unwrap();
+    let out = driver.prepare(&[kclaim("gone", "uid-gone")]).await;
+    let err = out["uid-gone"].as_ref().unwrap_err();
+    assert!(
+        err.starts_with(
+            "reading ResourceClaim default/gone: the API server answered 404 NotFound: "
+        ) && err.contains("not found"),
+        "{err}"
+    );
+    assert!(!err.contains("Status {") && !err.contains('\n'), "{err}");
+    // a failed status write likewise
+    server
+        .faults()
+        .fail_next(Some("patch"), Some("resourceclaims/status"), 1, 500);
+    let out = driver.prepare(&[kclaim("a", &uid)]).await;
+    let err = out[&uid].as_ref().unwrap_err();
+    assert!(
+        err.starts_with("writing status.devices of ResourceClaim default/a: the API server answered 500 InternalError: injected fault"),
+        "{err}"
+    );
+    assert!(!err.contains("Status {") && !err.contains('\n'), "{err}");
+}
+
+/// Issue 26 item 8: one claim with two shares of one GPU (two requests; consumable
+/// capacity allows it without `distinctAttribute`) is prepared as one device — the CDI spec
+/// names gpu-0 once, `ROCR_VISIBLE_DEVICES` one GPU, its memory limit the two shares'
+/// sum and its CU mask their CUs joined — while each share's status entry publishes its own
+/// CUs, and kubelet's answer lists each request.
+#[tokio::test]
+async fn two_shares_of_one_gpu_in_one_claim_are_prepared_as_one_device() {
+    let (_server, client, api) = api_server().await;
+    let uid = claim_with(
+        &api,
+        "two",
+        json!([
+            share("gpu", "gpu-0", "s1", "4Gi", "20"),
+            share("more", "gpu-0", "s2", "2Gi", "30"),
+        ]),
+    )
+    .await;
+    let (tree, config) = node_config();
+    let dir = tree.sysfs_root().parent().unwrap().join("node");
+    let driver = Arc::new(Driver::new(config, KubeClaims { client }).unwrap());
+    let sockets = Sockets::new(
+        &dir.join("plugins_registry"),
+        &dir.join("plugin"),
+        hami_dra_core::DRIVER,
+    );
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let (_state, handle) = serve(driver, hami_dra_core::DRIVER, &sockets, async move {
+        let _ = rx.await;
+    })
+    .await
+    .unwrap();
+    let mut kubelet = DraPluginClient::new(connect_unix(&sockets.dra).await.unwrap());
+    let resp = kubelet
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![kclaim("two", &uid)],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let got = &resp.claims[&uid];
+    assert_eq!(got.error, "");
+    let requests: Vec<&str> = got
+        .devices
+        .iter()
+        .flat_map(|d| d.request_names.iter().map(String::as_str))
+        .collect();
+    assert_eq!(requests, ["gpu", "more"]);
+    let cdi_id = format!("k8s.amdgpu.hami-rs.io/claim={uid}-gpu-0");
+    assert!(
+        got.devices
+            .iter()
+            .all(|d| d.cdi_device_ids == [cdi_id.clone()])
+    );
+
+    let spec: Value = serde_json::from_slice(
+        &std::fs::read(dir.join(format!("cdi/k8s.amdgpu.hami-rs.io-claim_{uid}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(spec["devices"].as_array().unwrap().len(), 1, "{spec}");
+    let env: std::collections::BTreeMap<String, String> = spec["containerEdits"]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let (k, v) = e.as_str().unwrap().split_once('=').unwrap();
+            (k.to_string(), v.to_string())
+        })
+        .collect();
+    assert!(!env["ROCR_VISIBLE_DEVICES"].contains(','), "{env:?}");
+    assert_eq!(env["HIP_VISIBLE_DEVICES"], "0");
+    assert_eq!(env["HIP_DEVICE_MEMORY_LIMIT_0"], "6144m");
+    assert!(!env.contains_key("HIP_DEVICE_MEMORY_LIMIT_1"), "{env:?}");
+
+    let entries = ours(&api, "two").await;
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    let sets: Vec<CuSet> = entries
+        .iter()
+        .map(|d| CuSet::parse(d["data"]["cuRanges"].as_str().unwrap(), 104).unwrap())
+        .collect();
+    assert_eq!((sets[0].len(), sets[1].len()), (20, 30));
+    assert!(!sets[0].overlaps(&sets[1]));
+    assert_eq!(
+        (entries[0]["shareID"].clone(), entries[1]["shareID"].clone()),
+        (json!("s1"), json!("s2"))
+    );
+    let mask = hami_protocol::cu_list::HsaCuMask::parse(&env["HSA_CU_MASK"]).unwrap();
+    assert_eq!(mask.entries().len(), 1, "{}", env["HSA_CU_MASK"]);
+    assert_eq!(mask.get(0), Some(&sets[0].union(&sets[1])));
+
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(10), handle)
+        .await
+        .unwrap()
+        .unwrap();
+}

@@ -156,7 +156,7 @@ struct Running {
     state: hami_amdgpu_dra_plugin::registration::RegistrationState,
 }
 
-async fn start(n: &Node, claims: Claims) -> Running {
+async fn start<C: ClaimSource>(n: &Node, claims: C) -> Running {
     let driver = Arc::new(Driver::new(config(n), claims).unwrap());
     let sockets = Sockets::new(
         &n.dir.join("plugins_registry"),
@@ -747,4 +747,223 @@ async fn dmem_limit_reaches_a_late_pod_cgroup_and_sums_the_pods_claims() {
         .await
         .unwrap()
         .unwrap();
+}
+
+/// Claims whose GET of `held` waits until `release` gets a permit (a claim GET the API
+/// server never answers); counts those GETs and says when one started.
+#[derive(Clone)]
+struct Held {
+    claims: Claims,
+    held: String,
+    release: Arc<tokio::sync::Semaphore>,
+    started: Arc<tokio::sync::Notify>,
+    gets: Arc<std::sync::atomic::AtomicUsize>,
+    /// Every `namespace/name` a GET asked for.
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl ClaimSource for Held {
+    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push(format!("{namespace}/{name}"));
+        if name == self.held {
+            self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.started.notify_one();
+            self.release.acquire().await.unwrap().forget();
+        }
+        self.claims.get(namespace, name).await
+    }
+
+    async fn set_device_status(
+        &self,
+        seen: &ResourceClaim,
+        driver: &str,
+        devices: &[AllocatedDeviceStatus],
+    ) -> Result<(), String> {
+        self.claims.set_device_status(seen, driver, devices).await
+    }
+}
+
+/// Issue 27 item 6: a claim GET that hangs holds no lock another claim needs — a second
+/// claim's prepare on the same GPU is answered meanwhile — while a second prepare of the
+/// same claim still waits for the first (one GET, one checkpoint entry, same answer), and
+/// the two claims' CUs are disjoint (the held claim planned after the other was recorded).
+#[tokio::test]
+async fn a_claim_get_that_hangs_does_not_block_other_claims() {
+    let n = node();
+    let claims = Claims::default();
+    for (name, uid) in [("slow", "uid-slow"), ("fast", "uid-fast")] {
+        claims.0.lock().unwrap().insert(
+            ("default".into(), name.into()),
+            claim(name, uid, "gpu-0", "2Gi", "40"),
+        );
+    }
+    let held = Held {
+        claims: claims.clone(),
+        held: "slow".into(),
+        release: Arc::new(tokio::sync::Semaphore::new(0)),
+        started: Arc::new(tokio::sync::Notify::new()),
+        gets: Arc::default(),
+        asked: Arc::default(),
+    };
+    let run = start(&n, held.clone()).await;
+    let prepare = |name: &'static str, uid: &'static str| {
+        let path = run.sockets.dra.clone();
+        tokio::spawn(async move {
+            dra(&path)
+                .await
+                .node_prepare_resources(NodePrepareResourcesRequest {
+                    claims: vec![kclaim(name, uid)],
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .claims
+                .remove(uid)
+                .unwrap()
+        })
+    };
+    let slow = prepare("slow", "uid-slow");
+    tokio::time::timeout(Duration::from_secs(30), held.started.notified())
+        .await
+        .expect("the held GET started");
+    let slow_again = prepare("slow", "uid-slow");
+    let fast = tokio::time::timeout(Duration::from_secs(30), prepare("fast", "uid-fast"))
+        .await
+        .expect("another claim's prepare is answered while one claim's GET hangs")
+        .unwrap();
+    assert_eq!(fast.error, "");
+    assert!(!slow.is_finished() && !slow_again.is_finished());
+
+    held.release.add_permits(1);
+    let slow = tokio::time::timeout(Duration::from_secs(30), slow)
+        .await
+        .unwrap()
+        .unwrap();
+    let slow_again = tokio::time::timeout(Duration::from_secs(30), slow_again)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(slow.error, "");
+    assert_eq!(slow_again, slow, "the repeat answered from the checkpoint");
+    assert_eq!(held.gets.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let cp = checkpoint_on_disk(&n);
+    assert_eq!(cp.claims.len(), 2);
+    let cus = |uid: &str| CuSet::parse(&cp.claims[uid].devices[0].cus, 104).unwrap();
+    assert!(!cus("uid-slow").overlaps(&cus("uid-fast")));
+    stop(run).await;
+}
+
+/// Issue 27 item 6: a claim name or namespace that is no DNS name is refused before any
+/// call — never read, so a name like `c?watch=true` cannot turn the GET into a watch — with
+/// an error naming the field and the rule; the request's other claims are prepared.
+#[tokio::test]
+async fn claim_names_that_are_not_dns_names_are_refused_before_any_call() {
+    let n = node();
+    let claims = Claims::default();
+    claims.0.lock().unwrap().insert(
+        ("default".into(), "ok".into()),
+        claim("ok", "uid-ok", "gpu-0", "2Gi", "8"),
+    );
+    let held = Held {
+        claims,
+        held: String::new(),
+        release: Arc::new(tokio::sync::Semaphore::new(0)),
+        started: Arc::new(tokio::sync::Notify::new()),
+        gets: Arc::default(),
+        asked: Arc::default(),
+    };
+    let run = start(&n, held.clone()).await;
+    let mut client = dra(&run.sockets.dra).await;
+    let bad = |ns: &str, name: &str, uid: &str| Claim {
+        namespace: ns.into(),
+        name: name.into(),
+        uid: uid.into(),
+    };
+    let resp = client
+        .node_prepare_resources(NodePrepareResourcesRequest {
+            claims: vec![
+                bad("default", "c?watch=true", "u1"),
+                bad("default/../kube-system", "c", "u2"),
+                bad("default", &"a".repeat(254), "u3"),
+                bad("Default", "c", "u4"),
+                bad("default", "c", "../u5"),
+                kclaim("ok", "uid-ok"),
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let err = |uid: &str| resp.claims[uid].error.clone();
+    assert!(
+        err("u1").contains("claim name \"c?watch=true\"")
+            && err("u1").contains("RFC 1123 subdomain"),
+        "{}",
+        err("u1")
+    );
+    assert!(
+        err("u2").contains("claim namespace") && err("u2").contains("RFC 1123 label"),
+        "{}",
+        err("u2")
+    );
+    assert!(
+        err("u3").contains("254 characters long; at most 253"),
+        "{}",
+        err("u3")
+    );
+    assert!(
+        err("u4").contains("claim namespace \"Default\""),
+        "{}",
+        err("u4")
+    );
+    assert!(err("../u5").contains("claim UID"), "{}", err("../u5"));
+    assert_eq!(err("uid-ok"), "");
+    // Only the valid claim was read, and nothing of the refused claims was written.
+    assert_eq!(*held.asked.lock().unwrap(), ["default/ok"]);
+    let cp = checkpoint_on_disk(&n);
+    assert_eq!(cp.claims.keys().collect::<Vec<_>>(), ["uid-ok"]);
+    stop(run).await;
+}
+
+/// Issue 27 item 6: a FIFO at the checkpoint's path (or the journal's) is refused at start
+/// with what to remove, without waiting for a writer that never comes.
+#[test]
+fn a_fifo_at_the_checkpoint_is_refused_without_blocking() {
+    for journal in [false, true] {
+        let n = node();
+        let cfg = config(&n);
+        std::fs::create_dir_all(cfg.checkpoint.parent().unwrap()).unwrap();
+        let path = if journal {
+            hami_amdgpu_dra_plugin::checkpoint_store::journal_path(&cfg.checkpoint)
+        } else {
+            cfg.checkpoint.clone()
+        };
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        // A thread: on the landed code the open blocks forever (the test then fails on
+        // the timeout below; the stuck thread ends with the test process).
+        std::thread::spawn(move || {
+            let _ = tx.send(
+                Driver::new(cfg, Claims::default())
+                    .err()
+                    .map(|e| e.to_string()),
+            );
+        });
+        let err = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the start did not block on the FIFO")
+            .expect("refused");
+        assert!(
+            err.contains(&path.display().to_string())
+                && err.contains("a FIFO, not a regular file")
+                && err.contains("remove it"),
+            "{err}"
+        );
+    }
 }
