@@ -28,8 +28,12 @@ pub struct HookConfig {
     pub priority: i32,
     /// `LIBCUDA_LOG_LEVEL` (see [`crate::log`]).
     pub log_level: u8,
-    /// `GPU_CORE_UTILIZATION_POLICY`: Some(true) force, Some(false) disable, None = region.
+    /// `GPU_CORE_UTILIZATION_POLICY`: Some(true) force, Some(false) disable, None = region
+    /// (without a config file) or on (with one).
     pub utilization_policy: Option<bool>,
+    /// The settings come from the plugin's read-only config file: its limits cap the
+    /// region's, which every process of the container can write (issue 26 item 3).
+    pub from_config: bool,
 }
 
 /// Builds the settings from `get` (the environment in production).
@@ -97,6 +101,7 @@ pub fn resolve(get: &dyn Fn(&str) -> Option<String>) -> HookConfig {
             .unwrap_or(1),
         log_level: crate::log::parse_level(get("LIBCUDA_LOG_LEVEL").as_deref()),
         utilization_policy,
+        from_config: false,
     }
 }
 
@@ -153,6 +158,7 @@ pub fn from_file(
             .unwrap_or(1),
         log_level: crate::log::parse_level(get("LIBCUDA_LOG_LEVEL").as_deref()),
         utilization_policy,
+        from_config: true,
     }
 }
 
@@ -171,6 +177,7 @@ pub fn unusable(reason: &str, log_level: u8) -> HookConfig {
         priority: 1,
         log_level,
         utilization_policy: None,
+        from_config: false,
     }
 }
 
@@ -258,6 +265,7 @@ mod tests {
             (c.priority, c.utilization_policy, c.log_level),
             (0, None, 4)
         );
+        assert!(c.from_config && !resolve(&env(&[])).from_config);
         let bad = unusable("x", 2);
         assert!(bad.fail_closed.iter().all(|f| *f));
     }

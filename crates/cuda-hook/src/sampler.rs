@@ -88,13 +88,16 @@ fn tick(state: &'static State) {
     }
 }
 
-/// Whether compute limiting is on (policy env, else the region's switch).
+/// Whether compute limiting is on: the policy (config file or environment); without one,
+/// the region's switch (HAMi's monitor's), except under the plugin's config, whose SM
+/// limit the container's own processes — who can write the region — must not switch off.
 fn switch_on(state: &State) -> bool {
     state.config.utilization_policy.unwrap_or_else(|| {
-        state
-            .region
-            .as_ref()
-            .is_none_or(|r| r.shared().utilization_switch.load(Relaxed) != 0)
+        state.config.from_config
+            || state
+                .region
+                .as_ref()
+                .is_none_or(|r| r.shared().utilization_switch.load(Relaxed) != 0)
     })
 }
 

@@ -147,12 +147,23 @@ impl State {
             crate::log::debug(format_args!("settings from {path}"));
         }
         let region = match attached {
-            Ok(region) => {
+            Ok(mut region) => {
                 for (device, stored, ours) in region.limit_mismatches(&init) {
-                    crate::log::warn(format_args!(
-                        "device {device}: the region keeps the limit {stored} of its creator (this process asked for {ours}); delete {} with no GPU process running to change it",
-                        config.cache_path
-                    ));
+                    if config.from_config {
+                        crate::log::warn(format_args!(
+                            "device {device}: the region's limit {stored} differs from the hook config's {ours}; the config's is the most in force"
+                        ));
+                    } else {
+                        crate::log::warn(format_args!(
+                            "device {device}: the region keeps the limit {stored} of its creator (this process asked for {ours}); delete {} with no GPU process running to change it",
+                            config.cache_path
+                        ));
+                    }
+                }
+                // The region is writable by every process of the container: the read-only
+                // config's limits are the most it can hold (issue 26 item 3).
+                if config.from_config {
+                    region.cap_limits(&init);
                 }
                 Some(region)
             }

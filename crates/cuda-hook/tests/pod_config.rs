@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use hami_cuda_region::layout::offsets;
 
 #[test]
 fn the_config_file_wins_over_the_environment() {
@@ -101,4 +102,53 @@ fn a_deleted_or_replaced_region_fails_closed() {
         out.contains("rc=2\n") && err.contains("was replaced"),
         "{out}{err}"
     );
+}
+
+/// Issue 26 item 3: every process of the container maps the region read-write, so the limit
+/// stored there is the tenant's to change. With the plugin's read-only config, the limit in
+/// force is the config's, lowered by the region's but never raised: a second process that
+/// writes the region's limit field (as a tenant can) still cannot allocate past the config.
+#[test]
+fn writing_the_regions_limit_cannot_raise_the_configs() {
+    use std::os::unix::fs::FileExt;
+    let s = scratch("podconfig-raised");
+    let region = s.join("prepared.cache");
+    let inode = hami_cuda_region::prepare_file(&region, &s.join("plugin.anchor")).unwrap();
+    let conf = s.join("hook.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "hami-hook-config/1\nmemory-limit.0={}\nshared-cache={}\nshared-cache-inode={inode}\n",
+            4u64 << 20,
+            region.display()
+        ),
+    )
+    .unwrap();
+    let env = vec![("HAMI_HOOK_CONFIG", conf.display().to_string())];
+    // The first process initialises the region with the config's limit.
+    let (out, _) = run(&s, &env, &["alloc", &(4u64 << 20).to_string()]);
+    assert!(out.contains("rc=0\n"), "{out}");
+    let write_limit = |bytes: u64| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&region)
+            .unwrap()
+            .write_all_at(&bytes.to_le_bytes(), offsets::LIMIT as u64)
+            .unwrap();
+    };
+    // 0 is "no limit" in this layout; 1 GiB is a raise.
+    for raised in [0u64, 1 << 30] {
+        write_limit(raised);
+        let (out, _) = run(&s, &env, &["alloc", &(8u64 << 20).to_string()]);
+        assert!(
+            out.contains("rc=2\n"),
+            "region limit {raised}: the config's 4 MiB hold: {out}"
+        );
+        let (out, _) = run(&s, &env, &["alloc", &(4u64 << 20).to_string()]);
+        assert!(out.contains("rc=0\n"), "region limit {raised}: {out}");
+    }
+    // Lowering it is an operator's action the hook honours.
+    write_limit(1 << 20);
+    let (out, _) = run(&s, &env, &["alloc", &(2u64 << 20).to_string()]);
+    assert!(out.contains("rc=2\n"), "lowered to 1 MiB: {out}");
 }

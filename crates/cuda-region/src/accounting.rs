@@ -171,15 +171,30 @@ fn update_data(slot: &ProcSlot, device: usize, bytes: u64, add: bool) -> u64 {
     moved
 }
 
+/// The limit in force (0 = none): the region's stored `limit`, never above `ceiling` — the
+/// limit of the device plugin's read-only config where one exists (0 where none does). Every
+/// process of the container can write the region, so its value may lower the limit but
+/// never raise it (issue 26 item 3). The same rule serves the SM limit in percent.
+pub fn limit_in_force(limit: u64, ceiling: u64) -> u64 {
+    match (limit, ceiling) {
+        (0, c) => c,
+        (l, 0) => l,
+        (l, c) => l.min(c),
+    }
+}
+
 /// Reserves `bytes` of `device` for slot `index` if the container's usage plus `bytes` stays
-/// within the device's limit. Lock held (this is what makes concurrent reservations safe).
+/// within the device's limit in force ([`limit_in_force`] of the stored one and `ceiling`).
+/// Lock held (this is what makes concurrent reservations safe).
 pub fn reserve(
     region: &SharedRegion,
     index: usize,
     device: usize,
     bytes: u64,
+    ceiling: u64,
 ) -> Result<(), Refusal> {
-    let limit = region.limit.get(device).map_or(0, |l| l.load(Acquire));
+    let stored = region.limit.get(device).map_or(0, |l| l.load(Acquire));
+    let limit = limit_in_force(stored, ceiling);
     let used = device_usage(region, device);
     if device >= MAX_DEVICES || !fits(used, bytes, limit) {
         return Err(Refusal {
@@ -291,10 +306,10 @@ mod tests {
         let a = claim_slot(&region, 10, 1, &|_| true).unwrap();
         let b = claim_slot(&region, 11, 1, &|_| true).unwrap();
         assert_eq!((a, b), (0, 1));
-        reserve(&region, a, 0, 600).unwrap();
-        let refusal = reserve(&region, b, 0, 401).unwrap_err();
+        reserve(&region, a, 0, 600, 0).unwrap();
+        let refusal = reserve(&region, b, 0, 401, 0).unwrap_err();
         assert_eq!((refusal.used, refusal.limit), (600, 1000));
-        reserve(&region, b, 0, 400).unwrap();
+        reserve(&region, b, 0, 400, 0).unwrap();
         assert_eq!(device_usage(&region, 0), 1000);
         assert_eq!(
             release(&region, a, 0, 700),
@@ -303,8 +318,34 @@ mod tests {
         );
         assert_eq!(device_usage(&region, 0), 400);
         // Device 1 has no limit.
-        reserve(&region, a, 1, u64::MAX / 2).unwrap();
-        assert!(reserve(&region, a, MAX_DEVICES, 1).is_err());
+        reserve(&region, a, 1, u64::MAX / 2, 0).unwrap();
+        assert!(reserve(&region, a, MAX_DEVICES, 1, 0).is_err());
+    }
+
+    #[test]
+    fn the_region_can_lower_the_configured_limit_but_never_raise_it() {
+        let region = SharedRegion::boxed_zeroed();
+        // A tenant wrote "no limit" (0) over the creator's 1000 bytes.
+        initialize(&region, &limits(0), &[100; MAX_DEVICES], 1);
+        let a = claim_slot(&region, 10, 1, &|_| true).unwrap();
+        assert!(
+            reserve(&region, a, 0, 1001, 1000).is_err(),
+            "the config's 1000 hold"
+        );
+        reserve(&region, a, 0, 1000, 1000).unwrap();
+        region.limit[0].store(5000, Relaxed);
+        assert!(reserve(&region, a, 0, 1, 1000).is_err(), "raised: ignored");
+        region.limit[0].store(500, Relaxed);
+        release(&region, a, 0, 1000);
+        assert!(
+            reserve(&region, a, 0, 501, 1000).is_err(),
+            "lowered: in force"
+        );
+        assert_eq!(limit_in_force(0, 0), 0);
+        assert_eq!(limit_in_force(700, 0), 700, "no config: the region's");
+        assert_eq!(limit_in_force(0, 700), 700);
+        assert_eq!(limit_in_force(900, 700), 700);
+        assert_eq!(limit_in_force(300, 700), 300);
     }
 
     #[test]
@@ -316,17 +357,17 @@ mod tests {
         let s: Vec<usize> = (0..3)
             .map(|p| claim_slot(&region, p, 0, &alive).unwrap())
             .collect();
-        reserve(&region, s[1], 0, 60).unwrap();
+        reserve(&region, s[1], 0, 60, 0).unwrap();
         region.procs[s[1]].seqlock.store(7, Relaxed); // killed mid-update
         dead.set(1);
         assert!(
-            reserve(&region, s[2], 0, 50).is_err(),
+            reserve(&region, s[2], 0, 50, 0).is_err(),
             "dead bytes count until reclaimed"
         );
         assert_eq!(reclaim_dead(&region, &alive), 1);
         assert_eq!(region.procs[1].seqlock.load(Relaxed) % 2, 0);
         dead.set(usize::MAX);
-        reserve(&region, s[2], 0, 50).unwrap();
+        reserve(&region, s[2], 0, 50, 0).unwrap();
         // Slot 2 did not move; the newcomer takes the hole.
         assert_eq!(claim_slot(&region, 9, 0, &alive).unwrap(), 1);
         assert_eq!(region.proc_num.load(Relaxed), 3);
@@ -437,7 +478,7 @@ mod tests {
                         for d in dead.borrow().iter() { held.remove(d); }
                     },
                     Op::Reserve(s, b) => if let Some(h) = held.get_mut(&s)
-                        && !dead.borrow().contains(&s) && reserve(&region, s, 0, b).is_ok() { *h += b; },
+                        && !dead.borrow().contains(&s) && reserve(&region, s, 0, b, 0).is_ok() { *h += b; },
                     Op::Release(s, b) => if let Some(h) = held.get_mut(&s)
                         && !dead.borrow().contains(&s) { *h -= release(&region, s, 0, b); },
                     Op::Kill(s) => { dead.borrow_mut().insert(s); }

@@ -125,6 +125,11 @@ pub struct Region {
     word: u64,
     /// Serialises this process's writers of its own slot (the seqlock has one writer).
     writers: Mutex<()>,
+    /// Per device, the highest memory limit (bytes) and SM limit (percent) this process
+    /// accepts, 0 = no cap ([`Region::cap_limits`]): the region is writable by every process
+    /// of the container.
+    ceiling: [u64; MAX_DEVICES],
+    sm_ceiling: [u64; MAX_DEVICES],
 }
 
 /// Holds the region lock word; released on drop.
@@ -407,6 +412,8 @@ impl Region {
             slot: usize::MAX,
             word: 0,
             writers: Mutex::new(()),
+            ceiling: [0; MAX_DEVICES],
+            sm_ceiling: [0; MAX_DEVICES],
         };
         let result = region.init_and_claim(init);
         let _ = flock(&region.file, libc::LOCK_UN);
@@ -488,7 +495,16 @@ impl Region {
         locked && !gone
     }
 
-    /// Limits stored in the region that differ from `init` (the stored ones win).
+    /// Caps this process's limits at `init`'s (the device plugin's read-only config): the
+    /// memory and SM limits in force are then the lower of the region's stored ones and
+    /// these, so a process that writes the region (every process of the container can) may
+    /// lower a limit but cannot raise it past the config's (issue 26 item 3).
+    pub fn cap_limits(&mut self, init: &InitValues) {
+        self.ceiling = init.limits;
+        self.sm_ceiling = init.sm_limits;
+    }
+
+    /// Limits stored in the region that differ from `init`: `(device, stored, wanted)`.
     pub fn limit_mismatches(&self, init: &InitValues) -> Vec<(usize, u64, u64)> {
         (0..MAX_DEVICES)
             .filter_map(|d| {
@@ -498,20 +514,24 @@ impl Region {
             .collect()
     }
 
-    /// The memory limit of `device` in bytes (0: none, or no such device).
+    /// The memory limit in force on `device` in bytes (0: none, or no such device): the
+    /// stored one, capped by [`Region::cap_limits`].
     pub fn limit(&self, device: usize) -> u64 {
-        self.shared()
+        let stored = self
+            .shared()
             .limit
             .get(device)
-            .map_or(0, |l| l.load(Relaxed))
+            .map_or(0, |l| l.load(Relaxed));
+        accounting::limit_in_force(stored, self.ceiling.get(device).copied().unwrap_or(0))
     }
 
-    /// The SM limit of `device` in percent (100 when out of range).
+    /// The SM limit in force on `device` in percent (100 when out of range): the stored
+    /// one, capped by [`Region::cap_limits`].
     pub fn sm_limit(&self, device: usize) -> u64 {
-        self.shared()
-            .sm_limit
-            .get(device)
-            .map_or(100, |l| l.load(Relaxed))
+        let Some(stored) = self.shared().sm_limit.get(device) else {
+            return 100;
+        };
+        accounting::limit_in_force(stored.load(Relaxed), self.sm_ceiling[device])
     }
 
     /// Bytes all processes use on `device`.
@@ -565,13 +585,14 @@ impl Region {
     /// a system call only on this refusal path) and the check runs again.
     pub fn reserve(&self, device: usize, bytes: u64) -> Result<(), Refusal> {
         let _writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+        let ceiling = self.ceiling.get(device).copied().unwrap_or(0);
         let first = {
             let _lock = self.lock_region();
-            accounting::reserve(self.shared(), self.slot, device, bytes)
+            accounting::reserve(self.shared(), self.slot, device, bytes, ceiling)
         };
         if first.is_err() && self.reclaim_dead() > 0 {
             let _lock = self.lock_region();
-            return accounting::reserve(self.shared(), self.slot, device, bytes);
+            return accounting::reserve(self.shared(), self.slot, device, bytes, ceiling);
         }
         first
     }

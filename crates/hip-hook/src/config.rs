@@ -32,6 +32,9 @@ pub struct HookConfig {
     /// False when the settings could not be read at all (an unusable config file): no
     /// region is attached, so an existing region's limits cannot be borrowed.
     pub attach_region: bool,
+    /// The limits come from the plugin's read-only config file: they cap the region's,
+    /// which every process of the container can write (issue 26 item 3).
+    pub limits_from_config: bool,
 }
 
 /// Whether a boolean variable is on (`1`, `true`, `yes`, `on`, any case; unset is off).
@@ -82,6 +85,7 @@ pub fn resolve(
         oversubscribe: truthy(get("HIP_OVERSUBSCRIBE").as_deref()),
         active_oom_killer: truthy(get("ACTIVE_OOM_KILLER").as_deref()),
         attach_region: true,
+        limits_from_config: false,
     }
 }
 
@@ -115,6 +119,7 @@ pub fn from_file(
         oversubscribe: truthy(file.pinned.get("HIP_OVERSUBSCRIBE").map(String::as_str)),
         active_oom_killer: truthy(get("ACTIVE_OOM_KILLER").as_deref()),
         attach_region: true,
+        limits_from_config: true,
     }
 }
 
@@ -134,6 +139,7 @@ pub fn unusable(reason: &str, log_level: u8) -> HookConfig {
         oversubscribe: false,
         active_oom_killer: false,
         attach_region: false,
+        limits_from_config: false,
     }
 }
 
@@ -216,6 +222,8 @@ mod tests {
         assert_eq!(config.cache_path, "/usr/local/vgpu/cache/hipdevshr.cache");
         assert!(!config.oversubscribe);
         assert_eq!(config.log_level, 4);
+        assert!(config.limits_from_config);
+        assert!(!resolve(&env(&[]), &own).limits_from_config);
         let broken = unusable("bad file", 2);
         assert!(broken.limits.bytes.iter().all(|b| *b == 0));
         assert!(!broken.attach_region);

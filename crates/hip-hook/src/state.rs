@@ -120,11 +120,23 @@ impl ProcessState {
             })
         };
         let session = match attached {
-            Ok(session) => {
+            Ok(mut session) => {
                 for (device, stored, wanted) in session.limit_mismatches(&config.limits) {
-                    crate::log::warn(format_args!(
-                        "device {device}: the region's limit {stored} is in force, not this process's {wanted} (the first process of the container set it)"
-                    ));
+                    if config.limits_from_config {
+                        crate::log::warn(format_args!(
+                            "device {device}: the region's limit {stored} differs from the hook config's {wanted}; the lower one, {}, is in force",
+                            stored.min(wanted)
+                        ));
+                    } else {
+                        crate::log::warn(format_args!(
+                            "device {device}: the region's limit {stored} is in force, not this process's {wanted} (the first process of the container set it)"
+                        ));
+                    }
+                }
+                // The region is writable by every process of the container: the read-only
+                // config's limits are the most it can hold (issue 26 item 3).
+                if config.limits_from_config {
+                    session.cap_limits(&config.limits);
                 }
                 crate::log::debug(format_args!(
                     "attached {} as slot {}",

@@ -197,3 +197,67 @@ fn deleting_or_replacing_the_plugins_region_fails_closed() {
         "the hook must not create the plugin's file"
     );
 }
+
+/// Issue 26 item 3: every process of the container maps the region read-write, so the limit
+/// stored there is the tenant's to change. With the plugin's read-only config, the limit in
+/// force is the config's, lowered by the region's but never raised: a second process that
+/// writes the region's limit field (as a tenant can) still cannot allocate past the config.
+#[test]
+fn writing_the_regions_limit_cannot_raise_the_configs() {
+    use std::os::unix::fs::FileExt;
+    let dir = scratch("raised-limit");
+    let cache = dir.join("hipdevshr.cache");
+    let mut limits = hami_region::Limits::default();
+    limits.bytes[0] = 1 << 20;
+    let inode = hami_region::prepare_file(&cache, &limits).unwrap();
+    let config = format!(
+        "hami-hook-config/1\nmemory-limit.0=1048576\nshared-cache={}\nshared-cache-inode={inode}\n",
+        cache.display()
+    );
+    // Device 0's `limit` field (README: devices at 64, `limit` at +16).
+    let field = std::mem::offset_of!(hami_region::layout::RegionLayout, devices) as u64 + 16;
+    let write_limit = |bytes: u64| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&cache)
+            .unwrap()
+            .write_all_at(&bytes.to_le_bytes(), field)
+            .unwrap();
+    };
+    let audit = [("LD_AUDIT", hook_library().display().to_string())];
+    for raised in [hami_region::layout::LIMIT_NONE, 64 << 20] {
+        write_limit(raised);
+        let out = in_pod(
+            &config,
+            &audit,
+            &[
+                "malloc", "2097152", "malloc", "1048576", "malloc", "1", "meminfo",
+            ],
+        );
+        let results = lines(&out);
+        assert_eq!(
+            results
+                .iter()
+                .take(3)
+                .map(|r| r.1.clone())
+                .collect::<Vec<_>>(),
+            [vec![2], vec![0], vec![2]],
+            "region limit {raised}: {results:?}\n{}",
+            stderr(&out)
+        );
+        assert_eq!(
+            results[3].1[2],
+            1 << 20,
+            "the total reported is the config's"
+        );
+    }
+    // Lowering it is an operator's action the hook honours.
+    write_limit(1 << 19);
+    let out = in_pod(&config, &audit, &["malloc", "1048576", "malloc", "524288"]);
+    assert_eq!(
+        lines(&out).iter().map(|r| r.1.clone()).collect::<Vec<_>>(),
+        [vec![2], vec![0]],
+        "{}",
+        stderr(&out)
+    );
+}

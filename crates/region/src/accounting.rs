@@ -28,6 +28,14 @@ pub fn reserve(used: u64, limit: u64, size: u64) -> Result<u64, OverLimit> {
     }
 }
 
+/// The limit in force on a device: the region's stored `limit`, never above `ceiling` — the
+/// limit of the device plugin's read-only config where one exists ([`LIMIT_NONE`] where
+/// none does). Every process of the container can write the region, so its value may lower
+/// the limit (an operator's `set_limit`) but never raise it (issue 26 item 3).
+pub fn limit_in_force(limit: u64, ceiling: u64) -> u64 {
+    limit.min(ceiling)
+}
+
 /// Bytes a release of `size` may take back from a slot that holds `slot_used`: never more
 /// than the slot holds, so a device total can never underflow nor drift from the slots' sum.
 pub fn releasable(slot_used: u64, size: u64) -> u64 {
@@ -65,6 +73,25 @@ pub fn sum_of_slots(slot_used: impl IntoIterator<Item = u64>) -> u64 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_region_can_lower_the_configured_limit_but_never_raise_it() {
+        let config = 1 << 20;
+        assert_eq!(
+            limit_in_force(LIMIT_NONE, config),
+            config,
+            "raised: ignored"
+        );
+        assert_eq!(limit_in_force(4 << 20, config), config);
+        assert_eq!(
+            limit_in_force(1 << 19, config),
+            1 << 19,
+            "lowered: in force"
+        );
+        assert_eq!(limit_in_force(0, config), 0);
+        assert_eq!(limit_in_force(1 << 19, LIMIT_NONE), 1 << 19, "no config");
+        assert_eq!(limit_in_force(LIMIT_NONE, LIMIT_NONE), LIMIT_NONE);
+    }
 
     #[test]
     fn reserve_up_to_the_limit_and_not_a_byte_more() {

@@ -119,7 +119,8 @@ pub enum ReserveError {
 pub struct DeviceUsage {
     /// Bytes reserved by all processes.
     pub used: u64,
-    /// Limit in bytes, [`LIMIT_NONE`](crate::layout::LIMIT_NONE) if none.
+    /// Limit in force in bytes (the stored one, capped by [`Session::cap_limits`]),
+    /// [`LIMIT_NONE`](crate::layout::LIMIT_NONE) if none.
     pub limit: u64,
     /// Highest `used` seen since creation.
     pub peak: u64,
@@ -163,6 +164,9 @@ pub struct Session {
     reclaim_mutex: Mutex<()>,
     slot: usize,
     word: u64,
+    /// Per device, the highest limit this process accepts ([`Session::cap_limits`]); the
+    /// region's stored limit is writable by every process of the container.
+    ceiling: [u64; MAX_DEVICES],
 }
 
 // SAFETY: the mapping is only accessed through atomics; the files are plain fds.
@@ -491,6 +495,7 @@ impl Session {
             reclaim_mutex: Mutex::new(()),
             slot: usize::MAX,
             word: 0,
+            ceiling: [LIMIT_NONE; MAX_DEVICES],
         };
         session.init_or_validate(limits)?;
         let slot = match session.claim_free_slot()? {
@@ -622,7 +627,15 @@ impl Session {
         self.slot
     }
 
-    /// Devices whose stored limit differs from `limits` (the stored one is in force).
+    /// Caps this session's limits at `ceiling` (the device plugin's read-only config): the
+    /// limit in force on each device is then the lower of the region's stored limit and the
+    /// ceiling, so a process that writes the region (every process of the container can)
+    /// may lower the limit but cannot raise it past the config's (issue 26 item 3).
+    pub fn cap_limits(&mut self, ceiling: &Limits) {
+        self.ceiling = ceiling.bytes;
+    }
+
+    /// Devices whose stored limit differs from `limits`: `(device, stored, wanted)`.
     pub fn limit_mismatches(&self, limits: &Limits) -> Vec<(usize, u64, u64)> {
         self.layout()
             .devices
@@ -716,7 +729,7 @@ impl Session {
             .ok_or(ReserveError::NoSuchDevice(device))?;
         let account = guard.account;
         let used = account.used.load(Relaxed);
-        let limit = account.limit.load(Relaxed);
+        let limit = accounting::limit_in_force(account.limit.load(Relaxed), self.ceiling[device]);
         let total = accounting::reserve(used, limit, size)
             .map_err(|over| ReserveError::OverLimit { device, over })?;
         account.used.store(total, Relaxed);
@@ -762,12 +775,13 @@ impl Session {
             .map_or(0, |used| used.load(Relaxed))
     }
 
-    /// The device's usage, limit and peak (no lock: a consistent-enough read for reporting).
+    /// The device's usage, limit in force (the stored one, capped by
+    /// [`Session::cap_limits`]) and peak (no lock: a consistent-enough read for reporting).
     pub fn device_usage(&self, device: usize) -> Option<DeviceUsage> {
         let account = self.layout().devices.get(device)?;
         Some(DeviceUsage {
             used: account.used.load(Relaxed),
-            limit: account.limit.load(Relaxed),
+            limit: accounting::limit_in_force(account.limit.load(Relaxed), self.ceiling[device]),
             peak: account.peak.load(Relaxed),
         })
     }
