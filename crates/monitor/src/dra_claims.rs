@@ -161,8 +161,32 @@ pub struct DraPod {
     pub regions: BTreeMap<String, ClaimRegion>,
     /// Problems, one line each (the claim is skipped).
     pub problems: Vec<String>,
+    /// Claims whose `consumedCapacity` cannot be read, one line each: the driver refuses
+    /// to prepare them, so they grant nothing here either (never the whole device).
+    pub unreadable: Vec<String>,
     /// (pool, device) of our driver that no slice of this node names (yet).
     pub unknown_devices: BTreeSet<(String, String)>,
+}
+
+/// Why a claim's results cannot be counted: a `memory` or `computeUnits` consumed capacity
+/// that is not a whole quantity. The driver reads them with the same parser and refuses
+/// the whole claim (`hami_dra_core::prepare`, `PrepareError::Quantity`); a missing one is
+/// an exclusive device, all of it.
+fn unreadable_capacity(
+    claim: &str,
+    results: &[&k8s_openapi::api::resource::v1::DeviceRequestAllocationResult],
+) -> Option<String> {
+    results.iter().find_map(|r| {
+        let consumed = r.consumed_capacity.as_ref()?;
+        [MEMORY, COMPUTE_UNITS].into_iter().find_map(|key| {
+            let value = consumed.get(key)?;
+            let e = capacity::parse(&value.0).err()?;
+            Some(format!(
+                "claim {claim}: device {}: consumedCapacity.{key} {:?} cannot be read ({e}); the driver refuses to prepare this claim, so it is reported as holding nothing",
+                r.device, value.0
+            ))
+        })
+    })
 }
 
 /// Whether an allocation result's request (`req` or `req/subrequest`) is `wanted`.
@@ -245,6 +269,12 @@ pub fn dra_pod(
                     out.problems.push(format!(
                         "claim {name} is not reserved for pod {uid}; its devices are not reported for this pod"
                     ));
+                }
+                continue;
+            }
+            if let Some(why) = unreadable_capacity(name, &results) {
+                if reported.insert(name) {
+                    out.unreadable.push(why);
                 }
                 continue;
             }
@@ -569,6 +599,62 @@ mod tests {
             &devices(),
         );
         assert!(d.containers.is_empty() && d.problems.is_empty());
+    }
+
+    #[test]
+    fn a_claim_whose_consumed_capacity_cannot_be_read_holds_nothing() {
+        let p = pod(
+            json!([
+                {"name": "a", "resources": {"claims": [{"name": "gpu"}]}},
+                {"name": "b", "resources": {"claims": [{"name": "gpu"}, {"name": "direct"}]}}]),
+            json!([]),
+            json!({"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "g"}]}),
+        );
+        let claims: HashMap<String, ResourceClaim> = [
+            (
+                "g".to_string(),
+                claim(
+                    "g",
+                    "c-1",
+                    "pod-1",
+                    // One readable result and one the driver refuses: the whole claim is.
+                    json!([
+                        result("gpu", "gpu-0", "s1", "4Gi", "20"),
+                        result("gpu", "gpu-1", "s2", "1500m", "8")
+                    ]),
+                    json!([status("gpu-0", "s1", "0-19")]),
+                ),
+            ),
+            (
+                "shared".to_string(),
+                claim(
+                    "shared",
+                    "c-2",
+                    "pod-1",
+                    json!([result("x", "gpu-1", "s3", "2Gi", "2.5")]),
+                    json!([]),
+                ),
+            ),
+        ]
+        .into();
+        let d = dra_pod(&p, &claims, DRIVER, "n1", &devices());
+        assert!(d.containers.is_empty(), "{:?}", d.containers);
+        assert!(d.regions.is_empty() && d.cu_allocated.is_empty());
+        assert!(d.problems.is_empty(), "{:?}", d.problems);
+        // Once per claim, however many containers name it.
+        assert_eq!(d.unreadable.len(), 2, "{:?}", d.unreadable);
+        assert!(
+            d.unreadable[0].contains("claim g: device gpu-1: consumedCapacity.memory \"1500m\"")
+                && d.unreadable[0].contains("refuses to prepare"),
+            "{:?}",
+            d.unreadable
+        );
+        assert!(
+            d.unreadable[1]
+                .contains("claim shared: device gpu-1: consumedCapacity.computeUnits \"2.5\""),
+            "{:?}",
+            d.unreadable
+        );
     }
 
     #[test]

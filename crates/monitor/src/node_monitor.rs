@@ -291,6 +291,9 @@ impl NodeMonitor {
         for problem in &pods.dra_problems {
             self.errors.record("dra_claim", "ResourceClaims", problem);
         }
+        for claim in &pods.dra_unreadable {
+            self.errors.record("dra_claim_unreadable", claim, claim);
+        }
         for info in pods.by_uid.values() {
             for problem in &info.problems {
                 self.errors.record(

@@ -168,6 +168,9 @@ pub struct PodIndex {
     pub claims: HashMap<String, ClaimRegion>,
     /// Problems reading DRA claims, one line each.
     pub dra_problems: Vec<String>,
+    /// DRA claims whose `consumedCapacity` cannot be read (reported as holding nothing),
+    /// one line each.
+    pub dra_unreadable: Vec<String>,
 }
 
 impl PodIndex {
@@ -203,6 +206,11 @@ impl PodIndex {
                 info.cu_allocated.extend(d.cu_allocated.iter().cloned());
                 index.dra_problems.extend(
                     d.problems
+                        .iter()
+                        .map(|p| format!("{}/{}: {p}", info.namespace, info.name)),
+                );
+                index.dra_unreadable.extend(
+                    d.unreadable
                         .iter()
                         .map(|p| format!("{}/{}: {p}", info.namespace, info.name)),
                 );

@@ -324,3 +324,124 @@ async fn a_dra_pods_claim_region_is_reported_with_the_slices_uuid() {
     drop(other);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A claim whose `consumedCapacity` is not a whole quantity (here `1500m` bytes, a valid
+/// Kubernetes quantity) is refused by the driver's prepare; the monitor reports it as
+/// unreadable (`hami_monitor_errors_total{kind="dra_claim_unreadable"}`), never as the
+/// whole GPU held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_consumed_capacity_cannot_be_read_is_reported_unreadable_not_held() {
+    let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let slice: ResourceSlice = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": format!("{NODE}-amdgpu-hami-rs-io-0")},
+        "spec": {"driver": DRIVER, "nodeName": NODE,
+            "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-1", "allowMultipleAllocations": true,
+                "attributes": {"uuid": {"string": "0xa1b2c3d4e5f60718"},
+                    "productName": {"string": "AMD Instinct MI210"}},
+                "capacity": {"memory": {"value": "64Gi"}, "computeUnits": {"value": "104"},
+                    "shares": {"value": "10"}}}]}
+    }))
+    .unwrap();
+    slices.create(&PostParams::default(), &slice).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "odd", "namespace": "default"},
+        "spec": {"nodeName": NODE,
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "odd-gpu"}],
+            "containers": [{"name": "main", "image": "rocm", "resources": {"claims": [{"name": "gpu"}]}}]}
+    }))
+    .unwrap();
+    let pod_uid = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    pods.patch_status(
+        "odd",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Pending"}})),
+    )
+    .await
+    .unwrap();
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "default");
+    let claim: ResourceClaim = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "odd-gpu", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}
+    }))
+    .unwrap();
+    claims.create(&PostParams::default(), &claim).await.unwrap();
+    let status = json!({"status": {
+        "allocation": {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": NODE,
+            "device": "gpu-1", "shareID": "0f9c3b1e-2c4d-4e5f-8a6b-7c8d9e0f1a2b",
+            "consumedCapacity": {"memory": "1500m", "computeUnits": "20", "shares": "1"}}]}},
+        "reservedFor": [{"resource": "pods", "name": "odd", "uid": pod_uid}]
+    }});
+    claims
+        .patch_status("odd-gpu", &PatchParams::default(), &Patch::Merge(status))
+        .await
+        .unwrap();
+
+    let base = std::env::temp_dir().join(format!("hami-monitor-dra-odd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    for dir in ["hook/containers", "proc", "sys"] {
+        std::fs::create_dir_all(base.join(dir)).unwrap();
+    }
+    let port = free_port();
+    let config = ServeConfig {
+        monitor: MonitorConfig {
+            hook_path: base.join("hook"),
+            proc_root: base.join("proc"),
+            sys_root: base.join("sys"),
+            node_name: NODE.into(),
+            gc_grace: Duration::ZERO,
+            nvml_library: None,
+        },
+        bind: format!("127.0.0.1:{port}").parse().unwrap(),
+        legacy_metrics: hami_monitor::metrics::LegacyMetrics::All,
+        scheduler_name: "hami-scheduler".into(),
+        refresh_interval: Duration::from_secs(1),
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let monitor = tokio::spawn(serve(config, client.clone(), async {
+        let _ = rx.await;
+    }));
+    let unreadable = [("zone", "vGPU"), ("kind", "dra_claim_unreadable")];
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let text = loop {
+        let text = scrape(port).await.unwrap_or_default();
+        // Either answer the monitor may give: the claim counted unreadable, or held.
+        if sample(&text, "hami_monitor_errors_total", &unreadable).is_some()
+            || text.contains("pod=\"odd\"")
+        {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the unreadable claim was never reported:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("hami_container_device_allocated") && l.contains("pod=\"odd\"")),
+        "a claim the driver refuses is reported as held:\n{text}"
+    );
+    assert!(
+        sample(&text, "hami_monitor_errors_total", &unreadable).is_some(),
+        "{text}"
+    );
+    let _ = tx.send(());
+    monitor.await.unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+}
