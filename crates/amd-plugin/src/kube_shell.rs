@@ -11,12 +11,18 @@ use kube::api::PostParams;
 
 use futures::future::BoxFuture;
 use hami_plugin_core::pod_choice::{annotation, pod_ref};
+use hami_plugin_core::pod_commit::record_whole_cards;
 use hami_plugin_core::pod_commit::{
     check_lock_owner, commit_allocation, create_cache_dir, mark_failed, write_hook_config,
 };
-use hami_protocol::names::{AMD, pod as pod_keys};
+use hami_plugin_core::whole_card_holdings::{
+    check_free, check_run_not_held, fallback_target, node_holdings,
+};
+use hami_protocol::identity::KubeletDeviceId;
+use hami_protocol::names::{AMD, DEFAULT_SCHEDULER_NAME as SCHEDULER, Vendor, pod as pod_keys};
 use hami_protocol::node_lock::PodRef;
 use hami_protocol::requests::{container_kinds, pod_container_slots};
+use hami_protocol::whole_cards;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use serde_json::json;
@@ -168,7 +174,9 @@ impl KubeAllocator {
                     )
                     .await?;
                 let busy = busy_devices(&usage.used, &pods);
-                return plan_whole_cards(&devices, &ids, &busy).map_err(|e| e.to_string());
+                return self
+                    .hand_over_whole_cards(&pods, &devices, &ids, &busy)
+                    .await;
             }
             PodChoice::Tracked(p) => p,
         };
@@ -193,6 +201,48 @@ impl KubeAllocator {
         }
     }
 
+    /// A pod HAMi did not place: the cards of kubelet's ids, if no other pod holds them
+    /// whole and no slice or pending run uses them (`busy`), recorded on the pod
+    /// (`hami.io/amd-whole-cards`) before the answer (issue 26 item 1).
+    async fn hand_over_whole_cards(
+        &self,
+        pods: &[Pod],
+        devices: &[RegisteredDevice],
+        ids: &[String],
+        busy: &BTreeSet<String>,
+    ) -> Result<ContainerPlan, String> {
+        let target = fallback_target(pods, &self.node, Vendor::Amd, SCHEDULER, ids.len())?;
+        let holdings = node_holdings(pods, &self.node, Vendor::Amd, SCHEDULER);
+        for (pod, why) in &holdings.problems {
+            tracing::warn!(pod = %pod, "whole-card holding not counted: {why}");
+        }
+        // The card (registered id) each kubelet id is a share of; an id of no offered card
+        // is refused by plan_whole_cards below.
+        let chosen: Vec<(String, String)> = ids
+            .iter()
+            .filter_map(|text| {
+                let key = KubeletDeviceId::parse(text).ok()?.device_key;
+                let dev = devices.iter().find(|d| d.device_key == key)?;
+                Some((text.clone(), dev.info.id.clone()))
+            })
+            .collect();
+        check_free(
+            &chosen,
+            &holdings.held_by_others(Some(&target)),
+            &BTreeSet::new(),
+            Vendor::Amd,
+        )?;
+        let plan = plan_whole_cards(devices, ids, busy).map_err(|e| e.to_string())?;
+        let cards: Vec<String> = chosen.into_iter().map(|(_, c)| c).collect();
+        let existing = pods
+            .iter()
+            .find(|p| pod_ref(p) == target)
+            .and_then(|p| annotation(p, whole_cards::key(Vendor::Amd)));
+        record_whole_cards(&self.client, &target, Vendor::Amd, existing, &cards).await?;
+        tracing::info!(pod = %target, cards = ?cards, "whole cards handed over and recorded");
+        Ok(plan)
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn plan_and_commit(
         &self,
@@ -209,6 +259,21 @@ impl KubeAllocator {
         if check_lock_owner(lock, target).is_err() {
             tracing::warn!(pod = %target, lock = ?lock, "allocating a pod whose node lock expired and was taken over");
         }
+        // A card a pod HAMi did not place took after the scheduler decided: never shared.
+        let run_cards = annotation(pod, AMD.devices_to_allocate)
+            .and_then(|t| decode_pod_devices(t).ok())
+            .map(|runs| {
+                runs.into_iter()
+                    .flatten()
+                    .map(|d| d.uuid)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        check_run_not_held(
+            run_cards,
+            &node_holdings(pods, &self.node, Vendor::Amd, SCHEDULER).held_by_others(None),
+            Vendor::Amd,
+        )?;
         // D-4: CUs count only on pods our scheduler placed; the pod being allocated was
         // bound by it, so its schedulerName is the scheduler's.
         let scheduler = pod
@@ -232,6 +297,10 @@ impl KubeAllocator {
                 .collect(),
             kinds: container_kinds(pod),
             allocated: annotation(pod, AMD.devices_allocated).map(str::to_owned),
+            task_priorities: pod_container_slots(pod)
+                .iter()
+                .map(|c| crate::allocate_plan::task_priority(c.container))
+                .collect(),
         };
         let plan = plan_allocate(&state, devices, &usage, requested, &self.settings)
             .map_err(|e| e.to_string())?;
@@ -362,7 +431,13 @@ impl Allocator for KubeAllocator {
             else {
                 return Vec::new();
             };
-            let busy = busy_devices(&usage.used, &pods);
+            let mut busy = busy_devices(&usage.used, &pods);
+            // And cards held whole by pods HAMi did not place (issue 26 item 1).
+            busy.extend(
+                node_holdings(&pods, &self.node, Vendor::Amd, SCHEDULER)
+                    .by_card
+                    .into_keys(),
+            );
             devices
                 .iter()
                 .filter(|d| busy.contains(&d.info.id))

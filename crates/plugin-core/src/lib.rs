@@ -6,7 +6,8 @@
 //! Allocate belongs to), and the decisions of the shells' loops: [`session_rules`] (when
 //! a kubelet session registers, restarts or stops), [`lock_attempt`] (the steps of one
 //! node-lock attempt), [`lock_retry`] (wait or give up after a failed attempt), [`refresh_schedule`] (the plugins' publication and health
-//! timers). Shells: [`grpc_server`] (kubelet `DevicePlugin` service),
+//! timers), [`whole_card_holdings`] (whole cards held by pods HAMi did not place: who holds
+//! what, which pod a whole-card Allocate is for, refusals). Shells: [`grpc_server`] (kubelet `DevicePlugin` service),
 //! [`kubelet_session`] (socket + registration loop), [`pod_commit`] (bind phase, lock
 //! release, accounting directory), [`node_lock_client`] (the node-lock client the
 //! scheduler's bind uses too), [`publisher_loop`] (both plugins' publisher loop),
@@ -26,3 +27,4 @@ pub mod publisher_loop;
 pub mod refresh_schedule;
 pub mod run_mapping;
 pub mod session_rules;
+pub mod whole_card_holdings;

@@ -99,6 +99,36 @@ pub fn check_lock_owner(lock: Option<&str>, target: &PodRef) -> Result<(), Strin
 /// leaves it to expire (D-2).
 pub const RELEASE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Records a whole-card hand-over on the pod before Allocate answers (issue 26 item 1):
+/// `hami.io/<vendor>-whole-cards` becomes the recorded cards (`existing`) with `cards`
+/// added. A failed write fails the Allocate: a card is never handed over unrecorded.
+pub async fn record_whole_cards(
+    client: &kube::Client,
+    target: &PodRef,
+    vendor: hami_protocol::names::Vendor,
+    existing: Option<&str>,
+    cards: &[String],
+) -> Result<(), String> {
+    let key = hami_protocol::whole_cards::key(vendor);
+    let value = hami_protocol::whole_cards::merge(existing, cards)
+        .map_err(|e| format!("pod {target}: {key}: {e}"))?;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &target.namespace);
+    api.patch(
+        &target.name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+    )
+    .await
+    .map_err(|e| {
+        format!(
+            "cannot record the whole cards {} on pod {target} ({key}): {}",
+            cards.join(","),
+            api_error_text(&e)
+        )
+    })?;
+    Ok(())
+}
+
 /// Removes the node lock if `owner` holds it, through the shared node-lock client (retries
 /// with backoff until [`RELEASE_DEADLINE`]); a failure is logged, and the lock then expires.
 pub async fn release_lock(client: &kube::Client, node: &str, owner: &PodRef) {

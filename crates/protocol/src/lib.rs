@@ -22,6 +22,7 @@
 //! | [`placement`] | which pods the scheduler placed, whose allocation annotations count (D-4) — feature `k8s` |
 //! | [`requests`] | what a pod asks for, defaults and validation (§1) — feature `k8s` |
 //! | [`selection`] | type/uuid filters, NUMA/XGMI binding, policies (§1) |
+//! | [`whole_cards`] | whole-card fallback holdings of pods HAMi did not place (`hami.io/<vendor>-whole-cards`), and the rule that counts them (issue 26) |
 //!
 //! Without default features the crate needs only `thiserror`, so the hooks can link it.
 
@@ -40,6 +41,7 @@ pub mod quantity;
 pub mod rfc3339;
 pub mod scrape;
 pub mod selection;
+pub mod whole_cards;
 
 #[cfg(feature = "json")]
 pub mod cu_allocated;

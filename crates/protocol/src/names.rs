@@ -195,6 +195,8 @@ pub const SCHEDULER_OWNED_ANNOTATIONS: &[&str] = &[
     "hami.io/vgpu-devices-to-allocate",
     "hami.io/vgpu-devices-allocated",
     "hami.io/vgpu-mig-allocations",
+    crate::whole_cards::AMD_KEY,
+    crate::whole_cards::NVIDIA_KEY,
 ];
 
 /// The scheduler's name when the operator does not choose one (`schedulerName` of the pods

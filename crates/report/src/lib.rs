@@ -7,7 +7,8 @@ pub mod dra_status;
 mod status;
 
 pub use status::{
-    GpuStatus, NodeStatus, PendingPod, StatusReport, build as status_report, report_from_state,
+    GpuStatus, NodeStatus, PendingPod, StatusReport, WHOLE_CARD_MARK, build as status_report,
+    report_from_state,
 };
 
 use std::collections::BTreeMap;

@@ -54,9 +54,14 @@ pub struct GpuStatus {
     pub cores_used: u64,
     /// AMD: CUs registered; NVIDIA: 100 × core scaling.
     pub cores: u32,
-    /// Pods holding a share, `namespace/name`, sorted.
+    /// Pods holding a share, `namespace/name`, sorted; a pod HAMi did not place that holds
+    /// the card whole is `namespace/name (whole card)` ([`WHOLE_CARD_MARK`]).
     pub holders: Vec<String>,
 }
+
+/// After a holder that holds the card whole without HAMi having placed it
+/// (`hami.io/<vendor>-whole-cards`, written by the device plugin).
+pub const WHOLE_CARD_MARK: &str = "(whole card)";
 
 /// A GPU pod not placed yet.
 #[derive(Debug, Serialize)]
@@ -89,6 +94,19 @@ pub fn report_from_state<'a>(
                 .entry((holding.node.clone(), charge.uuid.clone()))
                 .or_default()
                 .push(format!("{}/{}", holding.namespace, holding.name));
+        }
+    }
+    // Pods HAMi did not place that the device plugin handed whole cards (issue 26 item 1):
+    // the scheduler's state counts each such card full.
+    for (_, held) in state.whole_card_holdings() {
+        for card in &held.cards {
+            holders
+                .entry((held.node.clone(), card.clone()))
+                .or_default()
+                .push(format!(
+                    "{}/{} {WHOLE_CARD_MARK}",
+                    held.namespace, held.name
+                ));
         }
     }
     let mut names: Vec<&String> = state.node_names().collect();
@@ -171,4 +189,37 @@ pub fn report_from_state<'a>(
     }
     pending.sort_by(|a, b| a.pod.cmp(&b.pod));
     StatusReport { nodes, pending }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_card_held_whole_by_a_pod_hami_did_not_place_shows_full_with_its_holder() {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1", "annotations": {
+            "hami.io/node-nvidia-register": r#"[{"id":"GPU-1","count":10,"devmem":1000,"devcore":100,"type":"NVIDIA-A100","health":true},{"id":"GPU-2","count":10,"devmem":1000,"devcore":100,"type":"NVIDIA-A100","health":true}]"#}}}))
+        .unwrap();
+        let plain: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "plain", "namespace": "ns", "uid": "u1",
+                "labels": {"hami.io/webhook": "ignore"},
+                "annotations": {"hami.io/nvidia-whole-cards": "GPU-2"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Running"}}))
+        .unwrap();
+        let report = build(&[node], &[plain], &[]);
+        let gpus = &report.nodes[0].gpus;
+        assert!(gpus[0].holders.is_empty() && gpus[0].memory_used_mib == 0);
+        assert_eq!(gpus[1].holders, vec!["ns/plain (whole card)".to_owned()]);
+        assert_eq!(
+            (
+                gpus[1].shares_used,
+                gpus[1].memory_used_mib,
+                gpus[1].cores_used
+            ),
+            (10, 1000, 100)
+        );
+    }
 }

@@ -210,6 +210,27 @@ impl NodeSnapshot {
         }
         unknown
     }
+
+    /// Marks `cards` held whole by a pod the scheduler did not place (issue 26 item 1,
+    /// `hami_protocol::whole_cards`): each is full — every share, all its memory and cores
+    /// taken — so no slice is ever offered on it. Ids this node does not register are
+    /// returned (worth a log line).
+    pub fn hold_whole<'a>(&mut self, cards: &'a [String]) -> Vec<&'a str> {
+        let mut unknown = Vec::new();
+        for card in cards {
+            match self.devices.gpus.iter().position(|g| g.info.id == *card) {
+                Some(i) => {
+                    let info = &self.devices.gpus[i].info;
+                    let u = &mut self.usage[i];
+                    u.used = u.used.max(info.count).max(1);
+                    u.mem_mib = u.mem_mib.max(info.devmem);
+                    u.cores = u.cores.max(u64::from(info.devcore));
+                }
+                None => unknown.push(card.as_str()),
+            }
+        }
+        unknown
+    }
 }
 
 #[cfg(test)]
@@ -327,6 +348,20 @@ mod tests {
             },
         ];
         assert_eq!(snap.charge(&charges), vec!["gone"]);
+        // A card held whole is full, whatever slices say; unknown ids are returned.
+        let mut held = snap.clone();
+        assert_eq!(
+            held.hold_whole(&["GPU-1".into(), "nope".into()]),
+            vec!["nope"]
+        );
+        assert_eq!(
+            held.usage[0],
+            GpuUsage {
+                used: 10,
+                mem_mib: 1000,
+                cores: 100
+            }
+        );
         assert_eq!(
             snap.usage[0],
             GpuUsage {

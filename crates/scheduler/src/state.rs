@@ -17,6 +17,7 @@ use hami_protocol::handshake;
 use hami_protocol::names::{DEFAULT_SCHEDULER_NAME, Vendor, pod as pod_keys};
 use hami_protocol::placement::placed_by_scheduler;
 use hami_protocol::requests::{container_kinds, pod_ref};
+use hami_protocol::whole_cards;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::heartbeat::Heartbeats;
@@ -97,6 +98,52 @@ pub fn pod_holding(pod: &Pod, scheduler_name: &str) -> Result<Option<PodHolding>
     }))
 }
 
+/// Cards a pod the scheduler did not place holds whole (issue 26 item 1): the device
+/// plugin's record of a whole-card hand-over (`hami.io/<vendor>-whole-cards`), counted by
+/// `hami_protocol::whole_cards::held_cards`. Each such card is full for the scheduler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WholeCardHolding {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub name: String,
+    /// The node it is bound to (`spec.nodeName`).
+    pub node: String,
+    /// The registered ids of the cards, every vendor's.
+    pub cards: Vec<String>,
+}
+
+/// The whole cards a pod holds, every vendor's; `None` when none counts (see
+/// `whole_cards::held_cards`: live, bound, not placed by `scheduler_name`, at most asked).
+pub fn whole_card_holding(
+    pod: &Pod,
+    scheduler_name: &str,
+) -> Result<Option<WholeCardHolding>, HoldingError> {
+    let mut held: Option<WholeCardHolding> = None;
+    for vendor in Vendor::ALL {
+        let found =
+            whole_cards::held_cards(pod, vendor, scheduler_name).map_err(|e| HoldingError {
+                pod: pod_name(pod),
+                key: whole_cards::key(vendor),
+                problem: e.to_string(),
+            })?;
+        let Some(found) = found else { continue };
+        match &mut held {
+            Some(h) => h.cards.extend(found.cards),
+            None => {
+                let owner = pod_ref(pod);
+                held = Some(WholeCardHolding {
+                    namespace: owner.namespace,
+                    name: owner.name,
+                    node: found.node,
+                    cards: found.cards,
+                });
+            }
+        }
+    }
+    Ok(held)
+}
+
 /// `namespace/name` of a pod (`default` when the namespace is unset), for logs and errors.
 pub fn pod_name(pod: &Pod) -> String {
     pod_ref(pod).to_string()
@@ -129,6 +176,9 @@ pub struct ClusterState {
     nodes: HashMap<String, NodeEntry>,
     pods: HashMap<String, PodEntry>,
     pods_by_node: HashMap<String, HashSet<String>>,
+    /// Whole cards held by pods this scheduler did not place, by pod uid (few: counted on
+    /// every recount of their node).
+    whole: HashMap<String, WholeCardHolding>,
     /// Problems seen while reading pods (bad annotations), by pod uid.
     pub pod_problems: HashMap<String, String>,
     heartbeats: Heartbeats,
@@ -159,6 +209,7 @@ impl ClusterState {
             nodes: HashMap::new(),
             pods: HashMap::new(),
             pods_by_node: HashMap::new(),
+            whole: HashMap::new(),
             pod_problems: HashMap::new(),
             heartbeats: Heartbeats::new(),
             heartbeat_check_at: None,
@@ -290,6 +341,14 @@ impl ClusterState {
                 None
             }
         };
+        let whole = match whole_card_holding(pod, &self.scheduler_name) {
+            Ok(w) => w,
+            Err(e) => {
+                self.pod_problems.insert(uid.clone(), e.to_string());
+                None
+            }
+        };
+        self.set_whole(&uid, whole);
         if let Some(entry) = self.pods.get(&uid)
             && let Some(expected) = &entry.pending
         {
@@ -317,6 +376,23 @@ impl ClusterState {
     pub fn remove_pod(&mut self, uid: &str) {
         self.pod_problems.remove(uid);
         self.drop_holding(uid);
+        self.set_whole(uid, None);
+    }
+
+    /// Records (or, with `None`, forgets) the whole cards a pod holds, recounting the
+    /// nodes concerned when that changes.
+    fn set_whole(&mut self, uid: &str, whole: Option<WholeCardHolding>) {
+        let old = match &whole {
+            Some(w) => self.whole.insert(uid.to_owned(), w.clone()),
+            None => self.whole.remove(uid),
+        };
+        if old == whole {
+            return;
+        }
+        let nodes: Vec<String> = old.into_iter().chain(whole).map(|w| w.node).collect();
+        for node in nodes {
+            self.recount(&node);
+        }
     }
 
     fn drop_holding(&mut self, uid: &str) {
@@ -341,8 +417,11 @@ impl ClusterState {
         let gone: Vec<String> = self
             .pods
             .keys()
+            .chain(self.whole.keys())
             .filter(|u| !seen.contains(*u))
             .cloned()
+            .collect::<HashSet<String>>()
+            .into_iter()
             .collect();
         for uid in gone {
             self.remove_pod(&uid);
@@ -400,6 +479,9 @@ impl ClusterState {
                 }
             }
         }
+        for w in self.whole.values().filter(|w| w.node == node) {
+            snapshot.hold_whole(&w.cards);
+        }
         entry.snapshot = snapshot;
     }
 
@@ -431,6 +513,11 @@ impl ClusterState {
     /// Every pod holding GPUs, with its uid.
     pub fn holdings(&self) -> impl Iterator<Item = (&String, &PodHolding)> {
         self.pods.iter().map(|(uid, e)| (uid, &e.holding))
+    }
+
+    /// Every pod the scheduler did not place that holds whole cards, with its uid.
+    pub fn whole_card_holdings(&self) -> impl Iterator<Item = (&String, &WholeCardHolding)> {
+        self.whole.iter()
     }
 
     /// Pods holding GPUs.
@@ -501,6 +588,60 @@ mod tests {
         other.upsert_node(&node("n1", 1000));
         other.upsert_pod(&pod("p1", "n1", "n1-gpu,AMD X,100,10:;", "Running"));
         assert_eq!(other.pod_count(), 0);
+    }
+
+    #[test]
+    fn a_card_held_whole_by_a_plain_pod_is_full_until_it_ends() {
+        let plain = |phase: &str, cards: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "plain", "namespace": "ns", "uid": "plain",
+                    "labels": {"hami.io/webhook": "ignore"},
+                    "annotations": {"hami.io/amd-whole-cards": cards}},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c",
+                    "resources": {"limits": {"amd.com/gpu": "1"}}}]},
+                "status": {"phase": phase}
+            }))
+            .unwrap()
+        };
+        let mut s = ClusterState::new();
+        s.upsert_node(&node("n1", 1000));
+        s.upsert_pod(&pod("p1", "n1", "n1-gpu,AMD X,100,10:;", "Running"));
+        s.upsert_pod(&plain("Running", "n1-gpu"));
+        let full = GpuUsageView::of(&s);
+        assert_eq!(full, (10, 1000, 100));
+        let held: Vec<_> = s.whole_card_holdings().map(|(_, w)| w.clone()).collect();
+        assert_eq!(
+            held,
+            vec![WholeCardHolding {
+                namespace: "ns".into(),
+                name: "plain".into(),
+                node: "n1".into(),
+                cards: vec!["n1-gpu".into()]
+            }]
+        );
+        // Ended: the slice's usage only; a bad value is a problem, not a holding.
+        s.upsert_pod(&plain("Succeeded", "n1-gpu"));
+        assert_eq!(GpuUsageView::of(&s), (1, 100, 10));
+        s.upsert_pod(&plain("Running", "n1-gpu,,"));
+        assert_eq!(GpuUsageView::of(&s), (1, 100, 10));
+        assert!(s.pod_problems["plain"].contains("hami.io/amd-whole-cards"));
+        s.upsert_pod(&plain("Running", "n1-gpu"));
+        assert_eq!(GpuUsageView::of(&s), (10, 1000, 100));
+        // Deleted, and gone after a relist.
+        s.remove_pod("plain");
+        assert_eq!(GpuUsageView::of(&s), (1, 100, 10));
+        s.upsert_pod(&plain("Running", "n1-gpu"));
+        s.reset_pods(std::iter::empty());
+        assert_eq!(s.whole_card_holdings().count(), 0);
+        assert_eq!(GpuUsageView::of(&s), (0, 0, 0));
+    }
+
+    struct GpuUsageView;
+    impl GpuUsageView {
+        fn of(s: &ClusterState) -> (u32, u64, u64) {
+            let u = s.node("n1").unwrap().usage[0];
+            (u.used, u.mem_mib, u.cores)
+        }
     }
 
     #[test]

@@ -62,7 +62,7 @@ amd.com/gpu amd.com/gpumem amd.com/gpumem-percentage amd.com/gpucores nvidia.com
 
 {{- /* Annotations only the scheduler may set (hami_protocol SCHEDULER_OWNED_ANNOTATIONS). */ -}}
 {{- define "hami.schedulerOwnedAnnotations" -}}
-hami.io/vgpu-node hami.io/vgpu-time hami.io/bind-phase hami.io/bind-time hami.io/amd-cu-allocated hami.io/amd-devices-to-allocate hami.io/amd-devices-allocated hami.io/vgpu-devices-to-allocate hami.io/vgpu-devices-allocated hami.io/vgpu-mig-allocations
+hami.io/vgpu-node hami.io/vgpu-time hami.io/bind-phase hami.io/bind-time hami.io/amd-cu-allocated hami.io/amd-devices-to-allocate hami.io/amd-devices-allocated hami.io/vgpu-devices-to-allocate hami.io/vgpu-devices-allocated hami.io/vgpu-mig-allocations hami.io/amd-whole-cards hami.io/nvidia-whole-cards
 {{- end -}}
 
 
