@@ -7,7 +7,13 @@
 //! Percentages need the device's size, so each claim is written per device *shape* (the
 //! distinct product name, memory and compute units among this driver's ResourceSlices):
 //! one shape is an `exactly` request pinned to it, several are `firstAvailable`
-//! sub-requests, smallest fitting device first (binpack by shape). Amounts follow SPEC §1
+//! sub-requests, smallest fitting device first (binpack by shape: memory, then compute
+//! units, then product name). Only shapes that can hold the request are listed (a device
+//! whose memory is below the request's is left out). A claim lists at most 8 sub-requests
+//! (`MAX_FIRST_AVAILABLE`, kube-scheduler's limit): when more shapes can hold the request,
+//! the 8 with the most devices in the cluster are kept (ties: the smaller first), still
+//! smallest first, and the claim says which it left out ([`ContainerClaim::warnings`], the
+//! admission response's warnings, which kubectl prints) — never silently. Amounts follow SPEC §1
 //! and §2.2: memory `gpumem` MiB, or `floor(devmem × pct / 100)` MiB; compute units
 //! `floor(pct × cus / 100)` clamped to `[1, cus]`, on RDNA (policy step 2) rounded up to
 //! whole WGPs (`amd_cu_count`, the device plugin path's charge); `gpucores` absent or 100 leaves compute units to the policy default (all of them:
@@ -89,21 +95,25 @@ impl AmdMode {
 }
 
 /// One device shape of this driver's ResourceSlices. The derived order is the order
-/// sub-requests are tried in: product name, then memory, then compute units, ascending.
+/// sub-requests are tried in, smallest first: memory, then compute units, then product
+/// name, ascending.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Shape {
-    /// The `productName` attribute.
-    pub product_name: String,
     /// The `memory` capacity, bytes.
     pub memory_bytes: u64,
     /// The `computeUnits` capacity.
     pub compute_units: u64,
+    /// The `productName` attribute.
+    pub product_name: String,
     /// The `computeUnits` request policy's step (1 without one).
     pub cu_step: u64,
     /// The `shares` capacity (1 without one).
     pub shares: u64,
     /// The `type` attribute (`amdgpu-slice`, `amdgpu-partition`).
     pub device_type: String,
+    /// How many devices of this shape the slices publish (every node): which shapes a claim
+    /// keeps when more can hold a request than it may list.
+    pub devices: u64,
 }
 
 impl Shape {
@@ -127,9 +137,10 @@ fn capacity(device: &Device, name: &str) -> Option<u64> {
     hami_protocol::capacity::parse(&c.value.0).ok()
 }
 
-/// The distinct device shapes of this driver's slices (other drivers' are ignored), sorted.
-/// Tainted devices count (the allocator skips them, the shape still exists); a device
-/// without a product name, memory or compute units cannot be sized and is left out.
+/// The distinct device shapes of this driver's slices (other drivers' are ignored), sorted,
+/// each with its number of devices. Tainted devices count (the allocator skips them, the
+/// shape still exists); a device without a product name, memory or compute units cannot be
+/// sized and is left out.
 pub fn shapes<'a>(slices: impl IntoIterator<Item = &'a ResourceSlice>) -> Vec<Shape> {
     let mut out: Vec<Shape> = slices
         .into_iter()
@@ -155,11 +166,22 @@ pub fn shapes<'a>(slices: impl IntoIterator<Item = &'a ResourceSlice>) -> Vec<Sh
                 device_type: string_attribute(d, ATTR_TYPE)
                     .unwrap_or_default()
                     .to_owned(),
+                devices: 1,
             })
         })
         .collect();
     out.sort();
-    out.dedup();
+    // Equal shapes are adjacent (`devices` orders last): one entry, their devices summed.
+    out.dedup_by(|later, kept| {
+        let same = Shape {
+            devices: kept.devices,
+            ..later.clone()
+        } == *kept;
+        if same {
+            kept.devices += later.devices;
+        }
+        same
+    });
     out
 }
 
@@ -178,9 +200,44 @@ pub struct ContainerClaim {
     pub template_name: String,
     /// The template's spec.
     pub spec: ResourceClaimTemplateSpec,
+    /// Shapes that can hold the request but are not in the claim: more could than a claim
+    /// may list (`MAX_FIRST_AVAILABLE`). Not part of the template.
+    pub left_out: Vec<Shape>,
 }
 
 impl ContainerClaim {
+    /// What the user must be told about this claim (the admission response's warnings):
+    /// that the sub-request limit applied, and each shape it left out (at most 10 named).
+    pub fn warnings(&self) -> Vec<String> {
+        if self.left_out.is_empty() {
+            return Vec::new();
+        }
+        let field = claim_field(self);
+        let mut out = vec![format!(
+            "{field}: {} AMD device types can hold the request, more than the {MAX_FIRST_AVAILABLE} a claim may list: kept the {MAX_FIRST_AVAILABLE} with the most devices, left out {}",
+            self.left_out.len() + MAX_FIRST_AVAILABLE,
+            self.left_out.len()
+        )];
+        const NAMED: usize = 10;
+        for shape in self.left_out.iter().take(NAMED) {
+            out.push(format!(
+                "{field}: left out {} ({} MiB, {} CUs, {} device{}): the pod cannot land on it",
+                shape.product_name,
+                shape.memory_mib(),
+                shape.compute_units,
+                shape.devices,
+                if shape.devices == 1 { "" } else { "s" }
+            ));
+        }
+        if self.left_out.len() > NAMED {
+            out.push(format!(
+                "{field}: and {} more device types left out",
+                self.left_out.len() - NAMED
+            ));
+        }
+        out
+    }
+
     /// The template object to create in `namespace`.
     pub fn template(&self, namespace: &str) -> ResourceClaimTemplate {
         ResourceClaimTemplate {
@@ -384,12 +441,47 @@ fn largest(shapes: &[&Shape]) -> String {
         .unwrap_or_else(|| "none".into())
 }
 
+/// One container's claim spec and the shapes the sub-request limit left out of it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClaimChoice {
+    /// The claim's spec.
+    pub spec: ResourceClaimSpec,
+    /// Shapes that can hold the request but are not listed (more than
+    /// `MAX_FIRST_AVAILABLE` could), the smaller first.
+    pub left_out: Vec<Shape>,
+}
+
+/// Of `subs` (distinct shapes that hold the request, smallest first, `devices` summed over
+/// equal sub-requests), the ones a claim lists and the ones left out: all when they are at
+/// most `MAX_FIRST_AVAILABLE`, else the `MAX_FIRST_AVAILABLE` with the most devices (ties:
+/// the smaller), both still smallest first.
+fn keep_most_devices<T>(subs: Vec<(Shape, T)>) -> (Vec<(Shape, T)>, Vec<Shape>) {
+    if subs.len() <= MAX_FIRST_AVAILABLE {
+        return (subs, Vec::new());
+    }
+    let mut rank: Vec<usize> = (0..subs.len()).collect();
+    rank.sort_by_key(|&i| (std::cmp::Reverse(subs[i].0.devices), i));
+    let kept: std::collections::BTreeSet<usize> =
+        rank.into_iter().take(MAX_FIRST_AVAILABLE).collect();
+    let mut keep = Vec::new();
+    let mut left_out = Vec::new();
+    for (i, sub) in subs.into_iter().enumerate() {
+        if kept.contains(&i) {
+            keep.push(sub);
+        } else {
+            left_out.push(sub.0);
+        }
+    }
+    (keep, left_out)
+}
+
 /// The claim spec of one container's AMD request.
 pub fn claim_spec(
     request: &DeviceRequest,
     selector: &DeviceSelector,
     shapes: &[Shape],
-) -> Result<ResourceClaimSpec, String> {
+) -> Result<ClaimChoice, String> {
+    let mut left_out = Vec::new();
     let mut common = Vec::new();
     if !selector.use_uuids.is_empty() {
         common.push(cel(uuid_list(&selector.use_uuids)));
@@ -431,21 +523,24 @@ pub fn claim_spec(
                 seen.join(", ")
             ));
         }
-        let mut subs: Vec<(&Shape, Amounts)> = Vec::new();
+        let mut subs: Vec<(Shape, Amounts)> = Vec::new();
         for shape in &typed {
+            // Only shapes that can hold the request.
             let Some(amounts) = amounts_on(request, shape) else {
                 continue;
             };
             // Shapes differing only in type, step or shares give the same sub-request.
-            if subs.iter().any(|(s, _)| {
+            if let Some((same, _)) = subs.iter_mut().find(|(s, _)| {
                 (&s.product_name, s.memory_bytes, s.compute_units)
                     == (&shape.product_name, shape.memory_bytes, shape.compute_units)
             }) {
+                same.devices += shape.devices;
                 continue;
             }
-            subs.push((shape, amounts));
+            subs.push(((*shape).clone(), amounts));
         }
-        subs.truncate(MAX_FIRST_AVAILABLE);
+        let (subs, dropped) = keep_most_devices(subs);
+        left_out = dropped;
         match subs.as_slice() {
             [] => {
                 return Err(format!(
@@ -543,12 +638,15 @@ pub fn claim_spec(
             constraints.push(over(None, Some(format!("{DRIVER}/{ATTR_XGMI_HIVE}"))));
         }
     }
-    Ok(ResourceClaimSpec {
-        devices: Some(DeviceClaim {
-            requests: Some(vec![device_request]),
-            constraints: (!constraints.is_empty()).then_some(constraints),
-            config: None,
-        }),
+    Ok(ClaimChoice {
+        spec: ResourceClaimSpec {
+            devices: Some(DeviceClaim {
+                requests: Some(vec![device_request]),
+                constraints: (!constraints.is_empty()).then_some(constraints),
+                config: None,
+            }),
+        },
+        left_out,
     })
 }
 
@@ -577,14 +675,13 @@ pub fn pod_claims(
     for (slot, request) in container_slots(spec).iter().zip(requests) {
         let Some(amd) = &request.amd else { continue };
         let field = || format!("{} ({})", slot.field(), slot.container.name);
-        let claim_spec =
-            claim_spec(amd, &selector, shapes).map_err(|e| format!("{}: {e}", field()))?;
+        let choice = claim_spec(amd, &selector, shapes).map_err(|e| format!("{}: {e}", field()))?;
         let spec = ResourceClaimTemplateSpec {
             metadata: Some(ObjectMeta {
                 labels: Some(managed_labels()),
                 ..Default::default()
             }),
-            spec: claim_spec,
+            spec: choice.spec,
         };
         let entry = entry_name(&slot.container.name);
         let taken_in_container = slot
@@ -606,6 +703,7 @@ pub fn pod_claims(
             entry_name: entry,
             template_name: template_name(&spec),
             spec,
+            left_out: choice.left_out,
         });
     }
     Ok(out)

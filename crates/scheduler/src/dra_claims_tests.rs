@@ -40,6 +40,7 @@ fn mi300x() -> Shape {
         cu_step: 1,
         shares: 10,
         device_type: "amdgpu-slice".into(),
+        devices: 1,
     }
 }
 
@@ -51,6 +52,7 @@ fn mi210() -> Shape {
         cu_step: 1,
         shares: 10,
         device_type: "amdgpu-slice".into(),
+        devices: 1,
     }
 }
 
@@ -116,7 +118,12 @@ fn shapes_come_from_this_drivers_slices_sorted_and_distinct() {
     );
     let other = slice("gpu.amd.com", vec![device("gpu-0", "Other", 8 * GI, 8, 1)]);
     let found = shapes([&ours, &other]);
-    assert_eq!(found, vec![mi210(), mi300x()]);
+    // Smallest first; the two MI300X are one shape of two devices.
+    let two = Shape {
+        devices: 2,
+        ..mi300x()
+    };
+    assert_eq!(found, vec![mi210(), two]);
     // RDNA: the CU step is the request policy's.
     let rdna = slice(DRIVER, vec![device("gpu-0", "AMD Radeon", 24 * GI, 96, 2)]);
     assert_eq!(shapes([&rdna])[0].cu_step, 2);
@@ -161,6 +168,7 @@ fn dra_and_device_plugin_paths_charge_the_same_cus() {
                 cu_step: step,
                 shares: 10,
                 device_type: "amdgpu-slice".into(),
+                devices: 1,
             };
             let gpu = Gpu {
                 vendor: Vendor::Amd,
@@ -203,6 +211,7 @@ fn dra_and_device_plugin_paths_charge_the_same_cus() {
         cu_step: 2,
         shares: 10,
         device_type: "amdgpu-slice".into(),
+        devices: 1,
     };
     let p = pod(
         json!({}),
@@ -265,6 +274,89 @@ fn memory_percentage_is_of_each_shapes_memory() {
     let subs = request_of(&claims[0]).first_available.as_ref().unwrap();
     assert_eq!(subs[0].name, "shape-0");
     assert!(subs.iter().all(|s| s.count == Some(1)));
+}
+
+fn junk(i: usize, memory: u64) -> Shape {
+    Shape {
+        product_name: format!("AMD Aaa {i}"),
+        memory_bytes: memory,
+        compute_units: 64,
+        cu_step: 1,
+        shares: 10,
+        device_type: "amdgpu-slice".into(),
+        devices: 1,
+    }
+}
+
+/// Issue 26 item 9: more types than a claim may list no longer drop the real GPUs (the
+/// landed code cut the name-sorted list at 8, so 9 types sorting before "AMD Instinct
+/// MI210" removed it from every claim): the 8 with the most devices are kept, smallest
+/// first, and the ones left out are said.
+#[test]
+fn more_types_than_a_claim_lists_keep_those_with_the_most_devices_and_say_so() {
+    let mut shapes: Vec<Shape> = (0..9).map(|i| junk(i, 128 * GI)).collect();
+    shapes.push(Shape {
+        devices: 2,
+        ..mi210()
+    });
+    shapes.sort();
+    let p = pod(
+        json!({}),
+        json!({"amd.com/gpu": "1", "amd.com/gpucores": "25"}),
+    );
+    let claims = claims_of(&p, &shapes).unwrap();
+    let alts = alternatives(&claims[0]);
+    assert_eq!(alts.len(), MAX_FIRST_AVAILABLE);
+    // MI210 (2 devices, and the smallest) first, then the Aaa types with the lowest names.
+    assert_eq!(alts[0].0[0], shape_selector(&mi210()));
+    for (i, alt) in alts[1..].iter().enumerate() {
+        assert_eq!(alt.0[0], shape_selector(&junk(i, 128 * GI)));
+    }
+    let left: Vec<&str> = claims[0]
+        .left_out
+        .iter()
+        .map(|s| s.product_name.as_str())
+        .collect();
+    assert_eq!(left, ["AMD Aaa 7", "AMD Aaa 8"]);
+    let warnings = claims[0].warnings();
+    assert_eq!(
+        warnings,
+        [
+            "spec.containers[0] (main): 10 AMD device types can hold the request, more than the 8 a claim may list: kept the 8 with the most devices, left out 2",
+            "spec.containers[0] (main): left out AMD Aaa 7 (131072 MiB, 64 CUs, 1 device): the pod cannot land on it",
+            "spec.containers[0] (main): left out AMD Aaa 8 (131072 MiB, 64 CUs, 1 device): the pod cannot land on it",
+        ]
+    );
+    assert!(warnings.iter().all(|w| w.len() <= 256), "{warnings:?}");
+    // Eight types: every one listed, nothing to say.
+    let fewer = claims_of(&p, &shapes[..8]).unwrap();
+    assert_eq!(alternatives(&fewer[0]).len(), 8);
+    assert!(fewer[0].left_out.is_empty() && fewer[0].warnings().is_empty());
+
+    // Types whose devices cannot hold the request are not candidates (nothing to say):
+    // 9 types of 32 GiB and the MI210, for 40 GiB: the MI210 alone, exactly.
+    let mut small: Vec<Shape> = (0..9).map(|i| junk(i, 32 * GI)).collect();
+    small.push(mi210());
+    small.sort();
+    let big = pod(
+        json!({}),
+        json!({"amd.com/gpu": "1", "amd.com/gpumem": "40960", "amd.com/gpucores": "25"}),
+    );
+    let claims = claims_of(&big, &small).unwrap();
+    let alts = alternatives(&claims[0]);
+    assert_eq!(alts.len(), 1);
+    assert_eq!(alts[0].0[0], shape_selector(&mi210()));
+    assert!(claims[0].left_out.is_empty());
+    // Many left out: ten named, the rest counted.
+    let many: Vec<Shape> = (0..30).map(|i| junk(i, 128 * GI)).collect();
+    let mut many = many;
+    many.sort();
+    let w = claims_of(&p, &many).unwrap()[0].warnings();
+    assert_eq!(w.len(), 1 + 10 + 1, "{w:?}");
+    assert!(
+        w[11].ends_with("and 12 more device types left out"),
+        "{w:?}"
+    );
 }
 
 #[test]
@@ -546,14 +638,16 @@ fn arb_shape() -> impl Strategy<Value = Shape> {
         1u64..=262_144,
         1u64..=320,
         1u64..=2,
+        1u64..=4,
     )
-        .prop_map(|(p, mib, cus, step)| Shape {
+        .prop_map(|(p, mib, cus, step, devices)| Shape {
             product_name: p.into(),
             memory_bytes: mib << 20,
             compute_units: cus,
             cu_step: step,
             shares: 10,
             device_type: "amdgpu-slice".into(),
+            devices,
         })
 }
 
@@ -581,7 +675,7 @@ proptest! {
     /// request's amounts on that shape: no percentage lost, nothing above the shape.
     #[test]
     fn amounts_never_exceed_the_shape_and_follow_the_rules(
-        shapes in prop::collection::vec(arb_shape(), 0..6),
+        shapes in prop::collection::vec(arb_shape(), 0..14),
         request in arb_request(),
     ) {
         let mut shapes = shapes;
@@ -589,7 +683,8 @@ proptest! {
         shapes.dedup();
         let selector = DeviceSelector::default();
         match claim_spec(&request, &selector, &shapes) {
-            Ok(spec) => {
+            Ok(choice) => {
+                let spec = choice.spec;
                 let claim = ContainerClaim {
                     kind: ContainerKind::App,
                     index: 0,
@@ -597,6 +692,7 @@ proptest! {
                     entry_name: entry_name("c"),
                     template_name: String::new(),
                     spec: ResourceClaimTemplateSpec { metadata: None, spec },
+                    left_out: choice.left_out.clone(),
                 };
                 let r = request_of(&claim);
                 let count = r.exactly.as_ref().map(|e| e.count).unwrap_or_else(|| r.first_available.as_ref().unwrap()[0].count);
@@ -630,6 +726,27 @@ proptest! {
                 // Smallest fitting shape first: the alternatives keep the shapes' order.
                 let order: Vec<usize> = alts.iter().filter_map(|(s, _)| s.first().and_then(|s| shapes.iter().position(|sh| shape_selector(sh) == *s))).collect();
                 prop_assert!(order.windows(2).all(|w| w[0] < w[1]));
+                // No shape that holds the request is dropped without a word: each is listed
+                // or left out (said), and the limit alone leaves any out.
+                if needs_shapes(&request, &selector) {
+                    let key = |s: &Shape| (s.memory_bytes, s.compute_units, s.product_name.clone());
+                    // Devices per distinct sub-request among the shapes that hold it.
+                    let mut fitting: BTreeMap<(u64, u64, String), u64> = BTreeMap::new();
+                    for s in shapes.iter().filter(|s| amounts_on(&request, s).is_some()) {
+                        *fitting.entry(key(s)).or_default() += s.devices;
+                    }
+                    let listed = alts.len();
+                    prop_assert_eq!(listed + choice.left_out.len(), fitting.len());
+                    prop_assert_eq!(listed, fitting.len().min(MAX_FIRST_AVAILABLE));
+                    let fewest_kept = order.iter().map(|&i| fitting[&key(&shapes[i])]).min().unwrap_or(0);
+                    for s in &choice.left_out {
+                        prop_assert_eq!(s.devices, fitting[&key(s)]);
+                        prop_assert!(s.devices <= fewest_kept, "left out {:?} with more devices than one kept", s);
+                    }
+                    prop_assert!(choice.left_out.windows(2).all(|w| w[0] < w[1]), "left out smallest first");
+                } else {
+                    prop_assert!(choice.left_out.is_empty());
+                }
             }
             Err(message) => {
                 let fits_one = shapes.iter().any(|s| amounts_on(&request, s).is_some());
@@ -647,7 +764,7 @@ proptest! {
         prop_assert_eq!(&e, &entry_name(&container));
         let spec = |r: &DeviceRequest| ResourceClaimTemplateSpec {
             metadata: None,
-            spec: claim_spec(r, &DeviceSelector::default(), &[mi300x()]).unwrap_or_default(),
+            spec: claim_spec(r, &DeviceSelector::default(), &[mi300x()]).map(|c| c.spec).unwrap_or_default(),
         };
         let t = template_name(&spec(&request));
         prop_assert!(is_dns_label(&t) && t.len() == CLAIM_PREFIX.len() + 16, "{}", t);

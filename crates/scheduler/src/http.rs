@@ -292,6 +292,15 @@ async fn webhook(State(s): State<Arc<Scheduler>>, raw: Result<Bytes, BytesReject
         (Vec::new(), None)
     };
     let mut reviewed = review_with(&bytes, &s.settings.webhook, &shapes);
+    for warning in reviewed
+        .body
+        .pointer("/response/warnings")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        info!(namespace = %reviewed.namespace, "webhook warning: {}", warning.as_str().unwrap_or_default());
+    }
     if let Some(why) = unreadable {
         reviewed.note_missing_shapes(&why);
     }
@@ -328,6 +337,7 @@ impl Reviewed {
         if let Some(response) = self.body.get_mut("response").and_then(Value::as_object_mut) {
             response.remove("patch");
             response.remove("patchType");
+            response.remove("warnings");
             response.insert("allowed".into(), json!(false));
             response.insert(
                 "status".into(),
@@ -466,6 +476,13 @@ pub fn review_with(
                     claims: templates,
                 } => {
                     claims = templates;
+                    // Said, never silent: what a claim could not list (kubectl prints
+                    // an admission response's warnings to whoever created the pod).
+                    let warnings: Vec<String> =
+                        claims.iter().flat_map(ContainerClaim::warnings).collect();
+                    if !warnings.is_empty() {
+                        response["warnings"] = json!(warnings);
+                    }
                     if !patch.is_empty() {
                         let encoded = serde_json::to_vec(&patch).unwrap_or_default();
                         response["patchType"] = json!("JSONPatch");

@@ -732,3 +732,83 @@ async fn reused_templates_are_stamped_and_one_swept_meanwhile_is_made_again() {
         "{denied}"
     );
 }
+
+/// The webhook's AdmissionReview answer for `pod` (CREATE by alice, dryRun: nothing made).
+async fn review(c: &Cluster, pod: &Pod) -> Value {
+    let webhook = ExtenderClient::new(
+        &c.front.base,
+        Trust::Ca(c.front.ca_pem.clone().into_bytes()),
+    )
+    .unwrap();
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-9", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "operation": "CREATE", "namespace": "default", "dryRun": true,
+        "userInfo": {"username": "alice"}, "object": pod}});
+    webhook.call("webhook", &review).await.unwrap()
+}
+
+/// Issue 26 item 9: one node publishing 9 device types that sort before "AMD Instinct
+/// MI210" (tainted here: nothing can run on them) no longer removes the MI210s from every
+/// percentage pod's claim — the landed code cut the name-sorted types at 8, and the pod
+/// waited for good. The 8 types with the most devices are listed (the two MI210s first,
+/// smallest first), the pod lands on an MI210, and the admission response's warnings (which
+/// kubectl prints) name the two types left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_device_types_than_a_claim_lists_keep_the_real_gpus_and_say_so() {
+    let c = start(Settings::default()).await;
+    dra_node(
+        &c.client,
+        "odd-node",
+        (0..9)
+            .map(|i| {
+                let mut d = device(i, &format!("AMD Aaa {i}"), "128Gi", 104, 0);
+                d["taints"] = json!([{"key": "example.com/broken", "effect": "NoSchedule"}]);
+                d
+            })
+            .collect(),
+    )
+    .await;
+    dra_node(
+        &c.client,
+        "dra-node",
+        (0..2)
+            .map(|i| device(i, "AMD Instinct MI210", "64Gi", 104, 0))
+            .collect(),
+    )
+    .await;
+    let pod = amd_pod("quarter", dra(), slice_limits());
+    // The slices arrive through the webhook's informer: wait until it has all ten types.
+    wait("the webhook sees every device type", || async {
+        review(&c, &pod).await["response"]["warnings"]
+            .as_array()
+            .is_some_and(|w| {
+                w.first()
+                    .is_some_and(|w| w.as_str().unwrap().contains(" 10 AMD device types"))
+            })
+    })
+    .await;
+    let answer = review(&c, &pod).await;
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    assert_eq!(
+        answer["response"]["warnings"],
+        json!([
+            "spec.containers[0] (c): 10 AMD device types can hold the request, more than the 8 a claim may list: kept the 8 with the most devices, left out 2",
+            "spec.containers[0] (c): left out AMD Aaa 7 (131072 MiB, 104 CUs, 1 device): the pod cannot land on it",
+            "spec.containers[0] (c): left out AMD Aaa 8 (131072 MiB, 104 CUs, 1 device): the pod cannot land on it",
+        ]),
+        "{answer}"
+    );
+
+    // Through the API server: the claim lists the MI210 first, and the pod lands there.
+    create(&c, &pod).await.unwrap();
+    let (bound_pod, claim) = bound(&c, "quarter").await;
+    assert_eq!(
+        bound_pod.spec.unwrap().node_name.as_deref(),
+        Some("dra-node")
+    );
+    let r = results(&claim);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].0, "gpu/shape-0", "{r:?}");
+    assert!(r[0].1.starts_with("dra-node/"), "{r:?}");
+    assert_eq!(r[0].2["computeUnits"], "26", "{r:?}");
+}
