@@ -55,6 +55,16 @@ pub struct Args {
     /// Seconds between device-list re-sends to kubelet (0: only on change).
     #[arg(long = "pulse", default_value_t = 10, global = true)]
     pub pulse: u64,
+    /// Seconds without a critical XID after which a GPU an XID made unhealthy is offered
+    /// again; 0 (the default, as NVIDIA's plugin): it stays unhealthy until the plugin
+    /// restarts.
+    #[arg(
+        long = "xid-recovery-seconds",
+        env = "XID_RECOVERY_SECONDS",
+        default_value_t = 0,
+        global = true
+    )]
+    pub xid_recovery_seconds: u64,
     /// What to do instead of serving (default: serve).
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -13,3 +13,5 @@ pub mod node_publisher;
 pub mod nvml;
 pub mod plugin;
 pub mod registration;
+pub mod xid_health;
+pub mod xid_watch;

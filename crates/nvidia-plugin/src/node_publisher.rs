@@ -31,6 +31,8 @@ pub struct NodePublisher {
     pub devices: watch::Sender<Vec<RegisteredGpu>>,
     /// Seconds between refreshes, announced in the heartbeat (`--register-interval`).
     pub handshake_period_secs: u64,
+    /// GPUs a critical XID made unhealthy (`xid_watch`), applied to each discovery.
+    pub xid_health: Option<crate::xid_watch::SharedXidHealth>,
 }
 
 impl NodePublisher {
@@ -45,7 +47,11 @@ impl NodePublisher {
         for w in found.warnings.iter().chain(&registration.warnings) {
             tracing::warn!("{w}");
         }
-        let devices = registration.devices;
+        let mut devices = registration.devices;
+        if let Some(health) = &self.xid_health {
+            crate::xid_watch::apply_to_discovery(health, &mut devices, &self.client, &self.node)
+                .await;
+        }
         self.devices.send_if_modified(|current| {
             let changed = *current != devices;
             if changed {

@@ -112,6 +112,21 @@ pub async fn serve(
     })?;
     let (devices_tx, devices_rx) = watch::channel(Vec::new());
     let oversubscribe = settings.memory_scaling > 1.0;
+    // Critical XIDs make a GPU unhealthy (xid_health.rs); watched on a thread of their own.
+    let recovery = (args.xid_recovery_seconds > 0)
+        .then(|| Duration::from_secs(args.xid_recovery_seconds));
+    let xid_health = std::sync::Arc::new(std::sync::Mutex::new(
+        crate::xid_health::XidHealth::new(recovery),
+    ));
+    tokio::spawn(crate::xid_watch::watch_xids(
+        nvml,
+        xid_health.clone(),
+        recovery,
+        devices_tx.clone(),
+        client.clone(),
+        node.clone(),
+        shutdown.clone(),
+    ));
     let mut publisher = NodePublisher {
         client: client.clone(),
         node: node.clone(),
@@ -120,6 +135,7 @@ pub async fn serve(
         report_node_capacity: args.report_node_capacity,
         devices: devices_tx,
         handshake_period_secs: args.register_interval.max(1),
+        xid_health: Some(xid_health),
     };
     // First publication before serving, so kubelet never sees an empty list by mistake.
     if let Err(e) = publisher.refresh().await {

@@ -1,6 +1,6 @@
 //! NVML, loaded at run time with `dlopen` (the real `libnvidia-ml.so.1` on a node, the
 //! stand-in in tests): the few queries the NVIDIA plugin's discovery and the monitor's host
-//! metrics ([`Nvml::usage`]) need. All unsafe NVML FFI of the project is in this file. The library stays loaded for the life of the process (never `dlclose`d: NVML
+//! metrics ([`Nvml::usage`]) need, and XID events for the plugin's health ([`Nvml::watch_xids`]). All unsafe NVML FFI of the project is in this file. The library stays loaded for the life of the process (never `dlclose`d: NVML
 //! may own threads).
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
@@ -22,6 +22,104 @@ type TextFn = unsafe extern "C" fn(Device, *mut c_char, c_uint) -> c_int;
 type MemoryFn = unsafe extern "C" fn(Device, *mut Memory) -> c_int;
 type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
 type UtilizationFn = unsafe extern "C" fn(Device, *mut Utilization) -> c_int;
+
+type EventSetHandle = *mut c_void;
+type EventSetCreateFn = unsafe extern "C" fn(*mut EventSetHandle) -> c_int;
+type EventSetFreeFn = unsafe extern "C" fn(EventSetHandle) -> c_int;
+type SupportedEventsFn = unsafe extern "C" fn(Device, *mut u64) -> c_int;
+type RegisterEventsFn = unsafe extern "C" fn(Device, u64, EventSetHandle) -> c_int;
+type EventSetWaitFn = unsafe extern "C" fn(EventSetHandle, *mut EventData, c_uint) -> c_int;
+
+/// `nvmlEventTypeXidCriticalError`.
+pub const EVENT_XID_CRITICAL: u64 = 0x8;
+/// `NVML_ERROR_TIMEOUT`: no event within the wait.
+const ERROR_TIMEOUT: c_int = 10;
+
+/// `nvmlEventData_t` (NVML 11 and later; `nvmlEventSetWait_v2` fills all of it).
+#[repr(C)]
+struct EventData {
+    device: Device,
+    event_type: u64,
+    event_data: u64,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+/// The event functions, present in every NVML since R285 (optional here: the monitor's
+/// older stand-ins lack them).
+#[derive(Debug, Clone, Copy)]
+struct EventFns {
+    create: EventSetCreateFn,
+    free: EventSetFreeFn,
+    supported: SupportedEventsFn,
+    register: RegisterEventsFn,
+    wait: EventSetWaitFn,
+}
+
+/// One NVML event: which GPU, what kind, and its data (the XID of an
+/// [`EVENT_XID_CRITICAL`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmlEvent {
+    /// The GPU's UUID; `None` when NVML cannot name it (then it concerns an unknown GPU).
+    pub uuid: Option<String>,
+    /// `nvmlEventType*` bit.
+    pub event_type: u64,
+    /// `eventData`: the XID for [`EVENT_XID_CRITICAL`] (999 = unknown XID).
+    pub data: u64,
+}
+
+/// An NVML event set with every GPU registered for XID events; freed on drop. Waiting
+/// blocks the calling thread (run it on a blocking thread).
+#[derive(Debug)]
+pub struct XidWatch {
+    nvml: Nvml,
+    fns: EventFns,
+    set: EventSetHandle,
+    /// GPUs that could not be registered, each with why (their XIDs are not seen).
+    pub unwatched: Vec<String>,
+}
+
+// SAFETY: an NVML event set may be used from any thread (NVML is thread-safe); the handle
+// is only read, and freed once, on drop.
+unsafe impl Send for XidWatch {}
+
+impl XidWatch {
+    /// Waits up to `timeout_ms` for the next event: `Ok(None)` when none came.
+    pub fn wait(&self, timeout_ms: u32) -> Result<Option<NvmlEvent>, NvmlError> {
+        let mut data = EventData {
+            device: std::ptr::null_mut(),
+            event_type: 0,
+            event_data: 0,
+            gpu_instance_id: 0,
+            compute_instance_id: 0,
+        };
+        // SAFETY: set is a live event set; data is a valid out-pointer of the v2 layout.
+        let rc = unsafe { (self.fns.wait)(self.set, &mut data, timeout_ms) };
+        if rc == ERROR_TIMEOUT {
+            return Ok(None);
+        }
+        self.nvml.check("nvmlEventSetWait_v2", rc)?;
+        let uuid = (!data.device.is_null())
+            .then(|| {
+                self.nvml
+                    .text("nvmlDeviceGetUUID", self.nvml.uuid, data.device)
+                    .ok()
+            })
+            .flatten();
+        Ok(Some(NvmlEvent {
+            uuid,
+            event_type: data.event_type,
+            data: data.event_data,
+        }))
+    }
+}
+
+impl Drop for XidWatch {
+    fn drop(&mut self) {
+        // SAFETY: the set was created by nvmlEventSetCreate and is freed only here.
+        let _ = unsafe { (self.fns.free)(self.set) };
+    }
+}
 
 /// `nvmlUtilization_t`.
 #[repr(C)]
@@ -115,6 +213,7 @@ pub struct Nvml {
     memory: MemoryFn,
     error_string: ErrorStringFn,
     utilization: Option<UtilizationFn>,
+    events: Option<EventFns>,
 }
 
 fn dlerror_text() -> String {
@@ -184,6 +283,25 @@ impl Nvml {
                 utilization: symbol("nvmlDeviceGetUtilizationRates")
                     .ok()
                     .map(|f| std::mem::transmute::<*mut c_void, UtilizationFn>(f)),
+                events: (|| {
+                    Some(EventFns {
+                        create: std::mem::transmute::<*mut c_void, EventSetCreateFn>(
+                            symbol("nvmlEventSetCreate").ok()?,
+                        ),
+                        free: std::mem::transmute::<*mut c_void, EventSetFreeFn>(
+                            symbol("nvmlEventSetFree").ok()?,
+                        ),
+                        supported: std::mem::transmute::<*mut c_void, SupportedEventsFn>(
+                            symbol("nvmlDeviceGetSupportedEventTypes").ok()?,
+                        ),
+                        register: std::mem::transmute::<*mut c_void, RegisterEventsFn>(
+                            symbol("nvmlDeviceRegisterEvents").ok()?,
+                        ),
+                        wait: std::mem::transmute::<*mut c_void, EventSetWaitFn>(
+                            symbol("nvmlEventSetWait_v2").ok()?,
+                        ),
+                    })
+                })(),
             }
         };
         // SAFETY: nvmlInit_v2 takes no arguments; it may be called more than once.
@@ -281,6 +399,50 @@ impl Nvml {
             name,
             memory_bytes: memory.total,
         })
+    }
+
+    /// An event set with every GPU registered for XID events (those that cannot be are
+    /// listed in [`XidWatch::unwatched`]); an error when this NVML has no event API or the
+    /// set cannot be made.
+    pub fn watch_xids(&self) -> Result<XidWatch, NvmlError> {
+        let fns = self.events.ok_or(NvmlError::Symbol {
+            library: "the loaded NVML".into(),
+            symbol: "nvmlEventSetWait_v2",
+        })?;
+        let mut set: EventSetHandle = std::ptr::null_mut();
+        // SAFETY: set is a valid out-pointer.
+        let rc = unsafe { (fns.create)(&mut set) };
+        self.check("nvmlEventSetCreate", rc)?;
+        let mut watch = XidWatch {
+            nvml: *self,
+            fns,
+            set,
+            unwatched: Vec::new(),
+        };
+        for index in 0..self.count()? {
+            let registered = self.device(index).and_then(|device| {
+                let mut supported = 0u64;
+                // SAFETY: device is a live handle; supported a valid out-pointer.
+                let rc = unsafe { (fns.supported)(device, &mut supported) };
+                self.check("nvmlDeviceGetSupportedEventTypes", rc)?;
+                if supported & EVENT_XID_CRITICAL == 0 {
+                    return Err(NvmlError::Call {
+                        call: "nvmlDeviceGetSupportedEventTypes",
+                        code: 3,
+                        message: "XID events not supported by this GPU".into(),
+                    });
+                }
+                // SAFETY: device and set are live handles.
+                let rc = unsafe { (fns.register)(device, EVENT_XID_CRITICAL, set) };
+                self.check("nvmlDeviceRegisterEvents", rc)
+            });
+            if let Err(e) = registered {
+                watch
+                    .unwatched
+                    .push(format!("GPU {index}: XIDs not watched: {e}"));
+            }
+        }
+        Ok(watch)
     }
 
     /// The GPUs; one that cannot be read is skipped with a warning naming the call.

@@ -37,6 +37,21 @@ fn nvml() -> Result<&'static Nvml, c_int> {
     }
 }
 
+/// `Ok` once `nvmlInit` succeeded (the events module's check).
+pub(crate) fn initialized() -> Result<(), c_int> {
+    nvml().map(|_| ())
+}
+
+/// The device index of a handle (the events module's check).
+pub(crate) fn device_index(handle: *const u8) -> Result<usize, c_int> {
+    device_of(handle).map(|(_, d)| d)
+}
+
+/// The handle of device `d`.
+pub(crate) fn handle_of(d: usize) -> *const u8 {
+    HANDLES[..].as_ptr().wrapping_add(d)
+}
+
 fn device_of(handle: *const u8) -> Result<(&'static Nvml, usize), c_int> {
     let n = nvml()?;
     let base = HANDLES.as_ptr() as usize;
@@ -481,6 +496,7 @@ pub extern "C" fn nvmlErrorString(result: c_int) -> *const c_char {
         INVALID_ARGUMENT => b"Invalid Argument\0",
         NOT_FOUND => b"Not Found\0",
         INSUFFICIENT_SIZE => b"Insufficient Size\0",
+        10 => b"Timeout\0",
         _ => b"Unknown Error\0",
     };
     s.as_ptr().cast()
