@@ -258,9 +258,25 @@ async fn concurrent_binds_of_one_pod_both_succeed_and_keep_the_lock() {
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
     for i in 0..5 {
         let name = format!("p{i}");
-        let pod = create_pod(&client, &name).await;
+        // A tenth of the CUs each: the earlier pods keep theirs, and all five fit.
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "x",
+                "resources": {"limits": {"amd.com/gpu": "1", "amd.com/gpumem": "100", "amd.com/gpucores": "10"}}}]}
+        }))
+        .unwrap();
+        let pod = pods
+            .create(&kube::api::PostParams::default(), &pod)
+            .await
+            .unwrap();
         let decided = scheduler.filter(filter_args(&pod)).await;
-        assert_eq!(decided.error, "");
+        // Placed (bind refuses a GPU pod without filter's decision).
+        assert_eq!(
+            (decided.error.as_str(), decided.nodenames),
+            ("", Some(vec!["n".to_string()])),
+            "{name}"
+        );
         let args = ExtenderBindingArgs {
             pod_name: name.clone(),
             pod_namespace: "default".into(),
