@@ -86,6 +86,24 @@ pub struct PodAnnotations {
     pub kinds: Vec<ContainerKind>,
     /// `hami.io/amd-devices-allocated`: the pod's whole decision.
     pub allocated: Option<String>,
+    /// Each container's `AMD_TASK_PRIORITY` as its spec sets it ([`task_priority`]), in
+    /// device-list order: pinned in its hook config (issue 26 item 2).
+    pub task_priorities: Vec<Option<String>>,
+}
+
+/// The container's `AMD_TASK_PRIORITY` when its spec gives it a plain `value` (the user's,
+/// SPEC §2.6). `None` when unset, or set through `valueFrom`/`envFrom` (which the plugin
+/// does not read): the hook then keeps the value the process started with.
+pub fn task_priority(container: &k8s_openapi::api::core::v1::Container) -> Option<String> {
+    container
+        .env
+        .iter()
+        .flatten()
+        .rfind(|e| e.name == env::AMD_TASK_PRIORITY)?
+        .value
+        .clone()
+        // A value the hook config cannot hold (a line break) is left to the hook's fallback.
+        .filter(|v| !v.contains(['\0', '\n', '\r']))
 }
 
 /// Whether the pod's CUs on `device` are all its init containers' (finished before this
@@ -402,6 +420,11 @@ pub fn plan_allocate(
                 config
                     .pinned
                     .insert(env::HIP_OVERSUBSCRIBE.into(), "true".into());
+            }
+            if let Some(priority) = pod.task_priorities.get(run_index).cloned().flatten() {
+                config
+                    .pinned
+                    .insert(env::AMD_TASK_PRIORITY.into(), priority);
             }
             let path = format!(
                 "{}/{HOOK_CONFIG_DIR}/{uid}_{name}.conf",

@@ -134,3 +134,70 @@ fn different_cu_sets_get_no_global_mask_and_whole_cards_no_config() {
     .unwrap();
     assert_eq!(plan.hook_config, None);
 }
+
+/// Issue 26 item 2: the pod's `AMD_TASK_PRIORITY` reached neither the application nor the
+/// runtime once the hook read the config, which did not carry it. Each container's own
+/// value, as its spec gives it, is pinned in its config.
+#[test]
+fn the_containers_task_priority_is_pinned_in_its_config() {
+    use hami_amd_plugin::allocate_plan::task_priority;
+    use k8s_openapi::api::core::v1::{Container, EnvVar, EnvVarSource, ObjectFieldSelector};
+    let tree = mi210_xgmi().unwrap();
+    let devs = devices(&tree);
+    let container = |name: &str, env: Vec<EnvVar>| Container {
+        name: name.into(),
+        env: Some(env),
+        ..Container::default()
+    };
+    let plain = |value: &str| EnvVar {
+        name: "AMD_TASK_PRIORITY".into(),
+        value: Some(value.into()),
+        value_from: None,
+    };
+    let from_field = EnvVar {
+        name: "AMD_TASK_PRIORITY".into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "metadata.annotations['p']".into(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+    };
+    let containers = [
+        container("a", vec![plain("2")]),
+        container("b", vec![]),
+        container("c", vec![from_field]),
+        container("d", vec![plain("1\nmemory-limit=0")]),
+    ];
+    let mut pod = sliced(&[
+        vec![entry(&devs[0], 1024, 10)],
+        vec![entry(&devs[0], 1024, 10)],
+        vec![entry(&devs[0], 1024, 10)],
+        vec![entry(&devs[0], 1024, 10)],
+    ]);
+    pod.containers = containers.iter().map(|c| c.name.clone()).collect();
+    pod.task_priorities = containers.iter().map(task_priority).collect();
+    let mut pinned = Vec::new();
+    for _ in &containers {
+        let none = CuAllocation::default();
+        let plan = plan_allocate(&pod, &devs, &none, 1, &PlanSettings::default()).unwrap();
+        let (_, config) = plan.hook_config.clone().unwrap();
+        let text = config.encode().unwrap();
+        pinned.push(
+            decode(text.as_bytes())
+                .unwrap()
+                .pinned
+                .get("AMD_TASK_PRIORITY")
+                .cloned(),
+        );
+        pod.to_allocate = Some(plan.to_allocate);
+        pod.cu_allocated = Some(plan.cu_allocated.clone());
+    }
+    assert_eq!(
+        pinned,
+        [Some("2".to_owned()), None, None, None],
+        "a: its value; b: none; c: valueFrom, d: a line break — left to the hook, which keeps the process's start-up value"
+    );
+}

@@ -31,11 +31,20 @@ pub fn pinned_values(
 }
 
 /// The pinned values from the plugin's config file: what it names, and nothing else (a
-/// variable it leaves out is unset for the runtime, whatever the environment says).
-pub fn values_from_file(file: &hami_protocol::hook_config::HookConfig) -> [Option<String>; 4] {
+/// variable it leaves out is unset for the runtime, whatever the environment says) — except
+/// `AMD_TASK_PRIORITY`, the user's own choice (SPEC §2.6), not part of the slice: the plugin
+/// pins it from the container's spec when the spec gives a plain value; where it does not
+/// (`valueFrom`, `envFrom`, or a DRA claim's config, which no container spec reaches), the
+/// value this process started with (`own`) is kept, never pid 1's (the pause container under
+/// `shareProcessNamespace`).
+pub fn values_from_file(
+    file: &hami_protocol::hook_config::HookConfig,
+    own: &dyn Fn(&str) -> Option<String>,
+) -> [Option<String>; 4] {
     PINNED.map(|name| match name {
         "HSA_CU_MASK" => file.hsa_cu_mask.clone(),
         "ROC_GLOBAL_CU_MASK" => file.roc_global_cu_mask.clone(),
+        "AMD_TASK_PRIORITY" => file.pinned.get(name).cloned().or_else(|| own(name)),
         other => file.pinned.get(other).cloned(),
     })
 }
@@ -59,7 +68,7 @@ pub fn pinned_c_value(index: usize) -> *const libc::c_char {
         };
         let own = |key: &str| std::env::var(key).ok();
         let values = match crate::hook_config_file::source() {
-            crate::hook_config_file::Source::File { config, .. } => values_from_file(config),
+            crate::hook_config_file::Source::File { config, .. } => values_from_file(config, &own),
             _ => pinned_values(&from_pod, &own),
         };
         values.map(|value| value.and_then(|v| CString::new(v).ok()))
@@ -188,6 +197,31 @@ mod tests {
         assert!(is_pinned_assignment(b"ROC_GLOBAL_CU_MASK=0xff"));
         assert!(is_pinned_assignment(b"AMD_TASK_PRIORITY"));
         assert!(!is_pinned_assignment(b"HSA_CU_MASKS=1"));
+    }
+
+    #[test]
+    fn the_config_decides_but_the_task_priority_falls_back_to_the_start_up_value() {
+        let own = |key: &str| match key {
+            "HSA_CU_MASK" => Some("0:0-63".to_owned()),
+            "HIP_OVERSUBSCRIBE" => Some("1".to_owned()),
+            "AMD_TASK_PRIORITY" => Some("2".to_owned()),
+            _ => None,
+        };
+        let mut file = hami_protocol::hook_config::HookConfig {
+            hsa_cu_mask: Some("0:0-3".into()),
+            ..Default::default()
+        };
+        let values = values_from_file(&file, &own);
+        assert_eq!(values[0].as_deref(), Some("0:0-3"));
+        assert_eq!(values[1], None);
+        assert_eq!(
+            values[2].as_deref(),
+            Some("2"),
+            "not in the config: start-up value"
+        );
+        assert_eq!(values[3], None, "HIP_OVERSUBSCRIBE only from the config");
+        file.pinned.insert("AMD_TASK_PRIORITY".into(), "0".into());
+        assert_eq!(values_from_file(&file, &own)[2].as_deref(), Some("0"));
     }
 
     #[test]

@@ -297,3 +297,51 @@ fn a_hipcc_program_with_a_kernel_runs_under_the_hook() {
     // Unhooked and hooked see the same runtime answers (no device: 101s).
     assert_eq!(lines(&out), lines(&plain), "{err}");
 }
+
+/// Issue 26 item 2: the pod's `AMD_TASK_PRIORITY` as the real runtime's process sees it
+/// (after the runtime started: HIP's flag parser walks `environ`, the application and ROCr
+/// call `getenv`) under the plugin's config. The plugin pins the container's spec value in
+/// the config (`hami-amd-plugin` `the_containers_task_priority_is_pinned_in_its_config`);
+/// where the config carries none (a `valueFrom` in the spec, a DRA claim) the value the
+/// process started with is kept — the landed hook unset it for the runtime. ROCm 5.2.3
+/// itself reads no such variable; the channels are the ones it reads its variables through.
+#[test]
+fn the_pods_task_priority_reaches_the_real_runtime_under_the_config() {
+    let dir = scratch("real-priority");
+    let cases = [
+        // (config's pin, the process's start-up value, what must be seen)
+        (Some("2"), Some("0"), "2"),
+        (Some("2"), None, "2"),
+        (None, Some("2"), "2"),
+        (None, None, "(unset)"),
+    ];
+    for (n, (pinned, started, expected)) in cases.into_iter().enumerate() {
+        let conf = dir.join(format!("hook-{n}.conf"));
+        let mut text = format!(
+            "hami-hook-config/1\nmemory-limit.0=1048576\nshared-cache={}\n",
+            dir.join(format!("r{n}.cache")).display()
+        );
+        if let Some(value) = pinned {
+            text.push_str(&format!("pin.AMD_TASK_PRIORITY={value}\n"));
+        }
+        std::fs::write(&conf, text).unwrap();
+        let conf = conf.display().to_string();
+        let mut env = vec![("HAMI_HOOK_CONFIG", conf.as_str())];
+        if let Some(value) = started {
+            env.push(("AMD_TASK_PRIORITY", value));
+        }
+        let out = run_hooked(
+            &real_probe(false),
+            &dir,
+            &env,
+            &["env", "AMD_TASK_PRIORITY"],
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            stdout.trim(),
+            format!("env {expected} {expected}"),
+            "config pin {pinned:?}, start-up value {started:?}\n{}",
+            stderr(&out)
+        );
+    }
+}

@@ -33,6 +33,9 @@
 //!   `ROC_GLOBAL_CU_MASK` value (`0x` + hex digits, one mask for every device);
 //! - `pin.<NAME>` pins environment variable `NAME` (`[A-Z0-9_]+`) to the value as the
 //!   runtime reads it (e.g. `AMD_TASK_PRIORITY`, `HIP_OVERSUBSCRIBE`, `CUDA_TASK_PRIORITY`);
+//!   the plugins pin a container's task priority from its spec (a plain `value`, or NVIDIA's
+//!   `nvidia.com/priority` limit); without that pin the hooks keep the priority the process
+//!   started with (the user's own, not part of the slice);
 //! - a key that is unknown, repeated or malformed is an error naming the line: the hooks
 //!   fail closed on it rather than guess.
 

@@ -61,6 +61,18 @@ int main(int argc, char **argv) {
       size_t free = 0, total = 0;
       hipError_t rc = hipMemGetInfo(&free, &total);
       printf("meminfo %d\n", rc);
+    } else if (!strcmp(op, "env")) {
+      /* After the runtime started (its flag parser walks environ, ROCr calls getenv):
+       * "env <getenv value> <environ value>" of one variable, (unset) when absent. */
+      extern char **environ;
+      int n = -1;
+      (void)hipGetDeviceCount(&n);
+      const char *name = argv[++i], *walked = NULL;
+      size_t len = strlen(name);
+      for (char **e = environ; e && *e; e++)
+        if (!strncmp(*e, name, len) && (*e)[len] == '=') walked = *e + len + 1;
+      const char *got = getenv(name);
+      printf("env %s %s\n", got ? got : "(unset)", walked ? walked : "(unset)");
     } else if (!strcmp(op, "count")) {
       int n = -1;
       hipError_t rc = hipGetDeviceCount(&n);
