@@ -2,11 +2,13 @@
 //! (SPEC §6, §7, Appendix A; seed 004). See README.md.
 //!
 //! Pure cores: [`hami_core_region`], [`hip_region`] (region readers over [`region_bytes`]),
-//! [`fdinfo`], [`cgroup`], [`utilization`], [`cache_dirs`], [`scan_plan`] (decisions),
+//! [`fdinfo`], [`cgroup`], [`utilization`], [`cache_dirs`], [`scan_plan`], [`cache_budget`]
+//! (decisions),
 //! [`pods`] (index), [`dra_claims`] (DRA pods' devices and claim regions), [`metrics`]
 //! (exposition). Shells: [`procfs`], [`host_gpus`], [`dra_fetch`] (claims and slices),
 //! [`node_monitor`] (state and passes), [`server`] (HTTP and wiring).
 
+pub mod cache_budget;
 pub mod cache_dirs;
 pub mod cgroup;
 pub mod dra_claims;

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::cache_budget;
 use crate::cache_dirs::{HookConfig, cache_files, file_names, hook_config_action, list_dirs};
 use crate::errors::ErrorLog;
 use crate::fdinfo::{BusySample, DeviceUtilization, add_client_on};
@@ -493,6 +494,7 @@ impl NodeMonitor {
                     continue;
                 }
             };
+            self.keep_within_budget(&entry.path, &subject);
             let names = match file_names(&entry.path) {
                 Ok(names) => names,
                 Err(e) => {
@@ -575,6 +577,52 @@ impl NodeMonitor {
         }
     }
 
+    /// Holds a tracked cache directory to [`cache_budget::CACHE_DIR_BUDGET`] besides its
+    /// region files: past it, what the tenant wrote there is removed and counted
+    /// (`cache_over_budget`).
+    fn keep_within_budget(&self, dir: &Path, subject: &str) {
+        let measured = match cache_budget::measure(dir) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+            Err(e) => {
+                self.errors.record("cache_io", subject, &e);
+                return;
+            }
+        };
+        let plan = cache_budget::budget_plan(&measured, cache_budget::CACHE_DIR_BUDGET);
+        if !plan.exceeded {
+            return;
+        }
+        let shown: Vec<_> = plan.remove.iter().take(5).collect();
+        let what = format!(
+            "{}{} entries, {} bytes besides the region files, over the budget ({} bytes, {} entries): removed {} ({shown:?}{}){}",
+            measured.count,
+            if measured.incomplete { "+" } else { "" },
+            plan.over,
+            cache_budget::CACHE_DIR_BUDGET,
+            cache_budget::MAX_ENTRIES,
+            plan.remove.len(),
+            if plan.remove.len() > shown.len() {
+                " …"
+            } else {
+                ""
+            },
+            if plan.shrink.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", region files cut back to {} bytes: {:?}",
+                    cache_budget::REGION_ALLOWANCE,
+                    plan.shrink
+                )
+            },
+        );
+        self.errors.record("cache_over_budget", subject, &what);
+        if let Err(e) = cache_budget::reclaim(dir, &plan) {
+            self.errors.record("cache_remove", subject, &e);
+        }
+    }
+
     /// Opens and closes `slot`'s regions as `dir` now lists `files`.
     fn follow_regions(&self, slot: &mut Tracked, dir: &Path, files: &[String]) {
         let changes = region_changes(slot.regions.keys().map(String::as_str), files);
@@ -623,6 +671,7 @@ impl NodeMonitor {
                 continue;
             };
             let subject = entry.path.display().to_string();
+            self.keep_within_budget(&entry.path, &subject);
             let files = match file_names(&entry.path) {
                 Ok(names) => match cache_files(&names) {
                     Ok(files) => files,
