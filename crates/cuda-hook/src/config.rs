@@ -115,9 +115,10 @@ fn utilization_policy(value: Option<&str>) -> Option<bool> {
     }
 }
 
-/// The settings from the plugin's config file: limits, cache path, SM limit, priority and the
-/// utilization policy come from it alone (no variable can widen them); only the log level,
-/// which cannot, still comes from the environment.
+/// The settings from the plugin's config file: limits, cache path, SM limit and the
+/// utilization policy come from it alone (no variable can widen them); the log level, which
+/// cannot, and the task priority where the config pins none (`CUDA_TASK_PRIORITY`, the
+/// user's) still come from the environment.
 pub fn from_file(
     file: &hami_protocol::hook_config::HookConfig,
     get: &dyn Fn(&str) -> Option<String>,
@@ -153,7 +154,11 @@ pub fn from_file(
             .clone()
             .unwrap_or_else(|| DEFAULT_CACHE.to_owned()),
         cache_inode: file.shared_cache_inode,
+        // The config's (the plugin pins the container's); else the process's own, as the
+        // spec's `valueFrom` gave it (issue 26 item 2: the region read 1 for `priority: 0`).
         priority: pinned(env::CUDA_TASK_PRIORITY)
+            .map(str::to_owned)
+            .or_else(|| get(env::CUDA_TASK_PRIORITY))
             .and_then(|p| p.trim().parse().ok())
             .unwrap_or(1),
         log_level: crate::log::parse_level(get("LIBCUDA_LOG_LEVEL").as_deref()),
@@ -266,6 +271,14 @@ mod tests {
             (0, None, 4)
         );
         assert!(c.from_config && !resolve(&env(&[])).from_config);
+        // No pin (a `valueFrom` in the spec): the process's own priority.
+        let unpinned =
+            hami_protocol::hook_config::decode(b"hami-hook-config/1\nsm-limit=30\n").unwrap();
+        assert_eq!(
+            from_file(&unpinned, &env(&[("CUDA_TASK_PRIORITY", "0")])).priority,
+            0
+        );
+        assert_eq!(from_file(&unpinned, &env(&[])).priority, 1);
         let bad = unusable("x", 2);
         assert!(bad.fail_closed.iter().all(|f| *f));
     }

@@ -152,3 +152,49 @@ fn writing_the_regions_limit_cannot_raise_the_configs() {
     let (out, _) = run(&s, &env, &["alloc", &(2u64 << 20).to_string()]);
     assert!(out.contains("rc=2\n"), "lowered to 1 MiB: {out}");
 }
+
+/// Issue 26 item 2: `nvidia.com/priority: 0` must reach the region's `priority` field (HAMi's
+/// monitor reads it). The plugin pins the container's priority in the config
+/// (`hami-nvidia-plugin` `the_containers_task_priority_is_pinned_in_its_config`); where the
+/// config pins none (a `valueFrom` in the spec) the process's own `CUDA_TASK_PRIORITY` is
+/// used — the landed hook wrote 1 whatever the pod said.
+#[test]
+fn the_pods_task_priority_reaches_the_region() {
+    let cases = [
+        // (config's pin, the process's variable, the region's priority)
+        (Some("0"), None, 0),
+        (Some("0"), Some("1"), 0),
+        (None, Some("0"), 0),
+        (None, None, 1),
+    ];
+    for (pinned, variable, expected) in cases {
+        let s = scratch("podconfig-priority");
+        let region = s.join("from-config.cache");
+        let conf = s.join("hook.conf");
+        let mut text = format!(
+            "hami-hook-config/1\nmemory-limit.0={}\nshared-cache={}\n",
+            4u64 << 20,
+            region.display()
+        );
+        if let Some(value) = pinned {
+            text.push_str(&format!("pin.CUDA_TASK_PRIORITY={value}\n"));
+        }
+        std::fs::write(&conf, text).unwrap();
+        let mut env = vec![("HAMI_HOOK_CONFIG", conf.display().to_string())];
+        if let Some(value) = variable {
+            env.push(("CUDA_TASK_PRIORITY", value.to_owned()));
+        }
+        let (out, _) = run(&s, &env, &["alloc", "4096"]);
+        assert!(out.contains("rc=0\n"), "{out}");
+        let bytes = std::fs::read(&region).unwrap();
+        let priority = i32::from_le_bytes(
+            bytes[offsets::PRIORITY..offsets::PRIORITY + 4]
+                .try_into()
+                .unwrap(),
+        );
+        assert_eq!(
+            priority, expected,
+            "config pin {pinned:?}, variable {variable:?}"
+        );
+    }
+}

@@ -66,6 +66,33 @@ pub struct ContainerInfo {
     pub name: String,
     /// The container's env sets `CUDA_DISABLE_CONTROL` to a true value.
     pub disable_control: bool,
+    /// The container's task priority ([`task_priority`]): pinned in its hook config, where
+    /// the hook writes it into the region's `priority` (issue 26 item 2).
+    pub task_priority: Option<String>,
+}
+
+/// The container's task priority as its spec gives it: `CUDA_TASK_PRIORITY` with a plain
+/// `value` (the webhook writes it from `nvidia.com/priority` unless the user set it), else
+/// the `nvidia.com/priority` limit. `None` when neither is there, or the variable comes from
+/// `valueFrom`/`envFrom` (which the plugin does not read): the hook then reads the process's
+/// own environment.
+pub fn task_priority(container: &k8s_openapi::api::core::v1::Container) -> Option<String> {
+    let plain = |v: &String| !v.contains(['\0', '\n', '\r']);
+    match container
+        .env
+        .iter()
+        .flatten()
+        .rfind(|e| e.name == env::CUDA_TASK_PRIORITY)
+    {
+        Some(var) => var.value.clone().filter(plain),
+        None => container
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|limits| limits.get(NVIDIA.resource_priority?))
+            .map(|q| q.0.clone())
+            .filter(plain),
+    }
 }
 
 /// What Allocate reads of the pod.
@@ -229,7 +256,7 @@ pub fn plan_allocate(
             format!("{CACHE_CONTAINER_DIR}/{CACHE_FILE}"),
         );
         cache_dir = Some(host);
-        let config = HookConfig {
+        let mut config = HookConfig {
             memory_limits: next
                 .run
                 .iter()
@@ -245,6 +272,11 @@ pub fn plan_allocate(
                 .collect(),
             ..HookConfig::default()
         };
+        if let Some(priority) = &info.task_priority {
+            config
+                .pinned
+                .insert(env::CUDA_TASK_PRIORITY.into(), priority.clone());
+        }
         let host_file = format!(
             "{}/{uid}_{}.conf",
             settings.config_host_root.trim_end_matches('/'),

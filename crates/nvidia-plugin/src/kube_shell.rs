@@ -37,6 +37,7 @@ pub fn pod_state(pod: &Pod) -> PodState {
                 disable_control: c.container.env.iter().flatten().any(|e| {
                     e.name == CUDA_DISABLE_CONTROL && e.value.as_deref().is_some_and(env_is_true)
                 }),
+                task_priority: crate::allocate_plan::task_priority(c.container),
             })
             .collect(),
     }

@@ -39,6 +39,7 @@ fn pod(runs: &[Vec<ContainerDevice>], names: &[&str]) -> PodState {
             .map(|n| ContainerInfo {
                 name: (*n).into(),
                 disable_control: false,
+                task_priority: None,
             })
             .collect(),
     }
@@ -217,4 +218,37 @@ proptest! {
             state.to_allocate = Some(plan.to_allocate);
         }
     }
+}
+
+/// Issue 26 item 2: `nvidia.com/priority: 0` became `CUDA_TASK_PRIORITY=0` in the env, but
+/// the hook took its settings from the config alone, which carried no priority: the region's
+/// `priority` read 1. Each container's priority, from its env (the webhook's) or its
+/// `nvidia.com/priority` limit, is pinned in its config (read from the pod as the shell does).
+#[test]
+fn the_containers_task_priority_is_pinned_in_its_config() {
+    use hami_nvidia_plugin::kube_shell::pod_state;
+    let g = gpus(1);
+    let runs = vec![vec![dev(&g[0], 1024, 30)]; 3];
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "uid": "uid-1", "annotations": {
+            "hami.io/vgpu-devices-to-allocate": encode_pod_devices(&runs).unwrap()}},
+        "spec": {"containers": [
+            {"name": "env", "env": [{"name": "CUDA_TASK_PRIORITY", "value": "0"}],
+             "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/priority": "0"}}},
+            {"name": "limit", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/priority": "0"}}},
+            {"name": "none", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+        ]}
+    }))
+    .unwrap();
+    let mut state = pod_state(&pod);
+    let mut pinned = Vec::new();
+    for _ in 0..3 {
+        let plan = plan_allocate(&state, &g, 1, &PlanSettings::default()).unwrap();
+        let (_, config) = plan.hook_config.as_ref().unwrap();
+        let text = config.encode().unwrap();
+        let decoded = hami_protocol::hook_config::decode(text.as_bytes()).unwrap();
+        pinned.push(decoded.pinned.get("CUDA_TASK_PRIORITY").cloned());
+        state.to_allocate = Some(plan.to_allocate);
+    }
+    assert_eq!(pinned, [Some("0".to_owned()), Some("0".to_owned()), None]);
 }
