@@ -9,11 +9,17 @@ use hami_plugin_core::container_plan::ContainerPlan;
 use hami_plugin_core::grpc_server::Allocator;
 use hami_plugin_core::pod_choice::{PodChoice, annotation, choose_pod, pod_ref};
 use hami_plugin_core::pod_commit::{
-    check_lock_owner, commit_allocation, create_cache_dir, mark_failed,
+    check_lock_owner, commit_allocation, create_cache_dir, mark_failed, record_whole_cards,
 };
-use hami_protocol::names::NVIDIA;
+use hami_plugin_core::whole_card_holdings::{
+    check_free, check_run_not_held, fallback_target, node_holdings, slice_cards,
+};
+use hami_protocol::device_list::decode_pod_devices;
+use hami_protocol::identity::KubeletDeviceId;
+use hami_protocol::names::{DEFAULT_SCHEDULER_NAME as SCHEDULER, NVIDIA, Vendor};
 use hami_protocol::node_lock::PodRef;
 use hami_protocol::requests::pod_container_slots;
+use hami_protocol::whole_cards;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use serde_json::json;
@@ -87,7 +93,7 @@ impl KubeAllocator {
         )? {
             PodChoice::None => {
                 tracing::info!(ids = ?ids, "no pending HAMi pod: handing the GPUs over as whole cards");
-                return plan_whole_cards(&devices, &ids).map_err(|e| e.to_string());
+                return self.hand_over_whole_cards(&pods, &devices, &ids).await;
             }
             PodChoice::Tracked(p) => p,
         };
@@ -107,7 +113,7 @@ impl KubeAllocator {
             }
         };
         match self
-            .plan_and_commit(&pod, &target, &devices, ids.len(), lock.as_deref())
+            .plan_and_commit(&pod, &target, &pods, &devices, ids.len(), lock.as_deref())
             .await
         {
             Ok(plan) => Ok(plan),
@@ -118,15 +124,70 @@ impl KubeAllocator {
         }
     }
 
+    /// A pod HAMi did not place: the cards of kubelet's ids, if nobody else holds them
+    /// and no HAMi slice uses them, recorded on the pod (`hami.io/nvidia-whole-cards`)
+    /// before the answer (issue 26 item 1).
+    async fn hand_over_whole_cards(
+        &self,
+        pods: &[Pod],
+        devices: &[RegisteredGpu],
+        ids: &[String],
+    ) -> Result<ContainerPlan, String> {
+        let plan = plan_whole_cards(devices, ids).map_err(|e| e.to_string())?;
+        let target = fallback_target(pods, &self.node, Vendor::Nvidia, SCHEDULER, ids.len())?;
+        let holdings = node_holdings(pods, &self.node, Vendor::Nvidia, SCHEDULER);
+        for (pod, why) in &holdings.problems {
+            tracing::warn!(pod = %pod, "whole-card holding not counted: {why}");
+        }
+        // Kubelet ids are `<UUID>#<share>`: the card is the key (plan_whole_cards checked it).
+        let chosen: Vec<(String, String)> = ids
+            .iter()
+            .map(|id| {
+                let card = KubeletDeviceId::parse(id).map_or_else(|_| id.clone(), |k| k.device_key);
+                (id.clone(), card)
+            })
+            .collect();
+        check_free(
+            &chosen,
+            &holdings.held_by_others(Some(&target)),
+            &slice_cards(pods, &self.node, Vendor::Nvidia, SCHEDULER),
+            Vendor::Nvidia,
+        )?;
+        let cards: Vec<String> = chosen.into_iter().map(|(_, c)| c).collect();
+        let existing = pods
+            .iter()
+            .find(|p| pod_ref(p) == target)
+            .and_then(|p| annotation(p, whole_cards::key(Vendor::Nvidia)));
+        record_whole_cards(&self.client, &target, Vendor::Nvidia, existing, &cards).await?;
+        tracing::info!(pod = %target, cards = ?cards, "whole cards handed over and recorded");
+        Ok(plan)
+    }
+
     async fn plan_and_commit(
         &self,
         pod: &Pod,
         target: &PodRef,
+        pods: &[Pod],
         devices: &[RegisteredGpu],
         requested: usize,
         lock: Option<&str>,
     ) -> Result<ContainerPlan, String> {
         check_lock_owner(lock, target)?;
+        // A card a pod HAMi did not place took after the scheduler decided: never shared.
+        let run_cards = annotation(pod, NVIDIA.devices_to_allocate)
+            .and_then(|t| decode_pod_devices(t).ok())
+            .map(|runs| {
+                runs.into_iter()
+                    .flatten()
+                    .map(|d| d.uuid)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        check_run_not_held(
+            run_cards,
+            &node_holdings(pods, &self.node, Vendor::Nvidia, SCHEDULER).held_by_others(None),
+            Vendor::Nvidia,
+        )?;
         let plan = plan_allocate(&pod_state(pod), devices, requested, &self.settings)
             .map_err(|e| e.to_string())?;
         if let Some(dir) = &plan.cache_dir {
@@ -173,5 +234,24 @@ impl KubeAllocator {
 impl Allocator for KubeAllocator {
     fn allocate(&self, kubelet_ids: Vec<String>) -> BoxFuture<'_, Result<ContainerPlan, String>> {
         Box::pin(self.allocate_inner(kubelet_ids))
+    }
+
+    /// GPUs held whole by pods HAMi did not place, or used by HAMi slices: kubelet's
+    /// preferred allocation takes them last, so a plain pod gets a card nobody holds.
+    fn avoid_keys(&self) -> BoxFuture<'_, Vec<String>> {
+        Box::pin(async move {
+            let Ok((_, pods)) =
+                hami_plugin_core::pod_commit::node_lock_and_pods(&self.client, &self.node).await
+            else {
+                return Vec::new();
+            };
+            let mut busy = slice_cards(&pods, &self.node, Vendor::Nvidia, SCHEDULER);
+            busy.extend(
+                node_holdings(&pods, &self.node, Vendor::Nvidia, SCHEDULER)
+                    .by_card
+                    .into_keys(),
+            );
+            busy.into_iter().collect()
+        })
     }
 }

@@ -389,18 +389,33 @@ async fn failures_set_failed_and_release_the_lock_and_foreign_pods_get_whole_car
     assert!(!mounts.contains_key("/etc/ld.so.preload"), "{mounts:?}");
     assert!(mounts.contains_key("/usr/local/vgpu/libvgpu.so"));
 
-    // A pod the scheduler did not place: whole-card hand-over, no hook.
+    // A pod the scheduler did not place while the only GPU holds a slice: refused, never
+    // handed the slice's card (issue 26 item 1).
+    let plain = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": NODE, "containers": [gpu_container("main", 1)]}})
+    };
     h.server
-        .create_object(
-            "v1",
-            "pods",
-            Some("default"),
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
-                "spec": {"nodeName": NODE, "containers": [gpu_container("main", 1)]}}),
-        )
+        .create_object("v1", "pods", Some("default"), plain("shared"))
+        .unwrap();
+    let pod = h.wait_phase("shared").await;
+    assert_eq!(pod["status"]["phase"], "Failed", "{pod}");
+    assert!(
+        status_message(&pod).contains("holds slices of HAMi pods"),
+        "{pod}"
+    );
+    assert!(ann(&pod, "hami.io/nvidia-whole-cards").is_none(), "{pod}");
+
+    // Once the slice is gone: whole-card hand-over, no hook, recorded on the pod.
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(h.client.clone(), "default");
+    pods.delete("nocontrol", &Default::default()).await.unwrap();
+    h.server
+        .create_object("v1", "pods", Some("default"), plain("plain"))
         .unwrap();
     let pod = h.wait_phase("plain").await;
     assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    assert_eq!(ann(&pod, "hami.io/nvidia-whole-cards"), Some(g.id.as_str()));
     let env = env_of(&pod, "main");
     assert_eq!(env["NVIDIA_VISIBLE_DEVICES"], g.id.as_str());
     assert!(!env.contains_key("CUDA_DEVICE_MEMORY_LIMIT_0"), "{env:?}");
