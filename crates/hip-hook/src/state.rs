@@ -170,7 +170,8 @@ impl ProcessState {
         tracker
     }
 
-    /// The limit in force on `device`: the region's, else the configured one.
+    /// The limit in force on `device`: the region's, capped by the config file's
+    /// (`Session::cap_limits`); without a region, the configured one.
     pub fn limit(&self, device: usize) -> u64 {
         match &self.session {
             Some(session) => session.device_usage(device).map_or(0, |usage| usage.limit),
