@@ -361,6 +361,19 @@ pub fn rbac_objects(settings: &Settings) -> Vec<Object> {
                 NVIDIA_DEVICE_PLUGIN,
                 sa_subject(NVIDIA_DEVICE_PLUGIN, ns),
             ),
+            role(
+                "hami-nvidia-device-plugin-events",
+                "default",
+                NVIDIA_DEVICE_PLUGIN,
+                rbac::nvidia_device_plugin_event_rules(),
+            ),
+            binding(
+                "hami-nvidia-device-plugin-events",
+                "default",
+                NVIDIA_DEVICE_PLUGIN,
+                ("Role", "hami-nvidia-device-plugin-events"),
+                sa_subject(NVIDIA_DEVICE_PLUGIN, ns),
+            ),
         ]);
     }
     if v.webui.enabled {

@@ -116,6 +116,12 @@ pub fn device_plugin_event_rules() -> Vec<PolicyRule> {
     vec![rule("", &["events"], &["create"], &[])]
 }
 
+/// The NVIDIA plugin's `xid_watch.rs` records NVIDIAGPUUnhealthy/Recovered Node Events in
+/// `default`, as the AMD plugin does: the same Role rules, bound to its own account.
+pub fn nvidia_device_plugin_event_rules() -> Vec<PolicyRule> {
+    device_plugin_event_rules()
+}
+
 /// Cluster-wide rules of the AMD DRA driver (crates/amdgpu-dra-plugin): `slice_publisher.rs`
 /// reads its Node (the slices' owner) and lists, creates, replaces and deletes its
 /// ResourceSlices; `claims.rs` reads the claims kubelet prepares and writes their

@@ -5,7 +5,8 @@
 //! It publishes the node (annotation + capacity), and a pod placed the way the scheduler
 //! places it (annotations, node lock) is allocated and committed. Then: no request of the
 //! plugin was refused, and every verb the plugin's rules grant was used (the one grant only
-//! a race exercises, the lock owner's `get`, is named with its code path).
+//! a race exercises, the lock owner's `get`, is named with its code path). An XID injected
+//! through the stand-in NVML makes the plugin record its Node Event under the events Role.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -45,6 +46,14 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
 
     let scratch = std::env::temp_dir().join(format!("hami-lp-nv-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    // XIDs for the stand-in NVML, which the plugin loads into this process: written after
+    // the pod is committed (a critical XID on its GPU before would refuse the pod).
+    let xid_file = scratch.join("xids");
+    std::fs::write(&xid_file, "").unwrap();
+    // SAFETY: this binary's only test sets it before it starts anything that reads the
+    // environment (the plugin, the kubelet stand-in); nothing else writes it.
+    unsafe { std::env::set_var("FAKE_NVML_XID_FILE", &xid_file) };
     let sockets = scratch.join("device-plugins");
     std::fs::create_dir_all(&sockets).unwrap();
     let sim = start_kubelet(sockets.clone(), NODE, kubelet).await;
@@ -132,10 +141,14 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
     })
     .await;
     assert!(committed, "the plugin never committed the pod");
+    // A critical XID (79: fallen off the bus) on its GPU, now that the pod has it: the
+    // plugin marks the GPU unhealthy and records NVIDIAGPUUnhealthy in `default`.
+    std::fs::write(&xid_file, format!("{} 79\n", gpu.index)).unwrap();
     let me = service_account_user(&ns, names::NVIDIA_DEVICE_PLUGIN);
     let granted: BTreeSet<(String, String)> =
         hami_manifests::rbac::nvidia_device_plugin_cluster_rules(&s)
             .iter()
+            .chain(&hami_manifests::rbac::nvidia_device_plugin_event_rules())
             .flat_map(|rule| {
                 let verbs = rule.verbs.clone();
                 rule.resources
