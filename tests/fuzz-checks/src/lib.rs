@@ -10,6 +10,7 @@
 mod apiserver;
 mod control_plane;
 mod dra;
+mod dra_identity;
 mod node;
 mod plugin_inputs;
 mod protocol_codecs;
@@ -20,6 +21,7 @@ pub use apiserver::{
 };
 pub use control_plane::{admission_review, extender_json};
 pub use dra::{dra_checkpoint, dra_claim_status, dra_kubelet_messages, dra_selector, dra_webhook};
+pub use dra_identity::dra_claim_identity;
 pub use node::{fdinfo, hami_core_region, hip_region, kfd_properties};
 pub use plugin_inputs::{hook_config, kubelet_messages, run_mapping};
 pub use protocol_codecs::{
@@ -63,6 +65,7 @@ pub const TARGETS: &[Target] = &[
     ("dra_selector", dra_selector),
     ("dra_claim_status", dra_claim_status),
     ("dra_kubelet_messages", dra_kubelet_messages),
+    ("dra_claim_identity", dra_claim_identity),
 ];
 
 /// Text of the input when it is UTF-8: most wire formats are strings (annotations, env
