@@ -102,12 +102,10 @@ impl<C: ClaimSource> Driver<C> {
         let done = self.state.lock().await.state().claims.get(&id.uid).cloned();
         if let Some(done) = done {
             let devices = devices_of(&done);
-            let restored = {
-                let done = done.clone();
-                tokio::task::spawn_blocking(move || restore_files(&done))
-                    .await
-                    .map_err(|e| format!("restoring the claim's files: {e}"))??
-            };
+            // Outside the state lock: the claim's own lock keeps its files to this call.
+            let restored = tokio::task::spawn_blocking(move || restore_files(&done))
+                .await
+                .map_err(|e| format!("restoring the claim's files: {e}"))??;
             if let Some(restored) = restored {
                 // A new region file (a crash lost it): the hook config names its inode.
                 self.state
