@@ -158,8 +158,8 @@ async fn plain_pods_get_distinct_recorded_cards_and_no_slice_lands_on_them() {
         assert!(Instant::now() < deadline, "slice never refused: {pod}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    // The scheduler's reason: the pinned card has no share left.
-    assert!(refusal.contains("CardTimeSlicingExhausted"), "{refusal}");
+    // The scheduler's reason: the pinned card is held whole.
+    assert!(refusal.contains("CardHeldWhole"), "{refusal}");
 
     // `hami status` (its builder over the listed objects) shows both cards held whole.
     let nodes: Vec<Node> = Api::<Node>::all(client.clone())

@@ -29,6 +29,9 @@ pub enum Reason {
     CardTypeMismatch,
     /// Excluded by the pod's `use-gpu-uuid`/`nouse-gpu-uuid`.
     CardUuidMismatch,
+    /// Held whole by a pod the scheduler did not place (`hami.io/<vendor>-whole-cards`,
+    /// issue 26 item 1): no slice goes on it while that pod runs.
+    CardHeldWhole,
     /// Every share of it is taken.
     CardTimeSlicingExhausted,
     /// Someone uses it, and the pod wants it alone (mutex policy, or all NVIDIA SMs).
@@ -47,10 +50,11 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in declaration order (the counter's label set).
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 11] = [
         Reason::CardNotHealth,
         Reason::CardTypeMismatch,
         Reason::CardUuidMismatch,
+        Reason::CardHeldWhole,
         Reason::CardTimeSlicingExhausted,
         Reason::ExclusiveDeviceAllocateConflict,
         Reason::CardInsufficientMemory,
@@ -66,6 +70,7 @@ impl Reason {
             Reason::CardNotHealth => "CardNotHealth",
             Reason::CardTypeMismatch => "CardTypeMismatch",
             Reason::CardUuidMismatch => "CardUuidMismatch",
+            Reason::CardHeldWhole => "CardHeldWhole",
             Reason::CardTimeSlicingExhausted => "CardTimeSlicingExhausted",
             Reason::ExclusiveDeviceAllocateConflict => "ExclusiveDeviceAllocateConflict",
             Reason::CardInsufficientMemory => "CardInsufficientMemory",
@@ -502,6 +507,7 @@ pub fn demand(gpu: &Gpu, request: &DeviceRequest) -> (u64, u64) {
 fn check(
     gpu: &Gpu,
     u: &GpuUsage,
+    held_whole: bool,
     request: &DeviceRequest,
     selector: &DeviceSelector,
     mutex: bool,
@@ -515,6 +521,10 @@ fn check(
     }
     if !selector.uuid_allowed(&info.id) {
         return Err(Reason::CardUuidMismatch);
+    }
+    // Before the share count: a held card is also "full", but the user needs to know why.
+    if held_whole {
+        return Err(Reason::CardHeldWhole);
     }
     if u.used >= info.count {
         return Err(Reason::CardTimeSlicingExhausted);
@@ -580,7 +590,8 @@ fn fit_devices(
     // (gpu index, mem, cores, score)
     let mut eligible: Vec<(usize, u64, u64, f64)> = Vec::with_capacity(candidates);
     for i in (0..gpus.len()).filter(|i| gpus[*i].vendor == vendor) {
-        match check(&gpus[i], &usage[i], request, selector, mutex) {
+        let held = node.held_whole.get(i).copied().unwrap_or(false);
+        match check(&gpus[i], &usage[i], held, request, selector, mutex) {
             Ok((mem, cores)) => {
                 eligible.push((i, mem, cores, device_score(&gpus[i], &usage[i], mem, cores)))
             }

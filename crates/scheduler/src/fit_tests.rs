@@ -554,3 +554,34 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_card_held_whole_refuses_slices_with_its_own_reason() {
+    // Issue 26 item 1: a card a plain pod holds whole is full, and kubectl describe says
+    // why (not "every share is taken").
+    let mut n = node("n", vec![amd("A", 100, 1000, 0), amd("B", 100, 1000, 0)]);
+    assert!(n.hold_whole(&["A".into()]).is_empty());
+    let slice = app(json!({"amd.com/gpu": "1", "amd.com/gpucores": "20"}));
+    let mut pinned = Selectors::default();
+    pinned.amd.use_uuids = vec!["A".into()];
+    assert_eq!(
+        fit_with(&n, &slice, "spread", pinned).unwrap_err(),
+        "container c: 1/2 CardHeldWhole, 1/2 CardUuidMismatch"
+    );
+    // The other card takes the slice; with both held, both say so.
+    let p = fit(&n, &slice).unwrap();
+    assert_eq!(p.runs[&Vendor::Amd][0][0].uuid, "B");
+    assert!(n.hold_whole(&["B".into()]).is_empty());
+    assert_eq!(
+        fit(&n, &slice).unwrap_err(),
+        "container c: 2/2 CardHeldWhole"
+    );
+    // A card whose shares are all taken by slices still reads as such.
+    let mut full = node("n", vec![amd("A", 100, 1000, 0)]);
+    full.usage[0].used = 10;
+    assert_eq!(
+        fit(&full, &slice).unwrap_err(),
+        "container c: 1/1 CardTimeSlicingExhausted"
+    );
+    assert!(refusal_labels().contains(&"CardHeldWhole"));
+}

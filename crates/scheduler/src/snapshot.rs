@@ -179,13 +179,21 @@ pub struct NodeSnapshot {
     pub devices: Arc<NodeDevices>,
     /// Same order as `devices.gpus`.
     pub usage: Vec<GpuUsage>,
+    /// Same order: held whole by a pod the scheduler did not place ([`Self::hold_whole`]),
+    /// so fit can say why (`CardHeldWhole`) rather than "no share left".
+    pub held_whole: Vec<bool>,
 }
 
 impl NodeSnapshot {
     /// The node with nothing taken.
     pub fn idle(devices: Arc<NodeDevices>) -> Self {
         let usage = vec![GpuUsage::default(); devices.gpus.len()];
-        Self { devices, usage }
+        let held_whole = vec![false; devices.gpus.len()];
+        Self {
+            devices,
+            usage,
+            held_whole,
+        }
     }
 
     /// Adds a pod's charges; charges on unknown device ids are returned (a GPU vanished
@@ -225,6 +233,7 @@ impl NodeSnapshot {
                     u.used = u.used.max(info.count).max(1);
                     u.mem_mib = u.mem_mib.max(info.devmem);
                     u.cores = u.cores.max(u64::from(info.devcore));
+                    self.held_whole[i] = true;
                 }
                 None => unknown.push(card.as_str()),
             }
