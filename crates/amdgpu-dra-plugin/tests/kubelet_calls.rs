@@ -749,12 +749,14 @@ async fn dmem_limit_reaches_a_late_pod_cgroup_and_sums_the_pods_claims() {
         .unwrap();
 }
 
-/// Claims whose GET of `held` waits until `release` gets a permit (a claim GET the API
-/// server never answers); counts those GETs and says when one started.
+/// Claims whose GET of `held` (or status write of `held_status`) waits until `release`
+/// gets a permit (a call the API server never answers); counts those GETs and says when
+/// one such call started.
 #[derive(Clone)]
 struct Held {
     claims: Claims,
     held: String,
+    held_status: String,
     release: Arc<tokio::sync::Semaphore>,
     started: Arc<tokio::sync::Notify>,
     gets: Arc<std::sync::atomic::AtomicUsize>,
@@ -782,6 +784,10 @@ impl ClaimSource for Held {
         driver: &str,
         devices: &[AllocatedDeviceStatus],
     ) -> Result<(), String> {
+        if seen.metadata.name.as_deref() == Some(self.held_status.as_str()) {
+            self.started.notify_one();
+            self.release.acquire().await.unwrap().forget();
+        }
         self.claims.set_device_status(seen, driver, devices).await
     }
 }
@@ -803,6 +809,7 @@ async fn a_claim_get_that_hangs_does_not_block_other_claims() {
     let held = Held {
         claims: claims.clone(),
         held: "slow".into(),
+        held_status: String::new(),
         release: Arc::new(tokio::sync::Semaphore::new(0)),
         started: Arc::new(tokio::sync::Notify::new()),
         gets: Arc::default(),
@@ -870,6 +877,7 @@ async fn claim_names_that_are_not_dns_names_are_refused_before_any_call() {
     let held = Held {
         claims,
         held: String::new(),
+        held_status: String::new(),
         release: Arc::new(tokio::sync::Semaphore::new(0)),
         started: Arc::new(tokio::sync::Notify::new()),
         gets: Arc::default(),
@@ -966,4 +974,72 @@ fn a_fifo_at_the_checkpoint_is_refused_without_blocking() {
             "{err}"
         );
     }
+}
+
+/// The CUs a prepare chose are its own from its plan on, also while its status write is in
+/// flight (no lock held then): a second claim on the same GPU planned meanwhile gets other
+/// CUs, and once the first is released both are recorded, disjoint.
+#[tokio::test]
+async fn cus_chosen_by_a_prepare_in_flight_are_not_given_to_another_claim() {
+    let n = node();
+    let claims = Claims::default();
+    for (name, uid) in [("first", "uid-first"), ("second", "uid-second")] {
+        claims.0.lock().unwrap().insert(
+            ("default".into(), name.into()),
+            claim(name, uid, "gpu-0", "2Gi", "40"),
+        );
+    }
+    let held = Held {
+        claims: claims.clone(),
+        held: String::new(),
+        held_status: "first".into(),
+        release: Arc::new(tokio::sync::Semaphore::new(0)),
+        started: Arc::new(tokio::sync::Notify::new()),
+        gets: Arc::default(),
+        asked: Arc::default(),
+    };
+    let run = start(&n, held.clone()).await;
+    let path = run.sockets.dra.clone();
+    let first = tokio::spawn(async move {
+        dra(&path)
+            .await
+            .node_prepare_resources(NodePrepareResourcesRequest {
+                claims: vec![kclaim("first", "uid-first")],
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    tokio::time::timeout(Duration::from_secs(30), held.started.notified())
+        .await
+        .expect("the first claim's status write started");
+    let second = tokio::time::timeout(
+        Duration::from_secs(30),
+        dra(&run.sockets.dra)
+            .await
+            .node_prepare_resources(NodePrepareResourcesRequest {
+                claims: vec![kclaim("second", "uid-second")],
+            }),
+    )
+    .await
+    .expect("answered while the first claim's status write hangs")
+    .unwrap()
+    .into_inner();
+    assert_eq!(second.claims["uid-second"].error, "");
+    held.release.add_permits(1);
+    let first = tokio::time::timeout(Duration::from_secs(30), first)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.claims["uid-first"].error, "");
+    let cp = checkpoint_on_disk(&n);
+    let cus = |uid: &str| CuSet::parse(&cp.claims[uid].devices[0].cus, 104).unwrap();
+    assert_eq!((cus("uid-first").len(), cus("uid-second").len()), (40, 40));
+    assert!(
+        !cus("uid-first").overlaps(&cus("uid-second")),
+        "{:?} {:?}",
+        cus("uid-first"),
+        cus("uid-second")
+    );
+    stop(run).await;
 }
