@@ -136,6 +136,10 @@ fn families(snapshot: &Snapshot, legacy_names: LegacyMetrics) -> Vec<Family> {
         "hami_container_device_cu_mask_info",
         "AMD compute units granted on the device (hami.io/amd-cu-allocated, pod-wide), as the cu_mask label",
     );
+    let mut whole_card = Family::gauge(
+        "hami_vgpu_whole_card",
+        "1 for each card a pod HAMi did not place holds whole (the device plugin's hami.io/amd-whole-cards or hami.io/nvidia-whole-cards record, issue 26): all of its memory and compute are the pod's, and no slice is placed on it",
+    );
     let mut host_mem = Family::gauge(
         "hami_host_gpu_memory_used_bytes",
         "GPU device memory usage in bytes",
@@ -246,6 +250,14 @@ fn families(snapshot: &Snapshot, legacy_names: LegacyMetrics) -> Vec<Family> {
             cu_mask.push(l, 1.0);
         }
     }
+    for w in &snapshot.whole_cards {
+        let labels: Labels = vec![
+            ("namespace", s(&w.namespace)),
+            ("pod", s(&w.pod)),
+            ("device_uuid", s(&w.device_uuid)),
+        ];
+        whole_card.push(labels, 1.0);
+    }
     for g in snapshot.host.iter() {
         let labels: Labels = vec![
             ("node", s(&snapshot.node)),
@@ -290,6 +302,7 @@ fn families(snapshot: &Snapshot, legacy_names: LegacyMetrics) -> Vec<Family> {
         alloc_mem,
         alloc_cores,
         cu_mask,
+        whole_card,
         errors,
         l_host_mem,
         l_host_util,

@@ -134,6 +134,8 @@ pub struct Snapshot {
     pub containers: Vec<ContainerMetrics>,
     /// Every device granted to a container on this node.
     pub allocations: Vec<Allocation>,
+    /// Cards held whole by pods the scheduler did not place (issue 26 item 1).
+    pub whole_cards: Vec<crate::pods::WholeCard>,
     /// Host per-GPU readings.
     pub host: Arc<Vec<HostGpu>>,
     /// Errors counted since start, by kind.
@@ -939,6 +941,7 @@ impl NodeMonitor {
             node: self.config.node_name.clone(),
             containers,
             allocations: allocations(&pods),
+            whole_cards: pods.whole_cards.clone(),
             host: read_lock(&self.host),
             errors: self.errors.counts(),
         }

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use futures::StreamExt;
 use hami_protocol::cu_allocated::CuAllocation;
 use hami_protocol::device_list::{ContainerDevices, decode_pod_devices};
-use hami_protocol::names::{AMD, NVIDIA, pod as pod_names};
+use hami_protocol::names::{AMD, NVIDIA, Vendor, pod as pod_names};
 use hami_protocol::placement::placed_by_scheduler;
 use hami_protocol::requests::container_slots;
+use hami_protocol::whole_cards;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
@@ -157,6 +158,38 @@ pub fn pod_info(pod: &Pod, scheduler_name: &str) -> Option<PodInfo> {
     })
 }
 
+/// A card a pod the scheduler did not place holds whole (issue 26 item 1): the device
+/// plugin's record in `hami.io/<vendor>-whole-cards`, as `whole_cards::held_cards` counts
+/// it. Pod-wide: the record does not say which container uses the card, and kubelet gives
+/// it no region, so the monitor reports the holding, not usage or a per-container grant.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WholeCard {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub pod: String,
+    /// The card's registered id.
+    pub device_uuid: String,
+}
+
+/// The cards `pod` holds whole, every vendor's (see [`WholeCard`]); a record that does not
+/// decode is a problem line, and holds nothing.
+pub fn whole_cards_of(pod: &Pod, scheduler_name: &str) -> (Vec<WholeCard>, Vec<String>) {
+    let (mut held, mut problems) = (Vec::new(), Vec::new());
+    for vendor in Vendor::ALL {
+        match whole_cards::held_cards(pod, vendor, scheduler_name) {
+            Ok(Some(h)) => held.extend(h.cards.into_iter().map(|device_uuid| WholeCard {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                pod: pod.metadata.name.clone().unwrap_or_default(),
+                device_uuid,
+            })),
+            Ok(None) => {}
+            Err(e) => problems.push(format!("annotation {}: {e}", whole_cards::key(vendor))),
+        }
+    }
+    (held, problems)
+}
+
 /// The pods of the node by UID, and containers by runtime id.
 #[derive(Debug, Default, Clone)]
 pub struct PodIndex {
@@ -171,6 +204,8 @@ pub struct PodIndex {
     /// DRA claims whose `consumedCapacity` cannot be read (reported as holding nothing),
     /// one line each.
     pub dra_unreadable: Vec<String>,
+    /// Cards held whole by pods the scheduler did not place, sorted.
+    pub whole_cards: Vec<WholeCard>,
 }
 
 impl PodIndex {
@@ -195,6 +230,9 @@ impl PodIndex {
             let Some(mut info) = pod_info(pod, scheduler_name) else {
                 continue;
             };
+            let (held, problems) = whole_cards_of(pod, scheduler_name);
+            index.whole_cards.extend(held);
+            info.problems.extend(problems);
             if let Some(d) = dra.get(&info.uid) {
                 for c in &mut info.containers {
                     if let Some(devices) = d.containers.get(&c.name)
@@ -227,6 +265,7 @@ impl PodIndex {
             }
             index.by_uid.insert(info.uid.clone(), Arc::new(info));
         }
+        index.whole_cards.sort();
         index
     }
 

@@ -8,6 +8,7 @@ use hami_monitor::hami_core_region::MemoryBreakdown;
 use hami_monitor::host_gpus::HostGpu;
 use hami_monitor::metrics::{LegacyMetrics, render};
 use hami_monitor::node_monitor::{Allocation, ContainerMetrics, DeviceMetrics, Snapshot};
+use hami_monitor::pods::WholeCard;
 
 fn full_snapshot() -> Snapshot {
     Snapshot {
@@ -53,6 +54,11 @@ fn full_snapshot() -> Snapshot {
             memory_used: Some(1),
             busy_percent: Some(2.0),
         }]),
+        whole_cards: vec![WholeCard {
+            namespace: "ns".into(),
+            pod: "plain".into(),
+            device_uuid: "u2".into(),
+        }],
         errors: [("cache_truncated", 1u64)].into(),
     }
 }
