@@ -79,6 +79,19 @@ pub fn run_policy(
     gpu_policy: GpuPolicy,
     node_policy: NodePolicy,
 ) -> PolicyRun {
+    run_policy_until(nodes, pods, gpu_policy, node_policy, &|| false)
+        .unwrap_or_else(|| unreachable!("a run never asked to stop stopped"))
+}
+
+/// [`run_policy`], asking `stop` before each pod: `None` once it says stop (the web UI's
+/// deadline, or its client gone), so a shared server never plans for nobody.
+pub fn run_policy_until(
+    nodes: &[Node],
+    pods: &[PlannedPod],
+    gpu_policy: GpuPolicy,
+    node_policy: NodePolicy,
+    stop: &dyn Fn() -> bool,
+) -> Option<PolicyRun> {
     let mut state = ClusterState::new();
     for node in nodes {
         state.upsert_node(node);
@@ -94,6 +107,9 @@ pub fn run_policy(
     };
     let mut outcomes = Vec::with_capacity(pods.len());
     for planned in pods {
+        if stop() {
+            return None;
+        }
         let decision = decide_filter(&mut state, &planned.pod, &names, &config, 0);
         let uid = planned.pod.metadata.uid.as_deref().unwrap_or_default();
         let outcome = if !decision.result.error.is_empty() {
@@ -121,10 +137,10 @@ pub fn run_policy(
         };
         outcomes.push(outcome);
     }
-    PolicyRun {
+    Some(PolicyRun {
         gpu_policy,
         node_policy,
         outcomes,
         state,
-    }
+    })
 }

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 pub use error::PlanError;
 
-use crate::engine::{expand_workloads, run_policy};
+use crate::engine::{expand_workloads, run_policy_until};
 use crate::report::{PlanReport, policy_report, render_json, render_table, workload_slices};
 use crate::scenario::{Scenario, gpu_policies, node_policies, parse_scenario};
 
@@ -104,11 +104,23 @@ pub fn restrict_policies(scenario: &mut Scenario, args: &PlanArgs) -> Result<(),
 /// Builds the fleet and runs every policy pair.
 pub fn plan(scenario: &Scenario) -> Result<PlanReport, PlanError> {
     let specs = fleet::resolve_groups(&scenario.fleet)?;
-    let nodes = fleet::build_nodes(&scenario.fleet, &specs)?;
+    plan_until(scenario, &specs, &|| false)
+        .map(|r| r.unwrap_or_else(|| unreachable!("a plan never asked to stop stopped")))
+}
+
+/// [`plan`] over the groups' devices already resolved (`fleet::resolve_groups`, which the
+/// web UI bounds before planning), asking `stop` before each pod of each policy pair:
+/// `Ok(None)` once it says stop.
+pub fn plan_until(
+    scenario: &Scenario,
+    specs: &[fleet::NodeDevicesSpec],
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<Option<PlanReport>, PlanError> {
+    let nodes = fleet::build_nodes(&scenario.fleet, specs)?;
     let gpus = scenario
         .fleet
         .iter()
-        .zip(&specs)
+        .zip(specs)
         .map(|(g, s)| g.count as usize * (s.amd.len() + s.nvidia.len()))
         .sum();
     let pods = expand_workloads(&scenario.workloads);
@@ -126,8 +138,14 @@ pub fn plan(scenario: &Scenario) -> Result<PlanReport, PlanError> {
             .map(|(gpu, node)| {
                 let (nodes, pods, slices) = (&nodes, &pods, &slices);
                 scope.spawn(move || {
-                    let run = run_policy(nodes, pods, gpu.policy, *node);
-                    policy_report(&run, &gpu.name, pods, &scenario.workloads, slices)
+                    let run = run_policy_until(nodes, pods, gpu.policy, *node, stop)?;
+                    Some(policy_report(
+                        &run,
+                        &gpu.name,
+                        pods,
+                        &scenario.workloads,
+                        slices,
+                    ))
                 })
             })
             .collect();
@@ -137,13 +155,13 @@ pub fn plan(scenario: &Scenario) -> Result<PlanReport, PlanError> {
                 h.join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             })
-            .collect::<Vec<_>>()
+            .collect::<Option<Vec<_>>>()
     });
-    Ok(PlanReport {
+    Ok(policies.map(|policies| PlanReport {
         scenario: scenario.name.clone(),
         nodes: nodes.len(),
         gpus,
         pods: pods.len(),
         policies,
-    })
+    }))
 }

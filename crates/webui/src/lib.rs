@@ -11,17 +11,22 @@
 //!   what a watch item does to the world is [`watch_feed`], pure).
 //! - [`pages`], [`dra`] (DRA nodes, devices and pods), [`whatif`], [`svg`], [`html`]: pure
 //!   rendering.
-//! - [`server`]: the axum routes.
+//! - [`server`]: the axum routes and the security headers every response carries;
+//!   [`connections`]: the accept loop (connection cap, request-head timeout);
+//!   [`same_origin`]: the What-if POST's origin check; [`whatif_run`]: plans with a
+//!   deadline, a concurrency limit and a stop when the client or the UI goes.
 
 /// The log filter of `hami-webui` and `hami ui` (unless `RUST_LOG`): kube-runtime's
 /// watcher warns at each retry of a refused watch, for ever; the UI's watchers log the first
 /// error of each run themselves (`watch_feed`), and show it as a banner while it lasts.
 pub const LOG_FILTER: &str = "info,kube_client=warn,kube_runtime=warn,kube_runtime::watcher=error";
 
+pub mod connections;
 pub mod dra;
 pub mod html;
 pub mod live;
 pub mod pages;
+pub mod same_origin;
 pub mod samples;
 pub mod scrape;
 pub mod server;
@@ -29,6 +34,7 @@ pub mod svg;
 pub mod watch;
 pub mod watch_feed;
 pub mod whatif;
+pub mod whatif_run;
 pub mod world;
 
 use std::net::SocketAddr;
@@ -39,9 +45,21 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::task::JoinHandle;
 
+use crate::connections::ConnectionLimits;
 use crate::samples::Metrics;
 use crate::server::Shared;
+use crate::whatif_run::Runner;
 use crate::world::World;
+
+/// What the UI's server allows: connections and request heads, and What-if plans (their
+/// size, deadline, how many at once, and the form's body).
+#[derive(Debug, Clone, Default)]
+pub struct Limits {
+    /// Connections at once and the request-head timeout.
+    pub connections: ConnectionLimits,
+    /// What one What-if request may ask.
+    pub whatif: whatif::Limits,
+}
 
 /// `hami ui` / `hami-webui`.
 #[derive(Debug, Clone, clap::Args)]
@@ -105,8 +123,10 @@ impl RunningUi {
         server::local_url(self.addr)
     }
 
-    /// Stops the server, the watchers and the scraper.
+    /// Stops the server (every connection with it), the watchers, the scraper and any
+    /// What-if plan running (at its next pod).
     pub fn shutdown(self) {
+        self.shared.whatif.stop();
         for t in self.tasks {
             t.abort();
         }
@@ -131,23 +151,43 @@ pub fn start_with(
     scrape_every: Duration,
     dra: DraWatch,
 ) -> anyhow::Result<RunningUi> {
+    start_limited(
+        client,
+        listener,
+        monitors,
+        scrape_every,
+        dra,
+        Limits::default(),
+    )
+}
+
+/// [`start_with`], under `limits` instead of the defaults.
+pub fn start_limited(
+    client: kube::Client,
+    listener: tokio::net::TcpListener,
+    monitors: Vec<String>,
+    scrape_every: Duration,
+    dra: DraWatch,
+    limits: Limits,
+) -> anyhow::Result<RunningUi> {
     let addr = listener.local_addr()?;
     let world = Arc::new(RwLock::new(World::default()));
     let metrics = Arc::new(RwLock::new(Metrics::with_endpoints(&monitors)));
     let shared = Shared {
         world: world.clone(),
         metrics: metrics.clone(),
+        whatif: Arc::new(Runner::new(limits.whatif)),
     };
     let mut tasks = watch::start(client, world.clone(), dra);
     if !monitors.is_empty() {
         tasks.push(tokio::spawn(scrape::run(world, metrics, scrape_every)));
     }
     let serving = shared.clone();
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = server::serve(listener, serving).await {
-            tracing::error!("web UI server stopped: {e}");
-        }
-    }));
+    tasks.push(tokio::spawn(server::serve(
+        listener,
+        serving,
+        limits.connections,
+    )));
     Ok(RunningUi {
         addr,
         shared,

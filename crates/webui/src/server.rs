@@ -1,21 +1,28 @@
 //! The HTTP shell: routes to the pure page functions. Every route is a read (the What-if
-//! form posts a scenario to plan in memory; nothing is written to the cluster).
+//! form posts a scenario to plan in memory; nothing is written to the cluster). Every
+//! response carries the security headers ([`CONTENT_SECURITY_POLICY`] and the rest); the
+//! What-if POST is checked for its origin (`same_origin.rs`), its body read under a size
+//! and time limit, and planned by the [`Runner`].
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Form, Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use serde::Deserialize;
+use http_body_util::{BodyExt, Limited};
 
+use crate::connections::{self, ConnectionLimits};
 use crate::html::{CSS, LIVE_JS, Page, not_found};
 use crate::samples::Metrics;
 use crate::scrape::unix_now;
+use crate::whatif::Problem;
+use crate::whatif_run::Runner;
 use crate::world::World;
-use crate::{pages, whatif};
+use crate::{pages, same_origin, whatif};
 
 /// What the handlers read, written by the watchers and the scraper.
 #[derive(Clone)]
@@ -24,6 +31,27 @@ pub struct Shared {
     pub world: Arc<RwLock<World>>,
     /// The scraped monitor metrics.
     pub metrics: Arc<RwLock<Metrics>>,
+    /// The What-if planner (its limits, slots and stop switch).
+    pub whatif: Arc<Runner>,
+}
+
+/// The UI's Content-Security-Policy: its own script and stylesheet only (no inline script,
+/// style or handler runs, so a name that slipped through escaping could not run either), no
+/// plugins, fetches and form posts to itself only, and no framing by any page.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+/// Adds the security headers to every response.
+async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "same-origin"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
 }
 
 fn respond(page: Page) -> Response {
@@ -78,18 +106,81 @@ async fn whatif_form(State(s): State<Shared>) -> Response {
     respond(whatif::page(whatif::DEFAULT_SCENARIO, None, &banners(&s)))
 }
 
-#[derive(Deserialize)]
-struct PlanForm {
-    #[serde(default)]
-    scenario: String,
+fn problem_page(p: Problem, scenario: &str, banners: &[String]) -> Response {
+    let retry = p.status == 429;
+    let mut response = respond(whatif::page(scenario, Some(Err(p)), banners));
+    if retry {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    }
+    response
 }
 
-async fn whatif_plan(State(s): State<Shared>, Form(form): Form<PlanForm>) -> Response {
-    let text = form.scenario.clone();
-    let result = tokio::task::spawn_blocking(move || whatif::plan(&text))
+/// The form's body, at most a form-encoded scenario of the limit, within the body timeout.
+async fn form_body(
+    limits: &whatif::Limits,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Vec<u8>, Problem> {
+    // Form encoding may take three bytes per byte of text.
+    let max = limits
+        .max_scenario_bytes
+        .saturating_mul(3)
+        .saturating_add(4096);
+    let too_large = || {
+        Problem::too_large(format!(
+            "the form is larger than the UI accepts ({max} bytes, a scenario of {} bytes): shorten the scenario, or run it with `hami plan --scenario FILE`",
+            limits.max_scenario_bytes
+        ))
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(limits.body_timeout, Limited::new(body, max).collect()).await {
+        Err(_) => Err(Problem {
+            status: 408,
+            message: format!(
+                "the form's body did not arrive within {} s; submit the form again",
+                limits.body_timeout.as_secs()
+            ),
+        }),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(e)) => Err(Problem::bad(format!(
+            "the form's body could not be read ({e}); submit the form again"
+        ))),
+        Ok(Ok(collected)) => Ok(collected.to_bytes().to_vec()),
+    }
+}
+
+async fn whatif_plan(State(s): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Err(message) = same_origin::check(
+        text(header::HOST),
+        text(header::ORIGIN),
+        headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()),
+    ) {
+        let p = Problem {
+            status: 403,
+            message,
+        };
+        return problem_page(p, whatif::DEFAULT_SCENARIO, &banners(&s));
+    }
+    let scenario = match form_body(s.whatif.limits(), &headers, body)
         .await
-        .unwrap_or_else(|e| Err(format!("the planner failed: {e}")));
-    respond(whatif::page(&form.scenario, Some(result), &banners(&s)))
+        .and_then(|b| whatif::scenario_from_form(&b))
+    {
+        Ok(scenario) => scenario,
+        Err(p) => return problem_page(p, whatif::DEFAULT_SCENARIO, &banners(&s)),
+    };
+    match s.whatif.plan(scenario.clone()).await {
+        Ok(report) => respond(whatif::page(&scenario, Some(Ok(report)), &banners(&s))),
+        Err(p) => problem_page(p, &scenario, &banners(&s)),
+    }
 }
 
 async fn fallback(State(s): State<Shared>) -> Response {
@@ -127,13 +218,13 @@ pub fn router(shared: Shared) -> Router {
         )
         .route("/healthz", get(|| async { "ok" }))
         .fallback(fallback)
-        .layer(DefaultBodyLimit::max(whatif::MAX_SCENARIO_BYTES + 4096))
+        .layer(axum::middleware::map_response(security_headers))
         .with_state(shared)
 }
 
-/// Serves `router` on `listener` until the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, shared: Shared) -> std::io::Result<()> {
-    axum::serve(listener, router(shared)).await
+/// Serves `router` on `listener` under `limits` until the task is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, shared: Shared, limits: ConnectionLimits) {
+    connections::serve(listener, router(shared), limits).await
 }
 
 /// The URL to open for a listener at `addr`.

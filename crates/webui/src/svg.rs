@@ -17,6 +17,15 @@ pub const PALETTE: [&str; 10] = [
 /// Colour of free CUs.
 pub const FREE: &str = "#e3e7ec";
 
+/// A legend's colour swatch: a one-rect SVG, so the colour is a presentation attribute and
+/// the page needs no inline style (the UI's Content-Security-Policy allows none).
+pub fn swatch(colour: &str) -> String {
+    format!(
+        "<svg class=\"swatch\" viewBox=\"0 0 1 1\" aria-hidden=\"true\" focusable=\"false\"><rect width=\"1\" height=\"1\" fill=\"{}\"/></svg>",
+        esc(colour)
+    )
+}
+
 /// A line chart of the last hour; `None` in place of the chart when nothing was sampled.
 pub fn line_chart(
     title: &str,
@@ -81,7 +90,8 @@ pub fn line_chart(
             .unwrap_or_else(|| "no samples".into());
         let _ = write!(
             out,
-            "<li><span class=\"swatch\" style=\"background:{colour}\"></span>{}: {}</li>",
+            "<li>{}{}: {}</li>",
+            swatch(colour),
             esc(label),
             esc(&last)
         );
@@ -201,8 +211,8 @@ pub fn cu_map(total: u32, owners: &[CuOwner<'_>], cu_per_wgp: Option<u32>, label
     for (i, o) in owners.iter().enumerate() {
         let _ = write!(
             out,
-            "<li><span class=\"swatch\" style=\"background:{}\"></span>{} ({} CUs: {})</li>",
-            PALETTE[i % PALETTE.len()],
+            "<li>{}{} ({} CUs: {})</li>",
+            swatch(PALETTE[i % PALETTE.len()]),
             esc(o.pod),
             o.cus.len(),
             esc(&o.cus.to_string())
@@ -211,10 +221,7 @@ pub fn cu_map(total: u32, owners: &[CuOwner<'_>], cu_per_wgp: Option<u32>, label
     let free = (0..total)
         .filter(|cu| !owners.iter().any(|o| o.cus.contains(*cu)))
         .count();
-    let _ = write!(
-        out,
-        "<li><span class=\"swatch\" style=\"background:{FREE}\"></span>free ({free} CUs)</li></ul>"
-    );
+    let _ = write!(out, "<li>{}free ({free} CUs)</li></ul>", swatch(FREE));
     let conflicts: Vec<u32> = (0..total)
         .filter(|cu| owners.iter().filter(|o| o.cus.contains(*cu)).count() > 1)
         .collect();

@@ -9,7 +9,10 @@
 //! its DRA node's page has one card per device of the driver's ResourceSlices, each CU map
 //! one cell per published CU and its owners' cells match the claims' `cuRanges`, and each
 //! DRA pod's page lists its shares. axe-core checks each page (headings, labels,
-//! contrast). Screenshots go to target/webui-screenshots/.
+//! contrast). Issue 27: every page works under the UI's Content-Security-Policy (no
+//! violation in the console, the live refresh and the What-if form still run), the
+//! answers carry the security headers, a page on another site can neither frame the UI
+//! nor submit its What-if form (403). Screenshots go to target/webui-screenshots/.
 //!
 //! Needs `chromium` and `chromium-driver` (Debian packages; CI installs them) and
 //! `npm ci --prefix crates/webui/tests/axe` (CI runs it): fails clearly without them.
@@ -162,6 +165,8 @@ impl Browser {
         let _ = std::fs::remove_dir_all(&profile);
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
+            // axe-core on a big page takes a while on two loaded cores (30 s by default).
+            "timeouts": {"script": 180000},
             "goog:loggingPrefs": {"browser": "ALL"},
             "goog:chromeOptions": {
                 "binary": "/usr/bin/chromium",
@@ -311,6 +316,40 @@ async fn sampling_monitor(series: Vec<(String, String, String, String)>) -> Stri
     );
     tokio::spawn(async move { axum::serve(listener, app).await.ok() });
     format!("http://{addr}/metrics")
+}
+
+/// Another site (`localhost`, while the UI is at 127.0.0.1: cross-site to the browser):
+/// `/post` holds a form that posts a scenario to the UI's What-if page, `/frame` frames the
+/// UI's overview.
+async fn other_site(ui: String) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let html = |body: String| {
+        axum::response::Html(format!(
+            "<!DOCTYPE html><html lang=\"en\"><head><title>elsewhere</title></head><body>{body}</body></html>"
+        ))
+    };
+    let post = format!(
+        "<form id=\"f\" method=\"post\" action=\"{ui}whatif\"><textarea name=\"scenario\">fleet: []</textarea><button id=\"go\" type=\"submit\">go</button></form>"
+    );
+    let frame = format!("<iframe id=\"ui\" title=\"ui\" src=\"{ui}\"></iframe>");
+    let app = axum::Router::new()
+        .route(
+            "/post",
+            axum::routing::get(move || {
+                let post = post.clone();
+                async move { html(post) }
+            }),
+        )
+        .route(
+            "/frame",
+            axum::routing::get(move || {
+                let frame = frame.clone();
+                async move { html(frame) }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await.ok() });
+    format!("http://localhost:{port}/")
 }
 
 #[test]
@@ -497,6 +536,21 @@ fn every_page_in_chromium_against_the_demo() {
     );
     browser.wait("var s = document.getElementById('live-status'); return !!s && s.textContent.indexOf('Live: updated') === 0;", "the live refresh");
     check_page(&browser, "overview", &mut problems);
+    // The security headers, as the browser receives them.
+    let headers = browser.cmd(
+        "POST",
+        "execute/async",
+        Some(json!({"script": "var done = arguments[arguments.length - 1]; fetch('/', {cache: 'no-store'}).then(function (r) { done(['content-security-policy', 'x-content-type-options', 'x-frame-options', 'referrer-policy'].map(function (h) { return r.headers.get(h); })); }, function (e) { done(['fetch failed: ' + e]); });", "args": []})),
+    );
+    assert_eq!(
+        headers,
+        json!([
+            hami_webui::server::CONTENT_SECURITY_POLICY,
+            "nosniff",
+            "DENY",
+            "same-origin"
+        ])
+    );
 
     // Node pages: cards and CU maps against the annotations.
     for n in &gpu_nodes {
@@ -707,7 +761,7 @@ fn every_page_in_chromium_against_the_demo() {
         let rows = browser.js("return document.querySelectorAll('table tbody')[0].rows.length;");
         assert_eq!(rows, json!(containers), "pod {name}: a row per container");
         if a.contains_key(Vendor::Amd.names().devices_allocated) && spec.node_name.is_some() {
-            browser.wait("return document.querySelectorAll('figure.chart svg polyline').length >= 2 && Array.prototype.every.call(document.querySelectorAll('figure.chart svg'), function (s) { return +s.getAttribute('data-points') > 0; });", &format!("pod {name}'s charts with data"));
+            browser.wait("return document.querySelectorAll('figure.chart svg polyline').length >= 2 && Array.prototype.every.call(document.querySelectorAll('figure.chart > svg'), function (s) { return +s.getAttribute('data-points') > 0; });", &format!("pod {name}'s charts with data"));
             check_page(&browser, &format!("pod-{name}"), &mut problems);
         } else if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
             // DRA pods: their shares are checked above; the real monitor may sample them.
@@ -737,6 +791,34 @@ fn every_page_in_chromium_against_the_demo() {
         json!(true)
     );
     check_page(&browser, "whatif", &mut problems);
+
+    // Another site can neither submit the What-if form nor frame the UI.
+    let elsewhere = runtime.block_on(other_site(url.clone()));
+    browser.go(&format!("{elsewhere}post"));
+    browser.js("document.getElementById('go').click(); return true;");
+    browser.wait(
+        "return document.body.innerText.indexOf('open the What-if page of this UI') >= 0;",
+        "the UI's refusal of another site's form",
+    );
+    assert_eq!(
+        browser.js("return document.querySelectorAll('details').length;"),
+        json!(0),
+        "nothing planned for another site"
+    );
+    let _ = browser.console_errors(); // the 403 status itself is logged by Chromium
+    browser.go(&format!("{elsewhere}frame"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let errors = browser.console_errors();
+        if errors.iter().any(|e| e.contains("frame-ancestors")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Chromium never refused to frame the UI (console: {errors:?})"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 
     // Unknown objects.
     browser.go(&format!("{url}nodes/no-such-node"));
