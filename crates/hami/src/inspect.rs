@@ -75,6 +75,14 @@ pub fn render_pod(report: &PodReport) -> String {
         }
     }
     out.push_str(&table.render());
+    for held in &report.whole_cards {
+        let cards: Vec<String> = held.cards.iter().map(|c| shown(c).into_owned()).collect();
+        out.push_str(&format!(
+            "whole cards: {} ({})\n",
+            cards.join(", "),
+            held.annotation
+        ));
+    }
     for note in &report.notes {
         out.push_str(&format!("note: {}\n", shown(note)));
     }

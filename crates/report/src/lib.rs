@@ -15,13 +15,14 @@ use std::collections::BTreeMap;
 
 use hami_protocol::cu_allocated::CuAllocation;
 use hami_protocol::device_list::{ContainerDevices, decode_pod_devices};
-use hami_protocol::names::{Vendor, node as node_keys, pod as pod_keys};
+use hami_protocol::names::{DEFAULT_SCHEDULER_NAME, Vendor, node as node_keys, pod as pod_keys};
 use hami_protocol::node_lock::NodeLock;
 use hami_protocol::node_register::decode_node_devices;
 use hami_protocol::requests::{
     ContainerKind, MemoryRequest, RequestDefaults, pod_ref, pod_requests,
 };
 use hami_protocol::rfc3339;
+use hami_protocol::whole_cards;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Serialize;
 
@@ -43,8 +44,24 @@ pub struct PodReport {
     pub bind_phase: Option<String>,
     /// Per container, in device-list order.
     pub containers: Vec<ContainerReport>,
+    /// Cards the pod holds whole without HAMi having placed it, per vendor (issue 26 item 1).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub whole_cards: Vec<WholeCards>,
     /// Things an operator should know (unpadded annotations, count mismatches).
     pub notes: Vec<String>,
+}
+
+/// One vendor's whole cards held by a pod HAMi did not place: the device plugin's record
+/// (`hami.io/<vendor>-whole-cards`) as `hami_protocol::whole_cards::held_cards` counts it
+/// (live, bound, not placed by the default scheduler name, at most the pod's count).
+#[derive(Debug, Serialize)]
+pub struct WholeCards {
+    /// `AMD` or `NVIDIA`.
+    pub vendor: &'static str,
+    /// The annotation they are recorded in.
+    pub annotation: &'static str,
+    /// The cards' registered ids.
+    pub cards: Vec<String>,
 }
 
 /// What one container asked for and got.
@@ -251,6 +268,22 @@ pub fn pod_report(pod: &Pod) -> Result<PodReport, ReportError> {
             waiting_for_allocate,
         })
         .collect();
+    let mut held = Vec::new();
+    for vendor in Vendor::ALL {
+        // A bad record holds nothing (as for the scheduler): a note, not a failed report.
+        match whole_cards::held_cards(pod, vendor, DEFAULT_SCHEDULER_NAME) {
+            Ok(Some(h)) => held.push(WholeCards {
+                vendor: vendor.word(),
+                annotation: whole_cards::key(vendor),
+                cards: h.cards,
+            }),
+            Ok(None) => {}
+            Err(e) => notes.push(format!(
+                "annotation {}: {e}; it holds no card",
+                whole_cards::key(vendor)
+            )),
+        }
+    }
     let owner = pod_ref(pod);
     Ok(PodReport {
         namespace: owner.namespace,
@@ -261,6 +294,7 @@ pub fn pod_report(pod: &Pod) -> Result<PodReport, ReportError> {
             .or_else(|| pod.spec.as_ref().and_then(|s| s.node_name.clone())),
         bind_phase: annotations.get(pod_keys::BIND_PHASE).cloned(),
         containers,
+        whole_cards: held,
         notes,
     })
 }
