@@ -8,7 +8,7 @@ use std::fmt::Write;
 use hami_protocol::cu_allocated::CuAllocation;
 use hami_protocol::cu_list::CuSet;
 use hami_protocol::names::{Vendor, pod as pod_keys};
-use hami_report::{node_report, pod_report, report_from_state};
+use hami_report::{WHOLE_CARD_MARK, node_report, pod_report, report_from_state};
 
 use crate::html::{Page, clock, esc, frame, mib, not_found, table, url_segment};
 use crate::samples::{Metrics, Series};
@@ -360,6 +360,8 @@ struct Slice<'a> {
     mem_mib: u64,
     cores: u64,
     cus: Option<CuSet>,
+    /// Held whole by a pod HAMi did not place (`hami.io/<vendor>-whole-cards`).
+    whole: bool,
 }
 
 fn node_pods<'a>(world: &'a World, node: &str) -> (Vec<Slice<'a>>, Vec<String>) {
@@ -391,6 +393,27 @@ fn node_pods<'a>(world: &'a World, node: &str) -> (Vec<Slice<'a>>, Vec<String>) 
                 mem_mib: c.mem_mib,
                 cores: c.cores,
                 cus: cus.as_ref().and_then(|a| a.0.get(&c.uuid).cloned()),
+                whole: false,
+            });
+        }
+    }
+    // Pods HAMi did not place that hold cards whole (issue 26 item 1): the whole card each.
+    let gpus = world.state.node(node).map(|s| s.devices.gpus.as_slice());
+    for (_, w) in world.state.whole_card_holdings() {
+        if w.node != node {
+            continue;
+        }
+        for card in &w.cards {
+            let Some(gpu) = gpus.and_then(|g| g.iter().find(|g| g.info.id == *card)) else {
+                continue;
+            };
+            slices.push(Slice {
+                pod: format!("{}/{}", w.namespace, w.name),
+                uuid: card.as_str(),
+                mem_mib: gpu.info.devmem,
+                cores: u64::from(gpu.info.devcore),
+                cus: None,
+                whole: true,
             });
         }
     }
@@ -562,7 +585,11 @@ pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
                         let (ns, p) = s.pod.split_once('/').unwrap_or(("", &s.pod));
                         let u = metrics.pod_device(ns, p, &info.id);
                         vec![
-                            pod_link(&s.pod),
+                            if s.whole {
+                                format!("{} {}", pod_link(&s.pod), esc(WHOLE_CARD_MARK))
+                            } else {
+                                pod_link(&s.pod)
+                            },
                             format!("{} MiB", s.mem_mib),
                             u.memory_bytes
                                 .map(|b| mib(b / 1048576.0))
