@@ -128,7 +128,8 @@ pub fn claim_names(pod: &Pod) -> Vec<String> {
     names.into_iter().collect()
 }
 
-/// One device of a claim's region: region device `i` is `devices[i]`.
+/// One device of a claim's region: region device `i` is `devices[i]`, the claim's `i`-th
+/// GPU on this node in result order, each GPU once (D-22).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegionDevice {
     /// Its position in the owning container's devices; `None` when that container does
@@ -280,7 +281,12 @@ pub fn dra_pod(
             }
             let owner = !out.regions.contains_key(&claim_uid);
             let list = out.containers.entry(c.name.clone()).or_default();
-            let mut region = Vec::with_capacity(results.len());
+            // One region device per GPU of the claim, in first-seen order, as the driver
+            // prepares them (D-22: shares of one GPU in one claim are one device with their
+            // memory summed and CUs joined); `merged` is each GPU's (list index, bytes).
+            let mut region: Vec<RegionDevice> = Vec::with_capacity(results.len());
+            let mut gpus: Vec<&str> = Vec::new();
+            let mut merged: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
             for (i, r) in results.iter().enumerate() {
                 let key = (r.pool.clone(), r.device.clone());
                 let known = slices.get(&key);
@@ -289,8 +295,15 @@ pub fn dra_pod(
                 }
                 let uuid =
                     known.map_or_else(|| format!("{}/{}", r.pool, r.device), |d| d.uuid.clone());
+                let gpu = gpus.iter().position(|g| *g == r.device).unwrap_or_else(|| {
+                    gpus.push(&r.device);
+                    region.push(RegionDevice {
+                        vdevice_index: None,
+                        uuid: uuid.clone(),
+                    });
+                    gpus.len() - 1
+                });
                 let selected = wanted.is_none_or(|w| request_matches(&r.request, w));
-                let mut vdevice_index = None;
                 if selected {
                     let consumed = |k: &str, full: u64| {
                         r.consumed_capacity
@@ -299,17 +312,36 @@ pub fn dra_pod(
                             .and_then(|q| capacity::parse(&q.0).ok())
                             .unwrap_or(full)
                     };
-                    vdevice_index = Some(list.len());
-                    list.push(ContainerDevice {
-                        uuid: uuid.clone(),
-                        device_type: known.map(|d| d.product.clone()).unwrap_or_default(),
-                        mem_mib: consumed(MEMORY, known.map_or(0, |d| d.memory)) >> 20,
-                        cores: u32::try_from(consumed(
-                            COMPUTE_UNITS,
-                            known.map_or(0, |d| d.compute_units),
-                        ))
-                        .unwrap_or(u32::MAX),
-                    });
+                    let full = known.map_or(0, |d| d.memory);
+                    let bytes = consumed(MEMORY, full);
+                    let cores = u32::try_from(consumed(
+                        COMPUTE_UNITS,
+                        known.map_or(0, |d| d.compute_units),
+                    ))
+                    .unwrap_or(u32::MAX);
+                    let at = match merged.get_mut(r.device.as_str()) {
+                        // Another share of a GPU this container already has from this claim.
+                        Some((at, sum)) => {
+                            *sum = sum.saturating_add(bytes);
+                            let sum = if full > 0 { (*sum).min(full) } else { *sum };
+                            list[*at].mem_mib = sum >> 20;
+                            list[*at].cores = list[*at].cores.saturating_add(cores);
+                            *at
+                        }
+                        None => {
+                            merged.insert(&r.device, (list.len(), bytes));
+                            list.push(ContainerDevice {
+                                uuid: uuid.clone(),
+                                device_type: known.map(|d| d.product.clone()).unwrap_or_default(),
+                                mem_mib: bytes >> 20,
+                                cores,
+                            });
+                            list.len() - 1
+                        }
+                    };
+                    if owner {
+                        region[gpu].vdevice_index = Some(at);
+                    }
                     let ranges = status
                         .into_iter()
                         .flat_map(|s| s.devices.iter().flatten())
@@ -329,10 +361,6 @@ pub fn dra_pod(
                         cu.entry(uuid.clone()).or_default().push(ranges.to_owned());
                     }
                 }
-                region.push(RegionDevice {
-                    vdevice_index: vdevice_index.filter(|_| owner),
-                    uuid,
-                });
             }
             if owner {
                 out.regions.insert(
@@ -553,6 +581,65 @@ mod tests {
     }
 
     #[test]
+    fn two_shares_of_one_gpu_in_one_claim_are_one_device_as_the_driver_prepares_them() {
+        let p = pod(
+            json!([{"name": "train", "resources": {"claims": [{"name": "gpu"}]}}]),
+            json!([]),
+            json!({"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "g"}]}),
+        );
+        let claims: HashMap<String, ResourceClaim> = [(
+            "g".to_string(),
+            claim(
+                "g",
+                "c-1",
+                "pod-1",
+                json!([
+                    result("a", "gpu-0", "s1", "4Gi", "20"),
+                    result("b", "gpu-1", "s2", "1Gi", "10"),
+                    result("c", "gpu-0", "s3", "2Gi", "6")
+                ]),
+                json!([
+                    status("gpu-0", "s1", "0-19"),
+                    status("gpu-1", "s2", "0-9"),
+                    status("gpu-0", "s3", "20-25")
+                ]),
+            ),
+        )]
+        .into();
+        let d = dra_pod(&p, &claims, DRIVER, "n1", &devices());
+        let train = &d.containers["train"];
+        // gpu-0 once, with both shares' memory and CUs; the region has two devices.
+        assert_eq!(
+            train
+                .iter()
+                .map(|c| (c.uuid.as_str(), c.mem_mib, c.cores))
+                .collect::<Vec<_>>(),
+            vec![("U0", 6144, 26), ("U1", 1024, 10)]
+        );
+        assert_eq!(
+            d.regions["c-1"].devices,
+            vec![
+                RegionDevice {
+                    vdevice_index: Some(0),
+                    uuid: "U0".into()
+                },
+                RegionDevice {
+                    vdevice_index: Some(1),
+                    uuid: "U1".into()
+                },
+            ]
+        );
+        // Each share's CUs are still its own status entry.
+        assert_eq!(
+            d.cu_allocated,
+            vec![
+                ("U0".into(), "0-19,20-25".into()),
+                ("U1".into(), "0-9".into())
+            ]
+        );
+    }
+
+    #[test]
     fn claims_of_other_pods_or_drivers_or_unallocated_grant_nothing() {
         let p = pod(
             json!([{"name": "c", "resources": {"claims": [{"name": "gpu"}, {"name": "direct"}]}}]),
@@ -721,10 +808,10 @@ mod tests {
         }
 
         proptest! {
-            /// Whatever the claims and references: each region lists every result of its
-            /// claim in order; a region device's vdevice_index names a device of its owner
-            /// container with the same uuid; each container gets exactly the results its
-            /// references select.
+            /// Whatever the claims and references: each region lists its claim's GPUs, each
+            /// once, in result order; a region device's vdevice_index names a device of its
+            /// owner container with the same uuid; each container gets exactly the GPUs its
+            /// references select, each once per reference.
             #[test]
             fn regions_point_into_their_owners_devices(
                 specs in claims_strategy(),
@@ -770,13 +857,24 @@ mod tests {
                 );
                 let d = dra_pod(&p, &claims, DRIVER, "n1", &slices);
                 prop_assert!(d.problems.is_empty());
+                // A claim's GPUs, each once, in first-seen order (D-22).
+                let gpus_of = |results: &mut dyn Iterator<Item = usize>| {
+                    let mut seen: Vec<usize> = Vec::new();
+                    for g in results {
+                        if !seen.contains(&g) {
+                            seen.push(g);
+                        }
+                    }
+                    seen
+                };
                 for (uid, region) in &d.regions {
                     let i: usize = uid.strip_prefix("uid-").unwrap().parse().unwrap();
-                    prop_assert_eq!(region.devices.len(), specs[i].len());
+                    let gpus = gpus_of(&mut specs[i].iter().map(|(g, _)| *g));
+                    prop_assert_eq!(region.devices.len(), gpus.len());
                     for (j, rd) in region.devices.iter().enumerate() {
                         let want = slices
-                            .get(&("n1".to_string(), format!("gpu-{}", specs[i][j].0)))
-                            .map_or_else(|| format!("n1/gpu-{}", specs[i][j].0), |s| s.uuid.clone());
+                            .get(&("n1".to_string(), format!("gpu-{}", gpus[j])))
+                            .map_or_else(|| format!("n1/gpu-{}", gpus[j]), |s| s.uuid.clone());
                         prop_assert_eq!(&rd.uuid, &want);
                         if let Some(v) = rd.vdevice_index {
                             let owned = &d.containers[&region.container];
@@ -789,10 +887,11 @@ mod tests {
                         .iter()
                         .filter(|(c, _)| *c < specs.len())
                         .map(|(c, f)| {
-                            specs[*c]
+                            gpus_of(&mut specs[*c]
                                 .iter()
                                 .filter(|(_, r)| f.is_none_or(|b| b == *r))
-                                .count()
+                                .map(|(g, _)| *g))
+                            .len()
                         })
                         .sum();
                     let got = d.containers.get(&format!("ctr{n}")).map_or(0, Vec::len);
