@@ -8,8 +8,9 @@
 //! not once per node.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
-use hami_amd_discovery::discovery::discover;
+use hami_amd_discovery::discovery::{Discovery, discover};
 use hami_amd_discovery::registration::{RegistrationSettings, register};
 use hami_protocol::identity::{WHOLE_GPU_PARTITION, amd_smi_uuid};
 use hami_protocol::names::Vendor;
@@ -39,17 +40,7 @@ pub fn capture_devices(
         capture: capture.as_str().to_owned(),
         problem,
     };
-    let tree = match capture {
-        CaptureName::Mi210Xgmi => hami_sysfs_fixtures::mi210_xgmi(),
-        CaptureName::Mi300xCpx => hami_sysfs_fixtures::mi300x_cpx(),
-        CaptureName::OneGpu => hami_sysfs_fixtures::one_gpu(),
-    }
-    .map_err(|e| {
-        fail(format!(
-            "cannot build its sysfs tree in a temp directory: {e}"
-        ))
-    })?;
-    let discovery = discover(&tree.sysfs_root()).map_err(|e| fail(e.to_string()))?;
+    let discovery = discovered(capture).map_err(fail)?;
     let registration = register(&discovery, settings, |_| true);
     if registration.devices.is_empty() {
         return Err(fail(format!(
@@ -58,6 +49,37 @@ pub fn capture_devices(
         )));
     }
     Ok(registration.devices.into_iter().map(|d| d.info).collect())
+}
+
+/// Each capture's discovery, made once per process: building a capture's sysfs tree and
+/// discovering it takes up to seconds (the MI300X CPX capture's thousands of files), which
+/// the web UI's What-if page would otherwise pay on every request, outside its deadline.
+static DISCOVERED: Mutex<Vec<(CaptureName, Discovery)>> = Mutex::new(Vec::new());
+
+/// The capture's discovery, from [`DISCOVERED`] or made (and kept) now.
+fn discovered(capture: CaptureName) -> Result<Discovery, String> {
+    let known = |cache: &[(CaptureName, Discovery)]| {
+        cache
+            .iter()
+            .find(|(c, _)| *c == capture)
+            .map(|(_, d)| d.clone())
+    };
+    if let Some(d) = DISCOVERED.lock().ok().and_then(|cache| known(&cache)) {
+        return Ok(d);
+    }
+    let tree = match capture {
+        CaptureName::Mi210Xgmi => hami_sysfs_fixtures::mi210_xgmi(),
+        CaptureName::Mi300xCpx => hami_sysfs_fixtures::mi300x_cpx(),
+        CaptureName::OneGpu => hami_sysfs_fixtures::one_gpu(),
+    }
+    .map_err(|e| format!("cannot build its sysfs tree in a temp directory: {e}"))?;
+    let discovery = discover(&tree.sysfs_root()).map_err(|e| e.to_string())?;
+    if let Ok(mut cache) = DISCOVERED.lock()
+        && known(&cache).is_none()
+    {
+        cache.push((capture, discovery.clone()));
+    }
+    Ok(discovery)
 }
 
 /// Devices of inline models. Ids are made the way the plugins make them (AMD SMI UUIDs,
@@ -193,6 +215,30 @@ mod tests {
         .unwrap();
         assert_eq!(cpx.len(), 63);
         assert!(cpx.iter().all(|d| d.count == 1 && d.devcore == 38));
+    }
+
+    #[test]
+    fn a_capture_is_discovered_once_per_process() {
+        let first = capture_devices(CaptureName::OneGpu, &RegistrationSettings::default()).unwrap();
+        assert!(
+            DISCOVERED
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(c, _)| *c == CaptureName::OneGpu)
+        );
+        let again = capture_devices(CaptureName::OneGpu, &RegistrationSettings::default()).unwrap();
+        assert_eq!(first, again);
+        // Settings still apply to the kept discovery.
+        let split = capture_devices(
+            CaptureName::OneGpu,
+            &RegistrationSettings {
+                split_count: Some(3),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(split.iter().all(|d| d.count == 3), "{split:?}");
     }
 
     #[test]
