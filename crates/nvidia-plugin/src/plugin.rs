@@ -113,11 +113,11 @@ pub async fn serve(
     let (devices_tx, devices_rx) = watch::channel(Vec::new());
     let oversubscribe = settings.memory_scaling > 1.0;
     // Critical XIDs make a GPU unhealthy (xid_health.rs); watched on a thread of their own.
-    let recovery = (args.xid_recovery_seconds > 0)
-        .then(|| Duration::from_secs(args.xid_recovery_seconds));
-    let xid_health = std::sync::Arc::new(std::sync::Mutex::new(
-        crate::xid_health::XidHealth::new(recovery),
-    ));
+    let recovery =
+        (args.xid_recovery_seconds > 0).then(|| Duration::from_secs(args.xid_recovery_seconds));
+    let xid_health = std::sync::Arc::new(std::sync::Mutex::new(crate::xid_health::XidHealth::new(
+        recovery,
+    )));
     tokio::spawn(crate::xid_watch::watch_xids(
         nvml,
         xid_health.clone(),
