@@ -92,7 +92,16 @@ impl PodCgroups {
             let subtree = parent.join("cgroup.subtree_control");
             std::fs::write(&subtree, enabled.join(" ") + "\n")
                 .map_err(|e| io_error("write", &subtree, e))?;
-            std::fs::create_dir(&dir).map_err(|e| io_error("create the cgroup", &dir, e))?;
+            // The kernel's new cgroup appears with its files: made aside, then renamed into
+            // place, so a watcher that sees the directory (the AMD plugin's dmem writer, a
+            // test) never finds it without `dmem.max` (a CI run did, right after mkdir).
+            let making = parent.join(format!(
+                ".{}.making-{}",
+                part.as_os_str().to_string_lossy(),
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&making);
+            std::fs::create_dir(&making).map_err(|e| io_error("create the cgroup", &making, e))?;
             let mut files = vec![
                 ("cgroup.controllers", enabled.join(" ") + "\n"),
                 ("cgroup.subtree_control", String::new()),
@@ -102,8 +111,15 @@ impl PodCgroups {
                 files.push(("dmem.max", String::new()));
             }
             for (name, text) in files {
-                let path = dir.join(name);
+                let path = making.join(name);
                 std::fs::write(&path, text).map_err(|e| io_error("write", &path, e))?;
+            }
+            if let Err(e) = std::fs::rename(&making, &dir) {
+                let _ = std::fs::remove_dir_all(&making);
+                // Another maker (a second kubelet-sim on this tree) was first: theirs stands.
+                if !dir.is_dir() {
+                    return Err(io_error("create the cgroup", &dir, e));
+                }
             }
         }
         Ok(dir)
