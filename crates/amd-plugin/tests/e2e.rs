@@ -950,3 +950,9 @@ async fn exporter_health_marks_gpus_unhealthy_and_recovered() {
     }
     server.abort();
 }
+
+#[path = "e2e/whole_card_holdings.rs"]
+mod whole_card_holdings;
+
+#[path = "e2e/dmem_delegation.rs"]
+mod dmem_delegation;

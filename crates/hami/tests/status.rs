@@ -349,3 +349,6 @@ async fn status_without_dra_rights_shows_the_rest_and_says_what_dra_needs() {
         "{err}"
     );
 }
+
+#[path = "status/hostile_text.rs"]
+mod hostile_text;

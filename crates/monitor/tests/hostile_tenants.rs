@@ -246,3 +246,6 @@ fn a_directory_with_thousands_of_entries_is_taken_back_and_reported_again() {
     assert!(errors(&snap, "cache_over_budget") >= 1, "{:?}", snap.errors);
     assert_eq!(std::fs::read_dir(node.dir("evil")).unwrap().count(), 1);
 }
+
+#[path = "hostile_tenants/cache_budget.rs"]
+mod cache_budget;
