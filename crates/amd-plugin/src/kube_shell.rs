@@ -16,7 +16,7 @@ use hami_plugin_core::pod_commit::{
     check_lock_owner, commit_allocation, create_cache_dir, mark_failed, write_hook_config,
 };
 use hami_plugin_core::whole_card_holdings::{
-    check_free, check_run_not_held, fallback_target, node_holdings,
+    check_free, check_pod_not_on_held_cards, fallback_target, node_holdings,
 };
 use hami_protocol::identity::KubeletDeviceId;
 use hami_protocol::names::{AMD, DEFAULT_SCHEDULER_NAME as SCHEDULER, Vendor, pod as pod_keys};
@@ -260,20 +260,7 @@ impl KubeAllocator {
             tracing::warn!(pod = %target, lock = ?lock, "allocating a pod whose node lock expired and was taken over");
         }
         // A card a pod HAMi did not place took after the scheduler decided: never shared.
-        let run_cards = annotation(pod, AMD.devices_to_allocate)
-            .and_then(|t| decode_pod_devices(t).ok())
-            .map(|runs| {
-                runs.into_iter()
-                    .flatten()
-                    .map(|d| d.uuid)
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
-        check_run_not_held(
-            run_cards,
-            &node_holdings(pods, &self.node, Vendor::Amd, SCHEDULER).held_by_others(None),
-            Vendor::Amd,
-        )?;
+        check_pod_not_on_held_cards(pod, pods, &self.node, Vendor::Amd, SCHEDULER)?;
         // D-4: CUs count only on pods our scheduler placed; the pod being allocated was
         // bound by it, so its schedulerName is the scheduler's.
         let scheduler = pod

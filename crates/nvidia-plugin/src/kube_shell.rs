@@ -12,9 +12,8 @@ use hami_plugin_core::pod_commit::{
     check_lock_owner, commit_allocation, create_cache_dir, mark_failed, record_whole_cards,
 };
 use hami_plugin_core::whole_card_holdings::{
-    check_free, check_run_not_held, fallback_target, node_holdings, slice_cards,
+    check_free, check_pod_not_on_held_cards, fallback_target, node_holdings, slice_cards,
 };
-use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::identity::KubeletDeviceId;
 use hami_protocol::names::{DEFAULT_SCHEDULER_NAME as SCHEDULER, NVIDIA, Vendor};
 use hami_protocol::node_lock::PodRef;
@@ -174,20 +173,7 @@ impl KubeAllocator {
     ) -> Result<ContainerPlan, String> {
         check_lock_owner(lock, target)?;
         // A card a pod HAMi did not place took after the scheduler decided: never shared.
-        let run_cards = annotation(pod, NVIDIA.devices_to_allocate)
-            .and_then(|t| decode_pod_devices(t).ok())
-            .map(|runs| {
-                runs.into_iter()
-                    .flatten()
-                    .map(|d| d.uuid)
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
-        check_run_not_held(
-            run_cards,
-            &node_holdings(pods, &self.node, Vendor::Nvidia, SCHEDULER).held_by_others(None),
-            Vendor::Nvidia,
-        )?;
+        check_pod_not_on_held_cards(pod, pods, &self.node, Vendor::Nvidia, SCHEDULER)?;
         let plan = plan_allocate(&pod_state(pod), devices, requested, &self.settings)
             .map_err(|e| e.to_string())?;
         if let Some(dir) = &plan.cache_dir {

@@ -188,6 +188,29 @@ pub fn check_free(
     Ok(())
 }
 
+/// Refuses to allocate `pod` (placed by the scheduler) when a card of its `vendor` device
+/// lists is held whole on `node` by a pod HAMi did not place (the scheduler decided before
+/// it saw the holding): both plugins' Allocate, before any plan.
+pub fn check_pod_not_on_held_cards(
+    pod: &Pod,
+    pods: &[Pod],
+    node: &str,
+    vendor: Vendor,
+    scheduler_name: &str,
+) -> Result<(), String> {
+    let run_cards = annotation(pod, vendor.names().devices_to_allocate)
+        .and_then(|t| decode_pod_devices(t).ok())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|d| d.uuid);
+    check_run_not_held(
+        run_cards,
+        &node_holdings(pods, node, vendor, scheduler_name).held_by_others(None),
+        vendor,
+    )
+}
+
 /// Refuses a HAMi pod's run on a card a pod HAMi did not place holds whole (the scheduler
 /// decided before it saw the holding).
 pub fn check_run_not_held(
