@@ -11,11 +11,13 @@
 //! [`kubelet_session`] (socket + registration loop), [`pod_commit`] (bind phase, lock
 //! release, accounting directory), [`node_lock_client`] (the node-lock client the
 //! scheduler's bind uses too), [`publisher_loop`] (both plugins' publisher loop),
-//! [`node_register`] (the register/heartbeat and node-capacity patches).
+//! [`node_register`] (the register/heartbeat and node-capacity patches); [`kube_error`] (API
+//! errors as one readable line, for the plugins, the DRA driver and the scheduler).
 
 pub mod container_plan;
 pub mod entry;
 pub mod grpc_server;
+pub mod kube_error;
 pub mod kubelet_session;
 pub mod lock_attempt;
 pub mod lock_retry;
