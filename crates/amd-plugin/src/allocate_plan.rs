@@ -32,10 +32,9 @@ pub const CACHE_CONTAINER_DIR: &str = "/usr/local/vgpu/cache";
 /// File name of the region inside that directory (`.cache`, as the monitor expects).
 pub const CACHE_FILE: &str = "hipdevshr.cache";
 
-/// Directory under the cache root holding each sliced container's hook config
-/// (`<uid>_<container>.conf`), mounted read-only at `hook_config::CONTAINER_PATH`. Not inside
-/// the container's own directory, which is mounted read-write.
-pub const HOOK_CONFIG_DIR: &str = ".hook-config";
+/// Directory under the cache root holding each sliced container's hook config (the
+/// protocol's, which the monitor reads too).
+pub const HOOK_CONFIG_DIR: &str = hami_protocol::hook_config::HOST_DIR;
 
 /// Settings of the planner.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,10 +13,10 @@ pub fn parse_dir_name(name: &str) -> Option<(&str, &str)> {
 }
 
 /// The AMD device plugin's directory of hook configs inside the containers directory
-/// (`hami_amd_plugin::allocate_plan::HOOK_CONFIG_DIR`: `<uid>_<container>.conf`, mounted
-/// read-only into each container; written through a `<uid>_<container>.tmp<pid>` file).
-/// Not a container's directory: its stale files are pruned ([`hook_config_action`]).
-pub const HOOK_CONFIG_DIR: &str = ".hook-config";
+/// (`hami_protocol::hook_config::HOST_DIR`: `<uid>_<container>.conf`, mounted read-only
+/// into each container; written through a `<uid>_<container>.tmp<pid>` file). Not a
+/// container's directory: its stale files are pruned ([`hook_config_action`]).
+pub const HOOK_CONFIG_DIR: &str = hami_protocol::hook_config::HOST_DIR;
 
 /// What to do with one entry of [`HOOK_CONFIG_DIR`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

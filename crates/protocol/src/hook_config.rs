@@ -44,6 +44,12 @@ use std::fmt::Write as _;
 
 use crate::cu_list::{CuSet, HsaCuMask};
 
+/// Directory under the AMD plugin's cache root holding each sliced container's hook config
+/// (`<uid>_<container>.conf`, written through a `<uid>_<container>.tmp<pid>` file), mounted
+/// read-only at [`CONTAINER_PATH`]. Not inside the container's own directory, which is
+/// mounted read-write; the monitor knows it as the plugin's and prunes its stale files.
+pub const HOST_DIR: &str = ".hook-config";
+
 /// Where sliced containers see their configuration (a read-only bind mount).
 pub const CONTAINER_PATH: &str = "/usr/local/vgpu/hook.conf";
 /// Where a hook looks **only when [`CONTAINER_PATH`] does not exist** (hooks used without
