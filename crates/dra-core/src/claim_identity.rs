@@ -4,7 +4,7 @@
 //! UID names the claim's files. Every API server accepts only RFC 1123 names there, so
 //! anything else is refused, naming the field and the rule.
 
-use crate::dns_name::{self, DnsNameError};
+use hami_protocol::dns_name::{self, DnsNameError};
 
 /// A claim identity whose parts are safe as URL path segments and file names.
 #[derive(Debug, Clone, PartialEq, Eq)]

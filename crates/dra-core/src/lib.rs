@@ -8,7 +8,6 @@ pub mod allocator;
 pub mod api;
 pub mod cdi_claim;
 pub mod claim_identity;
-pub mod dns_name;
 pub mod prepare;
 /// DRA capacity quantities (in the protocol crate, which owns every wire format).
 pub use hami_protocol::capacity as quantity;

@@ -12,6 +12,7 @@
 //! | [`handshake`] | `hami.io/node-handshake-{amd,nvidia}`: the plugins' register heartbeat |
 //! | [`node_lock`] | `hami.io/mutex.lock`, lock decisions, bind phases (§2.3, §2.4) |
 //! | [`cu_list`] | CU id lists and `HSA_CU_MASK` (§2.5) |
+//! | [`dns_name`] | Kubernetes object names (RFC 1123 labels and subdomains), checked before a foreign name goes into an API URL |
 //! | [`exposition`] | `/metrics` bodies: `Accept` negotiation, OpenMetrics → Prometheus text 0.0.4 |
 //! | [`scrape`] | reading samples of a `/metrics` or `/federate` body (the web UI) |
 //! | [`hook_config`] | the per-container read-only hook configuration (issue 14) |
@@ -29,6 +30,7 @@
 pub mod capacity;
 pub mod cu_list;
 pub mod device_list;
+pub mod dns_name;
 pub mod dra;
 pub mod exposition;
 pub mod handshake;

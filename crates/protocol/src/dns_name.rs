@@ -1,8 +1,8 @@
 //! Kubernetes object names (RFC 1123, as upstream's `IsDNS1123Label` /
 //! `IsDNS1123Subdomain` validate them): a name that passes is safe as one URL path segment
 //! (no `/`, `?`, `#`, `%`, space or upper case), so a component that puts a name it was
-//! handed (by kubelet, an annotation) into an API URL checks it here first. Pure and
-//! dependency-free: a candidate for the protocol crate once another component needs it.
+//! handed (by kubelet, an annotation) into an API URL checks it here first (the AMD DRA
+//! driver's claim identity, `hami_dra_core::claim_identity`).
 
 /// A DNS label's longest length (namespaces, many object kinds).
 pub const LABEL_MAX: usize = 63;
