@@ -93,6 +93,9 @@ mod tests {
 
     #[test]
     fn record_locks_are_per_open_file_description() {
+        let _no_fork_meanwhile = crate::FORK_IN_TESTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("hami-region-lock-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("f");

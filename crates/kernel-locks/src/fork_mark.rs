@@ -100,6 +100,9 @@ mod tests {
 
     #[test]
     fn set_then_wiped_in_a_forked_child() {
+        let _no_open_locks_meanwhile = crate::FORK_IN_TESTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         static MARK: ForkMark = ForkMark::new();
         assert_eq!(MARK.read(), Mark::Absent);
         MARK.set();

@@ -15,3 +15,9 @@ pub mod hook_config_file;
 pub mod hook_log;
 pub mod lock_backoff;
 pub mod private_file;
+
+/// Tests that fork take this, and so do tests that need a closed file to drop its locks: a
+/// child forked meanwhile would hold the same open file description (and so its locks) until
+/// it exits.
+#[cfg(test)]
+pub(crate) static FORK_IN_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
