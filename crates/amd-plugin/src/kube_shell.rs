@@ -440,102 +440,29 @@ pub fn is_region_file(meta: &std::fs::Metadata) -> bool {
     meta.is_file() && meta.len() == hami_region::layout::REGION_SIZE as u64
 }
 
-/// What [`check_region_file`] left in a container's or claim's cache directory.
-#[derive(Debug, PartialEq, Eq)]
-pub enum RegionFile {
-    /// A plain file of a region's size: kept (its inode is the one the hook config pins).
-    Usable,
-    /// One no hook could map, kept because live processes still have it attached (a tenant
-    /// cut it short under them): they fail closed on it, and a fresh region beside them
-    /// would let the pod count its memory twice. Replaced by a later try once they exit.
-    InUse,
-    /// None there, or there was one no hook could use and it was removed.
-    Absent,
-}
+/// What [`check_region_file`] left in a container's or claim's cache directory: the rule
+/// both regions share (`hami_kernel_locks::region_file`).
+pub use hami_region::plugin_file::RegionFile;
 
-/// Checks the region file in `dir`, removing one no hook could map and no process has
-/// attached: empty or cut short (a crash between its creation and sizing, or a power loss
-/// before its blocks were written: they are never synced), or not a plain file (a link or
-/// FIFO planted in the container's directory). The caller makes the new one. Removing, not
-/// repairing in place: an inode some container still has bind-mounted is never reset under
-/// it.
+/// Checks the region file in `dir` under the shared rule (`hami_region::plugin_file`),
+/// removing one no hook could map and no process has attached; the caller makes the new
+/// one.
 pub fn check_region_file(dir: &std::path::Path) -> Result<RegionFile, String> {
-    let path = dir.join(crate::allocate_plan::CACHE_FILE);
-    let meta = match std::fs::symlink_metadata(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(RegionFile::Absent),
-        Err(e) => return Err(format!("checking {}: {e}", path.display())),
-        Ok(meta) => meta,
-    };
-    if is_region_file(&meta) {
-        return Ok(RegionFile::Usable);
-    }
-    if meta.is_dir() {
-        return Err(format!(
-            "{} is a directory, not a region file; remove it",
-            path.display()
-        ));
-    }
-    // Only a plain file can have been attached (a link, FIFO or socket never was).
-    if meta.is_file() {
-        match hami_region::attached_elsewhere(&path) {
-            Ok(false) => {}
-            Ok(true) => {
-                tracing::warn!(path = %path.display(), bytes = meta.len(), "a region file cut short while processes still have it attached: left as it is (they fail closed); replaced by a try after they exit");
-                return Ok(RegionFile::InUse);
-            }
-            Err(e) => return Err(format!("checking who uses {}: {e}", path.display())),
-        }
-    }
-    tracing::warn!(path = %path.display(), bytes = meta.len(), "replacing a region file no hook could map (cut short, or not a plain file)");
-    std::fs::remove_file(&path)
-        .map_err(|e| format!("removing the unusable region file {}: {e}", path.display()))?;
-    Ok(RegionFile::Absent)
+    hami_region::plugin_file::check(&dir.join(crate::allocate_plan::CACHE_FILE))
+        .map_err(|e| e.to_string())
 }
 
 /// Creates the container's region file with the plugin's limits (or finds the one an
 /// earlier try of this Allocate made) and returns its inode for the hook config: the hook
 /// then uses only that file (issue 14 items 7, 8). The DRA driver's prepare does the same
-/// per claim.
+/// per claim, through `hami_region::plugin_file` too.
 pub fn prepare_region(
     dir: &str,
     config: &hami_protocol::hook_config::HookConfig,
 ) -> Result<u64, String> {
-    use std::os::unix::fs::MetadataExt;
     let path = std::path::Path::new(dir).join(crate::allocate_plan::CACHE_FILE);
-    // One an interrupted earlier try left cut short would refuse this try and every retry;
-    // one a process still has attached is refused, naming why.
-    if check_region_file(std::path::Path::new(dir))? == RegionFile::InUse {
-        return Err(format!(
-            "{} is cut short while processes still have it attached; it is replaced once they exit",
-            path.display()
-        ));
-    }
-    let mut limits = hami_region::Limits::default();
-    for (device, slot) in limits.bytes.iter_mut().enumerate() {
-        if let Some(bytes) = u32::try_from(device)
-            .ok()
-            .and_then(|d| config.memory_limit(d))
-        {
-            *slot = bytes;
-        }
-    }
-    match hami_region::prepare_file(&path, &limits) {
-        Ok(inode) => Ok(inode),
-        Err(hami_region::RegionError::Open { source, .. })
-            if source.kind() == std::io::ErrorKind::AlreadyExists =>
-        {
-            let meta = std::fs::symlink_metadata(&path).map_err(|e| e.to_string())?;
-            if is_region_file(&meta) {
-                Ok(meta.ino())
-            } else {
-                Err(format!(
-                    "{} exists and is not a region file; remove it",
-                    path.display()
-                ))
-            }
-        }
-        Err(e) => Err(format!("cannot create the container's region file: {e}")),
-    }
+    let limits = hami_region::plugin_file::limits_of(|d| config.memory_limit(d));
+    hami_region::plugin_file::prepare(&path, &limits).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

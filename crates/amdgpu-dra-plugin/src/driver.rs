@@ -22,7 +22,6 @@ use std::sync::Arc;
 
 use hami_amd_discovery::registration::RegisteredDevice;
 use hami_amd_plugin::dmem::{DmemJob, DmemLimit, DmemWriter};
-use hami_amd_plugin::kube_shell;
 use hami_dra_core::api::ResourceClaim;
 use hami_dra_core::cdi_claim;
 use hami_dra_core::claim_identity::claim_identity;
@@ -420,7 +419,7 @@ fn write_claim_files(
         Some((path, config)) => {
             let mut config = config.clone();
             if let Some(dir) = &plan.cache_dir {
-                config.shared_cache_inode = Some(kube_shell::prepare_region(dir, &config)?);
+                config.shared_cache_inode = Some(prepare_region(dir, &config)?);
             }
             let text = config.encode().map_err(|e| format!("hook config: {e}"))?;
             write_unpublished(Path::new(path), text.as_bytes(), 0o444)
@@ -454,7 +453,9 @@ fn restore_files(c: &PreparedClaim) -> Result<Option<PreparedClaim>, String> {
     };
     let lost = match &c.cache_dir {
         Some(dir) => {
-            kube_shell::check_region_file(Path::new(dir))? == kube_shell::RegionFile::Absent
+            hami_region::plugin_file::check(&Path::new(dir).join(REGION_FILE))
+                .map_err(|e| e.to_string())?
+                == hami_region::plugin_file::RegionFile::Absent
         }
         None => false,
     };
@@ -465,7 +466,7 @@ fn restore_files(c: &PreparedClaim) -> Result<Option<PreparedClaim>, String> {
     let dir = c.cache_dir.as_deref().unwrap_or_default();
     let mut config = hami_protocol::hook_config::decode(text.as_bytes())
         .map_err(|e| format!("the checkpoint's hook config for {p}: {e}"))?;
-    config.shared_cache_inode = Some(kube_shell::prepare_region(dir, &config)?);
+    config.shared_cache_inode = Some(prepare_region(dir, &config)?);
     let text = config.encode().map_err(|e| format!("hook config: {e}"))?;
     write_atomic(Path::new(p), text.as_bytes(), 0o444, false)
         .map_err(|e| format!("restoring {p}: {e}"))?;
@@ -473,6 +474,22 @@ fn restore_files(c: &PreparedClaim) -> Result<Option<PreparedClaim>, String> {
         hook_config: Some(text),
         ..c.clone()
     }))
+}
+
+/// The region file's name in a claim's cache directory (the device plugin's, so the hook
+/// and the monitor find it the same way).
+const REGION_FILE: &str = hami_amd_plugin::allocate_plan::CACHE_FILE;
+
+/// The claim's region file with the hook config's limits, or the usable one an earlier
+/// prepare made, under the rule both regions share (`hami_region::plugin_file`); its inode
+/// goes into the hook config.
+fn prepare_region(
+    dir: &str,
+    config: &hami_protocol::hook_config::HookConfig,
+) -> Result<u64, String> {
+    let limits = hami_region::plugin_file::limits_of(|d| config.memory_limit(d));
+    hami_region::plugin_file::prepare(&Path::new(dir).join(REGION_FILE), &limits)
+        .map_err(|e| e.to_string())
 }
 
 fn devices_of(c: &PreparedClaim) -> Vec<Device> {

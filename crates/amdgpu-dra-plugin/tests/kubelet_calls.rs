@@ -475,9 +475,10 @@ async fn kubelet_registers_prepares_and_unprepares_across_restarts() {
     assert_eq!(again.claims["uid-c"], c.claims["uid-c"]);
     let region = std::fs::metadata(&region_c).unwrap();
     assert_ne!(region.ino(), old_inode);
-    assert!(hami_amd_plugin::kube_shell::is_region_file(
-        &std::fs::symlink_metadata(&region_c).unwrap()
-    ));
+    assert_eq!(
+        hami_region::plugin_file::check(&region_c).unwrap(),
+        hami_region::plugin_file::RegionFile::Usable(region.ino())
+    );
     let conf = hami_protocol::hook_config::decode(&std::fs::read(&hook_c).unwrap()).unwrap();
     assert_eq!(conf.shared_cache_inode, Some(region.ino()));
     hami_region::Session::attach_expecting(
@@ -512,7 +513,10 @@ async fn kubelet_registers_prepares_and_unprepares_across_restarts() {
     )
     .unwrap();
     assert_eq!(conf.shared_cache_inode, Some(region.ino()));
-    assert!(hami_amd_plugin::kube_shell::is_region_file(&region));
+    assert_eq!(
+        hami_region::plugin_file::check(&region_d).unwrap(),
+        hami_region::plugin_file::RegionFile::Usable(region.ino())
+    );
 
     // A directory where the region file goes is not guessed at: the error says what to do.
     claims.0.lock().unwrap().insert(

@@ -180,30 +180,9 @@ pub fn prepare_file(path: &Path, anchor: &Path) -> io::Result<u64> {
         file.set_len(FILE_SIZE as u64)?;
         Ok(file.metadata()?.ino())
     };
-    let inode = match create() {
-        Ok(inode) => inode,
-        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-            let meta = std::fs::symlink_metadata(path)?;
-            if meta.file_type().is_file() && meta.len() == FILE_SIZE as u64 {
-                meta.ino()
-            } else if meta.file_type().is_dir() {
-                return Err(io::Error::other(format!(
-                    "{} is a directory, not a region file; remove it",
-                    path.display()
-                )));
-            } else {
-                if meta.file_type().is_file() && locked_elsewhere(path)? {
-                    return Err(io::Error::other(format!(
-                        "{} is cut short while processes still have it attached; it is replaced once they exit",
-                        path.display()
-                    )));
-                }
-                std::fs::remove_file(path)?;
-                create()?
-            }
-        }
-        Err(err) => return Err(err),
-    };
+    // The shared rule (kernel-locks' region_file): keep a region, replace what no hook could
+    // map unless a live process has it attached, refuse a directory.
+    let inode = hami_kernel_locks::region_file::prepare(path, FILE_SIZE as u64, create)?;
     match std::fs::symlink_metadata(anchor) {
         Ok(meta) if meta.ino() == inode => {}
         Ok(_) => {
@@ -214,17 +193,6 @@ pub fn prepare_file(path: &Path, anchor: &Path) -> io::Result<u64> {
         Err(err) => return Err(err),
     }
     Ok(inode)
-}
-
-/// Whether another open file description holds a record lock on the plain file at `path`
-/// (a live process's slot: the locks outlive a truncation and go with their process).
-fn locked_elsewhere(path: &Path) -> io::Result<bool> {
-    let file = std::fs::File::options()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)?;
-    hami_kernel_locks::file_lock::any_record_locked_elsewhere(&file)
 }
 
 /// Opens the region file without following a symbolic link, creating it (exclusively, so a

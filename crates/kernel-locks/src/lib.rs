@@ -15,6 +15,7 @@ pub mod hook_config_file;
 pub mod hook_log;
 pub mod lock_backoff;
 pub mod private_file;
+pub mod region_file;
 
 /// Tests that fork take this, and so do tests that need a closed file to drop its locks: a
 /// child forked meanwhile would hold the same open file description (and so its locks) until

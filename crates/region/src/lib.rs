@@ -8,6 +8,7 @@
 
 pub mod accounting;
 pub mod layout;
+pub mod plugin_file;
 mod session;
 pub mod takeover;
 
