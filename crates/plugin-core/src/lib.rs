@@ -14,7 +14,8 @@
 //! [`node_register`] (the register/heartbeat and node-capacity patches); [`kube_error`] (API
 //! errors as one readable line, for the plugins, the DRA driver and the scheduler).
 
-pub mod container_plan;
+// Pure, vendor-neutral: live in the protocol crate so the vendor cores need no shell crate.
+pub use hami_protocol::{container_plan, run_mapping};
 pub mod entry;
 pub mod grpc_server;
 pub mod kube_error;
@@ -27,6 +28,5 @@ pub mod pod_choice;
 pub mod pod_commit;
 pub mod publisher_loop;
 pub mod refresh_schedule;
-pub mod run_mapping;
 pub mod session_rules;
 pub mod whole_card_holdings;

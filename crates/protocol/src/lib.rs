@@ -23,11 +23,14 @@
 //! | [`placement`] | which pods the scheduler placed, whose allocation annotations count (D-4) — feature `k8s` |
 //! | [`requests`] | what a pod asks for, defaults and validation (§1) — feature `k8s` |
 //! | [`selection`] | type/uuid filters, NUMA/XGMI binding, policies (§1) |
+//! | [`run_mapping`] | D-5: which run of a `*-devices-to-allocate` list one kubelet Allocate consumes (moved from plugin-core, so the vendor cores need no shell crate) |
+//! | [`container_plan`] | what one container gets from Allocate (env, device nodes, mounts, CDI names), plain data shared by both plugins' cores |
 //! | [`whole_cards`] | whole-card fallback holdings of pods HAMi did not place (`hami.io/<vendor>-whole-cards`), and the rule that counts them (issue 26) |
 //!
 //! Without default features the crate needs only `thiserror`, so the hooks can link it.
 
 pub mod capacity;
+pub mod container_plan;
 pub mod cu_list;
 pub mod device_list;
 pub mod dns_name;
@@ -41,6 +44,7 @@ pub mod names;
 pub mod node_lock;
 pub mod quantity;
 pub mod rfc3339;
+pub mod run_mapping;
 pub mod scrape;
 pub mod selection;
 pub mod whole_cards;

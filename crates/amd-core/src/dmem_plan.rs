@@ -16,7 +16,7 @@ use hami_protocol::device_list::ContainerDevice;
 use hami_protocol::node_register::DeviceMode;
 use hami_protocol::requests::ContainerKind;
 
-use crate::registration::RegisteredDevice;
+use hami_amd_discovery::registration::RegisteredDevice;
 
 /// A dmem limit of one VRAM region.
 #[derive(Debug, Clone, PartialEq, Eq)]

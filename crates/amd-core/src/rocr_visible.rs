@@ -16,7 +16,7 @@
 //! container, and otherwise the device's index among the container's visible GPUs
 //! (KFD node order of what we mount). Both forms keep the allocation order.
 
-use crate::registration::RegisteredDevice;
+use hami_amd_discovery::registration::RegisteredDevice;
 
 /// The value for a container holding `devices`, in allocation order.
 pub fn rocr_visible_devices(devices: &[&RegisteredDevice]) -> String {

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::registration::RegisteredDevice;
+use hami_amd_discovery::registration::RegisteredDevice;
 
 /// A Node event to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,18 +85,14 @@ pub fn gpu_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discover_report::build_report;
-    use crate::registration::RegistrationSettings;
+    use hami_amd_discovery::discovery::discover;
+    use hami_amd_discovery::registration::{RegistrationSettings, register};
 
+    /// The fixture's devices as the plugin registers them (every render node of a fixture
+    /// tree is there, so each is healthy, as the plugin's `build_report` finds them).
     fn devices(tree: &hami_sysfs_fixtures::FixtureTree) -> Vec<RegisteredDevice> {
-        build_report(
-            &tree.sysfs_root(),
-            &tree.dev_root(),
-            &RegistrationSettings::default(),
-        )
-        .unwrap()
-        .registration
-        .devices
+        let discovery = discover(&tree.sysfs_root()).unwrap();
+        register(&discovery, &RegistrationSettings::default(), |_| true).devices
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! devices; its device count must equal kubelet's request. Empty runs (padding of
 //! containers without GPUs) are kept so indices keep naming containers.
 
-use hami_protocol::device_list::{
+use crate::device_list::{
     ContainerDevices, DeviceListError, decode_pod_devices, encode_pod_devices, first_non_empty_run,
 };
 
@@ -92,7 +92,7 @@ pub fn take_next_run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hami_protocol::device_list::ContainerDevice;
+    use crate::device_list::ContainerDevice;
     use proptest::prelude::*;
 
     const KEY: &str = "hami.io/vgpu-devices-to-allocate";

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 
-use hami_plugin_core::run_mapping::{RunError, take_next_run};
 use hami_protocol::cu_allocated::{CuAllocatedError, CuAllocation};
 use hami_protocol::cu_list::{CuListError, CuSet, HsaCuMask};
 use hami_protocol::device_list::{ContainerDevice, decode_pod_devices};
@@ -15,11 +14,12 @@ use hami_protocol::names::AMD;
 use hami_protocol::names::env;
 use hami_protocol::node_register::DeviceMode;
 use hami_protocol::requests::ContainerKind;
+use hami_protocol::run_mapping::{RunError, take_next_run};
 
 use crate::cu_choice::{CuChoiceError, GpuSlice, choose_common_cus, choose_cus};
 pub use crate::dmem_plan::{DmemLimit, container_dmem};
-use crate::registration::RegisteredDevice;
 pub use crate::rocr_visible::rocr_visible_devices;
+use hami_amd_discovery::registration::RegisteredDevice;
 
 /// Where the hook lives inside containers (the reference's path).
 pub const HOOK_CONTAINER_PATH: &str = "/usr/local/vgpu/libamvgpu.so";
@@ -65,7 +65,7 @@ impl Default for PlanSettings {
 }
 
 // The container plan is vendor-neutral (shared with the NVIDIA plugin).
-pub use hami_plugin_core::container_plan::{ContainerPlan, DevicePath, MountPlan};
+pub use hami_protocol::container_plan::{ContainerPlan, DevicePath, MountPlan};
 
 /// The annotations of the pod that Allocate reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
