@@ -6,8 +6,12 @@
 //! What a pod may do with a lock value is `hami_protocol::node_lock::decide`; when to try
 //! again is [`Backoff`], a pure state machine, and what to do after a failed attempt
 //! (wait, or which error to give up with) is [`crate::lock_retry::LockRetry`]; the steps
-//! of one attempt are [`crate::lock_attempt`].
+//! of one attempt are [`crate::lock_attempt`]. A wait for a busy lock also ends when the
+//! caller's [`LockWaiters`] hear that the node's lock went (the scheduler's node informer
+//! tells them), so a bind does not sleep out its backoff next to a free lock.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hami_protocol::names::node as node_keys;
@@ -194,11 +198,52 @@ async fn bounded<T>(
     tokio::time::timeout(left, call).await.map_err(|_| ())
 }
 
+/// Per-node wake-ups for acquires waiting on a busy lock: whoever watches the Nodes calls
+/// [`LockWaiters::released`] when it sees a node without a lock, and one acquire waiting on
+/// that node tries again at once instead of sleeping out its backoff (a lock goes to one
+/// pod, so one waiter is woken per release, oldest first; the others keep their backoff,
+/// which stays the fallback for a release nobody saw).
+#[derive(Clone, Debug, Default)]
+pub struct LockWaiters {
+    nodes: Arc<Mutex<HashMap<String, Arc<tokio::sync::Notify>>>>,
+}
+
+impl LockWaiters {
+    /// No node has waiters yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn nodes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Notify>>> {
+        self.nodes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The wake-up of `node`'s waiters (made on first use).
+    fn of(&self, node: &str) -> Arc<tokio::sync::Notify> {
+        self.nodes().entry(node.to_owned()).or_default().clone()
+    }
+
+    /// `node` was seen without a lock: wake one acquire waiting on it. Costs a map lookup
+    /// for a node nobody ever waited on; a wake-up nobody takes is kept for the next
+    /// waiter of the node (one early retry at most).
+    pub fn released(&self, node: &str) {
+        if let Some(notify) = self.nodes().get(node) {
+            notify.notify_one();
+        }
+    }
+
+    /// `node` is gone: drop its entry (an acquire waiting on it keeps its backoff).
+    pub fn forget(&self, node: &str) {
+        self.nodes().remove(node);
+    }
+}
+
 /// The node-lock client.
 #[derive(Clone)]
 pub struct NodeLockClient {
     client: kube::Client,
     policy: RetryPolicy,
+    waiters: Option<LockWaiters>,
 }
 
 impl NodeLockClient {
@@ -209,7 +254,18 @@ impl NodeLockClient {
 
     /// A client that backs off as `policy` says.
     pub fn with_policy(client: kube::Client, policy: RetryPolicy) -> Self {
-        NodeLockClient { client, policy }
+        NodeLockClient {
+            client,
+            policy,
+            waiters: None,
+        }
+    }
+
+    /// A client whose waits for a busy lock also end when `waiters` hear the node's lock
+    /// went ([`LockWaiters::released`]).
+    pub fn waking_on(mut self, waiters: LockWaiters) -> Self {
+        self.waiters = Some(waiters);
+        self
     }
 
     /// Takes the lock of `node` for `pod`, waiting for a busy lock (D-2) and retrying
@@ -226,7 +282,14 @@ impl NodeLockClient {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let expiry_seconds = expiry.as_secs() as i64;
         let mut retry = LockRetry::acquiring(self.policy, deadline, node, expiry_seconds);
+        let wake = self.waiters.as_ref().map(|w| w.of(node));
         loop {
+            // Registered before the node is read, so a release seen during the attempt
+            // still ends the wait after it.
+            let mut woken = wake.as_ref().map(|n| Box::pin(n.notified()));
+            if let Some(w) = woken.as_mut() {
+                w.as_mut().enable();
+            }
             let failed = match self
                 .try_acquire(&nodes, node, pod, expiry_seconds, retry.backoff())
                 .await
@@ -235,7 +298,15 @@ impl NodeLockClient {
                 Err(failed) => failed,
             };
             match retry.after(failed, Instant::now(), jitter()) {
-                Next::Wait(wait) => tokio::time::sleep(wait).await,
+                Next::Wait(wait) => match woken {
+                    Some(woken) => {
+                        tokio::select! {
+                            () = tokio::time::sleep(wait) => {}
+                            () = woken => {}
+                        }
+                    }
+                    None => tokio::time::sleep(wait).await,
+                },
                 Next::GiveUp(e) => return Err(e),
             }
         }

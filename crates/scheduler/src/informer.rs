@@ -9,6 +9,9 @@
 //! a task that ends (a panic) is restarted by its supervisor after a backoff. What to
 //! request next (relist or watch again, from which resourceVersion, after which wait) and
 //! when to restart are [`crate::watch_cycle`]'s decisions; this file makes the requests.
+//!
+//! The node informer also tells the binds waiting on a node's lock when it sees the node
+//! without one ([`LockWaiters`]), so they try again at once.
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -25,6 +28,8 @@ use tracing::{info, warn};
 use crate::state::ClusterState;
 use crate::watch_cycle::{Outcome, Restart, Restarts, Step, TaskEnd, WatchCycle};
 use crate::watch_health::{Verdict, WatchHealth, WatchReport, WatchTuning, explain};
+use hami_plugin_core::node_lock_client::LockWaiters;
+use hami_protocol::names::node as node_keys;
 
 /// The health of one informer, shared with the HTTP shell.
 #[derive(Debug)]
@@ -78,6 +83,10 @@ pub trait Fed:
     fn key(object: &Self) -> Option<String>;
     /// Drops the state's entry with this key.
     fn forget(state: &mut ClusterState, key: &str);
+    /// After an added or changed object was applied: wake whoever waits on what it shows.
+    fn seen(_object: &Self, _waiters: &LockWaiters) {}
+    /// After a deleted object was removed.
+    fn gone(_object: &Self, _waiters: &LockWaiters) {}
 }
 
 impl Fed for Node {
@@ -97,6 +106,22 @@ impl Fed for Node {
     }
     fn forget(state: &mut ClusterState, key: &str) {
         state.remove_node(key);
+    }
+    /// A node without a lock: a bind waiting for its lock may take it now.
+    fn seen(node: &Node, waiters: &LockWaiters) {
+        let locked = node
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(node_keys::MUTEX_LOCK));
+        if let (false, Some(name)) = (locked, &node.metadata.name) {
+            waiters.released(name);
+        }
+    }
+    fn gone(node: &Node, waiters: &LockWaiters) {
+        if let Some(name) = &node.metadata.name {
+            waiters.forget(name);
+        }
     }
 }
 
@@ -133,6 +158,7 @@ pub fn spawn<K: Fed>(
     client: Client,
     informer: Arc<Informer>,
     state: Arc<Mutex<ClusterState>>,
+    waiters: LockWaiters,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut restarts = Restarts::new();
@@ -141,6 +167,7 @@ pub fn spawn<K: Fed>(
                 Api::all(client.clone()),
                 informer.clone(),
                 state.clone(),
+                waiters.clone(),
             ));
             let end = match task.await {
                 Ok(()) => TaskEnd::Returned,
@@ -167,7 +194,12 @@ fn lock(state: &Mutex<ClusterState>) -> MutexGuard<'_, ClusterState> {
 
 /// The informer task: a thin driver of [`WatchCycle`], which decides what to request next
 /// and how long to wait first.
-async fn watch_loop<K: Fed>(api: Api<K>, informer: Arc<Informer>, state: Arc<Mutex<ClusterState>>) {
+async fn watch_loop<K: Fed>(
+    api: Api<K>,
+    informer: Arc<Informer>,
+    state: Arc<Mutex<ClusterState>>,
+    waiters: LockWaiters,
+) {
     let tuning = informer.tuning;
     let mut cycle = WatchCycle::new();
     let mut next = cycle.start();
@@ -176,18 +208,23 @@ async fn watch_loop<K: Fed>(api: Api<K>, informer: Arc<Informer>, state: Arc<Mut
             tokio::time::sleep(next.after).await;
         }
         let outcome = match next.step {
-            Step::List => match list::<K>(&api, &informer, &state, tuning.stall_after).await {
-                Ok(resource_version) => {
-                    informer.report(WatchReport::Listed);
-                    Outcome::Listed { resource_version }
+            Step::List => {
+                match list::<K>(&api, &informer, &state, &waiters, tuning.stall_after).await {
+                    Ok(resource_version) => {
+                        informer.report(WatchReport::Listed);
+                        Outcome::Listed { resource_version }
+                    }
+                    Err(e) => {
+                        informer.report(WatchReport::Error(e));
+                        Outcome::ListFailed
+                    }
                 }
-                Err(e) => {
-                    informer.report(WatchReport::Error(e));
-                    Outcome::ListFailed
-                }
-            },
+            }
             Step::Watch { from } => {
-                match watch_once::<K>(&api, &informer, &state, &mut cycle, &from, &tuning).await {
+                let watched = watch_once::<K>(
+                    &api, &informer, &state, &waiters, &mut cycle, &from, &tuning,
+                );
+                match watched.await {
                     Ok(outcome) => outcome,
                     Err(e) => {
                         warn!(kind = informer.kind, error = %e, "watch failed; retrying");
@@ -206,6 +243,7 @@ async fn list<K: Fed>(
     api: &Api<K>,
     informer: &Informer,
     state: &Mutex<ClusterState>,
+    waiters: &LockWaiters,
     bound: Duration,
 ) -> Result<String, String> {
     let mut seen = HashSet::new();
@@ -234,6 +272,9 @@ async fn list<K: Fed>(
                 K::apply(&mut s, object);
             }
         }
+        for object in &page.items {
+            K::seen(object, waiters);
+        }
         token = page.metadata.continue_.filter(|t| !t.is_empty());
         if token.is_none() {
             break page.metadata.resource_version.unwrap_or_default();
@@ -256,6 +297,7 @@ async fn watch_once<K: Fed>(
     api: &Api<K>,
     informer: &Informer,
     state: &Mutex<ClusterState>,
+    waiters: &LockWaiters,
     cycle: &mut WatchCycle,
     from: &str,
     tuning: &WatchTuning,
@@ -305,10 +347,12 @@ async fn watch_once<K: Fed>(
             WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                 remember(cycle, &o);
                 K::apply(&mut lock(state), &o);
+                K::seen(&o, waiters);
             }
             WatchEvent::Deleted(o) => {
                 remember(cycle, &o);
                 K::delete(&mut lock(state), &o);
+                K::gone(&o, waiters);
             }
             WatchEvent::Bookmark(b) => cycle.saw_version(&b.metadata.resource_version),
             WatchEvent::Error(e) if e.code == 410 => {
@@ -375,7 +419,7 @@ mod tests {
         let client = Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
         let informer = Informer::new("configmaps", WatchTuning::default());
         let state = Arc::new(Mutex::new(ClusterState::new()));
-        let task = spawn::<ConfigMap>(client.clone(), informer.clone(), state);
+        let task = spawn::<ConfigMap>(client.clone(), informer.clone(), state, LockWaiters::new());
         until("listed", &informer, Verdict::is_live).await;
         let cms: Api<ConfigMap> = Api::namespaced(client, "default");
         let boom: ConfigMap =

@@ -26,7 +26,7 @@ use crate::kube_error;
 use crate::metrics::Metrics;
 use crate::state::{ClusterState, pod_name};
 use crate::watch_health::Verdict;
-use hami_plugin_core::node_lock_client::{NodeLockClient, TakeOutcome, unix_now};
+use hami_plugin_core::node_lock_client::{LockWaiters, NodeLockClient, TakeOutcome, unix_now};
 use hami_protocol::node_lock::PodRef;
 
 /// The scheduler of one replica: its API client, settings, watched state, leadership and metrics;
@@ -50,6 +50,8 @@ pub struct Scheduler {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// The webhook's DRA mode: ResourceSlice shapes, claim templates, their sweeper.
     dra: crate::dra_templates::DraFront,
+    /// Binds waiting on a node's lock, woken by the node informer when the lock goes.
+    lock_waiters: LockWaiters,
 }
 
 impl Drop for Scheduler {
@@ -76,9 +78,20 @@ impl Scheduler {
         let state = Arc::new(Mutex::new(state));
         let nodes = Informer::new("nodes", settings.watch);
         let pods = Informer::new("pods", settings.watch);
+        let lock_waiters = LockWaiters::new();
         let tasks = vec![
-            informer::spawn::<Node>(client.clone(), nodes.clone(), state.clone()),
-            informer::spawn::<Pod>(client.clone(), pods.clone(), state.clone()),
+            informer::spawn::<Node>(
+                client.clone(),
+                nodes.clone(),
+                state.clone(),
+                lock_waiters.clone(),
+            ),
+            informer::spawn::<Pod>(
+                client.clone(),
+                pods.clone(),
+                state.clone(),
+                lock_waiters.clone(),
+            ),
         ];
         let dra = crate::dra_templates::DraFront::new(
             client.clone(),
@@ -98,6 +111,7 @@ impl Scheduler {
             leader,
             metrics: Metrics::new(),
             tasks,
+            lock_waiters,
         })
     }
 
@@ -268,7 +282,7 @@ impl Scheduler {
             return Ok(());
         }
         let deadline = Instant::now() + self.settings.bind_lock_wait;
-        let locks = NodeLockClient::new(self.client.clone());
+        let locks = NodeLockClient::new(self.client.clone()).waking_on(self.lock_waiters.clone());
         // Whether this bind wrote the lock (not found it already the pod's): only then may
         // its failure remove it.
         let mut wrote_lock = false;

@@ -307,3 +307,78 @@ async fn concurrent_binds_of_one_pod_both_succeed_and_keep_the_lock() {
             .unwrap();
     }
 }
+
+/// A bind waiting behind another pod's lock tries again as soon as the scheduler's node
+/// informer sees the lock go (issue 28 item 4), not when its backoff (50 ms doubling to a
+/// 1 s cap) runs out: the release is made right after an attempt whose next wait is at
+/// least 500 ms, and the bind is done well before that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_waiting_for_a_lock_goes_on_as_soon_as_it_is_released() {
+    let (api, client) = cluster().await;
+    let scheduler = start_scheduler(&client);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !scheduler.ready() {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The holder exists, so its lock is waited for (not taken over).
+    create_pod(&client, "other").await;
+    let pod = create_pod(&client, "p").await;
+    let decided = scheduler.filter(filter_args(&pod)).await;
+    assert_eq!(decided.error, "");
+    let held = NodeLock::new(unix_now(), PodRef::new("default", "other"))
+        .encode()
+        .unwrap();
+    set_lock(&client, &held).await;
+    api.clear_request_log();
+    let bind = tokio::spawn({
+        let scheduler = scheduler.clone();
+        let args = ExtenderBindingArgs {
+            pod_name: "p".into(),
+            pod_namespace: "default".into(),
+            pod_uid: pod.metadata.uid.clone().unwrap(),
+            node: "n".into(),
+        };
+        async move { scheduler.bind(args).await }
+    });
+    // Each attempt ends with a GET of the lock's owner; after the sixth the backoff window
+    // is at its 1 s cap, so the wait that follows is at least 500 ms.
+    let owner_checks = || {
+        api.request_log()
+            .iter()
+            .filter(|r| {
+                r.verb == "get" && r.resource == "pods" && r.name.as_deref() == Some("other")
+            })
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while owner_checks() < 6 {
+        assert!(Instant::now() < deadline, "the bind stopped trying");
+        assert!(
+            !bind.is_finished(),
+            "the bind ended while the lock was held"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let released = Instant::now();
+    Api::<Node>::all(client.clone())
+        .patch(
+            "n",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {node_keys::MUTEX_LOCK: null}}})),
+        )
+        .await
+        .unwrap();
+    let bound = tokio::time::timeout(Duration::from_secs(20), bind)
+        .await
+        .expect("the bind never ended")
+        .unwrap();
+    let took = released.elapsed();
+    assert_eq!(bound.error, "");
+    assert!(
+        took < Duration::from_millis(400),
+        "the bind went on {took:?} after the release (its backoff wait was at least 500 ms)"
+    );
+    let lock = lock_value(&client).await.expect("the bind took the lock");
+    assert!(NodeLock::parse(&lock).is_ok_and(|l| l.is_owned_by(&PodRef::new("default", "p"))));
+}
