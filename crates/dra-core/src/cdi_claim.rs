@@ -1,13 +1,13 @@
 //! One CDI spec per prepared claim (kind `k8s.amdgpu.hami-rs.io/claim`, device
 //! `<claim uid>-<slice device>`): each device injects its card's DRM nodes; the claim-wide
 //! edits inject `/dev/kfd`, the env of SPEC §2.6 and the hook, cache and config mounts.
-//! Checked with the device plugin's CDI validator (`hami_amd_plugin::cdi::validate`, the same
+//! Checked with the device plugin's CDI validator (`hami_amd_core::cdi::validate`, the same
 //! CDI version). The claim UID in every name means a runtime never sees a reused name.
 
 use std::collections::BTreeMap;
 
-use hami_amd_plugin::allocate_plan::MountPlan;
-use hami_amd_plugin::cdi::{CDI_VERSION, validate};
+use hami_amd_core::allocate_plan::MountPlan;
+use hami_amd_core::cdi::{CDI_VERSION, validate};
 use serde_json::{Value, json};
 
 /// CDI vendor of the claim specs.

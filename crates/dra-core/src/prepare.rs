@@ -1,18 +1,18 @@
 //! Prepare planning for one claim (issue 20 item 1), as plain data: verify what the
 //! scheduler allocated and whom the claim is reserved for, choose CUs with the device
-//! plugin's own core (`hami_amd_plugin::cu_choice`), and derive from `consumedCapacity` the
+//! plugin's own core (`hami_amd_core::cu_choice`), and derive from `consumedCapacity` the
 //! env of SPEC §2.6, the hook config (`hami_protocol::hook_config`), the dmem limits
-//! (`hami_amd_plugin::dmem_plan`), the claim's CDI spec and the `status.devices` entries
+//! (`hami_amd_core::dmem_plan`), the claim's CDI spec and the `status.devices` entries
 //! that publish the chosen CU ranges. Shares of one GPU in one claim are one device for the
 //! container (memory summed, CUs joined), each share's CUs published in its own status entry.
 
 use std::collections::BTreeMap;
 
 use hami_amd_discovery::registration::RegisteredDevice;
-use hami_amd_plugin::allocate_plan::{CACHE_CONTAINER_DIR, CACHE_FILE, HOOK_CONFIG_DIR, MountPlan};
-use hami_amd_plugin::cu_choice::{CuChoiceError, choose_cus};
-use hami_amd_plugin::dmem_plan::{DmemLimit, container_dmem};
-use hami_amd_plugin::rocr_visible::rocr_visible_devices;
+use hami_amd_core::allocate_plan::{CACHE_CONTAINER_DIR, CACHE_FILE, HOOK_CONFIG_DIR, MountPlan};
+use hami_amd_core::cu_choice::{CuChoiceError, choose_cus};
+use hami_amd_core::dmem_plan::{DmemLimit, container_dmem};
+use hami_amd_core::rocr_visible::rocr_visible_devices;
 use hami_protocol::cu_list::{CuListError, CuSet, HsaCuMask};
 use hami_protocol::device_list::ContainerDevice;
 use hami_protocol::hook_config::{self, HookConfig};
