@@ -1,7 +1,7 @@
 //! `hami status`: a kubectl-plugin-style view of a cluster (real or embedded): per node and
 //! GPU, who holds which slice and what is free; pending GPU pods and why they wait, from
 //! the scheduler's events. Usage is computed by the scheduler's own state code
-//! (`hami_scheduler::state::ClusterState`, through `hami_report`, which the web UI shares),
+//! (`hami_scheduler_core::state::ClusterState`, through `hami_report`, which the web UI shares),
 //! so it agrees with what the scheduler sees.
 
 use std::path::PathBuf;

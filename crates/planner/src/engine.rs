@@ -4,9 +4,9 @@
 //! when the pods arrive in this order and each is bound where filter put it.
 
 use hami_protocol::selection::{GpuPolicy, NodePolicy};
-use hami_scheduler::extender::{FilterConfig, decide_filter};
-use hami_scheduler::state::ClusterState;
-use hami_scheduler::usage::DeviceCharge;
+use hami_scheduler_core::extender::{FilterConfig, decide_filter};
+use hami_scheduler_core::state::ClusterState;
+use hami_scheduler_core::usage::DeviceCharge;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::scenario::Workload;

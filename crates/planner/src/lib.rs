@@ -5,7 +5,7 @@
 //! - [`scenario`]: the scenario file (fleet, workloads, policies), strictly validated.
 //! - [`fleet`]: node groups → Node objects with register annotations (captures go through
 //!   the AMD plugin's discovery and registration; the only I/O).
-//! - [`engine`]: pure; every pod through `hami_scheduler::extender::decide_filter` in order.
+//! - [`engine`]: pure; every pod through `hami_scheduler_core::extender::decide_filter` in order.
 //! - [`report`]: placed/unplaceable pods, utilization, fragmentation; table and JSON.
 
 pub mod engine;

@@ -20,8 +20,8 @@ use std::fmt::Write as _;
 
 use hami_protocol::names::Vendor;
 use hami_protocol::requests::{DeviceRequest, RequestDefaults, pod_requests};
-use hami_scheduler::fit::demand;
-use hami_scheduler::snapshot::{Gpu, GpuUsage};
+use hami_scheduler_core::fit::demand;
+use hami_scheduler_core::snapshot::{Gpu, GpuUsage};
 use serde::Serialize;
 
 use crate::engine::{PlannedPod, PodOutcome, PolicyRun};

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use hami_protocol::requests::{RequestDefaults, pod_ref, pod_requests};
-use hami_scheduler::state::ClusterState;
+use hami_scheduler_core::state::ClusterState;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Serialize;
 

@@ -15,9 +15,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use hami_plugin_core::node_lock_client::unix_now;
-use hami_protocol::dra::{
-    AMD_MODE_ANNOTATION, DRIVER, LAST_USED_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_WEBHOOK,
-};
+use hami_protocol::dra::{DRIVER, LAST_USED_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_WEBHOOK};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaimTemplate, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -26,8 +24,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
-use crate::admission::WebhookConfig;
-use crate::dra_claims::{AmdMode, ContainerClaim, Shape, claim_field, same_spec, shapes};
+use crate::dra_claims::{ContainerClaim, Shape, claim_field, same_spec, shapes};
 use crate::dra_sweep::{
     ENSURE_ROUNDS, Ensure, EnsureAnswer, EnsureCall, EnsureNext, Listed, Refusal, SweepBook,
     SweepTuning, TemplateKey, format_last_used, parse_last_used,
@@ -37,14 +34,7 @@ use crate::leader::Leadership;
 /// How long an admission waits for the first list of ResourceSlices.
 const FIRST_LIST_WAIT: Duration = Duration::from_secs(3);
 
-/// Whether a review body may be a DRA-mode pod (so the slices are worth reading): the
-/// default mode is DRA, or the body names the mode annotation.
-pub fn may_need_shapes(body: &[u8], config: &WebhookConfig) -> bool {
-    config.amd_mode == AmdMode::Dra
-        || body
-            .windows(AMD_MODE_ANNOTATION.len())
-            .any(|w| w == AMD_MODE_ANNOTATION.as_bytes())
-}
+pub use hami_scheduler_core::review_codec::may_need_shapes;
 
 struct Running {
     slices: Store<ResourceSlice>,

@@ -174,7 +174,7 @@ fn a_5_percent_pod_on_a_64_cu_rdna_card_is_charged_4() {
 /// (also charged by `fit`, given by `cu_choice`) fill until `fit` refuses.
 #[test]
 fn rdna_charged_is_given_for_every_percentage_and_cu_count() {
-    use hami_amd_plugin::cu_choice::choose_cus;
+    use hami_amd_core::cu_choice::choose_cus;
     use hami_protocol::cu_list::CuSet;
     for devcore in 1..=130 {
         for pct in 1..=100 {

@@ -1,0 +1,35 @@
+//! The scheduler's decisions, as plain functions over plain data: no async runtime, no
+//! Kubernetes client, no file or network I/O (the compiler keeps it so: this crate's
+//! dependencies are the protocol crate, the Kubernetes types and serde; the shell,
+//! `hami-scheduler`, does the I/O and re-exports these modules at their old paths).
+//!
+//! - What the cluster offers and holds: [`snapshot`] (what a node offers and what is used),
+//!   [`usage`] (what a pod holds), [`state`] (the cluster as the informers last saw it),
+//!   [`heartbeat`] (is a node's device plugin still refreshing its registration).
+//! - Decisions: [`fit`] (which node and GPUs), [`extender`] (the extender's wire types and
+//!   the filter decision), [`bind_plan`] (what bind does with a pod), [`admission`] (webhook
+//!   decisions), [`review_codec`] (one AdmissionReview body in, the answer out),
+//!   [`dra_claims`] (the webhook's DRA mode: claim templates from HAMi's AMD requests),
+//!   [`dra_sweep`] (which claim templates to delete).
+//! - The shells' timing: [`watch_cycle`] (relist or watch again, and the waits),
+//!   [`watch_health`] (is a view live), [`leader_term`] (how long a replica leads),
+//!   [`backoff`], [`reload_poll`] (when TLS files reload).
+
+#![forbid(unsafe_code)]
+
+pub mod admission;
+pub mod backoff;
+pub mod bind_plan;
+pub mod dra_claims;
+pub mod dra_sweep;
+pub mod extender;
+pub mod fit;
+pub mod heartbeat;
+pub mod leader_term;
+pub mod reload_poll;
+pub mod review_codec;
+pub mod snapshot;
+pub mod state;
+pub mod usage;
+pub mod watch_cycle;
+pub mod watch_health;
