@@ -37,4 +37,13 @@ npm ci --prefix crates/webui/tests/axe --no-audit --no-fund --silent
 # kubectl is on every machine (Google Cloud SDK); the API-server tests drive it.
 command -v kubectl >/dev/null || echo "warning: kubectl not on PATH; tests that drive it will fail" >&2
 
-cargo test --workspace --locked
+# Every test binary reports each test's time (libtest's own `--report-time`, through the
+# runner scripts/test-runner.sh; doc-tests don't). The log stays in target/test-times.log;
+# the slowest tests and test binaries are printed at the end, also when a test failed.
+log=target/test-times.log
+mkdir -p target
+status=0
+cargo test --workspace --locked --config "target.'cfg(all())'.runner = ['$PWD/scripts/test-runner.sh']" 2>&1 |
+  tee "$log" || status=$?
+scripts/test-times.sh "$log" || true
+exit "$status"

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Cargo's runner for the test binaries of scripts/test.sh: each reports every test's time
+# (libtest's own `--report-time`). The flag is unstable; RUSTC_BOOTSTRAP lets the stable
+# harness accept it. Set here, in the test process only, never for cargo: build scripts
+# that probe for nightly features would otherwise see it and rebuild differently.
+RUSTC_BOOTSTRAP=1 exec "$@" -Z unstable-options --report-time
