@@ -4,7 +4,7 @@
 //! `map`/`filter` macros, `size`, `startsWith`/`endsWith`/`contains` and the conversions
 //! `int`/`uint`/`double`/`string`/`bool` — compiled (parsed and type-checked against the
 //! declared variables) before it is stored, and evaluated with cel-go's semantics
-//! (`tests/cel_peer.rs` checks it against cel-python).
+//! (`tests/it/cel_peer.rs` checks it against cel-python).
 //!
 //! Written here rather than shared with `hami-dra-core`'s selector reader: that one is
 //! product code recognising only the conjunctions the driver writes (no `||`, no macros,

@@ -1,7 +1,7 @@
 //! Protobuf request bodies as client-go sends them (magic `k8s\0` + runtime.Unknown), on
 //! create, update, subresources and delete, and the Accept negotiation around them.
 
-mod common;
+use crate::common;
 
 use common::{http, start};
 use k8s_pb::api::coordination::v1 as coordination;

@@ -1,6 +1,6 @@
 //! Server lifecycle: persistence across restarts, the `serve` entry point and its kubeconfig.
 
-mod common;
+use crate::common;
 
 use common::{client, pod, start_with};
 use hami_apiserver::{Config, ServeArgs};

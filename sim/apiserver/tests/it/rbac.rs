@@ -2,7 +2,7 @@
 //! HTTP, with kube-rs as the client: 401 for unknown tokens, 403 with Kubernetes' message
 //! for what no binding grants, and grants taking effect as soon as the objects exist.
 
-mod common;
+use crate::common;
 
 use common::{pod, start_with};
 use hami_apiserver::authn::AuthConfig;

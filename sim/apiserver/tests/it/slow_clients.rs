@@ -2,7 +2,7 @@
 //! byte at a time, bodies that never complete. The server times them out, never holds more
 //! than its connection cap, and keeps answering everyone else.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

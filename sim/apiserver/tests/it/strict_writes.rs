@@ -2,7 +2,7 @@
 //! not a string, and objects nested deeper than the server can read back (with a data dir
 //! across a restart).
 
-mod common;
+use crate::common;
 
 use common::{http, http_json, start_with};
 use hami_apiserver::Config;

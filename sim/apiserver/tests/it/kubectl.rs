@@ -5,7 +5,7 @@
 //! generator of the served kinds (and `create token`), apply (client- and server-side),
 //! patch (merge, JSON, strategic), get, describe, get -w, cordon/drain (evictions) and delete.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

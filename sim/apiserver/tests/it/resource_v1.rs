@@ -3,7 +3,7 @@
 //! ResourceClaimTemplate (namespaced) through kube's dynamic API — create, get, list, watch —
 //! plus discovery and the real kubectl's `get resourceslices`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

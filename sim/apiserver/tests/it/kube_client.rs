@@ -1,7 +1,7 @@
 //! kube-rs against the embedded server: CRUD, selectors, paging, optimistic concurrency,
 //! every patch type, finalizers, binding, events, faults and bad input.
 
-mod common;
+use crate::common;
 
 use common::{client, pod, start};
 use k8s_openapi::api::core::v1::{Binding, ConfigMap, Namespace, Node, ObjectReference, Pod};

@@ -2,7 +2,7 @@
 //! the `watcher`/reflector (including relist after 410 and streaming lists), and leader
 //! election with kube-lease-manager.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,0 +1,23 @@
+//! hami-apiserver's integration tests, one binary: real clients (kube-rs, every kubectl on
+//! the machine, raw HTTP and protobuf bodies) against the embedded server: CRUD, selectors,
+//! paging and watches (`kube_client`, `watch`, `kubectl`, `protobuf`), `resource.k8s.io/v1`
+//! (`resource_v1`), mutating admission through a real HTTPS webhook (`admission`), RBAC
+//! and authentication (`rbac`), refused writes (`strict_writes`), slow clients
+//! (`slow_clients`), persistence and the `serve` entry point (`lifecycle`), bounded state
+//! under churn (`bounded_state`), and the matchConditions evaluator against cel-python
+//! (`cel_peer`). Each test starts its own server; they share nothing but this process.
+
+mod common;
+
+mod admission;
+mod bounded_state;
+mod cel_peer;
+mod kube_client;
+mod kubectl;
+mod lifecycle;
+mod protobuf;
+mod rbac;
+mod resource_v1;
+mod slow_clients;
+mod strict_writes;
+mod watch;
