@@ -2,7 +2,7 @@
 //! but no host pid in its HAMi-core slot; the monitor (hostPID) finds the host process that
 //! maps that region file and has that innermost pid, and writes its host pid into the slot.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! monitor; it costs that directory's series and an error count, and every other
 //! container keeps being reported exactly.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -247,5 +247,4 @@ fn a_directory_with_thousands_of_entries_is_taken_back_and_reported_again() {
     assert_eq!(std::fs::read_dir(node.dir("evil")).unwrap().count(), 1);
 }
 
-#[path = "hostile_tenants/cache_budget.rs"]
 mod cache_budget;

@@ -7,6 +7,8 @@ use std::ffi::{CString, c_int, c_uint, c_void};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::common;
+
 use hami_monitor::metrics::{LegacyMetrics, render};
 use hami_monitor::node_monitor::{MonitorConfig, NodeMonitor};
 use hami_monitor::pods::PodIndex;
@@ -56,16 +58,26 @@ type Launch = unsafe extern "C" fn(
 #[test]
 fn nvidia_host_gpus_report_memory_in_use_and_utilization() {
     let scratch = std::env::temp_dir().join(format!("hami-monitor-nvml-{}", std::process::id()));
+    // The stand-ins' settings: the body runs in a child process started with them.
+    let state = scratch.join("state");
+    if !common::in_child_with_env(
+        "nvidia_host::nvidia_host_gpus_report_memory_in_use_and_utilization",
+        &[
+            ("FAKE_CUDA_DEVICE_COUNT", "2".as_ref()),
+            ("FAKE_CUDA_DEVICE_MEMORY", "16g".as_ref()),
+            ("FAKE_CUDA_SHARED_STATE", state.as_os_str()),
+        ],
+    ) {
+        let _ = std::fs::remove_dir_all(&scratch);
+        return;
+    }
+    // In the child: the parent's scratch directory, named by the state file it passed.
+    let state = PathBuf::from(std::env::var_os("FAKE_CUDA_SHARED_STATE").unwrap());
+    let scratch = state.parent().unwrap().to_path_buf();
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(scratch.join("hook/containers")).unwrap();
     std::fs::create_dir_all(scratch.join("proc")).unwrap();
     std::fs::create_dir_all(scratch.join("sys")).unwrap();
-    // SAFETY: set before any other thread of this test binary exists (one test here).
-    unsafe {
-        std::env::set_var("FAKE_CUDA_DEVICE_COUNT", "2");
-        std::env::set_var("FAKE_CUDA_DEVICE_MEMORY", "16g");
-        std::env::set_var("FAKE_CUDA_SHARED_STATE", scratch.join("state"));
-    }
     let driver = Driver::load();
     // SAFETY: the stand-in's exports, called with their C signatures (cuda.h).
     let launcher = unsafe {

@@ -1,7 +1,7 @@
 //! Golden tests: region files written byte by byte in the SPEC Appendix A layouts read back
 //! exactly, and every bad input of issue 7 is refused with a clear error, never a panic.
 
-mod common;
+use crate::common;
 
 use common::{Proc, proc, v0_region, v1_region};
 use hami_monitor::hami_core_region::{CoreRegionError, read_region};

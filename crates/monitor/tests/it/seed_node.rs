@@ -15,7 +15,7 @@
 //! the busy rate the writer thread produces (updated every 5 ms) measured over ≥ 1 s
 //! sampling intervals: within ±3 percentage points.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

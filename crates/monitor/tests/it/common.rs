@@ -1,7 +1,6 @@
 //! Writes HAMi-core region files byte by byte at the offsets of SPEC Appendix A, as
 //! HAMi-core (and its CUDA sampler) would. The offsets are literals here on purpose:
 //! the tests must not share constants with the reader they check.
-#![allow(dead_code)]
 
 pub const MAGIC: i32 = 19_920_718;
 
@@ -105,4 +104,38 @@ pub fn proc(hostpid: i32, status: i32, dev_used: [(usize, u64); 2], sm: [(usize,
         used: dev_used.map(|(d, t)| (d, t / 4, t / 4, t / 2, t)),
         sm,
     }
+}
+
+/// Runs the test `name` (its path in this binary, e.g. `nvidia_host::some_test`) again in a
+/// child process of this binary with `env` set, and returns `true` there, where the body
+/// runs; in the parent it waits for the child, fails with its output if it failed, and
+/// returns `false`. Why: the stand-in libraries this process loads read their settings with
+/// `getenv`, and setting the environment while other tests' threads run is undefined
+/// behaviour; a child started with `Command::env` has them from its first instruction.
+pub fn in_child_with_env(name: &str, env: &[(&str, &std::ffi::OsStr)]) -> bool {
+    const MARKER: &str = "HAMI_IT_CHILD_TEST";
+    if std::env::var(MARKER).as_deref() == Ok(name) {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .envs(env.iter().copied())
+        .env(MARKER, name)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{name} in its child process failed:\n{text}"
+    );
+    // The child's harness says how many tests it ran: exactly this one, not a filter miss.
+    assert!(
+        text.contains("1 passed"),
+        "{name} did not run in the child:\n{text}"
+    );
+    false
 }
