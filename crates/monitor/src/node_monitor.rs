@@ -3,12 +3,12 @@
 //!   pods, remove those of pods that are gone, map new region files (what the scan does is
 //!   decided by [`crate::scan_plan`]), read host GPUs and sample DRM fdinfo for AMD
 //!   utilization (published atomically);
-//! - [`NodeMonitor::snapshot`] (each scrape): read every mapped region and assemble plain
-//!   data for [`crate::metrics`]. It never fails as a whole: a bad region is skipped and
-//!   counted.
+//! - [`NodeMonitor::snapshot`] (each scrape): gather — read every mapped region under the
+//!   tracking lock (`region_reading.rs`) — then, the lock released, the pure
+//!   [`crate::scrape::assemble`] decides the samples for [`crate::metrics`]. It never fails
+//!   as a whole: a bad region is skipped and counted.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -17,18 +17,16 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::cache_budget;
 use crate::cache_dirs::{HookConfig, cache_files, file_names, hook_config_action, list_dirs};
 use crate::errors::ErrorLog;
-use crate::fdinfo::{BusySample, DeviceUtilization, add_client_on};
-use crate::hami_core_region::{self, MemoryBreakdown};
-use crate::hip_region;
+use crate::fdinfo::{BusySample, add_client_on};
+use crate::hami_core_region;
 use crate::host_gpus::{HostGpu, amd_host};
 use crate::pods::PodIndex;
 use crate::procfs::ProcRoot;
-use crate::region_bytes::{RegionBytes, Segments};
 use crate::region_file::{FileError, RegionFile};
+use crate::region_reading::{self, LoadError, Region, load_region, read_core_bytes};
 use crate::scan_plan::{DirAction, dir_action, forgotten, region_changes};
-use crate::utilization::{
-    AmdDeviceUtil, ContainerKey, FdSampler, amd_container_devices, clamp_sum,
-};
+use crate::scrape::{self, AmdUtil, Gathered, GatheredDir};
+use crate::utilization::{ContainerKey, FdSampler, amd_container_devices};
 use hami_amd_discovery::device_locator::{self, LocateError};
 use hami_amd_discovery::registration::RegisteredDevice;
 
@@ -50,12 +48,6 @@ pub struct MonitorConfig {
 }
 
 #[derive(Debug)]
-enum Region {
-    Core(RegionFile),
-    Hip(RegionFile),
-}
-
-#[derive(Debug)]
 struct Tracked {
     pod_uid: String,
     container: String,
@@ -69,80 +61,11 @@ struct Tracked {
 /// have no `/`).
 const CLAIM_KEY: &str = "dra/claims/";
 
-/// One device of one container, as reported.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeviceMetrics {
-    /// Position in the container's granted devices; `None` when not granted through HAMi.
-    pub vdevice_index: Option<usize>,
-    /// Registered device id.
-    pub device_uuid: String,
-    /// Bytes the region accounts.
-    pub memory_used: Option<u64>,
-    /// Bytes allowed; `None` when unlimited.
-    pub memory_limit: Option<u64>,
-    /// HAMi-core only.
-    pub breakdown: Option<MemoryBreakdown>,
-    /// Compute utilization, when sampled.
-    pub utilization: Option<DeviceUtilization>,
-}
-
-/// One container, as reported.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ContainerMetrics {
-    /// The pod's namespace.
-    pub namespace: String,
-    /// The pod's name.
-    pub pod: String,
-    /// The container's name.
-    pub container: String,
-    /// Its devices.
-    pub devices: Vec<DeviceMetrics>,
-    /// Seconds since its last kernel launch (HAMi-core v1).
-    pub last_kernel_elapsed: Option<u64>,
-}
-
-/// A device granted to a container by the pod's annotations (reported from allocation
-/// time, before any process runs).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Allocation {
-    /// The pod's namespace.
-    pub namespace: String,
-    /// The pod's name.
-    pub pod: String,
-    /// The container's name.
-    pub container: String,
-    /// `AMD` or `NVIDIA`.
-    pub vendor: &'static str,
-    /// Position in the container's granted devices.
-    pub vdevice_index: usize,
-    /// Registered device id.
-    pub device_uuid: String,
-    /// Device memory granted, bytes.
-    pub memory_bytes: u64,
-    /// AMD: CU count; NVIDIA: percent of SMs.
-    pub cores: u32,
-    /// AMD: the pod's CU list on this device (`hami.io/amd-cu-allocated`).
-    pub cu_mask: Option<String>,
-}
-
-/// Everything one scrape reports.
-#[derive(Debug, Clone, Default)]
-pub struct Snapshot {
-    /// The node.
-    pub node: String,
-    /// Containers with a readable region or sampled utilization.
-    pub containers: Vec<ContainerMetrics>,
-    /// Every device granted to a container on this node.
-    pub allocations: Vec<Allocation>,
-    /// Cards held whole by pods the scheduler did not place (issue 26 item 1).
-    pub whole_cards: Vec<crate::pods::WholeCard>,
-    /// Host per-GPU readings.
-    pub host: Arc<Vec<HostGpu>>,
-    /// Errors counted since start, by kind.
-    pub errors: BTreeMap<&'static str, u64>,
-}
-
-type AmdUtil = HashMap<ContainerKey, Vec<AmdDeviceUtil>>;
+// What a scrape reports, and its pure assembly, live in `scrape.rs`; these paths stay.
+pub use crate::scrape::{
+    Allocation, ContainerMetrics, DeviceMetrics, Snapshot, allocations, claim_dir_tracked,
+    region_device,
+};
 
 /// The monitor.
 pub struct NodeMonitor {
@@ -170,96 +93,6 @@ fn read_lock<T: Clone>(lock: &RwLock<T>) -> T {
 
 fn write_lock<T>(lock: &RwLock<T>, value: T) {
     *lock.write().unwrap_or_else(|p| p.into_inner()) = value;
-}
-
-/// Why a region file was not opened or read.
-enum LoadError {
-    Core(hami_core_region::CoreRegionError),
-    Hip(hip_region::HipRegionError),
-    File(FileError),
-}
-
-impl From<FileError> for LoadError {
-    fn from(e: FileError) -> LoadError {
-        LoadError::File(e)
-    }
-}
-
-impl LoadError {
-    fn kind(&self) -> &'static str {
-        match self {
-            LoadError::Core(e) => e.kind(),
-            LoadError::Hip(e) => e.kind(),
-            LoadError::File(e) => e.kind(),
-        }
-    }
-}
-
-impl std::fmt::Display for LoadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LoadError::Core(e) => e.fmt(f),
-            LoadError::Hip(e) => e.fmt(f),
-            LoadError::File(e) => e.fmt(f),
-        }
-    }
-}
-
-fn is_hip(head: &Segments) -> bool {
-    head.u32_at(0) == hami_region::layout::MAGIC
-}
-
-/// Opens a region file and picks its kind from the first 12 bytes; the layout is checked
-/// again on every read (the file may change under us).
-fn load_region(path: &Path) -> Result<Region, LoadError> {
-    let file = RegionFile::open(path)?;
-    let region = {
-        let mut read = file.reader(file.size()?);
-        let head = read.read(0..hami_core_region::HEADER_LEN)?;
-        if is_hip(head) {
-            let probe = read.read(hip_region::fixed_range())?;
-            hip_region::check_header(probe).map_err(LoadError::Hip)?;
-            true
-        } else {
-            hami_core_region::detect_layout(head).map_err(LoadError::Core)?;
-            false
-        }
-    };
-    Ok(if region {
-        Region::Hip(file)
-    } else {
-        Region::Core(file)
-    })
-}
-
-/// Copies what a HAMi-core reading needs: header, tail, the `proc_num` slots in use.
-fn read_core_bytes(file: &RegionFile) -> Result<Segments, LoadError> {
-    let mut read = file.reader(file.size()?);
-    // Header through the SM limits of the larger layout in one read (v1's end, past v0's).
-    let head = read.read(0..hami_core_region::V1.procs)?;
-    let layout = hami_core_region::detect_layout(head).map_err(LoadError::Core)?;
-    let [fixed, tail] = hami_core_region::fixed_ranges(layout);
-    debug_assert!(fixed.end <= hami_core_region::V1.procs);
-    read.read(tail)?;
-    let proc_num = read.read(0..0)?.i32_at(layout.proc_num);
-    read.read(hami_core_region::slot_range(layout, proc_num))?;
-    Ok(read.finish())
-}
-
-/// Copies what a HIP reading needs: header, device accounts, slots below the high water.
-fn read_hip_bytes(file: &RegionFile) -> Result<Segments, LoadError> {
-    let mut read = file.reader(file.size()?);
-    let fixed = read.read(hip_region::fixed_range())?;
-    hip_region::check_header(fixed).map_err(LoadError::Hip)?;
-    let high = fixed.u32_at(hip_region::SLOT_HIGH_WATER);
-    read.read(hip_region::slot_range(high))?;
-    Ok(read.finish())
-}
-
-/// Whether another open file description holds a record lock on byte `offset` (hami-region's
-/// liveness signal for a slot). A failing probe counts as alive: never hide usage on doubt.
-fn record_locked(file: &File, offset: usize) -> bool {
-    hami_kernel_locks::file_lock::record_locked_elsewhere(file, offset).unwrap_or(true)
 }
 
 impl NodeMonitor {
@@ -793,283 +626,58 @@ impl NodeMonitor {
     /// Reads everything for one scrape. Never fails; problems are counted.
     pub fn snapshot(&self) -> Snapshot {
         let pods = read_lock(&self.pods);
-        let amd_util = read_lock(&self.amd_util);
         let now_secs = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let mut containers = Vec::new();
-        let mut with_region = std::collections::HashSet::new();
-        {
-            let mut tracked = self.tracked.lock().unwrap_or_else(|p| p.into_inner());
-            // Files over their time budget: dropped, re-opened by the next scan.
-            let mut slow: Vec<(String, String)> = Vec::new();
-            for (name, t) in tracked.iter() {
-                // A pod deleted since the scan: nothing to label it with; skip quietly.
-                let Some(pod) = pods.get(&t.pod_uid) else {
-                    continue;
-                };
-                let info = pod.container(&t.container);
-                let mut devices = Vec::new();
-                let mut last_kernel_elapsed = None;
-                for (file_name, (path, region)) in &t.regions {
-                    match region {
-                        Region::Core(file) => {
-                            let bytes = match read_core_bytes(file) {
-                                Ok(bytes) => bytes,
-                                Err(e) => {
-                                    if matches!(e, LoadError::File(FileError::TooSlow)) {
-                                        slow.push((name.clone(), file_name.clone()));
-                                    }
-                                    self.errors
-                                        .record(e.kind(), &path.display().to_string(), &e);
-                                    continue;
-                                }
-                            };
-                            match hami_core_region::read_region(&bytes, &|pid| {
-                                self.proc.pid_alive(pid)
-                            }) {
-                                Ok(reading) => {
-                                    last_kernel_elapsed = reading
-                                        .last_kernel_time
-                                        .map(|t| now_secs.saturating_sub(t));
-                                    devices.extend(reading.devices.iter().map(|d| DeviceMetrics {
-                                        vdevice_index: Some(d.index),
-                                        device_uuid: d.uuid.clone(),
-                                        memory_used: Some(d.memory.total),
-                                        memory_limit: Some(d.limit),
-                                        breakdown: Some(d.memory),
-                                        utilization: Some(clamp_sum(d.sm_util_sum)),
-                                    }));
-                                }
-                                Err(e) => {
-                                    self.errors
-                                        .record(e.kind(), &path.display().to_string(), &e)
-                                }
-                            }
-                        }
-                        Region::Hip(region_file) => {
-                            let bytes = match read_hip_bytes(region_file) {
-                                Ok(bytes) => bytes,
-                                Err(e) => {
-                                    if matches!(e, LoadError::File(FileError::TooSlow)) {
-                                        slow.push((name.clone(), file_name.clone()));
-                                    }
-                                    self.errors
-                                        .record(e.kind(), &path.display().to_string(), &e);
-                                    continue;
-                                }
-                            };
-                            let file = region_file.file();
-                            let mut alive = |slot: usize| {
-                                record_locked(file, hami_region::layout::slot_offset(slot))
-                            };
-                            match hip_region::read_region(&bytes, &mut alive) {
-                                Ok(reading) => {
-                                    let granted = info.map(|c| c.amd.as_slice()).unwrap_or(&[]);
-                                    let util =
-                                        amd_util.get(&(t.pod_uid.clone(), t.container.clone()));
-                                    with_region.insert((t.pod_uid.clone(), t.container.clone()));
-                                    let claim = t.claim.as_ref().map(|c| pods.claims.get(c));
-                                    for d in &reading.devices {
-                                        let (vdevice_index, uuid) =
-                                            region_device(claim, granted, d.index);
-                                        let utilization = util.and_then(|u| {
-                                            u.iter().find(|x| x.uuid == uuid).map(|x| x.util)
-                                        });
-                                        devices.push(DeviceMetrics {
-                                            vdevice_index,
-                                            device_uuid: uuid,
-                                            memory_used: Some(d.used),
-                                            memory_limit: d.limit,
-                                            breakdown: None,
-                                            utilization,
-                                        });
-                                    }
-                                }
-                                Err(e) => {
-                                    self.errors
-                                        .record(e.kind(), &path.display().to_string(), &e)
-                                }
-                            }
-                        }
-                    }
-                }
-                containers.push(ContainerMetrics {
-                    namespace: pod.namespace.clone(),
-                    pod: pod.name.clone(),
-                    container: t.container.clone(),
-                    devices,
-                    last_kernel_elapsed,
-                });
-            }
-            for (dir, file) in slow {
-                if let Some(t) = tracked.get_mut(&dir) {
-                    t.regions.remove(&file);
-                }
-            }
-        }
-        // AMD containers using GPUs without a HIP region (no hook, or not yet started).
-        for (key, devices) in amd_util.iter() {
-            if with_region.contains(key) {
-                continue;
-            }
-            let Some(pod) = pods.get(&key.0) else {
-                continue;
-            };
-            containers.push(ContainerMetrics {
-                namespace: pod.namespace.clone(),
-                pod: pod.name.clone(),
-                container: key.1.clone(),
-                devices: devices
-                    .iter()
-                    .map(|d| DeviceMetrics {
-                        vdevice_index: d.vdevice_index,
-                        device_uuid: d.uuid.clone(),
-                        memory_used: None,
-                        memory_limit: None,
-                        breakdown: None,
-                        utilization: Some(d.util),
-                    })
-                    .collect(),
-                last_kernel_elapsed: None,
-            });
-        }
-        containers.sort_by(|a, b| {
-            (&a.namespace, &a.pod, &a.container).cmp(&(&b.namespace, &b.pod, &b.container))
-        });
-        Snapshot {
+        let dirs = self.gather(&pods);
+        scrape::assemble(Gathered {
             node: self.config.node_name.clone(),
-            containers,
-            allocations: allocations(&pods),
-            whole_cards: pods.whole_cards.clone(),
+            amd_util: read_lock(&self.amd_util),
+            now_secs,
+            dirs,
             host: read_lock(&self.host),
             errors: self.errors.counts(),
-        }
+            pods,
+        })
     }
-}
 
-/// Whether the DRA claim directory `name` (a claim UID) is read: a pod of the node uses
-/// the claim. Other names (claims of pods gone, or not ours) are the driver's to remove.
-pub fn claim_dir_tracked(name: &str, pods: &PodIndex) -> bool {
-    pods.claims.contains_key(name)
-}
-
-/// `vdevice_index` and `device_uuid` of device `index` of a HIP region: for a container
-/// directory (`claim` `None`) its position in the container's `granted` devices; for a
-/// DRA claim directory the claim's device at that position (`Some(None)`: the claim is no
-/// longer known). A device nothing names is `hip-device-<index>`.
-pub fn region_device(
-    claim: Option<Option<&crate::dra_claims::ClaimRegion>>,
-    granted: &[hami_protocol::device_list::ContainerDevice],
-    index: usize,
-) -> (Option<usize>, String) {
-    let unknown = || format!("hip-device-{index}");
-    match claim {
-        None => (
-            Some(index),
-            granted.get(index).map_or_else(unknown, |g| g.uuid.clone()),
-        ),
-        Some(claim) => match claim.and_then(|c| c.devices.get(index)) {
-            Some(d) => (d.vdevice_index, d.uuid.clone()),
-            None => (None, unknown()),
-        },
-    }
-}
-
-/// The devices granted by the pods' annotations.
-pub fn allocations(pods: &PodIndex) -> Vec<Allocation> {
-    let mut out = Vec::new();
-    for pod in pods.by_uid.values() {
-        for c in &pod.containers {
-            for (vendor, list) in [("AMD", &c.amd), ("NVIDIA", &c.nvidia)] {
-                for (index, d) in list.iter().enumerate() {
-                    out.push(Allocation {
-                        namespace: pod.namespace.clone(),
-                        pod: pod.name.clone(),
-                        container: c.name.clone(),
-                        vendor,
-                        vdevice_index: index,
-                        device_uuid: d.uuid.clone(),
-                        memory_bytes: d.mem_mib.saturating_mul(1 << 20),
-                        cores: d.cores,
-                        cu_mask: (vendor == "AMD")
-                            .then(|| {
-                                pod.cu_allocated
-                                    .iter()
-                                    .find(|(id, _)| *id == d.uuid)
-                                    .map(|(_, l)| l.clone())
-                            })
-                            .flatten(),
-                    });
+    /// The scrape's I/O, under the tracking lock: every region of each tracked directory
+    /// whose pod is known, read and decoded; a file that fails is counted, and one over its
+    /// time budget dropped (the next scan opens it again).
+    fn gather(&self, pods: &PodIndex) -> Vec<GatheredDir> {
+        let mut tracked = self.tracked.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slow: Vec<(String, String)> = Vec::new();
+        let mut dirs = Vec::new();
+        for (name, t) in tracked.iter() {
+            // A pod deleted since the scan: nothing to label it with; not read.
+            if pods.get(&t.pod_uid).is_none() {
+                continue;
+            }
+            let mut readings = Vec::new();
+            for (file_name, (path, region)) in &t.regions {
+                match region_reading::read(region, &self.proc) {
+                    Ok(reading) => readings.push(reading),
+                    Err(e) => {
+                        if matches!(e, LoadError::File(FileError::TooSlow)) {
+                            slow.push((name.clone(), file_name.clone()));
+                        }
+                        self.errors
+                            .record(e.kind(), &path.display().to_string(), &e);
+                    }
                 }
             }
+            dirs.push(GatheredDir {
+                pod_uid: t.pod_uid.clone(),
+                container: t.container.clone(),
+                claim: t.claim.clone(),
+                readings,
+            });
         }
-    }
-    out.sort_by(|a, b| {
-        (&a.namespace, &a.pod, &a.container, a.vdevice_index).cmp(&(
-            &b.namespace,
-            &b.pod,
-            &b.container,
-            b.vdevice_index,
-        ))
-    });
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::dra_claims::{ClaimRegion, RegionDevice};
-    use hami_protocol::device_list::ContainerDevice;
-
-    #[test]
-    fn region_devices_by_container_list_or_by_claim() {
-        let granted = vec![ContainerDevice {
-            uuid: "G0".into(),
-            device_type: "AMD Instinct MI210".into(),
-            mem_mib: 1024,
-            cores: 10,
-        }];
-        // A container directory: the position in the granted list.
-        assert_eq!(region_device(None, &granted, 0), (Some(0), "G0".into()));
-        assert_eq!(
-            region_device(None, &granted, 1),
-            (Some(1), "hip-device-1".into())
-        );
-        // A claim directory: the claim's device at that position, whatever the list says.
-        let claim = ClaimRegion {
-            pod_uid: "p".into(),
-            container: "c".into(),
-            devices: vec![
-                RegionDevice {
-                    vdevice_index: None,
-                    uuid: "U0".into(),
-                },
-                RegionDevice {
-                    vdevice_index: Some(0),
-                    uuid: "U1".into(),
-                },
-            ],
-        };
-        assert_eq!(
-            region_device(Some(Some(&claim)), &granted, 0),
-            (None, "U0".into())
-        );
-        assert_eq!(
-            region_device(Some(Some(&claim)), &granted, 1),
-            (Some(0), "U1".into())
-        );
-        assert_eq!(
-            region_device(Some(Some(&claim)), &granted, 2),
-            (None, "hip-device-2".into())
-        );
-        // The claim left the index since the scan: no device name is invented.
-        assert_eq!(
-            region_device(Some(None), &granted, 0),
-            (None, "hip-device-0".into())
-        );
-        let mut pods = PodIndex::default();
-        pods.claims.insert("c-1".into(), claim);
-        assert!(claim_dir_tracked("c-1", &pods) && !claim_dir_tracked("c-2", &pods));
+        for (dir, file) in slow {
+            if let Some(t) = tracked.get_mut(&dir) {
+                t.regions.remove(&file);
+            }
+        }
+        dirs
     }
 }
