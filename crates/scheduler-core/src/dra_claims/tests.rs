@@ -1,6 +1,19 @@
 use hami_protocol::requests::{RequestDefaults, pod_requests};
 use proptest::prelude::*;
 
+use hami_protocol::capacity::format_bytes;
+use hami_protocol::dra::{
+    AMD_MODE_ANNOTATION, ATTR_NUMA_NODE, CLAIM_PREFIX, COMPUTE_UNITS, DRIVER, EXACT_COUNT,
+    MANAGED_BY_LABEL, MANAGED_BY_WEBHOOK, MEMORY,
+};
+use hami_protocol::requests::{DeviceRequest, MemoryRequest, amd_cu_count};
+use k8s_openapi::api::resource::v1::{
+    CapacityRequirements, DeviceRequest as ClaimRequest, DeviceSelector as ClaimSelector,
+    ResourceSlice,
+};
+use serde_json::{Value, json};
+
+use super::claim_spec::{amounts_on, needs_shapes};
 use super::*;
 
 const GI: u64 = 1 << 30;
