@@ -167,8 +167,14 @@ impl Apply for ResourceClaim {
     }
 }
 
-async fn run<K>(api: Api<K>, config: watcher::Config, world: Arc<RwLock<World>>)
-where
+/// Keeps the world's `K`s as the watch says; `notice` sees each object applied (also each
+/// of a relist), as the world takes it.
+async fn run<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    world: Arc<RwLock<World>>,
+    notice: impl Fn(&K) + Send,
+) where
     K: Apply + Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     if let Ok(mut w) = world.write() {
@@ -201,20 +207,20 @@ where
                 match update {
                     Update::Banner(_) | Update::Buffering => {}
                     Update::Reset(all) => {
+                        all.iter().for_each(&notice);
                         K::reset(&mut w, all);
                         w.synced.insert(K::WHAT, true);
                     }
-                    Update::Apply(obj) => K::apply(&mut w, obj),
+                    Update::Apply(obj) => {
+                        notice(&obj);
+                        K::apply(&mut w, obj);
+                    }
                     Update::Delete(obj) => K::delete(&mut w, &obj),
                 }
             }
         }
     }
 }
-
-/// How often `--dra=auto` looks for a node in DRA mode (in the world the node watcher
-/// keeps: no API call).
-const DRA_AUTO_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Starts the watchers; they run until the runtime stops. The DRA watchers as `dra` says:
 /// from the start (the chart passes `--dra`, and grants list/watch on ResourceSlices and
@@ -223,6 +229,8 @@ const DRA_AUTO_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 /// in DRA mode anyway), or once a node is in DRA mode (`auto`, `hami ui`'s default: a
 /// cluster without DRA sees no resource.k8s.io request). Only our driver's slices are
 /// watched (the server filters by `spec.driver`); claims have no driver field to select on.
+/// Under `auto` the node watcher signals the first node it sees in DRA mode (a
+/// `tokio::sync::watch`), and the DRA watchers start then: nothing polls.
 pub fn start(
     client: Client,
     world: Arc<RwLock<World>>,
@@ -232,28 +240,45 @@ pub fn start(
     if let Ok(mut w) = world.write() {
         w.dra_unwatched = dra == DraWatch::Off;
     }
+    // Set once the node watcher sees a node in DRA mode (`--dra=auto` waits for it).
+    let (dra_seen, mut dra_wait) = tokio::sync::watch::channel(false);
+    let nodes_notice = move |node: &Node| {
+        if is_dra_node(node) {
+            dra_seen.send_if_modified(|seen| !std::mem::replace(seen, true));
+        }
+    };
     let mut tasks = vec![
-        tokio::spawn(run(Api::<Node>::all(client.clone()), all(), world.clone())),
-        tokio::spawn(run(Api::<Pod>::all(client.clone()), all(), world.clone())),
+        tokio::spawn(run(
+            Api::<Node>::all(client.clone()),
+            all(),
+            world.clone(),
+            nodes_notice,
+        )),
+        tokio::spawn(run(
+            Api::<Pod>::all(client.clone()),
+            all(),
+            world.clone(),
+            |_: &Pod| {},
+        )),
         tokio::spawn(run(
             Api::<CoreEvent>::all(client.clone()),
             all(),
             world.clone(),
+            |_: &CoreEvent| {},
         )),
         tokio::spawn(run(
             Api::<NewEvent>::all(client.clone()),
             all(),
             world.clone(),
+            |_: &NewEvent| {},
         )),
     ];
     match dra {
         DraWatch::On => tasks.push(tokio::spawn(run_dra(client, world))),
         DraWatch::Auto => tasks.push(tokio::spawn(async move {
-            while !world
-                .read()
-                .is_ok_and(|w| w.nodes.values().any(is_dra_node))
-            {
-                tokio::time::sleep(DRA_AUTO_POLL).await;
+            // An error: the node watcher ended (the world is gone), so nothing to watch for.
+            if dra_wait.wait_for(|seen| *seen).await.is_err() {
+                return;
             }
             tracing::info!("a node is in DRA mode: watching ResourceSlices and ResourceClaims");
             run_dra(client, world).await;
@@ -271,11 +296,13 @@ async fn run_dra(client: Client, world: Arc<RwLock<World>>) {
             Api::<ResourceSlice>::all(client.clone()),
             watcher::Config::default().fields(&ours),
             world.clone(),
+            |_: &ResourceSlice| {},
         ),
         run(
             Api::<ResourceClaim>::all(client),
             watcher::Config::default(),
-            world
+            world,
+            |_: &ResourceClaim| {},
         ),
     );
 }
