@@ -1,30 +1,24 @@
-//! The Kubernetes side of Allocate (SPEC §4): find the pod, read the node's CU usage, run
-//! the pure planner, write the result in one pod patch (so nothing is half-written), and
-//! release the node lock. Failures set `bind-phase=failed` and release the lock.
+//! The AMD part of Allocate (SPEC §4): what the vendor-generic shell
+//! (`hami_plugin_core::allocate_shell`: pod lookup, whole-card hand-over with its busy
+//! check, region file, one commit patch, node-lock release, `bind-phase=failed` on
+//! failure) asks of each vendor — the devices, the node's CU usage (with an Event per
+//! unreadable annotation), the planner, the region file (`hami_region::plugin_file`), dmem
+//! limits after the commit and CDI names.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use hami_protocol::cu_allocated::CuAllocation;
-use k8s_openapi::api::core::v1::Event;
-use kube::api::PostParams;
-
 use futures::future::BoxFuture;
+use hami_plugin_core::allocate_shell::{AllocateShell, TrackedPlan, VendorAllocate};
 use hami_plugin_core::pod_choice::{annotation, pod_ref};
-use hami_plugin_core::pod_commit::record_whole_cards;
-use hami_plugin_core::pod_commit::{
-    check_lock_owner, commit_allocation, create_cache_dir, mark_failed, write_hook_config,
-};
-use hami_plugin_core::whole_card_holdings::{
-    check_free, check_pod_not_on_held_cards, fallback_target, node_holdings,
-};
+use hami_protocol::cu_allocated::CuAllocation;
+use hami_protocol::device_list::decode_pod_devices;
+use hami_protocol::hook_config::HookConfig;
 use hami_protocol::identity::KubeletDeviceId;
 use hami_protocol::names::{AMD, DEFAULT_SCHEDULER_NAME as SCHEDULER, Vendor, pod as pod_keys};
 use hami_protocol::node_lock::PodRef;
 use hami_protocol::requests::{container_kinds, pod_container_slots};
-use hami_protocol::whole_cards;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
 use serde_json::json;
 use tokio::sync::{Mutex, watch};
 
@@ -38,9 +32,7 @@ use crate::allocate_plan::{
 use crate::cu_usage::{PodCus, Usage, cus_in_use};
 use crate::dmem::{DmemJob, DmemWriter};
 use crate::dmem_plan::{DmemLimit, pod_dmem};
-use crate::grpc_server::Allocator;
 use crate::registration::RegisteredDevice;
-use hami_protocol::device_list::decode_pod_devices;
 
 /// Picks the pod among the pods of the node (pure): the lock owner when the lock names
 /// one, else the oldest (by `hami.io/bind-time`, then name) pod with
@@ -89,240 +81,42 @@ pub fn busy_devices(used: &CuAllocation, pods: &[Pod]) -> BTreeSet<String> {
     busy
 }
 
-/// Records a Warning Event on a pod (core v1, the pod's namespace).
-pub async fn record_pod_event(client: &kube::Client, pod: &PodRef, reason: &str, message: &str) {
-    let events: Api<Event> = Api::namespaced(client.clone(), &pod.namespace);
-    let now =
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
-    let ev: Result<Event, _> = serde_json::from_value(json!({
-        "metadata": {"generateName": format!("{}.", pod.name)},
-        "involvedObject": {"kind": "Pod", "name": pod.name, "namespace": pod.namespace, "apiVersion": "v1"},
-        "reason": reason,
-        "message": message,
-        "type": "Warning",
-        "source": {"component": "amd-device-plugin"},
-        "count": 1,
-    }));
-    let Ok(mut ev) = ev else { return };
-    ev.first_timestamp = Some(now.clone());
-    ev.last_timestamp = Some(now);
-    if let Err(e) = events.create(&PostParams::default(), &ev).await {
-        tracing::warn!("cannot record event {reason} on pod {pod}: {e}");
-    }
-}
-
-/// Allocate against the API server.
+/// The AMD part of Allocate against the API server; the rest is the vendor-generic shell
+/// (`hami_plugin_core::allocate_shell`).
 pub struct KubeAllocator {
-    /// The API client.
+    /// The API client (Events).
     pub client: kube::Client,
-    /// The node this plugin serves.
-    pub node: String,
     /// The devices offered now (from the publisher).
     pub devices: watch::Receiver<Vec<RegisteredDevice>>,
     /// How containers are planned.
     pub settings: PlanSettings,
     /// Receives dmem jobs (the cgroup writer); `None` disables dmem.
     pub dmem: Option<DmemWriter>,
-    /// Allocations of one node are serialized so CU choices never race.
-    pub serial: Mutex<()>,
     /// Unreadable annotations already reported (pod, value), so each gets one Event.
     pub reported: Mutex<BTreeSet<(PodRef, String)>>,
 }
 
 impl KubeAllocator {
-    /// An allocator for `node`, planning from the current `devices`.
+    /// Allocate for `node`, planning from the current `devices` (inside a tokio runtime:
+    /// the shell watches the node's pods).
     pub fn new(
         client: kube::Client,
         node: String,
         devices: watch::Receiver<Vec<RegisteredDevice>>,
         settings: PlanSettings,
         dmem: Option<DmemWriter>,
-    ) -> Arc<Self> {
-        Arc::new(Self {
-            client,
+    ) -> Arc<AllocateShell<Self>> {
+        AllocateShell::new(
+            client.clone(),
             node,
-            devices,
-            settings,
-            dmem,
-            serial: Mutex::new(()),
-            reported: Mutex::new(BTreeSet::new()),
-        })
-    }
-
-    async fn allocate_inner(&self, ids: Vec<String>) -> Result<ContainerPlan, String> {
-        let mut plan = self.allocate_plan(ids).await?;
-        if self.settings.cdi {
-            crate::cdi::to_cdi(&mut plan, &self.devices.borrow());
-        }
-        Ok(plan)
-    }
-
-    async fn allocate_plan(&self, ids: Vec<String>) -> Result<ContainerPlan, String> {
-        let _serial = self.serial.lock().await;
-        let devices = self.devices.borrow().clone();
-        let (lock, pods) =
-            hami_plugin_core::pod_commit::node_lock_and_pods(&self.client, &self.node).await?;
-        let target = match choose_pod(lock.as_deref(), &self.node, &pods, ids.len())? {
-            PodChoice::None => {
-                tracing::info!(ids = ?ids, "no pending HAMi pod: handing the devices over as whole cards");
-                let usage = self
-                    .usage(
-                        &pods,
-                        &devices,
-                        None,
-                        hami_protocol::names::DEFAULT_SCHEDULER_NAME,
-                    )
-                    .await?;
-                let busy = busy_devices(&usage.used, &pods);
-                return self
-                    .hand_over_whole_cards(&pods, &devices, &ids, &busy)
-                    .await;
-            }
-            PodChoice::Tracked(p) => p,
-        };
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &target.namespace);
-        let pod = match pods.iter().find(|p| pod_ref(p) == target) {
-            Some(p) => p.clone(),
-            None => api
-                .get(&target.name)
-                .await
-                .map_err(|e| format!("pod {target} named by the node lock cannot be read: {e}"))?,
-        };
-        let result = self
-            .plan_and_commit(&pod, &target, &pods, &devices, ids.len(), lock.as_deref())
-            .await;
-        match result {
-            Ok(plan) => Ok(plan),
-            Err(e) => {
-                let message = format!("pod {target}: {e}");
-                self.fail(&target).await;
-                Err(message)
-            }
-        }
-    }
-
-    /// A pod HAMi did not place: the cards of kubelet's ids, if no other pod holds them
-    /// whole and no slice or pending run uses them (`busy`), recorded on the pod
-    /// (`hami.io/amd-whole-cards`) before the answer (issue 26 item 1).
-    async fn hand_over_whole_cards(
-        &self,
-        pods: &[Pod],
-        devices: &[RegisteredDevice],
-        ids: &[String],
-        busy: &BTreeSet<String>,
-    ) -> Result<ContainerPlan, String> {
-        let target = fallback_target(pods, &self.node, Vendor::Amd, SCHEDULER, ids.len())?;
-        let holdings = node_holdings(pods, &self.node, Vendor::Amd, SCHEDULER);
-        for (pod, why) in &holdings.problems {
-            tracing::warn!(pod = %pod, "whole-card holding not counted: {why}");
-        }
-        // The card (registered id) each kubelet id is a share of; an id of no offered card
-        // is refused by plan_whole_cards below.
-        let chosen: Vec<(String, String)> = ids
-            .iter()
-            .filter_map(|text| {
-                let key = KubeletDeviceId::parse(text).ok()?.device_key;
-                let dev = devices.iter().find(|d| d.device_key == key)?;
-                Some((text.clone(), dev.info.id.clone()))
-            })
-            .collect();
-        check_free(
-            &chosen,
-            &holdings.held_by_others(Some(&target)),
-            &BTreeSet::new(),
-            Vendor::Amd,
-        )?;
-        let plan = plan_whole_cards(devices, ids, busy).map_err(|e| e.to_string())?;
-        let cards: Vec<String> = chosen.into_iter().map(|(_, c)| c).collect();
-        let existing = pods
-            .iter()
-            .find(|p| pod_ref(p) == target)
-            .and_then(|p| annotation(p, whole_cards::key(Vendor::Amd)));
-        record_whole_cards(&self.client, &target, Vendor::Amd, existing, &cards).await?;
-        tracing::info!(pod = %target, cards = ?cards, "whole cards handed over and recorded");
-        Ok(plan)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn plan_and_commit(
-        &self,
-        pod: &Pod,
-        target: &PodRef,
-        pods: &[Pod],
-        devices: &[RegisteredDevice],
-        requested: usize,
-        lock: Option<&str>,
-    ) -> Result<ContainerPlan, String> {
-        // The pod was verified against the request (bound here, allocating, next run of the
-        // requested size); a lock held by another pod then means it took over an expired
-        // lock: this pod's allocation still stands, and the new owner's lock is not ours.
-        if check_lock_owner(lock, target).is_err() {
-            tracing::warn!(pod = %target, lock = ?lock, "allocating a pod whose node lock expired and was taken over");
-        }
-        // A card a pod HAMi did not place took after the scheduler decided: never shared.
-        check_pod_not_on_held_cards(pod, pods, &self.node, Vendor::Amd, SCHEDULER)?;
-        // D-4: CUs count only on pods our scheduler placed; the pod being allocated was
-        // bound by it, so its schedulerName is the scheduler's.
-        let scheduler = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.scheduler_name.as_deref())
-            .filter(|n| !n.is_empty())
-            .unwrap_or(hami_protocol::names::DEFAULT_SCHEDULER_NAME)
-            .to_owned();
-        let usage = self
-            .usage(pods, devices, Some(target), &scheduler)
-            .await?
-            .used;
-        let state = PodAnnotations {
-            to_allocate: annotation(pod, AMD.devices_to_allocate).map(str::to_owned),
-            cu_allocated: annotation(pod, pod_keys::AMD_CU_ALLOCATED).map(str::to_owned),
-            pod_uid: pod.metadata.uid.clone(),
-            containers: pod_container_slots(pod)
-                .iter()
-                .map(|c| c.container.name.clone())
-                .collect(),
-            kinds: container_kinds(pod),
-            allocated: annotation(pod, AMD.devices_allocated).map(str::to_owned),
-            task_priorities: pod_container_slots(pod)
-                .iter()
-                .map(|c| crate::allocate_plan::task_priority(c.container))
-                .collect(),
-        };
-        let plan = plan_allocate(&state, devices, &usage, requested, &self.settings)
-            .map_err(|e| e.to_string())?;
-        if let Some(dir) = &plan.cache_dir {
-            create_cache_dir(dir).map_err(|e| {
-                format!("cannot create the container's accounting directory {dir}: {e}")
-            })?;
-        }
-        if let Some((path, config)) = &plan.hook_config {
-            let mut config = config.clone();
-            if let Some(dir) = &plan.cache_dir {
-                config.shared_cache_inode = Some(prepare_region(dir, &config)?);
-            }
-            let text = config
-                .encode()
-                .map_err(|e| format!("the container's hook config is invalid: {e}"))?;
-            write_hook_config(path, &text)
-                .map_err(|e| format!("cannot write the container's hook config {path}: {e}"))?;
-        }
-        // One patch: CU bits, the consumed run and (last container) the bind phase.
-        let mut annotations = serde_json::Map::new();
-        annotations.insert(AMD.devices_to_allocate.into(), json!(plan.to_allocate));
-        annotations.insert(pod_keys::AMD_CU_ALLOCATED.into(), json!(plan.cu_allocated));
-        commit_allocation(&self.client, &self.node, target, annotations, plan.last).await?;
-        if let (Some(writer), Some(uid)) = (&self.dmem, pod.metadata.uid.as_ref()) {
-            let limits = pod_limits(pod, devices).unwrap_or_else(|| plan.dmem.clone());
-            if !limits.is_empty() {
-                writer.submit(DmemJob {
-                    pod_uid: uid.clone(),
-                    limits,
-                });
-            }
-        }
-        tracing::info!(pod = %target, run = plan.run_index, last = plan.last, mask = ?plan.container.envs.get("HSA_CU_MASK"), "allocated");
-        Ok(plan.container)
+            Self {
+                client,
+                devices,
+                settings,
+                dmem,
+                reported: Mutex::new(BTreeSet::new()),
+            },
+        )
     }
 
     /// The node's CU usage; pods whose annotation is unreadable are skipped, each named once
@@ -379,8 +173,167 @@ impl KubeAllocator {
         Ok(usage)
     }
 
-    async fn fail(&self, target: &PodRef) {
-        mark_failed(&self.client, &self.node, target).await;
+    async fn plan_pod(
+        &self,
+        pod: &Pod,
+        target: &PodRef,
+        pods: &[Pod],
+        devices: &[RegisteredDevice],
+        requested: usize,
+    ) -> Result<TrackedPlan, String> {
+        // D-4: CUs count only on pods our scheduler placed; the pod being allocated was
+        // bound by it, so its schedulerName is the scheduler's.
+        let scheduler = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .filter(|n| !n.is_empty())
+            .unwrap_or(SCHEDULER)
+            .to_owned();
+        let usage = self
+            .usage(pods, devices, Some(target), &scheduler)
+            .await?
+            .used;
+        let state = PodAnnotations {
+            to_allocate: annotation(pod, AMD.devices_to_allocate).map(str::to_owned),
+            cu_allocated: annotation(pod, pod_keys::AMD_CU_ALLOCATED).map(str::to_owned),
+            pod_uid: pod.metadata.uid.clone(),
+            containers: pod_container_slots(pod)
+                .iter()
+                .map(|c| c.container.name.clone())
+                .collect(),
+            kinds: container_kinds(pod),
+            allocated: annotation(pod, AMD.devices_allocated).map(str::to_owned),
+            task_priorities: pod_container_slots(pod)
+                .iter()
+                .map(|c| crate::allocate_plan::task_priority(c.container))
+                .collect(),
+        };
+        let plan = plan_allocate(&state, devices, &usage, requested, &self.settings)
+            .map_err(|e| e.to_string())?;
+        tracing::info!(pod = %target, run = plan.run_index, mask = ?plan.container.envs.get("HSA_CU_MASK"), "planned");
+        // One patch: CU bits, the consumed run and (last container) the bind phase.
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(AMD.devices_to_allocate.into(), json!(plan.to_allocate));
+        annotations.insert(pod_keys::AMD_CU_ALLOCATED.into(), json!(plan.cu_allocated));
+        let dmem_job = match (&self.dmem, pod.metadata.uid.as_ref()) {
+            (Some(writer), Some(uid)) => {
+                let limits = pod_limits(pod, devices).unwrap_or_else(|| plan.dmem.clone());
+                (!limits.is_empty()).then(|| {
+                    (
+                        writer.clone(),
+                        DmemJob {
+                            pod_uid: uid.clone(),
+                            limits,
+                        },
+                    )
+                })
+            }
+            _ => None,
+        };
+        Ok(TrackedPlan {
+            container: plan.container,
+            run_index: plan.run_index,
+            cache_dir: plan.cache_dir,
+            hook_config: plan.hook_config,
+            annotations,
+            last: plan.last,
+            after_commit: dmem_job.map(|(writer, job)| {
+                Box::new(move || {
+                    writer.submit(job);
+                }) as Box<dyn FnOnce() + Send>
+            }),
+        })
+    }
+}
+
+/// Records a Warning Event on a pod (core v1, the pod's namespace).
+pub async fn record_pod_event(client: &kube::Client, pod: &PodRef, reason: &str, message: &str) {
+    hami_plugin_core::pod_commit::record_pod_event(
+        client,
+        pod,
+        "amd-device-plugin",
+        reason,
+        message,
+    )
+    .await;
+}
+
+impl VendorAllocate for KubeAllocator {
+    type Device = RegisteredDevice;
+
+    fn vendor(&self) -> Vendor {
+        Vendor::Amd
+    }
+
+    fn devices(&self) -> Vec<RegisteredDevice> {
+        self.devices.borrow().clone()
+    }
+
+    fn card_of(&self, devices: &[RegisteredDevice], kubelet_id: &str) -> Option<String> {
+        let key = KubeletDeviceId::parse(kubelet_id).ok()?.device_key;
+        let dev = devices.iter().find(|d| d.device_key == key)?;
+        Some(dev.info.id.clone())
+    }
+
+    fn keys_of(&self, devices: &[RegisteredDevice], cards: &BTreeSet<String>) -> Vec<String> {
+        devices
+            .iter()
+            .filter(|d| cards.contains(&d.info.id))
+            .map(|d| d.device_key.clone())
+            .collect()
+    }
+
+    /// Cards with CUs held by live pods, and those named in a pending run of any pod.
+    fn busy_cards<'a>(
+        &'a self,
+        pods: &'a [Pod],
+        devices: &'a [RegisteredDevice],
+    ) -> BoxFuture<'a, Result<BTreeSet<String>, String>> {
+        Box::pin(async move {
+            let usage = self.usage(pods, devices, None, SCHEDULER).await?;
+            Ok(busy_devices(&usage.used, pods))
+        })
+    }
+
+    fn plan_whole_cards(
+        &self,
+        devices: &[RegisteredDevice],
+        kubelet_ids: &[String],
+        busy: &BTreeSet<String>,
+    ) -> Result<ContainerPlan, String> {
+        plan_whole_cards(devices, kubelet_ids, busy).map_err(|e| e.to_string())
+    }
+
+    fn plan_tracked<'a>(
+        &'a self,
+        pod: &'a Pod,
+        target: &'a PodRef,
+        pods: &'a [Pod],
+        devices: &'a [RegisteredDevice],
+        requested: usize,
+    ) -> BoxFuture<'a, Result<TrackedPlan, String>> {
+        Box::pin(self.plan_pod(pod, target, pods, devices, requested))
+    }
+
+    fn prepare_region(
+        &self,
+        dir: &str,
+        _config_path: &str,
+        config: &HookConfig,
+    ) -> Result<u64, String> {
+        prepare_region(dir, config)
+    }
+
+    fn write_hook_config(&self, path: &str, text: &str) -> std::io::Result<()> {
+        hami_plugin_core::pod_commit::write_hook_config(path, text)
+    }
+
+    fn finish(&self, mut plan: ContainerPlan, devices: &[RegisteredDevice]) -> ContainerPlan {
+        if self.settings.cdi {
+            crate::cdi::to_cdi(&mut plan, devices);
+        }
+        plan
     }
 }
 
@@ -390,48 +343,6 @@ pub fn pod_limits(pod: &Pod, devices: &[RegisteredDevice]) -> Option<Vec<DmemLim
     let runs = decode_pod_devices(annotation(pod, AMD.devices_allocated)?).ok()?;
     let kinds = container_kinds(pod);
     Some(pod_dmem(&runs, &kinds, devices))
-}
-
-impl Allocator for KubeAllocator {
-    fn allocate(&self, kubelet_ids: Vec<String>) -> BoxFuture<'_, Result<ContainerPlan, String>> {
-        Box::pin(self.allocate_inner(kubelet_ids))
-    }
-
-    /// Cards holding slices or reserved by a pending run: kubelet's preferred allocation
-    /// takes them last, so a pod HAMi did not place gets free whole cards.
-    fn avoid_keys(&self) -> BoxFuture<'_, Vec<String>> {
-        Box::pin(async move {
-            let devices = self.devices.borrow().clone();
-            let Ok((_, pods)) =
-                hami_plugin_core::pod_commit::node_lock_and_pods(&self.client, &self.node).await
-            else {
-                return Vec::new();
-            };
-            let Ok(usage) = self
-                .usage(
-                    &pods,
-                    &devices,
-                    None,
-                    hami_protocol::names::DEFAULT_SCHEDULER_NAME,
-                )
-                .await
-            else {
-                return Vec::new();
-            };
-            let mut busy = busy_devices(&usage.used, &pods);
-            // And cards held whole by pods HAMi did not place (issue 26 item 1).
-            busy.extend(
-                node_holdings(&pods, &self.node, Vendor::Amd, SCHEDULER)
-                    .by_card
-                    .into_keys(),
-            );
-            devices
-                .iter()
-                .filter(|d| busy.contains(&d.info.id))
-                .map(|d| d.device_key.clone())
-                .collect()
-        })
-    }
 }
 
 /// Whether `meta` (from `symlink_metadata`) is what a hook can map: a plain file of a

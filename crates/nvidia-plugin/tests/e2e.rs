@@ -422,6 +422,50 @@ async fn failures_set_failed_and_release_the_lock_and_foreign_pods_get_whole_car
     assert!(mounts_of(&pod, "main").is_empty());
 }
 
+/// A plain pod's whole-card Allocate while the scheduler holds the node's lock for a HAMi
+/// pod whose decision names the only GPU but which is not bound yet (bind locks, writes
+/// the decision, then binds): the GPU is busy, so the plain pod is refused and the GPU is
+/// never handed over. It was: the NVIDIA shell took the lock's owner as the pod of any
+/// request (the AMD shell had verified the request against the pod since issue 26) and
+/// answered the plain pod with the unbound pod's slice, consuming its run; the shared
+/// Allocate shell verifies the request, and counts the owner's reserved GPU busy although
+/// the node's pods do not show it yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_card_allocate_refuses_the_gpu_reserved_for_the_unbound_lock_owner() {
+    let h = Harness::start("reserved", 1).await;
+    let g = h.gpus[0].clone();
+    let list = hami_protocol::device_list::encode_pod_devices(&[vec![dev(&g, 1000, 20)]]).unwrap();
+    hami_plugin_harness::take_node_lock(&h.client, NODE, "reserved").await;
+    h.server
+        .create_object("v1", "pods", Some("default"), json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "reserved", "annotations": {
+                NVIDIA.devices_to_allocate: list, NVIDIA.devices_allocated: list,
+                pod_keys::VGPU_NODE: NODE, pod_keys::BIND_PHASE: "allocating",
+                pod_keys::BIND_TIME: "1700000000"}},
+            "spec": {"schedulerName": "hami-scheduler", "containers": [gpu_container("main", 1)]},
+        }))
+        .unwrap();
+    h.server
+        .create_object(
+            "v1",
+            "pods",
+            Some("default"),
+            json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
+                "spec": {"nodeName": NODE, "containers": [gpu_container("main", 1)]},
+            }),
+        )
+        .unwrap();
+    let pod = h.wait_phase("plain").await;
+    assert_eq!(pod["status"]["phase"], "Failed", "{pod}");
+    assert!(
+        status_message(&pod).contains("holds slices of HAMi pods"),
+        "{pod}"
+    );
+    assert!(ann(&pod, "hami.io/nvidia-whole-cards").is_none(), "{pod}");
+}
+
 #[test]
 fn discover_prints_the_annotation_and_absent_nvml_is_a_clear_error() {
     let dir = scratch("discover");

@@ -16,6 +16,7 @@
 
 // Pure, vendor-neutral: live in the protocol crate so the vendor cores need no shell crate.
 pub use hami_protocol::{container_plan, run_mapping};
+pub mod allocate_shell;
 pub mod entry;
 pub mod grpc_server;
 pub mod kube_error;
@@ -23,6 +24,7 @@ pub mod kubelet_session;
 pub mod lock_attempt;
 pub mod lock_retry;
 pub mod node_lock_client;
+pub mod node_pods;
 pub mod node_register;
 pub mod pod_choice;
 pub mod pod_commit;

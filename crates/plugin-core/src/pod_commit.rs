@@ -44,7 +44,7 @@ pub async fn commit_allocation(
     target: &PodRef,
     mut annotations: Map<String, Value>,
     last: bool,
-) -> Result<(), String> {
+) -> Result<Pod, String> {
     if last {
         annotations.insert(
             pod_keys::BIND_PHASE.into(),
@@ -52,36 +52,43 @@ pub async fn commit_allocation(
         );
     }
     let api: Api<Pod> = Api::namespaced(client.clone(), &target.namespace);
-    api.patch(
-        &target.name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
-    )
-    .await
-    .map_err(|e| {
-        format!(
-            "cannot record the allocation on the pod: {}",
-            api_error_text(&e)
+    let written = api
+        .patch(
+            &target.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
         )
-    })?;
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot record the allocation on the pod: {}",
+                api_error_text(&e)
+            )
+        })?;
     if last {
         release_lock(client, node, target).await;
     }
-    Ok(())
+    Ok(written)
 }
 
-/// `bind-phase=failed` on the pod (logged when that fails too) and the lock released.
-pub async fn mark_failed(client: &kube::Client, node: &str, target: &PodRef) {
+/// `bind-phase=failed` on the pod (logged when that fails too) and the lock released;
+/// the pod as the patch returned it.
+pub async fn mark_failed(client: &kube::Client, node: &str, target: &PodRef) -> Option<Pod> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &target.namespace);
     let patch =
         json!({"metadata": {"annotations": {pod_keys::BIND_PHASE: BindPhase::Failed.as_str()}}});
-    if let Err(e) = api
+    let written = match api
         .patch(&target.name, &PatchParams::default(), &Patch::Merge(patch))
         .await
     {
-        tracing::warn!(pod = %target, "cannot set bind-phase=failed: {}", api_error_text(&e));
-    }
+        Ok(pod) => Some(pod),
+        Err(e) => {
+            tracing::warn!(pod = %target, "cannot set bind-phase=failed: {}", api_error_text(&e));
+            None
+        }
+    };
     release_lock(client, node, target).await;
+    written
 }
 
 /// Fails when the node lock is held by a pod other than `target` (value as read).
@@ -108,7 +115,7 @@ pub async fn record_whole_cards(
     vendor: hami_protocol::names::Vendor,
     existing: Option<&str>,
     cards: &[String],
-) -> Result<(), String> {
+) -> Result<Pod, String> {
     let key = hami_protocol::whole_cards::key(vendor);
     let value = hami_protocol::whole_cards::merge(existing, cards)
         .map_err(|e| format!("pod {target}: {key}: {e}"))?;
@@ -125,8 +132,40 @@ pub async fn record_whole_cards(
             cards.join(","),
             api_error_text(&e)
         )
-    })?;
-    Ok(())
+    })
+}
+
+/// Records a Warning Event on a pod (core v1, the pod's namespace) from `component`;
+/// a failure is logged (an Event is never worth failing an Allocate for).
+pub async fn record_pod_event(
+    client: &kube::Client,
+    pod: &PodRef,
+    component: &str,
+    reason: &str,
+    message: &str,
+) {
+    use k8s_openapi::api::core::v1::Event;
+    let events: Api<Event> = Api::namespaced(client.clone(), &pod.namespace);
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let ev: Result<Event, _> = serde_json::from_value(json!({
+        "metadata": {"generateName": format!("{}.", pod.name)},
+        "involvedObject": {"kind": "Pod", "name": pod.name, "namespace": pod.namespace, "apiVersion": "v1"},
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "source": {"component": component},
+        "count": 1,
+    }));
+    let Ok(mut ev) = ev else { return };
+    ev.first_timestamp = Some(now.clone());
+    ev.last_timestamp = Some(now);
+    if let Err(e) = events.create(&kube::api::PostParams::default(), &ev).await {
+        tracing::warn!(
+            "cannot record event {reason} on pod {pod}: {}",
+            api_error_text(&e)
+        );
+    }
 }
 
 /// Removes the node lock if `owner` holds it, through the shared node-lock client (retries

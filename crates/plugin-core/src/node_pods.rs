@@ -1,0 +1,226 @@
+//! The pods bound to this plugin's node, as Allocate and GetPreferredAllocation read them:
+//! a node-scoped reflector (watch with `spec.nodeName=<node>`) instead of a LIST per call,
+//! the node's lock value read fresh (the lock protocol needs it), and a GET only for a lock
+//! owner the cache has not seen (it is locked before it is bound, so the watch shows it
+//! last).
+//!
+//! The plugin's own pod patches are kept beside the cache until the watch delivers them
+//! ([`overlay`], pure): the next container's Allocate of the same pod must see its consumed
+//! run, and the watch may lag behind the patch's answer. While the watch is not ready (its
+//! first list pending, or the API server refusing it) every read is a LIST, as before.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use hami_protocol::names::node as node_keys;
+use hami_protocol::node_lock::PodRef;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, watcher};
+
+use crate::kube_error::text as api_error_text;
+use crate::pod_choice::pod_ref;
+
+/// How long the first read waits for the watch's first list before it LISTs instead.
+const FIRST_SYNC: Duration = Duration::from_secs(5);
+
+/// The node's pods, watched.
+pub struct NodePods {
+    client: kube::Client,
+    node: String,
+    store: Store<Pod>,
+    written: Mutex<BTreeMap<PodRef, Pod>>,
+    first_wait: tokio::sync::OnceCell<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for NodePods {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl NodePods {
+    /// Starts the watch of `node`'s pods (on the current tokio runtime).
+    pub fn start(client: kube::Client, node: &str) -> Arc<Self> {
+        let (store, writer) = reflector::store::<Pod>();
+        let stream = reflector::reflector(
+            writer,
+            watcher(
+                Api::<Pod>::all(client.clone()),
+                watcher::Config::default().fields(&format!("spec.nodeName={node}")),
+            )
+            .default_backoff(),
+        );
+        let name = node.to_owned();
+        let task = tokio::spawn(async move {
+            let mut last: Option<String> = None;
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(_) => last = None,
+                    Err(e) => {
+                        let text = e.to_string();
+                        // Said once per distinct error, not on every backoff retry.
+                        if last.as_deref() != Some(text.as_str()) {
+                            tracing::warn!(node = %name, error = %text, "the watch of the node's pods failed; Allocate lists them meanwhile");
+                        }
+                        last = Some(text);
+                    }
+                }
+            }
+        });
+        Arc::new(Self {
+            client,
+            node: node.to_owned(),
+            store,
+            written: Mutex::new(BTreeMap::new()),
+            first_wait: tokio::sync::OnceCell::new(),
+            task,
+        })
+    }
+
+    /// The node's lock value, read fresh from the API server.
+    pub async fn lock(&self) -> Result<Option<String>, String> {
+        let node = &self.node;
+        let current = Api::<Node>::all(self.client.clone())
+            .get(node)
+            .await
+            .map_err(|e| format!("cannot read node {node}: {}", api_error_text(&e)))?;
+        Ok(current
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(node_keys::MUTEX_LOCK))
+            .cloned())
+    }
+
+    /// The pods bound to the node: the watched ones with this plugin's newer writes, or a
+    /// LIST while the watch is not ready.
+    pub async fn pods(&self) -> Result<Vec<Pod>, String> {
+        if !self.ready().await {
+            return self.list().await;
+        }
+        let cached: Vec<Pod> = self.store.state().iter().map(|p| (**p).clone()).collect();
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(overlay(cached, &mut written))
+    }
+
+    /// The pods bound to the node, LISTed from the API server.
+    pub async fn list(&self) -> Result<Vec<Pod>, String> {
+        let node = &self.node;
+        Ok(Api::<Pod>::all(self.client.clone())
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .map_err(|e| format!("cannot list pods of node {node}: {}", api_error_text(&e)))?
+            .items)
+    }
+
+    /// One pod read from the API server; `None` when it does not exist.
+    pub async fn get(&self, pod: &PodRef) -> Result<Option<Pod>, String> {
+        Api::<Pod>::namespaced(self.client.clone(), &pod.namespace)
+            .get_opt(&pod.name)
+            .await
+            .map_err(|e| format!("pod {pod} cannot be read: {}", api_error_text(&e)))
+    }
+
+    /// Remembers a pod as this plugin's patch returned it, until the watch shows it.
+    pub fn wrote(&self, pod: Pod) {
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        written.insert(pod_ref(&pod), pod);
+    }
+
+    /// Whether the watch has listed the node's pods (the first call waits a while for it).
+    async fn ready(&self) -> bool {
+        let wait = self.first_wait.get().is_none();
+        let limit = if wait { FIRST_SYNC } else { Duration::ZERO };
+        let ready = matches!(
+            tokio::time::timeout(limit, self.store.wait_until_ready()).await,
+            Ok(Ok(()))
+        );
+        let _ = self.first_wait.set(());
+        ready
+    }
+}
+
+/// The resource version as a number (the API server's are; when one is not, only equal
+/// versions count as caught up).
+fn version(pod: &Pod) -> Option<&str> {
+    pod.metadata.resource_version.as_deref()
+}
+
+/// Whether the watched copy `cached` already holds the write `written` (or a later change).
+pub fn caught_up(cached: &Pod, written: &Pod) -> bool {
+    match (version(cached), version(written)) {
+        (Some(c), Some(w)) => match (c.parse::<u64>(), w.parse::<u64>()) {
+            (Ok(c), Ok(w)) => c >= w,
+            _ => c == w,
+        },
+        _ => true,
+    }
+}
+
+/// The watched pods with this plugin's writes the watch has not delivered yet in their
+/// place (pure). Writes the watch caught up with, or of pods it no longer shows (deleted,
+/// or not seen yet: such a lock owner is read again), are forgotten.
+pub fn overlay(cached: Vec<Pod>, written: &mut BTreeMap<PodRef, Pod>) -> Vec<Pod> {
+    let mut kept = BTreeMap::new();
+    let pods = cached
+        .into_iter()
+        .map(|pod| match written.remove(&pod_ref(&pod)) {
+            Some(mine) if !caught_up(&pod, &mine) => {
+                kept.insert(pod_ref(&mine), mine.clone());
+                mine
+            }
+            _ => pod,
+        })
+        .collect();
+    *written = kept;
+    pods
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, rv: &str, phase: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv,
+                "annotations": {"hami.io/bind-phase": phase}},
+        }))
+        .unwrap()
+    }
+
+    fn phase(p: &Pod) -> &str {
+        crate::pod_choice::annotation(p, "hami.io/bind-phase").unwrap()
+    }
+
+    #[test]
+    fn own_writes_stand_until_the_watch_delivers_them() {
+        let mut written = BTreeMap::new();
+        written.insert(PodRef::new("ns", "a"), pod("a", "12", "success"));
+        written.insert(PodRef::new("ns", "gone"), pod("gone", "9", "success"));
+        // The watch still shows a's state before the patch: the write stands in for it.
+        let pods = overlay(
+            vec![pod("a", "10", "allocating"), pod("b", "11", "x")],
+            &mut written,
+        );
+        assert_eq!(pods.iter().map(phase).collect::<Vec<_>>(), ["success", "x"]);
+        // A pod the watch does not show is forgotten; a's write is kept until caught up.
+        assert_eq!(
+            written.keys().cloned().collect::<Vec<_>>(),
+            [PodRef::new("ns", "a")]
+        );
+        let pods = overlay(vec![pod("a", "13", "failed")], &mut written);
+        assert_eq!(phase(&pods[0]), "failed");
+        assert!(written.is_empty());
+        // Versions that are not numbers: caught up only when equal.
+        assert!(!caught_up(&pod("a", "x1", ""), &pod("a", "x2", "")));
+        assert!(caught_up(&pod("a", "x2", ""), &pod("a", "x2", "")));
+    }
+}
