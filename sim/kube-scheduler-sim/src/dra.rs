@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use hami_dra_core::allocator::DeviceClass as ClassModel;
 use hami_dra_core::api::{self as model, DeviceRequestAllocationResult};
+use hami_structured_allocation::allocator::DeviceClass as ClassModel;
 use k8s_openapi::api::core::v1::{ContainerExtendedResourceRequest, Node, Pod};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,

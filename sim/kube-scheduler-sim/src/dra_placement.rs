@@ -1,7 +1,7 @@
 //! Which node a pod with ResourceClaims goes to, and what each of its claims is allocated:
 //! the pure part of kube-scheduler's `DynamicResources` plugin as the simulated scheduler
 //! models it (no I/O, no async). Per node, the pod's claims are allocated one after another
-//! by `hami_dra_core::allocator` over that node's ResourceSlices, counting what other claims
+//! by `hami_structured_allocation::allocator` over that node's ResourceSlices, counting what other claims
 //! (and this pod's earlier claims) already hold; a claim allocated before pins the pod to the
 //! node of its allocation. Nodes are tried in the order of a [`NodeOrder`]; the first node
 //! where every claim fits wins.
@@ -14,9 +14,9 @@
 
 use std::collections::BTreeMap;
 
-use hami_dra_core::allocator::{self, DeviceClass};
 use hami_dra_core::api::{DeviceClaim, DeviceRequestAllocationResult, ResourceSlice};
 use hami_dra_core::quantity;
+use hami_structured_allocation::allocator::{self, DeviceClass};
 
 /// One claim of the pod.
 #[derive(Debug, Clone, Copy)]

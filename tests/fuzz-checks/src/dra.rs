@@ -9,7 +9,7 @@ use hami_amdgpu_dra_plugin::checkpoint::{Checkpoint, CheckpointError};
 use hami_deviceplugin_api::dra_v1::{NodePrepareResourcesRequest, NodeUnprepareResourcesRequest};
 use hami_dra_core::api::{Device, DeviceAttribute, DeviceCapacity};
 use hami_dra_core::prepare::{PrepareError, PrepareSettings, plan_prepare};
-use hami_dra_core::selector::{self, Cmp, Term};
+use hami_structured_allocation::selector::{self, Cmp, Term};
 use hami_protocol::dra::{COMPUTE_UNITS, DRIVER, MAX_FIRST_AVAILABLE, MEMORY};
 use hami_protocol::names::AMD;
 use hami_protocol::requests::ContainerKind;

@@ -17,14 +17,18 @@ fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(text: &str) {
 
 #[test]
 fn resource_claim_round_trips() {
-    round_trip::<ResourceClaim>(include_str!("upstream/resourceclaim.json"));
+    round_trip::<ResourceClaim>(include_str!("../upstream/resourceclaim.json"));
 }
 
 #[test]
 fn first_available_claim_round_trips() {
-    round_trip::<ResourceClaim>(include_str!("upstream/resourceclaim-first-available.json"));
-    let c: ResourceClaim =
-        serde_json::from_str(include_str!("upstream/resourceclaim-first-available.json")).unwrap();
+    round_trip::<ResourceClaim>(include_str!(
+        "../upstream/resourceclaim-first-available.json"
+    ));
+    let c: ResourceClaim = serde_json::from_str(include_str!(
+        "../upstream/resourceclaim-first-available.json"
+    ))
+    .unwrap();
     let subs = &c.spec.devices.requests[0].first_available;
     assert_eq!(subs.len(), 2);
     assert_eq!(subs[0].count, Some(2));
@@ -33,13 +37,13 @@ fn first_available_claim_round_trips() {
 
 #[test]
 fn resource_slice_round_trips() {
-    round_trip::<ResourceSlice>(include_str!("upstream/resourceslice.json"));
+    round_trip::<ResourceSlice>(include_str!("../upstream/resourceslice.json"));
 }
 
 #[test]
 fn a_misspelled_field_is_noticed() {
     // `shareId` (not upstream's `shareID`) would be lost: the round trip must differ.
-    let text = include_str!("upstream/resourceclaim.json").replace("\"shareID\"", "\"shareId\"");
+    let text = include_str!("../upstream/resourceclaim.json").replace("\"shareID\"", "\"shareId\"");
     let original: Value = serde_json::from_str(&text).unwrap();
     let typed: ResourceClaim = serde_json::from_value(original.clone()).unwrap();
     assert_ne!(serde_json::to_value(&typed).unwrap(), original);

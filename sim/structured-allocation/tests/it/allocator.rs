@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use hami_dra_core::allocator::{DeviceClass, allocate, attribute, consumed_amount};
 use hami_dra_core::api::*;
 use hami_dra_core::quantity::parse;
+use hami_structured_allocation::allocator::{DeviceClass, allocate, attribute, consumed_amount};
 use proptest::prelude::*;
 
 /// count, memory, computeUnits, NUMA selector.
@@ -629,7 +629,10 @@ fn webhook_selectors_select_and_a_missing_attribute_aborts() {
     )
     .unwrap_err();
     assert!(
-        matches!(e, hami_dra_core::allocator::AllocError::Unsatisfiable(_)),
+        matches!(
+            e,
+            hami_structured_allocation::allocator::AllocError::Unsatisfiable(_)
+        ),
         "{e}"
     );
 }

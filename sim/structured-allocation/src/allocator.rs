@@ -29,12 +29,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::{
+use crate::selector::{self, Term};
+use hami_dra_core::api::{
     CapacityRequestPolicy, Device, DeviceAttribute, DeviceClaim, DeviceRequestAllocationResult,
     ExactDeviceRequest, FIRST_AVAILABLE_MAX, ResourceSlice,
 };
-use crate::quantity;
-use crate::selector::{self, Term};
+use hami_dra_core::quantity;
 
 /// A DeviceClass as the allocator needs it: its name and CEL selectors.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -414,7 +414,7 @@ pub fn allocate(
                 consumed_capacity: consumed
                     .iter()
                     .map(|(k, v)| {
-                        let text = if k == crate::slice::MEMORY {
+                        let text = if k == hami_dra_core::slice::MEMORY {
                             quantity::format_bytes(*v)
                         } else {
                             quantity::format_count(*v)
@@ -664,7 +664,7 @@ impl Search<'_, '_> {
         let groups = self.groups;
         // Upstream's rule: `<request>` covers any of its sub-requests, `<request>/<sub>` only
         // that one.
-        let covers = |con: &crate::api::DeviceConstraint, g: usize, a: usize| {
+        let covers = |con: &hami_dra_core::api::DeviceConstraint, g: usize, a: usize| {
             let alt = &groups[g].alts[a];
             con.requests.is_empty()
                 || con

@@ -18,12 +18,12 @@
 //! Hand-written rather than a CEL library (none is a workspace dependency): only the
 //! selectors this driver writes are read, and a full evaluator would accept expressions the
 //! allocator model could not mirror. Quantity literals are whole numbers with an optional
-//! suffix ([`crate::quantity`]); a fraction (`1.5Gi`, valid upstream) is refused by name.
+//! suffix ([`hami_dra_core::quantity`]); a fraction (`1.5Gi`, valid upstream) is refused by name.
 
 use std::cmp::Ordering;
 
-use crate::api::{Device, DeviceAttribute};
-use crate::quantity;
+use hami_dra_core::api::{Device, DeviceAttribute};
+use hami_dra_core::quantity;
 
 /// How a capacity compares to a quantity literal (`compareTo(...) <op> 0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -609,7 +609,7 @@ pub fn render(terms: &[Term]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::DeviceCapacity;
+    use hami_dra_core::api::DeviceCapacity;
 
     const D: &str = "amdgpu.hami-rs.io";
 

@@ -10,7 +10,7 @@
 //! (false, which `selector.rs` does; unit-tested in `selector.rs`).
 
 use hami_dra_core::api::{Device, DeviceAttribute, DeviceCapacity};
-use hami_dra_core::selector::{self, Cmp, Term};
+use hami_structured_allocation::selector::{self, Cmp, Term};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
