@@ -4,9 +4,11 @@
 //! Why the pod cgroup (see `dmem_plan`): it exists before every container of the pod and
 //! outlives their restarts; the kernel applies a parent's `dmem.max` to the whole subtree.
 //! Kubelet creates it after Allocate returns (device plugin), so the writer waits for it
-//! (bounded); before NodePrepareResources (DRA), so the limit is written at once. Which
-//! directory is the pod's, and how long to wait, is `pod_cgroup` (pure). The layouts
-//! below are what kubelet + containerd / CRI-O create:
+//! (bounded, on a thread of its own); before NodePrepareResources (DRA), so the limit is
+//! written at once. Which directory is the pod's — computed from the QoS class and the
+//! cgroup driver, as kubelet names it, so looking is a few `stat`s and never a walk of the
+//! tree — and how long to wait, is `pod_cgroup` (pure). The layouts below are what
+//! kubelet + containerd / CRI-O create:
 //!
 //! ```text
 //! systemd driver:  kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid with _>.slice/
@@ -24,11 +26,13 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 pub use crate::dmem_plan::DmemLimit;
-pub use crate::pod_cgroup::is_pod_cgroup_name;
-use crate::pod_cgroup::{CgroupWait, EntryKind, SEARCH_DEPTH, entry_kind};
+pub use crate::pod_cgroup::{CgroupDriver, Qos, is_pod_cgroup_name};
+use crate::pod_cgroup::{CgroupWait, POLL, driver_from_top, pod_cgroup_candidates};
 
 /// The pod's limits, to apply once its cgroup appears.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,30 +50,61 @@ pub fn dmem_available(cgroup_root: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// The pod's cgroup directory, searched a few levels below the root (kubelet's
-/// `--cgroup-root` may add levels above `kubepods`). Container cgroups are never matched;
-/// which directory is what is [`entry_kind`].
+/// Whether `path` is a real directory (a symlink in the hierarchy is not a cgroup).
+fn is_real_dir(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+/// The node's cgroup driver as its top cgroups show it (`kubepods.slice` or `kubepods`
+/// directly under the root): two `stat`s, no walk; `None` while neither or both exist.
+pub fn detect_driver(cgroup_root: &Path) -> Option<CgroupDriver> {
+    driver_from_top(
+        is_real_dir(&cgroup_root.join(CgroupDriver::Systemd.kubepods())),
+        is_real_dir(&cgroup_root.join(CgroupDriver::Cgroupfs.kubepods())),
+    )
+}
+
+/// The pod cgroup of `pod_uid` at the path kubelet gives it (`pod_cgroup`): with the driver
+/// and QoS class known one directory is checked, otherwise each driver's and class's (at
+/// most six `stat`s, never a walk of the tree).
+pub fn find_pod_cgroup_at(
+    cgroup_root: &Path,
+    driver: Option<CgroupDriver>,
+    qos: Option<Qos>,
+    pod_uid: &str,
+) -> Option<PathBuf> {
+    pod_cgroup_candidates(driver, qos, pod_uid)
+        .into_iter()
+        .map(|rel| cgroup_root.join(rel))
+        .find(|p| is_real_dir(p))
+}
+
+/// The pod's cgroup directory, where kubelet puts it for the node's driver (detected from
+/// the top cgroups) and any QoS class. Container cgroups are never matched.
 pub fn find_pod_cgroup(cgroup_root: &Path, pod_uid: &str) -> Option<PathBuf> {
-    let mut frontier = vec![cgroup_root.to_path_buf()];
-    for _ in 0..SEARCH_DEPTH {
-        let mut next = Vec::new();
-        for dir in frontier {
-            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                // Only real directories: a symlink in the hierarchy is not a cgroup.
-                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    continue;
-                }
-                let name = entry.file_name().to_string_lossy().into_owned();
-                match entry_kind(&name, pod_uid) {
-                    EntryKind::Pod => return Some(entry.path()),
-                    EntryKind::Descend => next.push(entry.path()),
-                    EntryKind::Skip => {}
-                }
-            }
+    find_pod_cgroup_at(cgroup_root, detect_driver(cgroup_root), None, pod_uid)
+}
+
+/// Where the writer looks: the root and the node's driver, detected once (when exactly one
+/// of kubelet's top cgroups exists) and kept.
+#[derive(Debug)]
+struct PodCgroups {
+    root: PathBuf,
+    driver: OnceLock<CgroupDriver>,
+}
+
+impl PodCgroups {
+    fn driver(&self) -> Option<CgroupDriver> {
+        if let Some(d) = self.driver.get() {
+            return Some(*d);
         }
-        frontier = next;
+        let detected = detect_driver(&self.root)?;
+        Some(*self.driver.get_or_init(|| detected))
     }
-    None
+
+    fn find(&self, pod_uid: &str, qos: Option<Qos>) -> Option<PathBuf> {
+        find_pod_cgroup_at(&self.root, self.driver(), qos, pod_uid)
+    }
 }
 
 /// Writes the limits into `<cgroup>/dmem.max`: one region per `write(2)` on one open file,
@@ -95,50 +130,77 @@ pub fn write_limits(cgroup: &Path, limits: &[DmemLimit]) -> Result<(), String> {
     Ok(())
 }
 
-/// Applies one job: waits up to `timeout` for the pod cgroup, then writes its limits.
+/// Waits (blocking, bounded by `timeout`) for the pod's cgroup at its computed path, then
+/// writes its limits. Checks every `POLL`: a few `stat`s each time, never a walk.
+fn wait_and_write(
+    cgroups: &PodCgroups,
+    job: &DmemJob,
+    qos: Option<Qos>,
+    timeout: Duration,
+) -> Result<PathBuf, String> {
+    let wait = CgroupWait::new(Instant::now(), timeout);
+    loop {
+        if let Some(dir) = cgroups.find(&job.pod_uid, qos) {
+            write_limits(&dir, &job.limits)?;
+            return Ok(dir);
+        }
+        let Some(pause) = wait.after_miss(Instant::now()) else {
+            return Err(not_appeared(&cgroups.root, &job.pod_uid, timeout));
+        };
+        std::thread::sleep(pause);
+    }
+}
+
+fn not_appeared(cgroup_root: &Path, pod_uid: &str, timeout: Duration) -> String {
+    format!(
+        "no cgroup of pod {pod_uid} appeared under {} within {timeout:?}: dmem limit not applied",
+        cgroup_root.display()
+    )
+}
+
+/// Applies one job: waits up to `timeout` for the pod cgroup (any QoS class), then writes
+/// its limits. The wait runs on a blocking thread, never on a tokio worker.
 pub async fn apply_job(
     cgroup_root: &Path,
     job: DmemJob,
     timeout: Duration,
 ) -> Result<PathBuf, String> {
-    let now = || tokio::time::Instant::now().into_std();
-    let wait = CgroupWait::new(now(), timeout);
-    loop {
-        if let Some(dir) = find_pod_cgroup(cgroup_root, &job.pod_uid) {
-            write_limits(&dir, &job.limits)?;
-            return Ok(dir);
-        }
-        let Some(pause) = wait.after_miss(now()) else {
-            return Err(format!(
-                "no cgroup of pod {} appeared under {} within {timeout:?}: dmem limit not applied",
-                job.pod_uid,
-                cgroup_root.display()
-            ));
-        };
-        tokio::time::sleep(pause).await;
-    }
+    let cgroups = PodCgroups {
+        root: cgroup_root.to_path_buf(),
+        driver: OnceLock::new(),
+    };
+    tokio::task::spawn_blocking(move || wait_and_write(&cgroups, &job, None, timeout))
+        .await
+        .map_err(|e| format!("the dmem wait ended abnormally: {e}"))?
 }
 
 /// Where jobs go: [`DmemWriter::submit`] writes at once when the pod's cgroup is already
-/// there, else the writer task waits for it (bounded).
+/// there, else the writer thread waits for it (bounded).
 #[derive(Debug, Clone)]
 pub struct DmemWriter {
-    cgroup_root: PathBuf,
+    cgroups: Arc<PodCgroups>,
     available: bool,
-    tx: tokio::sync::mpsc::UnboundedSender<DmemJob>,
+    tx: Sender<(DmemJob, Option<Qos>)>,
 }
 
 impl DmemWriter {
     /// Applies `job` now if its pod's cgroup exists — in DRA, kubelet makes it before
     /// NodePrepareResources (`Kubelet.SyncPod`'s `pcm.EnsureExists`), so the limit is in
     /// place before the prepare answers and any container starts — else hands it to the
-    /// writer task (the device plugin's Allocate comes before the pod cgroup). Returns the
+    /// writer thread (the device plugin's Allocate comes before the pod cgroup). Returns the
     /// cgroup written now, if any; failures are logged (the hook still limits memory).
+    /// Looking costs a few `stat`s at the paths kubelet would use (any QoS class).
     pub fn submit(&self, job: DmemJob) -> Option<PathBuf> {
+        self.submit_with_qos(job, None)
+    }
+
+    /// [`submit`](Self::submit) for a pod whose QoS class is known (`Qos::of_pod`): one
+    /// path is checked, now and while waiting.
+    pub fn submit_with_qos(&self, job: DmemJob, qos: Option<Qos>) -> Option<PathBuf> {
         if !self.available {
             return None;
         }
-        if let Some(dir) = find_pod_cgroup(&self.cgroup_root, &job.pod_uid) {
+        if let Some(dir) = self.cgroups.find(&job.pod_uid, qos) {
             return match write_limits(&dir, &job.limits) {
                 Ok(()) => {
                     tracing::info!(cgroup = %dir.display(), "dmem limit applied");
@@ -150,33 +212,83 @@ impl DmemWriter {
                 }
             };
         }
-        let _ = self.tx.send(job);
+        let _ = self.tx.send((job, qos));
         None
     }
 }
 
-/// The writer task: applies jobs as they come (only when the controller is available; the
-/// caller reports its absence once).
-pub fn spawn_writer(cgroup_root: PathBuf, timeout: Duration) -> DmemWriter {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<DmemJob>();
-    let available = dmem_available(&cgroup_root);
-    let root = cgroup_root.clone();
-    tokio::spawn(async move {
-        while let Some(job) = rx.recv().await {
-            if !available {
-                continue;
-            }
-            let root = root.clone();
-            tokio::spawn(async move {
-                match apply_job(&root, job, timeout).await {
-                    Ok(cg) => tracing::info!(cgroup = %cg.display(), "dmem limit applied"),
+/// A job the writer thread waits for.
+struct Pending {
+    job: DmemJob,
+    qos: Option<Qos>,
+    wait: CgroupWait,
+}
+
+/// The writer thread: keeps the jobs whose pod cgroup is not there yet and checks each one's
+/// path every `POLL` until it appears (written) or its wait ends (logged). It ends when
+/// every [`DmemWriter`] is gone and nothing is pending.
+fn writer_thread(cgroups: &PodCgroups, rx: &Receiver<(DmemJob, Option<Qos>)>, timeout: Duration) {
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut open = true;
+    while open || !pending.is_empty() {
+        let next = if pending.is_empty() {
+            rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        } else if open {
+            rx.recv_timeout(POLL)
+        } else {
+            std::thread::sleep(POLL);
+            Err(RecvTimeoutError::Timeout)
+        };
+        match next {
+            Ok((job, qos)) => pending.push(Pending {
+                job,
+                qos,
+                wait: CgroupWait::new(Instant::now(), timeout),
+            }),
+            Err(RecvTimeoutError::Disconnected) => open = false,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        let now = Instant::now();
+        pending.retain(|p| {
+            if let Some(dir) = cgroups.find(&p.job.pod_uid, p.qos) {
+                match write_limits(&dir, &p.job.limits) {
+                    Ok(()) => tracing::info!(cgroup = %dir.display(), "dmem limit applied"),
                     Err(e) => tracing::warn!("{e}"),
                 }
-            });
-        }
+                return false;
+            }
+            if p.wait.after_miss(now).is_none() {
+                tracing::warn!("{}", not_appeared(&cgroups.root, &p.job.pod_uid, timeout));
+                return false;
+            }
+            true
+        });
+    }
+}
+
+/// The writer: applies jobs as they come (only when the controller is available; the caller
+/// reports its absence once). Waiting jobs are checked on one thread of their own, so no
+/// tokio worker ever waits on the cgroup tree.
+pub fn spawn_writer(cgroup_root: PathBuf, timeout: Duration) -> DmemWriter {
+    let (tx, rx) = std::sync::mpsc::channel::<(DmemJob, Option<Qos>)>();
+    let available = dmem_available(&cgroup_root);
+    let cgroups = Arc::new(PodCgroups {
+        root: cgroup_root,
+        driver: OnceLock::new(),
     });
+    if available {
+        let waiting = Arc::clone(&cgroups);
+        let spawned = std::thread::Builder::new()
+            .name("dmem-writer".into())
+            .spawn(move || writer_thread(&waiting, &rx, timeout));
+        if let Err(e) = spawned {
+            tracing::warn!(
+                "cannot start the dmem writer thread ({e}): pod cgroups made after Allocate get no dmem limit"
+            );
+        }
+    }
     DmemWriter {
-        cgroup_root,
+        cgroups,
         available,
         tx,
     }

@@ -374,3 +374,106 @@ async fn controller_not_enabled_below_root_is_a_clear_error() {
     assert!(err.contains("dmem limit not applied"), "{err}");
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// The writer looks where kubelet puts the pod's cgroup, computed from the QoS class and
+/// the node's driver (kubelet-sim's model of kubelet's names, both drivers, every class),
+/// not by walking the tree: a directory with the pod cgroup's name anywhere else (here a
+/// `decoy.slice` one level nearer the root than the real one, which a breadth-first walk
+/// met first) is never written.
+#[tokio::test]
+async fn the_writer_waits_on_the_path_kubelet_gives_the_pod_cgroup_and_nowhere_else() {
+    use hami_amd_plugin::dmem::{CgroupDriver, Qos, detect_driver, find_pod_cgroup_at};
+    use hami_amd_plugin::pod_cgroup::pod_cgroup_path;
+    use hami_kubelet_sim::cgroup_layout::{
+        CgroupDriver as SimDriver, Layout as SimLayout, Qos as SimQos,
+    };
+    use hami_kubelet_sim::pod_cgroups::{CgroupConfig, PodCgroups};
+
+    let classes = [
+        (SimQos::Guaranteed, Qos::Guaranteed),
+        (SimQos::Burstable, Qos::Burstable),
+        (SimQos::BestEffort, Qos::BestEffort),
+    ];
+    let drivers = [
+        (SimDriver::Cgroupfs, CgroupDriver::Cgroupfs),
+        (SimDriver::Systemd, CgroupDriver::Systemd),
+    ];
+    // The names agree with kubelet's for every driver and class.
+    for (sim_driver, driver) in drivers {
+        for (sim_qos, qos) in classes {
+            let want = SimLayout { driver: sim_driver }.pod(sim_qos, UID);
+            assert_eq!(
+                pod_cgroup_path(driver, qos, UID).map(PathBuf::from),
+                Some(want),
+                "{driver:?} {qos:?}"
+            );
+        }
+    }
+    let limits = vec![DmemLimit {
+        region: "drm/0000:05:00.0/vram0".into(),
+        bytes: 3 << 30,
+    }];
+    for (sim_driver, driver) in drivers {
+        for (sim_qos, qos) in classes {
+            let root = std::env::temp_dir().join(format!(
+                "hami-dmem-computed-{}-{driver:?}-{qos:?}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&root);
+            std::fs::create_dir_all(&root).unwrap();
+            std::fs::write(root.join("cgroup.controllers"), "cpu memory dmem\n").unwrap();
+            // kubelet at start: kubepods and its QoS levels, with the driver's names.
+            let kubelet = PodCgroups::new(&CgroupConfig {
+                root: root.clone(),
+                driver: sim_driver,
+            })
+            .unwrap();
+            assert_eq!(detect_driver(&root), Some(driver));
+            // Decoys with the pod cgroup's name, outside kubelet's place for it.
+            let name = pod_cgroup_path(driver, qos, UID).unwrap();
+            let name = name.rsplit('/').next().unwrap();
+            let decoys = [
+                root.join("decoy.slice").join(name),
+                root.join("kubepods-x").join(name),
+            ];
+            for d in &decoys {
+                mkcg(d);
+            }
+            let writer = hami_amd_plugin::dmem::spawn_writer(root.clone(), Duration::from_secs(30));
+            let job = DmemJob {
+                pod_uid: UID.into(),
+                limits: limits.clone(),
+            };
+            // Allocate comes first: nothing there yet, the job waits.
+            assert_eq!(writer.submit_with_qos(job, Some(qos)), None);
+            assert_eq!(
+                find_pod_cgroup_at(&root, Some(driver), Some(qos), UID),
+                None
+            );
+            // kubelet makes the pod cgroup (dmem.max appears with it: dmem flows down).
+            let pod_dir = kubelet.ensure_pod(sim_qos, UID).unwrap();
+            assert_eq!(
+                pod_dir,
+                root.join(pod_cgroup_path(driver, qos, UID).unwrap())
+            );
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while effective_limit(&root, &pod_dir, &limits[0].region) != Some(limits[0].bytes) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{driver:?} {qos:?}: the pod cgroup never got its limit"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            for d in &decoys {
+                assert_eq!(
+                    std::fs::read_to_string(d.join("dmem.max")).unwrap(),
+                    "",
+                    "{}",
+                    d.display()
+                );
+            }
+            assert_eq!(find_pod_cgroup(&root, UID), Some(pod_dir));
+            std::fs::remove_dir_all(&root).unwrap();
+        }
+    }
+}

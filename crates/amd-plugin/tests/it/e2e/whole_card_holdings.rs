@@ -175,3 +175,47 @@ async fn plain_pods_get_recorded_cards_nobody_holds_and_slices_never_share_them(
     plugin.await.unwrap().unwrap();
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_not_placed_by_hami_get_exactly_the_free_whole_cards_they_ask_for() {
+    use super::{Harness, NODE, dev, gpu_container};
+    let h = Harness::start(hami_sysfs_fixtures::mi210_xgmi().unwrap()).await;
+    let d0 = h.devices[0].clone();
+    h.schedule(
+        "slice",
+        json!([gpu_container("main", 1)]),
+        json!([]),
+        &[vec![dev(&d0, 1000, 26)]],
+        true,
+    );
+    assert_eq!(h.wait_phase("slice").await["status"]["phase"], "Running");
+    h.server
+        .create_object(
+            "v1",
+            "pods",
+            Some("default"),
+            json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain3"},
+                "spec": {"nodeName": NODE, "containers": [gpu_container("main", 3)]},
+            }),
+        )
+        .unwrap();
+    let pod = h.wait_phase("plain3").await;
+    assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    let env = env_of(&pod, "main");
+    assert_eq!(env.keys().collect::<Vec<_>>(), vec!["ROCR_VISIBLE_DEVICES"]);
+    let rocr: Vec<&str> = env["ROCR_VISIBLE_DEVICES"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .collect();
+    assert_eq!(
+        rocr.len(),
+        3,
+        "exactly the 3 GPUs kubelet asked for: {rocr:?}"
+    );
+    assert!(
+        !rocr.contains(&d0.rocr_id.as_str()),
+        "never the card holding a slice"
+    );
+}
