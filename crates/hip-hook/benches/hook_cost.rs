@@ -6,7 +6,7 @@
 //!
 //! Run: `cargo bench -p hami-hip-hook --bench hook_cost`
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common.rs"]
 mod common;
 
 use std::process::{Child, Stdio};

@@ -1,12 +1,10 @@
 //! Real processes running a HIP program (C, linked dynamically against the stand-in runtime)
 //! under `LD_AUDIT=libamvgpu.so`.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use common::{Binding, Run, codes, lines, scratch, stand_in_counters, stderr};
+use crate::common::{Binding, Run, codes, lines, scratch, stand_in_counters, stderr};
 use hami_region::{Limits, Session};
 
 const MIB: u64 = 1 << 20;
@@ -629,10 +627,10 @@ fn env_i_children_run_unhooked() {
         let mut command = std::process::Command::new("env");
         command
             .env_clear()
-            .env("LD_AUDIT", common::hook_library())
+            .env("LD_AUDIT", crate::common::hook_library())
             .env("HIP_DEVICE_MEMORY_LIMIT_0", "1m")
             .args(["-i"])
-            .arg(common::probe(Binding::Lazy));
+            .arg(crate::common::probe(Binding::Lazy));
         command
     };
     let out = run.run(&["malloc", "2097152"]);
@@ -643,7 +641,7 @@ fn env_i_children_run_unhooked() {
 fn in_a_pod_setenv_cannot_widen_the_cu_mask_and_cleaned_children_keep_the_limit() {
     // The probe runs as pid 1 of a new PID namespace, like a container's entrypoint, so
     // /proc/1/environ is its pod-spec environment.
-    let probe = common::probe(Binding::Lazy);
+    let probe = crate::common::probe(Binding::Lazy);
     let dir = scratch("pod");
     let cache = dir.join("hipdevshr.cache");
     let run = |hooked: bool| {
@@ -666,7 +664,10 @@ fn in_a_pod_setenv_cannot_widen_the_cu_mask_and_cleaned_children_keep_the_limit(
             .arg("HSA_CU_MASK=0:0-3")
             .arg("FAKE_HIP_CU_COUNT=64");
         if hooked {
-            command.arg(format!("LD_AUDIT={}", common::hook_library().display()));
+            command.arg(format!(
+                "LD_AUDIT={}",
+                crate::common::hook_library().display()
+            ));
         }
         command
             .arg(&probe)

@@ -2,13 +2,11 @@
 //! Reads the built library's dynamic symbol table with `objdump -T` (binutils, which any C
 //! toolchain installs).
 
-mod common;
-
 use hami_hook_checks::{dynamic_symbols, exports, glibc_versions};
 
 #[test]
 fn the_hook_needs_nothing_newer_than_glibc_2_34() {
-    let library = common::hook_library();
+    let library = crate::common::hook_library();
     let text = dynamic_symbols(&library);
     let versions = glibc_versions(&text);
     assert!(

@@ -2,11 +2,9 @@
 //! with each binding routed to the runtime that defines it when several are loaded. Real
 //! processes under `LD_AUDIT`, opening copies of the stand-in runtime with `dlopen`.
 
-mod common;
-
 use std::process::{Command, Output};
 
-use common::{codes, dlopen_probe, hook_library, lines, runtime_copy, scratch, stderr};
+use crate::common::{codes, dlopen_probe, hook_library, lines, runtime_copy, scratch, stderr};
 
 fn run(dir: &std::path::Path, limit: &str, args: &[&str]) -> Output {
     Command::new(dlopen_probe())

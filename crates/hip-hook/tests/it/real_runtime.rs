@@ -4,14 +4,12 @@
 //! binding, symbol versions, struct layouts and error paths are the real ones. CI installs the
 //! packages; without them these tests fail and say what to install.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{codes, hook_library, lines, runtime_dir, scratch, stderr};
+use crate::common::{codes, hook_library, lines, runtime_dir, scratch, stderr};
 
 const INSTALL: &str =
     "the real HIP runtime is needed: apt-get install libamdhip64-dev hipcc (Debian's ROCm 5.2.3)";

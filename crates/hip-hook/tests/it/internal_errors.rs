@@ -4,10 +4,8 @@
 //! inside the guard, compiled only into builds with debug assertions, as `cargo test`'s). The exports are read from the built library and the wrappers from the hook's symbol
 //! table, so one without a case here fails the test.
 
-mod common;
-
+use crate::common::*;
 use amvgpu::symbols::Sym;
-use common::*;
 use hami_hook_checks::exported_functions;
 
 /// A call made to fail: the probe's operations, the HIP codes they print (the first value of

@@ -5,11 +5,9 @@
 //! the process's own environment, over a child's cleaned environment, and fails closed when
 //! it cannot be read.
 
-mod common;
-
 use std::process::{Command, Output};
 
-use common::{Binding, hook_library, lines, probe, scratch, stderr};
+use crate::common::{Binding, hook_library, lines, probe, scratch, stderr};
 
 /// Runs the probe with `args` and environment `env` in a fresh namespace whose
 /// `/usr/local/vgpu/hook.conf` is a read-only bind mount of `config`.
