@@ -5,7 +5,7 @@
 //! dumps (issue 17 items 12 and 14). Two binds of one pod at once both succeed and leave
 //! the lock the pod's.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -12,7 +12,7 @@
 //! bound the pod (a proxy in front of the leader resets the connection) is retried by the
 //! follower: it answers success and leaves the node lock to the pod for its plugin.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! kube-scheduler, filter and bind; a stand-in for the device plugin's last step releases
 //! the node lock as the real plugin does.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! annotation stays behind; filter stops offering the node's GPUs of that vendor and says
 //! why, and offers them again once kubelet reports devices again.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

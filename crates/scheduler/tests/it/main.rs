@@ -1,0 +1,19 @@
+//! The scheduler's integration tests, one binary: the extender, the webhook (D-4, the DRA
+//! mode), bind and the node lock, leader election and forwarding between replicas, watch
+//! supervision, node liveness, TLS reloads and the HTTP surface, on the embedded API server
+//! with the simulated kube-scheduler in front; `pod_memory` runs the real binary.
+//! [`common`] is their shared setup.
+
+mod common;
+mod dra_webhook;
+mod e2e;
+mod ha;
+mod ha_forwarding;
+mod http_api;
+mod lease_skew;
+mod node_liveness;
+mod node_lock;
+mod pod_memory;
+mod tls_reload;
+mod watch_supervision;
+mod webhook_d4;
