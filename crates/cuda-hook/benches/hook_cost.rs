@@ -10,7 +10,7 @@
 //! measures another build of the hook against the same stand-in driver (before/after).
 //! The stand-in's free does not yield here (`FAKE_CUDA_FREE_YIELD=0`): a quieter baseline.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common.rs"]
 mod common;
 
 use std::process::{Child, Command, Stdio};

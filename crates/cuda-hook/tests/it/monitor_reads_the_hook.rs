@@ -2,12 +2,10 @@
 //! holds memory and runs kernels in two "containers" (two region files); hami-monitor's
 //! HAMi-core reader reports each container's bytes and its own utilization separately.
 
-mod common;
-
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hami_monitor::hami_core_region::read_region;
 
 fn reading(path: &std::path::Path) -> hami_monitor::hami_core_region::CoreReading {

@@ -5,14 +5,12 @@
 //! reports host pids, as the real one does. The hook cannot know its host pid there; the
 //! monitor (host view) writes it into the slot, and then the SM limit throttles.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hami_monitor::node_monitor::{MonitorConfig, NodeMonitor};
 use hami_monitor::pods::{ContainerInfo, PodIndex, PodInfo};
 

@@ -1,13 +1,11 @@
 //! The hook must load on glibc 2.34: no versioned symbol it needs may be newer. Reads the
 //! built library's dynamic symbol table with `objdump -T` (binutils).
 
-mod common;
-
 use hami_hook_checks::{dynamic_symbols, exports, glibc_versions};
 
 #[test]
 fn the_hook_needs_nothing_newer_than_glibc_2_34_and_exports_its_wrappers() {
-    let library = common::hook_library();
+    let library = crate::common::hook_library();
     let text = dynamic_symbols(&library);
     let versions = glibc_versions(&text);
     assert!(

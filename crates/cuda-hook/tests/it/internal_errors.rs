@@ -4,9 +4,7 @@
 //! into builds with debug assertions, as `cargo test`'s). The exports are read from
 //! the built library, so an export without a line in [`FALLBACKS`] fails the test.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hami_hook_checks::exported_functions;
 
 /// Each export and what the application gets when the hook fails inside it: out of memory

@@ -2,11 +2,9 @@
 //! of a process that dies or exits without freeing goes back to the device, and NVML lists
 //! the compute processes of a device (HAMi-core calls it unchecked).
 
-mod common;
-
 use std::io::BufRead;
 
-use common::*;
+use crate::common::*;
 
 fn spawn_holder(s: &std::path::Path, bytes: u64) -> std::process::Child {
     let mut holder = plain_command(s, &["hold", &bytes.to_string()])

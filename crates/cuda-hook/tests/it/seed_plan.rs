@@ -7,8 +7,6 @@
 //! - a killed process's share is gone within one refresh;
 //! - `CUDA_VISIBLE_DEVICES` reordering is attributed to the right device.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,11 +14,17 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hami_monitor::node_monitor::{MonitorConfig, NodeMonitor, Snapshot};
 use hami_monitor::pods::{ContainerInfo, PodIndex, PodInfo};
 
+/// `tests/c/duty.c`, compiled once per process (the tests share the driver directory).
 fn duty_program() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(compile_duty).clone()
+}
+
+fn compile_duty() -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/duty.c");
     let dir = driver_dir();
     let out = dir.join("duty");

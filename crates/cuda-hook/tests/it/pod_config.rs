@@ -2,9 +2,7 @@
 //! and the cache path whatever the environment says; an unusable one fails closed; without
 //! one, a bad SM limit in the environment fails closed too.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hami_cuda_region::layout::offsets;
 
 #[test]

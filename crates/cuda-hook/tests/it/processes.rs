@@ -2,9 +2,7 @@
 //! points through cuGetProcAddress and dlsym, virtualized queries, concurrency without
 //! overshoot, SIGKILL without leak or stuck lock, fail-closed settings.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use hami_cuda_region::layout::offsets;
 
 fn limit(v: &str) -> Vec<(&'static str, String)> {
