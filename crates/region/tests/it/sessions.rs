@@ -29,6 +29,7 @@ fn limits(per_device: &[(usize, u64)]) -> Limits {
 
 #[test]
 fn creates_a_versioned_region_of_the_documented_size() {
+    let _spawns = crate::common::no_spawns();
     let path = scratch().join("r.cache");
     let session = Session::attach(&path, &limits(&[(0, 100)])).unwrap();
     let bytes = std::fs::read(&path).unwrap();
@@ -46,6 +47,7 @@ fn creates_a_versioned_region_of_the_documented_size() {
 
 #[test]
 fn reserves_up_to_the_limit_and_not_one_byte_more() {
+    let _spawns = crate::common::no_spawns();
     let path = scratch().join("r.cache");
     let a = Session::attach(&path, &limits(&[(0, 1000), (3, 10)])).unwrap();
     let b = Session::attach(&path, &Limits::default()).unwrap();
@@ -75,6 +77,7 @@ fn reserves_up_to_the_limit_and_not_one_byte_more() {
 
 #[test]
 fn a_lowered_limit_applies_to_the_next_reservation() {
+    let _spawns = crate::common::no_spawns();
     let path = scratch().join("r.cache");
     let a = Session::attach(&path, &limits(&[(0, 1000)])).unwrap();
     a.reserve(0, 600).unwrap();
@@ -88,6 +91,7 @@ fn a_lowered_limit_applies_to_the_next_reservation() {
 
 #[test]
 fn a_zero_limit_refuses_everything() {
+    let _spawns = crate::common::no_spawns();
     let path = scratch().join("r.cache");
     let a = Session::attach(&path, &limits(&[(0, 0)])).unwrap();
     assert!(a.reserve(0, 1).is_err());
@@ -96,6 +100,7 @@ fn a_zero_limit_refuses_everything() {
 
 #[test]
 fn slots_are_stable_and_reused_lowest_first() {
+    let _spawns = crate::common::no_spawns();
     let path = scratch().join("r.cache");
     let a = Session::attach(&path, &Limits::default()).unwrap();
     let b = Session::attach(&path, &Limits::default()).unwrap();
@@ -118,6 +123,7 @@ fn slots_are_stable_and_reused_lowest_first() {
 
 #[test]
 fn a_detaching_process_returns_its_bytes() {
+    let _spawns = crate::common::no_spawns();
     let path = scratch().join("r.cache");
     let a = Session::attach(&path, &limits(&[(0, 100)])).unwrap();
     let b = Session::attach(&path, &Limits::default()).unwrap();
@@ -129,6 +135,7 @@ fn a_detaching_process_returns_its_bytes() {
 
 #[test]
 fn a_dead_process_bytes_come_back_when_needed() {
+    let _spawns = crate::common::no_spawns();
     let path = scratch().join("r.cache");
     let a = Session::attach(&path, &limits(&[(0, 100), (1, 50)])).unwrap();
     let b = Session::attach(&path, &Limits::default()).unwrap();
@@ -147,6 +154,7 @@ fn a_dead_process_bytes_come_back_when_needed() {
 
 #[test]
 fn reclaim_frees_a_dead_slot_and_reports_its_bytes() {
+    let _spawns = crate::common::no_spawns();
     let path = scratch().join("r.cache");
     let a = Session::attach(&path, &Limits::default()).unwrap();
     let b = Session::attach(&path, &Limits::default()).unwrap();
@@ -166,6 +174,7 @@ fn reclaim_frees_a_dead_slot_and_reports_its_bytes() {
 
 #[test]
 fn refuses_a_file_it_does_not_understand_and_leaves_it_alone() {
+    let _spawns = crate::common::no_spawns();
     let dir = scratch();
     let short = dir.join("short.cache");
     let mut foreign = vec![0u8; 4096];
@@ -200,6 +209,7 @@ fn refuses_a_file_it_does_not_understand_and_leaves_it_alone() {
 
 #[test]
 fn the_1025th_live_process_gets_a_clear_error() {
+    let _spawns = crate::common::no_spawns();
     // Each session holds two descriptors.
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -282,6 +292,7 @@ proptest! {
     /// limit, and refusals happen exactly when the model says the bytes do not fit.
     #[test]
     fn region_matches_the_model(limit in 0u64..800, ops in proptest::collection::vec(op(), 1..60)) {
+        let _spawns = crate::common::no_spawns();
         let path = scratch().join("r.cache");
         let observer = Session::attach(&path, &limits(&[(0, limit), (1, limit)])).unwrap();
         let mut live: Vec<(Session, [u64; 2])> = Vec::new();

@@ -68,6 +68,7 @@ fn limits(device: usize, bytes: u64) -> Limits {
 
 #[test]
 fn a_process_killed_holding_a_device_lock_blocks_nobody_and_its_bytes_return() {
+    let _spawns = crate::common::spawning();
     let path = scratch("device-lock");
     let observer = Session::attach(&path, &limits(0, 5000)).unwrap();
     let holder = start_holder(&path, &["hold-lock", "0"]);
@@ -94,6 +95,7 @@ fn a_process_killed_holding_a_device_lock_blocks_nobody_and_its_bytes_return() {
 
 #[test]
 fn a_process_killed_owning_bytes_gives_them_back_to_the_next_allocation() {
+    let _spawns = crate::common::spawning();
     let path = scratch("own-bytes");
     let observer = Session::attach(&path, &limits(2, 100)).unwrap();
     let holder = start_holder(&path, &["own-bytes", "2", "100"]);
@@ -110,6 +112,7 @@ fn a_process_killed_owning_bytes_gives_them_back_to_the_next_allocation() {
 
 #[test]
 fn a_process_killed_holding_the_claim_lock_blocks_nobody() {
+    let _spawns = crate::common::spawning();
     let path = scratch("flock");
     drop(Session::attach(&path, &Limits::default()).unwrap());
     let holder = start_holder(&path, &["hold-flock", "0"]);

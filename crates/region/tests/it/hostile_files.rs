@@ -35,6 +35,7 @@ fn refused(path: &std::path::Path) -> String {
 
 #[test]
 fn a_symbolic_link_to_a_file_is_refused_and_the_target_left_alone() {
+    let _spawns = crate::common::no_spawns();
     let dir = scratch();
     let target = dir.join("ld.so.preload");
     std::fs::write(&target, b"").unwrap();
@@ -54,6 +55,7 @@ fn a_symbolic_link_to_a_file_is_refused_and_the_target_left_alone() {
 
 #[test]
 fn a_dangling_symbolic_link_does_not_create_its_target() {
+    let _spawns = crate::common::no_spawns();
     let dir = scratch();
     let target = dir.join("etc-ld.so.preload");
     let link = dir.join("hipdevshr.cache");
@@ -65,6 +67,7 @@ fn a_dangling_symbolic_link_does_not_create_its_target() {
 
 #[test]
 fn a_fifo_is_refused_without_hanging() {
+    let _spawns = crate::common::no_spawns();
     let dir = scratch();
     let fifo = dir.join("hipdevshr.cache");
     let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
@@ -76,6 +79,7 @@ fn a_fifo_is_refused_without_hanging() {
 
 #[test]
 fn a_directory_is_refused() {
+    let _spawns = crate::common::no_spawns();
     let dir = scratch();
     let sub = dir.join("hipdevshr.cache");
     std::fs::create_dir(&sub).unwrap();
@@ -85,6 +89,7 @@ fn a_directory_is_refused() {
 
 #[test]
 fn a_hard_link_to_another_file_is_refused() {
+    let _spawns = crate::common::no_spawns();
     let dir = scratch();
     let other = dir.join("someone-elses");
     std::fs::write(&other, vec![0u8; REGION_SIZE]).unwrap();
@@ -97,6 +102,7 @@ fn a_hard_link_to_another_file_is_refused() {
 
 #[test]
 fn a_file_of_another_size_is_neither_grown_nor_written() {
+    let _spawns = crate::common::no_spawns();
     let dir = scratch();
     for size in [0usize, 100, REGION_SIZE + 1] {
         let path = dir.join(format!("size-{size}.cache"));
@@ -110,6 +116,7 @@ fn a_file_of_another_size_is_neither_grown_nor_written() {
 
 #[test]
 fn an_existing_region_keeps_its_mode_and_a_new_one_is_0666() {
+    let _spawns = crate::common::no_spawns();
     let dir = scratch();
     let path = dir.join("private.cache");
     std::fs::write(&path, vec![0u8; REGION_SIZE]).unwrap();
@@ -135,6 +142,7 @@ fn an_existing_region_keeps_its_mode_and_a_new_one_is_0666() {
 
 #[test]
 fn processes_racing_to_create_share_one_region() {
+    let _spawns = crate::common::no_spawns();
     let dir = scratch();
     let path = dir.join("race.cache");
     let mut limits = Limits::default();
@@ -154,6 +162,7 @@ fn processes_racing_to_create_share_one_region() {
 
 #[test]
 fn a_region_the_plugin_prepared_cannot_be_deleted_or_replaced_into_fresh_accounting() {
+    let _spawns = crate::common::no_spawns();
     let dir = scratch();
     let path = dir.join("hipdevshr.cache");
     let mut limits = Limits::default();
