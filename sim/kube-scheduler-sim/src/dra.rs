@@ -177,10 +177,11 @@ fn convert<T: serde::Serialize, U: serde::de::DeserializeOwned>(v: &T) -> Result
         .map_err(|e| e.to_string())
 }
 
-/// Watches a kind into a store, bumping `generation` on every event.
+/// Watches a kind into a store, bumping `generation` and ringing `wake` on every event.
 fn informer<K>(
     client: &Client,
     generation: Option<Arc<AtomicU64>>,
+    wake: Arc<tokio::sync::Notify>,
     on_event: impl Fn(&watcher::Event<K>) + Send + 'static,
 ) -> Store<K>
 where
@@ -206,6 +207,7 @@ where
             if let Some(g) = &generation {
                 g.fetch_add(1, Ordering::Relaxed);
             }
+            wake.notify_one();
             async {}
         }),
     );
@@ -215,6 +217,16 @@ where
 impl DraState {
     /// Starts the informers and waits for their first lists.
     pub async fn start(client: &Client, options: DraOptions) -> Self {
+        Self::start_waking(client, options, Arc::default()).await
+    }
+
+    /// [`DraState::start`], ringing `wake` on every event of its informers (the scheduling
+    /// loop sleeps until one).
+    pub async fn start_waking(
+        client: &Client,
+        options: DraOptions,
+        wake: Arc<tokio::sync::Notify>,
+    ) -> Self {
         let slice_generation = Arc::new(AtomicU64::new(1));
         let claim_generation = Arc::new(AtomicU64::new(1));
         let assumed: Arc<Mutex<HashMap<String, Assumed>>> = Arc::default();
@@ -251,10 +263,15 @@ impl DraState {
         };
         let state = Self {
             options,
-            slices: informer(client, Some(slice_generation.clone()), |_| {}),
-            classes: informer(client, Some(slice_generation.clone()), |_| {}),
-            claims: informer(client, Some(claim_generation.clone()), on_claim),
-            templates: informer(client, None, |_| {}),
+            slices: informer(client, Some(slice_generation.clone()), wake.clone(), |_| {}),
+            classes: informer(client, Some(slice_generation.clone()), wake.clone(), |_| {}),
+            claims: informer(
+                client,
+                Some(claim_generation.clone()),
+                wake.clone(),
+                on_claim,
+            ),
+            templates: informer(client, None, wake, |_| {}),
             assumed,
             assumed_dirty,
             created: Mutex::default(),

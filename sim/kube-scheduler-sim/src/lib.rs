@@ -12,6 +12,10 @@
 //! controller's part (`claim_controller.rs`: claims from templates, freeing when pods go),
 //! and the `DynamicResources` plugin's (`dra.rs`, the shell; `dra_placement.rs`, the pure
 //! choice of node and allocations). Their module docs name what they do not model.
+//!
+//! Idle, it sleeps until something can change a decision: an informer event (pods, nodes,
+//! and the DRA kinds), the end of a bind or claim task, a freed claim, or the next backoff
+//! expiry (with a 1 s fallback), instead of sorting every pod again every few milliseconds.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,7 +29,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Notify};
 use tracing::{debug, warn};
 
 use hami_scheduler::extender::{ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult};
@@ -41,6 +45,8 @@ use dra::{Decision, DraOptions, DraState};
 
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// The longest idle sleep without a wake-up (a change nothing announced).
+const IDLE_FALLBACK: Duration = Duration::from_secs(1);
 
 /// The simulated kube-scheduler of one scheduler name (see the module doc).
 pub struct SimKubeScheduler {
@@ -49,6 +55,8 @@ pub struct SimKubeScheduler {
     extender: Option<ExtenderClient>,
     dra: Option<DraOptions>,
     recorder: Recorder,
+    /// Rung by the informers and the bind and claim tasks: the scheduling loop looks again.
+    wake: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -77,6 +85,7 @@ impl SimKubeScheduler {
             extender: Some(extender),
             dra: None,
             recorder,
+            wake: Arc::default(),
         }
     }
 
@@ -107,6 +116,7 @@ impl SimKubeScheduler {
             extender: None,
             dra: Some(options),
             recorder,
+            wake: Arc::default(),
         }
     }
 
@@ -129,21 +139,29 @@ impl SimKubeScheduler {
         let this = Arc::new(self);
         let (nodes, node_writer) = reflector::store::<Node>();
         let node_api: Api<Node> = Api::all(this.client.clone());
+        let wake = this.wake.clone();
         tokio::spawn(
             reflector::reflector(
                 node_writer,
                 watcher(node_api, watcher::Config::default()).default_backoff(),
             )
-            .for_each(|_| async {}),
+            .for_each(move |_| {
+                wake.notify_one();
+                async {}
+            }),
         );
         let (pods, pod_writer) = reflector::store::<Pod>();
         let pod_api: Api<Pod> = Api::all(this.client.clone());
+        let wake = this.wake.clone();
         tokio::spawn(
             reflector::reflector(
                 pod_writer,
                 watcher(pod_api, watcher::Config::default()).default_backoff(),
             )
-            .for_each(|_| async {}),
+            .for_each(move |_| {
+                wake.notify_one();
+                async {}
+            }),
         );
         let _ = nodes.wait_until_ready().await;
         let _ = pods.wait_until_ready().await;
@@ -152,12 +170,15 @@ impl SimKubeScheduler {
         let creating: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
         let dra = match this.dra {
             Some(options) => {
-                let state = Arc::new(DraState::start(&this.client, options).await);
+                let state = Arc::new(
+                    DraState::start_waking(&this.client, options, this.wake.clone()).await,
+                );
                 tokio::spawn(freeing(
                     this.client.clone(),
                     state.clone(),
                     pods.clone(),
                     backoff.clone(),
+                    this.wake.clone(),
                 ));
                 Some(state)
             }
@@ -230,7 +251,22 @@ impl SimKubeScheduler {
                     .await;
             }
             if !worked {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                // Nothing to do until a wake-up or the next backoff expiry (a wake-up rung
+                // during this pass is kept by the Notify, so none is lost).
+                let now = Instant::now();
+                let due = backoff
+                    .lock()
+                    .await
+                    .next_try
+                    .values()
+                    .map(|(at, _)| *at)
+                    .filter(|at| *at > now)
+                    .min();
+                let wait = due.map_or(IDLE_FALLBACK, |at| (at - now).min(IDLE_FALLBACK));
+                tokio::select! {
+                    () = this.wake.notified() => {}
+                    () = tokio::time::sleep(wait) => {}
+                }
             }
         }
     }
@@ -263,6 +299,7 @@ impl SimKubeScheduler {
                     this.failed(&pod, &uid, &e, &backoff).await;
                 }
                 creating.lock().await.remove(&uid);
+                this.wake.notify_one();
             });
             return true;
         }
@@ -312,6 +349,7 @@ impl SimKubeScheduler {
                     binding.lock().await.remove(&uid);
                 }
             }
+            this.wake.notify_one();
         });
         true
     }
@@ -436,6 +474,7 @@ impl SimKubeScheduler {
             if !bound {
                 binding.lock().await.remove(&uid);
             }
+            this.wake.notify_one();
         });
     }
 
@@ -476,12 +515,13 @@ impl SimKubeScheduler {
 
 /// The claim controller's freeing side, every 100 ms; when it changed a claim (capacity may
 /// be free), pods that waited for DRA capacity are retried at once, as kube-scheduler's
-/// queueing hints move them on a claim event.
+/// queueing hints move them on a claim event (`wake` rings the scheduling loop).
 async fn freeing(
     client: Client,
     dra: Arc<DraState>,
     pods: Store<Pod>,
     backoff: Arc<Mutex<Backoff>>,
+    wake: Arc<Notify>,
 ) {
     loop {
         if claim_controller::free(&client, &dra, &pods).await > 0 {
@@ -496,6 +536,7 @@ async fn freeing(
                 .await
                 .next_try
                 .retain(|uid, _| !waiting.contains(uid));
+            wake.notify_one();
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

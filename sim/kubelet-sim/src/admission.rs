@@ -28,7 +28,7 @@ use hami_deviceplugin_api::v1beta1::{
 use hami_protocol::quantity::parse_count;
 use hami_protocol::requests::{ContainerKind, container_slots};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::cgroup_layout::{CgroupDriver, Layout, Qos};
@@ -207,14 +207,10 @@ impl Admission {
         *lock_running(&self.running) = self.containers.iter().map(|c| c.record.clone()).collect();
     }
 
-    /// One pass: release ids of finished or deleted pods, admit new pods.
-    pub async fn sync(&mut self) -> Result<(), kube::Error> {
-        let pods: Api<Pod> = Api::all(self.client.clone());
-        let list = pods
-            .list(&ListParams::default().fields(&format!("spec.nodeName={}", self.config.node)))
-            .await?;
-        let live: HashSet<String> = list
-            .items
+    /// One pass over the node's pods as the pod watch shows them (`pods`: every pod bound
+    /// to this node): release ids of finished or deleted pods, admit new pods.
+    pub async fn sync(&mut self, pods: &[Arc<Pod>]) -> Result<(), kube::Error> {
+        let live: HashSet<String> = pods
             .iter()
             .filter(|p| !matches!(phase(p), Some("Succeeded" | "Failed")))
             .filter_map(|p| p.metadata.uid.clone())
@@ -222,8 +218,7 @@ impl Admission {
         lock(&self.state)
             .assigned
             .retain(|uid, _| live.contains(uid));
-        let present: HashSet<&str> = list
-            .items
+        let present: HashSet<&str> = pods
             .iter()
             .filter_map(|p| p.metadata.uid.as_deref())
             .collect();
@@ -250,7 +245,8 @@ impl Admission {
             }
         }
         let mut first_error = None;
-        for pod in &list.items {
+        for pod in pods {
+            let pod: &Pod = pod;
             let Some(uid) = pod.metadata.uid.clone() else {
                 continue;
             };

@@ -5,7 +5,8 @@
 //! - serves `Registration` on `<socket dir>/kubelet.sock`, dials back each registered
 //!   plugin and keeps allocatable per resource from ListAndWatch;
 //! - publishes capacity/allocatable of those resources on its Node;
-//! - for every pod bound to its node, calls Allocate once per container that requests a
+//! - watches the pods bound to its node (field selector `spec.nodeName`) and, for each,
+//!   calls Allocate once per container that requests a
 //!   plugin resource (init containers first, in order, then app containers), marks the pod
 //!   Running (or Failed with `UnexpectedAdmissionError`) and records what each container
 //!   got in the annotation `kubelet-sim.hami.io/allocations` (and optionally a file);
@@ -39,10 +40,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use hami_deviceplugin_api::v1beta1::registration_server::RegistrationServer;
 use hami_deviceplugin_api::{DEVICE_PLUGIN_PATH, KUBELET_SOCKET, bind_unix};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
@@ -69,7 +72,8 @@ pub struct Args {
     /// How containers are started (only with `--run-containers`).
     #[command(flatten)]
     pub runtime: container_runtime::RuntimeArgs,
-    /// Milliseconds between pod list passes.
+    /// Milliseconds between passes when no pod changed (retries, container exits, DRA
+    /// plugin registrations); a change to one of the node's pods starts a pass at once.
     #[arg(long, default_value_t = 200)]
     pub sync_interval_ms: u64,
 }
@@ -213,8 +217,37 @@ impl KubeletSim {
         let interval = Duration::from_millis(args.sync_interval_ms.max(10));
         let node_name = args.node_name.clone();
         let worker_changed = changed.clone();
+        // The node's pods, kept by a watch (kubelet's own pod source is a watch on
+        // spec.nodeName too); every event starts a pass.
+        let (pods, pod_writer) = reflector::store::<Pod>();
+        let pods_changed = Arc::new(Notify::new());
+        let pod_watch = {
+            let api: Api<Pod> = Api::all(client.clone());
+            let config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
+            let pods_changed = pods_changed.clone();
+            tokio::spawn(
+                reflector::reflector(pod_writer, watcher(api, config).default_backoff()).for_each(
+                    move |_| {
+                        pods_changed.notify_one();
+                        async {}
+                    },
+                ),
+            )
+        };
         let worker_task = tokio::spawn(async move {
             let mut published: Option<BTreeMap<String, usize>> = None;
+            // The first pass waits for the first list: an empty store would read as "every
+            // pod gone" and release the checkpointed assignments.
+            tokio::select! {
+                ready = pods.wait_until_ready() => if ready.is_err() {
+                    tracing::warn!("the pod watch ended before its first list");
+                },
+                _ = stop_rx.wait_for(|s| *s) => {
+                    pod_watch.abort();
+                    admission.stop_containers();
+                    return;
+                }
+            }
             loop {
                 let counts: BTreeMap<String, usize> = {
                     let s = admission.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -229,15 +262,17 @@ impl KubeletSim {
                         Err(e) => tracing::warn!("cannot publish node capacity: {e}"),
                     }
                 }
-                if let Err(e) = admission.sync().await {
+                if let Err(e) = admission.sync(&pods.state()).await {
                     tracing::warn!("pod sync failed: {e}");
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(interval) => {}
                     _ = worker_changed.notified() => {}
+                    _ = pods_changed.notified() => {}
                     _ = stop_rx.wait_for(|s| *s) => break,
                 }
             }
+            pod_watch.abort();
             admission.stop_containers();
         });
         Ok(Self {
