@@ -23,6 +23,8 @@
 pub mod amdgpu_driver;
 pub mod cli;
 mod cluster;
+mod images;
+mod node_start;
 pub mod cuda_driver;
 pub mod dra_examples;
 pub mod dra_node;

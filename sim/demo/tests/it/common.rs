@@ -1,6 +1,5 @@
 //! What the demo's tests set up the same way: a fresh scratch directory and the arguments of
 //! a `--once` demo on free ports.
-#![allow(dead_code)] // each test binary uses its own part
 
 use std::path::{Path, PathBuf};
 
@@ -40,3 +39,8 @@ pub async fn start_running_workloads(
         .await
         .unwrap()
 }
+
+/// One demo cluster at a time in this binary, held for a test's whole run: a cluster is the
+/// whole system, and two at once on a small machine miss each other's bounded waits (each
+/// test was its own binary before, and those ran one after another).
+pub static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

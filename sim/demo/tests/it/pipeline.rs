@@ -3,7 +3,7 @@
 //! kubelet. A pod with an init container and two GPU app containers gets the right env per
 //! container, in device-list order.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -41,6 +41,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_and_two_app_containers_get_their_own_env() {
+    let _one_cluster = common::ONE_CLUSTER.lock().await;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = scratch("pipeline");
     std::fs::write(dir.join("three.yaml"), POD).unwrap();

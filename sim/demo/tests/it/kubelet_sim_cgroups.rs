@@ -4,7 +4,7 @@
 //! flag), warns of a tree without dmem, and refuses each bad flag (exit 2) saying what to
 //! change, before it needs a cluster.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -12,7 +12,7 @@
 //! device-plugin) and run on the DRA node with the same env, mask width, memory limit and
 //! dmem as their device-plugin twins get on mi210-node.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -252,6 +252,7 @@ async fn device_plugin_envs(client: &Client, name: &str, container: &str) -> Val
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dra_slice_pod_runs_beside_the_device_plugin_pods() {
+    let _one_cluster = common::ONE_CLUSTER.lock().await;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = scratch("dra");
     let mut args = once_args("built-in".into(), &dir);

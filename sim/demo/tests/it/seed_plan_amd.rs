@@ -8,7 +8,7 @@
 //! `crates/cuda-hook/tests/seed_plan.rs`.) Needs root and util-linux, as the demo's
 //! containers do.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -67,6 +67,7 @@ const EXPECTED: [(&str, &str, f64); 5] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_amd_pod_reports_its_true_share() {
+    let _one_cluster = common::ONE_CLUSTER.lock().await;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = scratch("seed-amd");
     for (i, (name, share)) in SHARES.iter().enumerate() {

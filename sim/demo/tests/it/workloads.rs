@@ -5,7 +5,7 @@
 //! the out-of-memory refusal; deleting a pod kills its process. Needs root and util-linux
 //! (`unshare`), as the hooks' namespace tests do.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -63,6 +63,7 @@ fn alive(pid: i32) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_run_gpu_busy_processes_the_monitors_see() {
+    let _one_cluster = common::ONE_CLUSTER.lock().await;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = scratch("workloads");
     for (i, doc) in PODS.split("\n---\n").enumerate() {

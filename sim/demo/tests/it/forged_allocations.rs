@@ -7,7 +7,7 @@
 //! away: a later GPU pod on that node is placed by the scheduler, gets its CUs from the
 //! AMD plugin and runs, and the monitor reports no grant for the forged pod.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -51,6 +51,7 @@ fn monitor_scrape(addr: std::net::SocketAddr) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_allocations_neither_pass_the_webhook_nor_block_later_gpu_pods() {
+    let _one_cluster = common::ONE_CLUSTER.lock().await;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = scratch("forged");
     let args = once_args(dir.clone(), &dir);

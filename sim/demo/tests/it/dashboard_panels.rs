@@ -6,7 +6,7 @@
 //! `/api/v1/query`. Needs root and util-linux (`unshare`) for the workloads, as
 //! tests/workloads.rs does.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -287,6 +287,7 @@ fn panel_queries(dir: &Path) -> Vec<PanelQuery> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_panel_has_data_against_the_demo() {
+    let _one_cluster = common::ONE_CLUSTER.lock().await;
     let _ = rustls::crypto::ring::default_provider().install_default();
     // Fail early and clearly when the real peer is missing.
     let found = Command::new("prometheus").arg("--version").output();

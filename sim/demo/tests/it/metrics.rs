@@ -4,7 +4,7 @@
 //! OpenMetrics in `Accept`: no `Accept` at all and `*/*` (plain `curl`) included; `zone="vGPU"` on every series; one GPU has one `device_type` in the
 //! scheduler and the monitor; `container_index` is the container's device-list position.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -150,6 +150,7 @@ fn samples(body: &str) -> Vec<(String, BTreeMap<String, String>)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_passes_promtool_and_agrees_on_device_types() {
+    let _one_cluster = common::ONE_CLUSTER.lock().await;
     let _ = rustls::crypto::ring::default_provider().install_default();
     // Fail early and clearly when the real peer is missing.
     let found = Command::new("promtool").arg("--version").output();

@@ -1,10 +1,12 @@
 //! `hami-demo --once` (what `hami demo --once` runs) as a user runs it: the real binary, the
 //! repository's examples.
 
+use crate::common;
 use std::process::Command;
 
 #[test]
 fn demo_places_the_examples_and_explains_the_rest() {
+    let _one_cluster = common::ONE_CLUSTER.blocking_lock();
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let kubeconfig =
         std::env::temp_dir().join(format!("hami-demo-test-{}.kubeconfig", std::process::id()));
@@ -107,6 +109,7 @@ fn demo_places_the_examples_and_explains_the_rest() {
 
 #[test]
 fn demo_with_a_scenario_runs_the_planner() {
+    let _one_cluster = common::ONE_CLUSTER.blocking_lock();
     // The demo runs the same planner as `hami plan` on a scenario.
     let small = concat!(
         env!("CARGO_MANIFEST_DIR"),
