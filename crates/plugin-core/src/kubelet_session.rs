@@ -1,7 +1,9 @@
 //! Serving kubelet: bind the plugin socket, register with `kubelet.sock`, and start over
 //! when kubelet restarts (it re-creates `kubelet.sock` and wipes the directory) or our
 //! socket disappears. Open ListAndWatch streams of an ended session finish cleanly. When to
-//! register, start over or stop is [`crate::session_rules`]; this loop polls and obeys.
+//! register, start over or stop is [`crate::session_rules`]; this loop looks when the
+//! directory changes (inotify, [`crate::dir_watch`]; `stat` polling where that fails) and
+//! obeys.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -13,7 +15,8 @@ use hami_deviceplugin_api::v1beta1::{DevicePluginOptions, RegisterRequest};
 use hami_deviceplugin_api::{KUBELET_SOCKET, VERSION, bind_unix, connect_unix};
 use tokio::sync::watch;
 
-use crate::session_rules::{Action, Restart, Seen, Session, SocketId};
+use crate::dir_watch::DirWatch;
+use crate::session_rules::{Action, Restart, Seen, Session, SocketId, Wake, wake};
 
 /// Where and as what the plugin registers.
 #[derive(Debug, Clone)]
@@ -24,19 +27,24 @@ pub struct SessionConfig {
     pub endpoint: String,
     /// e.g. `amd.com/gpu`, `nvidia.com/gpu`.
     pub resource_name: String,
-    /// How often kubelet.sock and our socket are checked.
+    /// How often kubelet.sock and our socket are checked when no notification of the
+    /// directory's changes is to be had, and how soon a failed registration is retried.
     pub poll: Duration,
+    /// The longest sleep between looks while changes are notified (a backstop).
+    pub backstop: Duration,
 }
 
 impl SessionConfig {
     /// The plugins' sessions: `endpoint` in `dir` serving `resource_name`, the sockets
-    /// checked every 500 ms.
+    /// checked when the directory changes (every 500 ms without notifications), at least
+    /// every 30 s.
     pub fn new(dir: PathBuf, endpoint: &str, resource_name: &str) -> SessionConfig {
         SessionConfig {
             dir,
             endpoint: endpoint.into(),
             resource_name: resource_name.into(),
             poll: Duration::from_millis(500),
+            backstop: Duration::from_secs(30),
         }
     }
 }
@@ -95,13 +103,21 @@ pub async fn run_sessions<S: DevicePlugin>(
                 }),
         );
         let mut session = Session::new(socket_identity(&ours));
+        let mut notify = match DirWatch::new(&config.dir) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(dir = %config.dir.display(), "cannot watch the directory ({e}): checking the sockets every {:?}", config.poll);
+                None
+            }
+        };
         loop {
             let seen = Seen {
                 shutdown: *shutdown.borrow(),
                 kubelet: socket_identity(&kubelet),
                 ours: socket_identity(&ours),
             };
-            match session.poll(seen) {
+            let action = session.poll(seen);
+            match action {
                 Action::Stop { remove_socket } => {
                     let _ = stop_tx.send(true);
                     let _ = server.await;
@@ -130,9 +146,26 @@ pub async fn run_sessions<S: DevicePlugin>(
                 },
                 Action::Wait => {}
             }
-            tokio::select! {
-                _ = tokio::time::sleep(config.poll) => {}
-                _ = shutdown.changed() => {}
+            match (
+                wake(action, session.is_registered(), notify.is_some()),
+                &notify,
+            ) {
+                (Wake::OnChange, Some(w)) => {
+                    tokio::select! {
+                        changed = w.changed() => if let Err(e) = changed {
+                            tracing::warn!("the watch of {} ended ({e}): checking the sockets every {:?}", config.dir.display(), config.poll);
+                            notify = None;
+                        },
+                        _ = tokio::time::sleep(config.backstop) => {}
+                        _ = shutdown.changed() => {}
+                    }
+                }
+                _ => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(config.poll) => {}
+                        _ = shutdown.changed() => {}
+                    }
+                }
             }
         }
         let _ = stop_tx.send(true);

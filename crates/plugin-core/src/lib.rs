@@ -17,6 +17,7 @@
 // Pure, vendor-neutral: live in the protocol crate so the vendor cores need no shell crate.
 pub use hami_protocol::{container_plan, run_mapping};
 pub mod allocate_shell;
+pub mod dir_watch;
 pub mod entry;
 pub mod grpc_server;
 pub mod kube_error;

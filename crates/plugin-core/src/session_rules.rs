@@ -8,6 +8,8 @@
 //! new registration) when `kubelet.sock` is not the file we registered through (kubelet
 //! restarted: it re-creates the socket and wipes the directory) or our socket is not the
 //! one we bound (removed); on shutdown stop, removing our socket only once registered.
+//! Between looks the loop sleeps until the directory changes ([`wake`]; the notification
+//! is `crate::dir_watch`), except to retry a failed registration.
 
 /// A socket file's identity (inode, change time seconds and nanoseconds); `None` when the
 /// file is absent. A re-created file has another.
@@ -104,6 +106,28 @@ impl Session {
     }
 }
 
+/// How the loop waits before its next look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// Until the directory changes (kubelet re-creating its socket, ours removed), or a
+    /// long backstop passes.
+    OnChange,
+    /// For the poll interval.
+    AfterPoll,
+}
+
+/// The wait after `action`: without a notification of the directory's changes the loop
+/// polls; a registration that failed is tried again after the poll interval (kubelet
+/// refusing, or not answering yet, changes nothing in the directory); otherwise the loop
+/// sleeps until the directory changes.
+pub fn wake(action: Action, registered: bool, notified: bool) -> Wake {
+    if !notified || (action == Action::Register && !registered) {
+        Wake::AfterPoll
+    } else {
+        Wake::OnChange
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +142,14 @@ mod tests {
             kubelet,
             ours,
         }
+    }
+
+    #[test]
+    fn the_loop_sleeps_until_the_directory_changes_except_to_retry_a_registration() {
+        assert_eq!(wake(Action::Wait, false, true), Wake::OnChange);
+        assert_eq!(wake(Action::Register, true, true), Wake::OnChange);
+        assert_eq!(wake(Action::Register, false, true), Wake::AfterPoll);
+        assert_eq!(wake(Action::Wait, true, false), Wake::AfterPoll);
     }
 
     #[test]
