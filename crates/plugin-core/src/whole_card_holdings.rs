@@ -388,4 +388,51 @@ mod tests {
             vec!["G5".to_owned()]
         );
     }
+
+    /// The busy rule for a whole-card hand-over, once for both vendors: slices of live pods
+    /// the scheduler placed here, and the node lock's owner reserved here (vgpu-node) but
+    /// not bound yet; not a forged list, not another vendor's.
+    #[test]
+    fn slice_cards_count_the_unbound_reserved_owner_for_both_vendors() {
+        for vendor in [Vendor::Amd, Vendor::Nvidia] {
+            let names = vendor.names();
+            let (resource, other) = match vendor {
+                Vendor::Amd => ("amd.com/gpu", Vendor::Nvidia),
+                Vendor::Nvidia => ("nvidia.com/gpu", Vendor::Amd),
+            };
+            let placed = |name: &str, key: &str, card: &str, node: serde_json::Value| {
+                pod(
+                    name,
+                    "2026-01-01T00:00:00Z",
+                    json!({"metadata": {"labels": {"hami.io/webhook": "no"}, "annotations": {
+                        key: format!("{card},X,1000,20:;"), "hami.io/vgpu-node": "n1"}},
+                        "spec": {"schedulerName": S, "nodeName": node, "containers": [
+                            {"name": "c", "resources": {"limits": {resource: "1"}}}]}}),
+                )
+            };
+            let pods = vec![
+                placed("running", names.devices_allocated, "C1", json!("n1")),
+                placed("owner", names.devices_to_allocate, "C2", json!(null)),
+                placed(
+                    "other-vendor",
+                    other.names().devices_to_allocate,
+                    "C3",
+                    json!("n1"),
+                ),
+                pod(
+                    "forged",
+                    "2026-01-01T00:00:00Z",
+                    json!({"metadata": {"annotations": {
+                        names.devices_allocated: "C4,X,1000,20:;"}}}),
+                ),
+            ];
+            assert_eq!(
+                slice_cards(&pods, "n1", vendor, S)
+                    .into_iter()
+                    .collect::<Vec<_>>(),
+                vec!["C1".to_owned(), "C2".to_owned()],
+                "{vendor:?}"
+            );
+        }
+    }
 }
