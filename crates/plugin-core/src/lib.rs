@@ -7,8 +7,10 @@
 //! a kubelet session registers, restarts or stops), [`lock_attempt`] (the steps of one
 //! node-lock attempt), [`lock_retry`] (wait or give up after a failed attempt), [`refresh_schedule`] (the plugins' publication and health
 //! timers), [`whole_card_holdings`] (whole cards held by pods HAMi did not place: who holds
-//! what, which pod a whole-card Allocate is for, refusals). Shells: [`grpc_server`] (kubelet `DevicePlugin` service),
-//! [`kubelet_session`] (socket + registration loop), [`pod_commit`] (bind phase, lock
+//! what, which pod a whole-card Allocate is for, refusals). Shells: [`allocate_shell`] (the
+//! one Allocate of both vendors; a vendor gives only what differs), [`node_pods`] (the
+//! node's pods, watched), [`grpc_server`] (kubelet `DevicePlugin` service),
+//! [`kubelet_session`] (socket + registration loop, woken by [`dir_watch`]), [`pod_commit`] (bind phase, lock
 //! release, accounting directory), [`node_lock_client`] (the node-lock client the
 //! scheduler's bind uses too), [`publisher_loop`] (both plugins' publisher loop),
 //! [`node_register`] (the register/heartbeat and node-capacity patches); [`kube_error`] (API
