@@ -206,5 +206,4 @@ fn bad_inputs_exit_2_with_one_line_naming_the_field() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[path = "inspect/inspect_whole_cards.rs"]
 mod inspect_whole_cards;

@@ -2,7 +2,6 @@
 //! stand-ins package found beside `hami` (or on PATH), git-style: arguments and exit status
 //! pass through untouched, and a missing program is named with how to install it.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
@@ -10,8 +9,34 @@ use std::sync::Mutex;
 /// Held while a test writes an executable and while one forks: a child forked (by another
 /// test's thread) while a write descriptor of an executable is open holds it until its own
 /// exec, and running that executable meanwhile fails with ETXTBSY ("Text file busy"; seen
-/// in CI).
+/// in CI). The other modules of this test binary fork too, without this lock: so the
+/// executables are written by a child process ([`write_executable`]), and no descriptor
+/// that writes one is ever open in this process for their forks to inherit.
 static FORK_OR_WRITE: Mutex<()> = Mutex::new(());
+
+/// Writes `bytes` to `path` as an executable (mode 755) from a child `sh`, fed through a
+/// pipe: see [`FORK_OR_WRITE`].
+fn write_executable(path: &Path, bytes: &[u8]) {
+    use std::io::Write;
+    let mut child = {
+        let _held = FORK_OR_WRITE.lock().unwrap_or_else(|e| e.into_inner());
+        Command::new("sh")
+            .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+            .arg(path)
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(bytes).unwrap();
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "cannot write {}: {status}",
+        path.display()
+    );
+}
 
 /// Runs `cmd` to its end; only the fork and exec happen under [`FORK_OR_WRITE`].
 fn run(cmd: &mut Command) -> Output {
@@ -31,8 +56,8 @@ fn install_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("hami-sub-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let _held = FORK_OR_WRITE.lock().unwrap_or_else(|e| e.into_inner());
-    std::fs::copy(env!("CARGO_BIN_EXE_hami"), dir.join("hami")).unwrap();
+    let hami = std::fs::read(env!("CARGO_BIN_EXE_hami")).unwrap();
+    write_executable(&dir.join("hami"), &hami);
     dir
 }
 
@@ -40,16 +65,11 @@ fn install_dir(name: &str) -> PathBuf {
 fn recorder(dir: &Path, program: &str) -> PathBuf {
     let record = dir.join(format!("{program}.args"));
     let path = dir.join(program);
-    let _held = FORK_OR_WRITE.lock().unwrap_or_else(|e| e.into_inner());
-    std::fs::write(
-        &path,
-        format!(
-            "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > '{}'\nexit 7\n",
-            record.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = format!(
+        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > '{}'\nexit 7\n",
+        record.display()
+    );
+    write_executable(&path, script.as_bytes());
     record
 }
 

@@ -350,5 +350,4 @@ async fn status_without_dra_rights_shows_the_rest_and_says_what_dra_needs() {
     );
 }
 
-#[path = "status/hostile_text.rs"]
 mod hostile_text;
