@@ -24,8 +24,8 @@ pub mod entry;
 pub mod grpc_server;
 pub mod kube_error;
 pub mod kubelet_session;
-pub mod lock_attempt;
-pub mod lock_retry;
+// The node-lock protocol's pure steps live in hami-node-lock; old paths kept.
+pub use hami_node_lock::{lock_attempt, lock_retry};
 pub mod node_lock_client;
 pub mod node_pods;
 pub mod node_register;

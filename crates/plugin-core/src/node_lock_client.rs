@@ -3,10 +3,10 @@
 //! API errors retried with jittered exponential backoff, refusals that retrying cannot fix
 //! (403, 404, 422 …) returned at once. Writes are merge patches carrying
 //! `metadata.resourceVersion`, so a lock changed since it was read is never overwritten.
-//! What a pod may do with a lock value is `hami_protocol::node_lock::decide`; when to try
-//! again is [`Backoff`], a pure state machine, and what to do after a failed attempt
-//! (wait, or which error to give up with) is [`crate::lock_retry::LockRetry`]; the steps
-//! of one attempt are [`crate::lock_attempt`]. A wait for a busy lock also ends when the
+//! The decisions are the pure core `hami_node_lock`'s: what a pod may do with a lock value
+//! (`decide`), the steps of one attempt (`lock_attempt`), what to do after a failed one
+//! (`lock_retry`: wait, or which error to give up with) and when to try again
+//! ([`Backoff`]); this file makes the API calls and sleeps. A wait for a busy lock also ends when the
 //! caller's [`LockWaiters`] hear that the node's lock went (the scheduler's node informer
 //! tells them), so a bind does not sleep out its backoff next to a free lock.
 
@@ -14,14 +14,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hami_node_lock::lock_attempt::{FirstStep, Step, after_owner_check, first_step};
+use hami_node_lock::lock_retry::{ACQUIRING, Attempt, LockRetry, Next, RELEASING};
+use hami_node_lock::{NodeLock, PodRef};
 use hami_protocol::names::node as node_keys;
-use hami_protocol::node_lock::{NodeLock, PodRef, TakeOverReason};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use crate::lock_attempt::{FirstStep, Step, after_owner_check, first_step};
-use crate::lock_retry::{ACQUIRING, Attempt, LockRetry, Next, RELEASING};
+// The pure core's types, under the paths the shells and tests have used.
+pub use hami_node_lock::{Backoff, LockError, Released, RetryPolicy, TakeOutcome};
 
 /// Unix seconds now (the node lock's timestamps are wall-clock seconds).
 pub fn unix_now() -> i64 {
@@ -29,68 +31,6 @@ pub fn unix_now() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
-}
-
-/// Exponential backoff with jitter, bounded by a deadline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// First backoff window.
-    pub initial: Duration,
-    /// Largest backoff window.
-    pub max: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            initial: Duration::from_millis(50),
-            max: Duration::from_secs(1),
-        }
-    }
-}
-
-/// When to try again. Each wait is drawn from the upper half of a window that doubles
-/// from `initial` up to `max` ("equal jitter": two binds contending for one node do not
-/// retry in lockstep); no wait ends after the deadline.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    policy: RetryPolicy,
-    window: Duration,
-    deadline: Instant,
-    attempts: u32,
-}
-
-impl Backoff {
-    /// A backoff that starts at `policy.initial` and never waits past `deadline`.
-    pub fn new(policy: RetryPolicy, deadline: Instant) -> Self {
-        Backoff {
-            policy,
-            window: policy.initial,
-            deadline,
-            attempts: 0,
-        }
-    }
-
-    /// After a failed attempt at `now`: how long to wait before the next one, or `None`
-    /// when the deadline leaves no time for it. `jitter` is uniform in [0, 1).
-    pub fn next_wait(&mut self, now: Instant, jitter: f64) -> Option<Duration> {
-        self.attempts += 1;
-        let left = self.deadline.checked_duration_since(now)?;
-        let half = self.window / 2;
-        let wait = half + half.mul_f64(jitter.clamp(0.0, 1.0));
-        self.window = (self.window * 2).min(self.policy.max);
-        (wait < left).then_some(wait)
-    }
-
-    /// Failed attempts so far.
-    pub fn attempts(&self) -> u32 {
-        self.attempts
-    }
-
-    /// Time left before the deadline (zero once it passed).
-    pub fn remaining(&self, now: Instant) -> Duration {
-        self.deadline.saturating_duration_since(now)
-    }
 }
 
 /// A jitter in [0, 1) without a random-number dependency: the sub-second clock mixed with
@@ -110,51 +50,6 @@ fn jitter() -> f64 {
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^= x >> 33;
     (x >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// Why a lock operation failed; the messages go to kube-scheduler and Events as they are.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LockError {
-    #[error(
-        "node {node} is locked by {owner} since {age_seconds}s; gave up waiting after {attempts} tries (the lock expires after {expiry_seconds}s)"
-    )]
-    /// Another pod held the lock until the deadline.
-    Busy {
-        /// The node whose lock was wanted.
-        node: String,
-        /// Who holds the lock, as the lock names it.
-        owner: String,
-        /// How long it had held it when last read.
-        age_seconds: i64,
-        /// Age after which a lock may be taken over.
-        expiry_seconds: i64,
-        /// How many tries were made.
-        attempts: u32,
-    },
-    #[error(
-        "{what} on node {node}: the deadline passed after {attempts} tries (last error: {last})"
-    )]
-    /// Transient errors or conflicts until the deadline.
-    Deadline {
-        /// The node whose lock was wanted.
-        node: String,
-        /// What was being done, e.g. `taking the node lock`.
-        what: &'static str,
-        /// How many tries were made.
-        attempts: u32,
-        /// The last error seen.
-        last: String,
-    },
-    /// The API server refused in a way retrying cannot fix (403, 404, 422 …).
-    #[error("{what} on node {node}: {error}")]
-    Refused {
-        /// The node whose lock was wanted.
-        node: String,
-        /// What was being done, e.g. `taking the node lock`.
-        what: &'static str,
-        /// The API server's error.
-        error: String,
-    },
 }
 
 /// An API error as one line: code, reason and message. kube-rs formats `Error::Api` with
@@ -478,79 +373,12 @@ impl NodeLockClient {
     }
 }
 
-/// How the lock was obtained.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TakeOutcome {
-    /// The node was unlocked; now it is ours.
-    Taken,
-    /// The lock was already this pod's.
-    AlreadyHeld,
-    /// Replaced `previous` (expired, future-stamped, unreadable, or its owner is gone).
-    TookOver {
-        /// Why the previous lock could be replaced.
-        reason: TakeOverReason,
-        /// The previous lock's value.
-        previous: String,
-    },
-}
-
-/// What a release did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Released {
-    /// The lock was ours and is gone.
-    Released,
-    /// Not ours (or no lock): left alone.
-    NotHeld,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    #[test]
-    fn backoff_doubles_to_the_cap_and_respects_the_deadline() {
-        let t0 = Instant::now();
-        let policy = RetryPolicy {
-            initial: Duration::from_millis(100),
-            max: Duration::from_millis(400),
-        };
-        let mut b = Backoff::new(policy, t0 + Duration::from_secs(10));
-        // jitter 0: the lower edge of each window (half of it).
-        let waits: Vec<_> = (0..5).map(|_| b.next_wait(t0, 0.0).unwrap()).collect();
-        let ms = |d: Duration| d.as_millis();
-        assert_eq!(
-            waits.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
-            vec![50, 100, 200, 200, 200]
-        );
-        assert_eq!(b.attempts(), 5);
-        // No wait may end past the deadline.
-        let mut b = Backoff::new(policy, t0 + Duration::from_millis(120));
-        assert_eq!(b.next_wait(t0, 0.99).map(ms), Some(99));
-        assert_eq!(b.next_wait(t0 + Duration::from_millis(100), 0.0), None);
-        assert_eq!(b.next_wait(t0 + Duration::from_secs(1), 0.0), None);
-        assert_eq!(b.remaining(t0 + Duration::from_secs(1)), Duration::ZERO);
-    }
-
     proptest! {
-        #[test]
-        fn waits_stay_in_their_window(
-            initial_ms in 1u64..500, max_ms in 1u64..5000, jitters in proptest::collection::vec(0.0f64..1.0, 1..30)
-        ) {
-            let t0 = Instant::now();
-            let policy = RetryPolicy { initial: Duration::from_millis(initial_ms), max: Duration::from_millis(max_ms.max(initial_ms)) };
-            let mut b = Backoff::new(policy, t0 + Duration::from_secs(3600));
-            let mut window = policy.initial;
-            let mut elapsed = Duration::ZERO;
-            for j in jitters {
-                let w = b.next_wait(t0 + elapsed, j).unwrap();
-                prop_assert!(w >= window / 2 && w <= window, "{w:?} outside {window:?}");
-                prop_assert!(w <= policy.max);
-                window = (window * 2).min(policy.max);
-                elapsed += w;
-            }
-        }
-
         #[test]
         fn jitter_is_in_range(_x in 0u8..8) {
             let j = jitter();

@@ -1,6 +1,9 @@
 //! What the node-lock client does after a failed attempt (pure): wait and try again, or
-//! give up with the error the caller sees. [`crate::node_lock_client`] drives it: one API
-//! round per attempt, then [`LockRetry::after`] with the clock and a jitter passed in.
+//! give up with the error the caller sees. The shell (plugin-core's `node_lock_client`)
+//! drives it: one API round per attempt, then [`LockRetry::after`] with the clock and a
+//! jitter passed in. A wait may end early when the shell learns the node's lock went (the
+//! scheduler's node informer wakes waiting binds); the next attempt then follows the same
+//! rules, so a wake-up changes when an attempt is made, never what it decides.
 //!
 //! The rules: a refusal retrying cannot fix ends at once; a transient error or a busy lock
 //! waits as [`Backoff`] says; at the deadline the error names a busy lock only when the
@@ -9,7 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::node_lock_client::{Backoff, LockError, RetryPolicy};
+use crate::backoff::{Backoff, RetryPolicy};
+use crate::outcome::LockError;
 
 /// How one attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]

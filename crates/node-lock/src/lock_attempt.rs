@@ -1,6 +1,6 @@
 //! One attempt at taking a node lock, as steps (pure): from the lock value read, either
 //! the outcome, a busy lock, a question for the API server (does the owner pod still
-//! exist?) or a write. [`crate::node_lock_client::NodeLockClient::acquire`] reads the node,
+//! exist?) or a write. The shell (plugin-core's `NodeLockClient::acquire`) reads the node,
 //! asks [`first_step`], asks the API server when told to and then [`after_owner_check`],
 //! and writes when told to.
 //!
@@ -9,10 +9,9 @@
 //! and never from a cache (a stale "gone" would double-book a GPU); a gone owner's lock is
 //! taken over.
 
-use hami_protocol::node_lock::{LockDecision, PodRef, decide};
-
 use crate::lock_retry::Attempt;
-use crate::node_lock_client::TakeOutcome;
+use crate::outcome::TakeOutcome;
+use crate::{LockDecision, PodRef, decide};
 
 /// How the attempt ends, once decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,7 +81,7 @@ fn step_of(decision: LockDecision, current: Option<&str>) -> Step {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hami_protocol::node_lock::{NodeLock, TakeOverReason};
+    use crate::{NodeLock, TakeOverReason};
     use proptest::prelude::*;
 
     const NOW: i64 = 1_780_000_000;
