@@ -9,10 +9,8 @@
 //! independently of our serde structs, so our serializer cannot agree with itself again.
 //! Both the typed rendering and Helm's rendering of the chart are checked.
 
-mod peers;
-
+use crate::peers::Case;
 use hami_manifests::settings::{KubeVersion, Settings, TlsMode};
-use peers::Case;
 use serde_json::{Value, json};
 
 /// The Go field types that occur in these structs.
@@ -279,7 +277,7 @@ fn the_schema_catches_the_shipped_bug_and_its_cousins() {
 
 #[test]
 fn the_typed_kube_scheduler_config_uses_only_upstream_fields() {
-    for kv in peers::kube_versions() {
+    for kv in crate::peers::kube_versions() {
         for tls in [TlsMode::Certgen, TlsMode::CertManager] {
             let mut s = Settings {
                 kube_version: KubeVersion::parse(&kv).unwrap(),
@@ -294,7 +292,7 @@ fn the_typed_kube_scheduler_config_uses_only_upstream_fields() {
 
 #[test]
 fn helms_rendering_of_the_config_uses_only_upstream_fields() {
-    let cases: Vec<Case> = peers::kube_versions()
+    let cases: Vec<Case> = crate::peers::kube_versions()
         .iter()
         .flat_map(|kv| {
             [
@@ -313,7 +311,7 @@ fn helms_rendering_of_the_config_uses_only_upstream_fields() {
             c
         })
         .collect();
-    let answer = peers::run(&cases, &[]);
+    let answer = crate::peers::run(&cases, &[]);
     for r in &answer.cases {
         assert!(r.error.is_none(), "{}: {:?}", r.name, r.error);
         let configs: Vec<String> = r

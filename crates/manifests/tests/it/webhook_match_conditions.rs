@@ -14,10 +14,8 @@
 //!   down, a plain pod is created; with the fallback set to Fail it is refused (so the
 //!   first half can fail).
 
-mod peers;
-
+use crate::peers::Case;
 use hami_protocol::names::{SCHEDULER_OWNED_ANNOTATIONS, managed_resources};
-use peers::Case;
 use serde_json::{Value, json};
 
 fn cel_eval(conditions: &[String], bindings: &[Value]) -> Vec<Value> {
@@ -288,7 +286,7 @@ fn bindings() -> Vec<Value> {
     out
 }
 
-fn webhooks(r: &peers::Rendered) -> Vec<Value> {
+fn webhooks(r: &crate::peers::Rendered) -> Vec<Value> {
     r.objects()
         .into_iter()
         .map(|(_, v)| v)
@@ -299,7 +297,7 @@ fn webhooks(r: &peers::Rendered) -> Vec<Value> {
         .clone()
 }
 
-fn webhook(r: &peers::Rendered) -> Value {
+fn webhook(r: &crate::peers::Rendered) -> Value {
     webhooks(r)[0].clone()
 }
 
@@ -314,7 +312,7 @@ fn expressions(hook: &Value) -> Vec<String> {
 
 #[test]
 fn match_conditions_send_exactly_the_pods_the_protocol_says() {
-    let answer = peers::run(
+    let answer = crate::peers::run(
         &[Case::new("defaults", "hami-system", "v1.33.0", json!({}))],
         &[],
     );
@@ -362,7 +360,7 @@ fn match_conditions_send_exactly_the_pods_the_protocol_says() {
 
 #[test]
 fn webhook_per_kube_version() {
-    let cases: Vec<Case> = peers::kube_versions()
+    let cases: Vec<Case> = crate::peers::kube_versions()
         .iter()
         .map(|kv| Case::new(kv, "hami-system", kv, json!({})))
         .chain([Case::new(
@@ -372,7 +370,7 @@ fn webhook_per_kube_version() {
             json!({"webhook": {"failurePolicyWithoutMatchConditions": "Fail"}}),
         )])
         .collect();
-    let answer = peers::run(&cases, &[]);
+    let answer = crate::peers::run(&cases, &[]);
     for (case, r) in cases.iter().zip(&answer.cases) {
         assert!(r.error.is_none(), "{:?}", r.error);
         let hook = webhook(r);
@@ -421,7 +419,7 @@ async fn create_plain_pod_with_scheduler_down(fallback: &str) -> Result<(), Stri
     let client = kube::Client::try_from(cfg).unwrap();
     // Helm's rendering for a server without matchConditions; the Service it points at has
     // no scheduler behind it (nothing listens at hami-scheduler.hami-system.svc).
-    let answer = peers::run(
+    let answer = crate::peers::run(
         &[Case::new(
             "1.27",
             "hami-system",

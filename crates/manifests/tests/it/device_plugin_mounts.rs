@@ -7,13 +7,11 @@
 //! paths those flags name inside that filesystem. Every GPU must register healthy: health
 //! opens `<dev-root>/dri/renderD<N>`, which a DaemonSet without the host's /dev cannot.
 
-mod peers;
-
 use std::path::{Path, PathBuf};
 
+use crate::peers::Case;
 use clap::Parser;
 use hami_manifests::{Settings, names};
-use peers::Case;
 use serde_json::{Value, json};
 
 /// Host paths that are not part of the fixture exist as empty directories.
@@ -127,7 +125,7 @@ fn device_plugin(objects: Vec<Value>) -> Value {
 
 #[test]
 fn every_gpu_registers_healthy_inside_the_rendered_daemonset() {
-    let answer = peers::run(
+    let answer = crate::peers::run(
         &[
             Case::new("defaults", "hami-system", "v1.33.0", json!({})),
             Case::new(

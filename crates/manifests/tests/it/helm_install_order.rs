@@ -10,11 +10,9 @@
 //! RBAC used to be ordinary objects: the pre-install Job waited for an account that Helm
 //! had not created yet, and `helm install` timed out.
 
-mod peers;
-
 use std::collections::BTreeSet;
 
-use peers::Case;
+use crate::peers::Case;
 use serde_json::{Value, json};
 
 /// Helm's `InstallOrder` (pkg/release/util/kind_sorter.go) for the kinds the chart uses.
@@ -164,7 +162,7 @@ fn replay(objects: &[Value], ns: &str, pre: &str, post: &str, upgrade: bool) -> 
 
 #[test]
 fn certgen_hooks_find_their_identity_on_install_and_upgrade() {
-    let answer = peers::run(
+    let answer = crate::peers::run(
         &[
             Case::new("certgen", "hami-system", "v1.33.0", json!({})),
             Case::new("certgen 1.27", "gpu", "v1.27.0", json!({})),
@@ -191,7 +189,7 @@ fn certgen_hooks_find_their_identity_on_install_and_upgrade() {
 #[test]
 fn the_replay_catches_rbac_that_is_not_a_hook() {
     // The chart as it shipped: the certgen ServiceAccount and bindings as ordinary objects.
-    let answer = peers::run(
+    let answer = crate::peers::run(
         &[Case::new("certgen", "hami-system", "v1.33.0", json!({}))],
         &[],
     );

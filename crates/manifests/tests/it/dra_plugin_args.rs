@@ -4,16 +4,14 @@
 //! (writable where it writes), at the host's own path where kubelet, the container
 //! runtime or a CDI spec names that path on the host.
 
-mod peers;
-
 use std::path::{Path, PathBuf};
 
+use crate::peers::Case;
 use clap::Parser;
 use hami_amdgpu_dra_plugin::args::Args;
 use hami_manifests::settings::{KubeVersion, Settings, Values};
 use hami_manifests::{Object, names, objects};
 use k8s_openapi::api::core::v1::{Container, PodSpec, VolumeMount};
-use peers::Case;
 use serde_json::{Value, json};
 
 /// A Kubernetes version that serves resource.k8s.io/v1.
@@ -36,7 +34,7 @@ fn variants() -> Vec<(&'static str, Value)> {
 
 fn settings(overrides: &Value) -> Settings {
     let mut merged = serde_json::to_value(Values::default()).unwrap();
-    peers::merge(&mut merged, overrides);
+    crate::peers::merge(&mut merged, overrides);
     Settings {
         values: Values::from_json(merged).unwrap(),
         kube_version: KubeVersion::parse(KUBE).unwrap(),
@@ -179,7 +177,7 @@ fn the_charts_dra_daemon_set_passes_flags_the_driver_parses() {
             ..Case::new(name, "hami-system", KUBE, values)
         })
         .collect();
-    let answer = peers::run(&cases, &[]);
+    let answer = crate::peers::run(&cases, &[]);
     for ((name, overrides), rendered) in variants().into_iter().zip(&answer.cases) {
         if let Some(e) = &rendered.error {
             panic!("{name}: Helm refused to render: {e}");
