@@ -24,7 +24,7 @@ use kube::Client;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::stack::NodeDriver;
+use crate::sim_node::NodeDriver;
 
 /// The two checkpoints of the DRA node, readable while the node runs: kubelet-sim's is
 /// replaced by rename (a reader sees a whole old or a whole new one); the driver's is a

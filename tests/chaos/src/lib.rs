@@ -3,12 +3,16 @@
 //! process so faults can reach inside (see README.md).
 
 pub mod chaos;
+mod controller;
 pub mod dra_node;
+mod injector;
 pub mod ledger;
 pub mod ledger_dra;
+mod ledger_loop;
 pub mod proxy;
 pub mod rng;
 pub mod schedule;
+mod sim_node;
 pub mod soak;
 pub mod stack;
 pub mod workload;

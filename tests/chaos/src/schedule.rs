@@ -111,6 +111,14 @@ pub fn plan(seed: u64, duration: Duration, mean_gap: Duration) -> Vec<Planned> {
     out
 }
 
+/// The mean gap at which `plan` fits every kind into `duration`: a gap is at most 1.5 × the
+/// mean, so `ALL.len()` of them end before `duration` when the mean is under
+/// `duration / (1.5 · ALL.len())`; never more than 2.5 s (the long runs' pace).
+pub fn gap_fitting_every_kind(duration: Duration) -> Duration {
+    let most = duration.as_millis() as u64 * 2 / (3 * FaultKind::ALL.len() as u64);
+    Duration::from_millis(most.saturating_sub(1).clamp(2, 2500))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,12 +145,29 @@ mod tests {
 
     #[test]
     fn the_ci_run_plans_every_kind() {
-        // tests/chaos.rs: 40 s of faults, 2.5 s apart on average; its default seed and more.
-        for seed in (0..2000u64).chain([0x4841_4d49_2018]) {
-            let p = plan(seed, Duration::from_secs(40), Duration::from_millis(2500));
-            let kinds: BTreeSet<FaultKind> = p.iter().map(|p| p.kind).collect();
-            assert_eq!(kinds.len(), FaultKind::ALL.len(), "seed {seed}: {p:?}");
+        // tests/it/chaos.rs: 20 s of faults in CI (40 s the former CI run, and longer runs by
+        // hand) at `gap_fitting_every_kind`; its default seed and more.
+        for seconds in [20, 40, 300] {
+            let duration = Duration::from_secs(seconds);
+            let gap = gap_fitting_every_kind(duration);
+            for seed in (0..2000u64).chain([0x4841_4d49_2018]) {
+                let p = plan(seed, duration, gap);
+                let kinds: BTreeSet<FaultKind> = p.iter().map(|p| p.kind).collect();
+                assert_eq!(
+                    kinds.len(),
+                    FaultKind::ALL.len(),
+                    "{seconds} s, seed {seed}: {p:?}"
+                );
+            }
         }
+        assert_eq!(
+            gap_fitting_every_kind(Duration::from_secs(20)),
+            Duration::from_millis(1110)
+        );
+        assert_eq!(
+            gap_fitting_every_kind(Duration::from_secs(300)),
+            Duration::from_millis(2500)
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::SignedDuration;
 use kube::api::{Api, ListParams};
 
-use crate::chaos::{Log, Shared, controller};
+use crate::controller::{Log, Shared, controller};
 use crate::stack::Stack;
 
 /// One sample of the whole process and its parts.
