@@ -176,7 +176,7 @@ impl<V: VendorAllocate> AllocateShell<V> {
         let mut unseen_owner = None;
         if let Some(owner) = owner
             && !pods.iter().any(|p| pod_ref(p) == owner)
-            && let Some(pod) = self.pods.get(&owner).await.unwrap_or_else(|e| {
+            && let Some(pod) = self.pods.owner(&owner).await.unwrap_or_else(|e| {
                 tracing::warn!("the node lock's owner: {e}");
                 None
             })

@@ -28,6 +28,11 @@ use crate::pod_choice::pod_ref;
 /// How long the first read waits for the watch's first list before it LISTs instead.
 const FIRST_SYNC: Duration = Duration::from_secs(5);
 
+/// How long a lock owner the watch has not shown is waited for before it is read by
+/// itself: kubelet may call as soon as it sees the pod bound, a moment before the watch
+/// here delivers the binding; an owner that is not bound yet never shows.
+const OWNER_WAIT: Duration = Duration::from_millis(500);
+
 /// The node's pods, watched.
 pub struct NodePods {
     client: kube::Client,
@@ -35,6 +40,8 @@ pub struct NodePods {
     store: Store<Pod>,
     written: Mutex<BTreeMap<PodRef, Pod>>,
     first_wait: tokio::sync::OnceCell<()>,
+    /// Woken at every event the watch delivers.
+    delivered: Arc<tokio::sync::Notify>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -57,12 +64,17 @@ impl NodePods {
             .default_backoff(),
         );
         let name = node.to_owned();
+        let delivered = Arc::new(tokio::sync::Notify::new());
+        let wake = delivered.clone();
         let task = tokio::spawn(async move {
             let mut last: Option<String> = None;
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(_) => last = None,
+                    Ok(_) => {
+                        last = None;
+                        wake.notify_waiters();
+                    }
                     Err(e) => {
                         let text = e.to_string();
                         // Said once per distinct error, not on every backoff retry.
@@ -80,6 +92,7 @@ impl NodePods {
             store,
             written: Mutex::new(BTreeMap::new()),
             first_wait: tokio::sync::OnceCell::new(),
+            delivered,
             task,
         })
     }
@@ -118,6 +131,22 @@ impl NodePods {
             .await
             .map_err(|e| format!("cannot list pods of node {node}: {}", api_error_text(&e)))?
             .items)
+    }
+
+    /// The lock's owner `pod`, which the pods read last did not show: from the watch if it
+    /// delivers it within a moment, else read from the API server (`None`: no such pod).
+    pub async fn owner(&self, pod: &PodRef) -> Result<Option<Pod>, String> {
+        let deadline = tokio::time::Instant::now() + OWNER_WAIT;
+        while self.ready().await {
+            let delivered = self.delivered.notified();
+            if let Some(p) = self.store.state().iter().find(|p| pod_ref(p) == *pod) {
+                return Ok(Some((**p).clone()));
+            }
+            if tokio::time::timeout_at(deadline, delivered).await.is_err() {
+                break;
+            }
+        }
+        self.get(pod).await
     }
 
     /// One pod read from the API server; `None` when it does not exist.
