@@ -81,9 +81,10 @@ pub fn device_plugin_cluster_rules(settings: &Settings) -> Vec<PolicyRule> {
     let mut rules = vec![
         // node_publisher.rs: read + annotate its Node; kube_shell.rs: node lock get + release.
         rule("", &["nodes"], &["get", "patch"], &[]),
-        // kube_shell.rs: pods of this node (list with spec.nodeName), the pending pod (get),
-        // cu-allocated + bind-phase (patch); node_publisher.rs: CUs in use (list).
-        rule("", &["pods"], &["get", "list", "patch"], &[]),
+        // plugin-core node_pods.rs: pods of this node (list + watch with spec.nodeName), a
+        // lock owner the watch has not shown (get); allocate_shell.rs: cu-allocated +
+        // bind-phase (patch); node_publisher.rs: CUs in use (list).
+        rule("", &["pods"], &["get", "list", "watch", "patch"], &[]),
     ];
     if settings.values.device_plugin.report_node_capacity {
         // node_publisher.rs: -report_node_capacity writes capacity/allocatable.
@@ -99,9 +100,9 @@ pub fn nvidia_device_plugin_cluster_rules(settings: &Settings) -> Vec<PolicyRule
         // node_publisher.rs: annotate its Node; plugin-core pod_commit.rs: node lock get +
         // release (patch).
         rule("", &["nodes"], &["get", "patch"], &[]),
-        // kube_shell.rs: the pending pod (get); plugin-core: the node's pods (list), the pod
-        // commit (patch).
-        rule("", &["pods"], &["get", "list", "patch"], &[]),
+        // plugin-core node_pods.rs: the node's pods (list + watch with spec.nodeName), a lock
+        // owner the watch has not shown (get); allocate_shell.rs: the pod commit (patch).
+        rule("", &["pods"], &["get", "list", "watch", "patch"], &[]),
     ];
     if settings.values.nvidia_device_plugin.report_node_capacity {
         // node_publisher.rs: --report-node-capacity writes capacity/allocatable.
