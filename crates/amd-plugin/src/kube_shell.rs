@@ -219,6 +219,8 @@ impl KubeAllocator {
         let dmem_job = match (&self.dmem, pod.metadata.uid.as_ref()) {
             (Some(writer), Some(uid)) => {
                 let limits = pod_limits(pod, devices).unwrap_or_else(|| plan.dmem.clone());
+                // The QoS class names the pod cgroup's one path (kubelet's naming).
+                let qos = crate::dmem::Qos::of_pod(pod);
                 (!limits.is_empty()).then(|| {
                     (
                         writer.clone(),
@@ -226,6 +228,7 @@ impl KubeAllocator {
                             pod_uid: uid.clone(),
                             limits,
                         },
+                        qos,
                     )
                 })
             }
@@ -238,9 +241,9 @@ impl KubeAllocator {
             hook_config: plan.hook_config,
             annotations,
             last: plan.last,
-            after_commit: dmem_job.map(|(writer, job)| {
+            after_commit: dmem_job.map(|(writer, job, qos)| {
                 Box::new(move || {
-                    writer.submit(job);
+                    writer.submit_with_qos(job, Some(qos));
                 }) as Box<dyn FnOnce() + Send>
             }),
         })
