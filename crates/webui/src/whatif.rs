@@ -317,7 +317,7 @@ pub fn admit(text: &str, limits: &Limits) -> Result<Admitted, Problem> {
 }
 
 /// What must hold for any form body, whatever its bytes (the `whatif_scenario` fuzz
-/// target's check, replayed over its corpus by `tests/whatif_corpus.rs`): decoded and
+/// target's check, replayed over its corpus by `tests/it/whatif_corpus.rs`): decoded and
 /// admitted under the default limits, it is a scenario within every limit, or a 400 or 413
 /// with a message. Panics otherwise.
 pub fn check_form_body(body: &[u8]) {

@@ -169,3 +169,38 @@ pub fn refused(requests: &[&RequestRecord]) -> Vec<String> {
         .map(|r| format!("{} {} {}", r.verb, r.resource, r.path))
         .collect()
 }
+
+/// Runs the test `name` (its path in the calling test binary, e.g.
+/// `least_privilege_nvidia::some_test`) again in a child process of that binary with `env`
+/// set, and returns `true` there, where the body runs; in the parent it waits for the
+/// child, fails with its output if it failed, and returns `false`. Why: a stand-in library
+/// loaded into the process (the NVML) reads its settings with `getenv`, and setting the
+/// environment while other tests' threads run is undefined behaviour; a child started with
+/// `Command::env` has them from its first instruction.
+pub fn in_child_with_env(name: &str, env: &[(&str, &std::ffi::OsStr)]) -> bool {
+    const MARKER: &str = "HAMI_IT_CHILD_TEST";
+    if std::env::var(MARKER).as_deref() == Ok(name) {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .envs(env.iter().copied())
+        .env(MARKER, name)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{name} in its child process failed:\n{text}"
+    );
+    // The child's harness says how many tests it ran: exactly this one, not a filter miss.
+    assert!(
+        text.contains("1 passed"),
+        "{name} did not run in the child:\n{text}"
+    );
+    false
+}

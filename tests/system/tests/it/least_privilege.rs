@@ -386,6 +386,7 @@ fn unused_grants(policy: &Policy, log: &[RequestRecord]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shipped_rbac_is_enough_and_every_verb_is_used() {
+    let _machine = crate::MACHINE.read().await;
     let shipped = rbac(&settings());
     let policy = policy_of(&shipped);
     let out = run_flow(shipped.clone(), true, |log| {
@@ -423,6 +424,7 @@ async fn shipped_rbac_is_enough_and_every_verb_is_used() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_missing_verb_fails_with_403() {
+    let _machine = crate::MACHINE.read().await;
     let mut rbac_objects = rbac(&settings());
     for o in &mut rbac_objects {
         if let Object::ClusterRole(r) = o

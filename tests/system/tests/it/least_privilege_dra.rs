@@ -554,6 +554,7 @@ fn unused_scheduler_dra_grants(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dra_driver_and_monitor_work_under_the_shipped_rbac_and_need_every_grant() {
+    let _machine = crate::MACHINE.read().await;
     let shipped = shipped_rbac();
     let policy = policy_of(&shipped);
     let ns = settings().namespace;
@@ -674,6 +675,7 @@ async fn dra_driver_and_monitor_work_under_the_shipped_rbac_and_need_every_grant
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_missing_dra_grant_fails_the_operation_that_needs_it() {
+    let _machine = crate::MACHINE.read().await;
     let rbac = without(
         shipped_rbac(),
         names::DRA_PLUGIN,

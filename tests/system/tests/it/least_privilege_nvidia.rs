@@ -18,8 +18,8 @@ use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
 use hami_protocol::names::{NVIDIA, pod as pod_keys};
 use hami_protocol::node_register::decode_node_devices;
 use hami_system_tests::{
-    SIM_KUBELET, admin_client, client_for, cluster_admin_for, create_node, refused, requests_of,
-    service_account_user, start_authed_server, to_values, wait_until,
+    SIM_KUBELET, admin_client, client_for, cluster_admin_for, create_node, in_child_with_env,
+    refused, requests_of, service_account_user, start_authed_server, to_values, wait_until,
 };
 use serde_json::json;
 
@@ -31,6 +31,20 @@ const RACE_ONLY: &[(&str, &str)] = &[("pods", "get")];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
+    let _machine = crate::MACHINE.read().await;
+    // XIDs for the stand-in NVML, which the plugin loads into this process, come from the
+    // file this variable names: the body runs in a child process started with it.
+    let parent_scratch = std::env::temp_dir().join(format!("hami-lp-nv-{}", std::process::id()));
+    let xid_file = parent_scratch.join("xids");
+    if !in_child_with_env(
+        "least_privilege_nvidia::nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more",
+        &[("FAKE_NVML_XID_FILE", xid_file.as_os_str())],
+    ) {
+        let _ = std::fs::remove_dir_all(&parent_scratch);
+        return;
+    }
+    let xid_file = std::path::PathBuf::from(std::env::var_os("FAKE_NVML_XID_FILE").unwrap());
+    let scratch = xid_file.parent().unwrap().to_path_buf();
     let mut s = Settings::default();
     s.values.nvidia_device_plugin.enabled = true;
     // The conditional nodes/status grant is shipped, so it is exercised too.
@@ -44,16 +58,11 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
     let plugin_client = client_for(&server, &ns, names::NVIDIA_DEVICE_PLUGIN).await;
     let kubelet = client_for(&server, "kube-system", SIM_KUBELET).await;
 
-    let scratch = std::env::temp_dir().join(format!("hami-lp-nv-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).unwrap();
-    // XIDs for the stand-in NVML, which the plugin loads into this process: written after
-    // the pod is committed (a critical XID on its GPU before would refuse the pod).
-    let xid_file = scratch.join("xids");
+    // The XIDs are written after the pod is committed (a critical XID on its GPU before
+    // would refuse the pod).
     std::fs::write(&xid_file, "").unwrap();
-    // SAFETY: this binary's only test sets it before it starts anything that reads the
-    // environment (the plugin, the kubelet stand-in); nothing else writes it.
-    unsafe { std::env::set_var("FAKE_NVML_XID_FILE", &xid_file) };
     let sockets = scratch.join("device-plugins");
     std::fs::create_dir_all(&sockets).unwrap();
     let sim = start_kubelet(sockets.clone(), NODE, kubelet).await;

@@ -297,6 +297,7 @@ fn check_least_privilege(mine: &[&RequestRecord], granted: &BTreeSet<(String, St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothing() {
+    let _machine = crate::MACHINE.read().await;
     let s = settings(true);
     let ns = s.namespace.clone();
     let (rbac, server) = server_for(&s).await;
@@ -368,6 +369,7 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webui_without_dra_holds_and_asks_for_no_dra_resource() {
+    let _machine = crate::MACHINE.read().await;
     let s = settings(false);
     let ns = s.namespace.clone();
     let (rbac, server) = server_for(&s).await;

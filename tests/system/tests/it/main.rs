@@ -1,0 +1,16 @@
+//! The whole-system tests, one binary: each component under its shipped ServiceAccount and
+//! RBAC against the embedded API server with authentication on (`least_privilege*`: AMD,
+//! NVIDIA — its body in a child process, the stand-in NVML's settings being environment —,
+//! the web UI, the DRA mode), and the web UI in Chromium against the demo's cluster
+//! (`browser`). Their shared setup is this package's library (`hami_system_tests`).
+
+mod browser;
+mod least_privilege;
+mod least_privilege_dra;
+mod least_privilege_nvidia;
+mod least_privilege_webui;
+
+/// The browser test runs the demo's whole cluster and Chromium: it holds this for writing,
+/// the least-privilege tests for reading, so it runs alone (each file was its own binary
+/// before, and those ran one after another).
+static MACHINE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
