@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use hami_protocol::dra::{AMD_MODE_DRA, AMD_MODE_LABEL, DRIVER};
 use hami_protocol::requests::pod_ref;
 use hami_report::dra_status::{self, DraDevice, DraNode, PodShare};
-use hami_scheduler::state::ClusterState;
+use hami_scheduler_core::state::ClusterState;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 
