@@ -23,12 +23,12 @@
 pub mod amdgpu_driver;
 pub mod cli;
 mod cluster;
-mod images;
-mod node_start;
 pub mod cuda_driver;
 pub mod dra_examples;
 pub mod dra_node;
 mod examples;
+mod images;
+mod node_start;
 mod report;
 mod report_dra;
 /// The monitors' readings (in the web UI crate, which `hami status --monitor` also uses).
