@@ -7,8 +7,10 @@ use hami_apiserver::rbac::{Policy, ResourceAttributes, UserInfo, authorize};
 use hami_manifests::Object;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
-/// A grant only a race exercises: (service account, API group, resource, verb). Name the
-/// code path that needs it beside the entry.
+/// A grant only a race exercises: (service account, API group, resource, verb). A run may
+/// or may not use it (the race is timing: plugin-core's pod watch may not yet have shown the
+/// lock owner); every other grant must be used. Name the code path that needs it beside the
+/// entry.
 pub type RaceOnly = (&'static str, &'static str, &'static str, &'static str);
 
 /// The RBAC part of `objs` as the authorizer's policy (other kinds are skipped).
@@ -78,9 +80,8 @@ fn is_race_only(race_only: &[RaceOnly], sa: &str, rule: &PolicyRule, verb: &str)
 }
 
 /// Every verb of every rule bound to one of `accounts` (service accounts in `ns`) that none
-/// of its requests in `log` needed (removing it denies nothing), or that is listed in
-/// `race_only` and was needed after all: empty when the grants are exactly what the
-/// components use.
+/// of its requests in `log` needed (removing it denies nothing) and that is not listed in
+/// `race_only`: empty when the grants are exactly what the components use.
 pub fn unused_grants(
     policy: &Policy,
     log: &[RequestRecord],
@@ -121,7 +122,7 @@ pub fn unused_grants_among(
                         &mut p.cluster_roles[ri].rules.as_mut().unwrap()[rule_i]
                     });
                     let race = is_race_only(race_only, sa, rule, verb);
-                    if used == race {
+                    if !used && !race {
                         unused.push(format!("{sa}: ClusterRole {} {:?} {:?} {verb} (used: {used}, listed as race-only: {race})", role.metadata.name.as_deref().unwrap(), rule.api_groups, rule.resources));
                     }
                 }
@@ -146,7 +147,7 @@ pub fn unused_grants_among(
                         &mut p.roles[ri].rules.as_mut().unwrap()[rule_i]
                     });
                     let race = is_race_only(race_only, sa, rule, verb);
-                    if used == race {
+                    if !used && !race {
                         unused.push(format!(
                             "{sa}: Role {} {:?} {:?} {verb} (used: {used}, listed as race-only: {race})",
                             role.metadata.name.as_deref().unwrap(),

@@ -5,7 +5,7 @@
 //! It publishes the node (annotation + capacity), and a pod placed the way the scheduler
 //! places it (annotations, node lock) is allocated and committed. Then: no request of the
 //! plugin was refused, and every verb the plugin's rules grant was used (the one grant only
-//! a race exercises, the lock owner's `get`, is named with its code path). An XID injected
+//! a race exercises, the lock owner's `get`, is named with its code path and may go unused). An XID injected
 //! through the stand-in NVML makes the plugin record its Node Event under the events Role.
 
 use std::collections::BTreeSet;
@@ -25,8 +25,8 @@ use serde_json::json;
 
 const NODE: &str = "nv-node-1";
 
-/// kube_shell.rs: the pod named by the node lock is read directly only when it is not (yet)
-/// among the pods listed for the node.
+/// plugin-core node_pods.rs: the pod named by the node lock is read directly only when the
+/// node's pod watch has not shown it within 500 ms (a run may or may not do so).
 const RACE_ONLY: &[(&str, &str)] = &[("pods", "get")];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,15 +200,11 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
         .map(|r| (r.resource.clone(), r.verb.clone()))
         .collect();
     for g in &granted {
+        // A race-only grant may or may not be used in a run; every other one must be.
         let race = RACE_ONLY.contains(&(g.0.as_str(), g.1.as_str()));
         assert!(
-            used.contains(g) != race,
-            "{g:?}: {} (used: {used:?})",
-            if race {
-                "listed as race-only but used: check it with the rest"
-            } else {
-                "granted but never used: drop it or say which code needs it"
-            }
+            race || used.contains(g),
+            "{g:?}: granted but never used: drop it or say which code needs it (used: {used:?})"
         );
     }
     // Nothing used outside the grants (the server would have refused, but say so plainly).
