@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 #   gcc, libc6-dev: cdylib linking and the C test programs of the hooks
 #   libamdhip64-dev, hipcc: the real ROCm HIP runtime (5.2.3) the HIP hook is tested against
 #   prometheus: promtool, which checks every metrics endpoint of a running `hami demo`
-#   chromium, chromium-driver: the web UI's browser test (crates/webui/tests/browser.rs)
+#   chromium, chromium-driver: the web UI's browser test (tests/system/tests/it/browser.rs)
 packages=(binutils util-linux gcc libc6-dev libamdhip64-dev hipcc prometheus chromium chromium-driver)
 missing=()
 for pkg in "${packages[@]}"; do

@@ -2,7 +2,7 @@
 //! upstream's JSON field names (k8s.io/api/resource/v1/types.go). Kept independent of the
 //! workspace's k8s-openapi feature (`v1_33` has no resource.k8s.io/v1). Fields we do not
 //! model are kept as raw JSON where a round trip needs them; quantities stay strings and are
-//! read with [`crate::quantity`]. `tests/upstream_json.rs` checks these names against
+//! read with [`crate::quantity`]. `tests/it/upstream_json.rs` checks these names against
 //! upstream-shaped objects.
 
 use std::collections::BTreeMap;

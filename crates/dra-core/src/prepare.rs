@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 
-use hami_amd_discovery::registration::RegisteredDevice;
 use hami_amd_core::allocate_plan::{CACHE_CONTAINER_DIR, CACHE_FILE, HOOK_CONFIG_DIR, MountPlan};
 use hami_amd_core::cu_choice::{CuChoiceError, choose_cus};
 use hami_amd_core::dmem_plan::{DmemLimit, container_dmem};
 use hami_amd_core::rocr_visible::rocr_visible_devices;
+use hami_amd_discovery::registration::RegisteredDevice;
 use hami_protocol::cu_list::{CuListError, CuSet, HsaCuMask};
 use hami_protocol::device_list::ContainerDevice;
 use hami_protocol::hook_config::{self, HookConfig};

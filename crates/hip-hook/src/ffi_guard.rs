@@ -4,6 +4,6 @@
 //! environment changes (README, "Internal errors"). The guard is
 //! `hami_kernel_locks::ffi_guard::Guard`, logging under this hook's tag; in debug builds only,
 //! `AMVGPU_TEST_PANIC_IN=<name>[,<name>…]` (or `*`, `<name>#<n>`) is its fault switch, for
-//! `tests/internal_errors.rs`.
+//! `tests/it/internal_errors.rs`.
 
 hami_kernel_locks::hook_guard!(crate::log::TAG, "AMVGPU_TEST_PANIC_IN");

@@ -38,7 +38,7 @@ pub const ROCM_5_1: c_int = 50_100_000;
 ///   hipMemLocation location; hipMemAllocationHandleType requestedHandleType;
 ///   hipMemAllocationType type; unsigned short usage; void* win32HandleMetaData;` →
 ///   `location` at 4, `location.id` at **8** (checked against the real 5.2 header by
-///   `tests/real_runtime.rs`).
+///   `tests/it/real_runtime.rs`).
 /// - ROCm 6.x (CUDA's order): `type; requestedHandleType; location; win32HandleMetaData;
 ///   allocFlags` → `location` at 8, `location.id` at **12**.
 pub fn allocation_prop_location_id(version: c_int) -> Option<usize> {

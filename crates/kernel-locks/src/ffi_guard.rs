@@ -7,7 +7,7 @@
 //!
 //! In a build with debug assertions (`cargo test`, `cargo build`; never the `--release` build
 //! the images ship), the guard's variable (`<name>[,<name>…]`, or `*`) makes the guard of those
-//! exports panic before their body runs, so each hook's `tests/internal_errors.rs` can check
+//! exports panic before their body runs, so each hook's `tests/it/internal_errors.rs` can check
 //! every export's fallback in a real process; `<name>#<n>` panics only the n-th time. A few
 //! [`Guard::fault_point`]s inside a hook's state (with its lock held) are named the same way, to
 //! poison it. A release build has no such code: no variable can make a production hook panic.

@@ -2,7 +2,7 @@
 //! one extender that filters and binds, managed resources ignored by kube-scheduler's own
 //! fit. kube-scheduler's config types are not in k8s-openapi, so they are typed here
 //! (field names as `kubescheduler.config.k8s.io/v1` spells them; kube-scheduler decodes
-//! its config strictly and case-sensitively, so `tests/upstream_config_schema.rs` checks
+//! its config strictly and case-sensitively, so `tests/it/upstream_config_schema.rs` checks
 //! every emitted field against an independent copy of the upstream Go types).
 
 use serde::Serialize;

@@ -1,7 +1,7 @@
 //! The hami-rs Kubernetes manifests as typed k8s-openapi values (so every object is checked
 //! when this crate compiles), their YAML rendering (`hami manifests`, `deploy/manifests/`),
 //! and the least-privilege RBAC rules of each component. The Helm chart in
-//! `deploy/helm/hami-rs/` says the same; `tests/chart_agreement.rs` renders it with Helm's
+//! `deploy/helm/hami-rs/` says the same; `tests/it/chart_agreement.rs` renders it with Helm's
 //! own engine (PyPI helm-python-sdk) and compares object by object.
 
 pub mod args;

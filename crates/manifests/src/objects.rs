@@ -42,7 +42,6 @@ use k8s_openapi::api::resource::v1::DeviceClass;
 
 use serde_json::Value;
 
-
 use crate::settings::{Settings, TlsMode};
 
 /// One object of the installation.

@@ -1,5 +1,5 @@
 //! Least privilege: the API calls each component's code makes, as RBAC rules. Each rule
-//! names the code that needs it; the end-to-end test (`tests/system/tests/least_privilege.rs`) runs the
+//! names the code that needs it; the end-to-end test (`tests/system/tests/it/least_privilege.rs`) runs the
 //! components under these rules on the embedded API server and checks both directions:
 //! nothing is denied, and every verb granted was used.
 

@@ -1,5 +1,5 @@
-//! The device plugins' end-to-end harness (`crates/amd-plugin/tests/e2e.rs`,
-//! `crates/nvidia-plugin/tests/e2e.rs`, their `allocate_latency` benches and the NVIDIA
+//! The device plugins' end-to-end harness (`crates/amd-plugin/tests/it/e2e/`,
+//! `crates/nvidia-plugin/tests/it/e2e.rs`, their `allocate_latency` benches and the NVIDIA
 //! full-stack test), written once for both vendors. A stand-in (`sim/`): the product crates
 //! take it as a dev-dependency only.
 //!

@@ -1,7 +1,7 @@
 //! Tests-only: the launcher of the cel-python peers, the real CEL implementation (PyPI
 //! `cel-python`, module `celpy`) that the CEL evaluators are checked against
 //! (`sim/structured-allocation/tests/it/selector_cel_peer.rs`,
-//! `sim/apiserver/tests/it/cel_peer.rs`, `crates/manifests/tests/webhook_match_conditions.rs`). Each test keeps its own peer
+//! `sim/apiserver/tests/it/cel_peer.rs`, `crates/manifests/tests/it/webhook_match_conditions.rs`). Each test keeps its own peer
 //! script, since what is evaluated differs; this starts it under `$HAMI_PYTHON` (default
 //! `python3`), writes the request as JSON on its stdin and parses its stdout as JSON.
 //!

@@ -5,7 +5,7 @@
 //! A killed replica's connections are cut, as the kernel closes a dead process's sockets;
 //! a connection to a replica that no longer leads is cut too once another one leads, so a
 //! kept-alive connection cannot pin kube-scheduler to a follower. (Followers forwarding to
-//! the leader is tested in the scheduler crate, `tests/ha_forwarding.rs`.)
+//! the leader is tested in the scheduler crate, `crates/scheduler/tests/it/ha_forwarding.rs`.)
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

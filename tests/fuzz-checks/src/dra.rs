@@ -9,12 +9,12 @@ use hami_amdgpu_dra_plugin::checkpoint::{Checkpoint, CheckpointError};
 use hami_deviceplugin_api::dra_v1::{NodePrepareResourcesRequest, NodeUnprepareResourcesRequest};
 use hami_dra_core::api::{Device, DeviceAttribute, DeviceCapacity};
 use hami_dra_core::prepare::{PrepareError, PrepareSettings, plan_prepare};
-use hami_structured_allocation::selector::{self, Cmp, Term};
 use hami_protocol::dra::{COMPUTE_UNITS, DRIVER, MAX_FIRST_AVAILABLE, MEMORY};
 use hami_protocol::names::AMD;
 use hami_protocol::requests::ContainerKind;
 use hami_scheduler::admission::{Admission, PodReview, WebhookConfig, review_pod_with};
 use hami_scheduler::dra_claims::{AmdMode, Shape, is_dns_label, shapes};
+use hami_structured_allocation::selector::{self, Cmp, Term};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::api::resource::v1::{
     CapacityRequirements, DeviceSelector, ResourceClaim, ResourceSlice,

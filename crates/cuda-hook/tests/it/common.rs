@@ -92,7 +92,7 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// `tests/c/fault_probe.c`: calls one export by name (tests/internal_errors.rs).
+/// `tests/c/fault_probe.c`: calls one export by name (tests/it/internal_errors.rs).
 pub fn fault_probe() -> PathBuf {
     static PROBE: OnceLock<PathBuf> = OnceLock::new();
     PROBE

@@ -1,4 +1,4 @@
-//! `hami plan` as a user runs it (`hami-demo --scenario`: sim/demo/tests/demo_cli.rs).
+//! `hami plan` as a user runs it (`hami-demo --scenario`: sim/demo/tests/it/demo_cli.rs).
 
 use std::process::Command;
 

@@ -4,7 +4,7 @@
 //! and the scheduler each second, and each panel query — its `$variables` set the way
 //! Grafana sets them for "All" — returns at least one series with a finite value through
 //! `/api/v1/query`. Needs root and util-linux (`unshare`) for the workloads, as
-//! tests/workloads.rs does.
+//! tests/it/workloads.rs does.
 
 use crate::common;
 

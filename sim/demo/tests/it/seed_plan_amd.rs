@@ -5,7 +5,7 @@
 //! process's share is gone within one refresh, and a two-GPU pod whose process reorders
 //! its devices (`HIP_VISIBLE_DEVICES=1,0`) has each share on the right GPU (the driver
 //! knows the render node, whatever index the runtime gave it). (The NVIDIA side is
-//! `crates/cuda-hook/tests/seed_plan.rs`.) Needs root and util-linux, as the demo's
+//! `crates/cuda-hook/tests/it/seed_plan.rs`.) Needs root and util-linux, as the demo's
 //! containers do.
 
 use crate::common;

@@ -16,8 +16,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
-mod common;
-use common::create;
+use crate::common::create;
 
 /// Waits (bounded: 20 s) until `f` holds.
 async fn until(what: &str, f: impl Fn() -> bool) {

@@ -1,5 +1,4 @@
 //! Helpers shared by the simulated kube-scheduler's integration tests.
-#![allow(dead_code)] // each test binary uses its own part
 
 use serde_json::{Value, json};
 

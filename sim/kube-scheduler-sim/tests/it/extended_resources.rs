@@ -17,8 +17,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-mod common;
-use common::{DRIVER, create, slice};
+use crate::common::{DRIVER, create, slice};
 
 fn count_pod(name: &str, n: u32) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",

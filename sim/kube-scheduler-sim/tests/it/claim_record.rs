@@ -18,8 +18,7 @@ use kube::api::Api;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-mod common;
-use common::{DRIVER, create, slice};
+use crate::common::{DRIVER, create, slice};
 
 /// The pod once bound, with its claim record and claims (within 20 s).
 async fn bound(
