@@ -3,10 +3,10 @@
 use serde_json::{Value, json};
 
 /// The AMD DRA driver's name.
-pub const DRIVER: &str = hami_dra_core::DRIVER;
+pub(crate) const DRIVER: &str = hami_dra_core::DRIVER;
 
 /// Creates `v` through `api`.
-pub async fn create<K>(api: &kube::Api<K>, v: Value)
+pub(crate) async fn create<K>(api: &kube::Api<K>, v: Value)
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
 {
@@ -20,7 +20,7 @@ where
 
 /// The node's ResourceSlice: one shared MI210-sized device (64Gi, 104 CUs, 10 shares), as
 /// the driver publishes it.
-pub fn slice(node: &str) -> Value {
+pub(crate) fn slice(node: &str) -> Value {
     json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
     "metadata": {"name": format!("{node}-{DRIVER}")},
     "spec": {"driver": DRIVER, "nodeName": node,
