@@ -9,7 +9,7 @@ use serde_json::Value;
 /// Input the user must fix; the CLI exits with status 2.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct InputError(pub String);
+pub(crate) struct InputError(pub String);
 
 impl From<hami_report::ReportError> for InputError {
     fn from(e: hami_report::ReportError) -> Self {
@@ -18,7 +18,7 @@ impl From<hami_report::ReportError> for InputError {
 }
 
 /// Reads `path` (`-` for stdin).
-pub fn read_source(path: &str) -> Result<String, InputError> {
+pub(crate) fn read_source(path: &str) -> Result<String, InputError> {
     let mut text = String::new();
     let result = if path == "-" {
         std::io::stdin().read_to_string(&mut text).map(|_| ())
@@ -39,7 +39,7 @@ pub fn read_source(path: &str) -> Result<String, InputError> {
 }
 
 /// Parses a `kind` object from JSON or YAML text.
-pub fn parse_object<T: DeserializeOwned>(text: &str, kind: &str) -> Result<T, InputError> {
+pub(crate) fn parse_object<T: DeserializeOwned>(text: &str, kind: &str) -> Result<T, InputError> {
     let trimmed = text.trim_start();
     if trimmed.is_empty() {
         return Err(InputError(format!(

@@ -2,11 +2,11 @@
 //! what a node registered. The reports are built by `hami_report` (shared with the web
 //! UI) and printed here as a table (or as JSON by the caller).
 
-pub use hami_report::{Asked, NodeReport, PodReport, node_report, pod_report};
+pub(crate) use hami_report::{Asked, NodeReport, PodReport, node_report, pod_report};
 
 use crate::table::{Table, shown};
 
-pub fn render_pod(report: &PodReport) -> String {
+pub(crate) fn render_pod(report: &PodReport) -> String {
     let mut out = format!("Pod {}/{}", shown(&report.namespace), shown(&report.name));
     if let Some(node) = &report.node {
         out.push_str(&format!("   node: {}", shown(node)));
@@ -89,7 +89,7 @@ pub fn render_pod(report: &PodReport) -> String {
     out
 }
 
-pub fn render_node(report: &NodeReport) -> String {
+pub(crate) fn render_node(report: &NodeReport) -> String {
     let mut out = format!("Node {}\n", shown(&report.name));
     if report.devices.is_empty() {
         out.push_str("no GPU registered (no hami.io/node-amd-register or hami.io/node-nvidia-register annotation)\n");

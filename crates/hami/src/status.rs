@@ -8,14 +8,14 @@ use std::path::PathBuf;
 
 use hami_protocol::names::Vendor;
 use hami_report::dra_status::DraNode;
-pub use hami_report::{StatusReport, status_report as build};
+pub(crate) use hami_report::{StatusReport, status_report as build};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 
 use crate::table::{Table, shown};
 
 #[derive(clap::Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// kubeconfig file; default: $KUBECONFIG, ~/.kube/config, then in-cluster.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -33,7 +33,7 @@ pub struct StatusArgs {
 
 /// One container's device as its node's monitor measures it now.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct PodUsage {
+pub(crate) struct PodUsage {
     pub pod: String,
     pub container: String,
     pub vdevice_index: String,
@@ -46,7 +46,7 @@ pub struct PodUsage {
 /// `StatusReport` plus the DRA nodes and the monitors' live readings (absent without
 /// `--monitor`).
 #[derive(Debug, serde::Serialize)]
-pub struct Status {
+pub(crate) struct Status {
     #[serde(flatten)]
     pub report: StatusReport,
     /// Nodes whose AMD GPUs are handed out by the DRA driver (issue 20).
@@ -59,7 +59,7 @@ pub struct Status {
 }
 
 /// Reads each monitor (a blocking scrape each, off the async threads).
-pub async fn live_usage(monitors: &[String]) -> (Vec<PodUsage>, Vec<String>) {
+pub(crate) async fn live_usage(monitors: &[String]) -> (Vec<PodUsage>, Vec<String>) {
     let urls = monitors.to_vec();
     tokio::task::spawn_blocking(move || {
         let mut live = hami_webui::live::Live::default();
@@ -90,7 +90,7 @@ pub async fn live_usage(monitors: &[String]) -> (Vec<PodUsage>, Vec<String>) {
 }
 
 /// The live section: per pod, container and device.
-pub fn render_usage(usage: &[PodUsage], errors: &[String]) -> String {
+pub(crate) fn render_usage(usage: &[PodUsage], errors: &[String]) -> String {
     let mut out = String::new();
     for e in errors {
         out.push_str(&format!("monitor unreadable: {}\n", shown(e)));
@@ -121,7 +121,7 @@ pub fn render_usage(usage: &[PodUsage], errors: &[String]) -> String {
 }
 
 /// The DRA section: per node and device, the shares the allocated claims hold.
-pub fn render_dra(nodes: &[DraNode], all: bool) -> String {
+pub(crate) fn render_dra(nodes: &[DraNode], all: bool) -> String {
     let mut out = String::new();
     for node in nodes {
         let idle = node.devices.iter().filter(|d| d.shares_used == 0).count();
@@ -203,7 +203,7 @@ pub fn render_dra(nodes: &[DraNode], all: bool) -> String {
 
 /// The device-plugin nodes' section (`dra_nodes`: how many DRA nodes the DRA section shows,
 /// so a DRA-only cluster is not told that no node registers GPUs).
-pub fn render(report: &StatusReport, all: bool, dra_nodes: usize) -> String {
+pub(crate) fn render(report: &StatusReport, all: bool, dra_nodes: usize) -> String {
     let mut out = String::new();
     if report.nodes.is_empty() && dra_nodes == 0 {
         out.push_str("No node registers GPUs (no hami.io/node-*-register annotation).\n");
@@ -317,7 +317,7 @@ async fn collect_dra(client: &kube::Client) -> anyhow::Result<(Vec<DraNode>, Opt
 
 /// Lists nodes, pods and scheduling events and builds the report; and the DRA section, or
 /// why it is missing (a warning for stderr).
-pub async fn collect(
+pub(crate) async fn collect(
     args: &StatusArgs,
 ) -> anyhow::Result<(StatusReport, Vec<DraNode>, Option<String>)> {
     let client = hami_scheduler::server::client(args.kubeconfig.as_deref()).await?;

@@ -16,7 +16,7 @@ const NOT_FOUND: u8 = 127;
 
 /// Replaces this process with `program` (beside this executable first, then on PATH) run
 /// with `args`; returns only when that cannot be done, having said why.
-pub fn run(program: &str, args: Vec<OsString>) -> ExitCode {
+pub(crate) fn run(program: &str, args: Vec<OsString>) -> ExitCode {
     let beside = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent().map(|dir| dir.join(program)));

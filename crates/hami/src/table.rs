@@ -10,13 +10,13 @@
 
 use std::borrow::Cow;
 
-pub struct Table {
+pub(crate) struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
-    pub fn new(header: &[&str]) -> Self {
+    pub(crate) fn new(header: &[&str]) -> Self {
         Self {
             header: header.iter().map(|h| h.to_string()).collect(),
             rows: Vec::new(),
@@ -24,7 +24,7 @@ impl Table {
     }
 
     /// Adds a row; each cell is [`shown`], so a cell is one line of printable text.
-    pub fn row(&mut self, cells: Vec<String>) {
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
         self.rows.push(
             cells
                 .into_iter()
@@ -36,7 +36,7 @@ impl Table {
         );
     }
 
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let columns = self.header.len();
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
         for row in &self.rows {
@@ -80,7 +80,7 @@ fn hidden(c: char) -> bool {
 /// `text` as it may be printed: each character of [`hidden`] written as a visible escape
 /// (`\e`, `\r`, `\n`, `\t`, `\0`, otherwise `\u{202e}` style), everything else as is.
 /// Borrowed when nothing needed escaping (the usual case).
-pub fn shown(text: &str) -> Cow<'_, str> {
+pub(crate) fn shown(text: &str) -> Cow<'_, str> {
     if !text.chars().any(hidden) {
         return Cow::Borrowed(text);
     }

@@ -6,6 +6,10 @@
 //! - [`sizing`], [`tracker`]: pure accounting helpers.
 //! - `ffi_guard`: the panic guard every exported body runs under (and, in test builds only,
 //!   the fault switch that proves it).
+// The C ABI this library exports is its public surface: `pub extern "C"` functions with
+// `#[no_mangle]`, reached by the dynamic linker, not by Rust paths; their ABI types are
+// `pub` for the same reason. `unreachable_pub` cannot see that, so it is off here only.
+#![allow(unreachable_pub)]
 
 pub mod audit;
 pub mod config;

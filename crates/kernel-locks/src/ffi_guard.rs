@@ -101,7 +101,7 @@ mod fault {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
     /// The list of exports to fail, from the environment.
-    pub struct Switch {
+    pub(super) struct Switch {
         /// The variable naming the exports whose guard panics.
         variable: &'static str,
         /// Read once: the list never changes under a running process.
@@ -111,7 +111,7 @@ mod fault {
     }
 
     impl Switch {
-        pub const fn new(variable: &'static str) -> Self {
+        pub(super) const fn new(variable: &'static str) -> Self {
             Self {
                 variable,
                 names: OnceLock::new(),
@@ -120,7 +120,7 @@ mod fault {
         }
 
         /// Panics if the list names `what` (and this is the n-th time, for `<name>#<n>`).
-        pub fn inject(&self, what: &str) {
+        pub(super) fn inject(&self, what: &str) {
             let names = self.names.get_or_init(|| std::env::var(self.variable).ok());
             if let Some(names) = names {
                 self.inject_from(names, what);

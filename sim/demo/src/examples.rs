@@ -2,15 +2,15 @@
 //! anywhere; `--examples DIR` submits a directory instead.
 
 /// What `--examples` says for the built-in examples (its default).
-pub const BUILT_IN_NAME: &str = "built-in";
+pub(crate) const BUILT_IN_NAME: &str = "built-in";
 
 /// Whether `--examples` names the built-in examples.
-pub fn is_built_in(dir: &std::path::Path) -> bool {
+pub(crate) fn is_built_in(dir: &std::path::Path) -> bool {
     dir.as_os_str() == BUILT_IN_NAME
 }
 
 /// `(file name, YAML)`, in file-name order.
-pub const BUILT_IN: &[(&str, &str)] = &[
+pub(crate) const BUILT_IN: &[(&str, &str)] = &[
     (
         "01-share-a.yaml",
         include_str!("../../../examples/01-share-a.yaml"),

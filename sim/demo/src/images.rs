@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// A library or program built with the workspace: beside this executable, in its `deps/`
 /// (cdylibs built as dependencies) or one level up (test binaries live in `deps/`).
-pub fn built(name: &str) -> Option<PathBuf> {
+pub(crate) fn built(name: &str) -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
     [
@@ -34,7 +34,7 @@ pub(crate) fn nvml_stand_in(workdir: &Path) -> Option<PathBuf> {
 /// The workload program of an installed demo: `hami-workload` beside this executable (the
 /// `hami-demo` package installs both). Not looked for in a build's other directories: a
 /// library user (a test) that wants processes names the program ([`Cluster::start_with`]).
-pub fn workload_program() -> Option<PathBuf> {
+pub(crate) fn workload_program() -> Option<PathBuf> {
     let beside = std::env::current_exe()
         .ok()?
         .parent()?

@@ -23,7 +23,7 @@ struct Row {
     util: String,
 }
 
-pub async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Result<String> {
+pub(crate) async fn render(cluster: &Cluster, submitted: &[Submitted]) -> anyhow::Result<String> {
     let pods: Api<Pod> = Api::all(cluster.client.clone());
     let all = pods.list(&ListParams::default()).await?.items;
     let mut text = String::new();
@@ -269,7 +269,7 @@ pub(crate) fn align(rows: &[Vec<String>]) -> String {
 /// Waits (at most `limit`) until every running GPU container's process shows in its node
 /// monitor's utilization, then for one more monitor refresh, so the tables do not show
 /// the first window, which holds only part of a process's life.
-pub async fn wait_for_live(
+pub(crate) async fn wait_for_live(
     cluster: &Cluster,
     limit: std::time::Duration,
     refresh: std::time::Duration,

@@ -13,13 +13,13 @@ use crate::live::Live;
 
 /// Every DRA node's devices and holders, read once per rendering.
 #[derive(Default)]
-pub struct DraView {
+pub(crate) struct DraView {
     nodes: Vec<DraNode>,
 }
 
 impl DraView {
     /// Lists the slices and claims and builds the view.
-    pub async fn read(client: &Client) -> anyhow::Result<Self> {
+    pub(crate) async fn read(client: &Client) -> anyhow::Result<Self> {
         let slices = Api::<ResourceSlice>::all(client.clone())
             .list(&ListParams::default())
             .await?
@@ -82,7 +82,7 @@ fn claim_containers(pods: &[Pod], pod: &str, claim: &str) -> Vec<String> {
 }
 
 /// The table of DRA node `name` (same columns as the device-plugin nodes').
-pub fn node_table(
+pub(crate) fn node_table(
     view: &DraView,
     name: &str,
     description: &str,

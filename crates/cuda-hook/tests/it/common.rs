@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub fn deps_dir() -> PathBuf {
+pub(crate) fn deps_dir() -> PathBuf {
     std::env::current_exe()
         .unwrap()
         .parent()
@@ -26,7 +26,7 @@ fn built(name: &str) -> PathBuf {
 
 /// `libvgpu.so` of this build; `VGPU_HOOK_LIBRARY` names another one (the benchmark's
 /// "before" figures run an older build against the same stand-in driver).
-pub fn hook_library() -> PathBuf {
+pub(crate) fn hook_library() -> PathBuf {
     match std::env::var_os("VGPU_HOOK_LIBRARY") {
         Some(path) => PathBuf::from(path),
         None => built("libvgpu.so"),
@@ -34,7 +34,7 @@ pub fn hook_library() -> PathBuf {
 }
 
 /// A directory laid out like the driver's lib dir.
-pub fn driver_dir() -> PathBuf {
+pub(crate) fn driver_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let exe = std::env::current_exe().unwrap();
@@ -72,7 +72,7 @@ fn compile_probe(name: &str, libs: &[&str]) -> PathBuf {
 }
 
 /// The C probe, linked against the stand-in driver like a CUDA application.
-pub fn probe() -> PathBuf {
+pub(crate) fn probe() -> PathBuf {
     static PROBE: OnceLock<PathBuf> = OnceLock::new();
     PROBE
         .get_or_init(|| compile_probe("cuda_probe", &["-lcuda", "-ldl", "-lpthread"]))
@@ -80,7 +80,7 @@ pub fn probe() -> PathBuf {
 }
 
 /// A fresh directory per test (region file, stand-in device state).
-pub fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
         "vgpu-{}-{name}-{}",
@@ -93,7 +93,7 @@ pub fn scratch(name: &str) -> PathBuf {
 }
 
 /// `tests/c/fault_probe.c`: calls one export by name (tests/it/internal_errors.rs).
-pub fn fault_probe() -> PathBuf {
+pub(crate) fn fault_probe() -> PathBuf {
     static PROBE: OnceLock<PathBuf> = OnceLock::new();
     PROBE
         .get_or_init(|| {
@@ -104,12 +104,12 @@ pub fn fault_probe() -> PathBuf {
 }
 
 /// The probe under the hook, with the stand-in devices of `scratch` and `env`.
-pub fn command(scratch: &Path, env: &[(&str, String)], args: &[&str]) -> Command {
+pub(crate) fn command(scratch: &Path, env: &[(&str, String)], args: &[&str]) -> Command {
     command_for(&probe(), scratch, env, args)
 }
 
 /// `program` under the hook, as [`command`] runs the probe.
-pub fn command_for(
+pub(crate) fn command_for(
     program: &Path,
     scratch: &Path,
     env: &[(&str, String)],
@@ -135,17 +135,17 @@ pub fn command_for(
 }
 
 /// The probe on the stand-in driver alone (no hook).
-pub fn plain_command(scratch: &Path, args: &[&str]) -> Command {
+pub(crate) fn plain_command(scratch: &Path, args: &[&str]) -> Command {
     let mut cmd = command(scratch, &[], args);
     cmd.env_remove("LD_PRELOAD");
     cmd
 }
 
-pub fn run(scratch: &Path, env: &[(&str, String)], args: &[&str]) -> (String, String) {
+pub(crate) fn run(scratch: &Path, env: &[(&str, String)], args: &[&str]) -> (String, String) {
     finish(command(scratch, env, args), args)
 }
 
-pub fn run_plain(scratch: &Path, args: &[&str]) -> (String, String) {
+pub(crate) fn run_plain(scratch: &Path, args: &[&str]) -> (String, String) {
     finish(plain_command(scratch, args), args)
 }
 
@@ -167,14 +167,14 @@ fn finish(mut command: Command, args: &[&str]) -> (String, String) {
 }
 
 /// Bytes the stand-in device 0 has in use (its own counter, not the hook's).
-pub fn device_used(scratch: &Path) -> u64 {
+pub(crate) fn device_used(scratch: &Path) -> u64 {
     let bytes = std::fs::read(scratch.join("devices.state")).unwrap_or_default();
     bytes
         .get(0..8)
         .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
 }
 
-pub fn device_peak(scratch: &Path) -> u64 {
+pub(crate) fn device_peak(scratch: &Path) -> u64 {
     let bytes = std::fs::read(scratch.join("devices.state")).unwrap_or_default();
     bytes
         .get(8..16)
@@ -184,7 +184,7 @@ pub fn device_peak(scratch: &Path) -> u64 {
 /// The stand-in driver's kernel side: answers each connection with the peer's pid in this
 /// (the host's) PID namespace, as the kernel tells a driver (`SO_PEERCRED`); a real driver
 /// reports host pids. Stops when the returned flag is set.
-pub fn serve_driver_socket(path: &Path) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+pub(crate) fn serve_driver_socket(path: &Path) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
     let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
     listener.set_nonblocking(true).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

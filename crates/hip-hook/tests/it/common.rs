@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub fn deps_dir() -> PathBuf {
+pub(crate) fn deps_dir() -> PathBuf {
     std::env::current_exe()
         .unwrap()
         .parent()
@@ -19,20 +19,20 @@ pub fn deps_dir() -> PathBuf {
         .to_path_buf()
 }
 
-pub fn hook_library() -> PathBuf {
+pub(crate) fn hook_library() -> PathBuf {
     let path = deps_dir().join("libamvgpu.so");
     assert!(path.exists(), "{} was not built", path.display());
     path
 }
 
-pub fn stand_in_library() -> PathBuf {
+pub(crate) fn stand_in_library() -> PathBuf {
     let path = deps_dir().join("libamdhip64.so");
     assert!(path.exists(), "{} was not built", path.display());
     path
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Binding {
+pub(crate) enum Binding {
     /// `-z lazy`: HIP symbols are bound on first call.
     Lazy,
     /// `-z now`: bound at start-up (what Rust and many distributions build).
@@ -40,7 +40,7 @@ pub enum Binding {
 }
 
 /// A directory laid out like ROCm's lib dir: `libamdhip64.so.6` and `libamdhip64.so`.
-pub fn runtime_dir() -> PathBuf {
+pub(crate) fn runtime_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let exe = std::env::current_exe().unwrap();
@@ -57,7 +57,7 @@ pub fn runtime_dir() -> PathBuf {
 }
 
 /// The C test program, compiled once per binding.
-pub fn probe(binding: Binding) -> PathBuf {
+pub(crate) fn probe(binding: Binding) -> PathBuf {
     static LAZY: OnceLock<PathBuf> = OnceLock::new();
     static NOW: OnceLock<PathBuf> = OnceLock::new();
     let cell = if binding == Binding::Lazy {
@@ -98,7 +98,7 @@ pub fn probe(binding: Binding) -> PathBuf {
 }
 
 /// `tests/c/hip_dlopen.c`: links no runtime, opens runtimes by path.
-pub fn dlopen_probe() -> PathBuf {
+pub(crate) fn dlopen_probe() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
@@ -119,7 +119,7 @@ pub fn dlopen_probe() -> PathBuf {
 
 /// `tests/c/rocr_part.c` as a shared object: a runtime part (it defines `hsa_init`) whose
 /// `getenv`/`secure_getenv` calls the hook answers.
-pub fn runtime_part() -> PathBuf {
+pub(crate) fn runtime_part() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
@@ -139,7 +139,7 @@ pub fn runtime_part() -> PathBuf {
 
 /// A copy (its own inode, so the linker loads it as a separate object) of the stand-in
 /// runtime at `dir/name`.
-pub fn runtime_copy(dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn runtime_copy(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::copy(stand_in_library(), &path).unwrap();
     path
@@ -148,7 +148,7 @@ pub fn runtime_copy(dir: &Path, name: &str) -> PathBuf {
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh scratch directory for one test.
-pub fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("amvgpu-{}-{name}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -157,13 +157,13 @@ pub fn scratch(name: &str) -> PathBuf {
 }
 
 /// A probe invocation with a clean environment.
-pub struct Run {
+pub(crate) struct Run {
     pub command: Command,
 }
 
 impl Run {
     /// `hooked`: with `LD_AUDIT` set to the hook. The region lives in `dir`.
-    pub fn new(binding: Binding, dir: &Path, hooked: bool) -> Run {
+    pub(crate) fn new(binding: Binding, dir: &Path, hooked: bool) -> Run {
         let mut command = Command::new(probe(binding));
         command
             .env_clear()
@@ -178,18 +178,18 @@ impl Run {
         Run { command }
     }
 
-    pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Run {
+    pub(crate) fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Run {
         self.command.env(key, value);
         self
     }
 
-    pub fn run(mut self, args: &[&str]) -> Output {
+    pub(crate) fn run(mut self, args: &[&str]) -> Output {
         self.command.args(args).output().unwrap()
     }
 }
 
 /// The probe's result lines, `(operation, values)`.
-pub fn lines(output: &Output) -> Vec<(String, Vec<i64>)> {
+pub(crate) fn lines(output: &Output) -> Vec<(String, Vec<i64>)> {
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| {
@@ -201,19 +201,19 @@ pub fn lines(output: &Output) -> Vec<(String, Vec<i64>)> {
 }
 
 /// The first value (the HIP error code) of each line, in order.
-pub fn codes(output: &Output) -> Vec<i64> {
+pub(crate) fn codes(output: &Output) -> Vec<i64> {
     lines(output)
         .iter()
         .map(|(_, values)| values.first().copied().unwrap_or(-1))
         .collect()
 }
 
-pub fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// The stand-in's device counters (`FAKE_HIP_SHARED_STATE`): `(used, peak)` of `device`.
-pub fn stand_in_counters(state: &Path, device: usize) -> (u64, u64) {
+pub(crate) fn stand_in_counters(state: &Path, device: usize) -> (u64, u64) {
     let bytes = std::fs::read(state).unwrap();
     let at = device * 16;
     (

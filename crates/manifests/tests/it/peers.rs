@@ -14,16 +14,16 @@ use std::process::{Command, Stdio};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-pub fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-pub fn chart_dir() -> PathBuf {
+pub(crate) fn chart_dir() -> PathBuf {
     repo().join("deploy/helm/hami-rs")
 }
 
 /// Every Kubernetes minor version the installation supports, as Helm's `--kube-version`.
-pub fn kube_versions() -> Vec<String> {
+pub(crate) fn kube_versions() -> Vec<String> {
     hami_manifests::settings::SUPPORTED_MINORS
         .map(|m| format!("v1.{m}.0"))
         .collect()
@@ -31,7 +31,7 @@ pub fn kube_versions() -> Vec<String> {
 
 /// One `helm template` / `helm lint` run.
 #[derive(Debug, Clone)]
-pub struct Case {
+pub(crate) struct Case {
     pub name: String,
     pub namespace: String,
     pub kube_version: String,
@@ -43,7 +43,7 @@ pub struct Case {
 }
 
 impl Case {
-    pub fn new(name: &str, namespace: &str, kube_version: &str, values: Value) -> Case {
+    pub(crate) fn new(name: &str, namespace: &str, kube_version: &str, values: Value) -> Case {
         Case {
             name: name.into(),
             namespace: namespace.into(),
@@ -57,7 +57,7 @@ impl Case {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub helm_sdk_version: String,
     pub validator_versions: Vec<String>,
     pub parsed_sets: Vec<Vec<Value>>,
@@ -65,14 +65,14 @@ pub struct Answer {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct Problem {
+pub(crate) struct Problem {
     pub object: String,
     pub version: String,
     pub error: String,
 }
 
 #[derive(Debug, Deserialize)]
-pub struct Rendered {
+pub(crate) struct Rendered {
     pub name: String,
     #[serde(default)]
     pub error: Option<String>,
@@ -92,7 +92,7 @@ pub struct Rendered {
 
 impl Rendered {
     /// Every rendered object (NOTES.txt left out), in template order.
-    pub fn objects(&self) -> Vec<(String, Value)> {
+    pub(crate) fn objects(&self) -> Vec<(String, Value)> {
         let mut out = Vec::new();
         for (path, text) in &self.manifests {
             if !path.ends_with(".yaml") {
@@ -126,7 +126,7 @@ impl Rendered {
 
     /// Panics unless Helm rendered, `helm lint --strict` found nothing above info, and every
     /// object with an upstream schema validated.
-    pub fn assert_clean(&self) {
+    pub(crate) fn assert_clean(&self) {
         if let Some(e) = &self.error {
             panic!("{}: Helm refused to render: {e}", self.name);
         }
@@ -172,7 +172,7 @@ impl Rendered {
 
 /// Runs the peers on `cases`; `parse_sets` are `(set | set-string, expression)` pairs for
 /// Helm's own parser.
-pub fn run(cases: &[Case], parse_sets: &[Vec<(String, String)>]) -> Answer {
+pub(crate) fn run(cases: &[Case], parse_sets: &[Vec<(String, String)>]) -> Answer {
     let python = std::env::var("HAMI_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/helm_peer.py");
     let request = json!({
@@ -212,11 +212,11 @@ pub fn run(cases: &[Case], parse_sets: &[Vec<(String, String)>]) -> Answer {
 }
 
 /// A documented command line, its namespace and its `(set | set-string, expression)` pairs.
-pub type DocumentedCommand = (String, String, Vec<(String, String)>);
+pub(crate) type DocumentedCommand = (String, String, Vec<(String, String)>);
 
 /// `--set`/`--set-string` expressions and the namespace of every `helm install`/`helm
 /// upgrade` command in docs/install.md (continuation lines joined), with the command itself.
-pub fn documented_helm_commands() -> Vec<DocumentedCommand> {
+pub(crate) fn documented_helm_commands() -> Vec<DocumentedCommand> {
     let text = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
     let joined = text.replace("\\\n", " ");
     let mut out = Vec::new();
@@ -263,7 +263,7 @@ pub fn documented_helm_commands() -> Vec<DocumentedCommand> {
 }
 
 /// Deep merge of `b` into `a` (what Helm does with several `--set` flags).
-pub fn merge(a: &mut Value, b: &Value) {
+pub(crate) fn merge(a: &mut Value, b: &Value) {
     match (a, b) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, v) in b {

@@ -2,11 +2,11 @@
 //! HAMi-core (and its CUDA sampler) would. The offsets are literals here on purpose:
 //! the tests must not share constants with the reader they check.
 
-pub const MAGIC: i32 = 19_920_718;
+pub(crate) const MAGIC: i32 = 19_920_718;
 
 /// One process slot to write.
 #[derive(Clone, Copy, Default)]
-pub struct Proc {
+pub(crate) struct Proc {
     pub pid: i32,
     pub hostpid: i32,
     pub status: i32,
@@ -21,7 +21,7 @@ fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
 }
 
 /// A v1 region (1.1 or 1.2), `sizeof + 1` bytes as HAMi-core writes it.
-pub fn v1_region(
+pub(crate) fn v1_region(
     minor: u32,
     uuids: &[&str],
     limits: &[u64],
@@ -65,7 +65,7 @@ pub fn v1_region(
 }
 
 /// A v0 region (no version words), `sizeof + 1` bytes.
-pub fn v0_region(uuids: &[&str], limits: &[u64], procs: &[Proc]) -> Vec<u8> {
+pub(crate) fn v0_region(uuids: &[&str], limits: &[u64], procs: &[Proc]) -> Vec<u8> {
     let mut b = vec![0u8; 1_197_896 + 1];
     put(&mut b, 0, &MAGIC.to_le_bytes());
     put(&mut b, 4, &1i32.to_le_bytes()); // sm_init_flag
@@ -96,7 +96,7 @@ pub fn v0_region(uuids: &[&str], limits: &[u64], procs: &[Proc]) -> Vec<u8> {
     b
 }
 
-pub fn proc(hostpid: i32, status: i32, dev_used: [(usize, u64); 2], sm: [(usize, u64); 2]) -> Proc {
+pub(crate) fn proc(hostpid: i32, status: i32, dev_used: [(usize, u64); 2], sm: [(usize, u64); 2]) -> Proc {
     Proc {
         pid: hostpid % 1000 + 1,
         hostpid,
@@ -112,7 +112,7 @@ pub fn proc(hostpid: i32, status: i32, dev_used: [(usize, u64); 2], sm: [(usize,
 /// returns `false`. Why: the stand-in libraries this process loads read their settings with
 /// `getenv`, and setting the environment while other tests' threads run is undefined
 /// behaviour; a child started with `Command::env` has them from its first instruction.
-pub fn in_child_with_env(name: &str, env: &[(&str, &std::ffi::OsStr)]) -> bool {
+pub(crate) fn in_child_with_env(name: &str, env: &[(&str, &std::ffi::OsStr)]) -> bool {
     const MARKER: &str = "HAMI_IT_CHILD_TEST";
     if std::env::var(MARKER).as_deref() == Ok(name) {
         return true;

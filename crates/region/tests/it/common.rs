@@ -12,11 +12,11 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 static SPAWNS: RwLock<()> = RwLock::new(());
 
 /// Held by a test that spawns processes, for its whole run.
-pub fn spawning() -> RwLockWriteGuard<'static, ()> {
+pub(crate) fn spawning() -> RwLockWriteGuard<'static, ()> {
     SPAWNS.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Held by a test whose sessions' locks must go when they are dropped.
-pub fn no_spawns() -> RwLockReadGuard<'static, ()> {
+pub(crate) fn no_spawns() -> RwLockReadGuard<'static, ()> {
     SPAWNS.read().unwrap_or_else(PoisonError::into_inner)
 }

@@ -22,17 +22,17 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// The AMD plugin's register annotation for one MI210 split 10 ways.
-pub const AMD_REGISTER: &str = r#"[{"id":"G","count":10,"devmem":1000,"devcore":100,"type":"AMD Instinct MI210","health":true}]"#;
+pub(crate) const AMD_REGISTER: &str = r#"[{"id":"G","count":10,"devmem":1000,"devcore":100,"type":"AMD Instinct MI210","health":true}]"#;
 
 /// The embedded API server (no authentication) and an anonymous client of it.
-pub async fn api() -> (RunningApiServer, Client) {
+pub(crate) async fn api() -> (RunningApiServer, Client) {
     let api = ApiServer::start(Config::default()).await.unwrap();
     let client = Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
     (api, client)
 }
 
 /// Creates the Node `n` from `metadata` (its `name` set here) and `status` (none if null).
-pub async fn create_node(client: &Client, mut metadata: Value, status: Value) -> Node {
+pub(crate) async fn create_node(client: &Client, mut metadata: Value, status: Value) -> Node {
     metadata["name"] = json!("n");
     let mut node = json!({"apiVersion": "v1", "kind": "Node", "metadata": metadata});
     if !status.is_null() {
@@ -47,7 +47,7 @@ pub async fn create_node(client: &Client, mut metadata: Value, status: Value) ->
 
 /// The API server with node `n`: registered by the AMD plugin ([`AMD_REGISTER`]) and with
 /// kubelet reporting its 10 `amd.com/gpu`.
-pub async fn cluster() -> (RunningApiServer, Client) {
+pub(crate) async fn cluster() -> (RunningApiServer, Client) {
     let (api, client) = api().await;
     create_node(
         &client,
@@ -60,7 +60,7 @@ pub async fn cluster() -> (RunningApiServer, Client) {
 
 /// What kubelet reports for node `n`: `count` of `amd.com/gpu` as capacity and allocatable
 /// (0 once the vendor's device plugin is gone).
-pub async fn kubelet_reports(client: &Client, count: &str) {
+pub(crate) async fn kubelet_reports(client: &Client, count: &str) {
     let caps = json!({"amd.com/gpu": count});
     Api::<Node>::all(client.clone())
         .patch_status(
@@ -73,7 +73,7 @@ pub async fn kubelet_reports(client: &Client, count: &str) {
 }
 
 /// Creates the pod `default/<name>` asking hami-scheduler for one AMD slice of 100 MiB.
-pub async fn create_gpu_pod(client: &Client, name: &str) -> Pod {
+pub(crate) async fn create_gpu_pod(client: &Client, name: &str) -> Pod {
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default"},
@@ -88,7 +88,7 @@ pub async fn create_gpu_pod(client: &Client, name: &str) -> Pod {
 }
 
 /// A scheduler with the default settings that is always the leader.
-pub fn start_scheduler(client: &Client) -> Arc<Scheduler> {
+pub(crate) fn start_scheduler(client: &Client) -> Arc<Scheduler> {
     Scheduler::start(
         client.clone(),
         Settings::default(),
@@ -97,17 +97,17 @@ pub fn start_scheduler(client: &Client) -> Arc<Scheduler> {
 }
 
 /// Filter's arguments for `pod` on node `n` alone.
-pub fn filter_args(pod: &Pod) -> ExtenderArgs {
+pub(crate) fn filter_args(pod: &Pod) -> ExtenderArgs {
     serde_json::from_value(json!({"pod": pod, "nodenames": ["n"]})).unwrap()
 }
 
 /// A directory of its own under the system temp dir (the process id and the clock's
 /// nanoseconds in its name), removed with what is in it when dropped.
-pub struct TempDir(pub PathBuf);
+pub(crate) struct TempDir(pub PathBuf);
 
 impl TempDir {
     /// A new name starting with `prefix` (the directory is made by whoever writes there).
-    pub fn new(prefix: &str) -> TempDir {
+    pub(crate) fn new(prefix: &str) -> TempDir {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -124,13 +124,13 @@ impl Drop for TempDir {
 
 /// [`api`] with rustls' ring provider installed first: the API server calls the webhook, and
 /// the simulated kube-scheduler the extender, over HTTPS.
-pub async fn tls_api() -> (RunningApiServer, Client) {
+pub(crate) async fn tls_api() -> (RunningApiServer, Client) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     api().await
 }
 
 /// A client of `api` acting as the ServiceAccount `service_account` where the chart installs.
-pub fn as_component(api: &RunningApiServer, service_account: &str) -> Client {
+pub(crate) fn as_component(api: &RunningApiServer, service_account: &str) -> Client {
     client_as(
         &api.url(),
         &component_user(&hami_manifests::Settings::default(), service_account),
@@ -139,7 +139,7 @@ pub fn as_component(api: &RunningApiServer, service_account: &str) -> Client {
 }
 
 /// The embedded API server with the scheduler in front of it, as installed.
-pub struct Front {
+pub(crate) struct Front {
     /// The API server.
     pub api: RunningApiServer,
     /// An anonymous (admin) client of it.
@@ -158,7 +158,7 @@ pub struct Front {
 /// Fail) pointed at it, the certificate in a [`TempDir`] named from `tls_dir_prefix`; spawns
 /// the simulated kube-scheduler calling its extender, as `kube_scheduler` makes it of the
 /// plain one; and waits (bounded) until the scheduler has synced.
-pub async fn start_front(
+pub(crate) async fn start_front(
     (api, client): (RunningApiServer, Client),
     settings: &Settings,
     tls_dir_prefix: &str,
@@ -197,7 +197,7 @@ pub async fn start_front(
 }
 
 /// Waits (bounded: 20 s) until `f` holds.
-pub async fn wait<F, Fut>(what: &str, f: F)
+pub(crate) async fn wait<F, Fut>(what: &str, f: F)
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = bool>,

@@ -3,20 +3,20 @@
 
 use hami_apiserver::{ApiServer, Config, RunningApiServer};
 
-pub async fn start() -> RunningApiServer {
+pub(crate) async fn start() -> RunningApiServer {
     start_with(Config::default()).await
 }
 
-pub async fn start_with(config: Config) -> RunningApiServer {
+pub(crate) async fn start_with(config: Config) -> RunningApiServer {
     ApiServer::start(config).await.expect("server starts")
 }
 
-pub fn client(server: &RunningApiServer) -> kube::Client {
+pub(crate) fn client(server: &RunningApiServer) -> kube::Client {
     let cfg = kube::Config::new(server.url().parse().expect("url"));
     kube::Client::try_from(cfg).expect("client")
 }
 
-pub fn pod(name: &str) -> k8s_openapi::api::core::v1::Pod {
+pub(crate) fn pod(name: &str) -> k8s_openapi::api::core::v1::Pod {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -27,7 +27,7 @@ pub fn pod(name: &str) -> k8s_openapi::api::core::v1::Pod {
 }
 
 /// Polls `f` until it returns true or 10 s pass.
-pub async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
+pub(crate) async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while std::time::Instant::now() < deadline {
         if f().await {
@@ -40,7 +40,7 @@ pub async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
 
 /// One raw HTTP/1.1 request (`Connection: close`): the status and the body. For what
 /// kube-rs cannot send (wrong JSON types, protobuf, hand-made patches).
-pub async fn http(
+pub(crate) async fn http(
     server: &RunningApiServer,
     method: &str,
     path: &str,
@@ -98,7 +98,7 @@ pub async fn http(
 }
 
 /// `http` with a JSON body; the answer parsed as JSON (Null if it is not JSON).
-pub async fn http_json(
+pub(crate) async fn http_json(
     server: &RunningApiServer,
     method: &str,
     path: &str,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use hami_demo::DemoArgs;
 
 /// A fresh, empty `<tmp>/hami-<name>-<pid>`.
-pub fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("hami-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -15,7 +15,7 @@ pub fn scratch(name: &str) -> PathBuf {
 
 /// `hami demo --once` with the API server and the UI on free ports, the pods of `examples`
 /// (a directory, or `built-in`) settling for at most 20 s, its kubeconfig written in `dir`.
-pub fn once_args(examples: PathBuf, dir: &Path) -> DemoArgs {
+pub(crate) fn once_args(examples: PathBuf, dir: &Path) -> DemoArgs {
     DemoArgs {
         once: true,
         api_listen: "127.0.0.1:0".parse().unwrap(),
@@ -30,7 +30,7 @@ pub fn once_args(examples: PathBuf, dir: &Path) -> DemoArgs {
 
 /// The demo cluster of `args` whose app containers run this package's `hami-workload`
 /// program (where the machine allows: root and util-linux), reporting to `progress`.
-pub async fn start_running_workloads(
+pub(crate) async fn start_running_workloads(
     args: &DemoArgs,
     progress: &mut hami_demo::Progress<'_>,
 ) -> hami_demo::Cluster {
@@ -43,4 +43,4 @@ pub async fn start_running_workloads(
 /// One demo cluster at a time in this binary, held for a test's whole run: a cluster is the
 /// whole system, and two at once on a small machine miss each other's bounded waits (each
 /// test was its own binary before, and those ran one after another).
-pub static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -12,7 +12,7 @@ mod fake_exporter {
     /// A stand-in for the AMD device-metrics exporter: serves `List` over its unix socket
     /// with whatever health the test sets.
     #[derive(Clone, Default)]
-    pub struct Exporter(pub Arc<Mutex<Vec<(String, String)>>>);
+    pub(super) struct Exporter(pub Arc<Mutex<Vec<(String, String)>>>);
 
     #[tonic::async_trait]
     impl MetricsService for Exporter {
@@ -42,7 +42,7 @@ mod fake_exporter {
         }
     }
 
-    pub fn serve(path: &std::path::Path, exporter: Exporter) -> tokio::task::JoinHandle<()> {
+    pub(super) fn serve(path: &std::path::Path, exporter: Exporter) -> tokio::task::JoinHandle<()> {
         let incoming = hami_deviceplugin_api::bind_unix(path).unwrap();
         tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
