@@ -96,7 +96,12 @@ pub(crate) fn v0_region(uuids: &[&str], limits: &[u64], procs: &[Proc]) -> Vec<u
     b
 }
 
-pub(crate) fn proc(hostpid: i32, status: i32, dev_used: [(usize, u64); 2], sm: [(usize, u64); 2]) -> Proc {
+pub(crate) fn proc(
+    hostpid: i32,
+    status: i32,
+    dev_used: [(usize, u64); 2],
+    sm: [(usize, u64); 2],
+) -> Proc {
     Proc {
         pid: hostpid % 1000 + 1,
         hostpid,
