@@ -10,8 +10,9 @@
 //! pods asking for an extended resource a DeviceClass maps: KEP-5004,
 //! `extended_resources.rs`): the resourceclaim
 //! controller's part (`claim_controller.rs`: claims from templates, freeing when pods go),
-//! and the `DynamicResources` plugin's (`dra.rs`, the shell; `dra_placement.rs`, the pure
-//! choice of node and allocations). Their module docs name what they do not model.
+//! and the `DynamicResources` plugin's (`dra.rs` and `dra/`, the shell: informers and assume
+//! cache, scheduling cycle, binding cycle; `dra_placement.rs`, the pure choice of node and
+//! allocations). Their module docs name what they do not model.
 //!
 //! Idle, it sleeps until something can change a decision: an informer event (pods, nodes,
 //! and the DRA kinds), the end of a bind or claim task, a freed claim, or the next backoff
