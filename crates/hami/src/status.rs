@@ -320,7 +320,7 @@ async fn collect_dra(client: &kube::Client) -> anyhow::Result<(Vec<DraNode>, Opt
 pub(crate) async fn collect(
     args: &StatusArgs,
 ) -> anyhow::Result<(StatusReport, Vec<DraNode>, Option<String>)> {
-    let client = hami_scheduler::server::client(args.kubeconfig.as_deref()).await?;
+    let client = hami_plugin_core::kube_client::client(args.kubeconfig.as_deref()).await?;
     let (dra, dra_warning) = collect_dra(&client).await?;
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())

@@ -22,6 +22,7 @@ pub mod allocate_shell;
 pub mod dir_watch;
 pub mod entry;
 pub mod grpc_server;
+pub mod kube_client;
 pub mod kube_error;
 pub mod kubelet_session;
 // The node-lock protocol's pure steps live in hami-node-lock; old paths kept.

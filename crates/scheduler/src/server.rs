@@ -6,8 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::Client;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use tracing::error;
 
 use crate::cert_pin::Pins;
@@ -18,18 +16,9 @@ use crate::http::{ClientAuth, ForwardContext};
 use crate::leader::{ElectionConfig, Leadership};
 use crate::runtime::Scheduler;
 
-/// A kube client from a kubeconfig file, or the usual defaults.
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .map_err(|e| anyhow::anyhow!("cannot read kubeconfig {}: {e}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    Ok(Client::try_from(config)?)
-}
+/// A kube client from a kubeconfig file, or the usual defaults (plugin-core's, shared with
+/// the web UI and `hami status`).
+pub use hami_plugin_core::kube_client::client;
 
 fn default_identity() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -198,7 +198,7 @@ pub fn start_limited(
 /// `hami ui`: serves until Ctrl-C (or SIGTERM in a pod).
 pub async fn run(args: UiArgs) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = hami_scheduler::server::client(args.kubeconfig.as_deref())
+    let client = hami_plugin_core::kube_client::client(args.kubeconfig.as_deref())
         .await
         .context("cannot configure a Kubernetes client (give --kubeconfig, set KUBECONFIG, or run in a pod)")?;
     let listener = tokio::net::TcpListener::bind(args.listen)
