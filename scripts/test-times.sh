@@ -7,12 +7,10 @@ log=${1:-target/test-times.log}
 n=${2:-10}
 [ -r "$log" ] || { echo "test-times: no log at $log (run scripts/test.sh first)" >&2; exit 1; }
 awk -v n="$n" '
-  # "Running unittests src/lib.rs (target/debug/deps/hami_scheduler-0123abcd)" names the
-  # crate; its integration binaries ("Running tests/it/main.rs (…/it-…)") follow it.
-  /^ *Running / {
-    b = $NF; gsub(/[()]/, "", b); sub(/.*\//, "", b); sub(/-[0-9a-f]+$/, "", b)
-    if ($2 == "unittests") { crate = b; bin = b " (unit)" } else { bin = crate " " $2 }
-  }
+  # "Running tests/it/main.rs (target/debug/deps/it-0123abcd)", then the line of the runner
+  # "Package hami-scheduler" (scripts/test-runner.sh) names the binary.
+  /^ *Running / { target = $2; if ($2 == "unittests") target = "unit " $3; bin = target }
+  /^ *Package / { bin = $2 " " target }
   /^ *Doc-tests / { bin = "doc-tests " $2 }
   /^test .* \.\.\. (ok|FAILED|ignored) <[0-9.]+s>$/ {
     t = $NF; gsub(/[<>s]/, "", t); name = $0; sub(/^test /, "", name); sub(/ \.\.\. .*$/, "", name)
@@ -27,8 +25,9 @@ awk -v n="$n" '
   END { printf "TOTALS %d binaries, %d tests timed, %d passed, %d failed, %.1f s inside test binaries\n", binaries, tests, p, f, total > "/dev/stderr" }
 ' "$log" 2> >(sort -rn > "$log.tests") | sort -rn > "$log.binaries"
 sleep 0.2 # the process substitution writes the per-test file
+# awk, not head: reading to the end keeps pipefail from failing on a closed pipe.
 echo "== slowest $n tests (seconds, test, binary)"
-grep -v '^TOTALS' "$log.tests" | head -n "$n"
+awk -v n="$n" '!/^TOTALS/ && ++k <= n' "$log.tests"
 echo "== slowest $n test binaries (seconds inside the binary)"
-head -n "$n" "$log.binaries"
-grep '^TOTALS' "$log.tests" | sed 's/^TOTALS/== totals:/'
+awk -v n="$n" 'NR <= n' "$log.binaries"
+awk '/^TOTALS/ { sub(/^TOTALS/, "== totals:"); print }' "$log.tests"
