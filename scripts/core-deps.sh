@@ -25,8 +25,14 @@ cores=("$@")
 failed=0
 for core in "${cores[@]}"; do
   [[ -v allowed[$core] ]] || { echo "core-deps: $core has no line in $allow_file" >&2; failed=1; continue; }
-  mapfile -t packages < <(cargo tree -p "$core" -e normal --prefix none --locked --offline \
+  mapfile -t packages < <(cargo tree -p "$core" -e normal --prefix none --locked \
     --format '{p}' | awk '{print $1}' | sort -u)
+  # The tree lists the core itself; nothing at all means cargo tree failed (its error is above).
+  if ((${#packages[@]} == 0)); then
+    echo "core-deps: cargo tree gave nothing for $core" >&2
+    failed=1
+    continue
+  fi
   extra=()
   for pkg in "${packages[@]}"; do
     [[ $pkg == "$core" ]] && continue
@@ -37,7 +43,7 @@ for core in "${cores[@]}"; do
     echo "core-deps: $core (a pure core) depends on packages outside its allow-list:" >&2
     for pkg in "${extra[@]}"; do
       echo "  $pkg, brought in by:" >&2
-      cargo tree -p "$core" -e normal --locked --offline -i "$pkg" 2>/dev/null | sed 's/^/      /' >&2
+      cargo tree -p "$core" -e normal --locked -i "$pkg" 2>/dev/null | sed 's/^/      /' >&2
     done
     echo "  Remove the dependency (a core has no I/O: move the code using it to a shell crate)," >&2
     echo "  or, if it is pure, add it to the $core line of $allow_file." >&2
