@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Builds every fuzz target with libFuzzer's coverage instrumentation on the stable toolchain
-# (the flags cargo-fuzz passes, minus the nightly-only sanitizer: safe Rust needs none) and
-# runs each for a bounded time against its checked-in corpus. Fails on any crash, leak of a
-# panic, or timeout; the crashing input is left in tests/fuzz/artifacts/<target>/.
+# Builds the fuzz binary (src/main.rs: every target, HAMI_FUZZ_TARGET picks one) with
+# libFuzzer's coverage instrumentation on the stable toolchain (the flags cargo-fuzz passes,
+# minus the nightly-only sanitizer: safe Rust needs none) and runs each target for a bounded
+# time against its checked-in corpus (a folder per target under corpus/). Fails on any
+# crash, leak of a panic, or timeout; the crashing input is left in
+# tests/fuzz/artifacts/<target>/ (replay: HAMI_FUZZ_TARGET=<target> <binary> <input>).
 #
 #   tests/fuzz/run.sh                every target, FUZZ_SECONDS (default 30) each
 #   tests/fuzz/run.sh node_lock ...  only these targets
 #   FUZZ_JOBS=2 tests/fuzz/run.sh    targets run this many at a time (default: cores)
+#   tests/fuzz/run.sh --build-only   only the build (.ci/run starts it beside the tests)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -22,12 +25,13 @@ export RUSTFLAGS="${RUSTFLAGS:-} -Cpasses=sancov-module \
   --cfg fuzzing"
 # --target keeps the instrumentation off build scripts and proc macros (and the
 # instrumented objects apart from the normal build's in target/<host>/fuzz/).
-cargo build --profile fuzz --locked --target "$host" -p hami-fuzz --bins
+cargo build --profile fuzz --locked --target "$host" -p hami-fuzz --bin hami-fuzz
+if [ "${1:-}" = --build-only ]; then exit 0; fi
 bin_dir=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/$host/fuzz
 
 if (($#)); then targets=("$@"); else
-  mapfile -t targets < <(sed -n 's/^name = "\(.*\)"$/\1/p' Cargo.toml | grep -v '^hami-fuzz$')
+  mapfile -t targets < <(ls corpus)
 fi
 
 run_one() {
@@ -36,7 +40,7 @@ run_one() {
   scratch=$(mktemp -d)
   mkdir -p "artifacts/$target"
   # New inputs go to the scratch dir (first corpus); the checked-in corpus is only read.
-  if "$bin_dir/$target" "$scratch" "corpus/$target" \
+  if HAMI_FUZZ_TARGET=$target "$bin_dir/hami-fuzz" "$scratch" "corpus/$target" \
       -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
       -print_final_stats=1 -artifact_prefix="artifacts/$target/" \
       >"artifacts/$target/log" 2>&1; then

@@ -12,8 +12,8 @@ use hami_dra_core::prepare::{PrepareError, PrepareSettings, plan_prepare};
 use hami_protocol::dra::{COMPUTE_UNITS, DRIVER, MAX_FIRST_AVAILABLE, MEMORY};
 use hami_protocol::names::AMD;
 use hami_protocol::requests::ContainerKind;
-use hami_scheduler::admission::{Admission, PodReview, WebhookConfig, review_pod_with};
-use hami_scheduler::dra_claims::{AmdMode, Shape, is_dns_label, shapes};
+use hami_scheduler_core::admission::{Admission, PodReview, WebhookConfig, review_pod_with};
+use hami_scheduler_core::dra_claims::{AmdMode, Shape, is_dns_label, shapes};
 use hami_structured_allocation::selector::{self, Cmp, Term};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::api::resource::v1::{

@@ -1,4 +1,5 @@
-//! The checks behind every fuzz target (`tests/fuzz/fuzz_targets/*.rs`), as plain functions of
+//! The checks behind every fuzz target (`tests/fuzz/src/main.rs` runs the one `HAMI_FUZZ_TARGET`
+//! names), as plain functions of
 //! the input bytes that panic when an invariant breaks.
 //!
 //! Kept apart from the libFuzzer wrappers so that the checked-in corpora (`tests/fuzz/corpus/`)
@@ -32,7 +33,7 @@ pub use protocol_codecs::{
 /// A fuzz target: its name (the corpus folder and binary name) and its check.
 pub type Target = (&'static str, fn(&[u8]));
 
-/// Every target (a binary of `tests/fuzz` each).
+/// Every target (its corpus is `tests/fuzz/corpus/<name>/`).
 pub const TARGETS: &[Target] = &[
     ("node_register", node_register),
     ("device_list", device_list),

@@ -5,10 +5,10 @@
 use hami_deviceplugin_api::v1beta1::{
     AllocateRequest, PreStartContainerRequest, PreferredAllocationRequest,
 };
-use hami_plugin_core::run_mapping::take_next_run;
 use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::hook_config::{self, HookConfig};
 use hami_protocol::identity::KubeletDeviceId;
+use hami_protocol::run_mapping::take_next_run;
 use prost::Message;
 
 /// Hook configuration files: what decodes is valid, re-encodes, and decodes the same.

@@ -1,5 +1,0 @@
-//! libFuzzer target for the `hami.io/amd-cu-allocated` annotation.
-//! The check is `hami_fuzz_checks::cu_allocated`, kept there so `cargo test` replays the
-//! checked-in corpus through it.
-#![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| hami_fuzz_checks::cu_allocated(data));
