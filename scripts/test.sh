@@ -12,7 +12,9 @@ cd "$(dirname "$0")/.."
 #   libamdhip64-dev, hipcc: the real ROCm HIP runtime (5.2.3) the HIP hook is tested against
 #   prometheus: promtool, which checks every metrics endpoint of a running `hami demo`
 #   chromium, chromium-driver: the web UI's browser test (tests/system/tests/it/browser.rs)
-packages=(binutils util-linux gcc libc6-dev libamdhip64-dev hipcc prometheus chromium chromium-driver)
+#   containerd, runc, buildah, busybox-static: kubelet-sim's containerd runtime tests and
+#     sim/containerd-host (a private containerd; test images built from the static busybox)
+packages=(binutils util-linux gcc libc6-dev libamdhip64-dev hipcc prometheus chromium chromium-driver containerd runc buildah busybox-static)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")

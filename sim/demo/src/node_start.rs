@@ -135,6 +135,7 @@ impl Cluster {
                 dev_root: c.dev_root,
                 image_env: c.image_env,
                 state_dir: Some(workdir.join(name).join("containers")),
+                cri: Default::default(),
             })
             .unwrap_or_default();
         let kubelet_args = hami_kubelet_sim::Args {

@@ -82,6 +82,8 @@ pub struct Admission {
     sync_errors: HashMap<String, String>,
     /// The node's pod cgroups, when this kubelet makes them (`pod_cgroups.rs`).
     pub cgroups: Option<PodCgroups>,
+    /// With `--runtime containerd`: containers run by containerd over CRI (`cri_runtime.rs`).
+    pub cri: Option<crate::cri_runtime::CriRuntime>,
 }
 
 /// What an app container's Allocate calls returned, to start it with.
@@ -92,6 +94,10 @@ struct AppAlloc {
     mounts: Vec<MountSpec>,
     /// (container path, host path).
     devices: Vec<(String, String)>,
+    /// Device permissions by container path (the containerd runtime applies them).
+    device_permissions: BTreeMap<String, String>,
+    /// CDI device names.
+    cdi_devices: Vec<String>,
 }
 
 /// What the device manager gave one container (in admission order).
@@ -111,6 +117,8 @@ struct Report {
     status: Value,
     /// What to start once the pod is reported Running (admitted pods only).
     start: Option<Start>,
+    /// The pod (the containerd runtime takes it whole).
+    pod: Pod,
 }
 
 /// An admitted pod's containers, started once it is reported Running.
@@ -167,6 +175,7 @@ impl Admission {
             forget_dra_plugins: Arc::default(),
             sync_errors: HashMap::new(),
             cgroups: None,
+            cri: None,
         }
     }
 
@@ -227,6 +236,9 @@ impl Admission {
         self.syncing.retain(|uid, _| live.contains(uid));
         self.sync_errors.retain(|uid, _| live.contains(uid));
         self.tend_containers(&live);
+        if let Some(cri) = self.cri.as_mut() {
+            cri.tend(&live).await;
+        }
         if let Some(dra) = self.dra.as_mut() {
             if self
                 .forget_dra_plugins
@@ -308,7 +320,18 @@ impl Admission {
         if let Some(report) = self.unreported.remove(uid)
             && let Some(start) = report.start
         {
-            self.start_containers(&start, &report.namespace, &report.name);
+            let layout = self.layout();
+            if let Some(cri) = self.cri.as_mut() {
+                let allocated = start
+                    .apps
+                    .iter()
+                    .map(|a| (a.name.clone(), a.cri_allocated()))
+                    .collect();
+                cri.start_pod(&report.pod, start.qos, layout, allocated)
+                    .await;
+            } else {
+                self.start_containers(&start, &report.namespace, &report.name);
+            }
         }
         Ok(())
     }
@@ -398,6 +421,14 @@ impl Admission {
                                 .iter()
                                 .map(|d| (d.container_path.clone(), d.host_path.clone())),
                         );
+                        app.device_permissions.extend(
+                            response
+                                .devices
+                                .iter()
+                                .map(|d| (d.container_path.clone(), d.permissions.clone())),
+                        );
+                        app.cdi_devices
+                            .extend(response.cdi_devices.iter().map(|c| c.name.clone()));
                         container_record_entries.push(container_record(&resource, &ids, &response));
                     }
                     Err(e) => {
@@ -452,6 +483,8 @@ impl Admission {
             app.envs.extend(c.app.envs);
             app.mounts.extend(c.app.mounts);
             app.devices.extend(c.app.devices);
+            app.device_permissions.extend(c.app.device_permissions);
+            app.cdi_devices.extend(c.app.cdi_devices);
             entries.extend(c.records);
             if !entries.is_empty() {
                 records.insert(app.name.clone(), Value::Array(entries));
@@ -467,6 +500,14 @@ impl Admission {
             let _ = std::fs::write(dir.join(format!("{ns}_{name}.json")), &record_text);
         }
         let status = match &failure {
+            // The containerd runtime reports each container as it starts (`cri_runtime.rs`).
+            None if self.cri.is_some() => {
+                json!({"status": {"phase": "Pending", "containerStatuses": spec.containers.iter()
+                    .map(|c| json!({"name": c.name, "image": c.image.clone().unwrap_or_default(),
+                        "imageID": "", "ready": false, "restartCount": 0,
+                        "state": {"waiting": {"reason": "ContainerCreating"}}}))
+                    .collect::<Vec<_>>()}})
+            }
             None if self.config.run_containers => {
                 json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
                     "containerStatuses": container_statuses(uid, spec)}})
@@ -493,6 +534,7 @@ impl Admission {
             record_text,
             status,
             start,
+            pod: pod.clone(),
         }
     }
 
@@ -685,6 +727,26 @@ impl Admission {
             }
         }
         *lock_running(&self.running) = self.containers.iter().map(|c| c.record.clone()).collect();
+    }
+}
+
+impl AppAlloc {
+    /// What the containerd runtime applies (`cri_spec.rs`).
+    fn cri_allocated(&self) -> crate::cri_spec::Allocated {
+        crate::cri_spec::Allocated {
+            envs: self.envs.clone(),
+            mounts: self.mounts.clone(),
+            devices: self
+                .devices
+                .iter()
+                .map(|(c, h)| crate::cri_spec::DeviceNode {
+                    container_path: c.clone(),
+                    host_path: h.clone(),
+                    permissions: self.device_permissions.get(c).cloned().unwrap_or_default(),
+                })
+                .collect(),
+            cdi_devices: self.cdi_devices.clone(),
+        }
     }
 }
 

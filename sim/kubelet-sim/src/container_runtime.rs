@@ -39,6 +39,9 @@ pub struct RuntimeArgs {
     /// Per-container scratch (overlay layers); default: a directory under the temp dir.
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// Which runtime (`--runtime unshare|containerd`) and containerd's settings.
+    #[command(flatten)]
+    pub cri: crate::cri_args::CriArgs,
 }
 
 impl Default for RuntimeArgs {
@@ -47,6 +50,7 @@ impl Default for RuntimeArgs {
             dev_root: "/dev".into(),
             image_env: Vec::new(),
             state_dir: None,
+            cri: Default::default(),
         }
     }
 }

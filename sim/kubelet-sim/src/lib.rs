@@ -10,7 +10,8 @@
 //!   plugin resource (init containers first, in order, then app containers), marks the pod
 //!   Running (or Failed with `UnexpectedAdmissionError`) and records what each container
 //!   got in the annotation `kubelet-sim.hami.io/allocations` (and optionally a file);
-//! - can start app containers as local processes with the returned env;
+//! - can start app containers as local processes with the returned env, or (`--runtime
+//!   containerd`) have a real containerd run the pod over CRI (`cri_runtime.rs`);
 //! - [`KubeletSim::restart`] behaves like a kubelet restart: the socket directory is wiped
 //!   and `kubelet.sock` re-created; device assignments (kubelet's checkpoint) survive;
 //! - started with [`KubeletSim::start_with_dra`], it also registers DRA plugins from the
@@ -28,6 +29,9 @@ pub mod cdi;
 pub mod cgroup_args;
 pub mod cgroup_layout;
 pub mod container_runtime;
+pub mod cri_args;
+pub mod cri_runtime;
+pub mod cri_spec;
 pub mod device_state;
 pub mod dra_manager;
 pub mod dra_state;
@@ -212,6 +216,13 @@ impl KubeletSim {
         );
         admission.dra = dra;
         admission.cgroups = cgroups;
+        admission.cri = match cri_runtime::CriRuntime::for_node(&args, &client, &state).await {
+            Ok(cri) => cri,
+            Err(e) => {
+                let _ = registration_stop.send(true);
+                return Err(anyhow::Error::msg(e));
+            }
+        };
         let forget_dra_plugins = admission.forget_dra_plugins.clone();
         let running = admission.running.clone();
         let interval = Duration::from_millis(args.sync_interval_ms.max(10));
@@ -238,15 +249,22 @@ impl KubeletSim {
             let mut published: Option<BTreeMap<String, usize>> = None;
             // The first pass waits for the first list: an empty store would read as "every
             // pod gone" and release the checkpointed assignments.
-            tokio::select! {
-                ready = pods.wait_until_ready() => if ready.is_err() {
-                    tracing::warn!("the pod watch ended before its first list");
+            let stopped = tokio::select! {
+                ready = pods.wait_until_ready() => {
+                    if ready.is_err() {
+                        tracing::warn!("the pod watch ended before its first list");
+                    }
+                    false
                 },
-                _ = stop_rx.wait_for(|s| *s) => {
-                    pod_watch.abort();
-                    admission.stop_containers();
-                    return;
+                _ = stop_rx.wait_for(|s| *s) => true,
+            };
+            if stopped {
+                pod_watch.abort();
+                admission.stop_containers();
+                if let Some(cri) = admission.cri.as_mut() {
+                    cri.shutdown().await;
                 }
+                return;
             }
             loop {
                 let counts: BTreeMap<String, usize> = {
@@ -274,6 +292,9 @@ impl KubeletSim {
             }
             pod_watch.abort();
             admission.stop_containers();
+            if let Some(cri) = admission.cri.as_mut() {
+                cri.shutdown().await;
+            }
         });
         Ok(Self {
             args,

@@ -175,6 +175,7 @@ impl Stack {
                     dev_root,
                     image_env,
                     state_dir: Some(self.workdir.join(name).join("containers")),
+                    cri: Default::default(),
                 })
                 .unwrap_or_default(),
             sync_interval_ms: 100,

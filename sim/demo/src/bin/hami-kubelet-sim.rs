@@ -26,6 +26,10 @@ fn main() -> std::process::ExitCode {
         Ok(c) => c,
         Err(e) => return hami_plugin_core::entry::usage_error(e),
     };
+    // A containerd that is not there is the user's to start (exit 2, naming how).
+    if let Err(e) = cli.kubelet.runtime.cri.check(cli.kubelet.run_containers) {
+        return hami_plugin_core::entry::usage_error(e);
+    }
     let cgroups = cgroups.map(|(config, warnings)| {
         for w in warnings {
             eprintln!("warning: {w}");

@@ -13,6 +13,7 @@ mod demo_cli;
 mod dra;
 mod forged_allocations;
 mod kubelet_sim_cgroups;
+mod kubelet_sim_containerd;
 mod metrics;
 mod pipeline;
 mod seed_plan_amd;

@@ -1,0 +1,158 @@
+//! Images without a registry: a tiny OCI image from the host's static busybox
+//! (`busybox-static`), built with buildah in a private store (`vfs`: no mounts, nothing
+//! left in `/var/lib/containers`) and written as an OCI archive that
+//! [`crate::Containerd::import`] loads. Tests use it for workload and pause images alike;
+//! images built from the repository (`scripts/build-images.sh`) import the same way.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where the static busybox comes from (Debian's `busybox-static`).
+pub const BUSYBOX: &str = "/bin/busybox";
+
+/// An image holding `/bin/busybox`, a `/bin/<applet>` link for each of its applets,
+/// `/etc/passwd` and `/etc/group` with root only, and a world-writable `/tmp`.
+#[derive(Debug, Clone)]
+pub struct BusyboxImage {
+    /// Its reference (`localhost/hami-test-busybox:1`): what a pod's `image` names.
+    pub name: String,
+    /// The image's default command (CRI's `command` overrides it, as `entrypoint` +
+    /// `cmd` do: kubelet-sim passes the pod's command and args).
+    pub cmd: Vec<String>,
+}
+
+impl BusyboxImage {
+    /// Builds the image and writes it to `archive` (an OCI archive whose index names it),
+    /// using `work` (created, then removed) as buildah's store. Errors name the step.
+    pub fn build(&self, work: &Path, archive: &Path) -> Result<(), String> {
+        let stage = work.join("stage");
+        let result = self.build_in(work, &stage, archive);
+        let _ = std::fs::remove_dir_all(work);
+        result
+    }
+
+    fn build_in(&self, work: &Path, stage: &Path, archive: &Path) -> Result<(), String> {
+        std::fs::create_dir_all(stage.join("bin"))
+            .and_then(|()| std::fs::create_dir_all(stage.join("etc")))
+            .and_then(|()| std::fs::create_dir_all(stage.join("tmp")))
+            .map_err(|e| format!("cannot create {}: {e}", stage.display()))?;
+        std::fs::copy(BUSYBOX, stage.join("bin/busybox"))
+            .map_err(|e| format!("cannot copy {BUSYBOX} (install Debian's busybox-static): {e}"))?;
+        let list = Command::new(BUSYBOX)
+            .arg("--list")
+            .output()
+            .map_err(|e| format!("cannot run {BUSYBOX} --list: {e}"))?;
+        for applet in String::from_utf8_lossy(&list.stdout).split_whitespace() {
+            if applet != "busybox" {
+                std::os::unix::fs::symlink("busybox", stage.join("bin").join(applet))
+                    .map_err(|e| format!("cannot link applet {applet}: {e}"))?;
+            }
+        }
+        std::fs::write(stage.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n")
+            .and_then(|()| std::fs::write(stage.join("etc/group"), "root:x:0:\n"))
+            .map_err(|e| format!("cannot write /etc files: {e}"))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(stage.join("tmp"), std::fs::Permissions::from_mode(0o1777))
+            .map_err(|e| format!("cannot chmod tmp: {e}"))?;
+        let buildah = |args: &[&str]| -> Result<String, String> {
+            let root = work.join("storage");
+            let runroot = work.join("run");
+            let out = Command::new("buildah")
+                .arg("--root")
+                .arg(&root)
+                .arg("--runroot")
+                .arg(&runroot)
+                .args(["--storage-driver", "vfs"])
+                .args(args)
+                .output()
+                .map_err(|e| format!("cannot run buildah (install Debian's buildah): {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "buildah {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        };
+        let container = buildah(&["from", "scratch"])?;
+        let stage_s = stage.display().to_string();
+        buildah(&["copy", &container, &stage_s, "/"])?;
+        let cmd = serde_free_json_array(&self.cmd);
+        buildah(&[
+            "config",
+            "--cmd",
+            &cmd,
+            "--env",
+            "PATH=/bin",
+            "--workingdir",
+            "/",
+            &container,
+        ])?;
+        buildah(&["commit", "-q", &container, &self.name])?;
+        let target = format!("oci-archive:{}:{}", archive.display(), self.name);
+        let _ = std::fs::remove_file(archive);
+        buildah(&["push", "-q", &self.name, &target])?;
+        let _ = buildah(&["rm", &container]);
+        Ok(())
+    }
+}
+
+/// `["a","b"]` for buildah's `--cmd` (strings JSON-escaped).
+fn serde_free_json_array(items: &[String]) -> String {
+    let quoted: Vec<String> = items
+        .iter()
+        .map(|s| {
+            let mut q = String::from("\"");
+            for c in s.chars() {
+                match c {
+                    '"' => q.push_str("\\\""),
+                    '\\' => q.push_str("\\\\"),
+                    c if (c as u32) < 0x20 => q.push_str(&format!("\\u{:04x}", c as u32)),
+                    c => q.push(c),
+                }
+            }
+            q.push('"');
+            q
+        })
+        .collect();
+    format!("[{}]", quoted.join(","))
+}
+
+/// A pause image from busybox: its process is `sleep` for 68 years (busybox has no
+/// `pause` applet). As pid 1 of a shared PID namespace it does not reap zombies the way
+/// Kubernetes' pause does, which no test here needs; SIGTERM is ignored by a pid 1 without
+/// a handler, and containerd stops sandboxes with SIGKILL anyway. The real pause image
+/// from `scripts/build-images.sh` can be used instead: the sandbox image is a parameter.
+pub fn busybox_pause(name: &str) -> BusyboxImage {
+    BusyboxImage {
+        name: name.to_owned(),
+        cmd: vec!["/bin/sleep".into(), "2147483647".into()],
+    }
+}
+
+/// Where a test may keep archives between runs of one process: `<dir>/<file>`.
+pub fn archive_path(dir: &Path, name: &str) -> PathBuf {
+    let file: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    dir.join(format!("{file}.oci.tar"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cmd_is_a_json_array() {
+        assert_eq!(
+            serde_free_json_array(&["/bin/sh".into(), "-c".into(), "echo \"a\\b\"".into()]),
+            r#"["/bin/sh","-c","echo \"a\\b\""]"#
+        );
+        assert_eq!(
+            archive_path(Path::new("/t"), "localhost/x:1"),
+            Path::new("/t/localhost_x_1.oci.tar")
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! The flags of the containerd runtime (`--runtime containerd`, see `cri_runtime.rs`), and
+//! the check the program runs before anything starts: a containerd that is not there is
+//! the user's to start (exit 2, naming the socket and the command that starts it).
+
+use std::path::{Path, PathBuf};
+
+/// Which runtime starts a pod's containers (with `--run-containers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RuntimeKind {
+    /// kubelet-sim's own: `unshare` namespaces on the host filesystem, no images
+    /// (`container_runtime.rs`).
+    #[default]
+    Unshare,
+    /// A real containerd over CRI v1: images, sandboxes, runc (`cri_runtime.rs`).
+    Containerd,
+}
+
+/// The containerd runtime's settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CriArgs {
+    /// Container runtime with --run-containers: `unshare` (kubelet-sim's own, no images)
+    /// or `containerd` (a real containerd over CRI, images imported from OCI archives).
+    #[arg(long = "runtime", value_enum, default_value_t = RuntimeKind::Unshare)]
+    pub kind: RuntimeKind,
+    /// containerd's CRI socket (with --runtime containerd).
+    #[arg(long, default_value = hami_cri_api::CONTAINERD_SOCKET)]
+    pub containerd_socket: PathBuf,
+    /// The pod sandbox image containerd is configured with (its `sandbox_image`): checked
+    /// to be imported before a sandbox is run, since it cannot be pulled.
+    #[arg(long, default_value = "registry.k8s.io/pause:3.6")]
+    pub pause_image: String,
+    /// Where images' OCI archives are (`<dir>/<image with non-alphanumerics as _>.oci.tar`):
+    /// the reason of a pod whose image is missing names the file to build and import.
+    #[arg(long)]
+    pub image_archive_dir: Option<PathBuf>,
+    /// A CNI network config containerd is set up with: pods without hostNetwork get their
+    /// own network namespace. Without it every pod uses the node's network.
+    #[arg(long)]
+    pub cni_config: Option<PathBuf>,
+}
+
+impl Default for CriArgs {
+    fn default() -> Self {
+        Self {
+            kind: RuntimeKind::Unshare,
+            containerd_socket: hami_cri_api::CONTAINERD_SOCKET.into(),
+            pause_image: "registry.k8s.io/pause:3.6".into(),
+            image_archive_dir: None,
+            cni_config: None,
+        }
+    }
+}
+
+/// The command that starts a containerd serving `socket`.
+pub fn start_hint(socket: &Path) -> String {
+    if socket == Path::new(hami_cri_api::CONTAINERD_SOCKET) {
+        "sudo systemctl start containerd (or: sudo containerd)".into()
+    } else {
+        format!("sudo containerd --address {}", socket.display())
+    }
+}
+
+impl CriArgs {
+    /// With `--runtime containerd` (and containers run at all): the socket accepts a
+    /// connection and the CNI config exists. The error names the socket and the command
+    /// that starts containerd.
+    pub fn check(&self, run_containers: bool) -> Result<(), String> {
+        if self.kind != RuntimeKind::Containerd || !run_containers {
+            return Ok(());
+        }
+        if let Some(cni) = &self.cni_config
+            && !cni.is_file()
+        {
+            return Err(format!(
+                "--cni-config {}: no such file (give containerd's CNI network config, or leave it out for host-network pods)",
+                cni.display()
+            ));
+        }
+        std::os::unix::net::UnixStream::connect(&self.containerd_socket)
+            .map(drop)
+            .map_err(|e| self.unreachable(&e.to_string()))
+    }
+
+    /// The message for a containerd that cannot be reached.
+    pub fn unreachable(&self, why: &str) -> String {
+        format!(
+            "--runtime containerd: cannot reach containerd at {} ({why}); start it with `{}`, or pass --containerd-socket PATH",
+            self.containerd_socket.display(),
+            start_hint(&self.containerd_socket)
+        )
+    }
+
+    /// The archive an image is imported from, when `--image-archive-dir` is given.
+    pub fn archive_of(&self, image: &str) -> Option<PathBuf> {
+        let file: String = image
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        self.image_archive_dir
+            .as_ref()
+            .map(|d| d.join(format!("{file}.oci.tar")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_absent_socket_is_named_with_the_command_that_starts_containerd() {
+        let args = CriArgs {
+            kind: RuntimeKind::Containerd,
+            containerd_socket: "/nonexistent/hami/containerd.sock".into(),
+            ..Default::default()
+        };
+        let err = args.check(true).unwrap_err();
+        assert!(err.contains("/nonexistent/hami/containerd.sock"), "{err}");
+        assert!(
+            err.contains("sudo containerd --address /nonexistent/hami/containerd.sock"),
+            "{err}"
+        );
+        assert!(
+            args.check(false).is_ok(),
+            "no containers, no containerd needed"
+        );
+        assert!(CriArgs::default().check(true).is_ok(), "unshare needs none");
+        assert_eq!(
+            start_hint(Path::new("/run/containerd/containerd.sock")),
+            "sudo systemctl start containerd (or: sudo containerd)"
+        );
+        let args = CriArgs {
+            image_archive_dir: Some("/a".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            args.archive_of("localhost/x:1"),
+            Some(PathBuf::from("/a/localhost_x_1.oci.tar"))
+        );
+    }
+}

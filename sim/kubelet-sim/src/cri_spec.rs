@@ -1,0 +1,603 @@
+//! What kubelet sends a CRI runtime for a pod, as plain functions over plain data (the
+//! `--runtime containerd` shell is `cri_runtime.rs`): the sandbox config (namespaces, the
+//! pod cgroup as cgroup parent), each container's config with the device plugin's
+//! Allocate response applied as kubelet applies it, and the Kubernetes container status
+//! read back from CRI's.
+//!
+//! Kubelet's rules kept here (`kuberuntime_container.go`, `kubelet_pods.go`):
+//! - env: the device plugins' first, then the container's own (`GenerateRunContainerOptions`
+//!   appends the pod spec's after `GetResources`'), so a pod's env overrides a plugin's
+//!   variable of the same name, and the runtime lets the later entry win;
+//! - mounts: Allocate's (read-only as Allocate says), then the volume mounts; devices with
+//!   their permissions; CDI names as `CDI_devices`;
+//! - `command` and `args` as given (the image's entrypoint and cmd when empty);
+//! - securityContext: the container's fields over the pod's (runAsUser, runAsGroup),
+//!   privileged, capabilities (added/dropped as written: the runtime adds `CAP_`);
+//! - namespaces: network NODE unless the pod has its own network (a CNI config), PID POD
+//!   with `shareProcessNamespace` (the sandbox's pause is pid 1) else CONTAINER, IPC POD.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use hami_cri_api::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, PodSecurityContext, PodSpec, SecurityContext};
+use serde_json::{Value, json};
+
+use crate::container_runtime::MountSpec;
+
+/// Label keys kubelet puts on sandboxes and containers.
+pub const POD_NAME: &str = "io.kubernetes.pod.name";
+/// The pod's namespace label.
+pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+/// The pod's uid label.
+pub const POD_UID: &str = "io.kubernetes.pod.uid";
+/// The container's name label.
+pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+
+/// Which pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    /// metadata.uid.
+    pub uid: String,
+    /// metadata.namespace.
+    pub namespace: String,
+    /// metadata.name.
+    pub name: String,
+}
+
+/// A device node Allocate gave a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceNode {
+    /// Path inside the container.
+    pub container_path: String,
+    /// Path on the host.
+    pub host_path: String,
+    /// cgroup permissions (`rw`, `rwm`); empty: the runtime's default (`rwm`).
+    pub permissions: String,
+}
+
+/// What the device manager (and DRA) gave one container.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Allocated {
+    /// Env, by name.
+    pub envs: BTreeMap<String, String>,
+    /// Bind mounts, in Allocate's order.
+    pub mounts: Vec<MountSpec>,
+    /// Device nodes.
+    pub devices: Vec<DeviceNode>,
+    /// Fully qualified CDI device names.
+    pub cdi_devices: Vec<String>,
+}
+
+fn labels(pod: &PodRef) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (POD_NAME.to_owned(), pod.name.clone()),
+        (POD_NAMESPACE.to_owned(), pod.namespace.clone()),
+        (POD_UID.to_owned(), pod.uid.clone()),
+    ])
+}
+
+fn ns_mode(mode: cri::NamespaceMode) -> i32 {
+    mode as i32
+}
+
+/// Whether the pod uses the node's network: `hostNetwork`, or no CNI to give it its own.
+fn host_network(spec: &PodSpec, own_network: bool) -> bool {
+    spec.host_network.unwrap_or(false) || !own_network
+}
+
+/// The namespaces of the pod's sandbox and containers.
+fn namespaces(spec: &PodSpec, own_network: bool) -> cri::NamespaceOption {
+    cri::NamespaceOption {
+        network: ns_mode(if host_network(spec, own_network) {
+            cri::NamespaceMode::Node
+        } else {
+            cri::NamespaceMode::Pod
+        }),
+        pid: ns_mode(if spec.host_pid.unwrap_or(false) {
+            cri::NamespaceMode::Node
+        } else if spec.share_process_namespace.unwrap_or(false) {
+            cri::NamespaceMode::Pod
+        } else {
+            cri::NamespaceMode::Container
+        }),
+        ipc: ns_mode(if spec.host_ipc.unwrap_or(false) {
+            cri::NamespaceMode::Node
+        } else {
+            cri::NamespaceMode::Pod
+        }),
+        ..Default::default()
+    }
+}
+
+/// The sandbox config: `cgroup_parent` is the pod cgroup as kubelet names it
+/// (`/kubepods/besteffort/pod<uid>`); `own_network`: a CNI config is there, so a pod
+/// without `hostNetwork` gets its own network namespace (else the node's).
+pub fn sandbox_config(
+    pod: &PodRef,
+    spec: &PodSpec,
+    cgroup_parent: &str,
+    own_network: bool,
+    log_directory: &Path,
+) -> cri::PodSandboxConfig {
+    let privileged = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(|c| {
+            c.security_context
+                .as_ref()
+                .and_then(|s| s.privileged)
+                .unwrap_or(false)
+        });
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            namespace: pod.namespace.clone(),
+            attempt: 0,
+        }),
+        // Kubelet names the host only in the pod's own UTS namespace: with the node's
+        // network the pod shares the node's, and runc refuses a hostname there.
+        hostname: if host_network(spec, own_network) {
+            String::new()
+        } else {
+            spec.hostname.clone().unwrap_or_else(|| pod.name.clone())
+        },
+        log_directory: log_directory.display().to_string(),
+        labels: labels(pod),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            cgroup_parent: cgroup_parent.to_owned(),
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespaces(spec, own_network)),
+                privileged,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn user_and_group(
+    pod: Option<&PodSecurityContext>,
+    c: Option<&SecurityContext>,
+) -> (Option<i64>, Option<i64>) {
+    let user = c
+        .and_then(|s| s.run_as_user)
+        .or(pod.and_then(|s| s.run_as_user));
+    let group = c
+        .and_then(|s| s.run_as_group)
+        .or(pod.and_then(|s| s.run_as_group));
+    (user, group)
+}
+
+/// The container config, or why it cannot be made (kubelet's `CreateContainerConfigError`).
+/// `volume_dir(name)` is where an emptyDir volume of the pod lives on the host.
+pub fn container_config(
+    pod: &PodRef,
+    spec: &PodSpec,
+    c: &Container,
+    allocated: &Allocated,
+    own_network: bool,
+    volume_dir: &dyn Fn(&str) -> std::path::PathBuf,
+) -> Result<cri::ContainerConfig, String> {
+    let image = c
+        .image
+        .clone()
+        .filter(|i| !i.is_empty())
+        .ok_or_else(|| format!("container {} has no image", c.name))?;
+    let mut envs: Vec<cri::KeyValue> = allocated
+        .envs
+        .iter()
+        .map(|(k, v)| cri::KeyValue {
+            key: k.clone(),
+            value: v.clone(),
+        })
+        .collect();
+    for e in c.env.iter().flatten() {
+        let Some(value) = &e.value else {
+            if e.value_from.is_some() {
+                return Err(format!(
+                    "container {}: env {}: valueFrom is not supported by kubelet-sim",
+                    c.name, e.name
+                ));
+            }
+            envs.push(cri::KeyValue {
+                key: e.name.clone(),
+                value: String::new(),
+            });
+            continue;
+        };
+        envs.push(cri::KeyValue {
+            key: e.name.clone(),
+            value: value.clone(),
+        });
+    }
+    let mut mounts: Vec<cri::Mount> = allocated
+        .mounts
+        .iter()
+        .map(|m| cri::Mount {
+            container_path: m.container_path.clone(),
+            host_path: m.host_path.clone(),
+            readonly: m.read_only,
+            ..Default::default()
+        })
+        .collect();
+    for vm in c.volume_mounts.iter().flatten() {
+        let volume = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == vm.name)
+            .ok_or_else(|| {
+                format!(
+                    "container {}: volume mount {} names no volume of the pod",
+                    c.name, vm.name
+                )
+            })?;
+        let host = if let Some(h) = &volume.host_path {
+            h.path.clone()
+        } else if volume.empty_dir.is_some() {
+            volume_dir(&volume.name).display().to_string()
+        } else {
+            return Err(format!(
+                "container {}: volume {}: only hostPath and emptyDir volumes are supported by kubelet-sim",
+                c.name, volume.name
+            ));
+        };
+        let host = match vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            Some(sub) => Path::new(&host).join(sub).display().to_string(),
+            None => host,
+        };
+        mounts.push(cri::Mount {
+            container_path: vm.mount_path.clone(),
+            host_path: host,
+            readonly: vm.read_only.unwrap_or(false),
+            ..Default::default()
+        });
+    }
+    let devices = allocated
+        .devices
+        .iter()
+        .map(|d| cri::Device {
+            container_path: d.container_path.clone(),
+            host_path: d.host_path.clone(),
+            permissions: if d.permissions.is_empty() {
+                "rwm".into()
+            } else {
+                d.permissions.clone()
+            },
+        })
+        .collect();
+    let sc = c.security_context.as_ref();
+    let (user, group) = user_and_group(spec.security_context.as_ref(), sc);
+    let capabilities = sc
+        .and_then(|s| s.capabilities.as_ref())
+        .map(|caps| cri::Capability {
+            add_capabilities: caps.add.clone().unwrap_or_default(),
+            drop_capabilities: caps.drop.clone().unwrap_or_default(),
+            ..Default::default()
+        });
+    let mut container_labels = labels(pod);
+    container_labels.insert(CONTAINER_NAME.to_owned(), c.name.clone());
+    Ok(cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata {
+            name: c.name.clone(),
+            attempt: 0,
+        }),
+        image: Some(cri::ImageSpec {
+            image,
+            ..Default::default()
+        }),
+        command: c.command.clone().unwrap_or_default(),
+        args: c.args.clone().unwrap_or_default(),
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs,
+        mounts,
+        devices,
+        labels: container_labels,
+        log_path: format!("{}/0.log", c.name),
+        linux: Some(cri::LinuxContainerConfig {
+            security_context: Some(cri::LinuxContainerSecurityContext {
+                capabilities,
+                privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
+                namespace_options: Some(namespaces(spec, own_network)),
+                run_as_user: user.map(|value| cri::Int64Value { value }),
+                run_as_group: group.map(|value| cri::Int64Value { value }),
+                no_new_privs: sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        cdi_devices: allocated
+            .cdi_devices
+            .iter()
+            .map(|name| cri::CdiDevice { name: name.clone() })
+            .collect(),
+        ..Default::default()
+    })
+}
+
+/// RFC 3339 of a CRI timestamp (nanoseconds since the epoch).
+fn rfc3339(nanos: i64) -> String {
+    k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(nanos))
+        .ok()
+        .and_then(|t| t.round(k8s_openapi::jiff::Unit::Second).ok())
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// The Kubernetes `state` of a container from its CRI status.
+pub fn k8s_state(status: &cri::ContainerStatus) -> Value {
+    match cri::ContainerState::try_from(status.state) {
+        Ok(cri::ContainerState::ContainerRunning) => {
+            json!({"running": {"startedAt": rfc3339(status.started_at)}})
+        }
+        Ok(cri::ContainerState::ContainerExited) => {
+            let mut t = json!({
+                "exitCode": status.exit_code,
+                "reason": if status.reason.is_empty() {
+                    if status.exit_code == 0 { "Completed" } else { "Error" }
+                } else {
+                    status.reason.as_str()
+                },
+                "finishedAt": rfc3339(status.finished_at),
+                "containerID": format!("containerd://{}", status.id),
+            });
+            if status.started_at > 0 {
+                t["startedAt"] = json!(rfc3339(status.started_at));
+            }
+            if !status.message.is_empty() {
+                t["message"] = json!(status.message);
+            }
+            json!({ "terminated": t })
+        }
+        Ok(cri::ContainerState::ContainerCreated) => {
+            json!({"waiting": {"reason": "ContainerCreating"}})
+        }
+        _ => json!({"waiting": {"reason": "ContainerStatusUnknown"}}),
+    }
+}
+
+/// A container's Kubernetes status (`containerStatuses[]` entry).
+pub fn k8s_container_status(
+    name: &str,
+    image: &str,
+    id: Option<&str>,
+    image_ref: &str,
+    state: Value,
+) -> Value {
+    let running = state.get("running").is_some();
+    let mut s = json!({
+        "name": name,
+        "image": image,
+        "imageID": image_ref,
+        "ready": running,
+        "started": running,
+        "restartCount": 0,
+        "state": state,
+    });
+    if let Some(id) = id {
+        s["containerID"] = json!(format!("containerd://{id}"));
+    }
+    s
+}
+
+/// The pod phase from its containers' states: Failed when all ended and one failed,
+/// Succeeded when all ended with 0, Running when one runs or ended, else Pending.
+/// (kubelet-sim does not restart containers.)
+pub fn pod_phase(states: &[Value]) -> &'static str {
+    let ended: Vec<&Value> = states.iter().filter_map(|s| s.get("terminated")).collect();
+    if !states.is_empty() && ended.len() == states.len() {
+        if ended.iter().all(|t| t["exitCode"] == json!(0)) {
+            "Succeeded"
+        } else {
+            "Failed"
+        }
+    } else if states
+        .iter()
+        .any(|s| s.get("running").is_some() || s.get("terminated").is_some())
+    {
+        "Running"
+    } else {
+        "Pending"
+    }
+}
+
+/// The reason and message of a pod whose image is not in the runtime: kubelet's
+/// `ErrImagePull`, naming the archive to build and import (nothing is pulled).
+pub fn missing_image(image: &str, archive: Option<&Path>, socket: &Path) -> (String, String) {
+    let build = match archive {
+        Some(a) => format!(
+            "build the OCI archive {} (scripts/build-images.sh) and import it: ctr --address {} -n k8s.io images import {}",
+            a.display(),
+            socket.display(),
+            a.display()
+        ),
+        None => format!(
+            "build it as an OCI archive (scripts/build-images.sh, or buildah push {image} oci-archive:FILE) and import it: ctr --address {} -n k8s.io images import FILE",
+            socket.display()
+        ),
+    };
+    (
+        "ErrImagePull".into(),
+        format!(
+            "image {image:?} is not in containerd's k8s.io namespace and kubelet-sim never pulls: {build}"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> PodRef {
+        PodRef {
+            uid: "u1".into(),
+            namespace: "ns".into(),
+            name: "p".into(),
+        }
+    }
+
+    fn spec(v: Value) -> PodSpec {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn allocate_response_then_pod_env_then_mounts_devices_and_security() {
+        let s = spec(json!({
+            "shareProcessNamespace": true,
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
+            "volumes": [{"name": "out", "hostPath": {"path": "/h/out"}},
+                        {"name": "scratch", "emptyDir": {}}],
+            "containers": [{"name": "c", "image": "img:1", "command": ["sh"], "args": ["-c", "x"],
+                "env": [{"name": "A", "value": "pod"}],
+                "securityContext": {"runAsGroup": 7, "capabilities": {"add": ["SYS_NICE"]}},
+                "volumeMounts": [{"name": "out", "mountPath": "/out"},
+                                 {"name": "scratch", "mountPath": "/s", "readOnly": true}]}]
+        }));
+        let alloc = Allocated {
+            envs: BTreeMap::from([("A".into(), "plugin".into()), ("B".into(), "1".into())]),
+            mounts: vec![MountSpec {
+                container_path: "/usr/local/vgpu/hook.conf".into(),
+                host_path: "/var/hook.conf".into(),
+                read_only: true,
+            }],
+            devices: vec![DeviceNode {
+                container_path: "/dev/kfd".into(),
+                host_path: "/dev/kfd".into(),
+                permissions: "rw".into(),
+            }],
+            cdi_devices: vec!["amd.com/gpu=0".into()],
+        };
+        let cfg = container_config(&pod(), &s, &s.containers[0], &alloc, false, &|n| {
+            format!("/state/{n}").into()
+        })
+        .unwrap();
+        let env: Vec<(&str, &str)> = cfg
+            .envs
+            .iter()
+            .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+            .collect();
+        assert_eq!(env, [("A", "plugin"), ("B", "1"), ("A", "pod")]);
+        let mounts: Vec<(&str, &str, bool)> = cfg
+            .mounts
+            .iter()
+            .map(|m| (m.container_path.as_str(), m.host_path.as_str(), m.readonly))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                ("/usr/local/vgpu/hook.conf", "/var/hook.conf", true),
+                ("/out", "/h/out", false),
+                ("/s", "/state/scratch", true)
+            ]
+        );
+        assert_eq!(cfg.devices[0].permissions, "rw");
+        assert_eq!(cfg.cdi_devices[0].name, "amd.com/gpu=0");
+        assert_eq!(
+            (cfg.command.clone(), cfg.args.len()),
+            (vec!["sh".into()], 2)
+        );
+        let sc = cfg.linux.unwrap().security_context.unwrap();
+        assert_eq!(sc.run_as_user.unwrap().value, 1000);
+        assert_eq!(sc.run_as_group.unwrap().value, 7, "the container's wins");
+        assert_eq!(sc.capabilities.unwrap().add_capabilities, ["SYS_NICE"]);
+        let ns = sc.namespace_options.unwrap();
+        assert_eq!(ns.pid, cri::NamespaceMode::Pod as i32);
+        assert_eq!(ns.network, cri::NamespaceMode::Node as i32);
+    }
+
+    #[test]
+    fn sandbox_gets_the_pod_cgroup_and_own_network_only_with_cni() {
+        let s = spec(json!({"containers": [{"name": "c", "image": "i",
+            "securityContext": {"privileged": true}}]}));
+        let cfg = sandbox_config(
+            &pod(),
+            &s,
+            "/kubepods/besteffort/podu1",
+            true,
+            Path::new("/l"),
+        );
+        let linux = cfg.linux.unwrap();
+        assert_eq!(linux.cgroup_parent, "/kubepods/besteffort/podu1");
+        let sc = linux.security_context.unwrap();
+        assert!(sc.privileged);
+        let ns = sc.namespace_options.unwrap();
+        assert_eq!(ns.network, cri::NamespaceMode::Pod as i32);
+        assert_eq!(ns.pid, cri::NamespaceMode::Container as i32);
+        assert_eq!(cfg.labels[POD_UID], "u1");
+        assert_eq!(cfg.hostname, "p");
+        let cfg = sandbox_config(&pod(), &s, "/x", false, Path::new("/l"));
+        assert_eq!(cfg.hostname, "", "the node's UTS namespace: no hostname");
+    }
+
+    #[test]
+    fn unsupported_volumes_and_env_sources_are_refused_with_the_reason() {
+        let s = spec(
+            json!({"volumes": [{"name": "cm", "configMap": {"name": "x"}}],
+            "containers": [{"name": "c", "image": "i",
+                "volumeMounts": [{"name": "cm", "mountPath": "/cm"}]}]}),
+        );
+        let err = container_config(
+            &pod(),
+            &s,
+            &s.containers[0],
+            &Allocated::default(),
+            false,
+            &|n| n.into(),
+        )
+        .unwrap_err();
+        assert!(err.contains("only hostPath and emptyDir"), "{err}");
+        let s = spec(json!({"containers": [{"name": "c"}]}));
+        let err = container_config(
+            &pod(),
+            &s,
+            &s.containers[0],
+            &Allocated::default(),
+            false,
+            &|n| n.into(),
+        )
+        .unwrap_err();
+        assert!(err.contains("no image"), "{err}");
+    }
+
+    #[test]
+    fn phases_follow_the_containers() {
+        let run = json!({"running": {}});
+        let ok = json!({"terminated": {"exitCode": 0}});
+        let bad = json!({"terminated": {"exitCode": 128, "reason": "StartError"}});
+        let wait = json!({"waiting": {"reason": "ErrImagePull"}});
+        assert_eq!(pod_phase(&[run.clone(), ok.clone()]), "Running");
+        assert_eq!(pod_phase(&[ok.clone(), ok.clone()]), "Succeeded");
+        assert_eq!(pod_phase(&[ok, bad]), "Failed");
+        assert_eq!(pod_phase(std::slice::from_ref(&wait)), "Pending");
+        assert_eq!(pod_phase(&[wait, run]), "Running");
+    }
+
+    #[test]
+    fn exited_status_carries_code_reason_and_message() {
+        let st = cri::ContainerStatus {
+            id: "abc".into(),
+            state: cri::ContainerState::ContainerExited as i32,
+            exit_code: 128,
+            reason: "StartError".into(),
+            message: "runc create failed: x".into(),
+            finished_at: 1_700_000_000_000_000_000,
+            ..Default::default()
+        };
+        let s = k8s_state(&st);
+        assert_eq!(s["terminated"]["exitCode"], 128);
+        assert_eq!(s["terminated"]["reason"], "StartError");
+        assert_eq!(s["terminated"]["message"], "runc create failed: x");
+        assert_eq!(s["terminated"]["finishedAt"], "2023-11-14T22:13:20Z");
+        let (reason, msg) =
+            missing_image("x:1", Some(Path::new("/a/x_1.oci.tar")), Path::new("/s"));
+        assert_eq!(reason, "ErrImagePull");
+        assert!(
+            msg.contains("/a/x_1.oci.tar") && msg.contains("never pulls"),
+            "{msg}"
+        );
+    }
+}

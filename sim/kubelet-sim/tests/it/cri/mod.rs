@@ -1,0 +1,272 @@
+//! kubelet-sim's containerd runtime (`--runtime containerd`) against a REAL containerd and
+//! runc (`hami-containerd-host`): one containerd per test process, started by the first
+//! test that needs it and torn down at process exit (containers, shims, mounts, its
+//! directory); every test has its own API server, kubelet-sim, device plugin and pod
+//! names. The images are built once per process from the host's static busybox with
+//! buildah: a workload image (`busybox`) and a pause image whose process is busybox
+//! `sleep` (see `hami_containerd_host::images::busybox_pause`). Needs root and Debian's
+//! `containerd runc buildah busybox-static`; without root each test says so and returns.
+//!
+//! Bounds: containerd start ≤ 60 s, image builds ≤ a few seconds, each wait for a pod's
+//! status ≤ [`TIMEOUT`]; on this machine a test takes 1–4 s once containerd runs.
+
+mod plugin;
+mod pods;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use hami_containerd_host::images::{BusyboxImage, archive_path, busybox_pause};
+use hami_containerd_host::{Containerd, Options};
+use hami_kubelet_sim::container_runtime::RuntimeArgs;
+use hami_kubelet_sim::cri_args::{CriArgs, RuntimeKind};
+use hami_kubelet_sim::{Args, KubeletSim};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use serde_json::Value;
+
+/// The longest any one wait of these tests lasts.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(60);
+/// The workload image.
+pub(crate) const BUSYBOX: &str = "localhost/hami-test-busybox:1";
+/// The pause image containerd runs sandboxes from.
+pub(crate) const PAUSE: &str = "localhost/hami-test-pause:1";
+
+/// The containerd shared by this process's tests.
+pub(crate) struct Shared {
+    host: Mutex<Option<Containerd>>,
+    /// Its socket.
+    pub(crate) socket: PathBuf,
+    /// Where archives are built (`archive_path(dir, image)`).
+    pub(crate) archives: PathBuf,
+}
+
+impl Shared {
+    /// Imports an archive (tests that import late).
+    pub(crate) fn import(&self, archive: &Path) -> Result<String, String> {
+        let host = self.host.lock().unwrap_or_else(|p| p.into_inner());
+        host.as_ref()
+            .ok_or("containerd is stopped")?
+            .import(archive)
+    }
+}
+
+static SHARED: OnceLock<Result<Shared, String>> = OnceLock::new();
+
+extern "C" fn stop_at_exit() {
+    if let Some(Ok(shared)) = SHARED.get()
+        && let Some(host) = shared.host.lock().unwrap_or_else(|p| p.into_inner()).take()
+    {
+        if let Err(e) = host.stop() {
+            eprintln!("cri tests: containerd teardown: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&shared.archives);
+    }
+}
+
+fn start_shared() -> Result<Shared, String> {
+    hami_containerd_host::check_host()?;
+    let archives = std::env::temp_dir().join(format!("hami-cri-images-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&archives);
+    std::fs::create_dir_all(&archives).map_err(|e| e.to_string())?;
+    let images = [
+        BusyboxImage {
+            name: BUSYBOX.into(),
+            cmd: vec!["/bin/sh".into()],
+        },
+        busybox_pause(PAUSE),
+    ];
+    for image in &images {
+        image.build(
+            &archives.join("work"),
+            &archive_path(&archives, &image.name),
+        )?;
+    }
+    let host = Containerd::start(Options::new(PAUSE))?;
+    // SAFETY: registering a plain extern "C" function with atexit(3).
+    unsafe { libc::atexit(stop_at_exit) };
+    for image in &images {
+        host.import(&archive_path(&archives, &image.name))?;
+    }
+    eprintln!(
+        "cri tests: containerd at {} (snapshotter {})",
+        host.socket().display(),
+        host.snapshotter()
+    );
+    Ok(Shared {
+        socket: host.socket(),
+        host: Mutex::new(Some(host)),
+        archives,
+    })
+}
+
+/// The shared containerd, started on first use; `None` (after saying why) when this host
+/// cannot run one because it is not root. Any other failure fails the test.
+pub(crate) fn containerd() -> Option<&'static Shared> {
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "skipped: the containerd tests need root and Debian's packages ({})",
+            hami_containerd_host::INSTALL
+        );
+        return None;
+    }
+    match SHARED.get_or_init(start_shared) {
+        Ok(s) => Some(s),
+        Err(e) => panic!("cannot start containerd for the tests: {e}"),
+    }
+}
+
+/// One test's node: API server, kubelet-sim on containerd, scratch directory.
+pub(crate) struct Node {
+    /// Kept for the test's life (dropping it stops the API server).
+    _server: hami_apiserver::RunningApiServer,
+    pub(crate) client: kube::Client,
+    pub(crate) sim: KubeletSim,
+    pub(crate) dir: PathBuf,
+}
+
+/// A scratch directory for `test` (world-writable: containers may run as uid 1000).
+pub(crate) fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ks-cri-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("out")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.join("out"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    dir
+}
+
+/// The kubelet-sim flags of a node on `shared`.
+pub(crate) fn args(shared: &Shared, dir: &Path) -> Args {
+    Args {
+        socket_dir: dir.join("device-plugins"),
+        node_name: "n1".into(),
+        record_dir: None,
+        run_containers: true,
+        runtime: RuntimeArgs {
+            state_dir: Some(dir.join("state")),
+            cri: CriArgs {
+                kind: RuntimeKind::Containerd,
+                containerd_socket: shared.socket.clone(),
+                pause_image: PAUSE.into(),
+                image_archive_dir: Some(shared.archives.clone()),
+                cni_config: None,
+            },
+            ..Default::default()
+        },
+        sync_interval_ms: 50,
+    }
+}
+
+impl Node {
+    pub(crate) async fn start(shared: &Shared, dir: &Path) -> Self {
+        let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
+            .await
+            .unwrap();
+        let client =
+            kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+        let sim = KubeletSim::start(args(shared, dir), client.clone())
+            .await
+            .unwrap();
+        Self {
+            _server: server,
+            client,
+            sim,
+            dir: dir.to_owned(),
+        }
+    }
+
+    pub(crate) fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    pub(crate) async fn create(&self, pod: Value) {
+        let pod: Pod = serde_json::from_value(pod).unwrap();
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+    }
+
+    /// Waits until the pod's status satisfies `done`; returns it.
+    pub(crate) async fn wait_status(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let status = self
+                .pods()
+                .get_opt(name)
+                .await
+                .unwrap()
+                .and_then(|p| p.status)
+                .map(|s| serde_json::to_value(s).unwrap())
+                .unwrap_or(Value::Null);
+            if done(&status) {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{name}: timed out waiting for {what}; status {status:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the pod's phase is `phase`.
+    pub(crate) async fn wait_phase(&self, name: &str, phase: &str) -> Value {
+        self.wait_status(name, &format!("phase {phase}"), |s| s["phase"] == phase)
+            .await
+    }
+
+    pub(crate) async fn stop(self) {
+        self.sim.shutdown().await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A pod on node n1 with one busybox container running `script`, its `out` volume the
+/// test's `<dir>/out` (hostPath), plus `extra` merged into the spec.
+pub(crate) fn pod(name: &str, dir: &Path, script: &str, extra: Value) -> Value {
+    let mut spec = serde_json::json!({
+        "nodeName": "n1",
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+        "volumes": [{"name": "out", "hostPath": {"path": dir.join("out").display().to_string()}}],
+        "containers": [{"name": "main", "image": BUSYBOX,
+            "command": ["/bin/sh", "-c", script],
+            "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
+    });
+    merge(&mut spec, extra);
+    serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+}
+
+fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+/// Reads `<dir>/out/<file>` (what the container wrote).
+pub(crate) fn out(dir: &Path, file: &str) -> String {
+    std::fs::read_to_string(dir.join("out").join(file)).unwrap_or_else(|e| format!("<{file}: {e}>"))
+}
+
+/// Env of an Allocate response.
+pub(crate) fn envs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
