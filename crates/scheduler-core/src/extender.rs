@@ -98,6 +98,63 @@ pub struct ExtenderBindingResult {
     pub error: String,
 }
 
+/// `ExtenderPreemptionArgs` (no JSON tags in Go: `Pod`, `NodeNameToVictims`,
+/// `NodeNameToMetaVictims`), read through `preemption::decode_args`, which matches the
+/// victims' keys in any case too.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ExtenderPreemptionArgs {
+    /// The preemptor.
+    pub pod: Option<Pod>,
+    /// Node → victims as full pods (an extender that is not `nodeCacheCapable`).
+    #[serde(rename = "nodenametovictims", default)]
+    pub node_name_to_victims: Option<BTreeMap<String, Option<Victims>>>,
+    /// Node → victims by UID (a `nodeCacheCapable` extender).
+    #[serde(rename = "nodenametometavictims", default)]
+    pub node_name_to_meta_victims: Option<BTreeMap<String, Option<MetaVictims>>>,
+}
+
+/// `Victims`: full pods.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Victims {
+    /// The pods kube-scheduler would delete.
+    #[serde(default)]
+    pub pods: Option<Vec<Pod>>,
+    /// How many of them violate a PodDisruptionBudget.
+    #[serde(rename = "numpdbviolations", default)]
+    pub num_pdb_violations: i64,
+}
+
+/// `MetaVictims`: pods by UID, as kube-scheduler sends them to a `nodeCacheCapable`
+/// extender and as every extender answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaVictims {
+    /// The pods to delete.
+    #[serde(rename(serialize = "Pods", deserialize = "pods"), default)]
+    pub pods: Option<Vec<MetaPod>>,
+    /// How many of them violate a PodDisruptionBudget.
+    #[serde(
+        rename(serialize = "NumPDBViolations", deserialize = "numpdbviolations"),
+        default
+    )]
+    pub num_pdb_violations: i64,
+}
+
+/// `MetaPod`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaPod {
+    /// The pod's UID.
+    #[serde(rename(serialize = "UID", deserialize = "uid"))]
+    pub uid: String,
+}
+
+/// `ExtenderPreemptionResult`, written as Go writes it (PascalCase keys).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ExtenderPreemptionResult {
+    /// The nodes kept, each with the victims to delete there.
+    #[serde(rename = "NodeNameToMetaVictims")]
+    pub node_name_to_meta_victims: BTreeMap<String, MetaVictims>,
+}
+
 /// Reads JSON whose top-level keys may be in any case (as Go's decoder allows); types
 /// name their fields in lower case.
 pub fn from_json_any_case<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {

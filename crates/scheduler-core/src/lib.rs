@@ -11,7 +11,7 @@
 //!   decisions), [`review_codec`] (one AdmissionReview body in, the answer out),
 //!   [`dra_claims`] (the webhook's DRA mode: claim templates from HAMi's AMD requests),
 //!   [`dra_sweep`] (which claim templates to delete), [`quota`] (namespace quotas on GPU
-//!   slices).
+//!   slices), [`preemption`] (which slices a higher-priority pod evicts).
 //! - The shells' timing: [`watch_cycle`] (relist or watch again, and the waits),
 //!   [`watch_health`] (is a view live), [`leader_term`] (how long a replica leads),
 //!   [`backoff`], [`reload_poll`] (when TLS files reload).
@@ -27,6 +27,7 @@ pub mod extender;
 pub mod fit;
 pub mod heartbeat;
 pub mod leader_term;
+pub mod preemption;
 pub mod quota;
 pub mod reload_poll;
 pub mod review_codec;
