@@ -131,13 +131,30 @@ pub fn busybox_pause(name: &str) -> BusyboxImage {
     }
 }
 
-/// Where a test may keep archives between runs of one process: `<dir>/<file>`.
-pub fn archive_path(dir: &Path, name: &str) -> PathBuf {
-    let file: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    dir.join(format!("{file}.oci.tar"))
+/// The short name of an image's archive: the reference's last path component without
+/// tag, digest or a `hami-` prefix (`localhost/hami-rs/hami-node:dev` → `node`), the
+/// `<image>` of `scripts/build-images.sh <image>`. Characters outside `[A-Za-z0-9._-]`
+/// become `_`.
+pub fn archive_name(image: &str) -> String {
+    let repo = image.split('@').next().unwrap_or(image);
+    let last = repo.rsplit('/').next().unwrap_or(repo);
+    let name = last.split(':').next().unwrap_or(last);
+    let name = name.strip_prefix("hami-").unwrap_or(name);
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Where an image's OCI archive is: `<dir>/<archive_name>.oci.tar`, the layout
+/// `scripts/build-images.sh` writes (`target/images/node.oci.tar`).
+pub fn archive_path(dir: &Path, image: &str) -> PathBuf {
+    dir.join(format!("{}.oci.tar", archive_name(image)))
 }
 
 #[cfg(test)]
@@ -151,8 +168,14 @@ mod tests {
             r#"["/bin/sh","-c","echo \"a\\b\""]"#
         );
         assert_eq!(
-            archive_path(Path::new("/t"), "localhost/x:1"),
-            Path::new("/t/localhost_x_1.oci.tar")
+            archive_path(Path::new("/t"), "localhost/hami-rs/hami-node:dev"),
+            Path::new("/t/node.oci.tar")
+        );
+        assert_eq!(archive_name("registry.k8s.io/pause:3.6"), "pause");
+        assert_eq!(archive_name("x@sha256:ab"), "x");
+        assert_eq!(
+            archive_name("localhost/hami-test-busybox:1"),
+            "test-busybox"
         );
     }
 }

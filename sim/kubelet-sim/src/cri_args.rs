@@ -2,7 +2,7 @@
 //! the check the program runs before anything starts: a containerd that is not there is
 //! the user's to start (exit 2, naming the socket and the command that starts it).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Which runtime starts a pod's containers (with `--run-containers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -29,8 +29,9 @@ pub struct CriArgs {
     /// to be imported before a sandbox is run, since it cannot be pulled.
     #[arg(long, default_value = "registry.k8s.io/pause:3.6")]
     pub pause_image: String,
-    /// Where images' OCI archives are (`<dir>/<image with non-alphanumerics as _>.oci.tar`):
-    /// the reason of a pod whose image is missing names the file to build and import.
+    /// Where images' OCI archives are, as `scripts/build-images.sh` writes them
+    /// (`target/images`: `localhost/hami-rs/hami-node:dev` is `node.oci.tar`): the reason of
+    /// a pod whose image is missing names the file to build and import.
     #[arg(long)]
     pub image_archive_dir: Option<PathBuf>,
     /// A CNI network config containerd is set up with: pods without hostNetwork get their
@@ -51,14 +52,7 @@ impl Default for CriArgs {
     }
 }
 
-/// The command that starts a containerd serving `socket`.
-pub fn start_hint(socket: &Path) -> String {
-    if socket == Path::new(hami_cri_api::CONTAINERD_SOCKET) {
-        "sudo systemctl start containerd (or: sudo containerd)".into()
-    } else {
-        format!("sudo containerd --address {}", socket.display())
-    }
-}
+pub use hami_containerd_host::start_hint;
 
 impl CriArgs {
     /// With `--runtime containerd` (and containers run at all): the socket accepts a
@@ -90,20 +84,19 @@ impl CriArgs {
         )
     }
 
-    /// The archive an image is imported from, when `--image-archive-dir` is given.
+    /// The archive an image is imported from, when `--image-archive-dir` is given
+    /// (`scripts/build-images.sh`'s layout: `<dir>/<name>.oci.tar`).
     pub fn archive_of(&self, image: &str) -> Option<PathBuf> {
-        let file: String = image
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
         self.image_archive_dir
             .as_ref()
-            .map(|d| d.join(format!("{file}.oci.tar")))
+            .map(|d| hami_containerd_host::images::archive_path(d, image))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     #[test]
@@ -133,8 +126,8 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            args.archive_of("localhost/x:1"),
-            Some(PathBuf::from("/a/localhost_x_1.oci.tar"))
+            args.archive_of("localhost/hami-rs/hami-node:dev"),
+            Some(PathBuf::from("/a/node.oci.tar"))
         );
     }
 }

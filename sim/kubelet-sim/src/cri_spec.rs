@@ -410,8 +410,10 @@ pub fn pod_phase(states: &[Value]) -> &'static str {
 pub fn missing_image(image: &str, archive: Option<&Path>, socket: &Path) -> (String, String) {
     let build = match archive {
         Some(a) => format!(
-            "build the OCI archive {} (scripts/build-images.sh) and import it: ctr --address {} -n k8s.io images import {}",
+            "build the OCI archive {} (scripts/build-images.sh --out {} {}) and import it: ctr --address {} -n k8s.io images import {}",
             a.display(),
+            a.parent().unwrap_or(Path::new(".")).display(),
+            hami_containerd_host::images::archive_name(image),
             socket.display(),
             a.display()
         ),
@@ -592,11 +594,16 @@ mod tests {
         assert_eq!(s["terminated"]["reason"], "StartError");
         assert_eq!(s["terminated"]["message"], "runc create failed: x");
         assert_eq!(s["terminated"]["finishedAt"], "2023-11-14T22:13:20Z");
-        let (reason, msg) =
-            missing_image("x:1", Some(Path::new("/a/x_1.oci.tar")), Path::new("/s"));
+        let (reason, msg) = missing_image(
+            "localhost/hami-rs/hami-node:dev",
+            Some(Path::new("/a/node.oci.tar")),
+            Path::new("/s"),
+        );
         assert_eq!(reason, "ErrImagePull");
         assert!(
-            msg.contains("/a/x_1.oci.tar") && msg.contains("never pulls"),
+            msg.contains("/a/node.oci.tar")
+                && msg.contains("never pulls")
+                && msg.contains("scripts/build-images.sh --out /a node"),
             "{msg}"
         );
     }

@@ -348,8 +348,11 @@ async fn a_missing_mount_source_becomes_a_directory_on_the_host() {
     node.stop().await;
 }
 
-/// A deleted pod's containers are stopped and removed, then its sandbox, as kubelet does
-/// (asked of containerd over CRI, by the pod-uid label kubelet puts on both).
+/// The pod runs in its pod cgroup as kubelet names it (`kubepods/besteffort/pod<uid>`,
+/// made by runc as the sandbox's cgroup parent, in the host's real cgroup tree, v1 or v2).
+/// Deleted, its containers are stopped and removed, then its sandbox, as kubelet does
+/// (asked of containerd over CRI, by the pod-uid label kubelet puts on both), and the pod
+/// cgroup goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_pod_is_stopped_and_removed() {
     let Some(shared) = containerd() else { return };
@@ -368,6 +371,19 @@ async fn a_deleted_pod_is_stopped_and_removed() {
         "{status:#}"
     );
     let uid = node.pods().get("long").await.unwrap().metadata.uid.unwrap();
+    let pod_cgroup = |root: &str| format!("{root}/kubepods/besteffort/pod{uid}");
+    let cgroup_dirs = || {
+        ["/sys/fs/cgroup", "/sys/fs/cgroup/pids"]
+            .into_iter()
+            .map(pod_cgroup)
+            .filter(|d| std::path::Path::new(d).is_dir())
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        !cgroup_dirs().is_empty(),
+        "no pod cgroup {}",
+        pod_cgroup("…")
+    );
     let cri = hami_cri_api::Cri::connect(&shared.socket, super::TIMEOUT)
         .await
         .unwrap();
@@ -421,6 +437,15 @@ async fn a_deleted_pod_is_stopped_and_removed() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(out(&dir, "up"), "up\n");
+    let deadline = tokio::time::Instant::now() + super::TIMEOUT;
+    while !cgroup_dirs().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pod cgroup left: {:?}",
+            cgroup_dirs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     node.stop().await;
 }
 
