@@ -11,9 +11,12 @@
 //!    `CreateContainer` + `StartContainer`, with what Allocate returned;
 //! 4. each pass, `ContainerStatus` of each container becomes the pod's status (running,
 //!    exited with its code, or the reason and message of a failed create or start — runc's
-//!    error as containerd reports it); a container that cannot be created or started ends
-//!    the pod Failed, and its device-plugin ids are released at once (kubelet would retry
-//!    with back-off; kubelet-sim restarts nothing);
+//!    error as containerd reports it) and the phase as kubelet's `getPhase` makes it; an
+//!    ended container starts again as `restartPolicy` says (`Always` by default), at once
+//!    the first time, then after kubelet's back-off (10 s doubling to 5 min,
+//!    `CrashLoopBackOff` meanwhile); a pod that ends `Failed` or `Succeeded` has its
+//!    device-plugin ids released at once (with `Never`, a container that cannot be created
+//!    or started fails the pod);
 //! 5. a pod that is gone or finished is torn down in the background: `StopContainer` with
 //!    its grace period, `RemoveContainer`, `StopPodSandbox`, `RemovePodSandbox`, its
 //!    emptyDir volumes and its pod cgroup (`rmdir`, in every mounted hierarchy).
@@ -59,6 +62,19 @@ enum Step {
     Failed(Value),
 }
 
+/// A container's restarts (kubelet's crash-loop bookkeeping).
+#[derive(Debug, Clone, Default)]
+struct Restarts {
+    /// How many times it was started again.
+    count: u32,
+    /// The state it ended in last time (`lastState.terminated`).
+    last: Option<Value>,
+    /// When the next start may happen (set once it ended and is to restart).
+    not_before: Option<Instant>,
+    /// The wait before the next start after this one ends.
+    backoff: Duration,
+}
+
 /// One pod's bookkeeping.
 struct CriPod {
     pod: PodRef,
@@ -73,6 +89,10 @@ struct CriPod {
     states: BTreeMap<String, Value>,
     /// Image ids by container name.
     image_refs: BTreeMap<String, String>,
+    /// `restartPolicy` (`Always` when unset, as the API server defaults it).
+    policy: String,
+    /// Restarts by container name.
+    restarts: BTreeMap<String, Restarts>,
     /// Why the pod is not started yet (pod-level message).
     waiting: Option<(String, String)>,
     next_try: Instant,
@@ -208,6 +228,12 @@ impl CriRuntime {
             sandbox: None,
             states: BTreeMap::new(),
             image_refs: BTreeMap::new(),
+            policy: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.restart_policy.clone())
+                .unwrap_or_else(|| "Always".into()),
+            restarts: BTreeMap::new(),
             waiting: None,
             next_try: Instant::now(),
             last_poll: None,
@@ -351,6 +377,7 @@ impl CriRuntime {
         }
         p.last_poll = Some(Instant::now());
         self.refresh(uid).await;
+        self.restart_ended(uid).await;
         // Init containers one at a time, each to a clean exit.
         let Some(p) = self.pods.get(uid) else { return };
         for i in 0..p.init.len() {
@@ -387,6 +414,62 @@ impl CriRuntime {
         }
         if !pending.is_empty() {
             self.refresh(uid).await;
+        }
+    }
+
+    /// Containers that ended and are to start again under the restart policy: after their
+    /// back-off, the old one is removed and the container goes back to not created (the
+    /// next steps of [`CriRuntime::advance`] create and start it, attempt + 1).
+    async fn restart_ended(&mut self, uid: &str) {
+        let Some(p) = self.pods.get_mut(uid) else {
+            return;
+        };
+        let now = Instant::now();
+        let mut remove = Vec::new();
+        let policy = p.policy.clone();
+        for (init, list) in [(true, &mut p.init), (false, &mut p.apps)] {
+            for (name, step) in list.iter_mut() {
+                let ended = match step {
+                    Step::Failed(state) => state.get("terminated").cloned(),
+                    Step::Created(_) => p
+                        .states
+                        .get(name)
+                        .and_then(|s| s.get("terminated"))
+                        .cloned(),
+                    Step::Pending => None,
+                };
+                let Some(ended) = ended else { continue };
+                let code = ended["exitCode"].as_i64().unwrap_or(0);
+                if !crate::cri_spec::restarts(&policy, code, init) {
+                    continue;
+                }
+                let r = p.restarts.entry(name.clone()).or_default();
+                let due = *r.not_before.get_or_insert(now + r.backoff);
+                if now < due {
+                    continue;
+                }
+                if let Step::Created(id) = step {
+                    remove.push(id.clone());
+                }
+                r.count += 1;
+                r.last = Some(ended);
+                r.backoff = crate::cri_spec::next_backoff(r.backoff);
+                r.not_before = None;
+                p.states.remove(name.as_str());
+                *step = Step::Pending;
+            }
+        }
+        for id in remove {
+            if let Err(e) = call(
+                "RemoveContainer",
+                self.cri
+                    .runtime
+                    .remove_container(cri::RemoveContainerRequest { container_id: id }),
+            )
+            .await
+            {
+                tracing::warn!("{e}");
+            }
         }
     }
 
@@ -480,6 +563,13 @@ impl CriRuntime {
             own_network,
             &self.dir.join(uid).join("logs"),
         );
+        let attempt = p.restarts.get(name).map_or(0, |r| r.count);
+        let config = config.map(|mut c| {
+            if let Some(m) = c.metadata.as_mut() {
+                m.attempt = attempt;
+            }
+            c
+        });
         let step = match config {
             Err(e) => Step::Failed(json!({"terminated": {"exitCode": 128,
                 "reason": "CreateContainerConfigError", "message": e}})),
@@ -574,6 +664,7 @@ impl CriRuntime {
 
     /// The pod's status now.
     fn status_of(&self, p: &CriPod) -> Value {
+        let now = Instant::now();
         let statuses = |list: &[(String, Step)], specs: &mut dyn Iterator<Item = &Container>| {
             let images: BTreeMap<&str, &str> = specs
                 .map(|c| (c.name.as_str(), c.image.as_deref().unwrap_or("")))
@@ -599,29 +690,37 @@ impl CriRuntime {
                         ),
                     };
                     let image_ref = p.image_refs.get(name).map(String::as_str).unwrap_or("");
-                    k8s_container_status(
+                    let r = p.restarts.get(name).cloned().unwrap_or_default();
+                    // Ended and waiting out its back-off: kubelet's CrashLoopBackOff, the
+                    // ended state as the last one.
+                    let (state, last) = match r.not_before {
+                        Some(t) if t > now && state.get("terminated").is_some() => (
+                            json!({"waiting": {"reason": "CrashLoopBackOff", "message": format!(
+                                "back-off {}s restarting failed container={name} pod={}_{}({})",
+                                r.backoff.as_secs(), p.pod.name, p.pod.namespace, p.pod.uid)}}),
+                            state.get("terminated").cloned(),
+                        ),
+                        _ => (state, r.last.clone()),
+                    };
+                    let mut s = k8s_container_status(
                         name,
                         images.get(name.as_str()).copied().unwrap_or(""),
                         id,
                         image_ref,
                         state,
-                    )
+                    );
+                    s["restartCount"] = json!(r.count);
+                    if let Some(last) = last {
+                        s["lastState"] = json!({ "terminated": last });
+                    }
+                    s
                 })
                 .collect::<Vec<Value>>()
         };
         let apps = statuses(&p.apps, &mut p.spec.containers.iter());
         let inits = statuses(&p.init, &mut p.spec.init_containers.iter().flatten());
-        let init_failed = inits.iter().any(|s| {
-            s["state"]["terminated"]["exitCode"]
-                .as_i64()
-                .is_some_and(|c| c != 0)
-        });
+        let phase = pod_phase(&p.policy, &inits, &apps);
         let app_states: Vec<Value> = apps.iter().map(|s| s["state"].clone()).collect();
-        let phase = if init_failed {
-            "Failed"
-        } else {
-            pod_phase(&app_states)
-        };
         let ready = phase == "Running" && app_states.iter().all(|s| s.get("running").is_some());
         let mut status = json!({
             "phase": phase,

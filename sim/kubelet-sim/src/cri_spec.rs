@@ -384,24 +384,73 @@ pub fn k8s_container_status(
     s
 }
 
-/// The pod phase from its containers' states: Failed when all ended and one failed,
-/// Succeeded when all ended with 0, Running when one runs or ended, else Pending.
-/// (kubelet-sim does not restart containers.)
-pub fn pod_phase(states: &[Value]) -> &'static str {
-    let ended: Vec<&Value> = states.iter().filter_map(|s| s.get("terminated")).collect();
-    if !states.is_empty() && ended.len() == states.len() {
-        if ended.iter().all(|t| t["exitCode"] == json!(0)) {
-            "Succeeded"
-        } else {
-            "Failed"
+/// The pod phase as kubelet's `getPhase` computes it from the containers' statuses
+/// (`containerStatuses[]` entries: `state`, `lastState`) and the restart policy: Pending
+/// until every init container exited 0 (Failed when one failed and nothing restarts);
+/// Pending while an app container waits for its first start; Running while one runs;
+/// once none runs: Running under `Always` (they restart), Succeeded when all exited 0,
+/// Failed under `Never`, else Running.
+pub fn pod_phase(policy: &str, init: &[Value], apps: &[Value]) -> &'static str {
+    for s in init {
+        match s["state"].get("terminated") {
+            Some(t) if t["exitCode"] == json!(0) => {}
+            Some(_) if policy == "Never" => return "Failed",
+            _ => return "Pending",
         }
-    } else if states
-        .iter()
-        .any(|s| s.get("running").is_some() || s.get("terminated").is_some())
-    {
-        "Running"
-    } else {
+    }
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in apps {
+        let state = &s["state"];
+        if state.get("running").is_some() {
+            running += 1;
+        } else if let Some(t) = state.get("terminated") {
+            stopped += 1;
+            if t["exitCode"] == json!(0) {
+                succeeded += 1;
+            }
+        } else if s
+            .get("lastState")
+            .and_then(|l| l.get("terminated"))
+            .is_some()
+        {
+            stopped += 1;
+        } else {
+            waiting += 1;
+        }
+    }
+    if waiting > 0 {
         "Pending"
+    } else if running > 0 {
+        "Running"
+    } else if stopped == 0 || policy == "Always" {
+        if stopped == 0 { "Pending" } else { "Running" }
+    } else if stopped == succeeded {
+        "Succeeded"
+    } else if policy == "Never" {
+        "Failed"
+    } else {
+        "Running"
+    }
+}
+
+/// Whether a container that ended with `exit_code` is started again under `policy`
+/// (init containers: only after a failure, and never under `Never`).
+pub fn restarts(policy: &str, exit_code: i64, init: bool) -> bool {
+    match policy {
+        "Never" => false,
+        "OnFailure" => exit_code != 0,
+        _ => !init || exit_code != 0,
+    }
+}
+
+/// Kubelet's crash-loop back-off: the first restart at once, then 10 s, doubling, at most
+/// 5 min.
+pub fn next_backoff(previous: std::time::Duration) -> std::time::Duration {
+    use std::time::Duration;
+    if previous.is_zero() {
+        Duration::from_secs(10)
+    } else {
+        (previous * 2).min(Duration::from_secs(300))
     }
 }
 
@@ -567,15 +616,59 @@ mod tests {
 
     #[test]
     fn phases_follow_the_containers() {
-        let run = json!({"running": {}});
-        let ok = json!({"terminated": {"exitCode": 0}});
-        let bad = json!({"terminated": {"exitCode": 128, "reason": "StartError"}});
-        let wait = json!({"waiting": {"reason": "ErrImagePull"}});
-        assert_eq!(pod_phase(&[run.clone(), ok.clone()]), "Running");
-        assert_eq!(pod_phase(&[ok.clone(), ok.clone()]), "Succeeded");
-        assert_eq!(pod_phase(&[ok, bad]), "Failed");
-        assert_eq!(pod_phase(std::slice::from_ref(&wait)), "Pending");
-        assert_eq!(pod_phase(&[wait, run]), "Running");
+        let st = |state: Value| json!({"state": state});
+        let run = st(json!({"running": {}}));
+        let ok = st(json!({"terminated": {"exitCode": 0}}));
+        let bad = st(json!({"terminated": {"exitCode": 128, "reason": "StartError"}}));
+        let wait = st(json!({"waiting": {"reason": "ErrImagePull"}}));
+        let crashing = json!({"state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 3}}});
+        let never = |apps: &[Value]| pod_phase("Never", &[], apps);
+        assert_eq!(never(&[run.clone(), ok.clone()]), "Running");
+        assert_eq!(never(&[ok.clone(), ok.clone()]), "Succeeded");
+        assert_eq!(never(&[ok.clone(), bad.clone()]), "Failed");
+        assert_eq!(never(std::slice::from_ref(&wait)), "Pending");
+        assert_eq!(never(&[wait.clone(), run.clone()]), "Pending");
+        assert_eq!(
+            pod_phase("Always", &[], &[ok.clone(), bad.clone()]),
+            "Running"
+        );
+        assert_eq!(
+            pod_phase("Always", &[], std::slice::from_ref(&crashing)),
+            "Running"
+        );
+        assert_eq!(
+            pod_phase("OnFailure", &[], &[ok.clone(), bad.clone()]),
+            "Running"
+        );
+        assert_eq!(
+            pod_phase("OnFailure", &[], std::slice::from_ref(&ok)),
+            "Succeeded"
+        );
+        assert_eq!(
+            pod_phase(
+                "Never",
+                std::slice::from_ref(&bad),
+                std::slice::from_ref(&wait)
+            ),
+            "Failed"
+        );
+        assert_eq!(
+            pod_phase("Always", &[bad], std::slice::from_ref(&wait)),
+            "Pending"
+        );
+        assert_eq!(pod_phase("Never", &[ok], &[run]), "Running");
+        assert!(restarts("Always", 0, false) && !restarts("Always", 0, true));
+        assert!(restarts("OnFailure", 1, false) && !restarts("OnFailure", 0, false));
+        assert!(!restarts("Never", 1, false));
+        let mut b = std::time::Duration::ZERO;
+        let seq: Vec<u64> = (0..7)
+            .map(|_| {
+                b = next_backoff(b);
+                b.as_secs()
+            })
+            .collect();
+        assert_eq!(seq, [10, 20, 40, 80, 160, 300, 300]);
     }
 
     #[test]

@@ -484,3 +484,38 @@ async fn init_containers_run_first_in_order() {
     );
     node.stop().await;
 }
+
+/// `restartPolicy: Always`: an exited container is started again (attempt + 1) at once,
+/// then after kubelet's back-off (10 s, doubling), shown meanwhile as `CrashLoopBackOff`
+/// with the exit as `lastState`; the pod stays Running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exited_container_restarts_with_back_off() {
+    let Some(shared) = containerd() else { return };
+    let dir = scratch("restart");
+    let node = Node::start(shared, &dir).await;
+    node.create(pod(
+        "crash",
+        &dir,
+        "echo ran >> /out/runs; exit 3",
+        json!({"restartPolicy": "Always"}),
+    ))
+    .await;
+    let status = node
+        .wait_status("crash", "CrashLoopBackOff after a restart", |s| {
+            let c = &s["containerStatuses"][0];
+            c["restartCount"] == 1 && c["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+        })
+        .await;
+    let c = &status["containerStatuses"][0];
+    assert_eq!(status["phase"], "Running", "{status:#}");
+    assert_eq!(c["lastState"]["terminated"]["exitCode"], 3, "{status:#}");
+    assert!(
+        c["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("back-off 10s restarting failed container=main pod=crash_default("),
+        "{status:#}"
+    );
+    assert_eq!(out(&dir, "runs"), "ran\nran\n", "started twice so far");
+    node.stop().await;
+}
