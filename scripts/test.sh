@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 #   chromium, chromium-driver: the web UI's browser test (tests/system/tests/it/browser.rs)
 #   containerd, runc, buildah, busybox-static: kubelet-sim's containerd runtime tests and
 #     sim/containerd-host (a private containerd; test images built from the static busybox)
-packages=(binutils util-linux gcc libc6-dev libamdhip64-dev hipcc prometheus chromium chromium-driver containerd runc buildah busybox-static)
+#   mmdebstrap (+ buildah): scripts/build-images.sh's Debian bases (image_archives test)
+packages=(binutils util-linux gcc libc6-dev libamdhip64-dev hipcc prometheus chromium chromium-driver containerd runc buildah busybox-static mmdebstrap)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")

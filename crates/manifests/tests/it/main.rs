@@ -1,13 +1,14 @@
 //! The installation as the typed manifests, the Helm chart and the docs give it: chart
 //! agreement with real Helm (`peers`: the Helm and CEL peers in `tests/peers/`), install
-//! order, images, the documented values, device-plugin mounts, the DRA driver's arguments,
-//! the scheduler's dashboard, the upstream kube-scheduler config schema, and the webhook's
-//! match conditions.
+//! order, images (and `scripts/build-images.sh`'s archives of them), the documented values,
+//! device-plugin mounts, the DRA driver's arguments, the scheduler's dashboard, the upstream
+//! kube-scheduler config schema, and the webhook's match conditions.
 
 mod chart_agreement;
 mod device_plugin_mounts;
 mod dra_plugin_args;
 mod helm_install_order;
+mod image_archives;
 mod images;
 mod install_doc_values;
 mod peers;
