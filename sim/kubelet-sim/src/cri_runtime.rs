@@ -37,6 +37,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::cgroup_layout::{CgroupDriver, Layout, Qos};
+use crate::container_runtime::{ContainerRecord, parent_of};
 use crate::cri_args::CriArgs;
 use crate::cri_spec::{
     Allocated, PodRef, container_config, k8s_container_status, k8s_state, missing_image, pod_phase,
@@ -93,6 +94,12 @@ struct CriPod {
     policy: String,
     /// Restarts by container name.
     restarts: BTreeMap<String, Restarts>,
+    /// The node's cgroup names and the pod's QoS (the containers' cgroups).
+    layout: Layout,
+    qos: Qos,
+    /// Host pid of each running container's init, by container id (from verbose
+    /// `ContainerStatus`, asked once per container).
+    pids: BTreeMap<String, i32>,
     /// Why the pod is not started yet (pod-level message).
     waiting: Option<(String, String)>,
     next_try: Instant,
@@ -110,6 +117,9 @@ pub struct CriRuntime {
     dir: PathBuf,
     pods: BTreeMap<String, CriPod>,
     teardowns: Vec<tokio::task::JoinHandle<()>>,
+    /// What the rest of the node may know of the running containers
+    /// (`KubeletSim::containers`), rewritten every pass.
+    records: Arc<Mutex<Vec<ContainerRecord>>>,
 }
 
 fn status_err(call: &str, e: &tonic::Status) -> String {
@@ -135,6 +145,7 @@ impl CriRuntime {
         args: &crate::Args,
         client: &kube::Client,
         state: &Arc<Mutex<DeviceState>>,
+        records: &Arc<Mutex<Vec<ContainerRecord>>>,
     ) -> Result<Option<Self>, String> {
         if !args.run_containers || args.runtime.cri.kind != crate::cri_args::RuntimeKind::Containerd
         {
@@ -154,7 +165,10 @@ impl CriRuntime {
             dir.join("cri"),
         )
         .await
-        .map(Some)
+        .map(|mut cri| {
+            cri.records = records.clone();
+            Some(cri)
+        })
     }
 
     /// Dials containerd (`Version` must say CRI v1); the error names the socket and how
@@ -176,6 +190,7 @@ impl CriRuntime {
             dir,
             pods: BTreeMap::new(),
             teardowns: Vec::new(),
+            records: Arc::default(),
         })
     }
 
@@ -234,6 +249,9 @@ impl CriRuntime {
                 .and_then(|s| s.restart_policy.clone())
                 .unwrap_or_else(|| "Always".into()),
             restarts: BTreeMap::new(),
+            layout,
+            qos,
+            pids: BTreeMap::new(),
             waiting: None,
             next_try: Instant::now(),
             last_poll: None,
@@ -265,6 +283,37 @@ impl CriRuntime {
             self.advance(&uid).await;
             self.post(&uid).await;
         }
+        let records = self.records();
+        *self.records.lock().unwrap_or_else(|e| e.into_inner()) = records;
+    }
+
+    /// The running containers with their init's host pid, as the `unshare` runtime
+    /// records its own (its runtime pid: the shim, the init's parent).
+    fn records(&self) -> Vec<ContainerRecord> {
+        let mut out = Vec::new();
+        for p in self.pods.values() {
+            for (name, step) in p.init.iter().chain(p.apps.iter()) {
+                let Step::Created(id) = step else { continue };
+                let running = p
+                    .states
+                    .get(name)
+                    .is_some_and(|s| s.get("running").is_some());
+                let Some(pid) = p.pids.get(id).copied().filter(|_| running) else {
+                    continue;
+                };
+                out.push(ContainerRecord {
+                    pod_uid: p.pod.uid.clone(),
+                    namespace: p.pod.namespace.clone(),
+                    pod: p.pod.name.clone(),
+                    container: name.clone(),
+                    container_id: id.clone(),
+                    cgroup: format!("/{}", p.layout.container(p.qos, &p.pod.uid, id).display()),
+                    init_pid: Some(pid),
+                    runtime_pid: parent_of(pid).unwrap_or(pid),
+                });
+            }
+        }
+        out
     }
 
     /// Stops and removes every pod's containers and sandbox (kubelet-sim stops), and
@@ -637,13 +686,15 @@ impl CriRuntime {
             })
             .collect();
         for (name, id) in created {
+            // The init's pid only in the verbose answer (a JSON "info"); asked until known.
+            let verbose = self.pods.get(uid).is_some_and(|p| !p.pids.contains_key(&id));
             let r = call(
                 "ContainerStatus",
                 self.cri
                     .runtime
                     .container_status(cri::ContainerStatusRequest {
-                        container_id: id,
-                        verbose: false,
+                        container_id: id.clone(),
+                        verbose,
                     }),
             )
             .await;
@@ -652,6 +703,15 @@ impl CriRuntime {
             };
             match r {
                 Ok(r) => {
+                    if let Some(pid) = r
+                        .info
+                        .get("info")
+                        .and_then(|i| serde_json::from_str::<Value>(i).ok())
+                        .and_then(|i| i["pid"].as_i64())
+                        .filter(|pid| *pid > 0)
+                    {
+                        p.pids.insert(id.clone(), pid as i32);
+                    }
                     if let Some(s) = r.status {
                         p.image_refs.insert(name.clone(), s.image_ref.clone());
                         p.states.insert(name, k8s_state(&s));

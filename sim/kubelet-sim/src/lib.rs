@@ -216,13 +216,16 @@ impl KubeletSim {
         );
         admission.dra = dra;
         admission.cgroups = cgroups;
-        admission.cri = match cri_runtime::CriRuntime::for_node(&args, &client, &state).await {
-            Ok(cri) => cri,
-            Err(e) => {
-                let _ = registration_stop.send(true);
-                return Err(anyhow::Error::msg(e));
-            }
-        };
+        admission.cri =
+            match cri_runtime::CriRuntime::for_node(&args, &client, &state, &admission.running)
+                .await
+            {
+                Ok(cri) => cri,
+                Err(e) => {
+                    let _ = registration_stop.send(true);
+                    return Err(anyhow::Error::msg(e));
+                }
+            };
         let forget_dra_plugins = admission.forget_dra_plugins.clone();
         let running = admission.running.clone();
         let interval = Duration::from_millis(args.sync_interval_ms.max(10));

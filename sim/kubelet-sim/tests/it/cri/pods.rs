@@ -384,6 +384,40 @@ async fn a_deleted_pod_is_stopped_and_removed() {
         "no pod cgroup {}",
         pod_cgroup("…")
     );
+    // The node knows the container's process, as with the unshare runtime (node models
+    // map a process to its container with it).
+    let id = status["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_owned();
+    let deadline = tokio::time::Instant::now() + super::TIMEOUT;
+    let record = loop {
+        if let Some(r) = node.sim.containers().into_iter().find(|c| c.pod == "long") {
+            break r;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no container record"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(record.container_id, id);
+    assert_eq!(record.cgroup, format!("/kubepods/besteffort/pod{uid}/{id}"));
+    let pid = record.init_pid.unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    assert_eq!(cmdline, b"sleep\x003600\x00", "the init's host pid");
+    // runc put it there: the kernel says so (read from the host's cgroup namespace).
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(
+        cgroups
+            .lines()
+            .any(|l| l.ends_with(&format!(":{}", record.cgroup))),
+        "{cgroups}"
+    );
+    let records = node.sim.containers();
+    let found = hami_kubelet_sim::container_runtime::container_of_pid(&records, pid);
+    assert_eq!(found.map(|c| c.pod.as_str()), Some("long"));
     let cri = hami_cri_api::Cri::connect(&shared.socket, super::TIMEOUT)
         .await
         .unwrap();
@@ -437,6 +471,10 @@ async fn a_deleted_pod_is_stopped_and_removed() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(out(&dir, "up"), "up\n");
+    assert!(
+        node.sim.containers().is_empty(),
+        "a record of a removed container"
+    );
     let deadline = tokio::time::Instant::now() + super::TIMEOUT;
     while !cgroup_dirs().is_empty() {
         assert!(
