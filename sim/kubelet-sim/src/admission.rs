@@ -82,7 +82,7 @@ pub struct Admission {
     sync_errors: HashMap<String, String>,
     /// The node's pod cgroups, when this kubelet makes them (`pod_cgroups.rs`).
     pub cgroups: Option<PodCgroups>,
-    /// With `--runtime containerd`: containers run by containerd over CRI (`cri_runtime.rs`).
+    /// With `--runtime containerd`: containers run by containerd over CRI (`cri_runtime/`).
     pub cri: Option<crate::cri_runtime::CriRuntime>,
 }
 
@@ -500,7 +500,7 @@ impl Admission {
             let _ = std::fs::write(dir.join(format!("{ns}_{name}.json")), &record_text);
         }
         let status = match &failure {
-            // The containerd runtime reports each container as it starts (`cri_runtime.rs`).
+            // The containerd runtime reports each container as it starts (`cri_runtime/`).
             None if self.cri.is_some() => {
                 json!({"status": {"phase": "Pending", "containerStatuses": spec.containers.iter()
                     .map(|c| json!({"name": c.name, "image": c.image.clone().unwrap_or_default(),

@@ -1,4 +1,4 @@
-//! The flags of the containerd runtime (`--runtime containerd`, see `cri_runtime.rs`), and
+//! The flags of the containerd runtime (`--runtime containerd`, see `cri_runtime/`), and
 //! the check the program runs before anything starts: a containerd that is not there is
 //! the user's to start (exit 2, naming the socket and the command that starts it).
 
@@ -11,7 +11,7 @@ pub enum RuntimeKind {
     /// (`container_runtime.rs`).
     #[default]
     Unshare,
-    /// A real containerd over CRI v1: images, sandboxes, runc (`cri_runtime.rs`).
+    /// A real containerd over CRI v1: images, sandboxes, runc (`cri_runtime/`).
     Containerd,
 }
 

@@ -1,5 +1,5 @@
 //! What kubelet sends a CRI runtime for a pod, as plain functions over plain data (the
-//! `--runtime containerd` shell is `cri_runtime.rs`): the sandbox config (namespaces, the
+//! `--runtime containerd` shell is `cri_runtime/`): the sandbox config (namespaces, the
 //! pod cgroup as cgroup parent), each container's config with the device plugin's
 //! Allocate response applied as kubelet applies it, and the Kubernetes container status
 //! read back from CRI's.

@@ -11,7 +11,7 @@
 //!   Running (or Failed with `UnexpectedAdmissionError`) and records what each container
 //!   got in the annotation `kubelet-sim.hami.io/allocations` (and optionally a file);
 //! - can start app containers as local processes with the returned env, or (`--runtime
-//!   containerd`) have a real containerd run the pod over CRI (`cri_runtime.rs`);
+//!   containerd`) have a real containerd run the pod over CRI (`cri_runtime/`);
 //! - [`KubeletSim::restart`] behaves like a kubelet restart: the socket directory is wiped
 //!   and `kubelet.sock` re-created; device assignments (kubelet's checkpoint) survive;
 //! - started with [`KubeletSim::start_with_dra`], it also registers DRA plugins from the

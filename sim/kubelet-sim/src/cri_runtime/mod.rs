@@ -24,24 +24,29 @@
 //! Containers in the sandbox: `CDI_devices` is sent (kubelet does), but containerd 1.6
 //! skips the field: a plugin that answers only with CDI names gives the container nothing
 //! there (containerd 1.7 with `enable_cdi` resolves them).
+//!
+//! Here: the pod's way from admitted to running (images, sandbox, containers, restarts);
+//! `status.rs`: the status posted and the container records; `teardown.rs`: a gone pod's
+//! removal. The configs sent are made by `cri_spec.rs`.
+
+mod status;
+mod teardown;
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hami_cri_api::Cri;
 use hami_cri_api::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::cgroup_layout::{CgroupDriver, Layout, Qos};
-use crate::container_runtime::{ContainerRecord, parent_of};
+use crate::container_runtime::ContainerRecord;
 use crate::cri_args::CriArgs;
 use crate::cri_spec::{
-    Allocated, PodRef, container_config, k8s_container_status, k8s_state, missing_image, pod_phase,
-    sandbox_config,
+    Allocated, PodRef, container_config, k8s_state, missing_image, sandbox_config,
 };
 use crate::device_state::DeviceState;
 
@@ -287,35 +292,6 @@ impl CriRuntime {
         *self.records.lock().unwrap_or_else(|e| e.into_inner()) = records;
     }
 
-    /// The running containers with their init's host pid, as the `unshare` runtime
-    /// records its own (its runtime pid: the shim, the init's parent).
-    fn records(&self) -> Vec<ContainerRecord> {
-        let mut out = Vec::new();
-        for p in self.pods.values() {
-            for (name, step) in p.init.iter().chain(p.apps.iter()) {
-                let Step::Created(id) = step else { continue };
-                let running = p
-                    .states
-                    .get(name)
-                    .is_some_and(|s| s.get("running").is_some());
-                let Some(pid) = p.pids.get(id).copied().filter(|_| running) else {
-                    continue;
-                };
-                out.push(ContainerRecord {
-                    pod_uid: p.pod.uid.clone(),
-                    namespace: p.pod.namespace.clone(),
-                    pod: p.pod.name.clone(),
-                    container: name.clone(),
-                    container_id: id.clone(),
-                    cgroup: format!("/{}", p.layout.container(p.qos, &p.pod.uid, id).display()),
-                    init_pid: Some(pid),
-                    runtime_pid: parent_of(pid).unwrap_or(pid),
-                });
-            }
-        }
-        out
-    }
-
     /// Stops and removes every pod's containers and sandbox (kubelet-sim stops), and
     /// waits for teardowns in flight.
     pub async fn shutdown(&mut self) {
@@ -325,65 +301,6 @@ impl CriRuntime {
         for t in self.teardowns.drain(..) {
             let _ = t.await;
         }
-    }
-
-    fn teardown(&mut self, p: CriPod, grace: i64) {
-        let mut runtime = self.cri.runtime.clone();
-        let volumes = self.dir.join(&p.pod.uid);
-        let ids: Vec<String> = p
-            .init
-            .iter()
-            .chain(p.apps.iter())
-            .filter_map(|(_, s)| match s {
-                Step::Created(id) => Some(id.clone()),
-                _ => None,
-            })
-            .collect();
-        let (sandbox, cgroup_parent, pod) = (p.sandbox.clone(), p.cgroup_parent.clone(), p.pod);
-        self.teardowns.push(tokio::spawn(async move {
-            for id in &ids {
-                if let Err(e) = call(
-                    "StopContainer",
-                    runtime.stop_container(cri::StopContainerRequest {
-                        container_id: id.clone(),
-                        timeout: grace,
-                    }),
-                )
-                .await
-                {
-                    tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), "{e}");
-                }
-                let _ = call(
-                    "RemoveContainer",
-                    runtime.remove_container(cri::RemoveContainerRequest {
-                        container_id: id.clone(),
-                    }),
-                )
-                .await;
-            }
-            if let Some(sandbox) = sandbox {
-                let _ = call(
-                    "StopPodSandbox",
-                    runtime.stop_pod_sandbox(cri::StopPodSandboxRequest {
-                        pod_sandbox_id: sandbox.clone(),
-                    }),
-                )
-                .await;
-                if let Err(e) = call(
-                    "RemovePodSandbox",
-                    runtime.remove_pod_sandbox(cri::RemovePodSandboxRequest {
-                        pod_sandbox_id: sandbox,
-                    }),
-                )
-                .await
-                {
-                    tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), "{e}");
-                }
-            }
-            let _ = std::fs::remove_dir_all(&volumes);
-            remove_pod_cgroup(&cgroup_parent);
-            tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), "pod's containers and sandbox removed");
-        }));
     }
 
     /// Whether `image` is in containerd (its id), or why not.
@@ -687,7 +604,10 @@ impl CriRuntime {
             .collect();
         for (name, id) in created {
             // The init's pid only in the verbose answer (a JSON "info"); asked until known.
-            let verbose = self.pods.get(uid).is_some_and(|p| !p.pids.contains_key(&id));
+            let verbose = self
+                .pods
+                .get(uid)
+                .is_some_and(|p| !p.pids.contains_key(&id));
             let r = call(
                 "ContainerStatus",
                 self.cri
@@ -720,143 +640,5 @@ impl CriRuntime {
                 Err(e) => tracing::debug!(container = %name, "{e}"),
             }
         }
-    }
-
-    /// The pod's status now.
-    fn status_of(&self, p: &CriPod) -> Value {
-        let now = Instant::now();
-        let statuses = |list: &[(String, Step)], specs: &mut dyn Iterator<Item = &Container>| {
-            let images: BTreeMap<&str, &str> = specs
-                .map(|c| (c.name.as_str(), c.image.as_deref().unwrap_or("")))
-                .collect();
-            list.iter()
-                .map(|(name, step)| {
-                    let (id, state) = match step {
-                        Step::Pending => (
-                            None,
-                            match &p.waiting {
-                                Some((reason, message)) => {
-                                    json!({"waiting": {"reason": reason, "message": message}})
-                                }
-                                None => json!({"waiting": {"reason": "PodInitializing"}}),
-                            },
-                        ),
-                        Step::Failed(state) => (None, state.clone()),
-                        Step::Created(id) => (
-                            Some(id.as_str()),
-                            p.states.get(name).cloned().unwrap_or_else(
-                                || json!({"waiting": {"reason": "ContainerCreating"}}),
-                            ),
-                        ),
-                    };
-                    let image_ref = p.image_refs.get(name).map(String::as_str).unwrap_or("");
-                    let r = p.restarts.get(name).cloned().unwrap_or_default();
-                    // Ended and waiting out its back-off: kubelet's CrashLoopBackOff, the
-                    // ended state as the last one.
-                    let (state, last) = match r.not_before {
-                        Some(t) if t > now && state.get("terminated").is_some() => (
-                            json!({"waiting": {"reason": "CrashLoopBackOff", "message": format!(
-                                "back-off {}s restarting failed container={name} pod={}_{}({})",
-                                r.backoff.as_secs(), p.pod.name, p.pod.namespace, p.pod.uid)}}),
-                            state.get("terminated").cloned(),
-                        ),
-                        _ => (state, r.last.clone()),
-                    };
-                    let mut s = k8s_container_status(
-                        name,
-                        images.get(name.as_str()).copied().unwrap_or(""),
-                        id,
-                        image_ref,
-                        state,
-                    );
-                    s["restartCount"] = json!(r.count);
-                    if let Some(last) = last {
-                        s["lastState"] = json!({ "terminated": last });
-                    }
-                    s
-                })
-                .collect::<Vec<Value>>()
-        };
-        let apps = statuses(&p.apps, &mut p.spec.containers.iter());
-        let inits = statuses(&p.init, &mut p.spec.init_containers.iter().flatten());
-        let phase = pod_phase(&p.policy, &inits, &apps);
-        let app_states: Vec<Value> = apps.iter().map(|s| s["state"].clone()).collect();
-        let ready = phase == "Running" && app_states.iter().all(|s| s.get("running").is_some());
-        let mut status = json!({
-            "phase": phase,
-            "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
-            "containerStatuses": apps,
-        });
-        let init_states: Vec<Value> = inits.iter().map(|s| s["state"].clone()).collect();
-        if !inits.is_empty() {
-            status["initContainerStatuses"] = Value::Array(inits);
-        }
-        if let Some((reason, message)) = &p.waiting {
-            status["reason"] = json!(reason);
-            status["message"] = json!(message);
-        } else if phase == "Failed"
-            && let Some(t) = app_states
-                .iter()
-                .chain(init_states.iter())
-                .filter_map(|s| s.get("terminated"))
-                .find(|t| t["exitCode"] != json!(0))
-        {
-            status["reason"] = t["reason"].clone();
-            status["message"] = t.get("message").cloned().unwrap_or(json!(""));
-        }
-        json!({ "status": status })
-    }
-
-    /// Patches the pod's status when it changed; a finished pod's device ids are released.
-    async fn post(&mut self, uid: &str) {
-        let Some(p) = self.pods.get(uid) else { return };
-        let status = self.status_of(p);
-        if p.posted.as_ref() == Some(&status) {
-            return;
-        }
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &p.pod.namespace);
-        let phase = status["status"]["phase"].as_str().unwrap_or("").to_owned();
-        if matches!(phase.as_str(), "Failed" | "Succeeded") {
-            // The ids go back at once (kubelet frees them once the pod is terminal).
-            self.state
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .assigned
-                .remove(uid);
-        }
-        match api
-            .patch_status(&p.pod.name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-        {
-            Ok(_) => {
-                if let Some(reason) = status["status"].get("reason") {
-                    tracing::info!(pod = %format!("{}/{}", p.pod.namespace, p.pod.name), %phase, "{reason}: {}", status["status"]["message"]);
-                }
-                if let Some(p) = self.pods.get_mut(uid) {
-                    p.posted = Some(status);
-                }
-            }
-            Err(e) => {
-                tracing::warn!(pod = %format!("{}/{}", p.pod.namespace, p.pod.name), "cannot post the status: {e}")
-            }
-        }
-    }
-}
-
-/// Removes the pod cgroup runc made as the containers' parent, in every hierarchy (an
-/// empty directory only: `rmdir`), as kubelet removes a gone pod's cgroup.
-fn remove_pod_cgroup(cgroup_parent: &str) {
-    let rel = cgroup_parent.trim_start_matches('/');
-    if rel.is_empty() || rel.contains("..") || !rel.contains("pod") {
-        return;
-    }
-    let root = Path::new("/sys/fs/cgroup");
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return;
-    };
-    let mut dirs = vec![root.join(rel)];
-    dirs.extend(entries.flatten().map(|e| e.path().join(rel)));
-    for d in dirs {
-        let _ = std::fs::remove_dir(d);
     }
 }
