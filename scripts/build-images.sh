@@ -294,13 +294,18 @@ check_glibc_baseline() {
 
 # --- Build ------------------------------------------------------------------------------
 
-# Build what the Dockerfiles' `cargo build` steps name, for --profile, in one cargo run.
+# Build what the Dockerfiles' `cargo build` steps name, for --profile, in one cargo run
+# (`--lib` once: it selects the libraries of all the packages named, and cargo refuses two).
 if ((build)); then
   all_targets=()
+  lib=
   for image in "${images[@]}"; do
     mapfile -t targets < <(cargo_targets "$repo/deploy/docker/$image.Dockerfile")
-    all_targets+=("${targets[@]}")
+    for word in "${targets[@]}"; do
+      if [ "$word" = --lib ]; then lib=--lib; else all_targets+=("$word"); fi
+    done
   done
+  [ -z "$lib" ] || all_targets+=("$lib")
   if ((${#all_targets[@]})); then
     echo "cargo build --locked --profile $cargo_profile ${all_targets[*]}" >&2
     (cd "$repo" && cargo build --locked --profile "$cargo_profile" "${all_targets[@]}")

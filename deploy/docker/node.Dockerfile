@@ -17,14 +17,15 @@ RUN curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-too
 ENV PATH=/root/.cargo/bin:$PATH
 WORKDIR /src
 COPY . .
+# `--bin`/`--lib` select targets across all the packages named (cargo refuses a second
+# `--lib`), so the hooks' packages share one `--lib`.
 RUN cargo build --release --locked \
       -p hami-amd-plugin --bin k8s-device-plugin \
       -p hami-amdgpu-dra-plugin --bin amdgpu-dra-plugin \
       -p hami-nvidia-plugin --bin nvidia-device-plugin \
       -p hami-monitor --bin k8s-vgpu-monitor \
       -p hami-node-labeller --bin k8s-node-labeller \
-      -p hami-hip-hook --lib \
-      -p hami-cuda-hook --lib
+      -p hami-hip-hook -p hami-cuda-hook --lib
 # Symbol baseline: nothing newer than GLIBC_2.34 may be required by either hook.
 RUN for lib in target/release/libamvgpu.so target/release/libvgpu.so; do \
       newest=$(objdump -T "$lib" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1) \

@@ -13,9 +13,7 @@ WORKDIR /src
 COPY . .
 RUN cargo build --release --locked \
       -p hami-demo --bin hami-workload \
-      -p hami-hip-stand-in --lib \
-      -p hami-cuda-stand-in --lib \
-      -p hami-nvml-stand-in --lib
+      -p hami-hip-stand-in -p hami-cuda-stand-in -p hami-nvml-stand-in --lib
 
 FROM docker.io/library/debian:12-slim
 COPY --from=build /src/target/release/hami-workload /usr/local/bin/hami-workload

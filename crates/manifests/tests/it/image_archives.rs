@@ -304,6 +304,41 @@ fn chroot(rootfs: &Path, user: Option<&str>) -> Command {
     command
 }
 
+/// Each Dockerfile's `cargo build` step as cargo's own argument parser reads it, pointed at
+/// a manifest that does not exist so that it stops there (no lock, no build). The node
+/// image's step once named `--lib` twice, which cargo refuses ("cannot be used multiple
+/// times"): that image had never been built.
+#[test]
+fn the_dockerfiles_cargo_build_steps_are_accepted_by_cargo() {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let missing = std::env::temp_dir().join("hami-no-such-directory/Cargo.toml");
+    for image in IMAGES {
+        let path = repo().join(format!("deploy/docker/{image}.Dockerfile"));
+        let joined = std::fs::read_to_string(&path).unwrap().replace("\\\n", " ");
+        let Some(line) = joined.lines().find(|l| l.contains("cargo build")) else {
+            continue;
+        };
+        let args: Vec<&str> = line
+            .split_whitespace()
+            .skip_while(|w| *w != "build")
+            .skip(1)
+            .collect();
+        let output = Command::new(&cargo)
+            .arg("build")
+            .args(&args)
+            .arg("--manifest-path")
+            .arg(&missing)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("does not exist"),
+            "{image}.Dockerfile: cargo build {}:\n{stderr}",
+            args.join(" ")
+        );
+    }
+}
+
 #[test]
 fn an_unknown_image_is_refused_naming_the_images() {
     let output = Command::new("bash")
