@@ -590,7 +590,12 @@ fn refine(
     proposed: &[String],
     pdbs: &[PdbFacts],
 ) -> NodeOutcome {
-    let by_uid: HashMap<&str, &PodFacts> = node.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+    // Only proposed pods are looked up (none from Kubernetes ≥ 1.38 on most nodes).
+    let by_uid: HashMap<&str, &PodFacts> = if proposed.is_empty() {
+        HashMap::new()
+    } else {
+        node.pods.iter().map(|p| (p.uid.as_str(), p)).collect()
+    };
     let mut unknown = Vec::new();
     let mut kept: Vec<&PodFacts> = Vec::new();
     let finish = |result, unknown| NodeOutcome { result, unknown };
