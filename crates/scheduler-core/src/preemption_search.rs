@@ -190,10 +190,11 @@ pub(super) fn choose<'a>(
             // Room on several GPUs: GPUs by how cheaply they clear, their pods in order.
             let mut gpus: Vec<&Vec<usize>> = per_gpu.iter().filter(|o| !o.is_empty()).collect();
             gpus.sort_by_key(|o| cost(o, &pool));
+            let mut seen = vec![false; pool.pods.len()];
             let mut order: Vec<usize> = Vec::new();
-            for i in gpus.into_iter().flatten() {
-                if !order.contains(i) {
-                    order.push(*i);
+            for &i in gpus.into_iter().flatten() {
+                if !std::mem::replace(&mut seen[i], true) {
+                    order.push(i);
                 }
             }
             if !fits_without(&order) {
