@@ -179,6 +179,43 @@ fn a_high_priority_pod_evicts_the_fewest_low_priority_slices_on_one_card() {
 }
 
 #[test]
+fn a_two_gpu_pod_makes_room_on_the_two_cheapest_cards() {
+    let pods = vec![
+        slice("pa", 0, &[("A", 1000, 100)]),
+        slice("pb", 1, &[("B", 1000, 100)]),
+        slice("pc", 3, &[("C", 1000, 100)]),
+    ];
+    let node = snapshot(
+        vec![
+            gpu("A", 8, 40_000),
+            gpu("B", 8, 40_000),
+            gpu("C", 8, 40_000),
+        ],
+        &pods,
+    );
+    let two = preemptor(
+        1000,
+        json!({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "50"}),
+    );
+    let d = decide(&two, &node, &pods, &[], &[]);
+    assert_eq!(victims(&d), ["pa", "pb"]);
+    // One pod on two cards frees both: one victim is enough.
+    let pods = vec![
+        slice("wide", 0, &[("A", 1000, 100), ("B", 1000, 100)]),
+        slice("pc", 0, &[("C", 1000, 100)]),
+    ];
+    let node = snapshot(
+        vec![
+            gpu("A", 8, 40_000),
+            gpu("B", 8, 40_000),
+            gpu("C", 8, 40_000),
+        ],
+        &pods,
+    );
+    assert_eq!(victims(&decide(&two, &node, &pods, &[], &[])), ["wide"]);
+}
+
+#[test]
 fn protected_pods_are_never_victims() {
     for why in [
         Protection::Critical,
