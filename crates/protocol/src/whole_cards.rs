@@ -139,7 +139,8 @@ mod counted {
                     .as_ref()
                     .and_then(|l| l.get(name))
                     .or_else(|| r.requests.as_ref().and_then(|l| l.get(name)))?;
-                q.0.trim().parse::<u64>().ok()
+                // As the API server stores it (a count of 1000 would read `1k`).
+                crate::quantity::parse_count(&q.0).ok()
             })
             .fold(0u64, u64::saturating_add)
     }

@@ -30,6 +30,7 @@ pub mod openapi;
 pub mod patch;
 pub mod persistence;
 pub mod protobuf;
+pub mod quantity;
 pub mod rbac;
 pub mod request_log;
 pub mod resources;

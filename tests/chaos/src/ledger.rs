@@ -31,7 +31,8 @@ fn gpumem_limit(pod: &Pod, container: &str) -> Option<u64> {
     ["amd.com/gpumem", "nvidia.com/gpumem"]
         .iter()
         .find_map(|k| limits.get(*k))
-        .and_then(|q| q.0.parse::<u64>().ok())
+        // Canonical form, as the API server stores it: 3000 MiB reads `3k`.
+        .and_then(|q| hami_protocol::quantity::parse_count(&q.0).ok())
         .map(|mib| mib << 20)
 }
 

@@ -167,6 +167,39 @@ fn nvidia_defaults() {
     assert_eq!((r.memory, r.cores_percent), (MemoryRequest::Mib(1024), 10));
 }
 
+/// A real API server stores `gpumem: 3000` as `3k` (canonical quantity form); the webhook,
+/// the scheduler and the plugins read the stored form, and must get 3000 MiB from it.
+#[test]
+fn quantities_in_the_api_servers_canonical_form_read_as_written() {
+    for (vendor, prefix) in [(Vendor::Amd, "amd.com"), (Vendor::Nvidia, "nvidia.com")] {
+        let r = one(json!({
+            format!("{prefix}/gpu"): "1",
+            format!("{prefix}/gpumem"): "3k",
+            format!("{prefix}/gpucores"): "50",
+        }))
+        .unwrap();
+        let r = match vendor {
+            Vendor::Amd => r.amd,
+            Vendor::Nvidia => r.nvidia,
+        }
+        .unwrap();
+        assert_eq!(
+            (r.count, r.memory, r.cores_percent),
+            (1, MemoryRequest::Mib(3000), 50),
+            "{prefix}"
+        );
+    }
+    for (text, mib) in [
+        ("16k", 16_000),
+        ("2M", 2_000_000),
+        ("1e3", 1000),
+        ("1024", 1024),
+    ] {
+        let r = one(json!({"amd.com/gpumem": text})).unwrap().amd.unwrap();
+        assert_eq!(r.memory, MemoryRequest::Mib(mib), "{text}");
+    }
+}
+
 #[test]
 fn resolution_and_cu_conversion() {
     assert_eq!(MemoryRequest::Percent(50).resolve(196_288), 98_144);
@@ -223,7 +256,7 @@ fn bad_requests_name_the_field_and_the_fix() {
         (
             json!({"amd.com/gpu": "1Gi"}),
             "limits[amd.com/gpu]",
-            "unit suffix",
+            "binary suffix Gi: 1Gi is 1073741824",
         ),
         (
             json!({"amd.com/gpu": "many"}),

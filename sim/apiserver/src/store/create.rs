@@ -89,6 +89,7 @@ impl Store {
         mut obj: Value,
     ) -> Result<Value, ApiError> {
         Self::check_type(r, &mut obj)?;
+        crate::quantity::canonicalize_object(r, &mut obj)?;
         if !obj.get("metadata").is_some_and(Value::is_object) {
             obj["metadata"] = json!({});
         }

@@ -41,6 +41,7 @@ impl Store {
         current: Arc<Value>,
     ) -> Result<Arc<Value>, ApiError> {
         Self::check_type(r, &mut obj)?;
+        crate::quantity::canonicalize_object(r, &mut obj)?;
         match obj.pointer("/metadata/name").and_then(Value::as_str) {
             Some(n) if n == name => {}
             Some("") | None => set_meta(&mut obj, "name", json!(name)),
