@@ -1,6 +1,7 @@
 //! hami-apiserver's integration tests, one binary: real clients (kube-rs, every kubectl on
 //! the machine, raw HTTP and protobuf bodies) against the embedded server: CRUD, selectors,
-//! paging and watches (`kube_client`, `watch`, `kubectl`, `protobuf`), `resource.k8s.io/v1`
+//! paging and watches (`kube_client`, `watch`, `kubectl`, `protobuf`), quantities stored in canonical form
+//! (`quantities`), `resource.k8s.io/v1`
 //! (`resource_v1`), mutating admission through a real HTTPS webhook (`admission`), RBAC
 //! and authentication (`rbac`), refused writes (`strict_writes`), slow clients
 //! (`slow_clients`), persistence and the `serve` entry point (`lifecycle`), bounded state
@@ -16,6 +17,7 @@ mod kube_client;
 mod kubectl;
 mod lifecycle;
 mod protobuf;
+mod quantities;
 mod rbac;
 mod resource_v1;
 mod slow_clients;
