@@ -29,6 +29,8 @@ pub mod heartbeat;
 pub mod leader_term;
 pub mod preemption;
 pub mod quota;
+pub mod quota_book;
+pub mod quota_gate;
 pub mod reload_poll;
 pub mod review_codec;
 pub mod snapshot;

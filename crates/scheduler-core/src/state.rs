@@ -21,6 +21,7 @@ use hami_protocol::whole_cards;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::heartbeat::Heartbeats;
+use crate::quota_book::QuotaBook;
 use crate::snapshot::{NodeDevices, NodeSnapshot, kubelet_count};
 use crate::usage::{ContainerGrant, DeviceCharge, collapse, container_grants};
 
@@ -184,6 +185,9 @@ pub struct ClusterState {
     heartbeats: Heartbeats,
     /// No heartbeat verdict changes by time alone before this moment.
     heartbeat_check_at: Option<Instant>,
+    /// Namespace quotas and what the holdings charge them (issue 30): kept here so one
+    /// lock covers a decision and its charge, which follows the holding (`quota_book`).
+    pub quota: QuotaBook,
 }
 
 fn uid(pod: &Pod) -> Option<String> {
@@ -213,6 +217,7 @@ impl ClusterState {
             pod_problems: HashMap::new(),
             heartbeats: Heartbeats::new(),
             heartbeat_check_at: None,
+            quota: QuotaBook::new(),
         }
     }
 
@@ -289,6 +294,10 @@ impl ClusterState {
             },
         );
         self.recount(name);
+        // AMD shares are charged against the registered CUs, which may be new.
+        if let (Some(uids), Some(e)) = (self.pods_by_node.get(name), self.nodes.get(name)) {
+            self.quota.recharge(uids, &e.base);
+        }
     }
 
     /// Withdraws the vendors whose plugin stopped refreshing by `now` (the heartbeat rule
@@ -361,13 +370,17 @@ impl ClusterState {
             }
         }
         match holding {
-            Some(holding) => self.set_pod(
-                uid,
-                PodEntry {
-                    holding,
-                    pending: None,
-                },
-            ),
+            Some(holding) => {
+                let devices = self.nodes.get(&holding.node).map(|e| &*e.base);
+                self.quota.observe_pod(&uid, pod, &holding.node, devices);
+                self.set_pod(
+                    uid,
+                    PodEntry {
+                        holding,
+                        pending: None,
+                    },
+                )
+            }
             None => self.drop_holding(&uid),
         }
     }
@@ -396,6 +409,7 @@ impl ClusterState {
     }
 
     fn drop_holding(&mut self, uid: &str) {
+        self.quota.release(uid);
         if let Some(entry) = self.pods.remove(uid) {
             if let Some(set) = self.pods_by_node.get_mut(&entry.holding.node) {
                 set.remove(uid);

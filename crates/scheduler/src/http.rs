@@ -271,7 +271,7 @@ async fn readyz(State(s): State<Arc<Scheduler>>) -> Response {
 
 /// AdmissionReview v1 and v1beta1, answered in the version received. In DRA mode the
 /// claim templates the patch names are created first (not on dryRun); a failure denies the
-/// pod (fail closed).
+/// pod (fail closed). A pod over its namespace's quota is denied (`quota_gate`).
 async fn webhook(State(s): State<Arc<Scheduler>>, raw: Result<Bytes, BytesRejection>) -> Response {
     let bytes = match body(raw) {
         Ok(b) => b,
@@ -298,6 +298,17 @@ async fn webhook(State(s): State<Arc<Scheduler>>, raw: Result<Bytes, BytesReject
     }
     if let Some(why) = unreadable {
         reviewed.note_missing_shapes(&why);
+    }
+    if reviewed.denied().is_none() {
+        // Issue 30: a pod its namespace's quotas cannot hold even on the smallest GPU.
+        let refusal = {
+            let state = s.state();
+            hami_scheduler_core::quota_gate::admission_refusal(&bytes, &s.settings.webhook, &state)
+        };
+        if let Some(refusal) = refusal {
+            info!(namespace = %reviewed.namespace, "webhook: {refusal}");
+            reviewed.deny(refusal.to_string());
+        }
     }
     if !reviewed.claims.is_empty()
         && !reviewed.dry_run

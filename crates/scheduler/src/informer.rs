@@ -1,5 +1,5 @@
-//! The node and pod informers: a supervised list-then-watch loop per kind that feeds
-//! [`ClusterState`] directly and keeps nothing else. Objects are decoded one list page
+//! The node, pod and ResourceQuota informers: a supervised list-then-watch loop per kind
+//! that feeds [`ClusterState`] directly and keeps nothing else. Objects are decoded one list page
 //! (500) or one event at a time and reduced to what decisions need by the state's own
 //! upserts (a pod that holds no device costs the state nothing), instead of being kept in
 //! full, `managedFields` included, as a reflector store does.
@@ -19,12 +19,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
+use crate::quota_book::quota_key;
 use crate::state::ClusterState;
 use crate::watch_cycle::{Outcome, Restart, Restarts, Step, TaskEnd, WatchCycle};
 use crate::watch_health::{Verdict, WatchHealth, WatchReport, WatchTuning, explain};
@@ -146,6 +147,28 @@ impl Fed for Pod {
     }
     fn forget(state: &mut ClusterState, key: &str) {
         state.remove_pod(key);
+    }
+}
+
+/// Namespace quotas (issue 30): kept in the state's quota book, keyed `namespace/name`.
+impl Fed for ResourceQuota {
+    fn apply(state: &mut ClusterState, quota: &ResourceQuota) {
+        state.quota.apply_quota(quota);
+    }
+    fn delete(state: &mut ClusterState, quota: &ResourceQuota) {
+        if let Some(key) = Self::key(quota) {
+            state.quota.remove_quota(&key);
+        }
+    }
+    fn known(state: &ClusterState) -> Vec<String> {
+        state.quota.quota_keys()
+    }
+    fn key(quota: &ResourceQuota) -> Option<String> {
+        let namespace = quota.metadata.namespace.as_deref().unwrap_or("default");
+        Some(quota_key(namespace, quota.metadata.name.as_deref()?))
+    }
+    fn forget(state: &mut ClusterState, key: &str) {
+        state.quota.remove_quota(key);
     }
 }
 

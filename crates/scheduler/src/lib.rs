@@ -11,7 +11,8 @@
 
 pub use hami_scheduler_core::{
     admission, backoff, bind_plan, dra_claims, dra_sweep, extender, fit, heartbeat, leader_term,
-    reload_poll, review_codec, snapshot, state, usage, watch_cycle, watch_health,
+    quota, quota_book, quota_gate, reload_poll, review_codec, snapshot, state, usage, watch_cycle,
+    watch_health,
 };
 
 pub mod cert_pin;

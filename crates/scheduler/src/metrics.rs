@@ -212,6 +212,27 @@ impl Metrics {
                 ));
             }
         }
+        // HAMi's quota families (issue 30); `limit` is the resource a key limits, as HAMi
+        // labels it, so one quota's keys are distinct series of both families.
+        let quota_used = gauge(
+            &mut registry,
+            "hami_resource_quota_used",
+            "What a namespace uses of a resource a ResourceQuota limits with a HAMi key (limits.<vendor>/gpu, gpumem in MiB, gpucores in percent of a GPU); limit: the resource",
+        );
+        let quota_limit = gauge(
+            &mut registry,
+            "hami_resource_quota_limit",
+            "The limit a ResourceQuota sets with a HAMi key (limits.<vendor>/gpu, gpumem in MiB, gpucores in percent of a GPU); limit: the resource",
+        );
+        for row in state.quota.rows() {
+            let labels: Labels = vec![
+                ("namespace".into(), row.namespace.clone()),
+                ("quota_name".into(), row.quota.clone()),
+                ("limit".into(), row.resource.into()),
+            ];
+            quota_used.get_or_create(&labels).set(row.used as f64);
+            quota_limit.get_or_create(&labels).set(row.limit as f64);
+        }
         let mut out = String::new();
         // Encoding into a String cannot fail.
         let _ = encode(&mut out, &registry);

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, ResourceQuota};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
@@ -24,10 +24,52 @@ use crate::extender::{
 use crate::informer::{self, Informer};
 use crate::kube_error;
 use crate::metrics::Metrics;
+use crate::quota::QuotaWarning;
+use crate::quota_gate::gate_filter;
 use crate::state::{ClusterState, pod_name};
 use crate::watch_health::Verdict;
 use hami_plugin_core::node_lock_client::{LockWaiters, NodeLockClient, TakeOutcome, unix_now};
 use hami_protocol::node_lock::PodRef;
+
+/// The state, locked. A panic while holding the lock cannot leave the state half-updated
+/// in a way that matters more than stopping; keep serving.
+fn lock(state: &Mutex<ClusterState>) -> MutexGuard<'_, ClusterState> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Posts a warning Event (`QuotaValueIgnored`) on each ResourceQuota whose value is
+/// ignored, while this replica leads (one replica speaks for the scheduler).
+async fn quota_warning_events(
+    mut warnings: tokio::sync::mpsc::UnboundedReceiver<QuotaWarning>,
+    recorder: Recorder,
+    leader: Arc<crate::leader::Leadership>,
+) {
+    while let Some(w) = warnings.recv().await {
+        warn!(quota = %format!("{}/{}", w.namespace, w.quota), key = %w.key, "{w}");
+        if !leader.is_leader() {
+            continue;
+        }
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("ResourceQuota".into()),
+            namespace: Some(w.namespace.clone()),
+            name: Some(w.quota.clone()),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: crate::quota::QUOTA_INVALID_REASON.to_owned(),
+            note: Some(w.to_string().chars().take(1000).collect()),
+            // The recorder folds Events of one action and reason on one object into a
+            // series that keeps the first note: one action per key keeps each key's own.
+            action: format!("Ignore {}", w.key),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            warn!(error = %kube_error::text(&e), "cannot record the QuotaValueIgnored event");
+        }
+    }
+}
 
 /// The scheduler of one replica: its API client, settings, watched state, leadership and metrics;
 /// the HTTP shells call into it.
@@ -37,9 +79,10 @@ pub struct Scheduler {
     /// The resolved settings.
     pub settings: Settings,
     state: Arc<Mutex<ClusterState>>,
-    /// The node and pod watches' health: filter and `/readyz` refuse while either is not
-    /// live (listed, and making progress).
-    pub informers: [Arc<Informer>; 2],
+    /// The node, pod and ResourceQuota watches' health: filter and `/readyz` refuse while
+    /// one is not live (listed, and making progress); without the quotas a namespace's
+    /// limits could not be enforced (issue 30).
+    pub informers: [Arc<Informer>; 3],
     /// Set by leader election; always true when it is off.
     pub leader: Arc<crate::leader::Leadership>,
     recorder: Recorder,
@@ -78,8 +121,26 @@ impl Scheduler {
         let state = Arc::new(Mutex::new(state));
         let nodes = Informer::new("nodes", settings.watch);
         let pods = Informer::new("pods", settings.watch);
+        let quotas = Informer::new("resourcequotas", settings.watch);
         let lock_waiters = LockWaiters::new();
+        let recorder = Recorder::new(client.clone(), reporter);
+        // Set before the quota informer lists, so the first list's bad values are reported.
+        let (warned, warnings) = tokio::sync::mpsc::unbounded_channel();
+        lock(&state).quota.set_sink(Box::new(move |w| {
+            let _ = warned.send(w);
+        }));
         let tasks = vec![
+            tokio::spawn(quota_warning_events(
+                warnings,
+                recorder.clone(),
+                leader.clone(),
+            )),
+            informer::spawn::<ResourceQuota>(
+                client.clone(),
+                quotas.clone(),
+                state.clone(),
+                lock_waiters.clone(),
+            ),
             informer::spawn::<Node>(
                 client.clone(),
                 nodes.clone(),
@@ -103,11 +164,11 @@ impl Scheduler {
         }
         Arc::new(Scheduler {
             dra,
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder,
             client,
             settings,
             state,
-            informers: [nodes, pods],
+            informers: [nodes, pods, quotas],
             leader,
             metrics: Metrics::new(),
             tasks,
@@ -120,11 +181,9 @@ impl Scheduler {
         &self.dra
     }
 
-    /// The watched state, locked (a poisoned lock is taken over: see below).
+    /// The watched state, locked (a poisoned lock is taken over: see [`lock`]).
     pub fn state(&self) -> MutexGuard<'_, ClusterState> {
-        // A panic while holding the lock cannot leave the state half-updated in a way
-        // that matters more than stopping; keep serving.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// Both informers have listed at least once since they (re)started.
@@ -193,7 +252,10 @@ impl Scheduler {
             let mut state = self.state();
             // A plugin that stopped refreshing is withdrawn by time alone (`heartbeat`).
             state.expire_heartbeats(Instant::now());
-            decide_filter(&mut state, &pod, &names, &self.settings.filter, unix_now())
+            let decision =
+                decide_filter(&mut state, &pod, &names, &self.settings.filter, unix_now());
+            // Under the same lock: two pods racing for the last of a quota never both pass.
+            gate_filter(&mut state, &pod, &names, decision)
         };
         self.metrics.count_refusals(&decision.refusals);
         if let Some(patch) = &decision.patch {

@@ -1,7 +1,7 @@
 //! The scheduler's integration tests, one binary: the extender, the webhook (D-4, the DRA
 //! mode), bind and the node lock, leader election and forwarding between replicas, watch
-//! supervision, node liveness, TLS reloads and the HTTP surface, on the embedded API server
-//! with the simulated kube-scheduler in front; `pod_memory` runs the real binary.
+//! supervision, node liveness, TLS reloads, namespace quotas and the HTTP surface, on the
+//! embedded API server with the simulated kube-scheduler in front; `pod_memory` runs the real binary.
 //! [`common`] is their shared setup.
 
 mod common;
@@ -14,6 +14,7 @@ mod lease_skew;
 mod node_liveness;
 mod node_lock;
 mod pod_memory;
+mod quota;
 mod tls_reload;
 mod watch_supervision;
 mod webhook_d4;
