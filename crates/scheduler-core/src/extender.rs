@@ -343,7 +343,15 @@ pub fn decide_filter(
         }
     }
     let outcome = filter(snapshots, &req);
-    failed.extend(outcome.failed);
+    // Unknown nodes and those `filter` found no eviction could cure: kube-scheduler never
+    // offers them to preemption.
+    let mut unresolvable: BTreeMap<String, String> = failed.clone();
+    for (name, why) in outcome.failed {
+        if outcome.unresolvable.contains(&name) {
+            unresolvable.insert(name.clone(), why.clone());
+        }
+        failed.insert(name, why);
+    }
     let mut refusals = outcome.refusals;
     if unknown > 0 {
         *refusals.entry(refusal::NODE_UNREGISTERED).or_default() += unknown;
@@ -355,10 +363,7 @@ pub fn decide_filter(
             summarize(&failed)
         );
         return FilterDecision {
-            result: ExtenderFilterResult {
-                failed_nodes: failed,
-                ..Default::default()
-            },
+            result: split_failed(failed, unresolvable, None),
             patch: None,
             event: Some(EventNote {
                 reason: "FilteringFailed",
@@ -428,11 +433,7 @@ pub fn decide_filter(
         top.join(",")
     );
     FilterDecision {
-        result: ExtenderFilterResult {
-            nodenames: Some(vec![node]),
-            failed_nodes: failed,
-            ..Default::default()
-        },
+        result: split_failed(failed, unresolvable, Some(vec![node])),
         patch: Some(PodPatch {
             uid,
             annotations,
@@ -444,6 +445,22 @@ pub fn decide_filter(
             message,
         }),
         refusals,
+    }
+}
+
+/// The filter result naming `nodenames`, the refused nodes split into `failedNodes` and
+/// `failedAndUnresolvableNodes` (each refused node in exactly one).
+fn split_failed(
+    mut failed: BTreeMap<String, String>,
+    unresolvable: BTreeMap<String, String>,
+    nodenames: Option<Vec<String>>,
+) -> ExtenderFilterResult {
+    failed.retain(|name, _| !unresolvable.contains_key(name));
+    ExtenderFilterResult {
+        nodenames,
+        failed_nodes: failed,
+        failed_and_unresolvable_nodes: unresolvable,
+        ..Default::default()
     }
 }
 
@@ -556,7 +573,12 @@ mod tests {
                 1_787_293_239,
             );
             assert_eq!(d.result.nodenames, Some(vec!["n1".to_string()]));
-            assert_eq!(d.result.failed_nodes["ghost"], "node unregistered");
+            // Unknown to the scheduler: no eviction can make room there.
+            assert_eq!(
+                d.result.failed_and_unresolvable_nodes["ghost"],
+                "node unregistered"
+            );
+            assert!(!d.result.failed_nodes.contains_key("ghost"));
             let patch = d.patch.unwrap();
             assert_eq!(
                 patch.annotations["hami.io/amd-devices-allocated"],
@@ -579,10 +601,13 @@ mod tests {
             0,
         );
         assert_eq!(d.result.nodenames, None);
+        // Full, but it fits once the others go: offered to preemption.
         assert_eq!(
             d.result.failed_nodes["n1"],
             "container c: 1/1 CardInsufficientCore"
         );
+        let unresolvable: Vec<&String> = d.result.failed_and_unresolvable_nodes.keys().collect();
+        assert_eq!(unresolvable, ["ghost"]);
         let event = d.event.unwrap();
         assert!(
             event.warning

@@ -10,7 +10,7 @@
 //! counts the request (the reference's score silently ignores it).
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use hami_protocol::device_list::{ContainerDevice, ContainerDevices};
 use hami_protocol::names::Vendor;
@@ -195,6 +195,9 @@ pub struct FilterOutcome {
     pub chosen: Option<(String, Placement)>,
     /// Every node that does not fit, with its reasons.
     pub failed: BTreeMap<String, String>,
+    /// The nodes of `failed` where no eviction can help: the pod does not fit even with
+    /// every slice the scheduler placed gone (`cured_by_eviction`).
+    pub unresolvable: BTreeSet<String>,
     /// Refused nodes per refusal label (a node counts once under each label it gave).
     pub refusals: BTreeMap<&'static str, u64>,
     /// How many nodes fit.
@@ -247,34 +250,40 @@ pub fn filter<'a>(
 ) -> FilterOutcome {
     let nodes: Vec<&NodeSnapshot> = nodes.into_iter().collect();
     let prepared = prepare(req);
-    let fit_all = |chunk: &[&NodeSnapshot]| -> Vec<Result<(Vec<Pick>, f64), Refusal>> {
+    // A refusal is classified where it is made, so the re-fit runs on the same threads.
+    type Fitted = Result<(Vec<Pick>, f64), (Refusal, bool)>;
+    let fit_all = |chunk: &[&NodeSnapshot]| -> Vec<Fitted> {
         chunk
             .iter()
-            .map(|node| fit_picks(node, req, &prepared))
+            .map(|node| {
+                fit_picks(node, req, &prepared).map_err(|refusal| {
+                    let cured = cured_by_eviction(node, &refusal, req, &prepared);
+                    (refusal, cured)
+                })
+            })
             .collect()
     };
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);
-    let results: Vec<Result<(Vec<Pick>, f64), Refusal>> =
-        if nodes.len() >= PARALLEL_FROM && threads > 1 {
-            let size = nodes.len().div_ceil(threads);
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = nodes
-                    .chunks(size)
-                    .map(|chunk| scope.spawn(move || fit_all(chunk)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .flat_map(|h| {
-                        h.join()
-                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                    })
-                    .collect()
-            })
-        } else {
-            fit_all(&nodes)
-        };
+    let results: Vec<Fitted> = if nodes.len() >= PARALLEL_FROM && threads > 1 {
+        let size = nodes.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = nodes
+                .chunks(size)
+                .map(|chunk| scope.spawn(move || fit_all(chunk)))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| {
+                    h.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        })
+    } else {
+        fit_all(&nodes)
+    };
     let mut outcome = FilterOutcome::default();
     let mut best: Option<(usize, Vec<Pick>, f64)> = None;
     let mut scored: Vec<(usize, f64)> = Vec::new();
@@ -299,9 +308,12 @@ pub fn filter<'a>(
                     best = Some((i, picks, score));
                 }
             }
-            Err(refusal) => {
+            Err((refusal, cured)) => {
                 for label in &refusal.labels {
                     *outcome.refusals.entry(label).or_default() += 1;
+                }
+                if !cured {
+                    outcome.unresolvable.insert(name.clone());
                 }
                 outcome.failed.insert(name.clone(), refusal.text);
             }
@@ -333,6 +345,38 @@ pub fn filter<'a>(
         )
     });
     outcome
+}
+
+/// Whether evicting pods could make room for the pod on a node that refused it: the
+/// pod fits the node with every slice the scheduler placed gone (kube-scheduler offers
+/// such a node to preemption as `FailedNodes`, any other as `FailedAndUnresolvableNodes`).
+/// Node-level refusals (unregistered, DRA mode, no GPU of the vendor, a bad or stale
+/// registration, kubelet's count 0), unhealthy or excluded GPUs, too few GPUs and GPUs too
+/// small even when empty are not cured; cards held whole by pods the scheduler did not
+/// place stay held (the preempt verb never names those pods).
+fn cured_by_eviction(
+    node: &NodeSnapshot,
+    refusal: &Refusal,
+    req: &FitRequest<'_>,
+    prepared: &Prepared,
+) -> bool {
+    let node_level = [
+        refusal::NODE_UNREGISTERED,
+        refusal::NODE_DRA_MODE,
+        refusal::NO_VENDOR_GPU,
+        refusal::REGISTER_INVALID,
+        refusal::PLUGIN_NOT_SERVING,
+        refusal::PLUGIN_STALE,
+        refusal::NODE_INSUFFICIENT_DEVICE,
+    ];
+    if refusal.labels.iter().any(|l| node_level.contains(l))
+        || node.usage.iter().all(|u| *u == GpuUsage::default())
+    {
+        return false;
+    }
+    let mut empty = NodeSnapshot::idle(node.devices.clone());
+    empty.held_whole = node.held_whole.clone();
+    fit_picks(&empty, req, prepared).is_ok()
 }
 
 /// Fits the pod on one node.

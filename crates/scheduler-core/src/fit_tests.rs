@@ -585,3 +585,71 @@ fn a_card_held_whole_refuses_slices_with_its_own_reason() {
     );
     assert!(refusal_labels().contains(&"CardHeldWhole"));
 }
+
+/// Issue 30: kube-scheduler offers only `FailedNodes` to preemption, so a refusal goes
+/// there only when evicting slices could cure it.
+#[test]
+fn refusals_no_eviction_can_cure_are_unresolvable() {
+    let reqs = app(json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"}));
+    let selectors = Selectors {
+        amd: DeviceSelector::default(),
+        nvidia: DeviceSelector::default(),
+    };
+    let req = FitRequest {
+        containers: &reqs,
+        selectors: &selectors,
+        gpu_policy: GpuPolicy::default(),
+        node_policy: NodePolicy::Binpack,
+    };
+    // Full of slices: cured once they go.
+    let mut full = node("full", vec![nvidia("f")]);
+    full.usage[0].mem_mib = 30_000;
+    full.usage[0].used = 3;
+    // Too small even when empty.
+    let mut small_gpu = nvidia("s");
+    small_gpu.info.devmem = 10_000;
+    let mut small = node("small", vec![small_gpu]);
+    small.usage[0].used = 1;
+    small.usage[0].mem_mib = 5_000;
+    // Unhealthy, with a slice on it.
+    let mut sick_gpu = nvidia("u");
+    sick_gpu.info.health = false;
+    let mut sick = node("sick", vec![sick_gpu]);
+    sick.usage[0].used = 1;
+    // Only AMD GPUs; and nothing registered.
+    let amd_only = node("amd", vec![amd("a", 304, 196_288, 0)]);
+    let bare = node("bare", vec![]);
+    // Held whole by a pod the scheduler did not place: the preempt verb cannot name it.
+    let mut held = node("held", vec![nvidia("h")]);
+    held.hold_whole(&["h".to_owned()]);
+    held.usage[0].used = 1;
+    let outcome = filter([&full, &small, &sick, &amd_only, &bare, &held], &req);
+    assert!(outcome.chosen.is_none());
+    assert_eq!(outcome.failed.len(), 6, "{:?}", outcome.failed);
+    let unresolvable: Vec<&str> = outcome.unresolvable.iter().map(String::as_str).collect();
+    assert_eq!(unresolvable, ["amd", "bare", "held", "sick", "small"]);
+
+    // A type the pod excludes is never cured either, busy or not.
+    let mut typed = node("typed", vec![nvidia("t")]);
+    typed.usage[0].used = 1;
+    let excluding = Selectors {
+        amd: DeviceSelector::default(),
+        nvidia: DeviceSelector::from_annotations(
+            Vendor::Nvidia,
+            &[("nvidia.com/nouse-gputype".to_owned(), "A100".to_owned())].into(),
+        )
+        .unwrap(),
+    };
+    let outcome = filter(
+        [&typed],
+        &FitRequest {
+            selectors: &excluding,
+            ..req
+        },
+    );
+    assert!(
+        outcome.unresolvable.contains("typed"),
+        "{:?}",
+        outcome.failed
+    );
+}

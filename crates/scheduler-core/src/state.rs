@@ -188,6 +188,8 @@ pub struct ClusterState {
     /// Namespace quotas and what the holdings charge them (issue 30): kept here so one
     /// lock covers a decision and its charge, which follows the holding (`quota_book`).
     pub quota: QuotaBook,
+    /// What the preempt verb knows of the pods holding slices (`victim_facts`).
+    victims: crate::victim_facts::VictimFacts,
 }
 
 fn uid(pod: &Pod) -> Option<String> {
@@ -218,6 +220,7 @@ impl ClusterState {
             heartbeats: Heartbeats::new(),
             heartbeat_check_at: None,
             quota: QuotaBook::new(),
+            victims: Default::default(),
         }
     }
 
@@ -358,6 +361,8 @@ impl ClusterState {
             }
         };
         self.set_whole(&uid, whole);
+        let holds = holding.is_some() || self.pods.contains_key(&uid);
+        self.victims.upsert(pod, holds);
         if let Some(entry) = self.pods.get(&uid)
             && let Some(expected) = &entry.pending
         {
@@ -388,6 +393,7 @@ impl ClusterState {
     /// The pod was deleted.
     pub fn remove_pod(&mut self, uid: &str) {
         self.pod_problems.remove(uid);
+        self.victims.remove(uid);
         self.drop_holding(uid);
         self.set_whole(uid, None);
     }
@@ -522,6 +528,17 @@ impl ClusterState {
     /// Whether the pod's filter decision is not yet seen through the informer.
     pub fn is_pending(&self, uid: &str) -> bool {
         self.pods.get(uid).is_some_and(|e| e.pending.is_some())
+    }
+
+    /// The pods holding GPUs on `node`, with their uids.
+    pub fn holdings_on(&self, node: &str) -> impl Iterator<Item = (&String, &PodHolding)> {
+        let uids = self.pods_by_node.get(node).into_iter().flatten();
+        uids.filter_map(|uid| self.pods.get(uid).map(|e| (uid, &e.holding)))
+    }
+
+    /// What the preempt verb knows of the pods holding slices (`victim_facts`).
+    pub fn victim_facts(&self) -> &crate::victim_facts::VictimFacts {
+        &self.victims
     }
 
     /// Every pod holding GPUs, with its uid.

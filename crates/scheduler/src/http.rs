@@ -35,6 +35,7 @@ pub const MAX_BODY: usize = 1 << 20;
 pub fn router(scheduler: Arc<Scheduler>) -> Router {
     Router::new()
         .route("/filter", post(filter))
+        .route("/preempt", post(crate::preempt::preempt))
         .route("/bind", post(bind))
         .route("/webhook", post(webhook))
         .route("/healthz", get(|| async { "ok" }))
@@ -76,6 +77,7 @@ pub struct ForwardContext {
 pub fn extender_router(scheduler: Arc<Scheduler>, forwarding: ForwardContext) -> Router {
     Router::new()
         .route("/filter", post(extender_filter))
+        .route("/preempt", post(crate::preempt::extender_preempt))
         .route("/bind", post(extender_bind))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -159,7 +161,7 @@ async fn extender_bind(
 /// One extender call (`verb` is `filter` or `bind`): a bad body is answered here, the leader
 /// runs `local`, a follower forwards to the leader; `Err` is the error the caller shapes
 /// into its verb's result (forwarding failed, or no leader to forward to).
-async fn extender_call<F, Fut>(
+pub(crate) async fn extender_call<F, Fut>(
     s: Arc<Scheduler>,
     ctx: &ForwardContext,
     headers: &axum::http::HeaderMap,
@@ -209,7 +211,7 @@ pub fn metrics_router(scheduler: Arc<Scheduler>) -> Router {
         .with_state(scheduler)
 }
 
-fn json_response(status: StatusCode, value: &impl serde::Serialize) -> Response {
+pub(crate) fn json_response(status: StatusCode, value: &impl serde::Serialize) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],
@@ -219,7 +221,7 @@ fn json_response(status: StatusCode, value: &impl serde::Serialize) -> Response 
 }
 
 /// Reads the body or explains why not (too large, unreadable).
-fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, (StatusCode, String)> {
+pub(crate) fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, (StatusCode, String)> {
     body.map_err(|rejection| {
         let status = rejection.status();
         let error = if status == StatusCode::PAYLOAD_TOO_LARGE {

@@ -26,5 +26,6 @@ pub mod kube_error;
 pub mod leader;
 pub mod listener;
 pub mod metrics;
+pub mod preempt;
 pub mod runtime;
 pub mod server;

@@ -37,6 +37,8 @@ pub struct Metrics {
     bind: Family<Labels, Histogram, fn() -> Histogram>,
     /// Nodes refused by filter, by reason (`fit::refusal_labels`, a fixed set).
     refusals: Family<Labels, Counter>,
+    /// The preempt verb's calls and victims (`crate::preempt`).
+    pub preempt: crate::preempt::PreemptMetrics,
 }
 
 impl Default for Metrics {
@@ -65,6 +67,7 @@ impl Metrics {
             filter: Family::new_with_constructor(latency_histogram),
             bind: Family::new_with_constructor(latency_histogram),
             refusals,
+            preempt: Default::default(),
         }
     }
 
@@ -113,6 +116,7 @@ impl Metrics {
             "Nodes a filter call refused, by reason: the GPU-level fit reasons (CardInsufficientMemory, CardInsufficientCore, ...; a node counts once under each reason its GPUs gave) and node-level ones (NodeInsufficientDevice, NodeUnregistered, NodeDraMode: the node serves AMD GPUs through the DRA driver, NoVendorGpu, RegisterInvalid, PluginNotServing: kubelet reports 0 devices, PluginStale: the plugin's heartbeat stopped)",
             self.refusals.clone(),
         );
+        self.preempt.register(&mut registry);
         let gauge = |registry: &mut Registry, name: &str, help: &str| {
             let family = GaugeFamily::default();
             registry.register(name, help, family.clone());
@@ -366,7 +370,8 @@ mod tests {
         let d = decide_filter(&mut state, &pod, &names, &FilterConfig::default(), 0);
         assert!(d.result.nodenames.is_none(), "{d:?}");
         // kube-scheduler still shows the user what to change on the DRA node.
-        let why = &d.result.failed_nodes["dra"];
+        // No eviction can make room there: never offered to preemption (issue 30).
+        let why = &d.result.failed_and_unresolvable_nodes["dra"];
         assert!(
             why.contains("DRA driver") && why.contains("hami.io/amd-mode: dra"),
             "{why}"

@@ -95,6 +95,8 @@ pub struct Scheduler {
     dra: crate::dra_templates::DraFront,
     /// Binds waiting on a node's lock, woken by the node informer when the lock goes.
     lock_waiters: LockWaiters,
+    /// The preempt verb's PodDisruptionBudget watch (`crate::preempt`).
+    pub(crate) preempt: crate::preempt::PreemptFront,
 }
 
 impl Drop for Scheduler {
@@ -162,6 +164,7 @@ impl Scheduler {
         if settings.webhook.amd_mode == crate::dra_claims::AmdMode::Dra {
             dra.start();
         }
+        let preempt = crate::preempt::PreemptFront::started(client.clone());
         Arc::new(Scheduler {
             dra,
             recorder,
@@ -173,6 +176,7 @@ impl Scheduler {
             metrics: Metrics::new(),
             tasks,
             lock_waiters,
+            preempt,
         })
     }
 
@@ -490,7 +494,7 @@ impl Scheduler {
     }
 
     /// Records an Event on the pod without holding up the response.
-    fn publish(self: &Arc<Self>, pod: &Pod, note: EventNote) {
+    pub(crate) fn publish(self: &Arc<Self>, pod: &Pod, note: EventNote) {
         let reference: ObjectReference = pod.object_ref(&());
         let recorder = self.recorder.clone();
         tokio::spawn(async move {

@@ -143,7 +143,7 @@ mod tests {
             .collect();
         assert!(names.contains(&"pods/binding") && names.contains(&"nodes/status"));
         assert!(api_resource_list("apps", "v1").is_none());
-        assert_eq!(api_group_list()["groups"].as_array().unwrap().len(), 5);
+        assert_eq!(api_group_list()["groups"].as_array().unwrap().len(), 6);
         assert_eq!(
             api_group("coordination.k8s.io").unwrap()["preferredVersion"]["version"],
             "v1"

@@ -231,6 +231,16 @@ pub static RESOURCES: &[ResourceType] = &[
         &[],
         &[],
     ),
+    // policy/v1: the scheduler's preempt verb counts PodDisruptionBudget violations.
+    rt(
+        ("policy", "v1"),
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        "PodDisruptionBudget",
+        true,
+        &["pdb"],
+        &["status"],
+    ),
 ];
 
 /// The served groups other than the core group, in discovery order (one version each).
@@ -293,7 +303,7 @@ mod tests {
                 .group_resource(),
             "events.events.k8s.io"
         );
-        assert_eq!(named_groups().len(), 5);
+        assert_eq!(named_groups().len(), 6);
         assert_eq!(
             lookup("resource.k8s.io", "v1", "resourceclaims")
                 .unwrap()

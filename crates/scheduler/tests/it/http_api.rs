@@ -12,7 +12,7 @@ use kube::Client;
 use serde_json::{Value, json};
 
 /// One HTTP/1.1 request over a fresh connection: (status, body).
-fn request(port: u16, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+pub(crate) fn request(port: u16, method: &str, path: &str, body: &[u8]) -> (u16, String) {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -39,7 +39,7 @@ fn request(port: u16, method: &str, path: &str, body: &[u8]) -> (u16, String) {
     (status, body)
 }
 
-fn json_body(body: &str) -> Value {
+pub(crate) fn json_body(body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
 

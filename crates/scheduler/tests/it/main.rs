@@ -14,6 +14,7 @@ mod lease_skew;
 mod node_liveness;
 mod node_lock;
 mod pod_memory;
+mod preempt;
 mod quota;
 mod tls_reload;
 mod watch_supervision;

@@ -50,9 +50,10 @@ async fn a_node_whose_plugin_is_gone_is_not_offered() {
     kubelet_reports(&client, "0").await;
     let refused = until_filter(false).await;
     assert!(
-        refused.failed_nodes["n"].contains("amd.com/gpu allocatable 0"),
+        // No eviction brings the plugin back: never offered to preemption.
+        refused.failed_and_unresolvable_nodes["n"].contains("amd.com/gpu allocatable 0"),
         "{:?}",
-        refused.failed_nodes
+        refused.failed_and_unresolvable_nodes
     );
     // It comes back.
     kubelet_reports(&client, "10").await;
@@ -137,7 +138,7 @@ async fn a_node_whose_plugin_stopped_refreshing_is_not_offered_then_comes_back()
         "refused {:?} after the last refresh, before 3 periods",
         stopped.elapsed()
     );
-    let why = &refused.failed_nodes["n"];
+    let why = &refused.failed_and_unresolvable_nodes["n"];
     assert!(
         why.contains("stopped refreshing") && why.contains("hami.io/node-handshake-amd"),
         "{why}"
