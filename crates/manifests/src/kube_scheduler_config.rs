@@ -1,9 +1,10 @@
 //! The `KubeSchedulerConfiguration` of the kube-scheduler sidecar (SPEC §3): one profile,
-//! one extender that filters and binds, managed resources ignored by kube-scheduler's own
-//! fit. kube-scheduler's config types are not in k8s-openapi, so they are typed here
-//! (field names as `kubescheduler.config.k8s.io/v1` spells them; kube-scheduler decodes
-//! its config strictly and case-sensitively, so `tests/it/upstream_config_schema.rs` checks
-//! every emitted field against an independent copy of the upstream Go types).
+//! one extender that filters, binds and chooses preemption victims (issue 30), managed
+//! resources ignored by kube-scheduler's own fit. kube-scheduler's config types are not
+//! in k8s-openapi, so they are typed here (field names as `kubescheduler.config.k8s.io/v1`
+//! spells them; kube-scheduler decodes its config strictly and case-sensitively, so
+//! `tests/it/upstream_config_schema.rs` checks every emitted field against an independent
+//! copy of the upstream Go types).
 
 use serde::Serialize;
 
@@ -56,6 +57,10 @@ pub struct Extender {
     pub filter_verb: String,
     /// `bind`.
     pub bind_verb: String,
+    /// `preempt`: kube-scheduler asks the extender which of its proposed victims to evict
+    /// (its own dry run cannot see which GPU a slice is on; from 1.38 it also proposes
+    /// nodes with no victims for the extender to fill).
+    pub preempt_verb: String,
     /// Upstream `EnableHTTPS bool \`json:"enableHTTPS"\``: not camelCase.
     #[serde(rename = "enableHTTPS")]
     pub enable_https: bool,
@@ -140,6 +145,7 @@ pub fn config(settings: &Settings) -> KubeSchedulerConfiguration {
             url_prefix: format!("https://127.0.0.1:{}", names::EXTENDER_PORT),
             filter_verb: "filter".into(),
             bind_verb: "bind".into(),
+            preempt_verb: "preempt".into(),
             enable_https: true,
             tls_config: tls_config(settings),
             node_cache_capable: true,

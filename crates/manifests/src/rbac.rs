@@ -32,6 +32,9 @@ pub fn scheduler_cluster_rules() -> Vec<PolicyRule> {
         rule("", &["pods/binding"], &["create"], &[]),
         // runtime.rs: kube-runtime Recorder (FilteringSucceed/Failed, BindingFailed).
         rule("events.k8s.io", &["events"], &["create", "patch"], &[]),
+        // preempt.rs: the PodDisruptionBudget reflector (the preempt verb counts
+        // violations as kube-scheduler does).
+        rule("policy", &["poddisruptionbudgets"], &["list", "watch"], &[]),
         // informer.rs: the ResourceQuota watch (HAMi's quota keys, issue 30); its
         // QuotaExceeded and QuotaValueIgnored Events use the events rule above.
         rule("", &["resourcequotas"], &["list", "watch"], &[]),

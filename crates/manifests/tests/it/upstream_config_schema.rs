@@ -238,6 +238,7 @@ fn problems(config_yaml: &str) -> Vec<String> {
     for (k, want) in [
         ("filterVerb", json!("filter")),
         ("bindVerb", json!("bind")),
+        ("preemptVerb", json!("preempt")),
         ("enableHTTPS", json!(true)),
     ] {
         if ext[k] != want {
