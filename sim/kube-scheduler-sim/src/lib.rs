@@ -41,8 +41,10 @@ pub mod dra;
 pub mod dra_placement;
 pub mod extended_resources;
 pub mod front;
+pub mod preemption;
 
 use dra::{Decision, DraOptions, DraState};
+use preemption::{Outcome, PreemptMode};
 
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -58,6 +60,8 @@ pub struct SimKubeScheduler {
     recorder: Recorder,
     /// Rung by the informers and the bind and claim tasks: the scheduling loop looks again.
     wake: Arc<Notify>,
+    /// Which kube-scheduler's preemption runs when the extender refuses every node.
+    preempt: PreemptMode,
 }
 
 #[derive(Default)]
@@ -87,7 +91,15 @@ impl SimKubeScheduler {
             dra: None,
             recorder,
             wake: Arc::default(),
+            preempt: PreemptMode::Off,
         }
+    }
+
+    /// Preempts as kube-scheduler of `mode`'s version does when the extender refuses every
+    /// node (`preemption`): the extender's `preemptVerb` chooses the victims.
+    pub fn with_preemption(mut self, mode: PreemptMode) -> Self {
+        self.preempt = mode;
+        self
     }
 
     /// Pods with ResourceClaims take the DRA path (see the module doc); others still go
@@ -118,6 +130,7 @@ impl SimKubeScheduler {
             dra: Some(options),
             recorder,
             wake: Arc::default(),
+            preempt: PreemptMode::Off,
         }
     }
 
@@ -248,8 +261,14 @@ impl SimKubeScheduler {
                     continue;
                 };
                 worked = true;
-                this.schedule_one(extender, &pod, &nodes, backoff.clone(), binding.clone())
-                    .await;
+                this.schedule_one(
+                    extender,
+                    &pod,
+                    (&nodes, &pods),
+                    backoff.clone(),
+                    binding.clone(),
+                )
+                .await;
             }
             if !worked {
                 // Nothing to do until a wake-up or the next backoff expiry (a wake-up rung
@@ -385,11 +404,13 @@ impl SimKubeScheduler {
         self: &Arc<Self>,
         extender: &ExtenderClient,
         pod: &Arc<Pod>,
-        nodes: &Store<Node>,
+        (nodes, pods): (&Store<Node>, &Store<Pod>),
         backoff: Arc<Mutex<Backoff>>,
         binding: Arc<Mutex<std::collections::HashSet<String>>>,
     ) {
         let uid = pod.uid().unwrap_or_default();
+        // The extender's FailedNodes: the only nodes preemption may consider.
+        let mut candidates: Vec<String> = Vec::new();
         let names: Vec<String> = nodes
             .state()
             .iter()
@@ -408,9 +429,13 @@ impl SimKubeScheduler {
             Ok(result) => match result.nodenames.and_then(|n| n.into_iter().next()) {
                 Some(node) => Ok(node),
                 None => {
+                    candidates = result.failed_nodes.keys().cloned().collect();
+                    // Both maps, as kube-scheduler reports Unschedulable and
+                    // UnschedulableAndUnresolvable nodes in one message.
                     let reasons: Vec<String> = result
                         .failed_nodes
                         .iter()
+                        .chain(&result.failed_and_unresolvable_nodes)
                         .map(|(n, r)| format!("{n}: {r}"))
                         .collect();
                     Err(format!(
@@ -424,7 +449,26 @@ impl SimKubeScheduler {
         };
         let node = match node {
             Ok(node) => node,
-            Err(message) => {
+            Err(mut message) => {
+                if !candidates.is_empty() && self.preempt != PreemptMode::Off {
+                    let outcome = preemption::post_filter(
+                        &self.client,
+                        extender,
+                        self.preempt,
+                        pod,
+                        candidates,
+                        pods,
+                    )
+                    .await;
+                    message = match outcome {
+                        Ok(Outcome::Nominated { node, victims }) => format!(
+                            "{message}; preemption: nominated {node}, evicting {}",
+                            victims.join(", ")
+                        ),
+                        Ok(Outcome::Nothing(why)) => format!("{message}; preemption: {why}"),
+                        Err(e) => format!("{message}; preemption failed: {e}"),
+                    };
+                }
                 self.failed(pod, &uid, &message, &backoff).await;
                 return;
             }

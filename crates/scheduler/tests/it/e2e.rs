@@ -55,7 +55,7 @@ async fn add_node(client: &Client, name: &str, devices: &[DeviceInfo]) {
 
 /// What the AMD device plugin does last for a pod it allocated: `bind-phase=success`,
 /// then release the node lock.
-async fn plugin_stand_in(client: Client) {
+pub(crate) async fn plugin_stand_in(client: Client) {
     let nodes: Api<Node> = Api::all(client.clone());
     loop {
         for node in nodes

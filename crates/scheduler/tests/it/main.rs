@@ -15,6 +15,7 @@ mod node_liveness;
 mod node_lock;
 mod pod_memory;
 mod preempt;
+mod preempt_e2e;
 mod quota;
 mod tls_reload;
 mod watch_supervision;

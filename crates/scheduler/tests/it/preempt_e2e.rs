@@ -1,0 +1,162 @@
+//! Preemption end to end (issue 30 item 3): the simulated kube-scheduler's PostFilter in
+//! front of the scheduler's filter and preempt verbs, as kube-scheduler < 1.38 and ≥ 1.38
+//! run it. A priority-1000 pod finds one full card: with 1.38 it evicts exactly one
+//! priority-0 slice and runs; a critical pod and one labelled `hami.io/preemptible: "false"`
+//! are never chosen; before 1.38 no victim is ever sent to the extender, so it waits.
+
+use hami_kube_scheduler_sim::preemption::PreemptMode;
+use hami_scheduler::config::Settings;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::common::{self, Front, wait};
+
+/// `default/<name>` asking for `mem` MiB and `cores` % of one AMD GPU, with `spec` merged.
+async fn gpu_pod(client: &Client, name: &str, mem: u32, cores: u32, extra: Value) -> Pod {
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+        "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "x",
+            "resources": {"limits": {"amd.com/gpu": "1", "amd.com/gpumem": mem.to_string(),
+                "amd.com/gpucores": cores.to_string()}}}]}
+    });
+    for (k, v) in extra["spec"].as_object().into_iter().flatten() {
+        pod["spec"][k] = v.clone();
+    }
+    for (k, v) in extra["labels"].as_object().into_iter().flatten() {
+        pod["metadata"]["labels"][k] = v.clone();
+    }
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pod).unwrap(),
+        )
+        .await
+        .unwrap()
+}
+
+async fn bound(client: &Client, name: &str) -> bool {
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_some_and(|p| p.spec.and_then(|s| s.node_name).is_some())
+}
+
+async fn exists(client: &Client, name: &str) -> bool {
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_some()
+}
+
+/// Node `n`'s one GPU (1000 MiB, 100 CUs) filled by the stand-in kube-scheduler: two
+/// priority-0 slices, a critical one and a priority-0 one that may not be preempted.
+async fn full_card(mode: PreemptMode) -> Front {
+    let (api, client) = common::tls_api().await;
+    common::create_node(
+        &client,
+        json!({"annotations": {"hami.io/node-amd-register": common::AMD_REGISTER}}),
+        json!({"capacity": {"amd.com/gpu": "10"}, "allocatable": {"amd.com/gpu": "10"}}),
+    )
+    .await;
+    let c = common::start_front(
+        (api, client),
+        &Settings::default(),
+        "hami-preempt-e2e",
+        |sim| sim.with_preemption(mode),
+    )
+    .await;
+    tokio::spawn(crate::e2e::plugin_stand_in(common::as_component(
+        &c.api,
+        hami_manifests::names::DEVICE_PLUGIN,
+    )));
+    let fill = [
+        ("low-1", 300, 30, json!({"spec": {"priority": 0}})),
+        ("low-2", 300, 30, json!({"spec": {"priority": 0}})),
+        (
+            "critical",
+            100,
+            10,
+            json!({"spec": {"priority": 2_000_000_000, "priorityClassName": "system-node-critical"}}),
+        ),
+        (
+            "keep",
+            300,
+            30,
+            json!({"spec": {"priority": 0}, "labels": {"hami.io/preemptible": "false"}}),
+        ),
+    ];
+    for (name, mem, cores, extra) in fill {
+        gpu_pod(&c.client, name, mem, cores, extra).await;
+        wait(&format!("{name} is bound"), || bound(&c.client, name)).await;
+    }
+    c
+}
+
+fn high() -> Value {
+    json!({"spec": {"priority": 1000}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_1_38_a_high_priority_pod_evicts_one_low_slice_and_runs() {
+    let c = full_card(PreemptMode::From138).await;
+    gpu_pod(&c.client, "high", 300, 30, high()).await;
+    wait("high runs on n", || bound(&c.client, "high")).await;
+    let mut gone = Vec::new();
+    for name in ["low-1", "low-2", "critical", "keep"] {
+        if !exists(&c.client, name).await {
+            gone.push(name);
+        }
+    }
+    assert_eq!(gone.len(), 1, "exactly one victim: {gone:?}");
+    assert!(gone[0].starts_with("low-"), "{gone:?}");
+    let high = Api::<Pod>::namespaced(c.client.clone(), "default")
+        .get("high")
+        .await
+        .unwrap();
+    assert_eq!(
+        high.status.and_then(|s| s.nominated_node_name).as_deref(),
+        Some("n"),
+        "nominated before it was bound"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn before_1_38_no_victim_reaches_the_extender_and_the_pod_waits() {
+    let c = full_card(PreemptMode::Before138).await;
+    gpu_pod(&c.client, "high", 300, 30, high()).await;
+    let events: Api<Event> = Api::namespaced(c.client.clone(), "default");
+    // The PostFilter ran and dropped the node before the extender: nobody evicted.
+    wait(
+        "a failed attempt whose preemption found no victim",
+        || async {
+            let list = events.list(&ListParams::default()).await.unwrap().items;
+            list.iter().any(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("high")
+                    && e.reason.as_deref() == Some("FailedScheduling")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("left no victim"))
+            })
+        },
+    )
+    .await;
+    assert!(!bound(&c.client, "high").await);
+    let text = c.scheduler.metrics.render(&c.scheduler.state());
+    for result in ["victims", "vetoed", "no_gpu", "error"] {
+        let series =
+            format!(r#"hami_scheduler_preemption_total{{zone="vGPU",result="{result}"}} 0"#);
+        assert!(
+            text.contains(&series),
+            "the preempt verb was called: {text}"
+        );
+    }
+    for name in ["low-1", "low-2", "critical", "keep"] {
+        assert!(exists(&c.client, name).await, "{name} was evicted");
+    }
+}
