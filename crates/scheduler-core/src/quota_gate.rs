@@ -146,3 +146,7 @@ pub fn admission_refusal(
     }
     state.quota.check(namespace, &ask).err()
 }
+
+#[cfg(test)]
+#[path = "quota_gate_tests.rs"]
+mod tests;
