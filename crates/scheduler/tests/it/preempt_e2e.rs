@@ -160,3 +160,48 @@ async fn before_1_38_no_victim_reaches_the_extender_and_the_pod_waits() {
         assert!(exists(&c.client, name).await, "{name} was evicted");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_cannot_fit_the_pod_even_empty_is_never_a_candidate() {
+    let (api, client) = common::tls_api().await;
+    // One GPU of 200 MiB, holding nothing: a 300 MiB pod never fits, whatever is evicted.
+    let small = common::AMD_REGISTER.replace(r#""devmem":1000"#, r#""devmem":200"#);
+    common::create_node(
+        &client,
+        json!({"annotations": {"hami.io/node-amd-register": small}}),
+        json!({"capacity": {"amd.com/gpu": "10"}, "allocatable": {"amd.com/gpu": "10"}}),
+    )
+    .await;
+    let c = common::start_front(
+        (api, client),
+        &Settings::default(),
+        "hami-preempt-e2e",
+        |sim| sim.with_preemption(PreemptMode::From138),
+    )
+    .await;
+    gpu_pod(&c.client, "high", 300, 30, high()).await;
+    let events: Api<Event> = Api::namespaced(c.client.clone(), "default");
+    let note = std::sync::Mutex::new(String::new());
+    wait("the pod is refused", || async {
+        let list = events.list(&ListParams::default()).await.unwrap().items;
+        let found = list.iter().find(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("high")
+                && e.reason.as_deref() == Some("FailedScheduling")
+        });
+        if let Some(note_text) = found.and_then(|e| e.note.clone()) {
+            *note.lock().unwrap() = note_text;
+        }
+        found.is_some()
+    })
+    .await;
+    let note = note.into_inner().unwrap();
+    assert!(note.contains("CardInsufficientMemory"), "{note}");
+    // Unresolvable: no PostFilter ran, and the preempt verb was never called.
+    assert!(!note.contains("preemption"), "{note}");
+    let text = c.scheduler.metrics.render(&c.scheduler.state());
+    assert!(
+        text.contains(r#"hami_scheduler_preemption_total{zone="vGPU",result="victims"} 0"#)
+            && text.contains(r#"hami_scheduler_preemption_total{zone="vGPU",result="vetoed"} 0"#),
+        "{text}"
+    );
+}
