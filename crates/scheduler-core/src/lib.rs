@@ -11,8 +11,10 @@
 //!   decisions), [`review_codec`] (one AdmissionReview body in, the answer out),
 //!   [`dra_claims`] (the webhook's DRA mode: claim templates from HAMi's AMD requests),
 //!   [`dra_sweep`] (which claim templates to delete), [`quota`] (namespace quotas on GPU
-//!   slices), [`preemption`] (which slices a higher-priority pod evicts; [`victim_facts`]: what it
-//!   knows of the pods holding slices).
+//!   slices; [`quota_book`]: what each namespace uses, kept in the state; [`quota_gate`]:
+//!   where a quota stops a pod, at admission and in Filter), [`preemption`] (which slices a
+//!   higher-priority pod evicts; [`victim_facts`]: what it knows of the pods holding
+//!   slices).
 //! - The shells' timing: [`watch_cycle`] (relist or watch again, and the waits),
 //!   [`watch_health`] (is a view live), [`leader_term`] (how long a replica leads),
 //!   [`backoff`], [`reload_poll`] (when TLS files reload).
