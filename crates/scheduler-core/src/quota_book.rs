@@ -26,8 +26,9 @@ use crate::quota::{
 };
 use crate::snapshot::NodeDevices;
 
-/// Where a ResourceQuota's ignored values are reported (the shell posts an Event).
-pub type WarningSink = Box<dyn FnMut(QuotaWarning) + Send>;
+/// Where a ResourceQuota's ignored values are reported (the shell posts an Event);
+/// `Sync` so the state stays shareable (the web UI reads it across awaits).
+pub type WarningSink = Box<dyn FnMut(QuotaWarning) + Send + Sync>;
 
 /// What a pod's charge is computed from, kept so it can be computed again.
 #[derive(Debug, Clone)]
