@@ -118,11 +118,23 @@ pub fn memory_limit(data: &[u8]) {
     }
 }
 
-/// Integer quantities: what parses re-parses from its decimal form.
+/// Integer quantities: what parses re-parses from its decimal form, and from the form the
+/// API server stores it in (the stand-in's canonicalization, after apimachinery's): a
+/// count a client wrote is the count every reader gets.
 pub fn quantity(data: &[u8]) {
     let Some(text) = text(data) else { return };
     if let Ok(n) = parse_count(text) {
         assert_eq!(parse_count(&n.to_string()), Ok(n));
+        if let Ok(stored) = hami_apiserver::quantity::canonical(text.trim()) {
+            assert_eq!(
+                parse_count(&stored),
+                Ok(n),
+                "{text:?} is stored as {stored:?}"
+            );
+        }
+        let stored = hami_apiserver::quantity::canonical(&n.to_string())
+            .expect("a plain integer is a quantity");
+        assert_eq!(parse_count(&stored), Ok(n), "{n} is stored as {stored:?}");
     }
 }
 

@@ -1,7 +1,9 @@
 //! The whole pipeline with nothing written by hand: the webhook, the simulated
 //! kube-scheduler, filter and bind, the AMD device plugin's Allocate through the simulated
 //! kubelet. A pod with an init container and two GPU app containers gets the right env per
-//! container, in device-list order.
+//! container, in device-list order. Its memory asks are multiples of 1000 MiB, which the
+//! API server stores in canonical form (`16000` as `16k`, `3000` as `3k`): every reader
+//! must take those as the MiB they are.
 
 use crate::common;
 
@@ -32,11 +34,11 @@ spec:
   - name: trainer
     image: rocm/pytorch
     resources:
-      limits: {amd.com/gpu: 2, amd.com/gpumem: 8192, amd.com/gpucores: 25}
+      limits: {amd.com/gpu: 2, amd.com/gpumem: 16000, amd.com/gpucores: 25}
   - name: evaluator
     image: rocm/pytorch
     resources:
-      limits: {amd.com/gpu: 1, amd.com/gpumem: 4096, amd.com/gpucores: 10}
+      limits: {amd.com/gpu: 1, amd.com/gpumem: 3000, amd.com/gpucores: 50}
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,7 +68,33 @@ async fn init_and_two_app_containers_get_their_own_env() {
     );
     assert_eq!(annotations["hami.io/bind-phase"], "success");
 
+    let stored: Vec<String> = pod
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers
+        .iter()
+        .map(|c| {
+            c.resources.as_ref().unwrap().limits.as_ref().unwrap()["amd.com/gpumem"]
+                .0
+                .clone()
+        })
+        .collect();
+    assert_eq!(
+        stored,
+        ["16k", "3k"],
+        "as the API server stores 16000 and 3000"
+    );
     let runs = decode_pod_devices(&annotations["hami.io/amd-devices-allocated"]).unwrap();
+    let mem: Vec<Vec<u64>> = runs
+        .iter()
+        .map(|r| r.iter().map(|d| d.mem_mib).collect())
+        .collect();
+    assert_eq!(
+        mem,
+        [vec![2048], vec![16000, 16000], vec![3000]],
+        "MiB per GPU"
+    );
     assert_eq!(
         runs.iter().map(Vec::len).collect::<Vec<_>>(),
         vec![1, 2, 1],
