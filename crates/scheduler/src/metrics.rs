@@ -7,6 +7,7 @@
 //! the pod's device list (init and sidecar containers first).
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hami_protocol::exposition::Format;
@@ -216,26 +217,37 @@ impl Metrics {
                 ));
             }
         }
-        // HAMi's quota families (issue 30); `limit` is the resource a key limits, as HAMi
-        // labels it, so one quota's keys are distinct series of both families.
+        // HAMi's quota families (issue 30), labelled as HAMi labels them:
+        // `hami_resource_quota_used{namespace, quota_name, limit}` with `quota_name` the
+        // resource a key limits (`nvidia.com/gpumem`) and `limit` the limit's value, and
+        // `hami_resource_quota_limit{namespace, quota_name}`. Several ResourceQuotas of one
+        // namespace limiting one resource all apply, so the smallest limit is the one shown.
         let quota_used = gauge(
             &mut registry,
             "hami_resource_quota_used",
-            "What a namespace uses of a resource a ResourceQuota limits with a HAMi key (limits.<vendor>/gpu, gpumem in MiB, gpucores in percent of a GPU); limit: the resource",
+            "What a namespace uses of a resource limited by a HAMi quota key (limits.<vendor>/gpu in GPUs, gpumem in MiB, gpucores in percent of a GPU); quota_name: the resource, limit: the limit in force",
         );
         let quota_limit = gauge(
             &mut registry,
             "hami_resource_quota_limit",
-            "The limit a ResourceQuota sets with a HAMi key (limits.<vendor>/gpu, gpumem in MiB, gpucores in percent of a GPU); limit: the resource",
+            "The limit in force on a resource by a HAMi quota key (limits.<vendor>/gpu in GPUs, gpumem in MiB, gpucores in percent of a GPU); quota_name: the resource",
         );
+        let mut in_force: BTreeMap<(String, &'static str), (u64, u64)> = BTreeMap::new();
         for row in state.quota.rows() {
-            let labels: Labels = vec![
-                ("namespace".into(), row.namespace.clone()),
-                ("quota_name".into(), row.quota.clone()),
-                ("limit".into(), row.resource.into()),
+            let entry = in_force
+                .entry((row.namespace, row.resource))
+                .or_insert((row.used, row.limit));
+            entry.1 = entry.1.min(row.limit);
+        }
+        for ((namespace, resource), (used, limit)) in in_force {
+            let limit_labels: Labels = vec![
+                ("namespace".into(), namespace),
+                ("quota_name".into(), resource.into()),
             ];
-            quota_used.get_or_create(&labels).set(row.used as f64);
-            quota_limit.get_or_create(&labels).set(row.limit as f64);
+            let mut used_labels = limit_labels.clone();
+            used_labels.push(("limit".into(), limit.to_string()));
+            quota_used.get_or_create(&used_labels).set(used as f64);
+            quota_limit.get_or_create(&limit_labels).set(limit as f64);
         }
         let mut out = String::new();
         // Encoding into a String cannot fail.

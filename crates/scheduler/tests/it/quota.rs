@@ -368,36 +368,41 @@ async fn quota_usage_and_limits_are_exported_with_hamis_names_and_labels() {
     let a = amd_pod(&client, "a", 100, false).await;
     assert!(s.filter(common::filter_args(&a)).await.nodenames.is_some());
     let text = s.metrics.render(&s.state());
-    let row = |family: &str, resource: &str| {
+    // HAMi's labels: `quota_name` is the resource, `limit` (on the used series) its limit.
+    let row = |family: &str, resource: &str, limit: Option<u64>| {
         text.lines()
             .find(|l| {
                 l.starts_with(&format!("{family}{{"))
                     && l.contains(r#"namespace="default""#)
-                    && l.contains(r#"quota_name="gpus""#)
-                    && l.contains(&format!(r#"limit="{resource}""#))
+                    && l.contains(&format!(r#"quota_name="{resource}""#))
+                    && limit.is_none_or(|v| l.contains(&format!(r#"limit="{v}""#)))
             })
             .unwrap_or_else(|| panic!("{family} {resource} missing in\n{text}"))
             .to_string()
     };
     assert!(
-        row("hami_resource_quota_used", "amd.com/gpumem").ends_with(" 100.0"),
+        row("hami_resource_quota_used", "amd.com/gpumem", Some(150)).ends_with(" 100.0"),
         "{text}"
     );
     assert!(
-        row("hami_resource_quota_limit", "amd.com/gpumem").ends_with(" 150.0"),
+        row("hami_resource_quota_limit", "amd.com/gpumem", None).ends_with(" 150.0"),
         "{text}"
     );
     assert!(
-        row("hami_resource_quota_used", "amd.com/gpu").ends_with(" 1.0"),
+        !row("hami_resource_quota_limit", "amd.com/gpumem", None).contains("limit="),
         "{text}"
     );
     assert!(
-        row("hami_resource_quota_limit", "amd.com/gpu").ends_with(" 4.0"),
+        row("hami_resource_quota_used", "amd.com/gpu", Some(4)).ends_with(" 1.0"),
+        "{text}"
+    );
+    assert!(
+        row("hami_resource_quota_limit", "amd.com/gpu", None).ends_with(" 4.0"),
         "{text}"
     );
     // 10 % of a 100-CU GPU: 10 CUs, charged as their share of the GPU's CUs.
     assert!(
-        row("hami_resource_quota_used", "amd.com/gpucores").ends_with(" 10.0"),
+        row("hami_resource_quota_used", "amd.com/gpucores", Some(100)).ends_with(" 10.0"),
         "{text}"
     );
 }
