@@ -420,6 +420,15 @@ async fn scenario(replicas: usize, subnet: u8, mode: Mode) {
         Some(SERVER_NAME.into()),
     )
     .unwrap();
+    // The preempt verb is forwarded too, once the follower knows the leader.
+    let pre = json!({"metadata": {"name": "pre", "namespace": "default", "uid": "u"}, "spec":
+        {"containers": [{"name": "c", "resources": {"limits": {"amd.com/gpu": "1"}}}]}});
+    let args = json!({"Pod": pre, "NodeNameToMetaVictims": {"n": {"Pods": []}}});
+    until("preempt forwarded", Duration::from_secs(20), || async {
+        let answer: Result<serde_json::Value, _> = extender.call("preempt", &args).await;
+        answer.is_ok_and(|a| a["NodeNameToMetaVictims"].is_object())
+    })
+    .await;
     let sim = tokio::spawn(SimKubeScheduler::new(client.clone(), "hami-scheduler", extender).run());
     let stand_in = tokio::spawn(plugin_stand_in(client.clone()));
     for name in ["p1", "p2"] {
