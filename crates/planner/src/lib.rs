@@ -6,11 +6,14 @@
 //! - [`fleet`]: node groups → Node objects with register annotations (captures go through
 //!   the AMD plugin's discovery and registration; the only I/O).
 //! - [`engine`]: pure; every pod through `hami_scheduler_core::extender::decide_filter` in order.
+//! - [`preempt`]: pure; which lower-priority pods a pod that fits nowhere evicts, and where
+//!   (the preempt verb's decision, kube-scheduler's choice of node).
 //! - [`report`]: placed/unplaceable pods, utilization, fragmentation; table and JSON.
 
 pub mod engine;
 pub mod error;
 pub mod fleet;
+pub mod preempt;
 pub mod report;
 pub mod scenario;
 

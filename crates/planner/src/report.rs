@@ -25,6 +25,7 @@ use hami_scheduler_core::snapshot::{Gpu, GpuUsage};
 use serde::Serialize;
 
 use crate::engine::{PlannedPod, PodOutcome, PolicyRun};
+use crate::preempt::Preemption;
 use crate::scenario::{Workload, node_policy_name};
 
 /// Pods named per unplaceable reason in a report.
@@ -58,6 +59,17 @@ pub struct PolicyReport {
     pub unplaceable: usize,
     /// Pods asking for no GPU (left to kube-scheduler).
     pub no_gpu: usize,
+    /// Pods placed, then evicted by a higher-priority pod, that no node took again
+    /// (left out of the JSON when 0, as are the two fields below when empty: a plan
+    /// without priorities reads as before).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub evicted: usize,
+    /// Every preemption, in the order it happened.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub preemptions: Vec<Preemption>,
+    /// The evicted pods grouped by the scheduler's message when they were placed again.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evicted_reasons: Vec<ReasonGroup>,
     /// Per workload, in scenario order.
     pub workloads: Vec<WorkloadReport>,
     /// Unplaceable pods grouped by the scheduler's message.
@@ -89,6 +101,13 @@ pub struct WorkloadReport {
     pub placed: usize,
     /// Of those, unplaceable.
     pub unplaceable: usize,
+    /// Of those, evicted and not placed again (left out of the JSON when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub evicted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Unplaceable pods with one scheduler message.
@@ -218,9 +237,12 @@ pub fn policy_report(
             pods: w.count as usize,
             placed: 0,
             unplaceable: 0,
+            evicted: 0,
         })
         .collect();
     let mut reasons: BTreeMap<&str, (usize, Vec<String>)> = BTreeMap::new();
+    let mut evicted_reasons: BTreeMap<&str, (usize, Vec<String>)> = BTreeMap::new();
+    let mut evicted = 0;
     let mut placements = Vec::new();
     let (mut placed, mut unplaceable, mut no_gpu) = (0, 0, 0);
     for (planned, outcome) in pods.iter().zip(&run.outcomes) {
@@ -256,23 +278,17 @@ pub fn policy_report(
             PodOutcome::Unplaceable { reason } => {
                 unplaceable += 1;
                 w.unplaceable += 1;
-                let entry = reasons.entry(reason.as_str()).or_default();
-                entry.0 += 1;
-                if entry.1.len() < NAMED_PODS {
-                    entry.1.push(name);
-                }
+                tally(&mut reasons, reason, name);
+            }
+            PodOutcome::Evicted { reason, .. } => {
+                evicted += 1;
+                w.evicted += 1;
+                tally(&mut evicted_reasons, reason, name);
             }
         }
     }
-    let mut reasons: Vec<ReasonGroup> = reasons
-        .into_iter()
-        .map(|(reason, (count, pods))| ReasonGroup {
-            reason: reason.to_owned(),
-            count,
-            pods,
-        })
-        .collect();
-    reasons.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.reason.cmp(&b.reason)));
+    let reasons = groups(reasons);
+    let evicted_reasons = groups(evicted_reasons);
 
     let (mut memory, mut amd_cus, mut nvidia_cores) = (
         Capacity::default(),
@@ -316,6 +332,9 @@ pub fn policy_report(
         placed,
         unplaceable,
         no_gpu,
+        evicted,
+        preemptions: run.preemptions.clone(),
+        evicted_reasons,
         workloads: per_workload,
         reasons,
         nodes_used,
@@ -326,6 +345,51 @@ pub fn policy_report(
         nvidia_cores,
         placements,
     }
+}
+
+fn tally<'a>(into: &mut BTreeMap<&'a str, (usize, Vec<String>)>, reason: &'a str, pod: String) {
+    let entry = into.entry(reason).or_default();
+    entry.0 += 1;
+    if entry.1.len() < NAMED_PODS {
+        entry.1.push(pod);
+    }
+}
+
+/// The groups, the most pods first (then by message, so reports compare exactly).
+fn groups(tallied: BTreeMap<&str, (usize, Vec<String>)>) -> Vec<ReasonGroup> {
+    let mut out: Vec<ReasonGroup> = tallied
+        .into_iter()
+        .map(|(reason, (count, pods))| ReasonGroup {
+            reason: reason.to_owned(),
+            count,
+            pods,
+        })
+        .collect();
+    out.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.reason.cmp(&b.reason)));
+    out
+}
+
+/// "`pod` (priority p) preempts a, b on node n", one line per preemption, then what
+/// became of each victim; what `hami plan` prints and the web UI shows.
+pub fn preemption_lines(p: &Preemption) -> Vec<String> {
+    let victims: Vec<&str> = p.victims.iter().map(|v| v.pod.as_str()).collect();
+    let mut lines = vec![format!(
+        "pod {} (priority {}) preempts {} on node {}",
+        p.pod,
+        p.priority,
+        victims.join(", "),
+        p.node
+    )];
+    for v in &p.victims {
+        lines.push(match &v.replaced_on {
+            Some(node) => format!("{} (priority {}) placed again on {node}", v.pod, v.priority),
+            None => format!(
+                "{} (priority {}) unplaceable after preemption",
+                v.pod, v.priority
+            ),
+        });
+    }
+    lines
 }
 
 /// The JSON form (placements included).
@@ -342,6 +406,7 @@ pub fn render_table(report: &PlanReport, placements: bool) -> String {
         report.scenario, report.nodes, report.gpus, report.pods
     );
     let has_nvidia = report.policies.iter().any(|p| p.nvidia_cores.total > 0);
+    let preempting = report.policies.iter().any(|p| !p.preemptions.is_empty());
     let mut header = vec![
         "GPU POLICY",
         "NODE POLICY",
@@ -353,6 +418,9 @@ pub fn render_table(report: &PlanReport, placements: bool) -> String {
         "MEM UTIL",
         "CU UTIL",
     ];
+    if preempting {
+        header.insert(4, "EVICTED");
+    }
     if has_nvidia {
         header.push("NV CORE UTIL");
     }
@@ -370,6 +438,9 @@ pub fn render_table(report: &PlanReport, placements: bool) -> String {
             format!("{:.1}%", p.memory.utilization_pct),
             format!("{:.1}%", p.amd_cus.utilization_pct),
         ];
+        if preempting {
+            row.insert(4, p.evicted.to_string());
+        }
         if has_nvidia {
             row.push(format!("{:.1}%", p.nvidia_cores.utilization_pct));
         }
@@ -391,23 +462,19 @@ pub fn render_table(report: &PlanReport, placements: bool) -> String {
                 p.no_gpu
             );
         }
-        if !p.reasons.is_empty() {
-            let _ = writeln!(out, "\n{label}: unplaceable pods");
-            for r in &p.reasons {
-                let more = if r.count > r.pods.len() {
-                    format!(" and {} more", r.count - r.pods.len())
-                } else {
-                    String::new()
-                };
-                let _ = writeln!(
-                    out,
-                    "  {} pod(s) ({}{more}): {}",
-                    r.count,
-                    r.pods.join(", "),
-                    r.reason
-                );
+        reason_groups(&mut out, &format!("{label}: unplaceable pods"), &p.reasons);
+        if !p.preemptions.is_empty() {
+            let _ = writeln!(out, "\n{label}: preemptions");
+            for pre in &p.preemptions {
+                let lines = preemption_lines(pre);
+                let _ = writeln!(out, "  {}", lines[0]);
+                for line in &lines[1..] {
+                    let _ = writeln!(out, "    {line}");
+                }
             }
         }
+        let heading = format!("{label}: unplaceable after preemption");
+        reason_groups(&mut out, &heading, &p.evicted_reasons);
         if placements && !p.placements.is_empty() {
             let _ = writeln!(out, "\n{label}: placements");
             let mut rows = vec![vec![
@@ -442,6 +509,28 @@ pub fn render_table(report: &PlanReport, placements: bool) -> String {
         );
     }
     out
+}
+
+/// A heading and one line per group, none when there is no group.
+fn reason_groups(out: &mut String, heading: &str, groups: &[ReasonGroup]) {
+    if groups.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n{heading}");
+    for r in groups {
+        let more = if r.count > r.pods.len() {
+            format!(" and {} more", r.count - r.pods.len())
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "  {} pod(s) ({}{more}): {}",
+            r.count,
+            r.pods.join(", "),
+            r.reason
+        );
+    }
 }
 
 /// MiB for people: MiB below 10 GiB, then GiB, then TiB (JSON keeps exact MiB).

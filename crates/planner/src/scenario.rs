@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use hami_amd_discovery::registration::{OperatingMode, RegistrationSettings};
 use hami_protocol::names::Vendor;
 use hami_protocol::selection::{GpuPolicy, NodePolicy};
+use hami_scheduler_core::preemption::PREEMPTIBLE_LABEL;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 use serde_json::Value;
@@ -99,6 +100,10 @@ pub struct NodeGroup {
 }
 
 /// `count` pods made from one template, named `<template name>-0`, ...
+///
+/// The workload's `priority:` and `preemptible: false` are written into the template as
+/// the cluster would carry them (`spec.priority`, label `hami.io/preemptible: "false"`), so
+/// the planner's preemption reads the pod exactly as the preempt verb reads a live one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Workload {
     /// Pods made from the template.
@@ -111,6 +116,11 @@ impl Workload {
     /// The template's name (pods are named `<name>-<n>`).
     pub fn name(&self) -> &str {
         self.pod.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// Its pods' priority (`spec.priority`, 0 when unset, as kube-scheduler reads it).
+    pub fn priority(&self) -> i32 {
+        hami_scheduler_core::preemption::priority(&self.pod)
     }
 }
 
@@ -193,6 +203,10 @@ struct RawGpuModel {
 struct RawWorkload {
     #[serde(deserialize_with = "whole_number")]
     count: i64,
+    #[serde(default, deserialize_with = "some_whole_number")]
+    priority: Option<i64>,
+    #[serde(default, deserialize_with = "some_bool")]
+    preemptible: Option<bool>,
     pod: Value,
 }
 
@@ -217,6 +231,14 @@ fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error>
 
 fn some_whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
     whole_number(d).map(Some)
+}
+
+/// A boolean field; a string such as "no" (YAML 1.1) is refused with a hint.
+fn some_bool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    let value = Value::deserialize(d)?;
+    value.as_bool().map(Some).ok_or_else(|| {
+        serde::de::Error::custom(format!("{value} is not a boolean; write true or false"))
+    })
 }
 
 /// The policies compared when the scenario names none.
@@ -282,8 +304,9 @@ pub fn parse_scenario(text: &str, path: &str) -> Result<Scenario, PlanError> {
     for (i, w) in raw.workloads.into_iter().enumerate() {
         let at = |f: &str| format!("workloads[{i}].{f}");
         let count = count(w.count, "pods of this template").map_err(|p| field(at("count"), p))?;
-        let pod = pod_template(w.pod).map_err(|(f, p)| field(at(&format!("pod{f}")), p))?;
+        let mut pod = pod_template(w.pod).map_err(|(f, p)| field(at(&format!("pod{f}")), p))?;
         let name = pod.metadata.name.clone().unwrap_or_default();
+        priorities(&mut pod, w.priority, w.preemptible).map_err(|(f, p)| field(at(f), p))?;
         if !pod_names.insert(name.clone()) {
             return Err(field(
                 at("pod.metadata.name"),
@@ -595,6 +618,48 @@ fn gpu_model(raw: RawGpuModel, at: &dyn Fn(&str) -> String) -> Result<GpuModel, 
     })
 }
 
+/// Writes the workload's `priority` and `preemptible` into its template, as the cluster
+/// carries them: `spec.priority` (what admission resolves a PriorityClass to) and the label
+/// the preempt verb honours.
+fn priorities(
+    pod: &mut Pod,
+    priority: Option<i64>,
+    preemptible: Option<bool>,
+) -> Result<(), (&'static str, String)> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    if let Some(value) = priority {
+        let value = i32::try_from(value).map_err(|_| {
+            (
+                "priority",
+                format!(
+                    "{value} is out of range for template {name:?}: a PriorityClass value is an integer from {} to {}",
+                    i32::MIN,
+                    i32::MAX
+                ),
+            )
+        })?;
+        let spec = pod.spec.get_or_insert_with(Default::default);
+        match spec.priority {
+            Some(set) if set != value => {
+                return Err((
+                    "priority",
+                    format!(
+                        "{value} disagrees with the template {name:?}'s spec.priority {set}; give the priority once"
+                    ),
+                ));
+            }
+            _ => spec.priority = Some(value),
+        }
+    }
+    if preemptible == Some(false) {
+        pod.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(PREEMPTIBLE_LABEL.to_owned(), "false".to_owned());
+    }
+    Ok(())
+}
+
 /// Reads a pod template: k8s-openapi drops fields it does not know, so every field of
 /// the input must survive a round trip (or it is a typo, named with its path).
 fn pod_template(value: Value) -> Result<Pod, FieldProblem> {
@@ -666,124 +731,5 @@ fn first_unknown(input: &Value, back: &Value, path: String) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MINIMAL: &str = "fleet:\n- name: n\n  count: 1\n  capture: one-gpu\nworkloads:\n- count: 2\n  pod:\n    metadata: {name: p}\n    spec:\n      containers:\n      - name: c\n        resources: {limits: {amd.com/gpu: 1, amd.com/gpumem: 1024}}\n";
-
-    fn err(text: &str) -> String {
-        parse_scenario(text, "s.yaml").unwrap_err().to_string()
-    }
-
-    #[test]
-    fn minimal_scenario_defaults() {
-        let s = parse_scenario(MINIMAL, "s.yaml").unwrap();
-        assert_eq!(s.name, "s.yaml");
-        assert_eq!(s.fleet[0].count, 1);
-        assert_eq!(
-            s.fleet[0].gpus,
-            GpuSource::Capture {
-                capture: CaptureName::OneGpu,
-                settings: RegistrationSettings::default()
-            }
-        );
-        assert_eq!(s.workloads[0].count, 2);
-        let limits = s.workloads[0].pod.spec.as_ref().unwrap().containers[0]
-            .resources
-            .as_ref()
-            .unwrap()
-            .limits
-            .clone()
-            .unwrap();
-        assert_eq!(limits["amd.com/gpumem"].0, "1024");
-        assert_eq!(s.gpu_policies.len(), 2);
-        assert_eq!(
-            s.node_policies,
-            vec![NodePolicy::Binpack, NodePolicy::Spread]
-        );
-    }
-
-    #[test]
-    fn bad_inputs_name_the_field() {
-        let e = err(&MINIMAL.replace("one-gpu", "mi250"));
-        assert!(
-            e.contains("fleet[0].capture") && e.contains("unknown capture \"mi250\""),
-            "{e}"
-        );
-        let e = err(&MINIMAL.replace("count: 1", "count: -3"));
-        assert!(
-            e.contains("fleet[0].count") && e.contains("-3 is negative"),
-            "{e}"
-        );
-        let e = err(&MINIMAL.replace("count: 2", "count: -1"));
-        assert!(
-            e.contains("workloads[0].count") && e.contains("negative"),
-            "{e}"
-        );
-        let e = err(&MINIMAL.replace("capture: one-gpu", "captur: one-gpu"));
-        assert!(
-            e.contains("fleet[0].captur") && e.contains("unknown field"),
-            "{e}"
-        );
-        let e = err(&MINIMAL.replace("resources:", "resorces:"));
-        assert!(
-            e.contains("workloads[0].pod.spec.containers[0].resorces")
-                && e.contains("unknown field"),
-            "{e}"
-        );
-        let e = err("fleet: [\n");
-        assert!(e.contains("not valid YAML"), "{e}");
-        let e = err(&MINIMAL.replace("metadata: {name: p}", "metadata: {}"));
-        assert!(
-            e.contains("workloads[0].pod.metadata.name") && e.contains("missing"),
-            "{e}"
-        );
-        let e = err(&format!("{MINIMAL}policies: {{gpu: [fastest]}}\n"));
-        assert!(
-            e.contains("policies.gpu[0]") && e.contains("fastest"),
-            "{e}"
-        );
-        let e = err("");
-        assert!(e.contains("empty"), "{e}");
-        // YAML 1.1 booleans stay strings.
-        let s = parse_scenario(&MINIMAL.replace("name: n", "name: no"), "s.yaml").unwrap();
-        assert_eq!(s.fleet[0].name, "no");
-        let e = err(&MINIMAL.replace("count: 2", "count: 1.5"));
-        assert!(
-            e.contains("workloads[0].count: 1.5 is not a whole number"),
-            "{e}"
-        );
-        let e = err("workloads: []\n");
-        assert!(e.contains("missing field `fleet`"), "{e}");
-    }
-
-    #[test]
-    fn inline_models() {
-        let text = "fleet:\n- name: a\n  count: 2\n  gpus:\n  - {type: AMD Instinct MI250X, count: 8, memory_mib: 65536, cus: 110, numa: 0}\n  - {vendor: nvidia, type: NVIDIA-A100, count: 2, memory_mib: 40960, share: 4}\nworkloads: []\n";
-        let s = parse_scenario(text, "s.yaml").unwrap();
-        let GpuSource::Models(models) = &s.fleet[0].gpus else {
-            panic!("models expected")
-        };
-        assert_eq!(models[0].cores, 110);
-        assert_eq!(models[0].share, 10);
-        assert_eq!(models[1].cores, 100);
-        assert_eq!(models[1].numa, -1);
-        let e = err(&text.replace("AMD Instinct MI250X", "Instinct MI250X"));
-        assert!(
-            e.contains("fleet[0].gpus[0].type") && e.contains("\"AMD\""),
-            "{e}"
-        );
-        let e = err(&text.replace(", cus: 110", ""));
-        assert!(
-            e.contains("fleet[0].gpus[0].cus") && e.contains("missing"),
-            "{e}"
-        );
-        let e = err(&text.replace("share: 4", "share: 4, xgmi: true"));
-        assert!(
-            e.contains("fleet[0].gpus[1].xgmi") && e.contains("AMD GPUs only"),
-            "{e}"
-        );
-        let e = err(&text.replace("memory_mib: 40960", "memory_mib: 0"));
-        assert!(e.contains("fleet[0].gpus[1].memory_mib"), "{e}");
-    }
-}
+#[path = "scenario_tests.rs"]
+mod tests;

@@ -1,6 +1,7 @@
 //! Properties of a plan over random inline fleets and workloads: nothing is overbooked,
 //! what the report says was placed is exactly what the cluster state holds, every pod is
-//! accounted for, and a plan is deterministic.
+//! accounted for, and a plan is deterministic; with priorities, no preemption evicts a pod
+//! of the preemptor's priority or above.
 
 use std::collections::BTreeMap;
 
@@ -30,11 +31,17 @@ fn group(i: usize, nodes: u32, gpus: u32, mem: u64, cus: u32, share: u32) -> Nod
     }
 }
 
-fn workload(i: usize, count: u32, gpus: u32, mem: u64, pct: u32, init: bool) -> Workload {
+fn workload(
+    i: usize,
+    count: u32,
+    (gpus, mem, pct): (u32, u64, u32),
+    init: bool,
+    priority: i32,
+) -> Workload {
     // Odd workloads ask for XGMI peers (met only on the hive groups).
     let annotations = json!({"amd.com/link-bind": if i % 2 == 1 { "true" } else { "false" }});
     let limits = json!({"amd.com/gpu": gpus, "amd.com/gpumem": mem, "amd.com/gpucores": pct});
-    let mut spec = json!({"containers": [{"name": "c", "resources": {"limits": limits}}]});
+    let mut spec = json!({"containers": [{"name": "c", "resources": {"limits": limits}}], "priority": priority});
     if init {
         spec["initContainers"] = json!([{"name": "i", "resources": {"limits": {"amd.com/gpu": 1, "amd.com/gpumem": mem * 2}}}]);
     }
@@ -45,6 +52,10 @@ fn workload(i: usize, count: u32, gpus: u32, mem: u64, pct: u32, init: bool) -> 
     Workload { count, pod }
 }
 
+fn priority_of(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
@@ -53,11 +64,12 @@ proptest! {
         loads in prop::collection::vec((0u32..8, 1u32..4, 100u64..12000, 1u32..101, any::<bool>()), 1..4),
         binpack in any::<bool>(),
         node_spread in any::<bool>(),
+        priorities in prop::collection::vec(prop::sample::select(vec![0, 10, 1000]), 4),
     ) {
         let groups: Vec<NodeGroup> = groups.iter().enumerate()
             .map(|(i, g)| group(i, g.0, g.1, g.2, g.3, g.4)).collect();
         let workloads: Vec<Workload> = loads.iter().enumerate()
-            .map(|(i, w)| workload(i, w.0, w.1, w.2, w.3, w.4)).collect();
+            .map(|(i, w)| workload(i, w.0, (w.1, w.2, w.3), w.4, priorities[i])).collect();
         let specs: Vec<_> = groups.iter().enumerate().map(|(i, g)| match &g.gpus {
             GpuSource::Models(m) => model_devices(i, m),
             GpuSource::Capture { .. } => unreachable!(),
@@ -90,6 +102,12 @@ proptest! {
                     }
                 }
                 PodOutcome::Unplaceable { reason } => prop_assert!(!reason.is_empty()),
+                PodOutcome::Evicted { by, reason, .. } => {
+                    prop_assert!(!reason.is_empty());
+                    let by = &by["default/".len()..];
+                    let by = &pods.iter().find(|p| p.pod.metadata.name.as_deref() == Some(by)).unwrap().pod;
+                    prop_assert!(priority_of(by) > priority_of(&planned.pod), "{:?} evicted by a pod of no higher priority", planned.pod.metadata.name);
+                }
                 PodOutcome::NoGpu => prop_assert!(false, "every test pod asks for a GPU"),
             }
         }
@@ -103,6 +121,12 @@ proptest! {
             }
         }
         prop_assert!(charged.is_empty(), "charges on unknown GPUs: {:?}", charged);
+        for p in &run.preemptions {
+            prop_assert!(!p.victims.is_empty());
+            for v in &p.victims {
+                prop_assert!(v.priority < p.priority, "{:?}", p);
+            }
+        }
 
         // Deterministic.
         let again = run_policy(&nodes, &pods, gpu, node);
