@@ -13,7 +13,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use hami_planner::fleet::{NodeDevicesSpec, resolve_groups};
-use hami_planner::report::PlanReport;
+use hami_planner::report::{PlanReport, PolicyReport, preemption_lines};
 use hami_planner::scenario::{GpuSource, Scenario, parse_scenario};
 
 use crate::html::{Page, esc, frame, table};
@@ -347,6 +347,40 @@ pub fn plan(
     })
 }
 
+/// Preemptions listed per policy on the page (the JSON of `hami plan` has all of them).
+const SHOWN_PREEMPTIONS: usize = 200;
+
+/// Who preempted whom under one policy pair, as `hami plan` prints it; nothing when none.
+fn preemptions(p: &PolicyReport) -> String {
+    if p.preemptions.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "<section class=\"preemptions\"><h3>Preemptions under {} / {} ({})</h3><ul>",
+        esc(&p.gpu_policy),
+        esc(&p.node_policy),
+        p.preemptions.len()
+    );
+    for pre in p.preemptions.iter().take(SHOWN_PREEMPTIONS) {
+        let lines = preemption_lines(pre);
+        let _ = write!(out, "<li>{}<ul>", esc(&lines[0]));
+        for line in &lines[1..] {
+            let _ = write!(out, "<li>{}</li>", esc(line));
+        }
+        out.push_str("</ul></li>");
+    }
+    out.push_str("</ul>");
+    if p.preemptions.len() > SHOWN_PREEMPTIONS {
+        let _ = write!(
+            out,
+            "<p>and {} more (<code>hami plan --output json</code> lists every one)</p>",
+            p.preemptions.len() - SHOWN_PREEMPTIONS
+        );
+    }
+    out.push_str("</section>");
+    out
+}
+
 fn bar_chart(report: &PlanReport) -> String {
     let rows = report.policies.len();
     let (w, row_h) = (520.0, 34.0);
@@ -412,11 +446,13 @@ pub fn page(
                 "<h2>Results: {} nodes, {} GPUs, {} pods</h2>",
                 r.nodes, r.gpus, r.pods
             );
+            // The EVICTED column only where a pod preempted, as `hami plan` prints it.
+            let preempting = r.policies.iter().any(|p| !p.preemptions.is_empty());
             let rows: Vec<Vec<String>> = r
                 .policies
                 .iter()
                 .map(|p| {
-                    vec![
+                    let mut row = vec![
                         esc(&p.gpu_policy),
                         esc(&p.node_policy),
                         p.placed.to_string(),
@@ -435,25 +471,36 @@ pub fn page(
                             "{:.1}% / {:.1}%",
                             p.nvidia_cores.utilization_pct, p.nvidia_cores.fragmentation_pct
                         ),
-                    ]
+                    ];
+                    if preempting {
+                        row.insert(4, p.evicted.to_string());
+                    }
+                    row
                 })
                 .collect();
+            let mut headers = vec![
+                "GPU POLICY",
+                "NODE POLICY",
+                "PLACED",
+                "UNPLACEABLE",
+                "NODES USED",
+                "GPUS",
+                "MEMORY",
+                "AMD CUS",
+                "NVIDIA CORES",
+            ];
+            if preempting {
+                headers.insert(4, "EVICTED");
+            }
             body.push_str(&table(
                 "Per policy (utilization / fragmentation)",
-                &[
-                    "GPU POLICY",
-                    "NODE POLICY",
-                    "PLACED",
-                    "UNPLACEABLE",
-                    "NODES USED",
-                    "GPUS",
-                    "MEMORY",
-                    "AMD CUS",
-                    "NVIDIA CORES",
-                ],
+                &headers,
                 &rows,
             ));
             body.push_str(&bar_chart(r));
+            for p in &r.policies {
+                body.push_str(&preemptions(p));
+            }
             for p in &r.policies {
                 let _ = write!(
                     body,
@@ -484,10 +531,15 @@ pub fn page(
                     &["POD", "NODE", "DEVICES"],
                     &rows,
                 ));
-                for g in &p.reasons {
+                let groups = (p.reasons.iter().map(|g| ("unplaceable", g))).chain(
+                    p.evicted_reasons
+                        .iter()
+                        .map(|g| ("unplaceable after preemption", g)),
+                );
+                for (what, g) in groups {
                     let _ = write!(
                         body,
-                        "<p>{} unplaceable: {} (e.g. {})</p>",
+                        "<p>{} {what}: {} (e.g. {})</p>",
                         g.count,
                         esc(&g.reason),
                         esc(&g.pods.join(", "))
@@ -539,6 +591,44 @@ mod tests {
         assert!(page.html.contains("binpack"));
         // A stop asked for before the first pod: no report.
         assert_eq!(plan(&admitted, &|| true).unwrap(), None);
+    }
+
+    /// Issue 30 item 4: a scenario with priorities shows who preempts whom, the evicted
+    /// count and the victims unplaceable after preemption; one without shows none of it.
+    #[test]
+    fn preemptions_are_shown() {
+        let text = include_str!("../../../examples/scenarios/priorities.yaml");
+        let admitted = admit(text, &Limits::default()).unwrap();
+        let report = plan(&admitted, &|| false).unwrap().unwrap();
+        let html = page(text, Some(Ok(report)), &[]).html;
+        assert!(
+            html.contains("<h3>Preemptions under binpack / binpack (2)</h3>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<li>pod default/inference-0 (priority 1000) preempts default/batch-"),
+            "{html}"
+        );
+        assert!(
+            html.contains("(priority 0) unplaceable after preemption</li>"),
+            "{html}"
+        );
+        assert!(html.contains("<th scope=\"col\">EVICTED</th>"), "{html}");
+        assert!(
+            html.contains("<p>2 unplaceable after preemption: no available node"),
+            "{html}"
+        );
+        assert!(
+            !html.contains("pinned-0 (priority"),
+            "a pinned pod was evicted: {html}"
+        );
+        let admitted = admit(DEFAULT_SCENARIO, &Limits::default()).unwrap();
+        let report = plan(&admitted, &|| false).unwrap().unwrap();
+        let html = page(DEFAULT_SCENARIO, Some(Ok(report)), &[]).html;
+        assert!(
+            !html.contains("Preemptions") && !html.contains("EVICTED"),
+            "{html}"
+        );
     }
 
     #[test]
