@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use hami_scheduler_core::extender::FilterConfig;
 use hami_scheduler_core::preemption::{
-    NodeCandidate, PodFacts, Preemptor, barred, decide_preemption,
+    NodeCandidate, PodFacts, Preemptor, barred, decide_preemption, priority,
 };
 use hami_scheduler_core::state::ClusterState;
 use k8s_openapi::api::core::v1::Pod;
@@ -106,11 +106,12 @@ pub fn choose(
     candidates: &[String],
     config: &FilterConfig,
 ) -> Option<(String, Vec<String>)> {
-    let preemptor =
-        Preemptor::from_pod(pod, &config.defaults, config.gpu_policy, config.node_policy).ok()?;
-    if !ledger.any_below(preemptor.priority) {
+    // Asked first: a plan without priorities pays nothing for preemption.
+    if !ledger.any_below(priority(pod)) {
         return None;
     }
+    let preemptor =
+        Preemptor::from_pod(pod, &config.defaults, config.gpu_policy, config.node_policy).ok()?;
     // Per candidate node, its slices' pods in placement order (the state keeps them in a
     // hash set; the victim search breaks ties by this order). Nodes where nothing may be
     // evicted are left out: the verb would only veto them.
@@ -159,10 +160,7 @@ pub fn choose(
             .collect();
         let of = |uid: &String| {
             let (index, seq) = ledger.get(uid)?;
-            Some((
-                hami_scheduler_core::preemption::priority(&pods[index].pod),
-                seq,
-            ))
+            Some((priority(&pods[index].pod), seq))
         };
         let Some(known) = uids.iter().map(of).collect::<Option<Vec<_>>>() else {
             continue;
