@@ -187,3 +187,27 @@ pub fn choose(
     }
     best.map(|(_, node, uids)| (node.clone(), uids))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ledger_counts_priorities_and_placement_order() {
+        let mut l = Ledger::default();
+        assert!(!l.any_below(i32::MAX), "nothing placed: nothing to preempt");
+        l.place("a", 0, 5);
+        l.place("b", 1, 5);
+        l.place("a", 0, 5); // placed twice without an eviction: counted once
+        assert!(l.any_below(6) && !l.any_below(5));
+        assert_eq!((l.get("a"), l.get("b")), (Some((0, 0)), Some((1, 1))));
+        l.evict("a", 5);
+        l.evict("a", 5); // evicted twice: the count does not go below what is placed
+        assert!(l.any_below(6));
+        l.evict("b", 5);
+        assert!(!l.any_below(i32::MAX) && l.get("b").is_none());
+        // Placed again: a new start, later than any before.
+        l.place("a", 0, 5);
+        assert_eq!(l.get("a"), Some((0, 2)));
+    }
+}
