@@ -47,11 +47,17 @@ async fn dmem_limit_reaches_a_late_pod_cgroup_and_sums_the_pods_claims() {
         .unwrap()
         .into_inner();
     assert_eq!(r.claims["uid-a"].error, "");
-    // The pod cgroup appears only after Prepare returned (as with a real runtime).
+    // The pod cgroup appears only after Prepare returned (as with a real runtime), with its
+    // dmem.max in one step as a cgroup mkdir makes it: made aside, then renamed into place
+    // (made in two steps, the writer could meet the directory without the file — a quiet
+    // CI run did — which no kernel shows).
     let pod = cgroups
         .join("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1111_2222.slice");
-    std::fs::create_dir_all(&pod).unwrap();
-    std::fs::write(pod.join("dmem.max"), "").unwrap();
+    let staged = cgroups.join("staged-pod-cgroup");
+    std::fs::create_dir_all(&staged).unwrap();
+    std::fs::write(staged.join("dmem.max"), "").unwrap();
+    std::fs::create_dir_all(pod.parent().unwrap()).unwrap();
+    std::fs::rename(&staged, &pod).unwrap();
     wait_for_file(
         &pod.join("dmem.max"),
         &format!("drm/{bdf}/vram0 {}\n", 4u64 << 30),
