@@ -750,6 +750,9 @@ fn xgmi_peers(a: &Gpu, b: &Gpu) -> bool {
     listed(a, b) || listed(b, a)
 }
 
+#[path = "fit_quick.rs"]
+pub mod quick;
+
 #[cfg(test)]
 #[path = "fit_tests.rs"]
 mod tests;
