@@ -70,6 +70,22 @@ impl Reviewed {
     }
 }
 
+/// What a DRA-mode pod that would preempt is told at admission (a warning kubectl prints):
+/// kube-scheduler has no preemption for ResourceClaims until KEP-5690, so a pod of priority
+/// above 0 (kube-apiserver's Priority admission has turned `priorityClassName` into
+/// `spec.priority` before webhooks run) waits for a GPU to free instead. Nothing for
+/// priority 0 or `preemptionPolicy: Never`, which would not preempt anyway.
+pub fn dra_preemption_warning(pod: &Pod) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let priority = spec.priority.filter(|p| *p > 0)?;
+    if spec.preemption_policy.as_deref() == Some("Never") {
+        return None;
+    }
+    Some(format!(
+        "priority {priority}: DRA-mode pods cannot preempt (none upstream until KEP-5690); it waits for a free GPU"
+    ))
+}
+
 /// The webhook's answer to one AdmissionReview body, knowing no device shapes (the DRA
 /// templates of [`review_with`] are not created here).
 pub fn review(bytes: &[u8], config: &WebhookConfig) -> (u16, Value) {
@@ -178,8 +194,11 @@ pub fn review_with(bytes: &[u8], config: &WebhookConfig, shapes: &[Shape]) -> Re
                     claims = templates;
                     // Said, never silent: what a claim could not list (kubectl prints
                     // an admission response's warnings to whoever created the pod).
-                    let warnings: Vec<String> =
+                    let mut warnings: Vec<String> =
                         claims.iter().flat_map(ContainerClaim::warnings).collect();
+                    if !claims.is_empty() {
+                        warnings.extend(dra_preemption_warning(&pod));
+                    }
                     if !warnings.is_empty() {
                         response["warnings"] = json!(warnings);
                     }
@@ -262,5 +281,58 @@ mod tests {
             ..WebhookConfig::default()
         };
         assert!(may_need_shapes(plain, &dra));
+    }
+
+    fn with_spec(body: &[u8], spec: Value) -> Vec<u8> {
+        let mut v: Value = serde_json::from_slice(body).unwrap();
+        for (k, x) in spec.as_object().unwrap() {
+            v["request"]["object"]["spec"][k] = x.clone();
+        }
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    fn warnings(r: &Reviewed) -> Vec<String> {
+        r.body["response"]["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|w| w.as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_dra_pod_that_would_preempt_is_told_it_cannot() {
+        let config = WebhookConfig::default();
+        let high = with_spec(&body(None, "ns"), json!({"priority": 1000}));
+        let r = review_with(&high, &config, &[]);
+        assert_eq!(r.claims.len(), 1, "{:?}", r.body);
+        let w = warnings(&r);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("priority 1000: DRA-mode pods cannot preempt")
+                && w[0].contains("KEP-5690"),
+            "{w:?}"
+        );
+        // Kubernetes truncates admission warnings over 120 characters.
+        assert!(w[0].len() <= 120, "{} characters: {}", w[0].len(), w[0]);
+        // Priority 0 or none, or a pod that never preempts: nothing to say.
+        for spec in [
+            json!({}),
+            json!({"priority": 0}),
+            json!({"priority": 1000, "preemptionPolicy": "Never"}),
+        ] {
+            let r = review_with(&with_spec(&body(None, "ns"), spec.clone()), &config, &[]);
+            assert_eq!(r.claims.len(), 1);
+            assert!(warnings(&r).is_empty(), "{spec}: {:?}", r.body);
+        }
+        // A device-plugin-mode pod preempts through the extender: no warning.
+        let plugin = String::from_utf8(high).unwrap().replace(
+            r#""hami.io/amd-mode":"dra""#,
+            r#""hami.io/amd-mode":"device-plugin""#,
+        );
+        let r = review_with(plugin.as_bytes(), &config, &[]);
+        assert!(r.claims.is_empty(), "{:?}", r.body);
+        assert_eq!(r.body["response"]["allowed"], true, "{:?}", r.body);
+        assert!(warnings(&r).is_empty(), "{:?}", r.body);
     }
 }
