@@ -1,6 +1,7 @@
 //! The scheduler's integration tests, one binary: the extender, the webhook (D-4, the DRA
 //! mode), bind and the node lock, leader election and forwarding between replicas, watch
-//! supervision, node liveness, TLS reloads, namespace quotas and the HTTP surface, on the
+//! supervision, node liveness, TLS reloads, namespace quotas (and install.md's quota section, as
+//! written) and the HTTP surface, on the
 //! embedded API server with the simulated kube-scheduler in front; `pod_memory` runs the real binary.
 //! [`common`] is their shared setup.
 
@@ -10,6 +11,7 @@ mod e2e;
 mod ha;
 mod ha_forwarding;
 mod http_api;
+mod install_doc_quota;
 mod lease_skew;
 mod node_liveness;
 mod node_lock;
