@@ -67,6 +67,9 @@ fn dispatch(api_version: &str, kind: &str, raw: &[u8], re: bool) -> Result<Decod
         ("v1", "ServiceAccount") => message::<core::v1::ServiceAccount>(raw, kind, re),
         ("v1", "Binding") => message::<core::v1::Binding>(raw, kind, re),
         ("policy/v1", "Eviction") => message::<policy::v1::Eviction>(raw, kind, re),
+        ("policy/v1", "PodDisruptionBudget") => {
+            message::<policy::v1::PodDisruptionBudget>(raw, kind, re)
+        }
         ("authentication.k8s.io/v1", "TokenRequest") => {
             message::<authentication::v1::TokenRequest>(raw, kind, re)
         }
