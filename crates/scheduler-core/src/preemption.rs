@@ -34,6 +34,7 @@ use serde_json::Value;
 use crate::extender::{
     ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaPod, MetaVictims, from_json_any_case,
 };
+use crate::fit::quick::QuickFit;
 use crate::fit::{FitRequest, Selectors, fit_node};
 use crate::snapshot::NodeSnapshot;
 use crate::usage::DeviceCharge;
@@ -511,6 +512,31 @@ pub fn decide_preemption<'a>(
     node: impl Fn(&str) -> Option<NodeCandidate<'a>> + Sync,
     pdbs: &[PdbFacts],
 ) -> PreemptionDecision {
+    // Prepared once per call: every node's trials share it.
+    let how = Search::Fast(QuickFit::new(&preemptor.fit_request()));
+    decide_with(preemptor, proposals, node, pdbs, &how)
+}
+
+/// How each node's victims are searched: the same decisions either way.
+enum Search<'p> {
+    /// The verb's (`preemption_search.rs`): trials judged by [`QuickFit`] on one scratch
+    /// copy of the node, GPUs that cannot beat the best set skipped before their order is
+    /// sorted.
+    Fast(QuickFit<'p>),
+    /// The search as first written (`preemption_reference.rs`, Filter's `fit_node` on a
+    /// fresh copy per trial): the reference the tests compare the verb's decisions with.
+    #[cfg(test)]
+    Reference,
+}
+
+/// [`decide_preemption`] with its victims found as `how` says.
+fn decide_with<'a>(
+    preemptor: &Preemptor,
+    proposals: &BTreeMap<String, Vec<String>>,
+    node: impl Fn(&str) -> Option<NodeCandidate<'a>> + Sync,
+    pdbs: &[PdbFacts],
+    how: &Search<'_>,
+) -> PreemptionDecision {
     let mut decision = PreemptionDecision::default();
     if !preemptor.asks_for_gpus() {
         for (name, uids) in proposals {
@@ -535,7 +561,7 @@ pub fn decide_preemption<'a>(
                 result: Err(Veto::UnknownNode),
                 unknown: Vec::new(),
             },
-            Some(candidate) => refine(preemptor, candidate, uids, pdbs),
+            Some(candidate) => refine(preemptor, how, candidate, uids, pdbs),
         }
     };
     let threads = std::thread::available_parallelism()
@@ -586,6 +612,7 @@ struct NodeOutcome {
 /// One node's victims: see the module's rules.
 fn refine(
     preemptor: &Preemptor,
+    how: &Search<'_>,
     node: NodeCandidate<'_>,
     proposed: &[String],
     pdbs: &[PdbFacts],
@@ -615,7 +642,12 @@ fn refine(
             kept.push(pod);
         }
     }
-    let gpu_victims = match search::choose(preemptor, node, pdbs) {
+    let chosen = match how {
+        Search::Fast(quick) => search::choose(preemptor, quick, node, pdbs),
+        #[cfg(test)]
+        Search::Reference => reference::choose(preemptor, node, pdbs),
+    };
+    let gpu_victims = match chosen {
         Ok(v) => v,
         Err(veto) => return finish(Err(veto), unknown),
     };
@@ -655,6 +687,10 @@ pub fn fits(preemptor: &Preemptor, snapshot: &NodeSnapshot) -> Result<(), String
 
 #[path = "preemption_search.rs"]
 mod search;
+
+#[cfg(test)]
+#[path = "preemption_reference.rs"]
+mod reference;
 
 #[cfg(test)]
 #[path = "preemption_tests.rs"]

@@ -4,11 +4,42 @@
 //! Filter's fit only gets easier as usage drops (every check compares usage with a
 //! capacity), so "fits with these evicted" is monotone in the set evicted: a prefix of a
 //! fixed order is found by bisection, and one reprieve pass leaves a minimal set.
+//!
+//! A node costs a dozen or so trials and a call up to 1,000 nodes, so a trial clones
+//! nothing and builds no text: one scratch copy of the node per node, its usage reset and
+//! the set's charges taken away in place, judged by [`QuickFit`] (Filter's answer, not
+//! its reasons). Filter's reason is built once, for a node no eviction can cure.
 
 use std::cmp::Reverse;
 
 use super::{NodeCandidate, PdbFacts, PodFacts, Preemptor, Veto, barred, fits};
-use crate::snapshot::NodeSnapshot;
+use crate::fit::quick::QuickFit;
+use crate::snapshot::{GpuUsage, NodeSnapshot};
+
+/// Trials on one node: its usage, and the scratch copy each trial rewrites.
+struct Trials<'q, 'p, 's> {
+    quick: &'q QuickFit<'p>,
+    usage: &'s [GpuUsage],
+    scratch: NodeSnapshot,
+}
+
+impl Trials<'_, '_, '_> {
+    /// Whether the pod fits with `set`'s charges taken away. Subtraction saturates at 0
+    /// one charge at a time, which gives the same usage whatever the order, so resetting
+    /// and subtracting equals a fresh copy with the set taken away.
+    fn fits_without(&mut self, pool: &Pool<'_>, set: &[usize]) -> bool {
+        self.scratch.usage.copy_from_slice(self.usage);
+        for i in set {
+            for &(gpu, slots, mem, cores) in pool.charges_of(*i) {
+                let u = &mut self.scratch.usage[gpu];
+                u.used = u.used.saturating_sub(slots);
+                u.mem_mib = u.mem_mib.saturating_sub(mem);
+                u.cores = u.cores.saturating_sub(cores);
+            }
+        }
+        self.quick.fits(&self.scratch)
+    }
+}
 
 /// `(gpu index, slots, MiB, cores)`.
 type Charge = (usize, u32, u64, u64);
@@ -60,29 +91,16 @@ fn cost(set: &[usize], pool: &Pool<'_>) -> Cost {
     (risky, top, set.len(), sum, mem, cores)
 }
 
-/// The snapshot with `set`'s charges taken away.
-fn without(snapshot: &NodeSnapshot, pool: &Pool<'_>, set: &[usize]) -> NodeSnapshot {
-    let mut s = snapshot.clone();
-    for i in set {
-        for &(gpu, slots, mem, cores) in pool.charges_of(*i) {
-            let u = &mut s.usage[gpu];
-            u.used = u.used.saturating_sub(slots);
-            u.mem_mib = u.mem_mib.saturating_sub(mem);
-            u.cores = u.cores.saturating_sub(cores);
-        }
-    }
-    s
-}
-
 /// The victims to evict on `node` (none when the pod fits already), or why no eviction
 /// helps.
 pub(super) fn choose<'a>(
     preemptor: &Preemptor,
+    quick: &QuickFit<'_>,
     node: NodeCandidate<'a>,
     pdbs: &[PdbFacts],
 ) -> Result<Vec<&'a PodFacts>, Veto> {
     let snapshot = node.snapshot;
-    if fits(preemptor, snapshot).is_ok() {
+    if quick.fits(snapshot) {
         return Ok(Vec::new());
     }
     // A node has few GPUs: a scan beats hashing each charge's id, and the last match
@@ -100,8 +118,8 @@ pub(super) fn choose<'a>(
         hit
     };
     let mut pool = Pool {
-        pods: Vec::new(),
-        charges: Vec::new(),
+        pods: Vec::with_capacity(node.pods.len()),
+        charges: Vec::with_capacity(node.pods.len()),
     };
     for pod in node.pods {
         if barred(preemptor, pod).is_some() {
@@ -124,14 +142,23 @@ pub(super) fn choose<'a>(
         }
     }
     let all: Vec<usize> = (0..pool.pods.len()).collect();
-    if let Err(why) = fits(preemptor, &without(snapshot, &pool, &all)) {
+    let mut trials = Trials {
+        quick,
+        usage: &snapshot.usage,
+        scratch: snapshot.clone(),
+    };
+    // Filter's reason is built here only, on the node with every eligible slice gone.
+    if !trials.fits_without(&pool, &all)
+        && let Err(why) = fits(preemptor, &trials.scratch)
+    {
         return Err(Veto::NoEvictionFits(why));
     }
-    let fits_without = |set: &[usize]| fits(preemptor, &without(snapshot, &pool, set)).is_ok();
+    let mut fits_without = |set: &[usize]| trials.fits_without(&pool, set);
     let vendors = preemptor.fit_request().vendors();
     // Per GPU of a requested vendor, its eligible pods in eviction order: no PDB risk
     // first, lowest priority, then the largest slice on this GPU (fewer victims), then
-    // the order the shell listed the pods in.
+    // the order the shell listed the pods in. Sorted only once the GPU is tried and may
+    // beat the best set (keys are unique: the last field is the pod's index).
     type Key = (bool, i32, Reverse<u64>, Reverse<u64>, usize);
     let mut per_gpu: Vec<Vec<Key>> = vec![Vec::new(); gpus.len()];
     for i in 0..pool.pods.len() {
@@ -142,13 +169,6 @@ pub(super) fn choose<'a>(
             }
         }
     }
-    let per_gpu: Vec<Vec<usize>> = per_gpu
-        .into_iter()
-        .map(|mut here| {
-            here.sort_unstable();
-            here.into_iter().map(|k| k.4).collect()
-        })
-        .collect();
     // One GPU at a time, the emptiest first (on a tie it costs the least work): the
     // shortest prefix of its order that makes room, tried only where it can beat the
     // best so far in PDB risks, highest priority and count (each only grows with the
@@ -161,13 +181,29 @@ pub(super) fn choose<'a>(
         (u.used, u.cores, u.mem_mib, *g)
     });
     let mut best: Option<(Cost, Vec<usize>)> = None;
+    let (mut order, mut superset) = (Vec::new(), Vec::new());
     for g in tried {
-        let order = &per_gpu[g];
+        let keys = &mut per_gpu[g];
+        if quick.monotone()
+            && let Some(((0, top, ..), _)) = &best
+        {
+            // A set that beats one without PDB risks holds only pods of no risk and of
+            // priority up to its highest: if evicting every such pod here makes no room,
+            // no prefix of this GPU's order does (a monotone fit), and it is not sorted.
+            superset.clear();
+            superset.extend(keys.iter().filter(|k| !k.0 && k.1 <= *top).map(|k| k.4));
+            if !fits_without(&superset) {
+                continue;
+            }
+        }
+        keys.sort_unstable();
+        order.clear();
+        order.extend(keys.iter().map(|k| k.4));
         let usable = match &best {
             None => order.len(),
             Some(((risks, top, count, ..), _)) => {
                 let (mut r, mut t, mut n) = (0, i32::MIN, 0);
-                for &i in order {
+                for &i in &order {
                     r += usize::from(pool[i].risky);
                     t = t.max(pool[i].pod.priority);
                     if (r, t, n + 1) >= (*risks, *top, *count) {
@@ -181,18 +217,26 @@ pub(super) fn choose<'a>(
         if usable == 0 || !fits_without(&order[..usable]) {
             continue;
         }
-        let set = shortest_prefix(&order[..usable], &fits_without);
+        let set = shortest_prefix(&order[..usable], &mut fits_without);
         best = Some((cost(&set, &pool), set));
     }
     let set = match best {
         Some((_, set)) => set,
         None => {
-            // Room on several GPUs: GPUs by how cheaply they clear, their pods in order.
-            let mut gpus: Vec<&Vec<usize>> = per_gpu.iter().filter(|o| !o.is_empty()).collect();
+            // Room on several GPUs: GPUs by how cheaply they clear, their pods in order
+            // (GPU index order between equals: the sort is stable).
+            let mut gpus: Vec<Vec<usize>> = per_gpu
+                .into_iter()
+                .filter(|keys| !keys.is_empty())
+                .map(|mut keys| {
+                    keys.sort_unstable();
+                    keys.into_iter().map(|k| k.4).collect()
+                })
+                .collect();
             gpus.sort_by_key(|o| cost(o, &pool));
             let mut seen = vec![false; pool.pods.len()];
             let mut order: Vec<usize> = Vec::new();
-            for &i in gpus.into_iter().flatten() {
+            for &i in gpus.iter().flatten() {
                 if !std::mem::replace(&mut seen[i], true) {
                     order.push(i);
                 }
@@ -201,15 +245,15 @@ pub(super) fn choose<'a>(
                 // Only pods of other vendors' GPUs or none at all would make room.
                 order = all.clone();
             }
-            shortest_prefix(&order, &fits_without)
+            shortest_prefix(&order, &mut fits_without)
         }
     };
-    let set = reprieve(set, &pool, &fits_without);
+    let set = reprieve(set, &pool, &mut fits_without);
     Ok(set.into_iter().map(|i| pool[i].pod).collect())
 }
 
 /// The shortest prefix of `order` that fits (the whole of it does).
-fn shortest_prefix(order: &[usize], fits_without: &impl Fn(&[usize]) -> bool) -> Vec<usize> {
+fn shortest_prefix(order: &[usize], fits_without: &mut impl FnMut(&[usize]) -> bool) -> Vec<usize> {
     let (mut lo, mut hi) = (1, order.len());
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
@@ -230,7 +274,7 @@ fn shortest_prefix(order: &[usize], fits_without: &impl Fn(&[usize]) -> bool) ->
 fn reprieve(
     mut set: Vec<usize>,
     pool: &Pool<'_>,
-    fits_without: &impl Fn(&[usize]) -> bool,
+    fits_without: &mut impl FnMut(&[usize]) -> bool,
 ) -> Vec<usize> {
     let Some(&last) = set.last() else {
         return set;
@@ -242,16 +286,17 @@ fn reprieve(
                 .any(|c| c.0 == g && c.1 >= slots && c.2 >= mem && c.3 >= cores)
         })
     };
+    let mut trial = Vec::with_capacity(set.len());
     let mut k = set.len() - 1;
     while k > 0 {
         k -= 1;
         if frees_no_less(set[k]) {
             continue;
         }
-        let mut trial = set.clone();
-        trial.remove(k);
+        trial.clear();
+        trial.extend(set[..k].iter().chain(&set[k + 1..]));
         if fits_without(&trial) {
-            set = trial;
+            set.remove(k);
         }
     }
     set

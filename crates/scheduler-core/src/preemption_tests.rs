@@ -541,3 +541,105 @@ proptest! {
         }
     }
 }
+
+/// A preemptor of 1–2 containers (init or app, some asking no GPU), any GPU policy, NUMA
+/// binding or not: single-GPU-container pods take [`QuickFit`]'s shortcut, the others
+/// its fall-back to Filter's fit.
+fn arb_preemptor() -> impl Strategy<Value = Preemptor> {
+    use hami_protocol::requests::{ContainerKind, DeviceRequest, MemoryRequest};
+    use hami_protocol::selection::GpuPolicyKind;
+    let request = (0u32..3, 1u64..9, 0u32..11).prop_map(|(count, mem, cores)| DeviceRequest {
+        count,
+        memory: MemoryRequest::Mib(mem * 500),
+        cores_percent: cores * 10,
+        priority: None,
+        added_limits: Vec::new(),
+    });
+    let container = (
+        prop_oneof![3 => Just(ContainerKind::App), 1 => Just(ContainerKind::Init)],
+        proptest::option::weighted(0.8, request),
+    )
+        .prop_map(|(kind, nvidia)| ContainerRequest {
+            name: "c".into(),
+            kind,
+            amd: None,
+            nvidia,
+        });
+    let kind = prop_oneof![
+        Just(GpuPolicyKind::Binpack),
+        Just(GpuPolicyKind::Spread),
+        Just(GpuPolicyKind::Mutex)
+    ];
+    (
+        proptest::collection::vec(container, 1..3),
+        0i32..7,
+        proptest::bool::weighted(0.2),
+        kind,
+        proptest::bool::weighted(0.2),
+    )
+        .prop_map(|(containers, priority, numa_bind, kind, numa)| Preemptor {
+            priority,
+            containers,
+            selectors: Selectors {
+                amd: DeviceSelector::default(),
+                nvidia: DeviceSelector {
+                    numa_bind,
+                    ..Default::default()
+                },
+            },
+            gpu_policy: GpuPolicy { kind, numa },
+            node_policy: NodePolicy::Binpack,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The verb's search (scratch usage, [`QuickFit`], GPUs skipped unsorted) decides
+    /// exactly as the search as first written (Filter's `fit_node` on a fresh copy per
+    /// trial): same victims in the same order, vetoes and their texts, unknown pods, PDB
+    /// violations.
+    #[test]
+    fn the_fast_search_decides_exactly_as_the_reference(
+        (gpus, mut pods) in scenario(),
+        pre in arb_preemptor(),
+        proposed in proptest::collection::vec(proptest::bool::weighted(0.2), 24),
+        ghost in proptest::bool::weighted(0.2),
+        held in proptest::option::weighted(0.15, 0usize..3),
+        budget in proptest::option::of(0i32..2),
+    ) {
+        for (k, p) in pods.iter_mut().enumerate() {
+            if k % 3 == 0 {
+                p.labels.insert("app".into(), "web".into());
+            }
+        }
+        let mut node = snapshot(gpus, &pods);
+        if let Some(g) = held {
+            // An id the node lacks is ignored.
+            node.hold_whole(&[format!("G{g}")]);
+        }
+        let mut uids: Vec<String> = pods
+            .iter()
+            .zip(&proposed)
+            .filter(|(_, p)| **p)
+            .map(|(p, _)| p.uid.clone())
+            .collect();
+        if ghost {
+            uids.push("ghost".into());
+        }
+        let pdbs: Vec<PdbFacts> = budget
+            .map(|b| pdb(b, json!({"matchLabels": {"app": "web"}})))
+            .into_iter()
+            .collect();
+        let proposals: BTreeMap<String, Vec<String>> = [("n".to_string(), uids)].into();
+        let lookup = |name: &str| {
+            (name == "n").then_some(NodeCandidate {
+                snapshot: &node,
+                pods: &pods,
+            })
+        };
+        let quick = decide_preemption(&pre, &proposals, lookup, &pdbs);
+        let reference = decide_with(&pre, &proposals, lookup, &pdbs, &Search::Reference);
+        prop_assert_eq!(quick, reference);
+    }
+}
