@@ -330,11 +330,13 @@ pub fn decide_filter(
     };
     // A re-filter voids the pod's previous decision.
     state.release(&uid);
+    // Pods nominated after a preemption hold their slices for this run (`nominated`).
+    let nominated = crate::nominated::charged_snapshots(state, pod, names, config);
     let mut failed = BTreeMap::new();
     let mut unknown = 0;
     let mut snapshots = Vec::with_capacity(names.len());
     for name in names {
-        match state.node(name) {
+        match nominated.get(name).or_else(|| state.node(name)) {
             Some(snapshot) => snapshots.push(snapshot),
             None => {
                 unknown += 1;

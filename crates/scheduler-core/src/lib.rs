@@ -14,7 +14,7 @@
 //!   slices; [`quota_book`]: what each namespace uses, kept in the state; [`quota_gate`]:
 //!   where a quota stops a pod, at admission and in Filter), [`preemption`] (which slices a
 //!   higher-priority pod evicts; [`victim_facts`]: what it knows of the pods holding
-//!   slices).
+//!   slices; [`nominated`]: the slices pods nominated after a preemption hold meanwhile).
 //! - The shells' timing: [`watch_cycle`] (relist or watch again, and the waits),
 //!   [`watch_health`] (is a view live), [`leader_term`] (how long a replica leads),
 //!   [`backoff`], [`reload_poll`] (when TLS files reload).
@@ -30,6 +30,7 @@ pub mod extender;
 pub mod fit;
 pub mod heartbeat;
 pub mod leader_term;
+pub mod nominated;
 pub mod preemption;
 pub mod quota;
 pub mod quota_book;

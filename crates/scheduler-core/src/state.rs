@@ -190,6 +190,9 @@ pub struct ClusterState {
     pub quota: QuotaBook,
     /// What the preempt verb knows of the pods holding slices (`victim_facts`).
     victims: crate::victim_facts::VictimFacts,
+    /// Pods nominated to a node and not bound yet: their slices count in Filter
+    /// (`nominated`).
+    nominated: crate::nominated::Nominations,
 }
 
 fn uid(pod: &Pod) -> Option<String> {
@@ -221,6 +224,7 @@ impl ClusterState {
             heartbeat_check_at: None,
             quota: QuotaBook::new(),
             victims: Default::default(),
+            nominated: Default::default(),
         }
     }
 
@@ -363,6 +367,7 @@ impl ClusterState {
         self.set_whole(&uid, whole);
         let holds = holding.is_some() || self.pods.contains_key(&uid);
         self.victims.upsert(pod, holds);
+        self.nominated.upsert(pod, &self.scheduler_name);
         if let Some(entry) = self.pods.get(&uid)
             && let Some(expected) = &entry.pending
         {
@@ -394,6 +399,7 @@ impl ClusterState {
     pub fn remove_pod(&mut self, uid: &str) {
         self.pod_problems.remove(uid);
         self.victims.remove(uid);
+        self.nominated.remove(uid);
         self.drop_holding(uid);
         self.set_whole(uid, None);
     }
@@ -438,6 +444,8 @@ impl ClusterState {
             .pods
             .keys()
             .chain(self.whole.keys())
+            .chain(self.victims.uids())
+            .chain(self.nominated.uids())
             .filter(|u| !seen.contains(*u))
             .cloned()
             .collect::<HashSet<String>>()
@@ -539,6 +547,11 @@ impl ClusterState {
     /// What the preempt verb knows of the pods holding slices (`victim_facts`).
     pub fn victim_facts(&self) -> &crate::victim_facts::VictimFacts {
         &self.victims
+    }
+
+    /// The pods nominated to a node and not bound yet (`nominated`).
+    pub fn nominations(&self) -> &crate::nominated::Nominations {
+        &self.nominated
     }
 
     /// Every pod holding GPUs, with its uid.

@@ -8,7 +8,7 @@
 //! wanted its CPU, memory or ports) is looked up by the shell when a call names one
 //! ([`candidate_pods`] takes what it listed).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -20,6 +20,9 @@ use crate::state::ClusterState;
 #[derive(Debug, Clone, Default)]
 pub struct VictimFacts {
     by_uid: HashMap<String, PodFacts>,
+    /// Those being deleted, whatever their protection says first (a critical pod being
+    /// deleted is `Critical` there): their slices are about to free (`nominated`).
+    terminating: HashSet<String>,
 }
 
 fn is_terminal(pod: &Pod) -> bool {
@@ -39,14 +42,31 @@ impl VictimFacts {
         if holds && !is_terminal(pod) {
             self.by_uid
                 .insert(uid.to_owned(), PodFacts::from_pod(pod, Vec::new()));
+            if pod.metadata.deletion_timestamp.is_some() {
+                self.terminating.insert(uid.to_owned());
+            } else {
+                self.terminating.remove(uid);
+            }
         } else {
-            self.by_uid.remove(uid);
+            self.remove(uid);
         }
     }
 
     /// Forgets the pod (deleted).
     pub fn remove(&mut self, uid: &str) {
         self.by_uid.remove(uid);
+        self.terminating.remove(uid);
+    }
+
+    /// Whether the pod is kept and being deleted.
+    pub fn is_terminating(&self, uid: &str) -> bool {
+        self.terminating.contains(uid)
+    }
+
+    /// The UIDs kept: a relist forgets those it no longer shows (a pod deleted while the
+    /// watch was down leaves no facts behind, even one whose slice a re-filter released).
+    pub fn uids(&self) -> impl Iterator<Item = &String> {
+        self.by_uid.keys()
     }
 
     /// The pod's facts (charges empty), if kept.

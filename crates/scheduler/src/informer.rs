@@ -135,12 +135,19 @@ impl Fed for Pod {
             state.remove_pod(uid);
         }
     }
+    /// Every UID the state keeps anything of: a pod deleted while the watch was down must
+    /// leave nothing behind (victim facts outlive a slice a re-filter released; whole cards
+    /// and nominations are kept for pods that hold no slice).
     fn known(state: &ClusterState) -> Vec<String> {
-        state
+        let uids: HashSet<&String> = state
             .holdings()
-            .map(|(uid, _)| uid.clone())
-            .chain(state.pod_problems.keys().cloned())
-            .collect()
+            .map(|(uid, _)| uid)
+            .chain(state.pod_problems.keys())
+            .chain(state.whole_card_holdings().map(|(uid, _)| uid))
+            .chain(state.victim_facts().uids())
+            .chain(state.nominations().uids())
+            .collect();
+        uids.into_iter().cloned().collect()
     }
     fn key(pod: &Pod) -> Option<String> {
         pod.metadata.uid.clone()
@@ -422,6 +429,63 @@ mod tests {
             cm.metadata.uid.clone()
         }
         fn forget(_: &mut ClusterState, _: &str) {}
+    }
+
+    /// What a relist does with the keys it did not see (`list`'s last step).
+    fn relist_without<K: Fed>(state: &mut ClusterState, seen: &[&str]) {
+        for key in K::known(state) {
+            if !seen.contains(&key.as_str()) {
+                K::forget(state, &key);
+            }
+        }
+    }
+
+    #[test]
+    fn a_relist_forgets_every_trace_of_a_pod_deleted_while_the_watch_was_down() {
+        let mut state = ClusterState::new();
+        state.upsert_node(
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "n", "annotations": {
+                "hami.io/node-amd-register": r#"[{"id":"G","count":10,"devmem":1000,"devcore":100,"type":"AMD X","health":true}]"#
+            }}}))
+            .unwrap(),
+        );
+        let pod = |uid: &str, extra: serde_json::Value| -> Pod {
+            let mut value = serde_json::json!({
+                "metadata": {"name": uid, "namespace": "ns", "uid": uid, "annotations": {
+                    "hami.io/vgpu-node": "n", "hami.io/amd-devices-allocated": "G,AMD X,100,10:;"}},
+                "spec": {"schedulerName": "hami-scheduler", "nodeName": "n", "containers": [
+                    {"name": "c", "resources": {"limits": {"amd.com/gpu": "1"}}}]},
+                "status": {"phase": "Running"}
+            });
+            for (k, v) in extra.as_object().into_iter().flatten() {
+                value[k.as_str()] = v.clone();
+            }
+            serde_json::from_value(value).unwrap()
+        };
+        // A slice holder whose slice a re-filter released: its victim facts stay until
+        // the pod's next event, which never comes (deleted during the gap).
+        state.upsert_pod(&pod("released", serde_json::json!({})));
+        state.release("released");
+        assert!(state.holding("released").is_none());
+        assert!(state.victim_facts().get("released").is_some());
+        // A pod nominated after a preemption, not bound: kept though it holds nothing.
+        state.upsert_pod(&pod(
+            "nominated",
+            serde_json::json!({
+                "metadata": {"name": "nominated", "namespace": "ns", "uid": "nominated"},
+                "spec": {"schedulerName": "hami-scheduler", "containers": [
+                    {"name": "c", "resources": {"limits": {"amd.com/gpu": "1"}}}]},
+                "status": {"phase": "Pending", "nominatedNodeName": "n"}}),
+        ));
+        assert_eq!(state.nominations().len(), 1);
+        // A pod that stays.
+        state.upsert_pod(&pod("stays", serde_json::json!({})));
+
+        relist_without::<Pod>(&mut state, &["stays"]);
+        assert!(state.victim_facts().get("released").is_none());
+        assert!(state.nominations().is_empty());
+        assert!(state.holding("stays").is_some());
+        assert_eq!(state.victim_facts().len(), 1);
     }
 
     async fn until(what: &str, informer: &Informer, f: impl Fn(&Verdict) -> bool) {

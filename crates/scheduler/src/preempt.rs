@@ -43,6 +43,7 @@ use tracing::{info, warn};
 use crate::extender::EventNote;
 use crate::runtime::Scheduler;
 use crate::snapshot::NodeSnapshot;
+use hami_scheduler_core::nominated::charged_snapshots;
 use hami_scheduler_core::preemption::{
     NodeCandidate, PdbFacts, PodFacts, PreemptionDecision, Preemptor, decide_preemption,
     decode_args, proposals,
@@ -313,10 +314,18 @@ impl Scheduler {
         let listed = self.list_node_pods(to_list).await;
         let nodes: HashMap<String, (NodeSnapshot, Vec<PodFacts>)> = {
             let state = self.state();
+            // As in Filter, pods nominated there with a priority ≥ the preemptor's hold their
+            // slices (kube-scheduler's dry run counts them too): evicting for a slice one of
+            // them will take would free nothing for this pod.
+            let names: Vec<String> = proposed.keys().cloned().collect();
+            let mut nominated = charged_snapshots(&state, &pod, &names, filter);
             proposed
                 .keys()
                 .filter_map(|name| {
-                    let snapshot = state.node(name)?.clone();
+                    let snapshot = match nominated.remove(name) {
+                        Some(charged) => charged,
+                        None => state.node(name)?.clone(),
+                    };
                     let extra = listed.get(name).map_or(&[][..], Vec::as_slice);
                     Some((
                         name.clone(),

@@ -15,6 +15,7 @@ mod install_doc_quota;
 mod lease_skew;
 mod node_liveness;
 mod node_lock;
+mod nominated;
 mod pod_memory;
 mod preempt;
 mod preempt_e2e;
