@@ -129,13 +129,15 @@ pub(crate) struct Node {
 }
 
 /// A scratch directory for `test` (world-writable: containers may run as uid 1000).
-pub(crate) fn scratch(test: &str) -> PathBuf {
+pub(crate) fn scratch(test: &str) -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(format!("ks-cri-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("out")).unwrap();
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.join("out"), std::fs::Permissions::from_mode(0o777)).unwrap();
-    dir
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777))
+        .map_err(|e| format!("cannot make {} world-writable: {e}", out.display()))?;
+    Ok(dir)
 }
 
 /// The kubelet-sim flags of a node on `shared`.
@@ -161,33 +163,38 @@ pub(crate) fn args(shared: &Shared, dir: &Path) -> Args {
 }
 
 impl Node {
-    pub(crate) async fn start(shared: &Shared, dir: &Path) -> Self {
+    pub(crate) async fn start(shared: &Shared, dir: &Path) -> Result<Self, String> {
         let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
             .await
-            .unwrap();
-        let client =
-            kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+            .map_err(|e| format!("cannot start the API server: {e}"))?;
+        let url = server
+            .url()
+            .parse()
+            .map_err(|e| format!("the API server's URL {}: {e}", server.url()))?;
+        let client = kube::Client::try_from(kube::Config::new(url))
+            .map_err(|e| format!("cannot make a client of the API server: {e}"))?;
         let sim = KubeletSim::start(args(shared, dir), client.clone())
             .await
-            .unwrap();
-        Self {
+            .map_err(|e| format!("cannot start kubelet-sim on containerd: {e}"))?;
+        Ok(Self {
             _server: server,
             client,
             sim,
             dir: dir.to_owned(),
-        }
+        })
     }
 
     pub(crate) fn pods(&self) -> Api<Pod> {
         Api::namespaced(self.client.clone(), "default")
     }
 
-    pub(crate) async fn create(&self, pod: Value) {
-        let pod: Pod = serde_json::from_value(pod).unwrap();
+    pub(crate) async fn create(&self, pod: Value) -> Result<(), String> {
+        let pod: Pod = serde_json::from_value(pod).map_err(|e| format!("not a pod: {e}"))?;
         self.pods()
             .create(&PostParams::default(), &pod)
             .await
-            .unwrap();
+            .map_err(|e| format!("cannot create pod {:?}: {e}", pod.metadata.name))?;
+        Ok(())
     }
 
     /// Waits until the pod's status satisfies `done`; returns it.
@@ -196,19 +203,21 @@ impl Node {
         name: &str,
         what: &str,
         done: impl Fn(&Value) -> bool,
-    ) -> Value {
+    ) -> Result<Value, String> {
         let deadline = tokio::time::Instant::now() + TIMEOUT;
         loop {
             let status = self
                 .pods()
                 .get_opt(name)
                 .await
-                .unwrap()
+                .map_err(|e| format!("cannot read pod {name}: {e}"))?
                 .and_then(|p| p.status)
-                .map(|s| serde_json::to_value(s).unwrap())
+                .map(serde_json::to_value)
+                .transpose()
+                .map_err(|e| format!("pod {name}'s status as JSON: {e}"))?
                 .unwrap_or(Value::Null);
             if done(&status) {
-                return status;
+                return Ok(status);
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
@@ -219,7 +228,7 @@ impl Node {
     }
 
     /// Waits until the pod's phase is `phase`.
-    pub(crate) async fn wait_phase(&self, name: &str, phase: &str) -> Value {
+    pub(crate) async fn wait_phase(&self, name: &str, phase: &str) -> Result<Value, String> {
         self.wait_status(name, &format!("phase {phase}"), |s| s["phase"] == phase)
             .await
     }

@@ -13,9 +13,11 @@ fn gpu() -> serde_json::Value {
 /// The Allocate response as kubelet applies it: env, a read-only mount at a path the image
 /// lacks, a device node with its permissions; the pod's own env after the plugin's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn allocate_response_reaches_the_real_container() {
-    let Some(shared) = containerd() else { return };
-    let dir = scratch("allocate");
+async fn allocate_response_reaches_the_real_container() -> Result<(), String> {
+    let Some(shared) = containerd() else {
+        return Ok(());
+    };
+    let dir = scratch("allocate")?;
     std::fs::write(dir.join("hook.conf"), "limits 1g\n").unwrap();
     // A device node no driver serves (a local-use major): opening it gives ENXIO where the
     // device cgroup lets it through, EPERM where it does not.
@@ -26,7 +28,7 @@ async fn allocate_response_reaches_the_real_container() {
         .status()
         .unwrap();
     assert!(made.success(), "mknod");
-    let node = Node::start(shared, &dir).await;
+    let node = Node::start(shared, &dir).await?;
     let _plugin = FakePlugin::start(
         &dir.join("device-plugins"),
         1,
@@ -65,8 +67,8 @@ async fn allocate_response_reaches_the_real_container() {
             "resources": gpu(),
             "volumeMounts": [{"name": "out", "mountPath": "/out"}]}]}),
     ))
-    .await;
-    let status = node.wait_phase("alloc", "Succeeded").await;
+    .await?;
+    let status = node.wait_phase("alloc", "Succeeded").await?;
     let cs = &status["containerStatuses"][0];
     assert_eq!(cs["state"]["terminated"]["exitCode"], 0, "{status:#}");
     assert!(
@@ -100,33 +102,39 @@ async fn allocate_response_reaches_the_real_container() {
         "made on the host"
     );
     node.stop().await;
+    Ok(())
 }
 
 /// `runAsUser: 1000` (and runAsGroup) apply inside the container.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_as_user_applies() {
-    let Some(shared) = containerd() else { return };
-    let dir = scratch("uid");
-    let node = Node::start(shared, &dir).await;
+async fn run_as_user_applies() -> Result<(), String> {
+    let Some(shared) = containerd() else {
+        return Ok(());
+    };
+    let dir = scratch("uid")?;
+    let node = Node::start(shared, &dir).await?;
     node.create(pod(
         "uid",
         &dir,
         "id -u > /out/uid; id -g >> /out/uid",
         json!({"securityContext": {"runAsUser": 1000, "runAsGroup": 2000}}),
     ))
-    .await;
-    node.wait_phase("uid", "Succeeded").await;
+    .await?;
+    node.wait_phase("uid", "Succeeded").await?;
     assert_eq!(out(&dir, "uid"), "1000\n2000\n");
     node.stop().await;
+    Ok(())
 }
 
 /// With `shareProcessNamespace`, pid 1 is the sandbox's pause process; without, the
 /// container's own command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn share_process_namespace_makes_pause_pid_1() {
-    let Some(shared) = containerd() else { return };
-    let dir = scratch("sharepid");
-    let node = Node::start(shared, &dir).await;
+async fn share_process_namespace_makes_pause_pid_1() -> Result<(), String> {
+    let Some(shared) = containerd() else {
+        return Ok(());
+    };
+    let dir = scratch("sharepid")?;
+    let node = Node::start(shared, &dir).await?;
     let script = "tr '\\0' ' ' < /proc/1/cmdline > /out/$POD; echo >> /out/$POD";
     for (name, share) in [("shared", true), ("own", false)] {
         node.create(pod(
@@ -138,10 +146,10 @@ async fn share_process_namespace_makes_pause_pid_1() {
                 "env": [{"name": "POD", "value": name}],
                 "volumeMounts": [{"name": "out", "mountPath": "/out"}]}]}),
         ))
-        .await;
+        .await?;
     }
-    node.wait_phase("shared", "Succeeded").await;
-    node.wait_phase("own", "Succeeded").await;
+    node.wait_phase("shared", "Succeeded").await?;
+    node.wait_phase("own", "Succeeded").await?;
     assert_eq!(out(&dir, "shared"), "/bin/sleep 2147483647 \n");
     assert!(
         out(&dir, "own").starts_with("/bin/sh -c "),
@@ -149,15 +157,18 @@ async fn share_process_namespace_makes_pause_pid_1() {
         out(&dir, "own")
     );
     node.stop().await;
+    Ok(())
 }
 
 /// An image containerd does not have: the pod waits with kubelet's `ErrImagePull`, naming
 /// the archive to build and import, while other pods run; once imported, it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_image_waits_naming_its_archive() {
-    let Some(shared) = containerd() else { return };
-    let dir = scratch("noimage");
-    let node = Node::start(shared, &dir).await;
+async fn a_missing_image_waits_naming_its_archive() -> Result<(), String> {
+    let Some(shared) = containerd() else {
+        return Ok(());
+    };
+    let dir = scratch("noimage")?;
+    let node = Node::start(shared, &dir).await?;
     let image = format!("localhost/hami-test-late-{}:1", std::process::id());
     let archive = hami_containerd_host::images::archive_path(&shared.archives, &image);
     node.create(pod(
@@ -168,12 +179,12 @@ async fn a_missing_image_waits_naming_its_archive() {
             "command": ["/bin/sh", "-c", "echo started > /out/late"],
             "volumeMounts": [{"name": "out", "mountPath": "/out"}]}]}),
     ))
-    .await;
+    .await?;
     let status = node
         .wait_status("late", "ErrImagePull", |s| {
             s["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
         })
-        .await;
+        .await?;
     assert_eq!(status["phase"], "Pending", "{status:#}");
     let message = status["containerStatuses"][0]["state"]["waiting"]["message"]
         .as_str()
@@ -184,8 +195,8 @@ async fn a_missing_image_waits_naming_its_archive() {
     );
     // Nothing else stops: another pod runs meanwhile.
     node.create(pod("other", &dir, "echo ran > /out/other", json!({})))
-        .await;
-    node.wait_phase("other", "Succeeded").await;
+        .await?;
+    node.wait_phase("other", "Succeeded").await?;
     assert_eq!(out(&dir, "other"), "ran\n");
     assert_eq!(
         node.pods()
@@ -206,20 +217,23 @@ async fn a_missing_image_waits_naming_its_archive() {
     .build(&dir.join("build"), &archive)
     .unwrap();
     shared.import(&archive).unwrap();
-    node.wait_phase("late", "Succeeded").await;
+    node.wait_phase("late", "Succeeded").await?;
     assert_eq!(out(&dir, "late"), "started\n");
     let _ = std::fs::remove_file(&archive);
     node.stop().await;
+    Ok(())
 }
 
 /// A mount runc cannot make (Allocate's host file over a directory of the image) fails
 /// the pod with runc's error in its status, and the plugin's device is free again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_mount_runc_refuses_fails_the_pod_and_frees_the_device() {
-    let Some(shared) = containerd() else { return };
-    let dir = scratch("badmount");
+async fn a_mount_runc_refuses_fails_the_pod_and_frees_the_device() -> Result<(), String> {
+    let Some(shared) = containerd() else {
+        return Ok(());
+    };
+    let dir = scratch("badmount")?;
     std::fs::write(dir.join("file"), "x").unwrap();
-    let node = Node::start(shared, &dir).await;
+    let node = Node::start(shared, &dir).await?;
     let plugin = FakePlugin::start(
         &dir.join("device-plugins"),
         1,
@@ -244,8 +258,8 @@ async fn a_mount_runc_refuses_fails_the_pod_and_frees_the_device() {
             "resources": gpu(),
             "volumeMounts": [{"name": "out", "mountPath": "/out"}]}]})
     };
-    node.create(pod("bad", &dir, "", spec("bad"))).await;
-    let status = node.wait_phase("bad", "Failed").await;
+    node.create(pod("bad", &dir, "", spec("bad"))).await?;
+    let status = node.wait_phase("bad", "Failed").await?;
     let t = &status["containerStatuses"][0]["state"]["terminated"];
     assert_eq!(t["reason"], "StartError", "{status:#}");
     let message = t["message"].as_str().unwrap_or_default();
@@ -255,17 +269,18 @@ async fn a_mount_runc_refuses_fails_the_pod_and_frees_the_device() {
     );
     assert_eq!(status["message"], t["message"], "the pod says why");
     // The one device is free: a second pod gets it (and fails the same way).
-    node.create(pod("again", &dir, "", spec("again"))).await;
-    node.wait_phase("again", "Failed").await;
+    node.create(pod("again", &dir, "", spec("again"))).await?;
+    node.wait_phase("again", "Failed").await?;
     assert_eq!(plugin.allocated.lock().unwrap().len(), 2);
     node.stop().await;
+    Ok(())
 }
 
 /// A socket nobody serves: kubelet-sim refuses to start, naming the socket and the
 /// command that starts containerd.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_containerd_is_named_with_its_start_command() {
-    let dir = scratch("nosocket");
+async fn an_unreachable_containerd_is_named_with_its_start_command() -> Result<(), String> {
+    let dir = scratch("nosocket")?;
     let server = hami_apiserver::ApiServer::start(hami_apiserver::Config::default())
         .await
         .unwrap();
@@ -296,6 +311,7 @@ async fn an_unreachable_containerd_is_named_with_its_start_command() {
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }
 
 /// What a real node does with an Allocate mount whose host path is missing (a hook not
@@ -304,10 +320,12 @@ async fn an_unreachable_containerd_is_named_with_its_start_command() {
 /// error reaches the pod. So a device plugin must check its mount sources before it
 /// answers Allocate: nothing below it will.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_mount_source_becomes_a_directory_on_the_host() {
-    let Some(shared) = containerd() else { return };
-    let dir = scratch("nosource");
-    let node = Node::start(shared, &dir).await;
+async fn a_missing_mount_source_becomes_a_directory_on_the_host() -> Result<(), String> {
+    let Some(shared) = containerd() else {
+        return Ok(());
+    };
+    let dir = scratch("nosource")?;
+    let node = Node::start(shared, &dir).await?;
     let source = dir.join("not-installed/libvgpu.so");
     let _plugin = FakePlugin::start(
         &dir.join("device-plugins"),
@@ -337,8 +355,8 @@ async fn a_missing_mount_source_becomes_a_directory_on_the_host() {
             "resources": gpu(),
             "volumeMounts": [{"name": "out", "mountPath": "/out"}]}]}),
     ))
-    .await;
-    node.wait_phase("nosource", "Succeeded").await;
+    .await?;
+    node.wait_phase("nosource", "Succeeded").await?;
     assert_eq!(out(&dir, "seen"), "dir\n");
     assert!(
         source.is_dir(),
@@ -346,6 +364,7 @@ async fn a_missing_mount_source_becomes_a_directory_on_the_host() {
         source.display()
     );
     node.stop().await;
+    Ok(())
 }
 
 /// The pod runs in its pod cgroup as kubelet names it (`kubepods/besteffort/pod<uid>`,
@@ -354,18 +373,20 @@ async fn a_missing_mount_source_becomes_a_directory_on_the_host() {
 /// (asked of containerd over CRI, by the pod-uid label kubelet puts on both), and the pod
 /// cgroup goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deleted_pod_is_stopped_and_removed() {
-    let Some(shared) = containerd() else { return };
-    let dir = scratch("delete");
-    let node = Node::start(shared, &dir).await;
+async fn a_deleted_pod_is_stopped_and_removed() -> Result<(), String> {
+    let Some(shared) = containerd() else {
+        return Ok(());
+    };
+    let dir = scratch("delete")?;
+    let node = Node::start(shared, &dir).await?;
     node.create(pod(
         "long",
         &dir,
         "echo up > /out/up; exec sleep 3600",
         json!({}),
     ))
-    .await;
-    let status = node.wait_phase("long", "Running").await;
+    .await?;
+    let status = node.wait_phase("long", "Running").await?;
     assert!(
         status["containerStatuses"][0]["state"]["running"].is_object(),
         "{status:#}"
@@ -485,16 +506,19 @@ async fn a_deleted_pod_is_stopped_and_removed() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     node.stop().await;
+    Ok(())
 }
 
 /// Init containers run first, one at a time, each to a clean exit; then the app
 /// containers (what the chart's device-plugin DaemonSet needs: its init container
 /// installs the hook before the plugin starts).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn init_containers_run_first_in_order() {
-    let Some(shared) = containerd() else { return };
-    let dir = scratch("init");
-    let node = Node::start(shared, &dir).await;
+async fn init_containers_run_first_in_order() -> Result<(), String> {
+    let Some(shared) = containerd() else {
+        return Ok(());
+    };
+    let dir = scratch("init")?;
+    let node = Node::start(shared, &dir).await?;
     let step = |name: &str, script: &str| {
         json!({"name": name, "image": BUSYBOX, "command": ["/bin/sh", "-c", script],
             "volumeMounts": [{"name": "out", "mountPath": "/out"}]})
@@ -509,8 +533,8 @@ async fn init_containers_run_first_in_order() {
             "containers": [step("main", "echo main >> /out/order")],
         }),
     ))
-    .await;
-    let status = node.wait_phase("init", "Succeeded").await;
+    .await?;
+    let status = node.wait_phase("init", "Succeeded").await?;
     assert_eq!(out(&dir, "order"), "one\ntwo\nmain\n");
     let inits = status["initContainerStatuses"].as_array().unwrap();
     assert_eq!(inits.len(), 2, "{status:#}");
@@ -521,29 +545,32 @@ async fn init_containers_run_first_in_order() {
         "{status:#}"
     );
     node.stop().await;
+    Ok(())
 }
 
 /// `restartPolicy: Always`: an exited container is started again (attempt + 1) at once,
 /// then after kubelet's back-off (10 s, doubling), shown meanwhile as `CrashLoopBackOff`
 /// with the exit as `lastState`; the pod stays Running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_exited_container_restarts_with_back_off() {
-    let Some(shared) = containerd() else { return };
-    let dir = scratch("restart");
-    let node = Node::start(shared, &dir).await;
+async fn an_exited_container_restarts_with_back_off() -> Result<(), String> {
+    let Some(shared) = containerd() else {
+        return Ok(());
+    };
+    let dir = scratch("restart")?;
+    let node = Node::start(shared, &dir).await?;
     node.create(pod(
         "crash",
         &dir,
         "echo ran >> /out/runs; exit 3",
         json!({"restartPolicy": "Always"}),
     ))
-    .await;
+    .await?;
     let status = node
         .wait_status("crash", "CrashLoopBackOff after a restart", |s| {
             let c = &s["containerStatuses"][0];
             c["restartCount"] == 1 && c["state"]["waiting"]["reason"] == "CrashLoopBackOff"
         })
-        .await;
+        .await?;
     let c = &status["containerStatuses"][0];
     assert_eq!(status["phase"], "Running", "{status:#}");
     assert_eq!(c["lastState"]["terminated"]["exitCode"], 3, "{status:#}");
@@ -556,4 +583,5 @@ async fn an_exited_container_restarts_with_back_off() {
     );
     assert_eq!(out(&dir, "runs"), "ran\nran\n", "started twice so far");
     node.stop().await;
+    Ok(())
 }
