@@ -94,18 +94,7 @@ impl DraFront {
                 .default_backoff(),
             );
             let watch = tokio::spawn(stream.for_each(move |event| {
-                let mut last = lock(&errors);
-                match event {
-                    Ok(_) => *last = None,
-                    Err(e) => {
-                        let text = e.to_string();
-                        // Said once per distinct error, not on every backoff retry.
-                        if last.as_deref() != Some(text.as_str()) {
-                            warn!(error = %text, "the ResourceSlice watch failed; retrying");
-                        }
-                        *last = Some(text);
-                    }
-                }
+                crate::watch_errors::note(&errors, "ResourceSlice", &event);
                 async {}
             }));
             let sweeper = tokio::spawn(sweep_loop(

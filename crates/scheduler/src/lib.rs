@@ -29,3 +29,4 @@ pub mod metrics;
 pub mod preempt;
 pub mod runtime;
 pub mod server;
+mod watch_errors;

@@ -176,18 +176,7 @@ impl PreemptFront {
                 .default_backoff(),
             );
             let task = tokio::spawn(stream.for_each(move |event| {
-                let mut last = lock(&errors);
-                match event {
-                    Ok(_) => *last = None,
-                    Err(e) => {
-                        let text = e.to_string();
-                        // Said once per distinct error, not on every backoff retry.
-                        if last.as_deref() != Some(text.as_str()) {
-                            warn!(error = %text, "the PodDisruptionBudget watch failed; retrying");
-                        }
-                        *last = Some(text);
-                    }
-                }
+                crate::watch_errors::note(&errors, "PodDisruptionBudget", &event);
                 async {}
             }));
             Running {
