@@ -170,6 +170,8 @@ pub mod pod {
     pub const WEBHOOK_LABEL: &str = "hami.io/webhook";
     /// The value of [`WEBHOOK_LABEL`] that makes the webhook skip.
     pub const WEBHOOK_IGNORE: &str = "ignore";
+    /// Label: a pod labelled `"false"` is never evicted for another pod (issue 30, D-24).
+    pub const PREEMPTIBLE_LABEL: &str = "hami.io/preemptible";
 }
 
 /// Node annotations (SPEC §2.1, §2.4).

@@ -43,8 +43,9 @@ use crate::usage::DeviceCharge;
 /// limit, shared with `/filter`).
 pub const PREEMPT_BODY_LIMIT: usize = 1 << 20;
 
-/// Pods labelled `hami.io/preemptible: "false"` are never evicted for another pod.
-pub const PREEMPTIBLE_LABEL: &str = "hami.io/preemptible";
+/// Pods labelled `hami.io/preemptible: "false"` are never evicted for another pod (the
+/// label's name is the protocol crate's).
+pub use hami_protocol::names::pod::PREEMPTIBLE_LABEL;
 
 /// Priority from which a pod is critical (`scheduling.SystemCriticalPriority`).
 pub const CRITICAL_PRIORITY: i32 = 2_000_000_000;
