@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use crate::dra_claims::{AmdMode, ContainerClaim, Shape};
+use crate::quota_admission::{DRA_CHARGE_ANNOTATION, dra_ask, format_charge};
 
 /// What the webhook is configured with.
 #[derive(Debug, Clone)]
@@ -76,11 +77,19 @@ pub struct PodReview<'a> {
     pub old_object: Option<&'a Pod>,
 }
 
-fn owned_annotations(pod: &Pod) -> BTreeMap<&'static str, &str> {
-    let annotations = pod.metadata.annotations.as_ref();
+/// D-4's annotations and the DRA mode's quota charge (D-29), which a user lowering it would
+/// escape the quota with.
+fn owned_keys() -> impl Iterator<Item = &'static str> {
     SCHEDULER_OWNED_ANNOTATIONS
         .iter()
-        .filter_map(|key| Some((*key, annotations?.get(*key)?.as_str())))
+        .copied()
+        .chain([DRA_CHARGE_ANNOTATION])
+}
+
+fn owned_annotations(pod: &Pod) -> BTreeMap<&'static str, &str> {
+    let annotations = pod.metadata.annotations.as_ref();
+    owned_keys()
+        .filter_map(|key| Some((key, annotations?.get(key)?.as_str())))
         .collect()
 }
 
@@ -148,9 +157,7 @@ pub fn review_pod_with(review: &PodReview, config: &WebhookConfig, shapes: &[Sha
             // Without the old pod every owned annotation counts as new (fail closed).
             let before = review.old_object.map(owned_annotations).unwrap_or_default();
             let after = owned_annotations(pod);
-            let changed = SCHEDULER_OWNED_ANNOTATIONS
-                .iter()
-                .find(|key| before.get(*key) != after.get(*key));
+            let changed = owned_keys().find(|key| before.get(key) != after.get(key));
             match changed {
                 Some(key) => deny(format!(
                     "metadata.annotations[{key}] is written by the scheduler and the device plugins only ({}); {} may not set, change or remove it",
@@ -335,6 +342,14 @@ fn admit_checked(pod: &Pod, config: &WebhookConfig, shapes: &[Shape]) -> Admissi
         }
     }
     patch.extend(crate::dra_claims::patch(spec, &claims));
+    if !claims.is_empty() {
+        // What the claims cost the namespace's quota, read back by the state (D-29).
+        let charge = format_charge(&dra_ask(pod, &requests, shapes));
+        patch.push(match &pod.metadata.annotations {
+            None => json!({"op": "add", "path": "/metadata/annotations", "value": {DRA_CHARGE_ANNOTATION: charge}}),
+            Some(_) => json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(DRA_CHARGE_ANNOTATION)), "value": charge}),
+        });
+    }
     Admission::Allow { patch, claims }
 }
 

@@ -33,6 +33,7 @@ pub mod leader_term;
 pub mod nominated;
 pub mod preemption;
 pub mod quota;
+pub mod quota_admission;
 pub mod quota_book;
 pub mod quota_gate;
 pub mod reload_poll;

@@ -278,7 +278,7 @@ pub fn cores_share(vendor: Vendor, cores: u64, gpu: Option<&DeviceInfo>) -> u64 
 
 /// A pod's charge from per-container amounts: max(sum of the containers that run together
 /// — app containers and sidecars —, max of the init containers), per key.
-fn combine(kinds: &[ContainerKind], per_container: &[Amounts]) -> Amounts {
+pub(crate) fn combine(kinds: &[ContainerKind], per_container: &[Amounts]) -> Amounts {
     let mut together = Amounts::default();
     let mut init = Amounts::default();
     for (i, amounts) in per_container.iter().enumerate() {

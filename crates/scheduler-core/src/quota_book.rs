@@ -11,8 +11,9 @@
 //!
 //! [`ClusterState`]: crate::state::ClusterState
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use hami_protocol::device_list::{ContainerDevices, decode_pod_devices};
 use hami_protocol::names::Vendor;
@@ -60,6 +61,35 @@ pub struct QuotaBook {
     /// that changes nothing bad does not repeat its Event.
     warned: BTreeMap<String, Vec<QuotaWarning>>,
     sink: Option<WarningSink>,
+    /// DRA mode (D-29): the pods charged from their admission's annotation (ledger key
+    /// `dra/<uid>`), apart from the holdings, which a DRA pod never has.
+    dra_pods: HashSet<String>,
+    /// DRA mode: admissions charged but whose pod the informer has not shown yet.
+    admitted: Vec<Admitted>,
+    /// Numbers the reservations' ledger keys.
+    next_ticket: u64,
+}
+
+/// How long an admission's reservation waits for its pod to be seen: past it, the pod was
+/// never stored (another webhook or validation refused it) and the quota is given back.
+pub const ADMISSION_HOLD: Duration = Duration::from_secs(30);
+
+/// An admitted DRA pod not yet seen, charged under the ledger key `key`.
+#[derive(Debug, Clone)]
+struct Admitted {
+    key: String,
+    namespace: String,
+    amounts: Amounts,
+    until: Instant,
+}
+
+/// An admission's reservation, for [`QuotaBook::cancel_admission`] when the pod is denied
+/// after all (its claim templates could not be made).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticket(String);
+
+fn dra_key(uid: &str) -> String {
+    format!("dra/{uid}")
 }
 
 impl fmt::Debug for QuotaBook {
@@ -68,6 +98,8 @@ impl fmt::Debug for QuotaBook {
             .field("ledger", &self.ledger)
             .field("pods", &self.held.len())
             .field("warned", &self.warned)
+            .field("dra_pods", &self.dra_pods.len())
+            .field("admitted", &self.admitted)
             .finish()
     }
 }
@@ -210,5 +242,97 @@ impl QuotaBook {
     /// The metric rows.
     pub fn rows(&self) -> Vec<QuotaRow> {
         self.ledger.rows()
+    }
+
+    /// The webhook's step in DRA mode (D-29), under the state's lock: `total` (the whole
+    /// pod's ask) is checked against `namespace`'s quotas, and `dra` (what its claims ask,
+    /// which no Filter will charge) is reserved until its pod is seen ([`ADMISSION_HOLD`]
+    /// at most), so a second pod admitted before the first is placed sees it. Nothing is
+    /// reserved when `reserve` is false (dry run) or `dra` is zero.
+    pub fn admit(
+        &mut self,
+        namespace: &str,
+        total: &Amounts,
+        dra: Amounts,
+        reserve: bool,
+        now: Instant,
+    ) -> Result<Option<Ticket>, QuotaRefusal> {
+        self.expire(now);
+        self.ledger.check(namespace, total, None)?;
+        if !reserve || dra.is_zero() {
+            return Ok(None);
+        }
+        self.next_ticket += 1;
+        let key = format!("admitted/{}", self.next_ticket);
+        self.ledger.charge(&key, namespace, dra);
+        self.admitted.push(Admitted {
+            key: key.clone(),
+            namespace: namespace.to_owned(),
+            amounts: dra,
+            until: now + ADMISSION_HOLD,
+        });
+        Ok(Some(Ticket(key)))
+    }
+
+    /// Gives back an admission's reservation (the pod was denied after all).
+    pub fn cancel_admission(&mut self, ticket: &Ticket) {
+        self.admitted.retain(|a| a.key != ticket.0);
+        self.ledger.release(&ticket.0);
+    }
+
+    fn expire(&mut self, now: Instant) {
+        let (gone, kept): (Vec<Admitted>, Vec<Admitted>) =
+            self.admitted.drain(..).partition(|a| a.until <= now);
+        self.admitted = kept;
+        for a in gone {
+            self.ledger.release(&a.key);
+        }
+    }
+
+    /// Charges a DRA-mode pod from the charge its admission wrote
+    /// ([`DRA_CHARGE_ANNOTATION`](crate::quota_admission::DRA_CHARGE_ANNOTATION)), taking
+    /// over its admission's reservation the first time it is seen; releases it once it has
+    /// `ended` (Succeeded, Failed) or carries no readable charge.
+    pub fn observe_dra_pod(&mut self, uid: &str, pod: &Pod, ended: bool) {
+        let charge = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::quota_admission::DRA_CHARGE_ANNOTATION))
+            .filter(|_| !ended)
+            .and_then(|text| crate::quota_admission::parse_charge(text).ok())
+            .filter(|a| !a.is_zero());
+        let key = dra_key(uid);
+        let Some(amounts) = charge else {
+            self.forget_dra_pod(uid);
+            return;
+        };
+        if self.ledger.charged(&key) == Some(&amounts) {
+            return;
+        }
+        let namespace = pod_ref(pod).namespace;
+        if self.dra_pods.insert(uid.to_owned())
+            && let Some(i) = self
+                .admitted
+                .iter()
+                .position(|a| a.namespace == namespace && a.amounts == amounts)
+        {
+            // Equal reservations of a namespace are interchangeable: any one is this pod's.
+            let taken = self.admitted.remove(i);
+            self.ledger.release(&taken.key);
+        }
+        self.ledger.charge(&key, &namespace, amounts);
+    }
+
+    /// Releases a DRA-mode pod's charge (deleted, ended).
+    pub fn forget_dra_pod(&mut self, uid: &str) {
+        if self.dra_pods.remove(uid) {
+            self.ledger.release(&dra_key(uid));
+        }
+    }
+
+    /// The pods charged in DRA mode (a relist forgets those it no longer lists).
+    pub fn dra_pods(&self) -> impl Iterator<Item = &String> {
+        self.dra_pods.iter()
     }
 }

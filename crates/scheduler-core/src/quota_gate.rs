@@ -6,17 +6,11 @@
 
 use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::names::{Vendor, pod as pod_keys};
-use hami_protocol::placement::placed_by_scheduler;
-use hami_protocol::requests::pod_requests;
 use k8s_openapi::api::core::v1::Pod;
-use serde_json::Value;
 
 use crate::admission::WebhookConfig;
-use crate::dra_claims::AmdMode;
 use crate::extender::{EventNote, ExtenderFilterResult, FilterDecision};
-use crate::quota::{
-    Dimension, GpuShape, QUOTA_EXCEEDED_REASON, QuotaKey, QuotaRefusal, admission_ask,
-};
+use crate::quota::{QUOTA_EXCEEDED_REASON, QuotaRefusal};
 use crate::state::ClusterState;
 
 /// Checks Filter's decision against the pod's namespace quotas and charges it; a decision
@@ -88,63 +82,16 @@ fn refused(names: &[String], decision: FilterDecision, message: String) -> Filte
 }
 
 /// The quota refusal of a pod's CREATE review, if its namespace's quotas cannot hold it
-/// even on the smallest GPU of the cluster it could be given. Only pods the webhook hands
-/// to this scheduler are checked; a DRA-mode pod's AMD request is left to the DRA driver
-/// (its claims are not charged here). A body that is no pod CREATE passes: the codec
-/// answers it.
+/// even on the smallest GPU of the cluster it could be given (nothing charged; DRA-mode
+/// claims sized without device shapes: the webhook uses [`crate::quota_admission::admit`]).
+/// A body that is no pod CREATE passes: the codec answers it.
 pub fn admission_refusal(
     body: &[u8],
     config: &WebhookConfig,
     state: &ClusterState,
 ) -> Option<QuotaRefusal> {
-    let review: Value = serde_json::from_slice(body).ok()?;
-    let request = review.get("request")?;
-    if request.pointer("/kind/kind").and_then(Value::as_str) != Some("Pod")
-        || request.get("operation").and_then(Value::as_str) != Some("CREATE")
-    {
-        return None;
-    }
-    let namespace = [
-        request.get("namespace"),
-        request.pointer("/object/metadata/namespace"),
-    ]
-    .into_iter()
-    .flatten()
-    .filter_map(Value::as_str)
-    .find(|n| !n.is_empty())
-    .unwrap_or("default");
-    if !state.quota.ledger().governs(namespace) {
-        return None;
-    }
-    let mut pod: Pod = serde_json::from_value(request.get("object")?.clone()).ok()?;
-    // As the webhook's patch will make it: ours when unnamed (or `default-scheduler` with
-    // the overwrite on), so placement's rule says whether the scheduler will charge it.
-    let spec = pod.spec.as_mut()?;
-    let current = spec.scheduler_name.as_deref().unwrap_or("");
-    if current.is_empty()
-        || (current == "default-scheduler" && config.force_overwrite_default_scheduler)
-    {
-        spec.scheduler_name = Some(config.scheduler_name.clone());
-    }
-    if !placed_by_scheduler(&pod, &config.scheduler_name) {
-        return None;
-    }
-    let requests = pod_requests(&pod, &config.defaults).ok()?;
-    let shapes: Vec<GpuShape> = state
-        .nodes()
-        .flat_map(|n| n.devices.gpus.iter().map(GpuShape::of))
-        .collect();
-    let mut ask = admission_ask(&requests, &shapes);
-    if AmdMode::of_pod(&pod, config.amd_mode) == Ok(AmdMode::Dra) {
-        for dimension in [
-            Dimension::Slices,
-            Dimension::MemoryMib,
-            Dimension::CoresPercent,
-        ] {
-            ask.set(QuotaKey::new(Vendor::Amd, dimension), 0);
-        }
-    }
-    state.quota.check(namespace, &ask).err()
+    let ask = crate::quota_admission::admission_ask_of(body, config, state, &[])?;
+    state.quota.check(&ask.namespace, &ask.total).err()
 }
 
 #[cfg(test)]

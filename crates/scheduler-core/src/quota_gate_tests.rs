@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::*;
 use crate::extender::{FilterConfig, decide_filter};
-use crate::quota::{Amounts, QuotaWarning};
+use crate::quota::{Amounts, Dimension, QuotaKey, QuotaWarning};
 
 const AMD_MEM: QuotaKey = QuotaKey::new(Vendor::Amd, Dimension::MemoryMib);
 const AMD_CORES: QuotaKey = QuotaKey::new(Vendor::Amd, Dimension::CoresPercent);

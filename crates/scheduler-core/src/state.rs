@@ -365,6 +365,8 @@ impl ClusterState {
             }
         };
         self.set_whole(&uid, whole);
+        // DRA mode (D-29): charged from its admission, apart from any holding.
+        self.quota.observe_dra_pod(&uid, pod, is_terminal(pod));
         let holds = holding.is_some() || self.pods.contains_key(&uid);
         self.victims.upsert(pod, holds);
         self.nominated.upsert(pod, &self.scheduler_name);
@@ -400,6 +402,7 @@ impl ClusterState {
         self.pod_problems.remove(uid);
         self.victims.remove(uid);
         self.nominated.remove(uid);
+        self.quota.forget_dra_pod(uid);
         self.drop_holding(uid);
         self.set_whole(uid, None);
     }
@@ -446,6 +449,7 @@ impl ClusterState {
             .chain(self.whole.keys())
             .chain(self.victims.uids())
             .chain(self.nominated.uids())
+            .chain(self.quota.dra_pods())
             .filter(|u| !seen.contains(*u))
             .cloned()
             .collect::<HashSet<String>>()

@@ -301,15 +301,24 @@ async fn webhook(State(s): State<Arc<Scheduler>>, raw: Result<Bytes, BytesReject
     if let Some(why) = unreadable {
         reviewed.note_missing_shapes(&why);
     }
+    let mut ticket = None;
     if reviewed.denied().is_none() {
-        // Issue 30: a pod its namespace's quotas cannot hold even on the smallest GPU.
-        let refusal = {
-            let state = s.state();
-            hami_scheduler_core::quota_gate::admission_refusal(&bytes, &s.settings.webhook, &state)
-        };
-        if let Some(refusal) = refusal {
-            info!(namespace = %reviewed.namespace, "webhook: {refusal}");
-            reviewed.deny(refusal.to_string());
+        // Issue 30: a pod its namespace's quotas cannot hold even on the smallest GPU; a
+        // DRA-mode pod's claims are reserved under the lock (D-29).
+        let admitted = hami_scheduler_core::quota_admission::admit(
+            &bytes,
+            &s.settings.webhook,
+            &mut s.state(),
+            &shapes,
+            reviewed.dry_run,
+            std::time::Instant::now(),
+        );
+        match admitted {
+            Ok(t) => ticket = t,
+            Err(refusal) => {
+                info!(namespace = %reviewed.namespace, "webhook: {refusal}");
+                reviewed.deny(refusal.to_string());
+            }
         }
     }
     if !reviewed.claims.is_empty()
@@ -319,6 +328,9 @@ async fn webhook(State(s): State<Arc<Scheduler>>, raw: Result<Bytes, BytesReject
             .ensure_templates(&reviewed.namespace, &reviewed.claims)
             .await
     {
+        if let Some(t) = &ticket {
+            s.state().quota.cancel_admission(t);
+        }
         reviewed.deny(message);
     }
     json_response(status(reviewed.status), &reviewed.body)

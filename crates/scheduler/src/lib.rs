@@ -6,13 +6,13 @@
 //! Its decisions live in the pure crate `hami-scheduler-core`, re-exported here at the
 //! paths they always had: [`snapshot`], [`usage`], [`fit`], [`state`], [`heartbeat`],
 //! [`extender`], [`bind_plan`], [`admission`], [`review_codec`], [`dra_claims`],
-//! [`dra_sweep`], [`quota`], [`quota_book`], [`quota_gate`], [`watch_cycle`],
-//! [`watch_health`], [`leader_term`], [`backoff`], [`reload_poll`].
+//! [`dra_sweep`], [`quota`], [`quota_admission`], [`quota_book`], [`quota_gate`],
+//! [`watch_cycle`], [`watch_health`], [`leader_term`], [`backoff`], [`reload_poll`].
 
 pub use hami_scheduler_core::{
     admission, backoff, bind_plan, dra_claims, dra_sweep, extender, fit, heartbeat, leader_term,
-    quota, quota_book, quota_gate, reload_poll, review_codec, snapshot, state, usage, watch_cycle,
-    watch_health,
+    quota, quota_admission, quota_book, quota_gate, reload_poll, review_codec, snapshot, state,
+    usage, watch_cycle, watch_health,
 };
 
 pub mod cert_pin;

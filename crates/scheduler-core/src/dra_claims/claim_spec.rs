@@ -24,7 +24,7 @@ use super::selectors::{cel, shape_selector, uuid_list};
 /// What one (sub-)request asks of a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Amounts {
-    memory_mib: Option<u64>,
+    pub(super) memory_mib: Option<u64>,
     pub(super) compute_units: Option<u64>,
 }
 

@@ -27,8 +27,9 @@
 //!
 //! Files: [`mode`] (device plugin or DRA), [`shapes`] (the slices' device shapes),
 //! [`claim_spec`] (one request as a claim spec), [`selectors`] (its CEL), [`template`]
-//! (template and entry names, spec equality), [`patch`] (the pod patch); here, the claim of
-//! one container and the claims of a pod.
+//! (template and entry names, spec equality), [`patch`] (the pod patch), [`charge`] (what a
+//! claim costs the namespace's quota); here, the claim of one container and the claims of
+//! a pod.
 
 use std::collections::BTreeMap;
 
@@ -40,6 +41,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaimTemplate, ResourceClaimTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+pub mod charge;
 pub mod claim_spec;
 pub mod mode;
 pub mod patch;
@@ -47,6 +49,7 @@ pub mod selectors;
 pub mod shapes;
 pub mod template;
 
+pub use charge::per_device_charge;
 pub use claim_spec::{ClaimChoice, claim_spec};
 pub use mode::AmdMode;
 pub use patch::patch;
