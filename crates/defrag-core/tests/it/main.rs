@@ -1,0 +1,4 @@
+//! hami-defrag-core's tests over real card shapes, and its properties.
+
+mod fixtures;
+mod measure;
