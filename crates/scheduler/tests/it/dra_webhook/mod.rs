@@ -7,9 +7,11 @@
 //!
 //! Here the shared setup; [`claims`]: what admission writes and DRA allocates (bad input
 //! included, and more device types than a claim lists); [`templates`]: the templates' life
-//! (shapes tried smallest first, stamps, the sweep).
+//! (shapes tried smallest first, stamps, the sweep); [`quota`]: namespace quotas charged
+//! from the claims (D-29).
 
 mod claims;
+mod quota;
 mod templates;
 
 use crate::common;
