@@ -4,10 +4,11 @@
 //! cards: a step takes one card, evicts every pod on it, and places each elsewhere by the
 //! scheduler's fit (best fit: the fullest node that takes it, never a card the target
 //! needs empty). A step is kept only if the shortfall strictly drops, else it is undone.
-//! Cards are tried cheapest first (fewest pods, then least memory held), pass after pass,
-//! until the target is reached, a pass changes nothing, the move limit or the search
-//! budget is hit. A pass that changes nothing is the fixed point: planning again from the
-//! result tries the same cards on the same state and finds no step either.
+//! Cards are tried cheapest first (fewest pods, then least memory held); after each kept
+//! step the order is recomputed and the pass starts again, until the target is reached, a
+//! whole pass keeps no step, or the search budget is spent (a card whose pods exceed the
+//! move limit is skipped). A pass that keeps no step is the fixed point: planning again
+//! from the result tries the same cards on the same state and keeps no step either.
 
 use hami_protocol::selection::DeviceSelector;
 use hami_scheduler_core::snapshot::NodeSnapshot;
@@ -163,23 +164,18 @@ fn card_name(work: &Work, (n, g): CardAt) -> String {
 /// The card-emptying search (module docs).
 fn empty_cards(target: &Target, work: &mut Work, run: &mut Run<'_>) {
     let mut short = shortfall(target, work);
-    loop {
-        let mut progress = false;
+    // After each step the order is recomputed: the step changed which cards are cheapest.
+    'pass: while short > 0 {
         for card in candidates(target, work) {
-            if short == 0 {
-                return;
-            }
             if !run.spend() {
                 return;
             }
             if let Some(after) = try_empty(target, work, run, card, short) {
                 short = after;
-                progress = true;
+                continue 'pass;
             }
         }
-        if !progress || short == 0 {
-            return;
-        }
+        return;
     }
 }
 

@@ -2,3 +2,4 @@
 
 mod fixtures;
 mod measure;
+mod plan;
