@@ -36,6 +36,8 @@ async fn bench() {
     args.node_name = Some("n1".into());
     args.cgroup_root = tree.sysfs_root().join("fs/cgroup");
     args.slice_partitions = true;
+    args.host_hook_path = tree.sysfs_root().parent().unwrap().join("hook");
+    hami_plugin_harness::install_stub_hook(&args.host_hook_path, "libamvgpu.so");
     let settings = args.registration_settings().unwrap();
     let (stop, rx) = tokio::sync::watch::channel(false);
     let plugin = tokio::spawn(hami_amd_plugin::plugin::serve(

@@ -28,6 +28,7 @@ async fn bench() {
     args.nvml_library = built_stand_in_nvml().display().to_string();
     args.device_plugin_dir = sockets.clone();
     args.hook_path = scratch.join("hook");
+    hami_plugin_harness::install_stub_hook(&args.hook_path, "libvgpu.so");
     args.node_name = Some("n1".into());
     let settings = args.settings().unwrap();
     let (stop, rx) = tokio::sync::watch::channel(false);

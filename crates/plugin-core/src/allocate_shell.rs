@@ -13,6 +13,7 @@
 //! and what the vendor counts besides (the AMD plugin: CUs in use).
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -26,6 +27,7 @@ use serde_json::{Map, Value};
 use tokio::sync::Mutex;
 
 use crate::grpc_server::Allocator;
+use crate::mount_sources::check_mount_sources;
 use crate::node_pods::NodePods;
 use crate::pod_choice::{PodChoice, annotation, choose_pod_for_request, pod_ref};
 use crate::pod_commit::{
@@ -294,6 +296,7 @@ impl<V: VendorAllocate> AllocateShell<V> {
             vendor,
         )?;
         let plan = self.vendor.plan_whole_cards(devices, ids, &busy)?;
+        check_mount_sources(&plan, vendor, Path::exists)?;
         let cards: Vec<String> = chosen.into_iter().map(|(_, c)| c).collect();
         let existing = pods
             .iter()
@@ -326,6 +329,10 @@ impl<V: VendorAllocate> AllocateShell<V> {
             .vendor
             .plan_tracked(pod, target, &view.pods, devices, requested)
             .await?;
+        let new_cache_dir = plan
+            .cache_dir
+            .as_deref()
+            .filter(|dir| !Path::new(dir).exists());
         if let Some(dir) = &plan.cache_dir {
             create_cache_dir(dir).map_err(|e| {
                 format!("cannot create the container's accounting directory {dir}: {e}")
@@ -345,6 +352,18 @@ impl<V: VendorAllocate> AllocateShell<V> {
             self.vendor
                 .write_hook_config(path, &text)
                 .map_err(|e| format!("cannot write the container's hook config {path}: {e}"))?;
+        }
+        // After the files this Allocate makes, so only what it cannot make is missing; on
+        // refusal they go again (the monitor would read an accounting directory as a
+        // container).
+        if let Err(e) = check_mount_sources(&plan.container, self.vendor.vendor(), Path::exists) {
+            if let Some((path, _)) = &plan.hook_config {
+                let _ = std::fs::remove_file(path);
+            }
+            if let Some(dir) = new_cache_dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            return Err(e);
         }
         let written = commit_allocation(
             &self.client,

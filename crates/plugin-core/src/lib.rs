@@ -11,7 +11,7 @@
 //! one Allocate of both vendors; a vendor gives only what differs), [`node_pods`] (the
 //! node's pods, watched), [`grpc_server`] (kubelet `DevicePlugin` service),
 //! [`kubelet_session`] (socket + registration loop, woken by [`dir_watch`]), [`pod_commit`] (bind phase, lock
-//! release, accounting directory), [`node_lock_client`] (the node-lock client the
+//! release, accounting directory), [`mount_sources`] (an answer's mount sources exist), [`node_lock_client`] (the node-lock client the
 //! scheduler's bind uses too), [`publisher_loop`] (both plugins' publisher loop),
 //! [`node_register`] (the register/heartbeat and node-capacity patches); [`kube_error`] (API
 //! errors as one readable line, for the plugins, the DRA driver and the scheduler).
@@ -25,6 +25,7 @@ pub mod grpc_server;
 pub mod kube_client;
 pub mod kube_error;
 pub mod kubelet_session;
+pub mod mount_sources;
 // The node-lock protocol's pure steps live in hami-node-lock; old paths kept.
 pub use hami_node_lock::{lock_attempt, lock_retry};
 pub mod node_lock_client;

@@ -128,6 +128,11 @@ impl Cluster {
         let record_dir = workdir.join(name).join("pods");
         std::fs::create_dir_all(&sockets)?;
         std::fs::create_dir_all(hook_path.join("vgpu/containers"))?;
+        // Stub hooks where a node's init container installs the real ones (copied over them
+        // when there are images): the plugins refuse to mount a hook that is missing.
+        for hook in ["libamvgpu.so", "libvgpu.so"] {
+            std::fs::write(hook_path.join("vgpu").join(hook), "stub hook")?;
+        }
         std::fs::create_dir_all(&proc_root)?;
         let run_containers = containers.is_some();
         let runtime = containers

@@ -390,7 +390,7 @@ pub fn run_bench(bench: impl std::future::Future<Output = ()>) {
 
 /// Starts the NVIDIA plugin's program `binary` ([`nvidia_plugin_command`]) serving `node`:
 /// `KUBECONFIG` for `server` (written in `scratch`), `NODE_NAME`, `HOOK_PATH` under
-/// `scratch`, kubelet's sockets in `<scratch>/device-plugins`, registration and health
+/// `scratch` (a stub hook installed there), kubelet's sockets in `<scratch>/device-plugins`, registration and health
 /// pulse every second; stderr to `<scratch>/plugin.log`.
 ///
 /// # Panics
@@ -425,6 +425,7 @@ pub fn spawn_nvidia_plugin_as(
     }
     let sockets = scratch.join("device-plugins");
     let log = std::fs::File::create(scratch.join("plugin.log")).unwrap();
+    install_stub_hook(&scratch.join("hook"), "libvgpu.so");
     nvidia_plugin_command(binary, scratch, gpus)
         .env("KUBECONFIG", &kubeconfig)
         .env("NODE_NAME", node)
@@ -465,4 +466,17 @@ pub async fn assert_heartbeat_refreshes(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Installs a stub hook at `<hook_root>/vgpu/<library>` (`libamvgpu.so`, `libvgpu.so`), as
+/// the device plugin's init container installs the real one: a plugin refuses an Allocate
+/// whose mount source is missing on the host. Returns its path.
+///
+/// # Panics
+/// If the file cannot be written.
+pub fn install_stub_hook(hook_root: &Path, library: &str) -> PathBuf {
+    let hook = hook_root.join("vgpu").join(library);
+    std::fs::create_dir_all(hook_root.join("vgpu")).unwrap();
+    std::fs::write(&hook, "stub hook: the tests load no hook from here").unwrap();
+    hook
 }

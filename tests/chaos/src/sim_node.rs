@@ -165,6 +165,11 @@ impl Stack {
         let hook = self.workdir.join(name).join("hook");
         std::fs::create_dir_all(&sockets)?;
         std::fs::create_dir_all(hook.join("vgpu/containers"))?;
+        // Stub hooks where a node's init container installs the real ones (copied over them
+        // when there are images): the plugins refuse to mount a hook that is missing.
+        for library in ["libamvgpu.so", "libvgpu.so"] {
+            std::fs::write(hook.join("vgpu").join(library), "stub hook")?;
+        }
         let args = hami_kubelet_sim::Args {
             socket_dir: sockets.clone(),
             node_name: name.into(),

@@ -54,6 +54,7 @@ impl Harness {
         let kubeconfig = scratch.join("kubeconfig");
         server.write_kubeconfig(&kubeconfig).unwrap();
         std::fs::write(scratch.join("xids"), "").unwrap();
+        hami_plugin_harness::install_stub_hook(&scratch.join("hook"), "libvgpu.so");
         let log = std::fs::File::create(scratch.join("plugin.log")).unwrap();
         let plugin =
             nvidia_plugin_command(env!("CARGO_BIN_EXE_nvidia-device-plugin"), &scratch, GPUS)

@@ -122,6 +122,8 @@ async fn run_flow(
     args.register_interval = 1;
     args.pulse = 1;
     args.cgroup_root = tree.sysfs_root().join("fs/cgroup");
+    args.host_hook_path = tree.sysfs_root().parent().unwrap().join("hook");
+    hami_plugin_harness::install_stub_hook(&args.host_hook_path, "libamvgpu.so");
     let reg = args.registration_settings().unwrap();
     let (stop_plugin, stop_rx) = tokio::sync::watch::channel(false);
     let plugin_task = tokio::spawn(hami_amd_plugin::plugin::serve(args, reg, plugin, stop_rx));

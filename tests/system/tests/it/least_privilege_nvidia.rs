@@ -82,6 +82,7 @@ async fn nvidia_plugin_under_its_shipped_rbac_needs_every_grant_and_no_more() {
     args.device_plugin_dir = sockets.clone();
     args.node_name = Some(NODE.into());
     args.hook_path = scratch.join("hook");
+    hami_plugin_harness::install_stub_hook(&args.hook_path, "libvgpu.so");
     args.register_interval = 1;
     args.pulse = 1;
     let settings = args.settings().unwrap();

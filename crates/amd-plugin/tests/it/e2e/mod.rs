@@ -11,8 +11,8 @@ use hami_apiserver::RunningApiServer;
 use hami_kubelet_sim::KubeletSim;
 use hami_kubelet_sim::records::RECORD_ANNOTATION;
 use hami_plugin_harness::{
-    Decision, annotation as ann, api_with_node, env_of, start_kubelet, status_message,
-    wait_registered_again,
+    Decision, annotation as ann, api_with_node, env_of, install_stub_hook, start_kubelet,
+    status_message, wait_registered_again,
 };
 use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
 use hami_protocol::names::{AMD, node as node_keys, pod as pod_keys};
@@ -102,6 +102,16 @@ impl Harness {
         self.sim.as_ref().unwrap()
     }
 
+    /// The plugin's `--host-hook-path`.
+    fn hook_root(&self) -> PathBuf {
+        self.tree.sysfs_root().parent().unwrap().join("hook")
+    }
+
+    /// The installed hook (a stub file) every sliced container mounts.
+    fn hook_file(&self) -> PathBuf {
+        self.hook_root().join("vgpu/libamvgpu.so")
+    }
+
     fn start_plugin(&mut self) {
         use clap::Parser;
         let mut args = Args::parse_from(["k8s-device-plugin"]);
@@ -112,6 +122,9 @@ impl Harness {
         args.register_interval = 1;
         args.pulse = 1;
         args.cgroup_root = self.tree.sysfs_root().join("fs/cgroup");
+        // An installed hook (a stub file): Allocate refuses a mount source that is missing.
+        args.host_hook_path = self.hook_root();
+        install_stub_hook(&args.host_hook_path, "libamvgpu.so");
         args.slice_partitions = self.slice_partitions;
         args.exporter_socket = self
             .exporter

@@ -133,6 +133,32 @@ async fn failures_set_failed_release_the_lock_and_leak_no_cus() {
     );
     assert_eq!(h.node_annotation(node_keys::MUTEX_LOCK), None);
 
+    // The hook is not installed on the host (issue 29): refused with the path and what to
+    // install, instead of a container runtime mounting an empty directory in its place.
+    std::fs::remove_file(h.hook_file()).unwrap();
+    h.schedule(
+        "nohook",
+        json!([gpu_container("main", 1)]),
+        json!([]),
+        &[vec![dev(&d, 1000, 24)]],
+        true,
+    );
+    let pod = h.wait_phase("nohook").await;
+    assert_eq!(pod["status"]["phase"], "Failed", "{pod}");
+    let message = status_message(&pod);
+    assert!(
+        message.contains(&format!("{} does not exist", h.hook_file().display()))
+            && message.contains("install the HAMi hook"),
+        "{pod}"
+    );
+    assert_eq!(ann(&pod, pod_keys::BIND_PHASE), Some("failed"));
+    assert_eq!(ann(&pod, pod_keys::AMD_CU_ALLOCATED), None);
+    assert_eq!(h.node_annotation(node_keys::MUTEX_LOCK), None);
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let books = h.hook_root().join(format!("vgpu/containers/{uid}_main"));
+    assert!(!books.exists(), "{} left behind", books.display());
+    install_stub_hook(&h.hook_root(), "libamvgpu.so");
+
     // The next pod starts from CU 0 again: nothing was leaked by the failures.
     h.schedule(
         "ok",
