@@ -1,6 +1,6 @@
 //! The HTTP shell. Routers: [`router`] (everything, for a loopback listener: tests, the
-//! demo), [`webhook_router`] (`/webhook`, `/healthz`, `/readyz`; `/filter` and `/bind`
-//! refused: that listener is reachable through the Service, from any pod),
+//! demo), [`webhook_router`] (`/webhook`, `/healthz`, `/readyz`; `/filter`, `/preempt` and
+//! `/bind` refused: that listener is reachable through the Service, from any pod),
 //! [`extender_router`] (`/filter` and `/bind`, forwarded to the leader from a follower;
 //! served with [`serve_mtls`], which requires a client certificate from the CA
 //! kube-scheduler's and the replicas' certificates come from), and [`metrics_router`].
@@ -44,18 +44,19 @@ pub fn router(scheduler: Arc<Scheduler>) -> Router {
         .with_state(scheduler)
 }
 
-/// `/webhook`, `/healthz`, `/readyz`; `/filter` and `/bind` answer 403: this listener is
-/// reachable by any pod through the webhook Service, and binding on the scheduler's rights
-/// needs an authenticated caller (issue 13 item 8).
+/// `/webhook`, `/healthz`, `/readyz`; `/filter`, `/preempt` and `/bind` answer 403: this
+/// listener is reachable by any pod through the webhook Service, and binding on the
+/// scheduler's rights needs an authenticated caller (issue 13 item 8).
 pub fn webhook_router(scheduler: Arc<Scheduler>) -> Router {
     let refuse = || async {
         json_response(
             StatusCode::FORBIDDEN,
-            &json!({"error": "/filter and /bind are not served on the webhook listener: kube-scheduler calls the extender listener (--extender-bind), which requires its client certificate"}),
+            &json!({"error": "/filter, /preempt and /bind are not served on the webhook listener: kube-scheduler calls the extender listener (--extender-bind), which requires its client certificate"}),
         )
     };
     Router::new()
         .route("/filter", post(refuse))
+        .route("/preempt", post(refuse))
         .route("/bind", post(refuse))
         .route("/webhook", post(webhook))
         .route("/healthz", get(|| async { "ok" }))

@@ -23,3 +23,4 @@ mod quota;
 mod tls_reload;
 mod watch_supervision;
 mod webhook_d4;
+mod webhook_listener;
