@@ -3,3 +3,4 @@
 mod fixtures;
 mod measure;
 mod plan;
+mod props;
