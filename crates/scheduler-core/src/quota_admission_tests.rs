@@ -382,3 +382,56 @@ fn a_bad_quota_value_limits_no_dra_pod() {
         .expect_err("the good key still does");
     assert_eq!(refusal.key, "limits.amd.com/gpucores");
 }
+
+#[test]
+fn filter_counts_a_pending_dra_admission_until_its_hold_lapses() {
+    use crate::extender::{FilterConfig, decide_filter};
+    use crate::quota_gate::gate_filter;
+    let mut state = ClusterState::new();
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1", "annotations": {
+        "hami.io/node-amd-register": r#"[{"id":"G","count":10,"devmem":1000,"devcore":100,"type":"AMD Instinct MI210","health":true}]"#
+    }}}))
+    .unwrap();
+    state.upsert_node(&node);
+    state
+        .quota
+        .apply_quota(&quota(json!({"limits.amd.com/gpu": "1"})));
+    let config = WebhookConfig::default();
+    let dra_pod = review(dra_object("d", json!({"amd.com/gpu": "1"})), false);
+    let device_plugin_pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p",
+        "namespace": "team", "uid": "p"}, "spec": {"schedulerName": "hami-scheduler",
+        "containers": [{"name": "c", "resources": {"limits": {"amd.com/gpu": "1", "amd.com/gpumem": "100"}}}]}}))
+    .unwrap();
+    let names = vec!["n1".to_string()];
+    let filter = |state: &mut ClusterState| {
+        let d = decide_filter(
+            state,
+            &device_plugin_pod,
+            &names,
+            &FilterConfig::default(),
+            0,
+        );
+        let d = gate_filter(state, &device_plugin_pod, &names, d);
+        state.release("p");
+        d.result.nodenames.is_some()
+    };
+    // Admitted a moment ago, not yet seen: it holds the last GPU of the quota.
+    let ticket = admit(
+        &dra_pod,
+        &config,
+        &mut state,
+        &shapes(),
+        false,
+        Instant::now(),
+    )
+    .unwrap();
+    assert!(!filter(&mut state));
+    state.quota.cancel_admission(&ticket.unwrap());
+    // Admitted longer ago than the hold and never seen: given back at the next check.
+    let long_ago = Instant::now()
+        .checked_sub(ADMISSION_HOLD + Duration::from_secs(1))
+        .expect("the clock runs for longer than the hold");
+    admit(&dra_pod, &config, &mut state, &shapes(), false, long_ago).unwrap();
+    assert_eq!(used(&state, AMD_GPU), 1);
+    assert!(filter(&mut state));
+}

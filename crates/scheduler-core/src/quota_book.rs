@@ -207,6 +207,8 @@ impl QuotaBook {
             runs,
         };
         let charge = held.charge(Some(devices));
+        // A DRA admission whose pod never came must not hold the quota against this pod.
+        self.expire(Instant::now());
         self.ledger.check_and_charge(uid, &held.namespace, charge)?;
         self.held.insert(uid.to_owned(), held);
         Ok(())
@@ -281,6 +283,9 @@ impl QuotaBook {
     }
 
     fn expire(&mut self, now: Instant) {
+        if self.admitted.iter().all(|a| a.until > now) {
+            return;
+        }
         let (gone, kept): (Vec<Admitted>, Vec<Admitted>) =
             self.admitted.drain(..).partition(|a| a.until <= now);
         self.admitted = kept;

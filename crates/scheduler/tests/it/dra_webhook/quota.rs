@@ -99,6 +99,17 @@ async fn dra_pods_over_the_quota_are_refused_at_admission_for_amd_and_nvidia() {
     assert_eq!(used(&c.scheduler, AMD_MEM), 4096);
     bound(&c, "fits").await;
     assert_eq!(used(&c.scheduler, AMD_MEM), 4096);
+    // Exported as the device-plugin mode's usage is.
+    let text = c.scheduler.metrics.render(&c.scheduler.state());
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("hami_resource_quota_used{")
+                && l.contains(r#"namespace="default""#)
+                && l.contains(r#"quota_name="amd.com/gpumem""#)
+                && l.contains(r#"limit="40000""#)
+                && l.ends_with(" 4096.0")),
+        "{text}"
+    );
     let message = create(
         &c,
         &amd_pod(
