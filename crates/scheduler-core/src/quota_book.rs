@@ -9,6 +9,10 @@
 //! goes (the pod ended — Succeeded, Failed, deleted —, a re-filter, a failed patch). A pod
 //! being deleted (`deletionTimestamp` set) still holds: its containers may still run.
 //!
+//! DRA-mode pods (D-29) hold nothing our Filter sees: the webhook reserves what their
+//! claims ask when it admits them ([`QuotaBook::admit`]), and from the moment the informer
+//! shows the pod its charge comes from the annotation the webhook wrote, until it ends.
+//!
 //! [`ClusterState`]: crate::state::ClusterState
 
 use std::collections::{BTreeMap, HashMap, HashSet};
