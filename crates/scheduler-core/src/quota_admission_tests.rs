@@ -435,3 +435,36 @@ fn filter_counts_a_pending_dra_admission_until_its_hold_lapses() {
     assert_eq!(used(&state, AMD_GPU), 1);
     assert!(filter(&mut state));
 }
+
+#[test]
+fn a_claim_is_charged_on_its_smallest_listed_shape_and_without_shapes_as_written() {
+    use hami_protocol::requests::{DeviceRequest, MemoryRequest};
+    let request = |memory, cores_percent| DeviceRequest {
+        count: 1,
+        memory,
+        cores_percent,
+        priority: None,
+        added_limits: Vec::new(),
+    };
+    let any = DeviceSelector::default();
+    let half = request(MemoryRequest::Percent(50), 100);
+    // The MI210 left out of the claim (more shapes than it may list): the MI300X's half.
+    let mi210 = shapes()[0].clone();
+    assert_eq!(
+        per_device_charge(&half, &any, &shapes(), &[]),
+        (32_768, 100)
+    );
+    assert_eq!(
+        per_device_charge(&half, &any, &shapes(), &[mi210]),
+        (98_304, 100)
+    );
+    // No slices yet: a MiB ask as written and every CU; what needs a size counts 0.
+    assert_eq!(
+        per_device_charge(&request(MemoryRequest::Mib(4096), 100), &any, &[], &[]),
+        (4096, 100)
+    );
+    assert_eq!(
+        per_device_charge(&request(MemoryRequest::Whole, 30), &any, &[], &[]),
+        (0, 0)
+    );
+}
