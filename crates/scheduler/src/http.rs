@@ -274,7 +274,8 @@ async fn readyz(State(s): State<Arc<Scheduler>>) -> Response {
 
 /// AdmissionReview v1 and v1beta1, answered in the version received. In DRA mode the
 /// claim templates the patch names are created first (not on dryRun); a failure denies the
-/// pod (fail closed). A pod over its namespace's quota is denied (`quota_gate`).
+/// pod (fail closed), giving back the quota its DRA claims reserved. A pod over its
+/// namespace's quota is denied (`quota_admission`, D-29).
 async fn webhook(State(s): State<Arc<Scheduler>>, raw: Result<Bytes, BytesRejection>) -> Response {
     let bytes = match body(raw) {
         Ok(b) => b,
