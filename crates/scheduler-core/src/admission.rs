@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use crate::dra_claims::{AmdMode, ContainerClaim, Shape};
-use crate::quota_admission::{DRA_CHARGE_ANNOTATION, dra_ask, format_charge};
+use crate::quota_admission::{DRA_CHARGE_ANNOTATION, claims_charge, format_charge};
 
 /// What the webhook is configured with.
 #[derive(Debug, Clone)]
@@ -344,7 +344,7 @@ fn admit_checked(pod: &Pod, config: &WebhookConfig, shapes: &[Shape]) -> Admissi
     patch.extend(crate::dra_claims::patch(spec, &claims));
     if !claims.is_empty() {
         // What the claims cost the namespace's quota, read back by the state (D-29).
-        let charge = format_charge(&dra_ask(pod, &requests, shapes));
+        let charge = format_charge(&claims_charge(pod, &requests, shapes, &claims));
         patch.push(match &pod.metadata.annotations {
             None => json!({"op": "add", "path": "/metadata/annotations", "value": {DRA_CHARGE_ANNOTATION: charge}}),
             Some(_) => json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(DRA_CHARGE_ANNOTATION)), "value": charge}),

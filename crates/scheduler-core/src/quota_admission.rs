@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
 use crate::admission::WebhookConfig;
-use crate::dra_claims::{AmdMode, Shape, per_device_charge, pod_claims};
+use crate::dra_claims::{AmdMode, ContainerClaim, Shape, per_device_charge, pod_claims};
 use crate::quota::{Amounts, Dimension, GpuShape, QuotaKey, QuotaRefusal, admission_ask, combine};
 use crate::quota_book::Ticket;
 use crate::state::ClusterState;
@@ -59,12 +59,25 @@ pub fn parse_charge(text: &str) -> Result<Amounts, String> {
     Ok(amounts)
 }
 
-/// What a DRA-mode pod's AMD claims charge (the caller knows the pod's mode): per container, the claim's per-device MiB and
-/// compute share on the smallest shape it can land on × its device count; the pod's charge
-/// is HAMi's max(sum of app containers, max of init containers). Zero when the claims
-/// cannot be written (the webhook denies such a pod anyway).
+/// What a DRA-mode pod's AMD claims charge (the caller knows the pod's mode): per container,
+/// the claim's per-device MiB and compute share on the smallest shape it can land on × its
+/// device count; the pod's charge is HAMi's max(sum of app containers, max of init
+/// containers). Zero when the claims cannot be written (the webhook denies such a pod).
 pub fn dra_ask(pod: &Pod, requests: &[ContainerRequest], shapes: &[Shape]) -> Amounts {
-    let (Some(spec), Ok(claims)) = (&pod.spec, pod_claims(pod, requests, shapes)) else {
+    match pod_claims(pod, requests, shapes) {
+        Ok(claims) => claims_charge(pod, requests, shapes, &claims),
+        Err(_) => Amounts::default(),
+    }
+}
+
+/// [`dra_ask`] of claims already made by `pod_claims` (the webhook has them).
+pub fn claims_charge(
+    pod: &Pod,
+    requests: &[ContainerRequest],
+    shapes: &[Shape],
+    claims: &[ContainerClaim],
+) -> Amounts {
+    let Some(spec) = &pod.spec else {
         return Amounts::default();
     };
     let empty = Default::default();
