@@ -4,11 +4,12 @@
 //! cards: a step takes one card, evicts every pod on it, and places each elsewhere by the
 //! scheduler's fit (best fit: the fullest node that takes it, never a card the target
 //! needs empty). A step is kept only if the shortfall strictly drops, else it is undone.
-//! Cards are tried cheapest first (fewest pods, then least memory held); after each kept
-//! step the order is recomputed and the pass starts again, until the target is reached, a
-//! whole pass keeps no step, or the search budget is spent (a card whose pods exceed the
-//! move limit is skipped). A pass that keeps no step is the fixed point: planning again
-//! from the result tries the same cards on the same state and keeps no step either.
+//! Cards are tried cheapest first (fewest pods, then least memory held), pass after pass
+//! (a card an earlier step of the pass changed waits for the next pass, re-ordered), until
+//! the target is reached, a whole pass keeps no step, or the search budget is spent (a
+//! card whose pods exceed the move limit is skipped). A pass that keeps no step is the
+//! fixed point: planning again from the result tries the same cards on the same state and
+//! keeps no step either.
 
 use hami_protocol::selection::DeviceSelector;
 use hami_scheduler_core::snapshot::NodeSnapshot;
@@ -122,38 +123,135 @@ fn lands_well(target: &Target, work: &Work, node: usize, slots: &[Slot]) -> bool
         .all(|s| !violates(&after, s.gpu, *percent) || violates(now, s.gpu, *percent))
 }
 
-/// Cards the target needs to stay as they are: for whole cards, the idle ones of the type.
-fn fence(target: &Target, work: &Work) -> Vec<CardAt> {
-    match target {
-        Target::FreeWholeCards { device_type, .. } => cards_of_type(work, device_type)
-            .filter(|c| idle(work, *c))
-            .collect(),
-        _ => Vec::new(),
+/// The cards a card target counts, and which of them count now (idle ones for whole
+/// cards, ones missing the percentage for the other), kept up to date after each step
+/// over the cards the step touched only: a fleet has thousands of cards, a step a few.
+struct Scope {
+    cards: Vec<CardAt>,
+    /// Same order: counts now.
+    flag: Vec<bool>,
+    /// Per node, the index in `cards` of its first GPU, if its cards are in scope.
+    at: Vec<Vec<Option<usize>>>,
+    /// Cards flagged.
+    total: u64,
+}
+
+impl Scope {
+    fn new(target: &Target, work: &Work) -> Self {
+        let cards: Vec<CardAt> = match target {
+            Target::FreeWholeCards { device_type, .. } => {
+                cards_of_type(work, device_type).collect()
+            }
+            _ => all_cards(work).collect(),
+        };
+        let mut at: Vec<Vec<Option<usize>>> = work
+            .nodes
+            .iter()
+            .map(|n| vec![None; n.devices.gpus.len()])
+            .collect();
+        for (i, &(n, g)) in cards.iter().enumerate() {
+            at[n][g] = Some(i);
+        }
+        let flag: Vec<bool> = cards.iter().map(|c| counts(target, work, *c)).collect();
+        let total = flag.iter().filter(|f| **f).count() as u64;
+        Self {
+            cards,
+            flag,
+            at,
+            total,
+        }
+    }
+
+    fn shortfall(&self, target: &Target) -> u64 {
+        match target {
+            Target::FreeWholeCards { count, .. } => (*count as u64).saturating_sub(self.total),
+            _ => self.total,
+        }
+    }
+
+    /// Re-reads `touched` after a change.
+    fn update(&mut self, target: &Target, work: &Work, touched: &[CardAt]) {
+        for &(n, g) in touched {
+            if let Some(i) = self.at[n][g] {
+                let now = counts(target, work, (n, g));
+                if now != self.flag[i] {
+                    self.flag[i] = now;
+                    if now {
+                        self.total += 1;
+                    } else {
+                        self.total -= 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Cards the target needs to stay as they are: for whole cards, the idle ones.
+    fn fence(&self, target: &Target) -> Vec<CardAt> {
+        match target {
+            Target::FreeWholeCards { .. } => self
+                .cards
+                .iter()
+                .zip(&self.flag)
+                .filter(|(_, f)| **f)
+                .map(|(c, _)| *c)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether card `i` of the scope is worth emptying now: for whole cards, a healthy
+    /// one not idle yet; for the percentage, one that misses it.
+    fn wanted(&self, target: &Target, work: &Work, i: usize) -> bool {
+        match target {
+            Target::FreeWholeCards { .. } => {
+                let (n, g) = self.cards[i];
+                !self.flag[i] && work.nodes[n].devices.gpus[g].info.health
+            }
+            _ => self.flag[i],
+        }
+    }
+
+    /// The cards worth emptying with their cost ([`cost`]), cheapest first.
+    fn candidates(&self, target: &Target, work: &Work) -> Vec<(CardAt, (usize, u64))> {
+        let mut pods_on: Vec<Vec<usize>> = work
+            .nodes
+            .iter()
+            .map(|n| vec![0; n.devices.gpus.len()])
+            .collect();
+        for at in &work.at {
+            if let Some(n) = at.node {
+                for s in &at.slots {
+                    pods_on[n][s.gpu] += 1;
+                }
+            }
+        }
+        let mut cards: Vec<(CardAt, (usize, u64))> = (0..self.cards.len())
+            .filter(|i| self.wanted(target, work, *i))
+            .map(|i| {
+                let (n, g) = self.cards[i];
+                ((n, g), (pods_on[n][g], work.nodes[n].usage[g].mem_mib))
+            })
+            .collect();
+        cards.sort_by_key(|&(card, cost)| (cost, card));
+        cards
     }
 }
 
-/// The cards worth emptying, cheapest first.
-fn candidates(target: &Target, work: &Work) -> Vec<CardAt> {
-    let mut cards: Vec<CardAt> = match target {
-        Target::FreeWholeCards { device_type, .. } => cards_of_type(work, device_type)
-            .filter(|&(n, g)| {
-                let node = &work.nodes[n];
-                node.devices.gpus[g].info.health && !idle(work, (n, g))
-            })
-            .collect(),
-        Target::MinFreeOrFull { percent } => all_cards(work)
-            .filter(|&(n, g)| violates(&work.nodes[n], g, *percent))
-            .collect(),
-        Target::FitPod { .. } => Vec::new(),
-    };
-    let key = |c: &CardAt| {
-        (
-            work.pods_on_card(*c).len(),
-            work.nodes[c.0].usage[c.1].mem_mib,
-        )
-    };
-    cards.sort_by_key(|c| (key(c), *c));
-    cards
+/// What emptying a card costs: its pods, then the memory they hold.
+fn cost(work: &Work, (n, g): CardAt) -> (usize, u64) {
+    (
+        work.pods_on_card((n, g)).len(),
+        work.nodes[n].usage[g].mem_mib,
+    )
+}
+
+/// Whether card `c` counts towards a card target now.
+fn counts(target: &Target, work: &Work, (n, g): CardAt) -> bool {
+    match target {
+        Target::MinFreeOrFull { percent } => violates(&work.nodes[n], g, *percent),
+        _ => idle(work, (n, g)),
+    }
 }
 
 fn card_name(work: &Work, (n, g): CardAt) -> String {
@@ -163,39 +261,40 @@ fn card_name(work: &Work, (n, g): CardAt) -> String {
 
 /// The card-emptying search (module docs).
 fn empty_cards(target: &Target, work: &mut Work, run: &mut Run<'_>) {
-    let mut short = shortfall(target, work);
-    // After each step the order is recomputed: the step changed which cards are cheapest.
-    'pass: while short > 0 {
-        for card in candidates(target, work) {
+    let mut scope = Scope::new(target, work);
+    while scope.shortfall(target) > 0 {
+        let mut progress = false;
+        for (card, was) in scope.candidates(target, work) {
+            if scope.shortfall(target) == 0 {
+                return;
+            }
+            // A card an earlier step of this pass changed waits for the next pass, in its
+            // new place in the order (it may have become dearer).
+            let i = scope.at[card.0][card.1].unwrap_or_default();
+            if cost(work, card) != was || !scope.wanted(target, work, i) {
+                continue;
+            }
             if !run.spend() {
                 return;
             }
-            if let Some(after) = try_empty(target, work, run, card, short) {
-                short = after;
-                continue 'pass;
-            }
+            progress |= try_empty(target, work, run, card, &mut scope);
         }
-        return;
+        if !progress {
+            return;
+        }
     }
 }
 
-/// Empties one card if that lowers the shortfall: the new shortfall, or `None` with the
-/// work unchanged and the reason recorded.
+/// Empties one card if that lowers the shortfall (true), or leaves the work unchanged
+/// and records why (false).
 fn try_empty(
     target: &Target,
     work: &mut Work,
     run: &mut Run<'_>,
     card: CardAt,
-    short: u64,
-) -> Option<u64> {
-    let still = match target {
-        Target::FreeWholeCards { .. } => !idle(work, card),
-        Target::MinFreeOrFull { percent } => violates(&work.nodes[card.0], card.1, *percent),
-        Target::FitPod { .. } => false,
-    };
-    if !still {
-        return None;
-    }
+    scope: &mut Scope,
+) -> bool {
+    let short = scope.shortfall(target);
     let at = card_name(work, card);
     let pods = work.pods_on_card(card);
     let u = work.nodes[card.0].usage[card.1];
@@ -209,21 +308,21 @@ fn try_empty(
         || known.1 < u.used
     {
         run.block(at, Constraint::UnknownHolders);
-        return None;
+        return false;
     }
     for &p in &pods {
         if let Some(protection) = protection(&run.cluster.pods[p].safety, run.policy) {
             let pod = run.cluster.pods[p].shown();
             run.block(at, Constraint::Protected { pod, protection });
-            return None;
+            return false;
         }
     }
     if run.moves.len() + pods.len() > run.policy.max_moves {
         let max_moves = run.policy.max_moves;
         run.block(at, Constraint::MoveLimit { max_moves });
-        return None;
+        return false;
     }
-    let mut fenced = fence(target, work);
+    let mut fenced = scope.fence(target);
     fenced.push(card);
     let before: Vec<At> = pods.iter().map(|p| work.at[*p].clone()).collect();
     for &p in &pods {
@@ -238,15 +337,28 @@ fn try_empty(
                 undo(work, &pods, &before);
                 let pod = run.cluster.pods[p].shown();
                 run.block(at, Constraint::NoRoomElsewhere { pod });
-                return None;
+                return false;
             }
         }
     }
-    let after = shortfall(target, work);
+    let mut touched: Vec<CardAt> = Vec::new();
+    for (i, &p) in pods.iter().enumerate() {
+        let now = &work.at[p];
+        for place in [&before[i], now] {
+            if let Some(n) = place.node {
+                touched.extend(place.slots.iter().map(|s| (n, s.gpu)));
+            }
+        }
+    }
+    touched.sort_unstable();
+    touched.dedup();
+    scope.update(target, work, &touched);
+    let after = scope.shortfall(target);
     if after >= short {
         undo(work, &pods, &before);
+        scope.update(target, work, &touched);
         run.block(at, Constraint::NoImprovement);
-        return None;
+        return false;
     }
     let why = match target {
         Target::FreeWholeCards { .. } => format!("empties card {at}"),
@@ -259,7 +371,7 @@ fn try_empty(
         format!("card {at} emptied: shortfall {short} -> {after}"),
         after,
     );
-    Some(after)
+    true
 }
 
 /// Puts `pods` back where `before` had them.

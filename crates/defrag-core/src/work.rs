@@ -146,9 +146,16 @@ impl Work {
             .filter(|(n, node)| !skip(*n) && quick.fits(node))
             .map(|(n, node)| (fullness(node), n))
             .collect();
-        fitting.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        // Only the best few are tried: a partial selection, not a sort of every node.
+        let order = |a: &(u64, usize), b: &(u64, usize)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+        let tries = tries.max(1);
+        if fitting.len() > tries {
+            fitting.select_nth_unstable_by(tries - 1, order);
+            fitting.truncate(tries);
+        }
+        fitting.sort_by(order);
         let mut found = None;
-        for &(_, n) in fitting.iter().take(tries.max(1)) {
+        for &(_, n) in &fitting {
             let Ok(placement) = fit_node(&self.nodes[n], &fit) else {
                 continue;
             };
