@@ -4,3 +4,4 @@ mod fixtures;
 mod measure;
 mod plan;
 mod props;
+mod state;
