@@ -204,7 +204,7 @@ fn main() {
     for (what, target, policy) in &targets {
         time(
             what,
-            || plan(&cluster, target, policy),
+            || plan(&cluster, target, policy).unwrap(),
             |p| {
                 let first = p.blocked.first().map_or(String::new(), |b| {
                     format!("; blocked first by: {}", constraint_text(&b.constraint))

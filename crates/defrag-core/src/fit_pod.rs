@@ -113,6 +113,10 @@ pub(crate) fn reach(
             }
         }
     }
+    if work.nodes.is_empty() {
+        let reason = "the snapshot holds no node".to_owned();
+        run.block("fleet".into(), Constraint::NeverFits { reason });
+    }
     candidates.sort_by_key(|c| (c.greedy, c.node));
     let largest = candidates
         .iter()

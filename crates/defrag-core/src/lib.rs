@@ -23,7 +23,7 @@
 //!
 //! ```text
 //! let cluster = Cluster::from_state(&state, |uid, holding| facts(uid, holding));
-//! let plan = plan(&cluster, &Target::FreeWholeCards { device_type: "MI300X".into(), count: 4 }, &Policy::default());
+//! let plan = plan(&cluster, &Target::FreeWholeCards { device_type: "MI300X".into(), count: 4 }, &Policy::default())?;
 //! print!("{}", table::render_plan(&plan));   // or serde_json / YAML of `plan`
 //! ```
 
@@ -43,6 +43,6 @@ mod work;
 pub use apply::{Skipped, apply};
 pub use input::{Cluster, Owner, Pdb, PodFacts, PodRequest, Safety};
 pub use measure::{CardMeasure, FleetMeasure, NodeMeasure, Totals, measure, measure_node};
-pub use plan::{Blocker, CardSlice, Constraint, Move, Place, Plan, Target, plan};
+pub use plan::{BadInput, Blocker, CardSlice, Constraint, Move, Place, Plan, Target, plan};
 pub use safety::{Policy, Protection, protection};
 pub use shape::Shape;

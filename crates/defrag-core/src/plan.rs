@@ -179,8 +179,62 @@ pub struct Plan {
 /// Blockers listed in a plan.
 pub const MAX_BLOCKERS: usize = 20;
 
-/// Plans moves towards `target` under `policy`.
-pub fn plan(cluster: &Cluster, target: &Target, policy: &Policy) -> Plan {
+/// A target or policy the planner cannot work with, and what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadInput {
+    /// The field, e.g. `target.percent`.
+    pub field: &'static str,
+    /// What is wrong and what to write instead.
+    pub problem: String,
+}
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.problem)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+fn check(target: &Target, policy: &Policy) -> Result<(), BadInput> {
+    let bad = |field, problem: &str| {
+        Err(BadInput {
+            field,
+            problem: problem.to_owned(),
+        })
+    };
+    match target {
+        Target::FitPod { request, .. } if !request.asks_gpu() => bad(
+            "target.pod",
+            "the pod asks for no GPU, so no move can make room for it; write a pod that asks for amd.com/gpu or nvidia.com/gpu",
+        ),
+        Target::FreeWholeCards { device_type, .. } if device_type.trim().is_empty() => bad(
+            "target.device_type",
+            "empty; write part of the registered card type, e.g. MI300X",
+        ),
+        Target::FreeWholeCards { count: 0, .. } => {
+            bad("target.count", "0 cards is no target; write 1 or more")
+        }
+        Target::MinFreeOrFull { percent } if !(1..=100).contains(percent) => Err(BadInput {
+            field: "target.percent",
+            problem: format!("{percent} is not a percentage from 1 to 100; write e.g. 50"),
+        }),
+        _ if policy.max_moves == 0 => bad(
+            "policy.max_moves",
+            "0 allows no move; write 1 or more (default 32)",
+        ),
+        _ if policy.search_budget == 0 => bad(
+            "policy.search_budget",
+            "0 allows no search; write 1 or more (default 20000)",
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Plans moves towards `target` under `policy`; a target or policy that makes no sense is
+/// refused, saying what to write instead.
+pub fn plan(cluster: &Cluster, target: &Target, policy: &Policy) -> Result<Plan, BadInput> {
+    check(target, policy)?;
     let mut work = Work::new(cluster);
     let mut run = Run {
         cluster,
@@ -201,7 +255,7 @@ pub fn plan(cluster: &Cluster, target: &Target, policy: &Policy) -> Plan {
         run.blocked.clear();
     }
     let (blocked, left_out) = summarize(run.blocked);
-    Plan {
+    Ok(Plan {
         target: target.describe(),
         shortfall_before: before,
         shortfall_after: after,
@@ -210,7 +264,7 @@ pub fn plan(cluster: &Cluster, target: &Target, policy: &Policy) -> Plan {
         pod_fits_on,
         blocked,
         blockers_left_out: left_out,
-    }
+    })
 }
 
 /// Dedupes blockers and keeps the most common constraint kinds first.

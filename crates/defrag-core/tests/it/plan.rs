@@ -31,7 +31,7 @@ fn one_move_makes_room_for_a_three_quarter_pod() {
     let f = halves();
     let target = three_quarters();
     assert_eq!(target.shortfall(&f.cluster), 1);
-    let p = plan(&f.cluster, &target, &Policy::default());
+    let p = plan(&f.cluster, &target, &Policy::default()).unwrap();
     assert!(p.reached, "{}", render_plan(&p));
     assert_eq!(p.moves.len(), 1, "{}", render_plan(&p));
     let m = &p.moves[0];
@@ -42,7 +42,7 @@ fn one_move_makes_room_for_a_three_quarter_pod() {
     assert!(skipped.is_empty(), "{skipped:?}");
     assert_eq!(target.shortfall(&after), 0);
     // Re-planning after applying finds nothing to do.
-    let again = plan(&after, &target, &Policy::default());
+    let again = plan(&after, &target, &Policy::default()).unwrap();
     assert!(again.reached && again.moves.is_empty());
     let table = render_plan(&p);
     assert!(
@@ -57,7 +57,7 @@ fn pods_without_a_pdb_stay_and_the_plan_says_so() {
     for pod in &mut f.cluster.pods {
         pod.safety.pdb = None;
     }
-    let p = plan(&f.cluster, &three_quarters(), &Policy::default());
+    let p = plan(&f.cluster, &three_quarters(), &Policy::default()).unwrap();
     assert!(!p.reached && p.moves.is_empty());
     assert!(
         p.blocked.iter().any(|b| matches!(
@@ -76,7 +76,7 @@ fn pods_without_a_pdb_stay_and_the_plan_says_so() {
         allow_without_pdb: true,
         ..Policy::default()
     };
-    let p = plan(&f.cluster, &three_quarters(), &relaxed);
+    let p = plan(&f.cluster, &three_quarters(), &relaxed).unwrap();
     assert!(p.reached);
     assert_eq!(p.moves[0].pdb, "none (allowed by policy)");
 }
@@ -88,7 +88,7 @@ fn a_pod_too_big_for_any_card_is_blocked_by_the_card_not_by_pods() {
         pod: "ns/huge".into(),
         request: Box::new(slice(Vendor::Amd, 100_000, 50)),
     };
-    let p = plan(&f.cluster, &target, &Policy::default());
+    let p = plan(&f.cluster, &target, &Policy::default()).unwrap();
     assert!(!p.reached && p.moves.is_empty());
     assert!(
         p.blocked
@@ -124,7 +124,7 @@ fn freeing_two_whole_cards_moves_two_pods_onto_the_others() {
         count: 2,
     };
     assert_eq!(target.shortfall(&f.cluster), 2);
-    let p = plan(&f.cluster, &target, &Policy::default());
+    let p = plan(&f.cluster, &target, &Policy::default()).unwrap();
     assert!(p.reached, "{}", render_plan(&p));
     assert_eq!(p.moves.len(), 2);
     assert_eq!(p.moves.iter().map(|m| m.step).collect::<Vec<_>>(), [0, 1]);
@@ -132,7 +132,12 @@ fn freeing_two_whole_cards_moves_two_pods_onto_the_others() {
     let (after, skipped) = apply(&f.cluster, &p);
     assert!(skipped.is_empty());
     assert_eq!(target.shortfall(&after), 0);
-    assert!(plan(&after, &target, &Policy::default()).moves.is_empty());
+    assert!(
+        plan(&after, &target, &Policy::default())
+            .unwrap()
+            .moves
+            .is_empty()
+    );
 }
 
 #[test]
@@ -142,7 +147,7 @@ fn more_cards_than_exist_is_blocked_by_the_card_count() {
         device_type: "MI300X".into(),
         count: 5,
     };
-    let p = plan(&f.cluster, &target, &Policy::default());
+    let p = plan(&f.cluster, &target, &Policy::default()).unwrap();
     assert!(!p.reached);
     assert!(
         p.blocked
@@ -161,18 +166,28 @@ fn every_card_half_free_or_full() {
     let f = scattered();
     let half = Target::MinFreeOrFull { percent: 50 };
     assert_eq!(half.shortfall(&f.cluster), 0);
-    assert!(plan(&f.cluster, &half, &Policy::default()).moves.is_empty());
+    assert!(
+        plan(&f.cluster, &half, &Policy::default())
+            .unwrap()
+            .moves
+            .is_empty()
+    );
     // At 90 %, all four miss it: emptying three onto the fourth leaves three idle cards
     // and one 4/8 taken; that one still misses, and nothing is left to improve it.
     let ninety = Target::MinFreeOrFull { percent: 90 };
     assert_eq!(ninety.shortfall(&f.cluster), 4);
-    let p = plan(&f.cluster, &ninety, &Policy::default());
+    let p = plan(&f.cluster, &ninety, &Policy::default()).unwrap();
     assert_eq!(p.shortfall_after, 1, "{}", render_plan(&p));
     assert_eq!(p.moves.len(), 3);
     let (after, skipped) = apply(&f.cluster, &p);
     assert!(skipped.is_empty());
     assert_eq!(ninety.shortfall(&after), 1);
-    assert!(plan(&after, &ninety, &Policy::default()).moves.is_empty());
+    assert!(
+        plan(&after, &ninety, &Policy::default())
+            .unwrap()
+            .moves
+            .is_empty()
+    );
 }
 
 #[test]
@@ -182,7 +197,7 @@ fn a_stale_plan_skips_the_moves_that_no_longer_match() {
         device_type: "MI300X".into(),
         count: 2,
     };
-    let p = plan(&f.cluster, &target, &Policy::default());
+    let p = plan(&f.cluster, &target, &Policy::default()).unwrap();
     // The first moved pod is gone; the second moved already.
     let mut stale = f.cluster.clone();
     stale.pods.retain(|pod| pod.uid != p.moves[0].uid);
@@ -209,7 +224,7 @@ fn a_stale_plan_skips_the_moves_that_no_longer_match() {
 #[test]
 fn a_plan_round_trips_through_json_and_yaml() {
     let f = halves();
-    let p = plan(&f.cluster, &three_quarters(), &Policy::default());
+    let p = plan(&f.cluster, &three_quarters(), &Policy::default()).unwrap();
     let json = serde_json::to_string(&p).unwrap();
     assert_eq!(
         serde_json::from_str::<hami_defrag_core::Plan>(&json).unwrap(),
@@ -222,4 +237,74 @@ fn a_plan_round_trips_through_json_and_yaml() {
     );
     let policy: Policy = serde_json::from_str(r#"{"min_age_seconds": 0}"#).unwrap();
     assert_eq!(policy.max_moves, Policy::default().max_moves);
+}
+
+#[test]
+fn a_target_or_policy_that_makes_no_sense_says_what_to_write() {
+    let f = halves();
+    let cases = [
+        (
+            Target::MinFreeOrFull { percent: 0 },
+            Policy::default(),
+            "target.percent",
+        ),
+        (
+            Target::MinFreeOrFull { percent: 101 },
+            Policy::default(),
+            "target.percent",
+        ),
+        (
+            Target::FreeWholeCards {
+                device_type: " ".into(),
+                count: 1,
+            },
+            Policy::default(),
+            "target.device_type",
+        ),
+        (
+            Target::FreeWholeCards {
+                device_type: "MI210".into(),
+                count: 0,
+            },
+            Policy::default(),
+            "target.count",
+        ),
+        (
+            Target::FitPod {
+                pod: "ns/cpu".into(),
+                request: Box::new(crate::fixtures::request(serde_json::json!({"cpu": "1"}))),
+            },
+            Policy::default(),
+            "target.pod",
+        ),
+        (
+            three_quarters(),
+            Policy {
+                max_moves: 0,
+                ..Policy::default()
+            },
+            "policy.max_moves",
+        ),
+        (
+            three_quarters(),
+            Policy {
+                search_budget: 0,
+                ..Policy::default()
+            },
+            "policy.search_budget",
+        ),
+    ];
+    for (target, policy, field) in cases {
+        let err = plan(&f.cluster, &target, &policy).unwrap_err();
+        assert_eq!(err.field, field);
+        assert!(err.to_string().contains("write"), "{err}");
+    }
+}
+
+#[test]
+fn an_empty_snapshot_says_why_nothing_fits() {
+    let f = Fleet::new();
+    let p = plan(&f.cluster, &three_quarters(), &Policy::default()).unwrap();
+    assert!(!p.reached);
+    assert!(render_plan(&p).contains("the snapshot holds no node"));
 }

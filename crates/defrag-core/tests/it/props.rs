@@ -119,7 +119,7 @@ proptest! {
         let f = fleet(&nodes, &pods);
         let target = target(&nodes, spec);
         let policy = Policy { max_moves: 64, search_budget: 5_000, ..Policy::default() };
-        let p = plan(&f.cluster, &target, &policy);
+        let p = plan(&f.cluster, &target, &policy).unwrap();
         let shown = render_plan(&p);
         prop_assert_eq!(p.shortfall_before, target.shortfall(&f.cluster));
         let (after, skipped) = apply(&f.cluster, &p);
@@ -138,7 +138,7 @@ proptest! {
         }
         let cut_short = p.blocked.iter().any(|b| matches!(b.constraint, Constraint::SearchBudget { .. }));
         if !cut_short {
-            let again = plan(&after, &target, &policy);
+            let again = plan(&after, &target, &policy).unwrap();
             prop_assert!(again.moves.is_empty(), "{}\nthen\n{}", shown, render_plan(&again));
         }
     }

@@ -67,7 +67,7 @@ fn a_plan_over_the_schedulers_own_state() {
         pod: "ns/big".into(),
         request: Box::new(request),
     };
-    let p = plan(&cluster, &target, &Policy::default());
+    let p = plan(&cluster, &target, &Policy::default()).unwrap();
     assert!(p.reached && p.moves.len() == 1, "{p:?}");
     let (after, skipped) = apply(&cluster, &p);
     assert!(skipped.is_empty());
