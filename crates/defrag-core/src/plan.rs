@@ -327,7 +327,26 @@ impl Run<'_> {
             }
         };
         let pdb = match &pod.safety.pdb {
-            Some(b) => format!("{} allows {}", b.name, b.disruptions_allowed),
+            Some(b) => {
+                // Moves under one budget beyond what it allows at once must wait for the
+                // earlier ones' pods to run again (the executor goes step by step).
+                let before = self
+                    .moves
+                    .iter()
+                    .filter(|m| m.pdb.split(' ').next() == Some(b.name.as_str()))
+                    .count();
+                let n = u32::try_from(before).unwrap_or(u32::MAX);
+                if n < b.disruptions_allowed {
+                    format!("{} allows {}", b.name, b.disruptions_allowed)
+                } else {
+                    format!(
+                        "{} allows {}; move {} under it waits for the earlier ones to run again",
+                        b.name,
+                        b.disruptions_allowed,
+                        before + 1
+                    )
+                }
+            }
             None => "none (allowed by policy)".into(),
         };
         self.moves.push(Move {

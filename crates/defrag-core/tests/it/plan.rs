@@ -129,6 +129,13 @@ fn freeing_two_whole_cards_moves_two_pods_onto_the_others() {
     assert_eq!(p.moves.len(), 2);
     assert_eq!(p.moves.iter().map(|m| m.step).collect::<Vec<_>>(), [0, 1]);
     assert!(p.moves.iter().all(|m| m.gain.contains("emptied")));
+    // Both pods are under one budget allowing 1: the second move waits for the first.
+    assert_eq!(p.moves[0].pdb, "ns/pdb allows 1");
+    assert!(
+        p.moves[1].pdb.contains("move 2 under it waits"),
+        "{}",
+        p.moves[1].pdb
+    );
     let (after, skipped) = apply(&f.cluster, &p);
     assert!(skipped.is_empty());
     assert_eq!(target.shortfall(&after), 0);
