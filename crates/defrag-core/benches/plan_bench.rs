@@ -177,6 +177,14 @@ fn main() {
             Policy::default(),
         ),
         (
+            "fit pending whole-card pod (no card idle)",
+            Target::FitPod {
+                pod: "ns/whole".into(),
+                request: Box::new(slice_request(196_288, 8)),
+            },
+            Policy::default(),
+        ),
+        (
             "free 8 whole MI300X",
             Target::FreeWholeCards {
                 device_type: "MI300X".into(),

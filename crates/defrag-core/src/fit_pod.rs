@@ -1,16 +1,20 @@
 //! Making room for one pending pod: the fewest moves that let it fit some node.
 //!
-//! A node is a candidate when the pod fits it once every movable pod there is gone. For
-//! k = 1, 2, … the candidates are tried in order of how many pods a greedy removal
-//! (largest memory first) needs, and on each, every set of k movable pods (largest
-//! first): the set is taken when its removal makes the pod fit and each of its pods is
-//! placed elsewhere, in order, by the scheduler's fit (never back on that node). The
-//! first set found has the fewest moves among plans that make room on one node, unless
-//! the search budget cut the search short (the plan then says so).
+//! A node is a candidate when the pod fits it once every movable pod there is gone; for a
+//! pod asking one GPU (the common case) each card of the node is a candidate of its own,
+//! with the movable pods on it and a lower bound on how many must go (per dimension, the
+//! largest first). For k = 1, 2, … the candidates whose bound allows k are tried in order
+//! of the bound and of how many pods a greedy removal (largest memory first) needs, and on
+//! each, every set of k movable pods: the set is taken when its removal makes the pod fit
+//! and each of its pods is placed elsewhere, in order, by the scheduler's fit (never back
+//! on that node). The first set found has the fewest moves among plans that make room on
+//! one node, unless the search budget cut the search short (the plan then says so).
 
+use hami_protocol::names::Vendor;
+use hami_protocol::requests::DeviceRequest;
 use hami_protocol::selection::NodePolicy;
 use hami_scheduler_core::fit::quick::QuickFit;
-use hami_scheduler_core::fit::{FitRequest, fit_node};
+use hami_scheduler_core::fit::{FitRequest, demand, fit_node};
 use hami_scheduler_core::snapshot::NodeSnapshot;
 
 use crate::input::PodRequest;
@@ -54,6 +58,96 @@ struct Candidate {
     movable: Vec<usize>,
     /// Pods a greedy removal needs.
     greedy: usize,
+    /// No fewer pods can do (a lower bound).
+    least: usize,
+}
+
+/// The one GPU the pending pod asks for, when it asks for exactly one (the common case:
+/// then only pods sharing one card with it need to move, and sets are drawn per card).
+fn one_gpu(request: &PodRequest) -> Option<(Vendor, &DeviceRequest)> {
+    let mut asking = request.containers.iter().filter(|c| !c.is_empty());
+    let (container, None) = (asking.next()?, asking.next()) else {
+        return None;
+    };
+    match (&container.amd, &container.nvidia) {
+        (Some(r), None) if r.count == 1 => Some((Vendor::Amd, r)),
+        (None, Some(r)) if r.count == 1 => Some((Vendor::Nvidia, r)),
+        _ => None,
+    }
+}
+
+/// A node candidate split per card of `vendor`: the movable pods on that card, and the
+/// fewest of them that can free what the pod lacks there, dimension by dimension (the
+/// largest first: a lower bound, so sets smaller than it are never tried).
+fn per_card(
+    c: Candidate,
+    vendor: Vendor,
+    one: &DeviceRequest,
+    quick: &QuickFit<'_>,
+    work: &Work,
+) -> Vec<Candidate> {
+    let node = &work.nodes[c.node];
+    let mut out = Vec::new();
+    for (g, gpu) in node.devices.gpus.iter().enumerate() {
+        if gpu.vendor != vendor {
+            continue;
+        }
+        let on_card: Vec<(usize, Slot)> = c
+            .movable
+            .iter()
+            .filter_map(|p| {
+                let s = work.at[*p].slots.iter().find(|s| s.gpu == g)?;
+                Some((*p, *s))
+            })
+            .collect();
+        let all_slots = |ps: &[(usize, Slot)]| -> Vec<Slot> {
+            ps.iter()
+                .flat_map(|(p, _)| work.at[*p].slots.clone())
+                .collect()
+        };
+        if on_card.is_empty() || !quick.fits(&without(node, all_slots(&on_card))) {
+            continue;
+        }
+        let (mem, cores) = demand(gpu, one);
+        let u = node.usage[g];
+        let fewest = |deficit: u64, amount: fn(&Slot) -> u64| -> usize {
+            let mut amounts: Vec<u64> = on_card.iter().map(|(_, s)| amount(s)).collect();
+            amounts.sort_unstable_by(|a, b| b.cmp(a));
+            let mut freed = 0;
+            let mut k = 0;
+            while freed < deficit && k < amounts.len() {
+                freed += amounts[k];
+                k += 1;
+            }
+            k
+        };
+        let least = [
+            fewest((u.mem_mib + mem).saturating_sub(gpu.info.devmem), |s| s.mem),
+            fewest(
+                (u.cores + cores).saturating_sub(u64::from(gpu.info.devcore)),
+                |s| s.cores,
+            ),
+            fewest(
+                u64::from((u.used + 1).saturating_sub(gpu.info.count)),
+                |s| u64::from(s.slots),
+            ),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(1)
+        .max(1);
+        let movable: Vec<usize> = on_card.iter().map(|(p, _)| *p).collect();
+        let greedy = (least..=movable.len())
+            .find(|k| quick.fits(&without(node, all_slots(&on_card[..*k]))))
+            .unwrap_or(movable.len());
+        out.push(Candidate {
+            node: c.node,
+            movable,
+            greedy,
+            least,
+        });
+    }
+    out
 }
 
 /// The search (module docs); the node the pod then fits.
@@ -93,6 +187,7 @@ pub(crate) fn reach(
                 node: n,
                 movable,
                 greedy,
+                least: 1,
             });
             continue;
         }
@@ -117,7 +212,13 @@ pub(crate) fn reach(
         let reason = "the snapshot holds no node".to_owned();
         run.block("fleet".into(), Constraint::NeverFits { reason });
     }
-    candidates.sort_by_key(|c| (c.greedy, c.node));
+    if let Some((vendor, one)) = one_gpu(request) {
+        candidates = candidates
+            .into_iter()
+            .flat_map(|c| per_card(c, vendor, one, &quick, work))
+            .collect();
+    }
+    candidates.sort_by_key(|c| (c.least, c.greedy, c.node));
     let largest = candidates
         .iter()
         .map(|c| c.movable.len())
@@ -129,7 +230,10 @@ pub(crate) fn reach(
             run.block("fleet".into(), Constraint::MoveLimit { max_moves });
             return None;
         }
-        for c in candidates.iter().filter(|c| c.movable.len() >= k) {
+        for c in candidates
+            .iter()
+            .filter(|c| c.least <= k && c.movable.len() >= k)
+        {
             let mut combo: Vec<usize> = (0..k).collect();
             loop {
                 if !run.spend() {

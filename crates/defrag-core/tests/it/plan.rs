@@ -315,3 +315,43 @@ fn an_empty_snapshot_says_why_nothing_fits() {
     assert!(!p.reached);
     assert!(render_plan(&p).contains("the snapshot holds no node"));
 }
+
+#[test]
+fn a_whole_card_pod_takes_the_card_with_the_fewest_moves() {
+    // a-0: three 1/8 pods (3 moves to empty), a-1: two 1/4 pods (2), b-0: one 1/8 (1).
+    let mut f = Fleet::new();
+    f.node("a", &[MI210, MI210]).node("b", &[MI210]);
+    let eighth = || slice(Vendor::Amd, 8192, 12);
+    for i in 0..3 {
+        assert!(f.place(&format!("e{i}"), "a", "a-0", eighth(), movable()));
+    }
+    for i in 0..2 {
+        let quarter = slice(Vendor::Amd, 16_384, 25);
+        assert!(f.place(&format!("q{i}"), "a", "a-1", quarter, movable()));
+    }
+    assert!(f.place("b", "b", "b-0", eighth(), movable()));
+    let target = Target::FitPod {
+        pod: "ns/whole".into(),
+        request: Box::new(slice(Vendor::Amd, 65_536, 100)),
+    };
+    let p = plan(&f.cluster, &target, &Policy::default()).unwrap();
+    assert!(p.reached, "{}", render_plan(&p));
+    assert_eq!(p.moves.len(), 1, "{}", render_plan(&p));
+    assert_eq!(p.moves[0].pod, "ns/b");
+    assert_eq!(p.pod_fits_on.as_deref(), Some("b"));
+    // With b's pod protected, a-1's two pods go, not a-0's three.
+    f.cluster
+        .pods
+        .iter_mut()
+        .find(|q| q.name == "b")
+        .unwrap()
+        .safety
+        .gang_member = true;
+    let p = plan(&f.cluster, &target, &Policy::default()).unwrap();
+    assert_eq!(p.moves.len(), 2, "{}", render_plan(&p));
+    assert!(
+        p.moves.iter().all(|m| m.from.cards[0].card == "a-1"),
+        "{}",
+        render_plan(&p)
+    );
+}
