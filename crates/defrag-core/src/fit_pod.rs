@@ -8,7 +8,8 @@
 //! each, every set of k movable pods: the set is taken when its removal makes the pod fit
 //! and each of its pods is placed elsewhere, in order, by the scheduler's fit (never back
 //! on that node). The first set found has the fewest moves among plans that make room on
-//! one node, unless the search budget cut the search short (the plan then says so).
+//! one node and place each moved pod by best fit (other placements of the moved pods are
+//! not searched), unless the search budget cut the search short (the plan then says so).
 
 use hami_protocol::names::Vendor;
 use hami_protocol::requests::DeviceRequest;
