@@ -15,8 +15,9 @@
 //! The search. Every placement question is the scheduler's own fit (`fit_node` and
 //! `QuickFit` of `hami-scheduler-core`) on the snapshot as earlier moves left it, so each
 //! move's target is reserved in order. A pending pod: for k = 1, 2, … the candidate nodes
-//! are tried with every set of k movable pods, so the first plan found has the fewest
-//! moves (bounded by `Policy::search_budget`). Card targets: greedy, card by
+//! (per card, for a pod asking one GPU) are tried with every set of k movable pods, so the
+//! first plan found has the fewest moves, each moved pod placed by best fit (bounded by
+//! `Policy::search_budget`). Card targets: greedy, card by
 //! card, cheapest first; a step (emptying one card) is kept only when the target's
 //! shortfall strictly drops; passes repeat until nothing changes, so planning again after
 //! applying finds nothing.
