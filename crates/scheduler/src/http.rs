@@ -199,12 +199,14 @@ pub fn metrics_router(scheduler: Arc<Scheduler>) -> Router {
                     let format = hami_protocol::exposition::Format::negotiate(
                         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
                     );
-                    let text = {
+                    let taken = {
                         let mut state = s.state();
                         // Capacity gauges leave out vendors whose plugin stopped refreshing.
                         state.expire_heartbeats(std::time::Instant::now());
-                        s.metrics.render_as(&state, format)
+                        s.metrics.take(&state)
                     };
+                    // The defragmentation gauges are measured here, the lock released.
+                    let text = s.metrics.encode(taken, format);
                     ([(header::CONTENT_TYPE, format.content_type())], text)
                 },
             ),

@@ -2,7 +2,8 @@
 //!
 //! This crate is the shell: informers ([`informer`]), the bind path ([`runtime`]), leader
 //! election ([`leader`]), the HTTP routes ([`http`]) and listeners ([`listener`]), DRA claim
-//! templates ([`dra_templates`]), forwarding to the leader ([`forward`]), metrics, config.
+//! templates ([`dra_templates`]), forwarding to the leader ([`forward`]), metrics (the
+//! defragmentation gauges in [`defrag_metrics`]), config.
 //! Its decisions live in the pure crate `hami-scheduler-core`, re-exported here at the
 //! paths they always had: [`snapshot`], [`usage`], [`fit`], [`state`], [`heartbeat`],
 //! [`extender`], [`bind_plan`], [`admission`], [`review_codec`], [`dra_claims`],
@@ -17,6 +18,7 @@ pub use hami_scheduler_core::{
 
 pub mod cert_pin;
 pub mod config;
+pub mod defrag_metrics;
 pub mod dra_templates;
 pub mod extender_client;
 pub mod forward;

@@ -20,10 +20,11 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
+use crate::snapshot::{Gpu, NodeSnapshot};
 use crate::state::ClusterState;
 
-type Labels = Vec<(String, String)>;
-type GaugeFamily = Family<Labels, Gauge<f64, AtomicU64>>;
+pub(crate) type Labels = Vec<(String, String)>;
+pub(crate) type GaugeFamily = Family<Labels, Gauge<f64, AtomicU64>>;
 
 fn latency_histogram() -> Histogram {
     // 0.1 ms .. ~3.3 s
@@ -100,6 +101,34 @@ impl Metrics {
 
     /// Every metric in `format` (see [`Format::negotiate`] for choosing it from `Accept`).
     pub fn render_as(&self, state: &ClusterState, format: Format) -> String {
+        self.encode(self.take(state), format)
+    }
+
+    /// What a scrape needs from `state`, taken while its lock is held: every gauge but the
+    /// defragmentation ones, and a copy of the node snapshots for those.
+    pub fn take(&self, state: &ClusterState) -> Taken {
+        Taken {
+            registry: self.registry(state),
+            nodes: state.nodes().cloned().collect(),
+        }
+    }
+
+    /// The scrape's text in `format`, the defragmentation gauges measured here: call it
+    /// after releasing the state lock (measuring runs the fit rule per reference slice and
+    /// card, too slow to hold Filter up on a large fleet).
+    pub fn encode(&self, taken: Taken, format: Format) -> String {
+        let Taken {
+            mut registry,
+            nodes,
+        } = taken;
+        crate::defrag_metrics::register(&mut registry, &nodes);
+        let mut out = String::new();
+        // Encoding into a String cannot fail.
+        let _ = encode(&mut out, &registry);
+        format.encode(&out)
+    }
+
+    fn registry(&self, state: &ClusterState) -> Registry {
         let mut registry =
             Registry::with_labels([(Cow::Borrowed("zone"), Cow::Borrowed("vGPU"))].into_iter());
         registry.register(
@@ -166,15 +195,7 @@ impl Metrics {
         };
         for node in state.nodes() {
             for (gpu, usage) in node.devices.gpus.iter().zip(&node.usage) {
-                let labels: Labels = vec![
-                    ("node".into(), node.devices.name.clone()),
-                    ("device_uuid".into(), gpu.info.id.clone()),
-                    ("device_index".into(), gpu.info.index.to_string()),
-                    (
-                        "device_type".into(),
-                        gpu.vendor.device_type(&gpu.info.device_type),
-                    ),
-                ];
+                let labels = gpu_labels(&node.devices.name, gpu);
                 mem_limit
                     .get_or_create(&labels)
                     .set(gpu.info.devmem as f64 * 1_048_576.0);
@@ -249,11 +270,28 @@ impl Metrics {
             quota_used.get_or_create(&used_labels).set(used as f64);
             quota_limit.get_or_create(&limit_labels).set(limit as f64);
         }
-        let mut out = String::new();
-        // Encoding into a String cannot fail.
-        let _ = encode(&mut out, &registry);
-        format.encode(&out)
+        registry
     }
+}
+
+/// A scrape's share of the state, taken under its lock ([`Metrics::take`]).
+#[derive(Debug)]
+pub struct Taken {
+    registry: Registry,
+    nodes: Vec<NodeSnapshot>,
+}
+
+/// A GPU's labels on every per-GPU family.
+pub(crate) fn gpu_labels(node: &str, gpu: &Gpu) -> Labels {
+    vec![
+        ("node".into(), node.to_owned()),
+        ("device_uuid".into(), gpu.info.id.clone()),
+        ("device_index".into(), gpu.info.index.to_string()),
+        (
+            "device_type".into(),
+            gpu.vendor.device_type(&gpu.info.device_type),
+        ),
+    ]
 }
 
 #[cfg(test)]

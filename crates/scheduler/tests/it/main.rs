@@ -1,11 +1,12 @@
 //! The scheduler's integration tests, one binary: the extender, the webhook (D-4, the DRA
 //! mode), bind and the node lock, leader election and forwarding between replicas, watch
-//! supervision, node liveness, TLS reloads, namespace quotas (and install.md's quota section, as
-//! written) and the HTTP surface, on the
-//! embedded API server with the simulated kube-scheduler in front; `pod_memory` runs the real binary.
+//! supervision, node liveness, TLS reloads, the defragmentation gauges, namespace quotas
+//! (and install.md's quota section, as written) and the HTTP surface, on the embedded API
+//! server with the simulated kube-scheduler in front; `pod_memory` runs the real binary.
 //! [`common`] is their shared setup.
 
 mod common;
+mod defrag_metrics;
 mod dra_webhook;
 mod e2e;
 mod ha;
