@@ -11,13 +11,15 @@
 //!   unmounts everything under the directory and removes it (`teardown.rs`). An instance
 //!   whose process died without stopping it is removed by the next [`Containerd::start`];
 //! - [`images::BusyboxImage`] builds tiny images from the host's static busybox with
-//!   buildah, as OCI archives.
+//!   buildah, as OCI archives;
+//! - [`shared::containerd`]: one instance per test process, with the tests' images.
 //!
 //! The snapshotter is `overlayfs` unless the directory is itself on overlayfs (a CI
 //! container's `/tmp`), where overlay-on-overlay fails: then `native` ([`snapshotter_for`]).
 
 pub mod config;
 pub mod images;
+pub mod shared;
 pub mod teardown;
 
 use std::io::Read;

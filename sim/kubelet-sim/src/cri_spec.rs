@@ -56,6 +56,20 @@ pub struct DeviceNode {
     pub permissions: String,
 }
 
+/// `allocated` on a node whose `/dev` is `dev_root` on the host (`--dev-root`, a
+/// simulated node's stand-in device nodes): device host paths under `/dev/` move there, as
+/// the stand-in runtime finds them.
+pub fn on_dev_root(mut allocated: Allocated, dev_root: &std::path::Path) -> Allocated {
+    if dev_root != std::path::Path::new("/dev") {
+        for d in &mut allocated.devices {
+            if let Some(rel) = d.host_path.strip_prefix("/dev/") {
+                d.host_path = dev_root.join(rel).display().to_string();
+            }
+        }
+    }
+    allocated
+}
+
 /// What the device manager (and DRA) gave one container.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Allocated {
@@ -558,6 +572,33 @@ mod tests {
         let ns = sc.namespace_options.unwrap();
         assert_eq!(ns.pid, cri::NamespaceMode::Pod as i32);
         assert_eq!(ns.network, cri::NamespaceMode::Node as i32);
+    }
+
+    #[test]
+    fn device_host_paths_move_to_the_dev_root() {
+        let node = |path: &str| DeviceNode {
+            container_path: "/dev/kfd".into(),
+            host_path: path.into(),
+            permissions: "rw".into(),
+        };
+        let allocated = Allocated {
+            devices: vec![
+                node("/dev/kfd"),
+                node("/dev/dri/renderD128"),
+                node("/opt/x"),
+            ],
+            ..Default::default()
+        };
+        let moved = on_dev_root(allocated.clone(), std::path::Path::new("/tmp/n1/dev"));
+        let paths: Vec<&str> = moved.devices.iter().map(|d| d.host_path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["/tmp/n1/dev/kfd", "/tmp/n1/dev/dri/renderD128", "/opt/x"]
+        );
+        assert_eq!(
+            on_dev_root(allocated.clone(), std::path::Path::new("/dev")),
+            allocated
+        );
     }
 
     #[test]

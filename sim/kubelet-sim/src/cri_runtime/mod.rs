@@ -46,7 +46,7 @@ use crate::cgroup_layout::{CgroupDriver, Layout, Qos};
 use crate::container_runtime::ContainerRecord;
 use crate::cri_args::CriArgs;
 use crate::cri_spec::{
-    Allocated, PodRef, container_config, k8s_state, missing_image, sandbox_config,
+    Allocated, PodRef, container_config, k8s_state, missing_image, on_dev_root, sandbox_config,
 };
 use crate::device_state::DeviceState;
 
@@ -116,6 +116,8 @@ struct CriPod {
 pub struct CriRuntime {
     cri: Cri,
     args: CriArgs,
+    /// The node's `/dev` on the host (`--dev-root`): Allocate's device host paths are there.
+    dev_root: PathBuf,
     client: kube::Client,
     state: Arc<Mutex<DeviceState>>,
     /// emptyDir volumes and container logs: `<dir>/<uid>/…`.
@@ -172,6 +174,7 @@ impl CriRuntime {
         .await
         .map(|mut cri| {
             cri.records = records.clone();
+            cri.dev_root = args.runtime.dev_root.clone();
             Some(cri)
         })
     }
@@ -190,6 +193,7 @@ impl CriRuntime {
         Ok(Self {
             cri,
             args,
+            dev_root: "/dev".into(),
             client,
             state,
             dir,
@@ -517,7 +521,10 @@ impl CriRuntime {
             return;
         };
         let volumes = self.dir.join(uid).join("volumes");
-        let allocated = p.allocated.get(name).cloned().unwrap_or_default();
+        let allocated = on_dev_root(
+            p.allocated.get(name).cloned().unwrap_or_default(),
+            &self.dev_root,
+        );
         let own_network = self.args.cni_config.is_some();
         let config = container_config(&p.pod, &p.spec, &container, &allocated, own_network, &|v| {
             volumes.join(v)

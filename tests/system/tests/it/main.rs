@@ -2,9 +2,11 @@
 //! RBAC against the embedded API server with authentication on (`least_privilege*`: AMD,
 //! NVIDIA — its body in a child process, the stand-in NVML's settings being environment —,
 //! the web UI, the DRA mode), and the web UI in Chromium against the demo's cluster
-//! (`browser`). Their shared setup is this package's library (`hami_system_tests`).
+//! (`browser`), and sliced AMD pods in real containers (`containerd`: containerd + runc,
+//! the real hook). Their shared setup is this package's library (`hami_system_tests`).
 
 mod browser;
+mod containerd;
 mod least_privilege;
 mod least_privilege_dra;
 mod least_privilege_nvidia;

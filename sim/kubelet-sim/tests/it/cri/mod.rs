@@ -1,8 +1,8 @@
 //! kubelet-sim's containerd runtime (`--runtime containerd`) against a REAL containerd and
 //! runc (`hami-containerd-host`): one containerd per test process, started by the first
 //! test that needs it and torn down at process exit (containers, shims, mounts, its
-//! directory); every test has its own API server, kubelet-sim, device plugin and pod
-//! names. The images are built once per process from the host's static busybox with
+//! directory; `hami_containerd_host::shared`); every test has its own API server,
+//! kubelet-sim, device plugin and pod names. The images are built once per process from the host's static busybox with
 //! buildah: a workload image (`busybox`) and a pause image whose process is busybox
 //! `sleep` (see `hami_containerd_host::images::busybox_pause`). Needs root and Debian's
 //! `containerd runc buildah busybox-static`; without root each test says so and returns.
@@ -15,11 +15,8 @@ mod pods;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use hami_containerd_host::images::{BusyboxImage, archive_path, busybox_pause};
-use hami_containerd_host::{Containerd, Options};
 use hami_kubelet_sim::container_runtime::RuntimeArgs;
 use hami_kubelet_sim::cri_args::{CriArgs, RuntimeKind};
 use hami_kubelet_sim::{Args, KubeletSim};
@@ -30,94 +27,11 @@ use serde_json::Value;
 /// The longest any one wait of these tests lasts.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(60);
 /// The workload image.
-pub(crate) const BUSYBOX: &str = "localhost/hami-test-busybox:1";
+pub(crate) const BUSYBOX: &str = hami_containerd_host::shared::TEST_BUSYBOX;
 /// The pause image containerd runs sandboxes from.
-pub(crate) const PAUSE: &str = "localhost/hami-test-pause:1";
+pub(crate) const PAUSE: &str = hami_containerd_host::shared::TEST_PAUSE;
 
-/// The containerd shared by this process's tests.
-pub(crate) struct Shared {
-    host: Mutex<Option<Containerd>>,
-    /// Its socket.
-    pub(crate) socket: PathBuf,
-    /// Where archives are built (`archive_path(dir, image)`).
-    pub(crate) archives: PathBuf,
-}
-
-impl Shared {
-    /// Imports an archive (tests that import late).
-    pub(crate) fn import(&self, archive: &Path) -> Result<String, String> {
-        let host = self.host.lock().unwrap_or_else(|p| p.into_inner());
-        host.as_ref()
-            .ok_or("containerd is stopped")?
-            .import(archive)
-    }
-}
-
-static SHARED: OnceLock<Result<Shared, String>> = OnceLock::new();
-
-extern "C" fn stop_at_exit() {
-    if let Some(Ok(shared)) = SHARED.get()
-        && let Some(host) = shared.host.lock().unwrap_or_else(|p| p.into_inner()).take()
-    {
-        if let Err(e) = host.stop() {
-            eprintln!("cri tests: containerd teardown: {e}");
-        }
-        let _ = std::fs::remove_dir_all(&shared.archives);
-    }
-}
-
-fn start_shared() -> Result<Shared, String> {
-    hami_containerd_host::check_host()?;
-    let archives = std::env::temp_dir().join(format!("hami-cri-images-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&archives);
-    std::fs::create_dir_all(&archives).map_err(|e| e.to_string())?;
-    let images = [
-        BusyboxImage {
-            name: BUSYBOX.into(),
-            cmd: vec!["/bin/sh".into()],
-        },
-        busybox_pause(PAUSE),
-    ];
-    for image in &images {
-        image.build(
-            &archives.join("work"),
-            &archive_path(&archives, &image.name),
-        )?;
-    }
-    let host = Containerd::start(Options::new(PAUSE))?;
-    // SAFETY: registering a plain extern "C" function with atexit(3).
-    unsafe { libc::atexit(stop_at_exit) };
-    for image in &images {
-        host.import(&archive_path(&archives, &image.name))?;
-    }
-    eprintln!(
-        "cri tests: containerd at {} (snapshotter {})",
-        host.socket().display(),
-        host.snapshotter()
-    );
-    Ok(Shared {
-        socket: host.socket(),
-        host: Mutex::new(Some(host)),
-        archives,
-    })
-}
-
-/// The shared containerd, started on first use; `None` (after saying why) when this host
-/// cannot run one because it is not root. Any other failure fails the test.
-pub(crate) fn containerd() -> Option<&'static Shared> {
-    // SAFETY: geteuid(2) has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!(
-            "skipped: the containerd tests need root and Debian's packages ({})",
-            hami_containerd_host::INSTALL
-        );
-        return None;
-    }
-    match SHARED.get_or_init(start_shared) {
-        Ok(s) => Some(s),
-        Err(e) => panic!("cannot start containerd for the tests: {e}"),
-    }
-}
+pub(crate) use hami_containerd_host::shared::{Shared, containerd};
 
 /// One test's node: API server, kubelet-sim on containerd, scratch directory.
 pub(crate) struct Node {
