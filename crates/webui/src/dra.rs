@@ -14,6 +14,7 @@ use crate::html::{esc, mib, table, url_segment};
 use crate::pages::{node_link, pod_link};
 use crate::samples::Metrics;
 use crate::svg::{CuOwner, cu_map, meter};
+use crate::usage::{card_use, coverage, figure, sampled_note};
 use crate::world::{World, is_dra_node};
 
 const MIB: f64 = 1048576.0;
@@ -105,23 +106,10 @@ pub fn overview_section(world: &World) -> String {
 }
 
 /// One device's card: capacity and consumption meters, CU map, shares.
-fn device_card(out: &mut String, device: &DraDevice, metrics: &Metrics) {
+fn device_card(out: &mut String, node: &str, device: &DraDevice, metrics: &Metrics, now: i64) {
     let id = format!("dra-{}", url_segment(&device.name));
-    let used: Vec<f64> = device
-        .holders
-        .iter()
-        .flat_map(|h| &h.pods)
-        .filter_map(|p| {
-            let (ns, name) = p.split_once('/').unwrap_or(("", p));
-            metrics.pod_device(ns, name, &device.uuid).memory_bytes
-        })
-        .collect();
-    let used_mib = metrics
-        .cards
-        .get(&device.uuid)
-        .and_then(|c| c.1)
-        .map(|b| b / MIB)
-        .or_else(|| (!used.is_empty()).then(|| used.iter().sum::<f64>() / MIB));
+    let covered = coverage(metrics, node);
+    let sampled = card_use(metrics, node, &device.uuid);
     let _ = write!(
         out,
         "<section class=\"card\" data-dra-device=\"{name}\" aria-labelledby=\"{id}\"><h3 id=\"{id}\">{name} {product} <span class=\"muted\">{uuid}</span></h3><p>{health} · {used}/{shares} shares</p>",
@@ -138,11 +126,11 @@ fn device_card(out: &mut String, device: &DraDevice, metrics: &Metrics) {
     );
     let _ = write!(
         out,
-        "<p>{}<br>{}</p>",
+        "<p>{}<br>{}<br>{}</p>",
         meter(
             "Memory (MiB)",
             device.memory_used_bytes as f64 / MIB,
-            used_mib,
+            sampled.memory_mib,
             device.memory_bytes as f64 / MIB,
             "MiB"
         ),
@@ -153,6 +141,7 @@ fn device_card(out: &mut String, device: &DraDevice, metrics: &Metrics) {
             device.compute_units as f64,
             "CUs"
         ),
+        sampled_note(sampled.at, now, covered),
     );
     let total = u32::try_from(device.compute_units).unwrap_or(u32::MAX);
     // Owner label: the pod, else the claim (allocated, not reserved by a pod yet).
@@ -198,12 +187,13 @@ fn device_card(out: &mut String, device: &DraDevice, metrics: &Metrics) {
                         .collect::<Vec<_>>()
                         .join("<br>")
                 };
-                let used: Vec<f64> = h
+                let used: Vec<(f64, Option<i64>)> = h
                     .pods
                     .iter()
                     .filter_map(|p| {
                         let (ns, name) = p.split_once('/').unwrap_or(("", p));
-                        metrics.pod_device(ns, name, &device.uuid).memory_bytes
+                        let u = metrics.pod_device(ns, name, &device.uuid);
+                        u.memory_bytes.map(|b| (b, u.at))
                     })
                     .collect();
                 vec![
@@ -213,11 +203,16 @@ fn device_card(out: &mut String, device: &DraDevice, metrics: &Metrics) {
                     h.memory_limit_bytes
                         .map(bytes_mib)
                         .unwrap_or_else(|| "(pending prepare)".into()),
-                    if used.is_empty() {
-                        "no samples yet".into()
-                    } else {
-                        mib(used.iter().sum::<f64>() / MIB)
-                    },
+                    figure(
+                        (!used.is_empty()).then(|| {
+                            (
+                                mib(used.iter().map(|(b, _)| b).sum::<f64>() / MIB),
+                                used.iter().filter_map(|(_, at)| *at).min(),
+                            )
+                        }),
+                        now,
+                        covered,
+                    ),
                     format!("{} CUs", h.compute_units),
                     if h.cu_ranges.is_empty() {
                         "(pending prepare)".into()
@@ -245,7 +240,7 @@ fn device_card(out: &mut String, device: &DraDevice, metrics: &Metrics) {
 }
 
 /// The node page's DRA section for node `name`; `None` when it is not a DRA node.
-pub fn node_section(world: &World, metrics: &Metrics, name: &str) -> Option<String> {
+pub fn node_section(world: &World, metrics: &Metrics, name: &str, now: i64) -> Option<String> {
     let labelled = world.nodes.get(name).is_some_and(is_dra_node);
     let node: Option<&DraNode> = world.dra_nodes().iter().find(|n| n.name == name);
     if !labelled && node.is_none() {
@@ -266,7 +261,7 @@ pub fn node_section(world: &World, metrics: &Metrics, name: &str) -> Option<Stri
     }
     out.push_str("<div class=\"cards\">");
     for d in devices {
-        device_card(&mut out, d, metrics);
+        device_card(&mut out, name, d, metrics, now);
     }
     out.push_str("</div>");
     Some(out)
@@ -322,6 +317,7 @@ pub fn pod_section(world: &World, pod: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::{captures, slice_device};
     use crate::html::esc;
     use crate::pages;
     use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
@@ -419,7 +415,7 @@ mod tests {
         assert!(node.contains("1/10 shares"), "{node}");
         assert!(node.contains("UNHEALTHY (tainted"), "{node}");
         assert!(
-            node.contains("<td>ml/train-gpu-x1:gpu</td><td>8.0 GiB</td><td>8.0 GiB</td><td>no samples yet</td><td>26 CUs</td><td>26-51</td>"),
+            node.contains("<td>ml/train-gpu-x1:gpu</td><td>8.0 GiB</td><td>8.0 GiB</td><td>not reported: no monitor configured for this node</td><td>26 CUs</td><td>26-51</td>"),
             "{node}"
         );
 
@@ -442,30 +438,6 @@ mod tests {
         assert!(!pod.contains("<h2>DRA shares</h2>"), "{pod}");
         let node = pages::node(&w, &m, "dra-node", 1000).html;
         assert_eq!(count(&node, "data-owner=\"ml/train\""), 0);
-    }
-
-    /// The real captures' register entries (KFD trees from hami-sysfs-fixtures, discovered
-    /// and registered as the AMD plugin does): 8 × MI210, and an MI300X in CPX mode (63
-    /// hard partitions of 38 CUs).
-    fn captures() -> (k8s_openapi::api::core::v1::Node, Vec<DeviceInfo>) {
-        let scenario = hami_planner::scenario::parse_scenario(
-            "fleet:\n- {name: mi210, count: 1, capture: mi210-xgmi}\n- {name: cpx, count: 1, capture: mi300x-cpx, mode: partition}\nworkloads: []\n",
-            "test.yaml",
-        )
-        .unwrap();
-        let specs = hami_planner::fleet::resolve_groups(&scenario.fleet).unwrap();
-        let nodes = hami_planner::fleet::build_nodes(&scenario.fleet[..1], &specs[..1]).unwrap();
-        (nodes[0].clone(), specs[1].amd.clone())
-    }
-
-    /// The slice device the driver publishes for a register entry (dra-core's
-    /// `slice::device`: shared when it has more than one share, else exclusive).
-    fn slice_device(name: &str, info: &DeviceInfo) -> Value {
-        json!({"name": name, "allowMultipleAllocations": info.count > 1,
-            "attributes": {"uuid": {"string": info.id}, "productName": {"string": info.device_type}},
-            "capacity": {"memory": {"value": format!("{}Mi", info.devmem)},
-                "computeUnits": {"value": info.devcore.to_string()},
-                "shares": {"value": info.count.to_string()}}})
     }
 
     #[test]
@@ -539,7 +511,7 @@ mod tests {
         // Granted: 16 GiB by the scheduler, 8 GiB + one 1/63 partition claimed through DRA.
         let partition_mib = cpx[5].devmem as f64;
         assert_eq!(w.memory_granted_mib(), 16384.0 + 8192.0 + partition_mib);
-        m.ingest(1000, vec![Ok(parse_samples(&body))], w.memory_granted_mib());
+        m.ingest(1000, vec![Ok(parse_samples(&body))], &w);
         assert_eq!(
             m.trend_granted.0.back(),
             Some(&(1000, 24576.0 + partition_mib))
@@ -550,7 +522,7 @@ mod tests {
         // MI210: 8 plugin GPUs + 2 DRA devices on 2 nodes; 24 of 640 GiB
         // granted, 6 GiB used; 52 of 1040 CUs; the tainted DRA device is unhealthy.
         assert!(
-            overview.contains("<td>AMD Instinct MI210</td><td>AMD</td><td>10</td><td>2</td><td>24.0 GiB / 640.0 GiB (4%)</td><td>6.0 GiB (1%)</td><td>52 / 1040 CUs (5%)</td><td>no samples yet</td><td><span class=\"bad\">1 unhealthy</span></td>"),
+            overview.contains("<td>AMD Instinct MI210</td><td>AMD</td><td>10</td><td>2</td><td>24.0 GiB / 640.0 GiB (4%)</td><td>6.0 GiB (1%) <span class=\"age\" title=\"sampled at 00:16:40 UTC\">as of 0 s ago</span></td><td>52 / 1040 CUs (5%)</td><td>no samples yet</td><td><span class=\"bad\">1 unhealthy</span></td>"),
             "{overview}"
         );
         // The CPX partitions: 63 on 1 node, one held whole (as a register entry each).
@@ -559,7 +531,7 @@ mod tests {
         let total_cus: u32 = cpx.iter().map(|d| d.devcore).sum();
         assert!(
             overview.contains(&format!(
-                "<td>{}</td><td>AMD</td><td>63</td><td>1</td><td>{} / {} ({})</td><td>no samples yet</td><td>{} / {total_cus} CUs ({})</td>",
+                "<td>{}</td><td>AMD</td><td>63</td><td>1</td><td>{} / {} ({})</td><td>not reported: no monitor configured for this node</td><td>{} / {total_cus} CUs ({})</td>",
                 esc(&part.device_type),
                 mib(part.devmem as f64),
                 mib(total_mib),
@@ -599,7 +571,7 @@ mod tests {
         );
         let overview = pages::overview(&w, &m, 1000).html;
         assert!(
-            overview.contains("<td>AMD Instinct MI210</td><td>AMD</td><td>10</td><td>2</td><td>24.0 GiB / 640.0 GiB (4%)</td><td>6.0 GiB (1%)</td><td>52 / 1040 CUs (5%)</td><td>no samples yet</td><td><span class=\"bad\">1 unhealthy</span></td>"),
+            overview.contains("<td>AMD Instinct MI210</td><td>AMD</td><td>10</td><td>2</td><td>24.0 GiB / 640.0 GiB (4%)</td><td>6.0 GiB (1%) <span class=\"age\" title=\"sampled at 00:16:40 UTC\">as of 0 s ago</span></td><td>52 / 1040 CUs (5%)</td><td>no samples yet</td><td><span class=\"bad\">1 unhealthy</span></td>"),
             "{overview}"
         );
         assert!(overview.contains("1 nodes with GPUs"), "{overview}");
@@ -635,7 +607,7 @@ mod tests {
         );
         let overview = pages::overview(&w, &m, 1000).html;
         assert!(
-            overview.contains("<td><a href=\"/nodes/mixed\">mixed</a></td><td>NVIDIA A100</td><td>0/1</td><td>0 MiB / 64.0 GiB</td><td>no samples yet</td><td>ok</td>"),
+            overview.contains("<td><a href=\"/nodes/mixed\">mixed</a></td><td>NVIDIA A100</td><td>0/1</td><td>0 MiB / 64.0 GiB</td><td>not reported: no monitor configured for this node</td><td>ok</td>"),
             "{overview}"
         );
     }
@@ -643,8 +615,11 @@ mod tests {
     #[test]
     fn dra_watch_errors_show_only_where_dra_is_used() {
         let mut w = World::default();
-        w.api_errors
-            .insert("resourceslices", "404 the server could not find it".into());
+        w.watch_failed(
+            "resourceslices",
+            "404 the server could not find it".into(),
+            0,
+        );
         w.synced.insert("resourceclaims", false);
         w.synced.insert("nodes", false);
         let b = w.banners();
@@ -652,13 +627,12 @@ mod tests {
         assert!(b[0].contains("Still listing nodes"));
         assert!(overview_section(&w).is_empty());
         w = world();
-        w.api_errors
-            .insert("resourceslices", "403 forbidden".into());
+        w.watch_failed("resourceslices", "403 forbidden".into(), 0);
         w.synced.insert("resourceclaims", false);
         let b = w.banners();
         assert!(
             b.iter()
-                .any(|b| b.contains("cannot be read (resourceslices): 403")),
+                .any(|b| b.contains("cannot be read since 00:00 UTC (resourceslices): 403")),
             "{b:?}"
         );
         assert!(

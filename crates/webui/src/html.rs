@@ -121,6 +121,25 @@ pub fn clock(at: i64) -> String {
     format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
 }
 
+/// `since HH:MM UTC` of a moment (seconds since the epoch).
+pub fn since(at: i64) -> String {
+    format!("since {} UTC", &clock(at)[..5])
+}
+
+/// How old a sample taken at `at` is at `now`, for a figure: `as of 12 s ago`.
+pub fn age(at: i64, now: i64) -> String {
+    let s = (now - at).max(0);
+    let text = match s {
+        0..120 => format!("{s} s"),
+        120..7200 => format!("{} min", s / 60),
+        _ => format!("{} h", s / 3600),
+    };
+    format!(
+        "<span class=\"age\" title=\"sampled at {} UTC\">as of {text} ago</span>",
+        clock(at)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

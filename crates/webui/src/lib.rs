@@ -9,8 +9,9 @@
 //!
 //! - [`world`], [`samples`]: what is known (plain data, fed by [`watch`] and [`scrape`];
 //!   what a watch item does to the world is [`watch_feed`], pure).
-//! - [`pages`], [`dra`] (DRA nodes, devices and pods), [`whatif`], [`svg`], [`html`]: pure
-//!   rendering.
+//! - [`pages`], [`overview`], [`dra`] (DRA nodes, devices and pods), [`whatif`], [`svg`],
+//!   [`html`]: pure rendering; [`usage`]: the monitors' figures per node and card, with
+//!   their age, or why a node has none.
 //! - [`server`]: the axum routes and the security headers every response carries;
 //!   [`connections`]: the accept loop (connection cap, request-head timeout);
 //!   [`same_origin`]: the What-if POST's origin check; [`whatif_run`]: plans with a
@@ -23,14 +24,20 @@ pub const LOG_FILTER: &str = "info,kube_client=warn,kube_runtime=warn,kube_runti
 
 pub mod connections;
 pub mod dra;
+#[cfg(test)]
+mod fixtures;
 pub mod html;
 pub mod live;
+pub mod overview;
 pub mod pages;
 pub mod same_origin;
 pub mod samples;
 pub mod scrape;
 pub mod server;
 pub mod svg;
+#[cfg(test)]
+mod trust_tests;
+pub mod usage;
 pub mod watch;
 pub mod watch_feed;
 pub mod whatif;

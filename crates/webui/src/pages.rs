@@ -1,21 +1,24 @@
 //! The pages, as pure functions of what the watchers and scrapers gathered (no I/O): the
 //! overview, a node (cards, slices, CU maps), a pod (asked vs got, live charts), and the
-//! What-if planner (their DRA parts: [`crate::dra`]). Each returns a [`Page`]; unknown objects give a 404 page.
+//! What-if planner (their DRA parts: [`crate::dra`]; the overview: [`crate::overview`]). Each returns a [`Page`]; unknown objects give a 404 page.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use hami_protocol::cu_allocated::CuAllocation;
 use hami_protocol::cu_list::CuSet;
 use hami_protocol::names::{Vendor, pod as pod_keys};
-use hami_report::{WHOLE_CARD_MARK, node_report, pod_report, report_from_state};
+use hami_report::{WHOLE_CARD_MARK, node_report, pod_report};
 
 use crate::html::{Page, clock, esc, frame, mib, not_found, table, url_segment};
 use crate::samples::{Metrics, Series};
 use crate::svg::{CuOwner, PALETTE, cu_map, line_chart, meter};
+use crate::usage::{card_use, coverage, figure, sampled_note};
 use crate::world::{EventRow, World};
 
-fn banners(world: &World, metrics: &Metrics) -> Vec<String> {
+pub use crate::overview::overview;
+
+pub(crate) fn banners(world: &World, metrics: &Metrics) -> Vec<String> {
     let mut out = world.banners();
     out.extend(metrics.banners());
     if metrics.endpoints.is_empty() {
@@ -51,23 +54,12 @@ pub(crate) fn pct(part: f64, whole: f64) -> String {
     }
 }
 
-fn cores_unit(vendor: &str) -> &'static str {
+pub(crate) fn cores_unit(vendor: &str) -> &'static str {
     if vendor == Vendor::Amd.word() {
         "CUs"
     } else {
         "%"
     }
-}
-
-/// Memory used per device uuid, from the monitors (pods' containers summed).
-fn used_by_device(metrics: &Metrics) -> BTreeMap<&str, f64> {
-    let mut out: BTreeMap<&str, f64> = BTreeMap::new();
-    for ((_, _, _, uuid), u) in &metrics.latest {
-        if let Some(b) = u.memory_bytes {
-            *out.entry(uuid.as_str()).or_default() += b / 1048576.0;
-        }
-    }
-    out
 }
 
 fn events_table(events: &[&EventRow]) -> String {
@@ -96,261 +88,6 @@ fn events_table(events: &[&EventRow]) -> String {
         &["TIME", "TYPE", "REASON", "MESSAGE"],
         &rows,
     )
-}
-
-/// `/`: GPUs by type (the device plugins' and the DRA devices), the last hour's trend,
-/// pending GPU pods and the nodes.
-pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
-    let report = report_from_state(&world.state, world.pods.values(), &world.scheduling_notes());
-    let used = used_by_device(metrics);
-    let mut body = String::with_capacity(256 * report.nodes.len() + 8192);
-    body.push_str("<h1>Overview</h1>");
-
-    // GPUs by type: the device plugins' GPUs and the DRA devices, each a GPU or a hard
-    // partition counted once (World::dra_devices says why both count alike).
-    struct Counted<'a> {
-        node: &'a str,
-        device_type: &'a str,
-        vendor: &'static str,
-        id: &'a str,
-        mem: f64,
-        mem_granted: f64,
-        cores: f64,
-        cores_granted: f64,
-        healthy: bool,
-    }
-    let plugin = report.nodes.iter().flat_map(|n| {
-        n.gpus.iter().map(move |g| Counted {
-            node: &n.name,
-            device_type: &g.device_type,
-            vendor: g.vendor,
-            id: &g.id,
-            mem: g.memory_mib as f64,
-            mem_granted: g.memory_used_mib as f64,
-            cores: f64::from(g.cores),
-            cores_granted: g.cores_used as f64,
-            healthy: g.healthy,
-        })
-    });
-    // Granted on a DRA device: what the allocated claims consume; tainted = unhealthy.
-    let dra = world.dra_devices().map(|(n, d)| Counted {
-        node: &n.name,
-        device_type: if d.product.is_empty() {
-            "(no productName)"
-        } else {
-            &d.product
-        },
-        vendor: Vendor::Amd.word(),
-        id: &d.uuid,
-        mem: d.memory_bytes as f64 / 1048576.0,
-        mem_granted: d.memory_used_bytes as f64 / 1048576.0,
-        cores: d.compute_units as f64,
-        cores_granted: d.compute_units_used as f64,
-        healthy: !d.tainted,
-    });
-    #[derive(Default)]
-    struct TypeRow<'a> {
-        vendor: &'static str,
-        gpus: usize,
-        /// Nodes with GPUs of this type.
-        nodes: BTreeSet<&'a str>,
-        mem: f64,
-        mem_granted: f64,
-        mem_used: f64,
-        cores: f64,
-        cores_granted: f64,
-        unhealthy: usize,
-        /// GPUs with a memory sample from a monitor.
-        sampled: usize,
-        /// Busy percent of the cards that report one (the monitors' host series).
-        busy: Vec<f64>,
-    }
-    let mut types: BTreeMap<&str, TypeRow> = BTreeMap::new();
-    for g in plugin.chain(dra) {
-        let row = types.entry(g.device_type).or_default();
-        row.vendor = g.vendor;
-        row.gpus += 1;
-        row.nodes.insert(g.node);
-        row.mem += g.mem;
-        row.mem_granted += g.mem_granted;
-        if let Some(u) = used.get(g.id) {
-            row.mem_used += u;
-            row.sampled += 1;
-        }
-        row.cores += g.cores;
-        row.cores_granted += g.cores_granted;
-        if let Some(b) = metrics.cards.get(g.id).and_then(|c| c.0) {
-            row.busy.push(b);
-        }
-        row.unhealthy += usize::from(!g.healthy);
-    }
-    let rows: Vec<Vec<String>> = types
-        .iter()
-        .map(|(t, r)| {
-            let unit = cores_unit(r.vendor);
-            vec![
-                esc(t),
-                r.vendor.to_owned(),
-                r.gpus.to_string(),
-                r.nodes.len().to_string(),
-                format!(
-                    "{} / {} ({})",
-                    mib(r.mem_granted),
-                    mib(r.mem),
-                    pct(r.mem_granted, r.mem)
-                ),
-                if r.sampled == 0 {
-                    "no samples yet".into()
-                } else {
-                    format!("{} ({})", mib(r.mem_used), pct(r.mem_used, r.mem))
-                },
-                format!(
-                    "{:.0} / {:.0} {unit} ({})",
-                    r.cores_granted,
-                    r.cores,
-                    pct(r.cores_granted, r.cores)
-                ),
-                if r.busy.is_empty() {
-                    "no samples yet".into()
-                } else {
-                    format!(
-                        "{:.0}% busy (mean of {} cards)",
-                        r.busy.iter().fold(0.0, |a, b| a + b) / r.busy.len() as f64,
-                        r.busy.len()
-                    )
-                },
-                if r.unhealthy > 0 {
-                    format!("<span class=\"bad\">{} unhealthy</span>", r.unhealthy)
-                } else {
-                    "ok".into()
-                },
-            ]
-        })
-        .collect();
-    body.push_str("<h2>GPUs by type</h2>");
-    if rows.is_empty() {
-        body.push_str("<p class=\"muted\">No node registers GPUs (no hami.io/node-*-register annotation, no DRA device published).</p>");
-    } else {
-        body.push_str(&table(
-            "Allocated (granted by the scheduler, or claimed through DRA) and used (reported by the monitors)",
-            &[
-                "TYPE",
-                "VENDOR",
-                "GPUS",
-                "NODES",
-                "MEMORY GRANTED",
-                "MEMORY USED",
-                "COMPUTE GRANTED",
-                "COMPUTE USED",
-                "HEALTH",
-            ],
-            &rows,
-        ));
-    }
-
-    body.push_str("<h2>Last hour</h2><div class=\"cards\">");
-    body.push_str(&line_chart(
-        "GPU memory, whole cluster (MiB)",
-        " MiB",
-        &[
-            ("granted", &metrics.trend_granted, PALETTE[0]),
-            ("used", &metrics.trend_used, PALETTE[1]),
-        ],
-        now,
-        0.0,
-    ));
-    body.push_str(&line_chart(
-        "Mean utilization of GPU containers (%)",
-        "%",
-        &[("utilization", &metrics.trend_utilization, PALETTE[2])],
-        now,
-        100.0,
-    ));
-    body.push_str("</div>");
-
-    body.push_str("<h2>Pending GPU pods</h2>");
-    if report.pending.is_empty() {
-        body.push_str("<p class=\"muted\">None: every GPU pod has a node.</p>");
-    } else {
-        let rows: Vec<Vec<String>> = report
-            .pending
-            .iter()
-            .map(|p| vec![pod_link(&p.pod), esc(&p.reason)])
-            .collect();
-        body.push_str(&table(
-            "Why they wait (the scheduler's latest event)",
-            &["POD", "REASON"],
-            &rows,
-        ));
-    }
-
-    body.push_str("<h2>Nodes</h2>");
-    // A DRA node registers no GPU by annotation (the DRA nodes table below lists its
-    // devices), and there the scheduler's "serves AMD through DRA" note is the expected
-    // state, not a problem.
-    let dra_names = crate::dra::dra_node_names(world);
-    let listed: Vec<_> = report
-        .nodes
-        .iter()
-        .filter(|n| !(n.gpus.is_empty() && dra_names.contains(&n.name)))
-        .collect();
-    let rows: Vec<Vec<String>> = listed
-        .iter()
-        .map(|n| {
-            let dra = dra_names.contains(&n.name);
-            let problems = world.state.node(&n.name).map_or(0, |s| {
-                s.devices
-                    .register_errors
-                    .iter()
-                    .filter(|(v, _)| !(dra && *v == Vendor::Amd))
-                    .count()
-            });
-            // fold, not sum: an empty f64 sum is -0.0, shown as "-0 MiB".
-            let mem = n.gpus.iter().fold(0.0, |a, g| a + g.memory_mib as f64);
-            let granted = n.gpus.iter().fold(0.0, |a, g| a + g.memory_used_mib as f64);
-            let node_used: Vec<f64> = n
-                .gpus
-                .iter()
-                .filter_map(|g| used.get(g.id.as_str()).copied())
-                .collect();
-            let busy = n.gpus.iter().filter(|g| g.shares_used > 0).count();
-            let mut kinds: Vec<&str> = n.gpus.iter().map(|g| g.device_type.as_str()).collect();
-            kinds.dedup();
-            vec![
-                node_link(&n.name),
-                esc(&kinds.join(", ")),
-                format!("{busy}/{}", n.gpus.len()),
-                format!("{} / {}", mib(granted), mib(mem)),
-                if node_used.is_empty() {
-                    "no samples yet".into()
-                } else {
-                    mib(node_used.iter().fold(0.0, |a, b| a + b))
-                },
-                if problems == 0 && n.gpus.iter().all(|g| g.healthy) {
-                    "ok".into()
-                } else {
-                    "<span class=\"bad\">problem</span>".into()
-                },
-            ]
-        })
-        .collect();
-    body.push_str(&table(
-        &format!("{} nodes with GPUs", listed.len()),
-        &[
-            "NODE",
-            "TYPES",
-            "GPUS IN USE",
-            "MEMORY GRANTED",
-            "USED",
-            "HEALTH",
-        ],
-        &rows,
-    ));
-    body.push_str(&crate::dra::overview_section(world));
-    Page {
-        status: 200,
-        html: frame("Overview", &banners(world, metrics), true, &body),
-    }
 }
 
 /// Pods on a node with what each holds per device, and their CU sets (AMD).
@@ -422,7 +159,7 @@ fn node_pods<'a>(world: &'a World, node: &str) -> (Vec<Slice<'a>>, Vec<String>) 
 }
 
 /// `/nodes/<name>`: the node's GPUs, CU maps and the pods on them.
-pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
+pub fn node(world: &World, metrics: &Metrics, name: &str, now: i64) -> Page {
     let banners = banners(world, metrics);
     let Some(object) = world.nodes.get(name) else {
         return not_found(&format!("Node {name}"), &banners);
@@ -473,7 +210,8 @@ pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
         }
     }
     let snapshot = world.state.node(name);
-    let dra = crate::dra::node_section(world, metrics, name);
+    let dra = crate::dra::node_section(world, metrics, name, now);
+    let covered = coverage(metrics, name);
     // On a DRA node the scheduler's "serves AMD through DRA" is the expected state.
     let class = if dra.is_some() { "muted" } else { "bad" };
     for (vendor, e) in snapshot
@@ -508,18 +246,7 @@ pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
             let amd = gpu.vendor == Vendor::Amd;
             let unit = cores_unit(gpu.vendor.word());
             let mine: Vec<&Slice> = slices.iter().filter(|s| s.uuid == info.id).collect();
-            let used_mib: Option<f64> = {
-                let v: Vec<f64> = mine
-                    .iter()
-                    .filter_map(|s| {
-                        let (ns, p) = s.pod.split_once('/').unwrap_or(("", &s.pod));
-                        metrics.pod_device(ns, p, &info.id).memory_bytes
-                    })
-                    .collect();
-                let card = metrics.cards.get(&info.id).and_then(|c| c.1);
-                card.map(|b| b / 1048576.0)
-                    .or_else(|| (!v.is_empty()).then(|| v.iter().sum::<f64>() / 1048576.0))
-            };
+            let sampled = card_use(metrics, name, &info.id);
             let _ = write!(
                 body,
                 "<section class=\"card\" data-card=\"{id}\" aria-labelledby=\"card-{idx}\"><h3 id=\"card-{idx}\">{vendor} #{index} {ty} <span class=\"muted\">{id}</span></h3><p>{health} · mode {mode} · {shares}/{count} shares · NUMA {numa}</p>",
@@ -544,25 +271,23 @@ pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
             );
             let _ = write!(
                 body,
-                "<p>{}<br>{}</p>",
+                "<p>{}<br>{}<br>{}</p>",
                 meter(
                     "Memory (MiB)",
                     usage.mem_mib as f64,
-                    used_mib,
+                    sampled.memory_mib,
                     info.devmem as f64,
                     "MiB"
                 ),
                 meter(
                     &format!("Compute ({unit})"),
                     usage.cores as f64,
-                    metrics
-                        .cards
-                        .get(&info.id)
-                        .and_then(|c| c.0)
-                        .filter(|_| !amd),
+                    // AMD's utilization is time busy, not a share of the CUs.
+                    sampled.utilization.filter(|_| !amd),
                     f64::from(info.devcore),
                     unit
                 ),
+                sampled_note(sampled.at, now, covered),
             );
             if amd {
                 let owners: Vec<CuOwner> = mine
@@ -584,6 +309,7 @@ pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
                     .map(|s| {
                         let (ns, p) = s.pod.split_once('/').unwrap_or(("", &s.pod));
                         let u = metrics.pod_device(ns, p, &info.id);
+                        let at = u.at;
                         vec![
                             if s.whole {
                                 format!("{} {}", pod_link(&s.pod), esc(WHOLE_CARD_MARK))
@@ -591,12 +317,16 @@ pub fn node(world: &World, metrics: &Metrics, name: &str, _now: i64) -> Page {
                                 pod_link(&s.pod)
                             },
                             format!("{} MiB", s.mem_mib),
-                            u.memory_bytes
-                                .map(|b| mib(b / 1048576.0))
-                                .unwrap_or_else(|| "no samples yet".into()),
-                            u.utilization
-                                .map(|v| format!("{v:.0}%"))
-                                .unwrap_or_else(|| "no samples yet".into()),
+                            figure(
+                                u.memory_bytes.map(|b| (mib(b / 1048576.0), at)),
+                                now,
+                                covered,
+                            ),
+                            figure(
+                                u.utilization.map(|v| (format!("{v:.0}%"), at)),
+                                now,
+                                covered,
+                            ),
                             format!("{} {unit}", s.cores),
                             s.cus
                                 .as_ref()

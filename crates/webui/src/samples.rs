@@ -1,11 +1,18 @@
 //! What the monitors say: the latest per-container and per-card samples, and an hour of
 //! history per series and for the whole cluster, in memory (the UI keeps no database; a
 //! restart starts the trend afresh, Prometheus keeps the long view). Pure: the scraper
-//! (`scrape.rs`) hands in parsed samples with the time.
+//! (`scrape.rs`) hands in parsed samples with the time and the world they describe.
+//!
+//! Card figures are keyed by node and device, never by uuid alone: nodes built from one
+//! capture (the demo's device-plugin and DRA MI210 nodes) report the same uuids. Host
+//! series carry their node; a container's node is its pod's. An endpoint that cannot be
+//! read keeps its last samples (shown with their age) for up to an hour.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use hami_protocol::scrape::Sample;
+
+use crate::world::World;
 
 /// How long history is kept, in seconds.
 pub const HISTORY_SECONDS: i64 = 3600;
@@ -19,10 +26,26 @@ pub struct Usage {
     pub memory_bytes: Option<f64>,
     /// The container's memory limit on the device, bytes.
     pub limit_bytes: Option<f64>,
+    /// When it was sampled (seconds since the epoch; the oldest of a sum).
+    pub at: Option<i64>,
 }
 
 /// (namespace, pod, container, device uuid).
 pub type SeriesKey = (String, String, String, String);
+
+/// (node, device uuid): where a card figure belongs.
+pub type CardKey = (String, String);
+
+/// What one card reports, or its pods report on it, at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct CardSample {
+    /// Percent busy.
+    pub utilization: Option<f64>,
+    /// Device memory in use, bytes.
+    pub memory_bytes: Option<f64>,
+    /// When it was sampled (seconds since the epoch; the oldest of a sum).
+    pub at: i64,
+}
 
 /// A time series of (seconds since the epoch, value), oldest first, an hour long at most.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -47,6 +70,17 @@ impl Series {
     }
 }
 
+/// What one endpoint's last good scrape said, by key.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Said {
+    /// Per container and device.
+    pub containers: BTreeMap<SeriesKey, Usage>,
+    /// The container series' nodes (their pods' nodes when scraped).
+    pub container_nodes: BTreeMap<SeriesKey, String>,
+    /// Host series per node and device.
+    pub hosts: BTreeMap<CardKey, CardSample>,
+}
+
 /// The state of one monitor endpoint.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Endpoint {
@@ -56,8 +90,14 @@ pub struct Endpoint {
     pub last_ok: Option<i64>,
     /// The last scrape's error, while it lasts.
     pub error: Option<String>,
+    /// When the current run of errors began.
+    pub failing_since: Option<i64>,
     /// Lines of the last body that were not samples.
     pub bad_lines: usize,
+    /// The nodes its last good scrape reported on (host series' `node`, containers' pods).
+    pub nodes: BTreeSet<String>,
+    /// Its last good scrape's samples.
+    pub said: Said,
 }
 
 /// Everything scraped from the monitors.
@@ -67,8 +107,10 @@ pub struct Metrics {
     pub endpoints: Vec<Endpoint>,
     /// The latest sample per container and device.
     pub latest: BTreeMap<SeriesKey, Usage>,
-    /// Card-level (host) samples by device uuid: (utilization percent, memory bytes).
-    pub cards: BTreeMap<String, (Option<f64>, Option<f64>)>,
+    /// Card-level (host) samples per node and device.
+    pub cards: BTreeMap<CardKey, CardSample>,
+    /// Containers' samples summed per node and device.
+    pub pods_on_cards: BTreeMap<CardKey, CardSample>,
     /// Utilization history per container and device.
     pub utilization: BTreeMap<SeriesKey, Series>,
     /// Memory history per container and device.
@@ -90,6 +132,54 @@ fn key(s: &Sample) -> Option<SeriesKey> {
     ))
 }
 
+/// What one body says, its containers placed on their pods' nodes in `world`.
+fn read(samples: &[Sample], world: &World, now: i64) -> Said {
+    let mut said = Said::default();
+    for s in samples.iter().filter(|s| s.value.is_finite()) {
+        match s.name.as_str() {
+            "hami_container_device_utilization_ratio"
+            | "hami_container_device_memory_bytes"
+            | "hami_vgpu_memory_limit_bytes" => {
+                let Some(k) = key(s) else { continue };
+                let u = said.containers.entry(k).or_default();
+                u.at = Some(now);
+                match s.name.as_str() {
+                    "hami_container_device_utilization_ratio" => u.utilization = Some(s.value),
+                    "hami_container_device_memory_bytes" => u.memory_bytes = Some(s.value),
+                    _ => u.limit_bytes = Some(s.value),
+                }
+            }
+            "hami_host_gpu_utilization_ratio" | "hami_host_gpu_memory_used_bytes" => {
+                let (Some(node), Some(uuid)) = (s.label("node"), s.label("device_uuid")) else {
+                    continue;
+                };
+                let card = said
+                    .hosts
+                    .entry((node.to_owned(), uuid.to_owned()))
+                    .or_default();
+                card.at = now;
+                if s.name.ends_with("ratio") {
+                    card.utilization = Some(s.value);
+                } else {
+                    card.memory_bytes = Some(s.value);
+                }
+            }
+            _ => {}
+        }
+    }
+    for k in said.containers.keys() {
+        let node = world
+            .pods
+            .get(&format!("{}/{}", k.0, k.1))
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.node_name.clone());
+        if let Some(node) = node {
+            said.container_nodes.insert(k.clone(), node);
+        }
+    }
+    said
+}
+
 impl Metrics {
     /// Nothing scraped yet from `urls`.
     pub fn with_endpoints(urls: &[String]) -> Self {
@@ -105,65 +195,78 @@ impl Metrics {
         }
     }
 
-    /// Takes one round of scrapes (`results[i]` from endpoint `i`) at `now`, and the
-    /// memory granted at that moment ([`crate::world::World::memory_granted_mib`]).
+    /// Takes one round of scrapes (`results[i]` from endpoint `i`) at `now`, with the
+    /// world at that moment (the pods' nodes, the memory granted, whether the API server
+    /// answers). The trend gets no point while the API server cannot be read or no
+    /// endpoint answered: a gap, not figures that only look live.
     pub fn ingest(
         &mut self,
         now: i64,
         results: Vec<Result<(Vec<Sample>, usize), String>>,
-        granted_mib: f64,
+        world: &World,
     ) {
-        let mut latest: BTreeMap<SeriesKey, Usage> = BTreeMap::new();
-        let mut cards = BTreeMap::new();
-        for (endpoint, result) in self.endpoints.iter_mut().zip(results) {
-            let (samples, bad) = match result {
-                Ok(ok) => ok,
+        let mut fresh: Vec<usize> = Vec::new();
+        for (i, (endpoint, result)) in self.endpoints.iter_mut().zip(results).enumerate() {
+            match result {
+                Ok((samples, bad)) => {
+                    endpoint.error = None;
+                    endpoint.failing_since = None;
+                    endpoint.last_ok = Some(now);
+                    endpoint.bad_lines = bad;
+                    endpoint.said = read(&samples, world, now);
+                    endpoint.nodes = endpoint
+                        .said
+                        .hosts
+                        .keys()
+                        .map(|(n, _)| n.clone())
+                        .chain(endpoint.said.container_nodes.values().cloned())
+                        .collect();
+                    fresh.push(i);
+                }
                 Err(e) => {
                     endpoint.error = Some(e);
-                    continue;
-                }
-            };
-            endpoint.error = None;
-            endpoint.last_ok = Some(now);
-            endpoint.bad_lines = bad;
-            for s in samples.iter().filter(|s| s.value.is_finite()) {
-                match s.name.as_str() {
-                    "hami_container_device_utilization_ratio" => {
-                        if let Some(k) = key(s) {
-                            latest.entry(k).or_default().utilization = Some(s.value);
-                        }
+                    endpoint.failing_since.get_or_insert(now);
+                    // Past the hour, what it last said is no longer shown.
+                    if endpoint.last_ok.is_some_and(|t| t < now - HISTORY_SECONDS) {
+                        endpoint.said = Said::default();
                     }
-                    "hami_container_device_memory_bytes" => {
-                        if let Some(k) = key(s) {
-                            latest.entry(k).or_default().memory_bytes = Some(s.value);
-                        }
-                    }
-                    "hami_vgpu_memory_limit_bytes" => {
-                        if let Some(k) = key(s) {
-                            latest.entry(k).or_default().limit_bytes = Some(s.value);
-                        }
-                    }
-                    "hami_host_gpu_utilization_ratio" | "hami_host_gpu_memory_used_bytes" => {
-                        if let Some(uuid) = s.label("device_uuid") {
-                            let card: &mut (Option<f64>, Option<f64>) =
-                                cards.entry(uuid.to_owned()).or_default();
-                            if s.name.ends_with("ratio") {
-                                card.0 = Some(s.value);
-                            } else {
-                                card.1 = Some(s.value);
-                            }
-                        }
-                    }
-                    _ => {}
                 }
             }
         }
-        for (k, u) in &latest {
+        let mut latest: BTreeMap<SeriesKey, Usage> = BTreeMap::new();
+        let mut cards: BTreeMap<CardKey, CardSample> = BTreeMap::new();
+        let mut pods_on_cards: BTreeMap<CardKey, CardSample> = BTreeMap::new();
+        for e in &self.endpoints {
+            latest.extend(e.said.containers.iter().map(|(k, u)| (k.clone(), *u)));
+            cards.extend(e.said.hosts.iter().map(|(k, c)| (k.clone(), *c)));
+            for (k, u) in &e.said.containers {
+                let Some(node) = e.said.container_nodes.get(k) else {
+                    continue;
+                };
+                let card = pods_on_cards
+                    .entry((node.clone(), k.3.clone()))
+                    .or_insert(CardSample {
+                        at: u.at.unwrap_or(now),
+                        ..Default::default()
+                    });
+                add(&mut card.memory_bytes, u.memory_bytes);
+                add(&mut card.utilization, u.utilization);
+                card.at = card.at.min(u.at.unwrap_or(now));
+            }
+        }
+        let fresh_usage: Vec<(&SeriesKey, &Usage)> = fresh
+            .iter()
+            .flat_map(|i| self.endpoints[*i].said.containers.iter())
+            .collect();
+        for (k, u) in &fresh_usage {
             if let Some(v) = u.utilization {
-                self.utilization.entry(k.clone()).or_default().push(now, v);
+                self.utilization
+                    .entry((*k).clone())
+                    .or_default()
+                    .push(now, v);
             }
             if let Some(v) = u.memory_bytes {
-                self.memory.entry(k.clone()).or_default().push(now, v);
+                self.memory.entry((*k).clone()).or_default().push(now, v);
             }
         }
         // Series of containers that went away age out with the hour.
@@ -186,21 +289,30 @@ impl Metrics {
         // Only what was sampled is drawn: no memory samples, no "used" point (not a 0).
         // Every container counts, DRA ones too: the monitor reports a DRA container's
         // claim region under the slice device's uuid, like a device-plugin container's.
-        let used: Vec<f64> = latest.values().filter_map(|u| u.memory_bytes).collect();
-        let utils: Vec<f64> = latest.values().filter_map(|u| u.utilization).collect();
-        self.trend_granted.push(now, granted_mib);
-        if !used.is_empty() {
-            self.trend_used
-                .push(now, used.iter().fold(0.0, |a, b| a + b) / 1048576.0);
-        }
-        if !utils.is_empty() {
-            self.trend_utilization.push(
-                now,
-                utils.iter().fold(0.0, |a, b| a + b) / utils.len() as f64,
-            );
+        if world.api_down_since().is_none() && !fresh.is_empty() {
+            let used: Vec<f64> = fresh_usage
+                .iter()
+                .filter_map(|(_, u)| u.memory_bytes)
+                .collect();
+            let utils: Vec<f64> = fresh_usage
+                .iter()
+                .filter_map(|(_, u)| u.utilization)
+                .collect();
+            self.trend_granted.push(now, world.memory_granted_mib());
+            if !used.is_empty() {
+                self.trend_used
+                    .push(now, used.iter().fold(0.0, |a, b| a + b) / 1048576.0);
+            }
+            if !utils.is_empty() {
+                self.trend_utilization.push(
+                    now,
+                    utils.iter().fold(0.0, |a, b| a + b) / utils.len() as f64,
+                );
+            }
         }
         self.latest = latest;
         self.cards = cards;
+        self.pods_on_cards = pods_on_cards;
     }
 
     /// Latest usage of a pod on a device, summed over its containers.
@@ -211,21 +323,54 @@ impl Metrics {
                 add(&mut out.memory_bytes, u.memory_bytes);
                 add(&mut out.utilization, u.utilization);
                 add(&mut out.limit_bytes, u.limit_bytes);
+                out.at = match (out.at, u.at) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
             }
         }
         out
     }
 
-    /// Banners about monitors that cannot be read.
+    /// One banner for the monitors that cannot be read (one cause), saying since when.
     pub fn banners(&self) -> Vec<String> {
-        self.endpoints
+        let failing: Vec<&Endpoint> = self
+            .endpoints
             .iter()
-            .filter_map(|e| {
-                e.error.as_ref().map(|err| {
-                    format!("The monitor at {} cannot be read: {err}. Its charts show what was last seen.", e.url)
-                })
-            })
-            .collect()
+            .filter(|e| e.error.is_some())
+            .collect();
+        let Some(since) = failing.iter().filter_map(|e| e.failing_since).min() else {
+            return Vec::new();
+        };
+        let since = crate::html::since(since);
+        let what = |e: &Endpoint| format!("{} ({})", e.url, e.error.as_deref().unwrap_or_default());
+        let stops = if failing.len() == self.endpoints.len() {
+            " The trend stops until one answers."
+        } else {
+            ""
+        };
+        let text = if let [one] = failing.as_slice() {
+            format!(
+                "The monitor at {} cannot be read {since}: {}. Figures show what it last said, with their age.{stops}",
+                one.url,
+                one.error.as_deref().unwrap_or_default()
+            )
+        } else {
+            let listed: Vec<String> = failing.iter().take(5).map(|e| what(e)).collect();
+            let more = failing.len().saturating_sub(5);
+            format!(
+                "{} of {} monitors cannot be read {since}: {}{}. Figures show what they last said, with their age.{stops}",
+                failing.len(),
+                self.endpoints.len(),
+                listed.join("; "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            )
+        };
+        vec![text]
     }
 }
 
@@ -248,18 +393,18 @@ mod tests {
         m.ingest(
             100,
             vec![Ok(parse_samples(body)), Err("connection refused".into())],
-            512.0,
+            &World::default(),
         );
         assert_eq!(m.pod_device("ns", "p", "G").utilization, Some(40.0));
         assert_eq!(m.trend_used.0.back(), Some(&(100, 1.0)));
-        assert_eq!(m.trend_granted.0.back(), Some(&(100, 512.0)));
+        assert_eq!(m.trend_granted.0.back(), Some(&(100, 0.0)));
         assert_eq!(m.banners().len(), 1);
         assert!(m.banners()[0].contains("http://b/metrics"));
         // An hour later the first point is gone; a vanished series ages out.
         m.ingest(
             100 + HISTORY_SECONDS + 1,
             vec![Ok((vec![], 0)), Ok((vec![], 0))],
-            0.0,
+            &World::default(),
         );
         assert!(m.utilization.is_empty());
         assert!(m.trend_used.0.is_empty(), "no memory samples, no point");

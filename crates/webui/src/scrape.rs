@@ -82,12 +82,10 @@ pub async fn run(world: Arc<RwLock<World>>, metrics: Arc<RwLock<Metrics>>, inter
     loop {
         tick.tick().await;
         let results = futures::future::join_all(urls.iter().map(|u| fetch(&client, u))).await;
-        let granted: f64 = match world.read() {
-            Ok(w) => w.memory_granted_mib(),
-            Err(_) => return,
-        };
+        // The world's lock first, as the pages take them.
+        let Ok(w) = world.read() else { return };
         let Ok(mut m) = metrics.write() else { return };
-        m.ingest(now(), results, granted);
+        m.ingest(now(), results, &w);
     }
 }
 

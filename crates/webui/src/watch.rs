@@ -200,10 +200,10 @@ async fn run<K>(
         let Ok(mut w) = world.write() else { return };
         match update {
             Update::Banner(e) => {
-                w.api_errors.insert(K::WHAT, e);
+                w.watch_failed(K::WHAT, e, crate::scrape::unix_now());
             }
             update => {
-                w.api_errors.remove(K::WHAT);
+                w.watch_ok(K::WHAT);
                 match update {
                     Update::Banner(_) | Update::Buffering => {}
                     Update::Reset(all) => {

@@ -54,6 +54,15 @@ pub fn is_scheduling_failure(reason: &str) -> bool {
     )
 }
 
+/// A watch's error while it lasts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The last error's text.
+    pub message: String,
+    /// When the run of errors began (seconds since the epoch).
+    pub since: i64,
+}
+
 /// What the watchers have seen, and the scheduler's view computed from it.
 #[derive(Debug, Default)]
 pub struct World {
@@ -69,7 +78,7 @@ pub struct World {
     /// Which resources have completed their first list.
     pub synced: BTreeMap<&'static str, bool>,
     /// The last watch error per resource while it lasts (cleared by the next success).
-    pub api_errors: BTreeMap<&'static str, String>,
+    pub api_errors: BTreeMap<&'static str, ApiError>,
     /// ResourceSlices by name (all drivers; the view keeps ours).
     pub slices: BTreeMap<String, ResourceSlice>,
     /// ResourceClaims by `namespace/name`.
@@ -308,11 +317,37 @@ impl World {
             .collect()
     }
 
-    /// Problems to show on every page (watch errors; resources not yet listed; a DRA node
-    /// while the DRA resources are not watched).
+    /// The watch of `what` failed at `now` with `message` (a run of errors keeps its start).
+    pub fn watch_failed(&mut self, what: &'static str, message: String, now: i64) {
+        let since = self.api_errors.get(what).map_or(now, |e| e.since);
+        self.api_errors.insert(what, ApiError { message, since });
+    }
+
+    /// The watch of `what` works again.
+    pub fn watch_ok(&mut self, what: &'static str) {
+        self.api_errors.remove(what);
+    }
+
+    /// The watch errors the pages show: a DRA resource's only where a node is in DRA mode.
+    fn shown_api_errors(&self) -> Vec<(&'static str, &ApiError)> {
+        let dra = self.api_errors.keys().any(|w| DRA_RESOURCES.contains(w)) && self.has_dra();
+        self.api_errors
+            .iter()
+            .filter(|(what, _)| dra || !DRA_RESOURCES.contains(what))
+            .map(|(what, e)| (*what, e))
+            .collect()
+    }
+
+    /// Since when the API server cannot be read (the earliest shown watch error), if so.
+    pub fn api_down_since(&self) -> Option<i64> {
+        self.shown_api_errors().iter().map(|(_, e)| e.since).min()
+    }
+
+    /// Problems to show on every page, one per cause: the API server cannot be read (every
+    /// failing watch in one banner, since its first error), resources not yet listed, a DRA
+    /// node while the DRA resources are not watched.
     pub fn banners(&self) -> Vec<String> {
         let dra = self.has_dra();
-        let shown = |what: &&str| dra || !DRA_RESOURCES.contains(what);
         let mut out: Vec<String> = Vec::new();
         if self.dra_unwatched
             && let Some(name) = self
@@ -325,19 +360,36 @@ impl World {
                 "Node {name} is in DRA mode ({AMD_MODE_LABEL}={AMD_MODE_DRA}), but this UI does not watch ResourceSlices and ResourceClaims: DRA devices and claims are not shown (start it with --dra, or without --dra=off; the chart passes --dra with draPlugin.enabled)."
             ));
         }
-        out.extend(self
-            .api_errors
+        let failing = self.shown_api_errors();
+        if let Some(since) = failing.iter().map(|(_, e)| e.since).min() {
+            let whats: Vec<&str> = failing.iter().map(|(w, _)| *w).collect();
+            // The newest error says best what is wrong now.
+            let last = failing
+                .iter()
+                .max_by_key(|(_, e)| e.since)
+                .map(|(_, e)| e.message.as_str())
+                .unwrap_or_default();
+            out.push(format!(
+                "The Kubernetes API server cannot be read {} ({}): {last}. Showing what was last seen; the trend stops until it answers.",
+                crate::html::since(since),
+                whats.join(", ")
+            ));
+        }
+        let listing: Vec<&str> = self
+            .synced
             .iter()
-            .filter(|(what, _)| shown(what))
-            .map(|(what, e)| {
-                format!("The Kubernetes API server cannot be read ({what}): {e}. Showing what was last seen.")
-            }));
-        for (what, synced) in self.synced.iter().filter(|(w, _)| shown(w)) {
-            if !synced && !self.api_errors.contains_key(what) {
-                out.push(format!(
-                    "Still listing {what} from the Kubernetes API server…"
-                ));
-            }
+            .filter(|(w, synced)| {
+                !**synced
+                    && (dra || !DRA_RESOURCES.contains(w))
+                    && !self.api_errors.contains_key(*w)
+            })
+            .map(|(w, _)| *w)
+            .collect();
+        if !listing.is_empty() {
+            out.push(format!(
+                "Still listing {} from the Kubernetes API server…",
+                listing.join(", ")
+            ));
         }
         out
     }

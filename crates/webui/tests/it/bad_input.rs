@@ -123,7 +123,13 @@ async fn unreachable_api_server_and_monitor_are_banners() {
     )
     .unwrap();
     let url = ui.url();
-    let body = wait_for(&url, "The Kubernetes API server cannot be read (nodes)").await;
+    let body = wait_for(&url, "The Kubernetes API server cannot be read since").await;
+    // One banner for the API server, however many watches fail.
+    assert_eq!(
+        body.matches("Kubernetes API server cannot be read").count(),
+        1,
+        "{body}"
+    );
     assert!(body.contains("<h1>Overview</h1>"), "{body}");
     assert!(body.contains("role=\"alert\""));
     let body = wait_for(&url, &format!("The monitor at {monitor} cannot be read")).await;
@@ -132,7 +138,8 @@ async fn unreachable_api_server_and_monitor_are_banners() {
     let (status, body) = get(&format!("{url}nodes/gpu-1")).await;
     assert_eq!(status, 404);
     assert!(
-        body.contains("Node gpu-1 does not exist") && body.contains("cannot be read (nodes)"),
+        body.contains("Node gpu-1 does not exist")
+            && body.contains("The Kubernetes API server cannot be read since"),
         "{body}"
     );
     ui.shutdown();

@@ -1,0 +1,148 @@
+//! The figures the pages show from the monitors, per node and device (a uuid alone names
+//! a card only within its node), with where a missing figure's reason lies:
+//! - a card's use is the larger of its card-level (host) series and the sum of its pods'
+//!   (a host series can be missing, or lower than what the pods on it report);
+//! - a figure carries its age ([`crate::html::age`]);
+//! - a figure missing where no monitor covers the node says so, instead of waiting for
+//!   ever.
+
+use crate::html::age;
+use crate::samples::{CardSample, Metrics};
+
+const MIB: f64 = 1048576.0;
+
+/// What the monitors say a card on a node uses.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct CardUse {
+    /// Memory in use, MiB.
+    pub memory_mib: Option<f64>,
+    /// Percent busy.
+    pub utilization: Option<f64>,
+    /// When the oldest figure used was sampled.
+    pub at: Option<i64>,
+}
+
+fn larger(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The card `uuid` of node `node`: its host series, or its pods' sum where that is larger
+/// or the host series is missing.
+pub fn card_use(metrics: &Metrics, node: &str, uuid: &str) -> CardUse {
+    let key = (node.to_owned(), uuid.to_owned());
+    let host = metrics.cards.get(&key);
+    let pods = metrics.pods_on_cards.get(&key);
+    let both = [host, pods];
+    let pick = |f: fn(&CardSample) -> Option<f64>| {
+        both.iter().flatten().fold(None, |acc, c| larger(acc, f(c)))
+    };
+    CardUse {
+        memory_mib: pick(|c| c.memory_bytes).map(|b| b / MIB),
+        utilization: pick(|c| c.utilization),
+        at: both.iter().flatten().map(|c| c.at).min(),
+    }
+}
+
+/// Whether a node's figures can come from a monitor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Coverage {
+    /// No monitor is configured that reports on it.
+    Unconfigured,
+    /// A monitor that never answered cannot be read: it may be this node's.
+    Unreadable,
+    /// A monitor has not answered yet: it may be this node's.
+    Waiting,
+    /// A monitor reports on it (its host series or its pods' containers), or its URL names it.
+    Covered,
+}
+
+/// The host of a URL (`http://HOST:PORT/path`).
+fn url_host(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let end = rest.find([':', '/']).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// Whether node `node`'s figures can come from a monitor.
+pub fn coverage(metrics: &Metrics, node: &str) -> Coverage {
+    let mut best = Coverage::Unconfigured;
+    for e in &metrics.endpoints {
+        let c = if e.nodes.contains(node) || url_host(&e.url) == node {
+            Coverage::Covered
+        } else if e.last_ok.is_some() {
+            Coverage::Unconfigured
+        } else if e.error.is_some() {
+            Coverage::Unreadable
+        } else {
+            Coverage::Waiting
+        };
+        best = best.max(c);
+    }
+    best
+}
+
+/// What a figure of a node with no sample says instead.
+pub fn not_sampled(coverage: Coverage) -> &'static str {
+    match coverage {
+        Coverage::Covered | Coverage::Waiting => "no samples yet",
+        Coverage::Unreadable => {
+            "not reported: the monitors that may cover this node cannot be read"
+        }
+        Coverage::Unconfigured => "not reported: no monitor configured for this node",
+    }
+}
+
+/// A figure with its age, or what stands in for it on a node of `coverage`.
+pub fn figure(value: Option<(String, Option<i64>)>, now: i64, coverage: Coverage) -> String {
+    match value {
+        Some((text, Some(at))) => format!("{text} {}", age(at, now)),
+        Some((text, None)) => text,
+        None => not_sampled(coverage).to_owned(),
+    }
+}
+
+/// Under a card's meters: how old their used figures are, or why there are none.
+pub fn sampled_note(at: Option<i64>, now: i64, coverage: Coverage) -> String {
+    match at {
+        Some(at) => format!("<span class=\"muted\">Used: {}</span>", age(at, now)),
+        None => format!(
+            "<span class=\"muted\">Used: {}</span>",
+            not_sampled(coverage)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::samples::Endpoint;
+
+    #[test]
+    fn coverage_from_what_monitors_said_or_their_urls() {
+        let mut m = Metrics::with_endpoints(&["http://gpu-1:9394/metrics".into()]);
+        assert_eq!(coverage(&m, "gpu-1"), Coverage::Covered);
+        assert_eq!(coverage(&m, "gpu-2"), Coverage::Waiting);
+        m.endpoints[0].error = Some("refused".into());
+        assert_eq!(coverage(&m, "gpu-2"), Coverage::Unreadable);
+        m.endpoints.push(Endpoint {
+            url: "http://prometheus:9090/federate".into(),
+            last_ok: Some(1),
+            nodes: ["gpu-3".to_owned()].into(),
+            ..Default::default()
+        });
+        assert_eq!(coverage(&m, "gpu-3"), Coverage::Covered);
+        m.endpoints.remove(0);
+        assert_eq!(coverage(&m, "gpu-2"), Coverage::Unconfigured);
+        assert_eq!(
+            figure(None, 10, Coverage::Unconfigured),
+            "not reported: no monitor configured for this node"
+        );
+        assert!(
+            figure(Some(("1 GiB".into(), Some(0))), 130, Coverage::Covered)
+                .contains("as of 2 min ago")
+        );
+    }
+}
