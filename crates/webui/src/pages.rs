@@ -13,7 +13,7 @@ use hami_report::{WHOLE_CARD_MARK, node_report, pod_report};
 use crate::html::{Page, clock, esc, frame, mib, not_found, table, url_segment};
 use crate::samples::{Metrics, Series};
 use crate::svg::{CuOwner, PALETTE, cu_map, line_chart, meter};
-use crate::usage::{card_use, coverage, figure, sampled_note};
+use crate::usage::{Coverage, card_use, coverage, figure, not_sampled, sampled_note};
 use crate::world::{EventRow, World};
 
 pub use crate::overview::overview;
@@ -489,6 +489,14 @@ pub fn pod(world: &World, metrics: &Metrics, namespace: &str, name: &str, now: i
             .collect()
     };
     let (u, m) = (lines(&util), lines(&memory));
+    // Where no monitor covers the pod's node, the empty charts say why.
+    let node = object.spec.as_ref().and_then(|s| s.node_name.as_deref());
+    if let Some(node) = node.filter(|_| util.is_empty() && memory.is_empty()) {
+        let covered = coverage(metrics, node);
+        if covered < Coverage::Waiting {
+            let _ = write!(body, "<p class=\"muted\">{}.</p>", not_sampled(covered));
+        }
+    }
     let u_refs: Vec<(&str, &Series, &str)> =
         u.iter().map(|(l, s, c)| (l.as_str(), s, *c)).collect();
     let m_refs: Vec<(&str, &Series, &str)> =

@@ -412,4 +412,30 @@ mod tests {
         assert!(m.banners().is_empty());
         assert_eq!(m.pod_device("ns", "p", "G"), Usage::default());
     }
+
+    #[test]
+    fn an_unreadable_monitor_keeps_what_it_said_with_its_age() {
+        let mut m = Metrics::with_endpoints(&["http://a/metrics".into()]);
+        let body = "hami_container_device_utilization_ratio{namespace=\"ns\",pod=\"p\",container=\"c\",vdevice_index=\"0\",device_uuid=\"G\"} 40\n";
+        let w = World::default();
+        m.ingest(100, vec![Ok(parse_samples(body))], &w);
+        m.ingest(110, vec![Err("refused".into())], &w);
+        m.ingest(120, vec![Err("refused".into())], &w);
+        let u = m.pod_device("ns", "p", "G");
+        assert_eq!((u.utilization, u.at), (Some(40.0), Some(100)));
+        assert_eq!(m.endpoints[0].failing_since, Some(110));
+        assert_eq!(
+            m.trend_utilization.0.len(),
+            1,
+            "no point while nothing answers"
+        );
+        assert!(
+            m.banners()[0].contains("since 00:01 UTC"),
+            "{:?}",
+            m.banners()
+        );
+        // Past the hour without an answer, it is no longer shown.
+        m.ingest(100 + HISTORY_SECONDS + 1, vec![Err("refused".into())], &w);
+        assert_eq!(m.pod_device("ns", "p", "G"), Usage::default());
+    }
 }

@@ -26,6 +26,28 @@ pub fn swatch(colour: &str) -> String {
     )
 }
 
+/// The stretches of a series between gaps: a step over three times its shortest step
+/// (the scrape interval) is a gap.
+fn runs(series: &Series) -> Vec<Vec<&(i64, f64)>> {
+    let points: Vec<&(i64, f64)> = series.0.iter().collect();
+    let step = points
+        .windows(2)
+        .map(|w| w[1].0 - w[0].0)
+        .filter(|d| *d > 0)
+        .min()
+        .unwrap_or(0);
+    let mut out: Vec<Vec<&(i64, f64)>> = Vec::new();
+    for (i, p) in points.iter().enumerate() {
+        if i == 0 || p.0 - points[i - 1].0 > 3 * step {
+            out.push(Vec::new());
+        }
+        if let Some(run) = out.last_mut() {
+            run.push(p);
+        }
+    }
+    out
+}
+
 /// A line chart of the last hour; `None` in place of the chart when nothing was sampled.
 pub fn line_chart(
     title: &str,
@@ -66,20 +88,21 @@ pub fn line_chart(
         r = w - 26.0
     );
     for (label, series, colour) in lines {
-        if series.0.is_empty() {
-            continue;
+        // A stretch without points (the API server or the monitors could not be read) is
+        // a gap, not a line drawn across it.
+        for run in runs(series) {
+            let mut path = String::new();
+            for (t, v) in &run {
+                let _ = write!(path, "{:.1},{:.1} ", x(*t), y(*v));
+            }
+            let _ = write!(
+                out,
+                "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" stroke-linecap=\"round\" points=\"{}\" data-series=\"{}\" data-points=\"{}\"/>",
+                path.trim_end(),
+                esc(label),
+                run.len()
+            );
         }
-        let mut path = String::new();
-        for (t, v) in &series.0 {
-            let _ = write!(path, "{:.1},{:.1} ", x(*t), y(*v));
-        }
-        let _ = write!(
-            out,
-            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\" data-series=\"{}\" data-points=\"{}\"/>",
-            path.trim_end(),
-            esc(label),
-            series.0.len()
-        );
     }
     out.push_str("</svg><ul class=\"legend\">");
     for (label, series, colour) in lines {
@@ -299,5 +322,16 @@ mod tests {
         let html = line_chart("Utilization", "%", &[("c", &s, "#000")], 1000, 100.0);
         assert!(html.contains("data-points=\"2\""));
         assert!(html.contains("c: 70%"));
+    }
+
+    #[test]
+    fn a_stretch_without_points_is_a_gap() {
+        let mut s = Series::default();
+        for t in [900, 905, 910, 990, 995] {
+            s.push(t, 1.0);
+        }
+        let html = line_chart("Memory", " MiB", &[("used", &s, "#000")], 1000, 0.0);
+        assert_eq!(count(&html, "<polyline"), 2, "{html}");
+        assert!(html.contains("data-points=\"3\"/>") && html.contains("data-points=\"2\"/>"));
     }
 }

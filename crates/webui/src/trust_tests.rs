@@ -254,6 +254,11 @@ fn a_node_no_monitor_covers_says_not_reported_and_figures_show_their_age() {
         "{lonely}"
     );
     assert!(!page.contains("no samples yet"), "{page}");
+    let pod = pages::pod(&w, &m, "default", "lonely", 1012).html;
+    assert!(
+        pod.contains("not reported: no monitor configured for this node."),
+        "{pod}"
+    );
     let overview = pages::overview(&w, &m, 1012).html;
     let other_row = row(&overview, "<a href=\"/nodes/mi210-other\">");
     assert!(
