@@ -1,5 +1,7 @@
 //! `hami`: the command-line tool of hami-rs.
 
+mod defrag;
+mod defrag_facts;
 mod input;
 mod inspect;
 mod status;
@@ -37,6 +39,12 @@ enum Command {
     /// wait. Also works as a kubectl plugin: link this binary as `kubectl-hami` and run
     /// `kubectl hami status`.
     Status(status::StatusArgs),
+    /// Defragmentation: plan the fewest pod moves that make room (a dry run; nothing is
+    /// evicted).
+    Defrag {
+        #[command(subcommand)]
+        what: defrag::DefragCommand,
+    },
     /// Print the installation manifests (the same objects as the Helm chart), typed and
     /// checked at build time; flags name the chart values they correspond to.
     Manifests(hami_manifests::ManifestsArgs),
@@ -113,6 +121,9 @@ fn main() -> ExitCode {
         }
         Command::Inspect { what } => inspect(what),
         Command::Status(args) => return show_status(args),
+        Command::Defrag {
+            what: defrag::DefragCommand::Plan(args),
+        } => return defrag_plan(&args),
         Command::Manifests(args) => {
             return match hami_manifests::args::run(&args, &mut std::io::stdout().lock()) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -184,6 +195,32 @@ fn show_status(args: status::StatusArgs) -> ExitCode {
         }),
         Err(e) => {
             // API errors carry the server's text.
+            eprintln!("error: {}", table::shown(&format!("{e:#}")));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn defrag_plan(args: &defrag::PlanArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(defrag::plan(args)) {
+        Ok(planned) => print_out(&match args.output {
+            defrag::PlanOutput::Table => defrag::render(&planned),
+            defrag::PlanOutput::Json => to_json(&planned),
+            // Plain data: serialization cannot fail.
+            defrag::PlanOutput::Yaml => serde_saphyr::to_string(&planned).unwrap_or_default(),
+        }),
+        Err(defrag::Failure::Input(e)) => {
+            eprintln!("error: {}", table::shown(&e.to_string()));
+            ExitCode::from(2)
+        }
+        Err(defrag::Failure::Cluster(e)) => {
             eprintln!("error: {}", table::shown(&format!("{e:#}")));
             ExitCode::from(1)
         }

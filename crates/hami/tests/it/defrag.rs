@@ -1,0 +1,269 @@
+//! `hami defrag plan` against an API server: a fragmented node where a 1/2-card pod cannot
+//! fit, the moves that make room, a PodDisruptionBudget that keeps its pods in place, the
+//! JSON plan, and bad input with exit code 2.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use hami_apiserver::{ApiServer, Config, RunningApiServer};
+use hami_defrag_core::Plan;
+use serde_json::{Value, json};
+
+const REGISTER_N2: &str = r#"[{"id":"G3","index":0,"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":true}]"#;
+const REGISTER: &str = r#"[{"id":"G1","index":0,"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":true},{"id":"G2","index":1,"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":true}]"#;
+
+/// A running pod (created now: its age is 0) of ReplicaSet `app`, labelled `app`, holding
+/// `mib` and 13 CUs of `node`'s `card`.
+fn placed(name: &str, app: &str, node: &str, card: &str, mib: u64) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ml",
+        "labels": {"app": app},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": app, "uid": format!("rs-{app}"), "controller": true}],
+        "annotations": {"hami.io/vgpu-node": node,
+            "hami.io/amd-devices-allocated": format!("{card},AMD Instinct MI210,{mib},13:;")}},
+        "spec": {"nodeName": node, "schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "x",
+            "resources": {"limits": {"amd.com/gpu": "1", "amd.com/gpumem": mib.to_string(), "amd.com/gpucores": "12"}}}]},
+        "status": {"phase": "Running"}})
+}
+
+fn pdb(app: &str, allowed: i32) -> Value {
+    json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": app, "namespace": "ml"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
+        "status": {"disruptionsAllowed": allowed, "currentHealthy": 2, "desiredHealthy": 1, "expectedPods": 2}})
+}
+
+/// Node n1 with two MI210s (64 GiB, 104 CUs), each holding a `web` pod (its budget allows
+/// 1 disruption) and a `frozen` one (its budget allows none), 20000 MiB each, and node n2
+/// with one MI210 holding a 40000 MiB `frozen` pod: 25536 MiB free on every card, so a pod
+/// asking half a card (32768 MiB) fits none; `ml/half` is that pod, pending. A `web` pod
+/// fits n2 (the planner moves pods to another node: an evicted pod's replacement).
+async fn fragmented(test: &str) -> (RunningApiServer, PathBuf) {
+    let api = ApiServer::start(Config::default()).await.unwrap();
+    let create = |version: &str, resource: &str, ns: Option<&str>, object: Value| {
+        api.create_object(version, resource, ns, object).unwrap();
+    };
+    create(
+        "v1",
+        "nodes",
+        None,
+        json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "annotations": {"hami.io/node-amd-register": REGISTER}}}),
+    );
+    create(
+        "v1",
+        "namespaces",
+        None,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}),
+    );
+    create(
+        "v1",
+        "nodes",
+        None,
+        json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n2", "annotations": {"hami.io/node-amd-register": REGISTER_N2}}}),
+    );
+    create(
+        "v1",
+        "pods",
+        Some("ml"),
+        placed("web-a", "web", "n1", "G1", 20000),
+    );
+    create(
+        "v1",
+        "pods",
+        Some("ml"),
+        placed("frozen-c", "frozen", "n1", "G1", 20000),
+    );
+    create(
+        "v1",
+        "pods",
+        Some("ml"),
+        placed("web-b", "web", "n1", "G2", 20000),
+    );
+    create(
+        "v1",
+        "pods",
+        Some("ml"),
+        placed("frozen-d", "frozen", "n1", "G2", 20000),
+    );
+    create(
+        "v1",
+        "pods",
+        Some("ml"),
+        placed("frozen-e", "frozen", "n2", "G3", 40000),
+    );
+    create(
+        "policy/v1",
+        "poddisruptionbudgets",
+        Some("ml"),
+        pdb("web", 1),
+    );
+    create(
+        "policy/v1",
+        "poddisruptionbudgets",
+        Some("ml"),
+        pdb("frozen", 0),
+    );
+    create(
+        "v1",
+        "pods",
+        Some("ml"),
+        json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "half", "namespace": "ml"},
+        "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "x",
+            "resources": {"limits": {"amd.com/gpu": "1", "amd.com/gpumem": "32768", "amd.com/gpucores": "50"}}}]}}),
+    );
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "hami-defrag-{test}-{}.kubeconfig",
+        std::process::id()
+    ));
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    (api, kubeconfig)
+}
+
+async fn hami(kubeconfig: &Path, args: &[&str]) -> Output {
+    let kubeconfig = kubeconfig.to_owned();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_hami"))
+            .args(["defrag", "plan", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_moves_a_pod_so_a_half_card_pod_fits_and_keeps_pdb_blocked_pods() {
+    let (_api, kubeconfig) = fragmented("plan").await;
+
+    // Just created: by default too young to move, and the plan says so.
+    let out = hami(&kubeconfig, &["--pending-pod", "ml/half"]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("NOT reached (0 move(s)"), "{stdout}");
+    assert!(
+        stdout.contains("pod ml/web-a stays: running 0s, younger than the minimum age 600s"),
+        "{stdout}"
+    );
+
+    let out = hami(
+        &kubeconfig,
+        &["--pending-pod", "ml/half", "--min-age-seconds", "0"],
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("reached (1 move(s)"), "{stdout}");
+    assert!(stdout.contains("The pod then fits on node n1."), "{stdout}");
+    let moves: Vec<&str> = stdout.lines().filter(|l| l.starts_with("0 ")).collect();
+    assert_eq!(moves.len(), 1, "{stdout}");
+    assert!(
+        moves[0].contains("ml/web-") && moves[0].contains("n2/G3") && moves[0].contains("allows 1"),
+        "a web pod moves to n2: {stdout}"
+    );
+    // The frozen pods are never moved, and the plan says why.
+    for pod in ["ml/frozen-c", "ml/frozen-d", "ml/frozen-e"] {
+        assert!(!moves[0].contains(pod), "{stdout}");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.trim_start().starts_with(&format!("{pod}: "))
+                    && l.contains("PodDisruptionBudget ml/frozen allows no disruption now")),
+            "{pod} listed as kept: {stdout}"
+        );
+    }
+
+    // The JSON is the core's Plan (and the kept pods).
+    let out = hami(
+        &kubeconfig,
+        &[
+            "--pending-pod",
+            "ml/half",
+            "--min-age-seconds",
+            "0",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let plan: Plan = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert!(plan.reached, "{plan:?}");
+    assert_eq!(plan.pod_fits_on.as_deref(), Some("n1"));
+    assert_eq!(plan.moves.len(), 1, "{plan:?}");
+    let step = &plan.moves[0];
+    assert!(step.pod.starts_with("ml/web-"), "{step:?}");
+    assert_eq!(
+        (step.from.node.as_str(), step.to.node.as_str()),
+        ("n1", "n2"),
+        "{step:?}"
+    );
+    assert_eq!(step.to.cards[0].card, "G3", "{step:?}");
+    assert_eq!(step.from.cards[0].mem_mib, 20000);
+    let kept: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(kept["protected"]["ml/frozen-c"].is_string(), "{stdout}");
+
+    // YAML parses as the same plan.
+    let out = hami(
+        &kubeconfig,
+        &[
+            "--pending-pod",
+            "ml/half",
+            "--min-age-seconds",
+            "0",
+            "-o",
+            "yaml",
+        ],
+    )
+    .await;
+    let yaml: Plan = serde_saphyr::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!(yaml, plan);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_exit_code_2_and_what_to_change() {
+    let (_api, kubeconfig) = fragmented("bad").await;
+    let cases: [(&[&str], &str); 6] = [
+        (&["--pending-pod", "ml/ghost"], "no such pod"),
+        (&["--pending-pod", "ghost"], "NAMESPACE/NAME"),
+        (
+            &["--pending-pod", "ml/web-a"],
+            "already holds GPU slices on node n1",
+        ),
+        (&[], "--pending-pod"),
+        (
+            &["--pending-pod", "ml/half", "--min-free-percent", "50"],
+            "cannot be used with",
+        ),
+        (&["--min-free-percent", "150"], "whole number from 1 to 100"),
+    ];
+    for (args, want) in cases {
+        let out = hami(&kubeconfig, args).await;
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stdout}\n{stderr}");
+        assert!(stderr.contains(want), "{args:?}: want {want:?} in {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+    }
+    // A card target the cluster cannot reach says what blocks it (exit 0: a plan).
+    let out = hami(&kubeconfig, &["--free-cards", "4", "--type", "MI210"]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("NOT reached") && stdout.contains("only 3 healthy card(s)"),
+        "{stdout}"
+    );
+    let out = hami(&kubeconfig, &["--free-cards", "1"]).await;
+    assert_eq!(out.status.code(), Some(2), "--free-cards needs --type");
+}
