@@ -1,7 +1,10 @@
 //! hami-defrag-core's tests over real card shapes, and its properties.
 
 mod fixtures;
+mod fleet100;
 mod measure;
 mod plan;
+mod planned;
 mod props;
+mod scenarios;
 mod state;
