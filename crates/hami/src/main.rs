@@ -35,8 +35,9 @@ enum Command {
         #[command(subcommand)]
         what: InspectTarget,
     },
-    /// Per node and GPU: who holds which slice, what is free, and why pending GPU pods
-    /// wait. Also works as a kubectl plugin: link this binary as `kubectl-hami` and run
+    /// Per node and GPU: who holds which slice, what is free (with the largest reference
+    /// slice that still fits and how fragmented the free memory is), and why pending GPU
+    /// pods wait. Also works as a kubectl plugin: link this binary as `kubectl-hami` and run
     /// `kubectl hami status`.
     Status(status::StatusArgs),
     /// Defragmentation: plan the fewest pod moves that make room (a dry run; nothing is

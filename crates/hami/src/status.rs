@@ -1,6 +1,7 @@
 //! `hami status`: a kubectl-plugin-style view of a cluster (real or embedded): per node and
-//! GPU, who holds which slice and what is free; pending GPU pods and why they wait, from
-//! the scheduler's events. Usage is computed by the scheduler's own state code
+//! GPU, who holds which slice and what is free (LARGEST: the largest reference slice that
+//! fits, FRAG: the fragmentation of its free memory, issue 32); pending GPU pods and why
+//! they wait, from the scheduler's events. Usage is computed by the scheduler's own state code
 //! (`hami_scheduler_core::state::ClusterState`, through `hami_report`, which the web UI shares),
 //! so it agrees with what the scheduler sees.
 
@@ -227,6 +228,8 @@ pub(crate) fn render(report: &StatusReport, all: bool, dra_nodes: usize) -> Stri
             "FREE",
             "CORES USED",
             "FREE",
+            "LARGEST",
+            "FRAG",
             "HOLDERS",
         ]);
         for g in node
@@ -252,6 +255,8 @@ pub(crate) fn render(report: &StatusReport, all: bool, dra_nodes: usize) -> Stri
                 format!("{} MiB", g.memory_mib.saturating_sub(g.memory_used_mib)),
                 format!("{}/{}{unit}", g.cores_used, g.cores),
                 format!("{}{unit}", u64::from(g.cores).saturating_sub(g.cores_used)),
+                g.largest_slice.unwrap_or("-").to_owned(),
+                format!("{:.0}%", g.fragmentation * 100.0),
                 if g.holders.is_empty() {
                     "-".into()
                 } else {

@@ -54,6 +54,13 @@ pub struct GpuStatus {
     pub cores_used: u64,
     /// AMD: CUs registered; NVIDIA: 100 × core scaling.
     pub cores: u32,
+    /// The largest reference slice (`1/8`, `1/4`, `1/2`, `1/1` of the card's memory and
+    /// compute) that fits it now by the scheduler's fit; none when not even 1/8 fits
+    /// (`hami_defrag_core::measure`, issue 32).
+    pub largest_slice: Option<&'static str>,
+    /// `1 − placeable / free` memory, 0 to 1: how much of its free memory reference slices
+    /// can no longer take (0 when nothing is free).
+    pub fragmentation: f64,
     /// Pods holding a share, `namespace/name`, sorted; a pod HAMi did not place that holds
     /// the card whole is `namespace/name (whole card)` ([`WHOLE_CARD_MARK`]).
     pub holders: Vec<String>,
@@ -117,7 +124,8 @@ pub fn report_from_state<'a>(
         .filter(|snapshot| {
             !snapshot.devices.gpus.is_empty() || !snapshot.devices.register_errors.is_empty()
         })
-        .map(|snapshot| NodeStatus {
+        .map(|snapshot| (snapshot, hami_defrag_core::measure_node(snapshot)))
+        .map(|(snapshot, measured)| NodeStatus {
             name: snapshot.devices.name.clone(),
             problems: snapshot
                 .devices
@@ -130,7 +138,8 @@ pub fn report_from_state<'a>(
                 .gpus
                 .iter()
                 .zip(&snapshot.usage)
-                .map(|(gpu, usage)| {
+                .zip(&measured.cards)
+                .map(|((gpu, usage), card)| {
                     let mut who = holders
                         .get(&(snapshot.devices.name.clone(), gpu.info.id.clone()))
                         .cloned()
@@ -147,6 +156,8 @@ pub fn report_from_state<'a>(
                         memory_mib: gpu.info.devmem,
                         cores_used: usage.cores,
                         cores: gpu.info.devcore,
+                        largest_slice: card.largest.map(|s| s.as_str()),
+                        fragmentation: card.fragmentation,
                         holders: who,
                     }
                 })

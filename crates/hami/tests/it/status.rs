@@ -10,8 +10,8 @@ use serde_json::json;
 async fn status_shows_holders_free_capacity_and_why_pods_wait() {
     let api = ApiServer::start(Config::default()).await.unwrap();
     let register = r#"[{"id":"G1","index":1,"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":true},{"id":"G2","index":2,"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":false}]"#;
-    api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "annotations": {"hami.io/node-amd-register": register}}}))
-        .unwrap();
+    let n1 = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "annotations": {"hami.io/node-amd-register": register}}});
+    api.create_object("v1", "nodes", None, n1.clone()).unwrap();
     api.create_object("v1", "nodes", None, json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "broken", "annotations": {"hami.io/node-amd-register": "[{\"id\":1}]"}}}))
         .unwrap();
     let placed = |name: &str, list: &str| {
@@ -79,6 +79,27 @@ async fn status_shows_holders_free_capacity_and_why_pods_wait() {
     assert!(
         g1.contains("78/104 CUs") && g1.contains("26 CUs") && g1.contains("ml/a, ml/b"),
         "{g1}"
+    );
+    // LARGEST and FRAG are defrag-core's measure of the same card (26 CUs left: a 1/2
+    // slice does not fit, a smaller one does).
+    let mut state = hami_scheduler_core::state::ClusterState::new();
+    state.upsert_node(&serde_json::from_value(n1).unwrap());
+    for (name, list) in [
+        ("a", "G1,AMD Instinct MI210,8192,26:;"),
+        ("b", "G1,AMD Instinct MI210,4096,52:;"),
+    ] {
+        let mut pod = placed(name, list);
+        pod["metadata"]["uid"] = json!(name);
+        state.upsert_pod(&serde_json::from_value(pod).unwrap());
+    }
+    let card = &hami_defrag_core::measure_node(state.node("n1").unwrap()).cards[0];
+    let largest = card.largest.expect("a 1/4 slice fits").as_str();
+    assert!(largest != "1/2" && largest != "1/1", "{card:?}");
+    let cells: Vec<&str> = g1.split_whitespace().collect();
+    let frag = format!("{:.0}%", card.fragmentation * 100.0);
+    assert!(
+        cells.windows(2).any(|w| w == [largest, frag.as_str()]),
+        "LARGEST {largest} FRAG {frag}: {g1}"
     );
     assert!(
         text.lines()
