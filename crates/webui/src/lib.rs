@@ -22,6 +22,7 @@
 /// error of each run themselves (`watch_feed`), and show it as a banner while it lasts.
 pub const LOG_FILTER: &str = "info,kube_client=warn,kube_runtime=warn,kube_runtime::watcher=error";
 
+pub mod cards;
 pub mod connections;
 pub mod dra;
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -92,6 +92,12 @@ async fn overview(State(s): State<Shared>) -> Response {
 
 async fn node(State(s): State<Shared>, Path(name): Path<String>) -> Response {
     with_state(&s, |w, m| pages::node(w, m, &name, unix_now()))
+}
+
+async fn cards(State(s): State<Shared>, RawQuery(query): RawQuery) -> Response {
+    with_state(&s, |w, m| {
+        crate::cards::cards(w, m, query.as_deref().unwrap_or_default())
+    })
 }
 
 async fn pod(State(s): State<Shared>, Path((ns, name)): Path<(String, String)>) -> Response {
@@ -205,6 +211,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 pub fn router(shared: Shared) -> Router {
     Router::new()
         .route("/", get(overview))
+        .route("/cards", get(cards))
         .route("/nodes/{name}", get(node))
         .route("/pods/{namespace}/{name}", get(pod))
         .route("/whatif", get(whatif_form).post(whatif_plan))

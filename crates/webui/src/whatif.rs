@@ -172,7 +172,7 @@ pub fn scenario_from_form(body: &[u8]) -> Result<String, Problem> {
 }
 
 /// Form decoding: `+` is a space, `%XX` a byte; `None` for a `%` without two hex digits.
-fn form_decode(raw: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn form_decode(raw: &[u8]) -> Option<Vec<u8>> {
     let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
     let mut out = Vec::with_capacity(raw.len());
     let mut i = 0;
