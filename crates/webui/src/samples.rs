@@ -233,28 +233,31 @@ impl Metrics {
                 }
             }
         }
+        // Merged by key: a container that two endpoints report (a monitor and a Prometheus
+        // federating it) counts once.
         let mut latest: BTreeMap<SeriesKey, Usage> = BTreeMap::new();
+        let mut nodes: BTreeMap<&SeriesKey, &String> = BTreeMap::new();
         let mut cards: BTreeMap<CardKey, CardSample> = BTreeMap::new();
-        let mut pods_on_cards: BTreeMap<CardKey, CardSample> = BTreeMap::new();
         for e in &self.endpoints {
             latest.extend(e.said.containers.iter().map(|(k, u)| (k.clone(), *u)));
+            nodes.extend(e.said.container_nodes.iter());
             cards.extend(e.said.hosts.iter().map(|(k, c)| (k.clone(), *c)));
-            for (k, u) in &e.said.containers {
-                let Some(node) = e.said.container_nodes.get(k) else {
-                    continue;
-                };
-                let card = pods_on_cards
-                    .entry((node.clone(), k.3.clone()))
-                    .or_insert(CardSample {
-                        at: u.at.unwrap_or(now),
-                        ..Default::default()
-                    });
-                add(&mut card.memory_bytes, u.memory_bytes);
-                add(&mut card.utilization, u.utilization);
-                card.at = card.at.min(u.at.unwrap_or(now));
-            }
         }
-        let fresh_usage: Vec<(&SeriesKey, &Usage)> = fresh
+        let mut pods_on_cards: BTreeMap<CardKey, CardSample> = BTreeMap::new();
+        for (k, u) in &latest {
+            let Some(node) = nodes.get(k) else { continue };
+            let at = u.at.unwrap_or(now);
+            let card = pods_on_cards
+                .entry(((*node).clone(), k.3.clone()))
+                .or_insert(CardSample {
+                    at,
+                    ..Default::default()
+                });
+            add(&mut card.memory_bytes, u.memory_bytes);
+            add(&mut card.utilization, u.utilization);
+            card.at = card.at.min(at);
+        }
+        let fresh_usage: BTreeMap<&SeriesKey, &Usage> = fresh
             .iter()
             .flat_map(|i| self.endpoints[*i].said.containers.iter())
             .collect();
@@ -437,5 +440,31 @@ mod tests {
         // Past the hour without an answer, it is no longer shown.
         m.ingest(100 + HISTORY_SECONDS + 1, vec![Err("refused".into())], &w);
         assert_eq!(m.pod_device("ns", "p", "G"), Usage::default());
+    }
+
+    #[test]
+    fn a_container_two_endpoints_report_counts_once() {
+        // A node's monitor and a Prometheus federating it: one container, one figure.
+        let mut w = World::default();
+        w.upsert_pod(
+            serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "n1",
+                    "containers": [{"name": "c", "image": "app"}]}}))
+            .unwrap(),
+        );
+        let mut m = Metrics::with_endpoints(&[
+            "http://n1:9394/metrics".into(),
+            "http://prometheus:9090/federate".into(),
+        ]);
+        let body = "hami_container_device_memory_bytes{namespace=\"ns\",pod=\"p\",container=\"c\",vdevice_index=\"0\",device_uuid=\"G\"} 1048576\n";
+        m.ingest(
+            100,
+            vec![Ok(parse_samples(body)), Ok(parse_samples(body))],
+            &w,
+        );
+        let card = m.pods_on_cards[&("n1".to_owned(), "G".to_owned())];
+        assert_eq!(card.memory_bytes, Some(1048576.0));
+        assert_eq!(m.trend_used.0.back(), Some(&(100, 1.0)));
+        assert!(m.endpoints.iter().all(|e| e.nodes.contains("n1")));
     }
 }
