@@ -294,13 +294,10 @@ impl Metrics {
         // claim region under the slice device's uuid, like a device-plugin container's.
         if world.api_down_since().is_none() && !fresh.is_empty() {
             let used: Vec<f64> = fresh_usage
-                .iter()
-                .filter_map(|(_, u)| u.memory_bytes)
+                .values()
+                .filter_map(|u| u.memory_bytes)
                 .collect();
-            let utils: Vec<f64> = fresh_usage
-                .iter()
-                .filter_map(|(_, u)| u.utilization)
-                .collect();
+            let utils: Vec<f64> = fresh_usage.values().filter_map(|u| u.utilization).collect();
             self.trend_granted.push(now, world.memory_granted_mib());
             if !used.is_empty() {
                 self.trend_used
