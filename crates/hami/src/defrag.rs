@@ -1,10 +1,12 @@
 //! `hami defrag plan` (issue 32 item 2): the fewest pod moves that make a pending pod fit
-//! or reach a card target, planned by `hami_defrag_core` on the live cluster. A dry run:
-//! nothing is evicted. The pods that stay and why are listed with the plan.
+//! or reach a card target, planned by `hami_defrag_core` on the live cluster or on a
+//! what-if scenario (`--scenario`, as `hami plan` reads it). A dry run: nothing is evicted. The pods that stay and why are listed with the plan.
 
 use std::path::PathBuf;
 
 use hami_defrag_core::{Plan, Policy, Target};
+use hami_protocol::selection::GpuPolicy;
+use hami_scheduler_core::state::ClusterState;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
@@ -31,6 +33,12 @@ pub(crate) struct PlanArgs {
     /// kubeconfig file; default: $KUBECONFIG, ~/.kube/config, then in-cluster.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// Plan on a what-if scenario (the `hami plan` file) instead of the live cluster: its
+    /// pods placed in file order under its first GPU and node policies; each workload's
+    /// pods are one owner's replicas. A scenario has no PodDisruptionBudgets: add
+    /// --allow-without-pdb to let the planner move its pods.
+    #[arg(long, value_name = "FILE", conflicts_with = "kubeconfig")]
+    pub scenario: Option<PathBuf>,
     /// Target: make room for this pending pod.
     #[arg(long, value_name = "NAMESPACE/NAME")]
     pub pending_pod: Option<String>,
@@ -120,8 +128,17 @@ impl PlanArgs {
     }
 }
 
-/// Lists the cluster and plans.
-pub(crate) async fn plan(args: &PlanArgs) -> Result<Planned, Failure> {
+/// What the planner starts from: the scheduler's state, every pod (placed or not), the
+/// PodDisruptionBudgets, and the GPU policy a pod without its own annotation gets.
+struct Source {
+    state: ClusterState,
+    pods: Vec<Pod>,
+    pdbs: Vec<PodDisruptionBudget>,
+    gpu_policy: GpuPolicy,
+}
+
+/// The live cluster, its state built the way `hami status` builds it.
+async fn live(args: &PlanArgs) -> Result<Source, Failure> {
     let client = hami_plugin_core::kube_client::client(args.kubeconfig.as_deref())
         .await
         .map_err(|e| Failure::Cluster(e.into()))?;
@@ -137,13 +154,67 @@ pub(crate) async fn plan(args: &PlanArgs) -> Result<Planned, Failure> {
         .list(&ListParams::default())
         .await?
         .items;
-    let mut state = hami_scheduler_core::state::ClusterState::new();
+    let mut state = ClusterState::new();
     state.reset_nodes(nodes.iter());
     state.reset_pods(pods.iter());
+    Ok(Source {
+        state,
+        pods,
+        pdbs,
+        gpu_policy: GpuPolicy::default(),
+    })
+}
+
+/// A scenario file placed as `hami plan` places it, under its first policy pair.
+fn scenario(path: &std::path::Path) -> Result<Source, Failure> {
+    use hami_planner::engine::{expand_workloads, run_policy};
+    use hami_planner::fleet::{build_nodes, resolve_groups};
+    let planner = |e: hami_planner::PlanError| match e.exit_code() {
+        2 => Failure::Input(InputError(e.to_string())),
+        _ => Failure::Cluster(e.into()),
+    };
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| InputError(format!("cannot read scenario {shown}: {e}")))?;
+    let scenario = hami_planner::scenario::parse_scenario(&text, &shown).map_err(planner)?;
+    let specs = resolve_groups(&scenario.fleet).map_err(planner)?;
+    let nodes = build_nodes(&scenario.fleet, &specs).map_err(planner)?;
+    let gpu_policy = scenario
+        .gpu_policies
+        .first()
+        .map_or_else(GpuPolicy::default, |p| p.policy);
+    let node_policy = scenario.node_policies.first().copied().unwrap_or_default();
+    let planned = expand_workloads(&scenario.workloads);
+    let run = run_policy(&nodes, &planned, gpu_policy, node_policy);
+    let pods = planned
+        .into_iter()
+        .map(|p| {
+            defrag_facts::owned_by_workload(p.pod, &scenario.workloads[p.workload], p.workload)
+        })
+        .collect();
+    Ok(Source {
+        state: run.state,
+        pods,
+        pdbs: Vec::new(),
+        gpu_policy,
+    })
+}
+
+/// Reads the cluster or the scenario and plans.
+pub(crate) async fn plan(args: &PlanArgs) -> Result<Planned, Failure> {
+    let Source {
+        state,
+        pods,
+        pdbs,
+        gpu_policy,
+    } = match &args.scenario {
+        Some(path) => scenario(path)?,
+        None => live(args).await?,
+    };
     let target = match (&args.pending_pod, args.free_cards, args.min_free_percent) {
         (Some(pod), _, _) => Target::FitPod {
             pod: pod.clone(),
-            request: Box::new(defrag_facts::pending_pod(pod, &pods, &state)?),
+            request: Box::new(defrag_facts::pending_pod(pod, &pods, &state, gpu_policy)?),
         },
         (_, Some(count), _) => Target::FreeWholeCards {
             device_type: args.device_type.clone().unwrap_or_default(),
@@ -156,7 +227,7 @@ pub(crate) async fn plan(args: &PlanArgs) -> Result<Planned, Failure> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    let cluster = defrag_facts::cluster(&state, &pods, &pdbs, now);
+    let cluster = defrag_facts::cluster(&state, &pods, &pdbs, gpu_policy, now);
     let policy = args.policy();
     let plan = hami_defrag_core::plan(&cluster, &target, &policy).map_err(|e| {
         // The core names its fields; the user wrote flags.

@@ -12,6 +12,7 @@ use hami_scheduler_core::preemption::{CRITICAL_CLASSES, CRITICAL_PRIORITY, selec
 use hami_scheduler_core::state::ClusterState;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::input::InputError;
 
@@ -24,9 +25,7 @@ const GANG_KEYS: [&str; 3] = [
 ];
 
 /// The controller of `pod` (its `controller: true` owner reference), if any.
-fn controller(
-    pod: &Pod,
-) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+fn controller(pod: &Pod) -> Option<&OwnerReference> {
     pod.metadata
         .owner_references
         .iter()
@@ -87,19 +86,22 @@ pub(crate) fn safety(
     let gang_member = GANG_KEYS
         .iter()
         .any(|k| labels.contains_key(*k) || annotations.contains_key(*k));
-    let started = pod
+    // The API server stamps every pod; a scenario's pods carry no time: old enough.
+    let age_seconds = pod
         .status
         .as_ref()
         .and_then(|s| s.start_time.as_ref())
         .or(meta.creation_timestamp.as_ref())
-        .map_or(now, |t| t.0.as_second());
+        .map_or(u64::MAX, |t| {
+            u64::try_from(now - t.0.as_second()).unwrap_or(0)
+        });
     Safety {
         pdb,
         owner,
         gang_member,
         static_pod,
         critical,
-        age_seconds: u64::try_from(now - started).unwrap_or(0),
+        age_seconds,
     }
 }
 
@@ -110,6 +112,7 @@ pub(crate) fn cluster(
     state: &ClusterState,
     pods: &[Pod],
     pdbs: &[PodDisruptionBudget],
+    gpu_policy: GpuPolicy,
     now: i64,
 ) -> Cluster {
     let by_uid: HashMap<&str, &Pod> = pods
@@ -127,14 +130,35 @@ pub(crate) fn cluster(
     }
     Cluster::from_state(state, |uid, _| {
         let pod = by_uid.get(uid)?;
-        let request = request(pod).ok()?;
+        let request = request(pod, gpu_policy).ok()?;
         Some((request, safety(pod, &siblings, pdbs, now)))
     })
 }
 
-/// What `pod` asks for, as the scheduler's filter reads it with its default settings.
-pub(crate) fn request(pod: &Pod) -> Result<PodRequest, InputError> {
-    PodRequest::from_pod(pod, &RequestDefaults::default(), GpuPolicy::default()).map_err(InputError)
+/// What `pod` asks for, as the scheduler's filter reads it with the default request
+/// settings and `gpu_policy` for a pod without its own.
+pub(crate) fn request(pod: &Pod, gpu_policy: GpuPolicy) -> Result<PodRequest, InputError> {
+    PodRequest::from_pod(pod, &RequestDefaults::default(), gpu_policy).map_err(InputError)
+}
+
+/// A scenario's pod of workload number `index`: controlled by the workload (kind
+/// `Workload`, its template's name), unless its template names a controller itself.
+pub(crate) fn owned_by_workload(
+    mut pod: Pod,
+    workload: &hami_planner::scenario::Workload,
+    index: usize,
+) -> Pod {
+    if controller(&pod).is_none() {
+        pod.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "hami.io/v1".into(),
+            kind: "Workload".into(),
+            name: workload.name().to_owned(),
+            uid: format!("workload-{index}"),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+    }
+    pod
 }
 
 /// The pending pod `ns/name` of `pods` and what it asks for; an unknown pod or one already
@@ -143,6 +167,7 @@ pub(crate) fn pending_pod(
     wanted: &str,
     pods: &[Pod],
     state: &ClusterState,
+    gpu_policy: GpuPolicy,
 ) -> Result<PodRequest, InputError> {
     let (namespace, name) = wanted.split_once('/').ok_or_else(|| {
         InputError(format!(
@@ -171,7 +196,7 @@ pub(crate) fn pending_pod(
             holding.node
         )));
     }
-    request(pod)
+    request(pod, gpu_policy)
 }
 
 /// The pods holding slices that the policy keeps in place, `namespace/name` and why, sorted.
