@@ -11,6 +11,8 @@
 //!   cards), why, PDB status and gain, or the constraints that block it.
 //!   [`safety`] says which pods are never moved by default. [`apply`] replays a plan on a
 //!   snapshot, checking each move; [`table`] prints plans and measurements.
+//! - [`score`]: card choice at placement weighing memory against compute (issue 32 item
+//!   4), as pure scores for the scheduler's binpack to adopt.
 //!
 //! The search. Every placement question is the scheduler's own fit (`fit_node` and
 //! `QuickFit` of `hami-scheduler-core`) on the snapshot as earlier moves left it, so each
@@ -37,6 +39,7 @@ pub mod input;
 pub mod measure;
 pub mod plan;
 pub mod safety;
+pub mod score;
 pub mod shape;
 pub mod table;
 mod work;

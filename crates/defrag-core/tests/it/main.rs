@@ -7,4 +7,5 @@ mod plan;
 mod planned;
 mod props;
 mod scenarios;
+mod score;
 mod state;

@@ -27,21 +27,22 @@ pub(crate) fn check(cluster: &Cluster, target: &Target, policy: &Policy, at: &st
         hami_defrag_core::table::render_plan(&p)
     );
     assert_eq!(p.shortfall_before, target.shortfall(cluster), "{at}");
-    let mut before = p.shortfall_before;
+    // Step by step, each applied on what the earlier ones left.
+    let (mut before, mut now_cluster) = (p.shortfall_before, cluster.clone());
     let steps: BTreeSet<usize> = p.moves.iter().map(|m| m.step).collect();
     for step in steps {
-        let mut prefix = p.clone();
-        prefix.moves.retain(|m| m.step <= step);
-        let (after, skipped) = apply(cluster, &prefix);
+        let mut one = p.clone();
+        one.moves.retain(|m| m.step == step);
+        let (after, skipped) = apply(&now_cluster, &one);
         assert!(skipped.is_empty(), "{at}\nstep {step}: {skipped:?}");
         let now = target.shortfall(&after);
         assert_eq!(
             Some(now),
-            prefix.moves.last().map(|m| m.shortfall_after),
+            one.moves.last().map(|m| m.shortfall_after),
             "{at}"
         );
         assert!(now < before, "{at}\nstep {step} does not improve");
-        before = now;
+        (before, now_cluster) = (now, after);
     }
     let (after, skipped) = apply(cluster, &p);
     assert!(skipped.is_empty(), "{at}\n{skipped:?}");
