@@ -100,6 +100,25 @@ pub struct Endpoint {
     pub said: Said,
 }
 
+/// Which nodes the endpoints report on, rebuilt with each round (a page asks per node and
+/// card; with a monitor per node, going through every endpoint each time would not scale).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Covered {
+    /// Nodes some endpoint reported on, or whose name is an endpoint URL's host.
+    pub nodes: BTreeSet<String>,
+    /// Some endpoint has not answered yet (and is not failing).
+    pub waiting: bool,
+    /// Some endpoint never answered and is failing.
+    pub unreadable: bool,
+}
+
+/// The host of a URL (`http://HOST:PORT/path`).
+fn url_host(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let end = rest.find([':', '/']).unwrap_or(rest.len());
+    &rest[..end]
+}
+
 /// Everything scraped from the monitors.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -121,6 +140,8 @@ pub struct Metrics {
     pub trend_used: Series,
     /// Mean utilization, over the last hour.
     pub trend_utilization: Series,
+    /// Which nodes the endpoints cover.
+    pub covered: Covered,
 }
 
 fn key(s: &Sample) -> Option<SeriesKey> {
@@ -183,7 +204,7 @@ fn read(samples: &[Sample], world: &World, now: i64) -> Said {
 impl Metrics {
     /// Nothing scraped yet from `urls`.
     pub fn with_endpoints(urls: &[String]) -> Self {
-        Metrics {
+        let mut m = Metrics {
             endpoints: urls
                 .iter()
                 .map(|u| Endpoint {
@@ -192,7 +213,26 @@ impl Metrics {
                 })
                 .collect(),
             ..Default::default()
+        };
+        m.index_coverage();
+        m
+    }
+
+    /// Rebuilds [`Metrics::covered`] from the endpoints.
+    pub fn index_coverage(&mut self) {
+        let mut c = Covered::default();
+        for e in &self.endpoints {
+            c.nodes.extend(e.nodes.iter().cloned());
+            c.nodes.insert(url_host(&e.url).to_owned());
+            if e.last_ok.is_none() {
+                if e.error.is_some() {
+                    c.unreadable = true;
+                } else {
+                    c.waiting = true;
+                }
+            }
         }
+        self.covered = c;
     }
 
     /// Takes one round of scrapes (`results[i]` from endpoint `i`) at `now`, with the
@@ -313,6 +353,7 @@ impl Metrics {
         self.latest = latest;
         self.cards = cards;
         self.pods_on_cards = pods_on_cards;
+        self.index_coverage();
     }
 
     /// Latest usage of a pod on a device, summed over its containers.

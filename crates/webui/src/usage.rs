@@ -59,29 +59,18 @@ pub enum Coverage {
     Covered,
 }
 
-/// The host of a URL (`http://HOST:PORT/path`).
-fn url_host(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let end = rest.find([':', '/']).unwrap_or(rest.len());
-    &rest[..end]
-}
-
 /// Whether node `node`'s figures can come from a monitor.
 pub fn coverage(metrics: &Metrics, node: &str) -> Coverage {
-    let mut best = Coverage::Unconfigured;
-    for e in &metrics.endpoints {
-        let c = if e.nodes.contains(node) || url_host(&e.url) == node {
-            Coverage::Covered
-        } else if e.last_ok.is_some() {
-            Coverage::Unconfigured
-        } else if e.error.is_some() {
-            Coverage::Unreadable
-        } else {
-            Coverage::Waiting
-        };
-        best = best.max(c);
+    let c = &metrics.covered;
+    if c.nodes.contains(node) {
+        Coverage::Covered
+    } else if c.waiting {
+        Coverage::Waiting
+    } else if c.unreadable {
+        Coverage::Unreadable
+    } else {
+        Coverage::Unconfigured
     }
-    best
 }
 
 /// What a figure of a node with no sample says instead.
@@ -118,23 +107,22 @@ pub fn sampled_note(at: Option<i64>, now: i64, coverage: Coverage) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::samples::Endpoint;
 
     #[test]
     fn coverage_from_what_monitors_said_or_their_urls() {
-        let mut m = Metrics::with_endpoints(&["http://gpu-1:9394/metrics".into()]);
+        let w = crate::world::World::default();
+        let mut m = Metrics::with_endpoints(&[
+            "http://gpu-1:9394/metrics".into(),
+            "http://prometheus:9090/federate".into(),
+        ]);
         assert_eq!(coverage(&m, "gpu-1"), Coverage::Covered);
         assert_eq!(coverage(&m, "gpu-2"), Coverage::Waiting);
-        m.endpoints[0].error = Some("refused".into());
+        m.ingest(1, vec![Err("refused".into()), Err("refused".into())], &w);
         assert_eq!(coverage(&m, "gpu-2"), Coverage::Unreadable);
-        m.endpoints.push(Endpoint {
-            url: "http://prometheus:9090/federate".into(),
-            last_ok: Some(1),
-            nodes: ["gpu-3".to_owned()].into(),
-            ..Default::default()
-        });
+        let host = "hami_host_gpu_memory_used_bytes{node=\"gpu-3\",device_index=\"0\",device_uuid=\"G\",device_type=\"T\"} 1\n";
+        let body = hami_protocol::scrape::parse_samples(host);
+        m.ingest(2, vec![Ok((vec![], 0)), Ok(body)], &w);
         assert_eq!(coverage(&m, "gpu-3"), Coverage::Covered);
-        m.endpoints.remove(0);
         assert_eq!(coverage(&m, "gpu-2"), Coverage::Unconfigured);
         assert_eq!(
             figure(None, 10, Coverage::Unconfigured),
