@@ -4,7 +4,9 @@
 //! OpenMetrics or Prometheus text 0.0.4, as the scraper's `Accept` asks
 //! (`hami_protocol::exposition`). `device_type` is `Vendor::device_type` of the registered
 //! type, as the monitor labels the same GPU; `container_index` is the container's run in
-//! the pod's device list (init and sidecar containers first).
+//! the pod's device list (init and sidecar containers first). The defragmentation gauges
+//! (`crate::defrag_metrics`, D-30) are measured from node snapshots taken under the state
+//! lock, after it is released ([`Metrics::take`], [`Metrics::encode`]).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

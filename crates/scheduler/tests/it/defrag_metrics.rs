@@ -80,7 +80,7 @@ async fn scraped_defrag_gauges_match_the_measure_of_a_fragmented_node() {
         "amd.com/gpu",
     )
     .await;
-    let nvidia = "hami.io/nvidia-devices-allocated";
+    let nvidia = "hami.io/vgpu-devices-allocated";
     placed(
         &client,
         "c",
@@ -123,6 +123,10 @@ async fn scraped_defrag_gauges_match_the_measure_of_a_fragmented_node() {
         "{node:?}"
     );
     assert!(a0.free_mib + a1.free_mib > 500, "{node:?}");
+    assert!(
+        node.cards[2].free_mib < node.cards[2].total_mib,
+        "N0 counts its pod: {node:?}"
+    );
     for card in &node.cards {
         let at = [("node", "n"), ("device_uuid", card.card.as_str())];
         assert_eq!(
