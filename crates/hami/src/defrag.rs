@@ -96,6 +96,9 @@ pub(crate) struct Planned {
     pub plan: Plan,
     /// `namespace/name` → why it stays (these are never part of a move).
     pub protected: std::collections::BTreeMap<String, String>,
+    /// What could not be read, for stderr (not part of the plan's data).
+    #[serde(skip)]
+    pub warning: Option<String>,
 }
 
 /// Why the command failed: the user's input (exit 2) or the cluster (exit 1).
@@ -135,6 +138,8 @@ struct Source {
     pods: Vec<Pod>,
     pdbs: Vec<PodDisruptionBudget>,
     gpu_policy: GpuPolicy,
+    /// What the plan could not read (for stderr).
+    warning: Option<String>,
 }
 
 /// The live cluster, its state built the way `hami status` builds it.
@@ -150,10 +155,22 @@ async fn live(args: &PlanArgs) -> Result<Source, Failure> {
         .list(&ListParams::default())
         .await?
         .items;
-    let pdbs = Api::<PodDisruptionBudget>::all(client)
+    // A user who may not list budgets still gets a plan: every pod reads as uncovered,
+    // which the default policy never moves.
+    let (pdbs, warning) = match Api::<PodDisruptionBudget>::all(client)
         .list(&ListParams::default())
-        .await?
-        .items;
+        .await
+    {
+        Ok(list) => (list.items, None),
+        Err(kube::Error::Api(e)) if e.code == 403 => (
+            Vec::new(),
+            Some(format!(
+                "listing PodDisruptionBudgets was refused ({}): every pod is taken as covered by none, so only --allow-without-pdb moves any; the plan needs list on poddisruptionbudgets (API group policy)",
+                shown(&e.message)
+            )),
+        ),
+        Err(e) => return Err(e.into()),
+    };
     let mut state = ClusterState::new();
     state.reset_nodes(nodes.iter());
     state.reset_pods(pods.iter());
@@ -162,6 +179,7 @@ async fn live(args: &PlanArgs) -> Result<Source, Failure> {
         pods,
         pdbs,
         gpu_policy: GpuPolicy::default(),
+        warning,
     })
 }
 
@@ -197,6 +215,7 @@ fn scenario(path: &std::path::Path) -> Result<Source, Failure> {
         pods,
         pdbs: Vec::new(),
         gpu_policy,
+        warning: None,
     })
 }
 
@@ -207,6 +226,7 @@ pub(crate) async fn plan(args: &PlanArgs) -> Result<Planned, Failure> {
         pods,
         pdbs,
         gpu_policy,
+        warning,
     } = match &args.scenario {
         Some(path) => scenario(path)?,
         None => live(args).await?,
@@ -244,6 +264,7 @@ pub(crate) async fn plan(args: &PlanArgs) -> Result<Planned, Failure> {
     Ok(Planned {
         plan,
         protected: defrag_facts::protected(&cluster, &policy),
+        warning,
     })
 }
 

@@ -211,12 +211,17 @@ fn defrag_plan(args: &defrag::PlanArgs) -> ExitCode {
         }
     };
     match runtime.block_on(defrag::plan(args)) {
-        Ok(planned) => print_out(&match args.output {
-            defrag::PlanOutput::Table => defrag::render(&planned),
-            defrag::PlanOutput::Json => to_json(&planned),
-            // Plain data: serialization cannot fail.
-            defrag::PlanOutput::Yaml => serde_saphyr::to_string(&planned).unwrap_or_default(),
-        }),
+        Ok(planned) => {
+            if let Some(w) = &planned.warning {
+                eprintln!("warning: {w}");
+            }
+            print_out(&match args.output {
+                defrag::PlanOutput::Table => defrag::render(&planned),
+                defrag::PlanOutput::Json => to_json(&planned),
+                // Plain data: serialization cannot fail.
+                defrag::PlanOutput::Yaml => serde_saphyr::to_string(&planned).unwrap_or_default(),
+            })
+        }
         Err(defrag::Failure::Input(e)) => {
             eprintln!("error: {}", table::shown(&e.to_string()));
             ExitCode::from(2)

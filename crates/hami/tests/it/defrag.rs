@@ -38,7 +38,11 @@ fn pdb(app: &str, allowed: i32) -> Value {
 /// asking half a card (32768 MiB) fits none; `ml/half` is that pod, pending. A `web` pod
 /// fits n2 (the planner moves pods to another node: an evicted pod's replacement).
 async fn fragmented(test: &str) -> (RunningApiServer, PathBuf) {
-    let api = ApiServer::start(Config::default()).await.unwrap();
+    fragmented_on(Config::default(), test).await
+}
+
+async fn fragmented_on(config: Config, test: &str) -> (RunningApiServer, PathBuf) {
+    let api = ApiServer::start(config).await.unwrap();
     let create = |version: &str, resource: &str, ns: Option<&str>, object: Value| {
         api.create_object(version, resource, ns, object).unwrap();
     };
@@ -269,6 +273,54 @@ async fn bad_input_is_refused_with_exit_code_2_and_what_to_change() {
     );
     let out = hami(&kubeconfig, &["--free-cards", "1"]).await;
     assert_eq!(out.status.code(), Some(2), "--free-cards needs --type");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_right_to_list_budgets_the_plan_warns_and_moves_nothing_by_default() {
+    let config = Config {
+        auth: Some(hami_apiserver::authn::AuthConfig::default()),
+        ..Config::default()
+    };
+    let (api, _) = fragmented_on(config, "no-pdb-rights").await;
+    let rbac = "rbac.authorization.k8s.io/v1";
+    api.create_object(
+        rbac,
+        "clusterroles",
+        None,
+        json!({"apiVersion": rbac, "kind": "ClusterRole",
+        "metadata": {"name": "gpu-viewer"},
+        "rules": [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}]}),
+    )
+    .unwrap();
+    api.create_object(rbac, "clusterrolebindings", None, json!({"apiVersion": rbac, "kind": "ClusterRoleBinding",
+        "metadata": {"name": "gpu-viewer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-viewer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": "ml"}]}))
+        .unwrap();
+    let token = api.service_account_token("ml", "viewer").unwrap();
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "hami-defrag-viewer-{}.kubeconfig",
+        std::process::id()
+    ));
+    std::fs::write(&kubeconfig, api.kubeconfig_yaml_with_token(&token)).unwrap();
+
+    let out = hami(
+        &kubeconfig,
+        &["--pending-pod", "ml/half", "--min-age-seconds", "0"],
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("warning: listing PodDisruptionBudgets was refused")
+            && stderr.contains("list on poddisruptionbudgets (API group policy)"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("NOT reached (0 move(s)"), "{stdout}");
+    assert!(
+        stdout.contains("ml/web-a: no PodDisruptionBudget covers it"),
+        "the budget allowing 1 is unknown: {stdout}"
+    );
 }
 
 /// Three one-card nodes (1000 MiB, 100 CUs), node policy spread: `small` puts one 300 MiB
