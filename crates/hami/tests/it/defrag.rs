@@ -406,3 +406,90 @@ fn plan_on_a_scenario_file_moves_one_pod_and_refuses_a_bad_file() {
     assert!(stderr.contains("workloads"), "{stderr}");
     let _ = std::fs::remove_file(&file);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_pod_fact_the_cluster_holds_keeps_its_pod_in_place_for_its_own_reason() {
+    let (api, kubeconfig) = fragmented("facts").await;
+    let create = |version: &str, resource: &str, ns: Option<&str>, object: Value| {
+        api.create_object(version, resource, ns, object).unwrap();
+    };
+    let mut pods: Vec<(Value, &str)> = Vec::new();
+    let mut crit = placed("crit", "crit", "n1", "G1", 1000);
+    crit["spec"]["priorityClassName"] = json!("system-node-critical");
+    pods.push((crit, "critical pod"));
+    let mut mirror = placed("mirror", "mirror", "n1", "G1", 1000);
+    mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"] = json!("abc");
+    pods.push((mirror, "static pod"));
+    let mut gang = placed("gang", "gang", "n1", "G1", 1000);
+    gang["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = json!("job-1");
+    pods.push((gang, "gang member"));
+    let mut ds = placed("ds", "ds", "n1", "G2", 1000);
+    ds["metadata"]["ownerReferences"][0]["kind"] = json!("DaemonSet");
+    pods.push((ds, "DaemonSet pod"));
+    let mut bare = placed("bare", "bare", "n1", "G2", 1000);
+    bare["metadata"]["ownerReferences"] = json!([]);
+    pods.push((bare, "no controller recreates it"));
+    pods.push((
+        placed("lonely", "lonely", "n1", "G2", 1000),
+        "only replica of ReplicaSet/lonely",
+    ));
+    // Two budgets cover twice-*: the tightest decides.
+    for name in ["twice-1", "twice-2"] {
+        pods.push((
+            placed(name, "twice", "n2", "G3", 1000),
+            "PodDisruptionBudget ml/twice-zero allows no disruption now",
+        ));
+    }
+    for (pod, _) in &pods {
+        create("v1", "pods", Some("ml"), pod.clone());
+    }
+    let mut loose = pdb("twice", 3);
+    loose["metadata"]["name"] = json!("twice-loose");
+    create("policy/v1", "poddisruptionbudgets", Some("ml"), loose);
+    let mut zero = pdb("twice", 0);
+    zero["metadata"]["name"] = json!("twice-zero");
+    zero["spec"]["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["twice", "other"]}]});
+    create("policy/v1", "poddisruptionbudgets", Some("ml"), zero);
+    // A budget of another namespace covers none of ml's pods.
+    create(
+        "v1",
+        "namespaces",
+        None,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}),
+    );
+    let mut elsewhere = pdb("web", 0);
+    elsewhere["metadata"]["namespace"] = json!("other");
+    create(
+        "policy/v1",
+        "poddisruptionbudgets",
+        Some("other"),
+        elsewhere,
+    );
+
+    let out = hami(
+        &kubeconfig,
+        &[
+            "--min-free-percent",
+            "50",
+            "--min-age-seconds",
+            "0",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let kept: Value = serde_json::from_str(&stdout).unwrap();
+    let kept = &kept["protected"];
+    for (pod, why) in &pods {
+        let name = format!("ml/{}", pod["metadata"]["name"].as_str().unwrap());
+        let said = kept[&name]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} not kept: {kept}"));
+        assert!(said.starts_with(why), "{name}: {said}");
+    }
+    for movable in ["ml/web-a", "ml/web-b"] {
+        assert!(kept.get(movable).is_none(), "{movable}: {kept}");
+    }
+}
