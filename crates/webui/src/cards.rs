@@ -344,7 +344,8 @@ pub fn cards(world: &World, metrics: &Metrics, raw_query: &str) -> Page {
     ));
     Page {
         status: if problem.is_some() { 400 } else { 200 },
-        html: frame("Cards", &banners, true, &body),
+        // Not live: a refresh of <main> would wipe the form while it is being filled in.
+        html: frame("Cards", &banners, false, &body),
     }
 }
 
@@ -434,6 +435,10 @@ mod tests {
         assert!(
             page.html.contains("<a href=\"/cards\">Cards</a>"),
             "linked from the nav"
+        );
+        assert!(
+            !page.html.contains("data-live"),
+            "the form is not refreshed away"
         );
         let rows = body_rows(&page.html);
         assert_eq!(rows.len(), 17);
