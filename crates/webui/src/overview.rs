@@ -12,7 +12,7 @@ use crate::html::{Page, esc, frame, mib, table};
 use crate::pages::{banners, cores_unit, node_link, pct, pod_link};
 use crate::samples::Metrics;
 use crate::svg::{PALETTE, line_chart};
-use crate::usage::{Coverage, card_use, coverage, figure};
+use crate::usage::{Coverage, card_use, coverage, figure, figure_on};
 use crate::world::World;
 
 /// `/`: GPUs by type (the device plugins' and the DRA devices), the last hour's trend,
@@ -125,7 +125,7 @@ pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
                     mib(r.mem),
                     pct(r.mem_granted, r.mem)
                 ),
-                figure(
+                figure_on(
                     (r.sampled > 0).then(|| {
                         (
                             format!("{} ({})", mib(r.mem_used), pct(r.mem_used, r.mem)),
@@ -134,6 +134,7 @@ pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
                     }),
                     now,
                     r.coverage.unwrap_or(Coverage::Unconfigured),
+                    r.nodes.len(),
                 ),
                 format!(
                     "{:.0} / {:.0} {unit} ({})",
@@ -141,7 +142,7 @@ pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
                     r.cores,
                     pct(r.cores_granted, r.cores)
                 ),
-                figure(
+                figure_on(
                     (!r.busy.is_empty()).then(|| {
                         (
                             format!(
@@ -154,6 +155,7 @@ pub fn overview(world: &World, metrics: &Metrics, now: i64) -> Page {
                     }),
                     now,
                     r.coverage.unwrap_or(Coverage::Unconfigured),
+                    r.nodes.len(),
                 ),
                 if r.unhealthy > 0 {
                     format!("<span class=\"bad\">{} unhealthy</span>", r.unhealthy)

@@ -273,3 +273,23 @@ fn a_node_no_monitor_covers_says_not_reported_and_figures_show_their_age() {
     let card = section(&page, &format!("data-card=\"{u0}\""));
     assert!(card.contains("as of 12 s ago"), "{card}");
 }
+
+#[test]
+fn a_type_row_over_several_unmonitored_nodes_says_so_not_this_node() {
+    let (w, _) = demo_mi210_pair();
+    let m = Metrics::with_endpoints(&[]);
+    let overview = pages::overview(&w, &m, 1000).html;
+    let mi210 = row(&overview, "AMD Instinct MI210");
+    assert!(mi210.contains("<td>16</td><td>2</td>"), "{mi210}");
+    assert!(
+        mi210.contains("not reported: no monitor configured for any of its 2 nodes"),
+        "{mi210}"
+    );
+    assert!(!mi210.contains("this node"), "{mi210}");
+    // A node's own row keeps "this node".
+    let plugin_row = row(&overview, "<a href=\"/nodes/mi210-node\">");
+    assert!(
+        plugin_row.contains("not reported: no monitor configured for this node"),
+        "{plugin_row}"
+    );
+}

@@ -84,12 +84,39 @@ pub fn not_sampled(coverage: Coverage) -> &'static str {
     }
 }
 
+/// [`not_sampled`] for a figure over `nodes` nodes (a row of the overview's GPUs by type),
+/// `coverage` the best among them: "this node" would be wrong where there are several.
+pub fn not_sampled_on(coverage: Coverage, nodes: usize) -> String {
+    if nodes <= 1 {
+        return not_sampled(coverage).to_owned();
+    }
+    match coverage {
+        Coverage::Covered | Coverage::Waiting => "no samples yet".to_owned(),
+        Coverage::Unreadable => {
+            format!("not reported: the monitors that may cover its {nodes} nodes cannot be read")
+        }
+        Coverage::Unconfigured => {
+            format!("not reported: no monitor configured for any of its {nodes} nodes")
+        }
+    }
+}
+
 /// A figure with its age, or what stands in for it on a node of `coverage`.
 pub fn figure(value: Option<(String, Option<i64>)>, now: i64, coverage: Coverage) -> String {
+    figure_on(value, now, coverage, 1)
+}
+
+/// [`figure`] over `nodes` nodes, `coverage` the best among them.
+pub fn figure_on(
+    value: Option<(String, Option<i64>)>,
+    now: i64,
+    coverage: Coverage,
+    nodes: usize,
+) -> String {
     match value {
         Some((text, Some(at))) => format!("{text} {}", age(at, now)),
         Some((text, None)) => text,
-        None => not_sampled(coverage).to_owned(),
+        None => not_sampled_on(coverage, nodes),
     }
 }
 
@@ -127,6 +154,14 @@ mod tests {
         assert_eq!(
             figure(None, 10, Coverage::Unconfigured),
             "not reported: no monitor configured for this node"
+        );
+        assert_eq!(
+            figure_on(None, 10, Coverage::Unconfigured, 2),
+            "not reported: no monitor configured for any of its 2 nodes"
+        );
+        assert_eq!(
+            figure_on(None, 10, Coverage::Unreadable, 3),
+            "not reported: the monitors that may cover its 3 nodes cannot be read"
         );
         assert!(
             figure(Some(("1 GiB".into(), Some(0))), 130, Coverage::Covered)
