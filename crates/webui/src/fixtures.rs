@@ -24,6 +24,18 @@ pub(crate) fn captures() -> (Node, Vec<DeviceInfo>) {
     (nodes[0].clone(), specs[1].amd.clone())
 }
 
+/// The demo's NVIDIA node: one 16 GiB card from the stand-in driver.
+pub(crate) fn nvidia_card() -> DeviceInfo {
+    let (node, _) = captures();
+    let mut card = amd_entries(&node)[0].clone();
+    card.id = "GPU-00000000-0000-4000-8000-000000000001".into();
+    card.device_type = "NVIDIA-Stand-in GPU".into();
+    card.device_vendor = Vendor::Nvidia.word().into();
+    card.devmem = 16384;
+    card.devcore = 100;
+    card
+}
+
 /// The register entries of a node's AMD annotation.
 pub(crate) fn amd_entries(node: &Node) -> Vec<DeviceInfo> {
     decode_node_devices(

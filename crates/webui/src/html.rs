@@ -55,7 +55,7 @@ pub fn frame(title: &str, banners: &[String], live: bool, body: &str) -> String 
         esc(title),
         if live { " data-live=\"5\"" } else { "" }
     );
-    out.push_str("<header><nav aria-label=\"Main\"><a class=\"brand\" href=\"/\">hami</a> <a href=\"/\">Overview</a> <a href=\"/cards\">Cards</a> <a href=\"/whatif\">What-if</a></nav></header><main id=\"main\">");
+    out.push_str("<header><nav aria-label=\"Main\"><a class=\"brand\" href=\"/\">hami</a> <a href=\"/\">Overview</a> <a href=\"/cards\">Cards</a> <a href=\"/pods\">Pods</a> <a href=\"/whatif\">What-if</a></nav></header><main id=\"main\">");
     out.push_str(&banner_html(banners));
     out.push_str(body);
     out.push_str("</main><footer>Read-only view of the cluster. <span id=\"live-status\"></span></footer><script src=\"/static/live.js\" defer></script></body></html>");

@@ -9,7 +9,7 @@
 //!
 //! - [`world`], [`samples`]: what is known (plain data, fed by [`watch`] and [`scrape`];
 //!   what a watch item does to the world is [`watch_feed`], pure).
-//! - [`pages`], [`overview`], [`dra`] (DRA nodes, devices and pods), [`whatif`], [`svg`],
+//! - [`pages`], [`overview`], [`cards`], [`pods`], [`dra`] (DRA nodes, devices and pods), [`whatif`], [`svg`],
 //!   [`html`]: pure rendering; [`usage`]: the monitors' figures per node and card, with
 //!   their age, or why a node has none.
 //! - [`server`]: the axum routes and the security headers every response carries;
@@ -31,6 +31,9 @@ pub mod html;
 pub mod live;
 pub mod overview;
 pub mod pages;
+pub mod pods;
+#[cfg(test)]
+mod pods_tests;
 pub mod same_origin;
 pub mod samples;
 pub mod scrape;

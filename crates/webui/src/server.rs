@@ -100,6 +100,12 @@ async fn cards(State(s): State<Shared>, RawQuery(query): RawQuery) -> Response {
     })
 }
 
+async fn pods(State(s): State<Shared>, RawQuery(query): RawQuery) -> Response {
+    with_state(&s, |w, m| {
+        crate::pods::pods(w, m, query.as_deref().unwrap_or_default(), unix_now())
+    })
+}
+
 async fn pod(State(s): State<Shared>, Path((ns, name)): Path<(String, String)>) -> Response {
     with_state(&s, |w, m| pages::pod(w, m, &ns, &name, unix_now()))
 }
@@ -212,6 +218,7 @@ pub fn router(shared: Shared) -> Router {
     Router::new()
         .route("/", get(overview))
         .route("/cards", get(cards))
+        .route("/pods", get(pods))
         .route("/nodes/{name}", get(node))
         .route("/pods/{namespace}/{name}", get(pod))
         .route("/whatif", get(whatif_form).post(whatif_plan))

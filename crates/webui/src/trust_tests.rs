@@ -115,18 +115,6 @@ fn usage_is_counted_per_node_and_card_when_two_nodes_share_uuids() {
     );
 }
 
-/// The demo's NVIDIA node: one 16 GiB card from the stand-in driver.
-fn nvidia_card() -> DeviceInfo {
-    let (node, _) = captures();
-    let mut card = amd_entries(&node)[0].clone();
-    card.id = "GPU-00000000-0000-4000-8000-000000000001".into();
-    card.device_type = "NVIDIA-Stand-in GPU".into();
-    card.device_vendor = Vendor::Nvidia.word().into();
-    card.devmem = 16384;
-    card.devcore = 100;
-    card
-}
-
 #[test]
 fn a_card_meter_is_at_least_the_sum_of_its_pods() {
     let card = nvidia_card();

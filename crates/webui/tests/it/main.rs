@@ -2,12 +2,13 @@
 //! API server, small monitor servers, the real `hami-webui` binary, Debian's Prometheus):
 //! bad and hostile HTTP input, `--dra auto`, Prometheus `/federate`, a refused watch logged
 //! once, SIGTERM while planning, the What-if fuzz corpus, whole cards on the node page, the
-//! cards page's route.
+//! cards and pods pages' routes.
 //! The whole-system browser test (Chromium against the demo) is in `tests/system`.
 
 mod bad_input;
 mod cards;
 mod dra_auto;
+mod pods;
 mod prometheus;
 mod refused_watch_logs;
 mod stop_while_planning;
