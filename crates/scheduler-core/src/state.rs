@@ -309,9 +309,12 @@ impl ClusterState {
 
     /// Withdraws the vendors whose plugin stopped refreshing by `now` (the heartbeat rule
     /// changes with time alone, so filter calls this before deciding). Cheap when no
-    /// verdict can have changed since the last call.
+    /// verdict can have changed since the last call: before the next deadline, and when
+    /// there is none (no plugin announces a heartbeat, as HAMi's do not, or every window
+    /// has passed). Each observed change sets its deadline (`upsert_node_at`); a sweep of
+    /// every node per filter call cost more than the decision (issue 28).
     pub fn expire_heartbeats(&mut self, now: Instant) {
-        if self.heartbeat_check_at.is_some_and(|t| now < t) {
+        if self.heartbeat_check_at.is_none_or(|t| now < t) {
             return;
         }
         let names: Vec<String> = self.nodes.keys().cloned().collect();
