@@ -409,6 +409,31 @@ fn fit_picks(
         }
     }
     let mut picks = Vec::new();
+    if let [only] = prepared.order[..] {
+        // One container (the common pod): it is fitted on the node's usage as it is, so no
+        // working copy per node. Its vendors' GPUs are disjoint and one request takes
+        // distinct GPUs, so no pick changes what another sees.
+        let container = &req.containers[only];
+        for vendor in &prepared.vendors {
+            let Some(request) = container.get(*vendor) else {
+                continue;
+            };
+            let chosen =
+                fit_devices(node, &node.usage, *vendor, request, req).map_err(|r| Refusal {
+                    labels: r.labels,
+                    text: format!("container {}: {}", container.name, r.text),
+                })?;
+            picks.extend(chosen.into_iter().map(|(gpu, mem, cores, _)| Pick {
+                container: only,
+                vendor: *vendor,
+                gpu,
+                mem,
+                cores,
+            }));
+        }
+        let score = placement_score(node, req, &picks);
+        return Ok((picks, score));
+    }
     let mut concurrent = node.usage.clone();
     let mut init_base: Option<Vec<GpuUsage>> = None;
     for &i in &prepared.order {
