@@ -1,11 +1,16 @@
 //! Scheduler benchmarks (run: `cargo bench -p hami-scheduler --bench scheduler_bench`).
 //!
 //! 1. Filter latency p50/p99 at 100, 1,000 and 5,000 nodes × 8 GPUs: the decision over
-//!    the informer-fed state (`decide_filter`), and the same with the extender JSON
-//!    request decoded first (what one `/filter` call costs the scheduler).
+//!    the informer-fed state (heartbeat expiry, `decide_filter` and the quota gate: what
+//!    `/filter` does under its lock), and the same with the extender JSON request decoded
+//!    first (what one `/filter` call costs the scheduler); at 5,000 nodes also with a
+//!    ResourceQuota of HAMi's keys in force in the pod's namespace (issue 30: p99 < 5 ms),
+//!    once with room and once exhausted (every node answered with the refusal).
 //! 2. End-to-end pods/s through the embedded API server: the simulated kube-scheduler,
 //!    `/filter` and `/bind` over HTTP, a device-plugin stand-in that releases the node
 //!    lock as soon as the pod is bound; 64 pods in flight on 1,000 nodes.
+//!
+//! `--only filter|spread|binpack` (after `--bench`) runs one part (for `perf record`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,9 +26,10 @@ use hami_scheduler::config::Settings;
 use hami_scheduler::extender::{ExtenderArgs, FilterConfig, decide_filter, from_json_any_case};
 use hami_scheduler::extender_client::{ExtenderClient, Trust};
 use hami_scheduler::leader::Leadership;
+use hami_scheduler::quota_gate::gate_filter;
 use hami_scheduler::runtime::Scheduler;
 use hami_scheduler::state::ClusterState;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -63,55 +69,106 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn filter_latency(nodes: usize) {
+/// Whether a ResourceQuota of HAMi's keys governs the bench pod's namespace.
+#[derive(Clone, Copy, PartialEq)]
+enum Quota {
+    None,
+    /// Room for the pod: every decision is checked and charged.
+    Room,
+    /// Less left than the pod asks: every decision is refused by the gate.
+    Exhausted,
+}
+
+fn quota(slices: u64) -> ResourceQuota {
+    serde_json::from_value(json!({"metadata": {"name": "gpus", "namespace": "default"},
+        "spec": {"hard": {"limits.amd.com/gpu": slices.to_string(),
+            "limits.amd.com/gpumem": (slices * 8192).to_string(),
+            "limits.amd.com/gpucores": (slices * 25).to_string()}}}))
+    .unwrap()
+}
+
+fn filter_latency(nodes: usize, quota_mode: Quota) {
     let mut state = ClusterState::new();
     let names: Vec<String> = (0..nodes).map(|i| format!("node-{i}")).collect();
     for (i, name) in names.iter().enumerate() {
         state.upsert_node(&serde_json::from_value::<Node>(node_json(name, i)).unwrap());
     }
-    // Half of the nodes already run two slices on their first GPU.
+    // Half of the nodes already run two slices on their first GPU (pods of this scheduler
+    // asking for GPUs: only those hold devices, D-4).
     for (i, name) in names.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
         for k in 0..2 {
-            let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("old-{i}-{k}"), "namespace": "default",
-                "uid": format!("old-{i}-{k}"), "annotations": {pod_keys::VGPU_NODE: name,
-                "hami.io/amd-devices-allocated": format!("gpu-{i}-0,AMD Instinct MI300X,8192,76:;")}},
-                "spec": {"containers": [{"name": "c"}]}}))
-            .unwrap();
+            let mut pod: Pod =
+                serde_json::from_value(pod_json(&format!("old-{i}-{k}"), &format!("old-{i}-{k}")))
+                    .unwrap();
+            pod.metadata.annotations = Some(
+                [
+                    (pod_keys::VGPU_NODE.to_owned(), name.clone()),
+                    (
+                        "hami.io/amd-devices-allocated".to_owned(),
+                        format!("gpu-{i}-0,AMD Instinct MI300X,8192,76:;"),
+                    ),
+                ]
+                .into(),
+            );
             state.upsert_pod(&pod);
         }
     }
+    assert_eq!(
+        state.pod_count(),
+        nodes.div_ceil(2) * 2,
+        "the old pods hold slices"
+    );
+    // The old pods hold `nodes` slices in the namespace.
+    match quota_mode {
+        Quota::None => {}
+        Quota::Room => state.quota.apply_quota(&quota(nodes as u64 + 1_000)),
+        Quota::Exhausted => state.quota.apply_quota(&quota(nodes as u64)),
+    }
     let pod: Pod = serde_json::from_value(pod_json("bench", "bench-uid")).unwrap();
     let config = FilterConfig::default();
+    // What `/filter` does under the state's lock (`runtime::Scheduler::filter`).
+    let decide = |state: &mut ClusterState, pod: &Pod, names: &[String]| {
+        state.expire_heartbeats(Instant::now());
+        let d = decide_filter(state, pod, names, &config, 0);
+        gate_filter(state, pod, names, d)
+    };
+    let placed = |d: &hami_scheduler::extender::FilterDecision| match quota_mode {
+        Quota::Exhausted => d.result.nodenames.is_none() && d.patch.is_none(),
+        Quota::None | Quota::Room => d.result.nodenames.is_some(),
+    };
     let body =
         serde_json::to_vec(&json!({"pod": pod_json("bench", "bench-uid"), "nodenames": names}))
             .unwrap();
     let iterations = if nodes >= 5000 { 200 } else { 1000 };
     for _ in 0..20 {
-        decide_filter(&mut state, &pod, &names, &config, 0);
+        decide(&mut state, &pod, &names);
     }
     let mut core = Vec::with_capacity(iterations);
     let mut with_json = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let started = Instant::now();
-        let d = decide_filter(&mut state, &pod, &names, &config, 0);
+        let d = decide(&mut state, &pod, &names);
         core.push(started.elapsed());
-        assert!(d.result.nodenames.is_some());
+        assert!(placed(&d), "{:?}", d.result.error);
         let started = Instant::now();
         let args: ExtenderArgs = from_json_any_case(&body).unwrap();
-        let d = decide_filter(
+        let d = decide(
             &mut state,
             args.pod.as_ref().unwrap(),
             args.nodenames.as_ref().unwrap(),
-            &config,
-            0,
         );
         with_json.push(started.elapsed());
-        assert!(d.result.nodenames.is_some());
+        assert!(placed(&d));
     }
     core.sort();
     with_json.sort();
+    let quota_note = match quota_mode {
+        Quota::None => "",
+        Quota::Room => " (quota in force, room)",
+        Quota::Exhausted => " (quota exhausted)",
+    };
     println!(
-        "filter {nodes:>5} nodes x 8 GPUs: decision p50 {:>8.3} ms  p99 {:>8.3} ms | with JSON request decode p50 {:>8.3} ms  p99 {:>8.3} ms",
+        "filter {nodes:>5} nodes x 8 GPUs{quota_note}: decision p50 {:>8.3} ms  p99 {:>8.3} ms | with JSON request decode p50 {:>8.3} ms  p99 {:>8.3} ms",
         percentile(&core, 0.5).as_secs_f64() * 1e3,
         percentile(&core, 0.99).as_secs_f64() * 1e3,
         percentile(&with_json, 0.5).as_secs_f64() * 1e3,
@@ -270,13 +327,28 @@ async fn end_to_end(node_policy: NodePolicy, pods: usize, in_flight: usize) {
 }
 
 fn main() {
-    for nodes in [100, 1000, 5000] {
-        filter_latency(nodes);
+    let args: Vec<String> = std::env::args().collect();
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str);
+    let runs = |part: &str| only.is_none_or(|o| o == part);
+    if runs("filter") {
+        for nodes in [100, 1000, 5000] {
+            filter_latency(nodes, Quota::None);
+        }
+        filter_latency(5000, Quota::Room);
+        filter_latency(5000, Quota::Exhausted);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(end_to_end(NodePolicy::Spread, 1000, 64));
-    runtime.block_on(end_to_end(NodePolicy::Binpack, 300, 64));
+    if runs("spread") {
+        runtime.block_on(end_to_end(NodePolicy::Spread, 1000, 64));
+    }
+    if runs("binpack") {
+        runtime.block_on(end_to_end(NodePolicy::Binpack, 300, 64));
+    }
 }
