@@ -19,6 +19,7 @@ pub mod depth;
 pub mod discovery;
 pub mod event_mirror;
 pub mod event_ttl;
+pub mod eviction;
 pub mod faults;
 pub mod http;
 pub mod impersonation;

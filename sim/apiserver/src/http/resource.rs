@@ -139,9 +139,8 @@ pub(super) async fn resource_request(
             Ok(json_response(201, &answer))
         }
         ("POST", Some(name), Some("eviction")) => {
-            let _ = codec::decode_object(ct, body)?;
-            let opts = DeleteOptions::default();
-            st.write_ctx(&ctx, |s| s.delete(r, &ns, name, &opts))?;
+            let ev = codec::decode_object(ct, body)?;
+            st.write_ctx(&ctx, |s| crate::eviction::evict(s, r, &ns, name, &ev))?;
             Ok(json_response(201, &success_status(201, None)))
         }
         ("PUT", Some(name), None | Some("status")) => {

@@ -3,7 +3,7 @@
 //! paging and watches (`kube_client`, `watch`, `kubectl`, `protobuf`), quantities stored in canonical form
 //! (`quantities`), `resource.k8s.io/v1`
 //! (`resource_v1`), mutating admission through a real HTTPS webhook (`admission`), RBAC
-//! and authentication (`rbac`), refused writes (`strict_writes`), slow clients
+//! and authentication (`rbac`), evictions against PodDisruptionBudgets (`eviction`), refused writes (`strict_writes`), slow clients
 //! (`slow_clients`), persistence and the `serve` entry point (`lifecycle`), bounded state
 //! under churn (`bounded_state`), and the matchConditions evaluator against cel-python
 //! (`cel_peer`). Each test starts its own server; they share nothing but this process.
@@ -13,6 +13,7 @@ mod common;
 mod admission;
 mod bounded_state;
 mod cel_peer;
+mod eviction;
 mod kube_client;
 mod kubectl;
 mod lifecycle;
