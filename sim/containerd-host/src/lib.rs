@@ -159,6 +159,19 @@ fn remove_stale(parent: &Path) {
     }
 }
 
+/// `containerd --config <layout's>`, its output to `log`.
+fn spawn_daemon(layout: &Layout, log: std::fs::File) -> Result<Child, String> {
+    let err = log.try_clone().map_err(|e| e.to_string())?;
+    Command::new("containerd")
+        .arg("--config")
+        .arg(layout.config_file())
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("cannot run containerd ({INSTALL}): {e}"))
+}
+
 impl Containerd {
     /// Starts one (see the crate doc); the error says what failed, with containerd's last
     /// log lines when it exited or never answered.
@@ -200,15 +213,7 @@ impl Containerd {
             .map_err(|e| format!("cannot write {}: {e}", layout.config_file().display()))?;
         let log = std::fs::File::create(layout.log_file())
             .map_err(|e| format!("cannot create {}: {e}", layout.log_file().display()))?;
-        let err = log.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new("containerd")
-            .arg("--config")
-            .arg(layout.config_file())
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| format!("cannot run containerd ({INSTALL}): {e}"))?;
+        let child = spawn_daemon(&layout, log)?;
         let mut me = Self {
             layout,
             child: Some(child),
@@ -295,6 +300,28 @@ impl Containerd {
             ));
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Restarts the daemon alone, as a node's containerd upgrade or crash does: SIGTERM
+    /// (SIGKILL after 10 s), then the same command on the same directory, bounded by
+    /// `timeout`; the containers and their shims keep running meanwhile.
+    pub fn restart(&mut self, timeout: Duration) -> Result<(), String> {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid; no memory is touched.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let log = std::fs::File::options()
+            .append(true)
+            .open(self.layout.log_file())
+            .map_err(|e| format!("cannot open {}: {e}", self.layout.log_file().display()))?;
+        self.child = Some(spawn_daemon(&self.layout, log)?);
+        self.wait_ready(timeout)
     }
 
     /// Stops it and removes everything (see [`teardown::remove_instance`]): its containers

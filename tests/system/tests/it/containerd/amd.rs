@@ -2,16 +2,7 @@
 
 use serde_json::json;
 
-use super::{AmdNode, containerd};
-
-/// The workload: 3 GiB on its device, 512 MiB when that is refused; its output in
-/// `/out/<name>.log`. Runs until the pod is deleted.
-fn workload(name: &str) -> String {
-    format!(
-        "exec /opt/app/hami-workload --runtime hip --memory-mib 3072 --fallback-mib 512 \
-         --busy-percent 1 > /out/{name}.log 2>&1"
-    )
-}
+use super::{AmdNode, containerd, workload};
 
 /// A pod as uid 1000 whose container loads the real hook from the read-only host mount
 /// (`LD_AUDIT` from Allocate): the slice's 1 GiB holds, the smaller fallback fits.

@@ -15,6 +15,7 @@
 //! takes a few seconds once containerd runs.
 
 mod amd;
+mod restart;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -109,6 +110,11 @@ impl AmdNode {
     /// API server with the node, kubelet-sim on `shared`'s containerd, the AMD plugin on a
     /// one-card RDNA3 capture, the real hook installed and the workload's files laid out.
     async fn start(shared: &Shared, test: &str) -> Result<Self, String> {
+        Self::start_on(&shared.socket, &shared.archives, test).await
+    }
+
+    /// [`AmdNode::start`] on the containerd at `socket`, its archives in `archives`.
+    async fn start_on(socket: &Path, archives: &Path, test: &str) -> Result<Self, String> {
         use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("sys-cri-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -147,9 +153,9 @@ impl AmdNode {
                     state_dir: Some(dir.join("state")),
                     cri: CriArgs {
                         kind: RuntimeKind::Containerd,
-                        containerd_socket: shared.socket.clone(),
+                        containerd_socket: socket.to_owned(),
                         pause_image: TEST_PAUSE.into(),
-                        image_archive_dir: Some(shared.archives.clone()),
+                        image_archive_dir: Some(archives.to_owned()),
                         cni_config: None,
                     },
                     ..Default::default()
@@ -329,6 +335,15 @@ impl AmdNode {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The workload: 3 GiB on its device, 512 MiB when that is refused; its output in
+/// `/out/<name>.log`. Runs until the pod is deleted.
+fn workload(name: &str) -> String {
+    format!(
+        "exec /opt/app/hami-workload --runtime hip --memory-mib 3072 --fallback-mib 512 \
+         --busy-percent 1 > /out/{name}.log 2>&1"
+    )
 }
 
 fn merge(into: &mut Value, from: Value) {
