@@ -24,6 +24,12 @@ pub(crate) enum DefragCommand {
     /// single replicas, pods no PodDisruptionBudget covers or whose budget allows no
     /// disruption now, and pods younger than --min-age-seconds.
     Plan(PlanArgs),
+    /// Replay a plan file (`plan -o json|yaml`) against the live cluster: a dry run unless
+    /// --execute. Stale moves are skipped with the reason; pods the policy refuses (the
+    /// same flags as plan) or moved within --marker-ttl-seconds are never evicted. Executed:
+    /// one source node per step, the Eviction API only (PodDisruptionBudgets honoured),
+    /// the next step once the evicted pods' owners run as many pods again.
+    Apply(crate::defrag_apply::ApplyArgs),
 }
 
 #[derive(clap::Args)]

@@ -1,6 +1,8 @@
 //! `hami`: the command-line tool of hami-rs.
 
 mod defrag;
+mod defrag_apply;
+mod defrag_execute;
 mod defrag_facts;
 mod input;
 mod inspect;
@@ -41,7 +43,7 @@ enum Command {
     /// `kubectl hami status`.
     Status(status::StatusArgs),
     /// Defragmentation: plan the fewest pod moves that make room (a dry run; nothing is
-    /// evicted).
+    /// evicted), and apply a stored plan (a dry run unless --execute).
     Defrag {
         #[command(subcommand)]
         what: defrag::DefragCommand,
@@ -125,6 +127,9 @@ fn main() -> ExitCode {
         Command::Defrag {
             what: defrag::DefragCommand::Plan(args),
         } => return defrag_plan(&args),
+        Command::Defrag {
+            what: defrag::DefragCommand::Apply(args),
+        } => return defrag_apply(&args),
         Command::Manifests(args) => {
             return match hami_manifests::args::run(&args, &mut std::io::stdout().lock()) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -221,6 +226,38 @@ fn defrag_plan(args: &defrag::PlanArgs) -> ExitCode {
                 // Plain data: serialization cannot fail.
                 defrag::PlanOutput::Yaml => serde_saphyr::to_string(&planned).unwrap_or_default(),
             })
+        }
+        Err(defrag::Failure::Input(e)) => {
+            eprintln!("error: {}", table::shown(&e.to_string()));
+            ExitCode::from(2)
+        }
+        Err(defrag::Failure::Cluster(e)) => {
+            eprintln!("error: {}", table::shown(&format!("{e:#}")));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn defrag_apply(args: &defrag_apply::ApplyArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(defrag_apply::apply(args)) {
+        Ok(summary) => {
+            let printed = print_out(&match args.output {
+                defrag_apply::ApplyOutput::Table => defrag_apply::render(&summary),
+                defrag_apply::ApplyOutput::Json => to_json(&summary),
+            });
+            // A step blocked, aborted or still waiting is a failure for scripts.
+            if summary.clean() {
+                printed
+            } else {
+                ExitCode::from(1)
+            }
         }
         Err(defrag::Failure::Input(e)) => {
             eprintln!("error: {}", table::shown(&e.to_string()));

@@ -14,7 +14,7 @@ const REGISTER: &str = r#"[{"id":"G1","index":0,"count":10,"devmem":65536,"devco
 
 /// A running pod (created now: its age is 0) of ReplicaSet `app`, labelled `app`, holding
 /// `mib` and 13 CUs of `node`'s `card`.
-fn placed(name: &str, app: &str, node: &str, card: &str, mib: u64) -> Value {
+pub(crate) fn placed(name: &str, app: &str, node: &str, card: &str, mib: u64) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ml",
         "labels": {"app": app},
         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": app, "uid": format!("rs-{app}"), "controller": true}],
@@ -37,7 +37,7 @@ fn pdb(app: &str, allowed: i32) -> Value {
 /// with one MI210 holding a 40000 MiB `frozen` pod: 25536 MiB free on every card, so a pod
 /// asking half a card (32768 MiB) fits none; `ml/half` is that pod, pending. A `web` pod
 /// fits n2 (the planner moves pods to another node: an evicted pod's replacement).
-async fn fragmented(test: &str) -> (RunningApiServer, PathBuf) {
+pub(crate) async fn fragmented(test: &str) -> (RunningApiServer, PathBuf) {
     fragmented_on(Config::default(), test).await
 }
 
@@ -140,7 +140,7 @@ async fn hami(kubeconfig: &Path, args: &[&str]) -> Output {
     .unwrap()
 }
 
-fn text(out: &Output) -> (String, String) {
+pub(crate) fn text(out: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
