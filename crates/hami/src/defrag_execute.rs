@@ -4,16 +4,18 @@
 //! as before, mark the replacements, release the reservations.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hami_defrag_core::Move;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Event, Node, ObjectReference, Pod};
+use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use crate::defrag::Failure;
 use crate::defrag_apply::{
-    ApplyArgs, MOVED_AT, Outcome, POLL, event, evict_once, past, reservation, running_by_owner,
-    set_reservation,
+    ApplyArgs, MOVED_AT, Outcome, POLL, RESERVATION_PREFIX, Reservation, past, reservation,
+    running_by_owner,
 };
 
 /// Runs one step; how it ended and what happened, in words.
@@ -206,5 +208,104 @@ async fn mark(client: &kube::Client, uids: &[String], now: i64) -> String {
         String::new()
     } else {
         format!("cannot mark {}", failed.join(", "))
+    }
+}
+
+/// A client that does not retry 429s itself (kube-rs does by default, up to 15 times with
+/// a backoff up to 1000 s): `--pdb-wait-seconds` bounds the wait.
+pub(crate) async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, Failure> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let cluster = |e: String| Failure::Cluster(anyhow::anyhow!(e));
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| cluster(format!("cannot read {}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| cluster(format!("cannot use {}: {e}", path.display())))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| cluster(format!("no Kubernetes configuration: {e}")))?,
+    };
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(Failure::from)
+}
+
+/// Writes (`Some`) or removes (`None`) reservation `key` on `node` (a merge patch: other
+/// keys untouched).
+pub(crate) async fn set_reservation(
+    nodes: &Api<Node>,
+    node: &str,
+    key: &str,
+    value: Option<&Reservation>,
+) -> Result<(), kube::Error> {
+    let v = value.map(|r| serde_json::to_string(r).unwrap_or_default());
+    let patch = json!({"metadata": {"annotations": {format!("{RESERVATION_PREFIX}{key}"): v}}});
+    nodes
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+/// Records a `DefragEvicted` Event on `pod`.
+pub(crate) async fn event(
+    client: &kube::Client,
+    pod: &Pod,
+    message: &str,
+) -> Result<(), kube::Error> {
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let ev = Event {
+        metadata: kube::api::ObjectMeta {
+            generate_name: Some(format!("{name}.defrag-")),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(name),
+            namespace: Some(ns.clone()),
+            uid: pod.metadata.uid.clone(),
+            ..Default::default()
+        },
+        reason: Some("DefragEvicted".into()),
+        message: Some(message.into()),
+        type_: Some("Normal".into()),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        count: Some(1),
+        reporting_component: Some("hami-defrag".into()),
+        source: Some(k8s_openapi::api::core::v1::EventSource {
+            component: Some("hami-defrag".into()),
+            host: None,
+        }),
+        ..Default::default()
+    };
+    Api::<Event>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &ev)
+        .await
+        .map(|_| ())
+}
+
+/// Evicts `pod` once (no retry here); `Ok(true)` evicted, `Ok(false)` refused by a budget
+/// (429), `Err` anything else.
+pub(crate) async fn evict_once(client: &kube::Client, pod: &Pod) -> Result<bool, kube::Error> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    match Api::<Pod>::namespaced(client.clone(), ns)
+        .evict(name, &EvictParams::default())
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 429 => Ok(false),
+        Err(e) => Err(e),
     }
 }
