@@ -71,6 +71,10 @@ pub(crate) struct PlanArgs {
     /// At most this many moves.
     #[arg(long, value_name = "N", default_value_t = Policy::default().max_moves)]
     pub max_moves: usize,
+    /// A pod whose hami.io/defrag-moved-at label (set by `apply` on the replacements) is
+    /// younger than this is not moved again.
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::defrag_apply::MARKER_TTL_SECONDS)]
+    pub marker_ttl_seconds: u64,
 }
 
 /// How `hami defrag plan` prints the plan.
@@ -253,7 +257,24 @@ pub(crate) async fn plan(args: &PlanArgs) -> Result<Planned, Failure> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    let cluster = defrag_facts::cluster(&state, &pods, &pdbs, gpu_policy, now);
+    let mut cluster = defrag_facts::cluster(&state, &pods, &pdbs, gpu_policy, now);
+    // A pod moved recently is no candidate (defrag-core's Safety has no field for it: the
+    // shell keeps it out, its slices stay counted) and is listed with the reason.
+    let marked: std::collections::BTreeMap<String, String> = pods
+        .iter()
+        .filter_map(|p| {
+            let why = crate::defrag_apply::fresh_marker(p, now, args.marker_ttl_seconds)?;
+            Some((p.metadata.uid.clone()?, why))
+        })
+        .collect();
+    let mut kept_marked = std::collections::BTreeMap::new();
+    cluster.pods.retain(|p| match marked.get(&p.uid) {
+        Some(why) => {
+            kept_marked.insert(format!("{}/{}", p.namespace, p.name), why.clone());
+            false
+        }
+        None => true,
+    });
     let policy = args.policy();
     let plan = hami_defrag_core::plan(&cluster, &target, &policy).map_err(|e| {
         // The core names its fields; the user wrote flags.
@@ -269,7 +290,11 @@ pub(crate) async fn plan(args: &PlanArgs) -> Result<Planned, Failure> {
     })?;
     Ok(Planned {
         plan,
-        protected: defrag_facts::protected(&cluster, &policy),
+        protected: {
+            let mut all = defrag_facts::protected(&cluster, &policy);
+            all.extend(kept_marked);
+            all
+        },
         warning,
     })
 }

@@ -28,6 +28,8 @@ use crate::table::shown;
 
 /// The label put on a moved workload's replacement pods: seconds since the epoch.
 pub(crate) const MOVED_AT: &str = "hami.io/defrag-moved-at";
+/// How long the marker keeps a pod from being moved again, by default (a day).
+pub(crate) const MARKER_TTL_SECONDS: u64 = 86_400;
 /// The annotation prefix on a target node: one reservation per moved pod, keyed by the
 /// evicted pod's uid (see [`Reservation`]).
 pub(crate) const RESERVATION_PREFIX: &str = "reservation.defrag.hami.io/";
@@ -53,7 +55,7 @@ pub(crate) struct ApplyArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = Policy::default().min_age_seconds)]
     pub min_age_seconds: u64,
     /// A pod whose hami.io/defrag-moved-at label is younger than this is not moved again.
-    #[arg(long, value_name = "SECONDS", default_value_t = 86_400)]
+    #[arg(long, value_name = "SECONDS", default_value_t = MARKER_TTL_SECONDS)]
     pub marker_ttl_seconds: u64,
     /// How long an eviction refused by a PodDisruptionBudget (429) is retried before its
     /// step stops.

@@ -411,3 +411,46 @@ async fn a_malformed_plan_file_exits_2_naming_the_problem() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_does_not_move_a_freshly_moved_pod_again() {
+    let (_api, kubeconfig) = fragmented("plan-marked").await;
+    let pods =
+        kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client(&kubeconfig).await, "ml");
+    let minute_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 60;
+    let label =
+        json!({"metadata": {"labels": {"hami.io/defrag-moved-at": minute_ago.to_string()}}});
+    for pod in ["web-a", "web-b"] {
+        pods.patch(pod, &Default::default(), &kube::api::Patch::Merge(&label))
+            .await
+            .unwrap();
+    }
+    let args = [
+        "plan",
+        "--pending-pod",
+        "ml/half",
+        "--min-age-seconds",
+        "0",
+        "-o",
+        "json",
+    ];
+    let out = run(&kubeconfig, &args).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let plan: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(plan["moves"], json!([]), "{plan}");
+    for pod in ["ml/web-a", "ml/web-b"] {
+        let why = plan["protected"][pod].as_str().unwrap_or_default();
+        assert!(why.starts_with("moved by defrag 6"), "{pod}: {plan}");
+    }
+    // Past a shorter TTL the marker no longer protects.
+    let mut args = args.to_vec();
+    args.extend(["--marker-ttl-seconds", "30"]);
+    let out = run(&kubeconfig, &args).await;
+    let plan: Value = serde_json::from_str(&text(&out).0).unwrap();
+    assert_eq!(plan["moves"].as_array().unwrap().len(), 1, "{plan}");
+}
