@@ -454,3 +454,74 @@ async fn plan_does_not_move_a_freshly_moved_pod_again() {
     let plan: Value = serde_json::from_str(&text(&out).0).unwrap();
     assert_eq!(plan["moves"].as_array().unwrap().len(), 1, "{plan}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_error_aborts_its_step_and_the_next_step_does_not_run() {
+    let (api, kubeconfig) = fragmented("apply-abort").await;
+    let (path, mut plan) = plan_file(&kubeconfig, "apply-abort").await;
+    api.create_object(
+        "v1",
+        "nodes",
+        None,
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n3", "annotations": {"hami.io/node-amd-register":
+            r#"[{"id":"G4","index":0,"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":true}]"#}}}),
+    )
+    .unwrap();
+    // A second step: the other web pod to n3.
+    let first = pod_name(&plan, 0);
+    let other = if first == "web-a" { "web-b" } else { "web-a" };
+    let other_pod = api.get_object("v1", "pods", "ml", other).unwrap();
+    let mut second = plan["moves"][0].clone();
+    second["step"] = json!(1);
+    second["pod"] = json!(format!("ml/{other}"));
+    second["uid"] = other_pod["metadata"]["uid"].clone();
+    second["from"]["cards"][0]["card"] = json!(if other == "web-a" { "G1" } else { "G2" });
+    second["to"]["node"] = json!("n3");
+    second["to"]["cards"][0]["card"] = json!("G4");
+    plan["moves"].as_array_mut().unwrap().push(second);
+    std::fs::write(&path, plan.to_string()).unwrap();
+    for pod in ["web-a", "web-b"] {
+        running(&kubeconfig, pod).await;
+    }
+    api.faults()
+        .fail_next(Some("create"), Some("pods/eviction"), 1, 500);
+    let p = path.to_str().unwrap();
+    let out = run(
+        &kubeconfig,
+        &[
+            "apply",
+            p,
+            "--execute",
+            "--min-age-seconds",
+            "0",
+            "--pdb-wait-seconds",
+            "5",
+        ],
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("step 0 from n1: aborted: evicting ml/{first}: ")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("injected fault"), "{stdout}");
+    assert!(
+        stdout.contains("step 1 from n1: not run: an earlier step did not finish"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0 pod(s) moved, 0 skipped, 0 step(s) blocked by a PodDisruptionBudget, 1 aborted, 0 waiting, 1 not run"), "{stdout}");
+    assert!(
+        exists(&api, "web-a") && exists(&api, "web-b"),
+        "nothing evicted"
+    );
+    let n2 = api.get_object("v1", "nodes", "", "n2").unwrap();
+    assert!(
+        !n2["metadata"]["annotations"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .any(|k| k.starts_with("reservation.defrag.hami.io/")),
+        "released: {n2}"
+    );
+}
