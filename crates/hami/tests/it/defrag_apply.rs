@@ -117,6 +117,40 @@ async fn dry_run_touches_nothing_and_execute_moves_the_pod_once_its_replacement_
     assert!(stdout.contains(&format!("ml/{moved} -> n2 G3")), "{stdout}");
     assert!(stdout.contains("would run"), "{stdout}");
     assert!(exists(&api, &moved), "a dry run evicts nothing");
+    // The same plan written as YAML reads the same.
+    let out = run(
+        &kubeconfig,
+        &[
+            "plan",
+            "--pending-pod",
+            "ml/half",
+            "--min-age-seconds",
+            "0",
+            "-o",
+            "yaml",
+        ],
+    )
+    .await;
+    let yaml = path.with_extension("yaml");
+    std::fs::write(&yaml, &out.stdout).unwrap();
+    let out = run(
+        &kubeconfig,
+        &[
+            "apply",
+            yaml.to_str().unwrap(),
+            "--min-age-seconds",
+            "0",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["executed"], false);
+    assert_eq!(summary["steps"][0]["outcome"], "would_run", "{summary}");
+    assert_eq!(summary["steps"][0]["moves"][0][0], format!("ml/{moved}"));
 
     // Executed: the test plays the ReplicaSet controller, creating the replacement on n2
     // once the pod is evicted; meanwhile n2 carries the reservation for the owner.
