@@ -1,7 +1,8 @@
 //! One step of `hami defrag apply --execute` (the shell's writes): reserve the targets,
 //! evict through the Eviction API (a PodDisruptionBudget's 429 retried until
 //! `--pdb-wait-seconds`), an Event per evicted pod, wait until the owners run as many pods
-//! as before, mark the replacements, release the reservations.
+//! as before, mark the replacements, release the reservations (an evicted pod's stays
+//! until it expires when its step did not finish: its replacement is still to come).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -28,6 +29,7 @@ pub(crate) async fn run_step(
     let nodes = Api::<Node>::all(client.clone());
     let now = crate::defrag_apply::now_secs();
     let mut reserved: Vec<(String, String)> = Vec::new();
+    let mut evicted: Vec<String> = Vec::new();
     let (outcome, detail) = 'step: {
         // Reservation first: the target slices are held for the owners before any eviction.
         for m in moves {
@@ -49,7 +51,6 @@ pub(crate) async fn run_step(
             Ok(l) => running_by_owner(&l.items),
             Err(e) => break 'step (Outcome::Aborted, format!("cannot list pods: {e}")),
         };
-        let mut evicted: Vec<String> = Vec::new();
         for m in moves {
             let pod = by_uid[m.uid.as_str()];
             let deadline = Instant::now() + Duration::from_secs(args.pdb_wait_seconds);
@@ -161,7 +162,17 @@ pub(crate) async fn run_step(
         )
     };
     let mut detail = detail;
+    // A pod evicted in a step that did not finish keeps its reservation until it expires:
+    // its replacement is still to be placed there. The others' are released.
+    let evicted_uids: Vec<&str> = moves
+        .iter()
+        .filter(|m| evicted.contains(&m.pod))
+        .map(|m| m.uid.as_str())
+        .collect();
     for (node, key) in reserved {
+        if outcome != Outcome::Moved && evicted_uids.contains(&key.as_str()) {
+            continue;
+        }
         if let Err(e) = set_reservation(&nodes, &node, &key, None).await {
             detail.push_str(&format!(
                 "; cannot release the reservation on {node} (it expires by itself): {e}"
