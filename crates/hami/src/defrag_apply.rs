@@ -138,7 +138,8 @@ impl Summary {
 /// The reservation a step writes on a target node before it evicts, under
 /// `reservation.defrag.hami.io/<evicted pod uid>`, as JSON: the scheduler's Filter is to
 /// count `cards` as taken for every pod but one whose controller uid is `owner_uid` (and,
-/// when set, whose `pod-template-hash` label is `template_hash`), until `expires_at`.
+/// when set, whose `pod-template-hash` label is `template_hash`), until `expires_at` or
+/// until a pod of that owner created after `reserved_at` holds the cards (used up).
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub(crate) struct Reservation {
     pub owner_uid: String,
@@ -146,6 +147,9 @@ pub(crate) struct Reservation {
     pub template_hash: Option<String>,
     /// `(uuid, MiB, cores)` per card.
     pub cards: Vec<(String, u64, u64)>,
+    /// When it was written, seconds since the epoch: a pod of the owner created after it
+    /// and holding these cards is the replacement (the reservation is then used up).
+    pub reserved_at: i64,
     /// Seconds since the epoch.
     pub expires_at: i64,
     pub plan_step: usize,
@@ -425,6 +429,7 @@ pub(crate) fn reservation(m: &Move, pod: &Pod, now: i64, ttl: u64) -> Option<Res
             .iter()
             .map(|c| (c.card.clone(), c.mem_mib, c.cores))
             .collect(),
+        reserved_at: now,
         expires_at: now.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX)),
         plan_step: m.step,
     })
