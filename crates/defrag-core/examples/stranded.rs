@@ -1,7 +1,7 @@
 //! Stranded capacity and fragmentation on the example scenarios (issue 32, BENCHMARKS.md):
 //! each scenario's pods placed by the what-if planner (the scheduler's own filter) under
 //! each GPU × node policy pair, measured; then a defragmentation plan applied and measured
-//! again: "every card ≥ 50 % free or full", and "free whole cards" (per card type, as many
+//! again: "every card ≥ 50 % free or full", and "free whole cards" (per vendor, as many
 //! as moves can free). Run in release (fleet-1000 places 10,000 pods per pair):
 //!
 //! ```text
@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use hami_defrag_core::{Cluster, FleetMeasure, Policy, Target, apply, measure, plan};
 use hami_planner::scenario::{Scenario, node_policy_name};
+use hami_protocol::names::Vendor;
 use k8s_openapi::api::core::v1::Node;
 
 use planned::{
@@ -103,18 +104,34 @@ fn main() {
     }
 }
 
-/// One "free whole cards" target per card type, each asking for every card of the type:
+/// One "free whole cards" target per vendor, over every card of the vendor (the part its
+/// card types share, as `use-gputype` matches: a target per type would move pods onto
+/// the next type's cards and the next target move them back), asking for all of them:
 /// the planner frees as many as moves can, and says what blocks the rest.
 fn whole_cards(cluster: &Cluster) -> Vec<Target> {
-    let mut types: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut types: BTreeMap<Vendor, Vec<&str>> = BTreeMap::new();
     for gpu in cluster.nodes.iter().flat_map(|n| &n.devices.gpus) {
-        *types.entry(gpu.info.device_type.as_str()).or_default() += 1;
+        types
+            .entry(gpu.vendor)
+            .or_default()
+            .push(&gpu.info.device_type);
     }
     types
-        .into_iter()
-        .map(|(device_type, count)| Target::FreeWholeCards {
-            device_type: device_type.into(),
-            count,
+        .into_values()
+        .map(|types| {
+            let first = types[0];
+            let shared = types.iter().fold(first.len(), |len, t| {
+                first
+                    .bytes()
+                    .zip(t.bytes())
+                    .take(len)
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            });
+            Target::FreeWholeCards {
+                device_type: first[..shared].to_owned(),
+                count: types.len(),
+            }
         })
         .collect()
 }
