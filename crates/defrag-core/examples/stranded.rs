@@ -8,7 +8,8 @@
 //! cargo run --release -p hami-defrag-core --example stranded [SCENARIO.yaml ...]
 //! ```
 //!
-//! Without arguments: every `examples/scenarios/*.yaml` and the demo's cluster. Every pod
+//! Without arguments: every `examples/scenarios/*.yaml` and the demo's cluster, each with
+//! its pods in file order and shuffled (seeded: workloads arriving interleaved). Every pod
 //! is taken as movable (one replica of three under a PDB allowing one): the scenarios say
 //! nothing of owners or budgets. Prints a Markdown table. `--record-demo` rewrites the demo
 //! nodes the tests plan over (`tests/data/demo-nodes.json`) from the captures.
@@ -26,8 +27,10 @@ use hami_planner::scenario::{Scenario, node_policy_name};
 use hami_protocol::names::Vendor;
 use k8s_openapi::api::core::v1::Node;
 
+use hami_planner::engine::expand_workloads;
 use planned::{
-    DEMO_NODES, PAIRS, demo_nodes, demo_scenario, load, nodes_of, place, scenario_files,
+    DEMO_NODES, PAIRS, demo_nodes, demo_scenario, load, nodes_of, place_pods, scenario_files,
+    shuffled,
 };
 
 /// Moves allowed per plan: enough that the targets, not the cap, end each plan.
@@ -75,11 +78,21 @@ fn main() {
         "| scenario | GPU / node policy | state | moves | idle cards | free GiB | stranded GiB | stranded AMD CUs | stranded NVIDIA % | fragmentation |"
     );
     println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (file, nodes, scenario) in &scenarios {
+    for ((file, nodes, scenario), shuffle) in scenarios.iter().flat_map(|s| [(s, false), (s, true)])
+    {
         let name = file.rsplit('/').next().unwrap_or(file);
+        let name = if shuffle {
+            format!("{name}, arrival shuffled")
+        } else {
+            name.to_owned()
+        };
+        let mut pods = expand_workloads(&scenario.workloads);
+        if shuffle {
+            pods = shuffled(pods);
+        }
         for (gpu, node) in PAIRS {
             let started = Instant::now();
-            let placed = place(nodes, scenario, gpu, node);
+            let placed = place_pods(nodes, &pods, gpu, node);
             let pair = format!(
                 "{} / {}",
                 format!("{:?}", gpu.kind).to_lowercase(),

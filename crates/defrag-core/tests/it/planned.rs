@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use hami_defrag_core::{Cluster, Owner, Pdb, PodRequest, Safety};
-use hami_planner::engine::{PodOutcome, expand_workloads, run_policy};
+use hami_planner::engine::{PlannedPod, PodOutcome, run_policy};
 use hami_planner::fleet::{build_nodes, resolve_groups};
 use hami_planner::scenario::{Scenario, parse_scenario};
 use hami_protocol::requests::RequestDefaults;
@@ -82,16 +82,16 @@ pub(crate) fn nodes_of(scenario: &Scenario) -> Vec<Node> {
     build_nodes(&scenario.fleet, &specs).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Places the scenario's pods on `nodes` under `gpu` × `node` with the planner's engine
-/// (the scheduler's `decide_filter`, preemption included) and reads the state back.
-pub(crate) fn place(
+/// Places `pods` (`expand_workloads` of a scenario, in the order given) on `nodes` under
+/// `gpu` × `node` with the planner's engine (the scheduler's `decide_filter`, preemption
+/// included) and reads the state back.
+pub(crate) fn place_pods(
     nodes: &[Node],
-    scenario: &Scenario,
+    pods: &[PlannedPod],
     gpu: GpuPolicy,
     node: NodePolicy,
 ) -> Placed {
-    let pods = expand_workloads(&scenario.workloads);
-    let run = run_policy(nodes, &pods, gpu, node);
+    let run = run_policy(nodes, pods, gpu, node);
     let defaults = RequestDefaults::default();
     let by_uid: HashMap<&str, &Pod> = pods
         .iter()
@@ -173,4 +173,21 @@ pub(crate) fn demo_scenario() -> Scenario {
         serde_json::Value::Array(workloads)
     );
     parse_scenario(&text, "demo").unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// The pods in a seeded shuffled order (Fisher-Yates, fixed LCG: the same on every run):
+/// workloads arriving interleaved, as after churn, rather than each workload's pods
+/// together.
+pub(crate) fn shuffled(mut pods: Vec<PlannedPod>) -> Vec<PlannedPod> {
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in (1..pods.len()).rev() {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        pods.swap(
+            i,
+            usize::try_from((seed >> 33) % (i as u64 + 1)).unwrap_or(0),
+        );
+    }
+    pods
 }

@@ -5,12 +5,12 @@
 use std::collections::BTreeSet;
 
 use hami_defrag_core::{Cluster, Constraint, Plan, Policy, Target, apply, measure, plan};
-use hami_planner::scenario::Scenario;
+use hami_planner::engine::{PlannedPod, expand_workloads};
 
 use k8s_openapi::api::core::v1::Node;
 
 use crate::planned::{
-    PAIRS, Placed, demo_nodes, demo_scenario, load, nodes_of, place, scenario_files,
+    PAIRS, Placed, demo_nodes, demo_scenario, load, nodes_of, place_pods, scenario_files, shuffled,
 };
 
 /// Plans `target`, then checks the plan's properties: it applies move by move in order
@@ -92,12 +92,12 @@ pub(crate) fn targets(placed: &Placed) -> Vec<Target> {
     out
 }
 
-/// Plans every target over every policy pair of `scenario`; the plans made.
-fn check_scenario(nodes: &[Node], scenario: &Scenario, name: &str) -> Vec<Plan> {
+/// Plans every target over every policy pair of `pods` placed on `nodes`; the plans made.
+fn check_pods(nodes: &[Node], pods: &[PlannedPod], name: &str) -> Vec<Plan> {
     let policy = Policy::default();
     let mut plans = Vec::new();
     for (gpu, node) in PAIRS {
-        let placed = place(nodes, scenario, gpu, node);
+        let placed = place_pods(nodes, pods, gpu, node);
         assert!(!placed.cluster.pods.is_empty(), "{name}: nothing placed");
         for target in targets(&placed) {
             let at = format!("{name} ({gpu:?}, {node:?})");
@@ -114,8 +114,13 @@ fn plans_over_the_example_scenarios_apply_improve_and_are_fixed_points() {
     let mut moved = 0;
     for file in &files {
         let scenario = load(file);
-        let plans = check_scenario(&nodes_of(&scenario), &scenario, file);
-        moved += plans.iter().filter(|p| !p.moves.is_empty()).count();
+        let nodes = nodes_of(&scenario);
+        let pods = expand_workloads(&scenario.workloads);
+        // In file order, and interleaved as after churn.
+        for (pods, order) in [(pods.clone(), "file order"), (shuffled(pods), "shuffled")] {
+            let plans = check_pods(&nodes, &pods, &format!("{file}, {order}"));
+            moved += plans.iter().filter(|p| !p.moves.is_empty()).count();
+        }
     }
     // Spread leaves slices on every card: some target must take moves, or the
     // properties above were checked on empty plans only.
@@ -124,7 +129,8 @@ fn plans_over_the_example_scenarios_apply_improve_and_are_fixed_points() {
 
 #[test]
 fn plans_over_the_demo_cluster_apply_improve_and_are_fixed_points() {
-    let plans = check_scenario(&demo_nodes(), &demo_scenario(), "demo");
+    let pods = expand_workloads(&demo_scenario().workloads);
+    let plans = check_pods(&demo_nodes(), &pods, "demo");
     // The demo's cannot-fit pod (256 GiB on one card) is pending and no move helps it:
     // its plan says why instead.
     let cannot_fit: Vec<&Plan> = plans
