@@ -1,6 +1,7 @@
 //! Card choice at placement (issue 32 item 4: prevent fragmentation rather than repair it),
-//! as pure scores for the scheduler's binpack to adopt: on a node, binpack takes the card
-//! with the highest score. `examples/card_score.rs` measures what each leaves stranded.
+//! as pure scores proposed for the scheduler's binpack (on a node, binpack takes the card
+//! with the highest score). Not adopted unless measured to help: `examples/card_score.rs`
+//! places the example scenarios under each and counts what each leaves stranded.
 
 use hami_scheduler_core::snapshot::{Gpu, GpuUsage};
 
