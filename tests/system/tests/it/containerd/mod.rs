@@ -11,10 +11,15 @@
 //! The node's `/dev` is a directory of stand-in character devices (`--dev-root`): runc
 //! makes the `/dev/kfd` and `/dev/dri/*` nodes of the answer from them.
 //!
+//! `nvidia.rs` does the same for a sliced NVIDIA pod: the real NVIDIA plugin on the stand-in
+//! NVML, the real `libvgpu.so` preloaded through the `/etc/ld.so.preload` its Allocate
+//! answer mounts, over the stand-in CUDA driver.
+//!
 //! Needs root and Debian's packages; without root each test says so and returns. A test
 //! takes a few seconds once containerd runs.
 
 mod amd;
+mod nvidia;
 mod restart;
 
 use std::path::{Path, PathBuf};
