@@ -668,15 +668,25 @@ fn fit_devices(
         }
     }
     let numa = |i: usize| gpus[i].info.numa;
-    eligible.sort_by(|a, b| {
+    let policy_order = |a: &(usize, u64, u64, f64), b: &(usize, u64, u64, f64)| {
         let by_score = match req.gpu_policy.kind {
             GpuPolicyKind::Binpack => b.3.total_cmp(&a.3),
             GpuPolicyKind::Spread | GpuPolicyKind::Mutex => a.3.total_cmp(&b.3),
         };
         by_score.then(numa(a.0).cmp(&numa(b.0))).then(a.0.cmp(&b.0))
-    });
+    };
     let link = selector.link_bind && want > 1;
-    if !link && !selector.numa_bind && !req.gpu_policy.numa && eligible.len() >= want {
+    let unbound = !link && !selector.numa_bind && !req.gpu_policy.numa;
+    // One GPU, no binding (the common request): the first in policy order, unsorted (the
+    // order is total: the GPU index breaks every tie).
+    if unbound
+        && want == 1
+        && let Some(best) = eligible.iter().copied().min_by(policy_order)
+    {
+        return Ok(vec![best]);
+    }
+    eligible.sort_by(policy_order);
+    if unbound && eligible.len() >= want {
         // No binding: the first `want` in policy order (no further allocation).
         eligible.truncate(want);
         return Ok(eligible);
