@@ -229,6 +229,7 @@ fn state_of(pod: &Pod) -> &'static str {
 /// Every GPU pod of `world`, in namespace/name order.
 pub fn pod_rows(world: &World, metrics: &Metrics) -> Vec<PodRow> {
     let mut out = Vec::new();
+    let usage = metrics.pod_devices();
     for (key, pod) in &world.pods {
         let (namespace, name) = key.split_once('/').unwrap_or(("", key));
         let node = pod
@@ -246,7 +247,10 @@ pub fn pod_rows(world: &World, metrics: &Metrics) -> Vec<PodRow> {
             problem: None,
         };
         let used = |uuid: &str| {
-            let u = metrics.pod_device(namespace, name, uuid);
+            let u = usage
+                .get(&(namespace, name, uuid))
+                .copied()
+                .unwrap_or_default();
             (u.memory_bytes.map(|b| b / 1048576.0), u.utilization, u.at)
         };
         match pod_report(pod) {

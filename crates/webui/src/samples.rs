@@ -361,14 +361,18 @@ impl Metrics {
         let mut out = Usage::default();
         for ((ns, p, _, d), u) in &self.latest {
             if ns == namespace && p == pod && d == uuid {
-                add(&mut out.memory_bytes, u.memory_bytes);
-                add(&mut out.utilization, u.utilization);
-                add(&mut out.limit_bytes, u.limit_bytes);
-                out.at = match (out.at, u.at) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+                out.absorb(u);
             }
+        }
+        out
+    }
+
+    /// [`Metrics::pod_device`] of every (namespace, pod, device uuid) at once: one pass
+    /// over the series for a page listing every pod (`/pods`).
+    pub fn pod_devices(&self) -> BTreeMap<(&str, &str, &str), Usage> {
+        let mut out: BTreeMap<(&str, &str, &str), Usage> = BTreeMap::new();
+        for ((ns, p, _, d), u) in &self.latest {
+            out.entry((ns, p, d)).or_default().absorb(u);
         }
         out
     }
@@ -412,6 +416,19 @@ impl Metrics {
             )
         };
         vec![text]
+    }
+}
+
+impl Usage {
+    /// Adds another container's use of the same device (the oldest moment kept).
+    fn absorb(&mut self, u: &Usage) {
+        add(&mut self.memory_bytes, u.memory_bytes);
+        add(&mut self.utilization, u.utilization);
+        add(&mut self.limit_bytes, u.limit_bytes);
+        self.at = match (self.at, u.at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
 }
 
