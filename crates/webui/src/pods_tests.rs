@@ -191,7 +191,7 @@ fn the_pods_page_shows_what_the_pod_and_node_pages_show() {
     // The page's one-pass index is the pod and node pages' per-pod sum, key by key.
     let index = m.pod_devices();
     assert_eq!(index.len(), 4);
-    for ((ns, p, _, d), _) in &m.latest {
+    for (ns, p, _, d) in m.latest.keys() {
         assert_eq!(
             index[&(ns.as_str(), p.as_str(), d.as_str())],
             m.pod_device(ns, p, d)
