@@ -15,6 +15,7 @@ use hami_protocol::names::{
 };
 use hami_protocol::requests::{ContainerKind, RequestDefaults, container_slots, pod_requests};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
 use crate::dra_claims::{AmdMode, ContainerClaim, Shape};
@@ -346,6 +347,11 @@ fn admit_checked(pod: &Pod, config: &WebhookConfig, shapes: &[Shape]) -> Admissi
         // What the claims cost the namespace's quota, read back by the state (D-29).
         let charge = format_charge(&claims_charge(pod, &requests, shapes, &claims));
         patch.push(match &pod.metadata.annotations {
+            // A pod sent without `metadata` (or with an empty one) has no object to add
+            // `annotations` to: add the whole member (an empty one is replaced, losing nothing).
+            None if pod.metadata == ObjectMeta::default() => {
+                json!({"op": "add", "path": "/metadata", "value": {"annotations": {DRA_CHARGE_ANNOTATION: charge}}})
+            }
             None => json!({"op": "add", "path": "/metadata/annotations", "value": {DRA_CHARGE_ANNOTATION: charge}}),
             Some(_) => json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(DRA_CHARGE_ANNOTATION)), "value": charge}),
         });
