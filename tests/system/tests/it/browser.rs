@@ -479,6 +479,46 @@ fn every_page_in_chromium_against_the_demo() {
     );
     check_page(&browser, "whatif", &mut problems);
 
+    // Cards and Pods (issue 31 items 1 and 2): every GPU node on the cards page, its fits
+    // filter answering, every placed GPU pod on the pods page; both axe-clean.
+    browser.go(&format!("{url}cards"));
+    browser.wait(
+        "return document.querySelectorAll('h1').length === 1 && document.querySelectorAll('table tbody tr').length > 0;",
+        "the cards page",
+    );
+    let cards = browser.text();
+    for n in &gpu_nodes {
+        let name = n.metadata.name.clone().unwrap();
+        assert!(
+            cards.contains(&name),
+            "the cards page lists {name}:\n{cards}"
+        );
+    }
+    check_page(&browser, "cards", &mut problems);
+    browser.go(&format!("{url}cards?mem=1024&pct=10"));
+    browser.wait(
+        "return document.querySelectorAll('h1').length === 1;",
+        "the cards page filtered to a 1 GiB / 10 % slice",
+    );
+    check_page(&browser, "cards-fits", &mut problems);
+    browser.go(&format!("{url}pods"));
+    browser.wait(
+        "return document.querySelectorAll('h1').length === 1;",
+        "the pods page",
+    );
+    let listed = browser.text();
+    for p in &pods {
+        let a = p.metadata.annotations.clone().unwrap_or_default();
+        if a.contains_key(Vendor::Amd.names().devices_allocated) {
+            let name = p.metadata.name.clone().unwrap();
+            assert!(
+                listed.contains(&name),
+                "the pods page lists {name}:\n{listed}"
+            );
+        }
+    }
+    check_page(&browser, "pods", &mut problems);
+
     // Another site can neither submit the What-if form nor frame the UI.
     let elsewhere = runtime.block_on(other_site(url.clone()));
     browser.go(&format!("{elsewhere}post"));
