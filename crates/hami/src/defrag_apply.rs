@@ -27,12 +27,12 @@ use crate::input::InputError;
 use crate::table::shown;
 
 /// The label put on a moved workload's replacement pods: seconds since the epoch.
-pub(crate) const MOVED_AT: &str = "hami.io/defrag-moved-at";
+pub(crate) const MOVED_AT: &str = hami_protocol::names::pod::DEFRAG_MOVED_AT_LABEL;
 /// How long the marker keeps a pod from being moved again, by default (a day).
 pub(crate) const MARKER_TTL_SECONDS: u64 = 86_400;
 /// The annotation prefix on a target node: one reservation per moved pod, keyed by the
 /// evicted pod's uid (see [`Reservation`]).
-pub(crate) const RESERVATION_PREFIX: &str = "reservation.defrag.hami.io/";
+pub(crate) const RESERVATION_PREFIX: &str = hami_protocol::names::node::DEFRAG_RESERVATION_PREFIX;
 
 #[derive(clap::Args)]
 pub(crate) struct ApplyArgs {

@@ -172,6 +172,14 @@ pub mod pod {
     pub const WEBHOOK_IGNORE: &str = "ignore";
     /// Label: a pod labelled `"false"` is never evicted for another pod (issue 30, D-24).
     pub const PREEMPTIBLE_LABEL: &str = "hami.io/preemptible";
+    /// What a DRA-mode pod's claims charge its namespace's quotas, written by the webhook
+    /// (D-29): `amd.com/gpu=1,amd.com/gpumem=4096,amd.com/gpucores=25`. Owned by the
+    /// scheduler like [`super::SCHEDULER_OWNED_ANNOTATIONS`] but not among them: the webhook
+    /// writes it into the user's own CREATE, which the D-4 guard then sees.
+    pub const DRA_QUOTA_CHARGE: &str = "hami.io/dra-quota-charge";
+    /// Label on a workload's replacement pods after `hami defrag apply` moved it: seconds
+    /// since the epoch; a fresh one keeps the pod from being moved again (issue 32).
+    pub const DEFRAG_MOVED_AT_LABEL: &str = "hami.io/defrag-moved-at";
 }
 
 /// Node annotations (SPEC §2.1, §2.4).
@@ -182,6 +190,9 @@ pub mod node {
     pub const AMD_OPERATING_MODE: &str = "hami.io/amd-operating-mode";
     /// Overrides the AMD plugin's `COMPUTE_PARTITION` on this node (e.g. `CPX`).
     pub const AMD_COMPUTE_PARTITION: &str = "hami.io/amd-compute-partition";
+    /// Prefix of the annotations `hami defrag apply` writes on a move's target node, one per
+    /// moved pod, keyed by the evicted pod's uid (issue 32; Filter does not read them yet).
+    pub const DEFRAG_RESERVATION_PREFIX: &str = "reservation.defrag.hami.io/";
 }
 
 /// Annotations only the scheduler and the plugins may write. D-4: a pod whose creator sets

@@ -26,9 +26,9 @@ use crate::quota::{Amounts, Dimension, GpuShape, QuotaKey, QuotaRefusal, admissi
 use crate::quota_book::Ticket;
 use crate::state::ClusterState;
 
-/// The pod annotation holding what a DRA-mode pod's claims charge its namespace's quotas,
-/// written by the webhook: `amd.com/gpu=1,amd.com/gpumem=4096,amd.com/gpucores=25`.
-pub const DRA_CHARGE_ANNOTATION: &str = "hami.io/dra-quota-charge";
+/// The pod annotation holding what a DRA-mode pod's claims charge its namespace's quotas
+/// (the protocol's name, here at its old path).
+pub use hami_protocol::names::pod::DRA_QUOTA_CHARGE as DRA_CHARGE_ANNOTATION;
 
 /// The annotation's value for `amounts` (the keys with a non-zero amount).
 pub fn format_charge(amounts: &Amounts) -> String {
