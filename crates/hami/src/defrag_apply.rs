@@ -30,9 +30,6 @@ use crate::table::shown;
 pub(crate) const MOVED_AT: &str = hami_protocol::names::pod::DEFRAG_MOVED_AT_LABEL;
 /// How long the marker keeps a pod from being moved again, by default (a day).
 pub(crate) const MARKER_TTL_SECONDS: u64 = 86_400;
-/// The annotation prefix on a target node: one reservation per moved pod, keyed by the
-/// evicted pod's uid (see [`Reservation`]).
-pub(crate) const RESERVATION_PREFIX: &str = hami_protocol::names::node::DEFRAG_RESERVATION_PREFIX;
 
 #[derive(clap::Args)]
 pub(crate) struct ApplyArgs {
@@ -136,24 +133,10 @@ impl Summary {
 }
 
 /// The reservation a step writes on a target node before it evicts, under
-/// `reservation.defrag.hami.io/<evicted pod uid>`, as JSON: the scheduler's Filter is to
-/// count `cards` as taken for every pod but one whose controller uid is `owner_uid` (and,
-/// when set, whose `pod-template-hash` label is `template_hash`), until `expires_at` or
-/// until a pod of that owner created after `reserved_at` holds the cards (used up).
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
-pub(crate) struct Reservation {
-    pub owner_uid: String,
-    pub owner: String,
-    pub template_hash: Option<String>,
-    /// `(uuid, MiB, cores)` per card.
-    pub cards: Vec<(String, u64, u64)>,
-    /// When it was written, seconds since the epoch: a pod of the owner created after it
-    /// and holding these cards is the replacement (the reservation is then used up).
-    pub reserved_at: i64,
-    /// Seconds since the epoch.
-    pub expires_at: i64,
-    pub plan_step: usize,
-}
+/// `reservation.defrag.hami.io/<evicted pod uid>`: the protocol crate owns its format and
+/// says what the scheduler's Filter does with it.
+pub(crate) use hami_protocol::defrag_reservation::DefragReservation as Reservation;
+use hami_protocol::defrag_reservation::ReservedCard;
 
 pub(crate) fn now_secs() -> i64 {
     std::time::SystemTime::now()
@@ -427,7 +410,11 @@ pub(crate) fn reservation(m: &Move, pod: &Pod, now: i64, ttl: u64) -> Option<Res
             .to
             .cards
             .iter()
-            .map(|c| (c.card.clone(), c.mem_mib, c.cores))
+            .map(|c| ReservedCard {
+                uuid: c.card.clone(),
+                mem_mib: c.mem_mib,
+                cores: c.cores,
+            })
             .collect(),
         reserved_at: now,
         expires_at: now.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX)),

@@ -168,7 +168,11 @@ fn the_reservation_names_the_owner_template_cards_and_expiry() {
             owner_uid: "rs-web".into(),
             owner: "ReplicaSet/web".into(),
             template_hash: Some("h1".into()),
-            cards: vec![("G3".into(), 20000, 12)],
+            cards: vec![hami_protocol::defrag_reservation::ReservedCard {
+                uuid: "G3".into(),
+                mem_mib: 20000,
+                cores: 12
+            }],
             reserved_at: 1000,
             expires_at: 1600,
             plan_step: 3,

@@ -15,8 +15,7 @@ use serde_json::json;
 
 use crate::defrag::Failure;
 use crate::defrag_apply::{
-    ApplyArgs, MOVED_AT, Outcome, POLL, RESERVATION_PREFIX, Reservation, past, reservation,
-    running_by_owner,
+    ApplyArgs, MOVED_AT, Outcome, POLL, Reservation, past, reservation, running_by_owner,
 };
 
 /// Runs one step; how it ended and what happened, in words.
@@ -251,8 +250,9 @@ pub(crate) async fn set_reservation(
     key: &str,
     value: Option<&Reservation>,
 ) -> Result<(), kube::Error> {
-    let v = value.map(|r| serde_json::to_string(r).unwrap_or_default());
-    let patch = json!({"metadata": {"annotations": {format!("{RESERVATION_PREFIX}{key}"): v}}});
+    let v = value.map(Reservation::encode);
+    let key = hami_protocol::defrag_reservation::key(key);
+    let patch = json!({"metadata": {"annotations": {key: v}}});
     nodes
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await

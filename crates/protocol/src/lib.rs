@@ -9,6 +9,7 @@
 //! | [`node_register`] | `hami.io/node-{amd,nvidia}-register` JSON (§2.1) — feature `json` |
 //! | [`device_list`] | `*-devices-to-allocate` / `*-devices-allocated` (§2.2) |
 //! | [`cu_allocated`] | `hami.io/amd-cu-allocated` (§2.3) — feature `json` |
+//! | [`defrag_reservation`] | `reservation.defrag.hami.io/<pod uid>`: a target slice `hami defrag apply` holds for a moved pod's owner (issue 32) — feature `json` |
 //! | [`handshake`] | `hami.io/node-handshake-{amd,nvidia}`: the plugins' register heartbeat |
 //! | [`node_lock`] | `hami.io/mutex.lock`, lock decisions, bind phases (§2.3, §2.4) |
 //! | [`cu_list`] | CU id lists and `HSA_CU_MASK` (§2.5) |
@@ -51,6 +52,8 @@ pub mod whole_cards;
 
 #[cfg(feature = "json")]
 pub mod cu_allocated;
+#[cfg(feature = "json")]
+pub mod defrag_reservation;
 #[cfg(feature = "json")]
 pub mod node_register;
 #[cfg(feature = "k8s")]
