@@ -37,6 +37,8 @@ mod tests {
         .devices;
         let spec = spec(&devices);
         validate(&spec).unwrap();
+        // Device nodes only: the oldest version, one every CDI runtime reads.
+        assert_eq!(spec["cdiVersion"], "0.3.0");
         assert_eq!(spec["kind"], "amd.com/gpu");
         assert_eq!(spec["devices"].as_array().unwrap().len(), 63);
         assert_eq!(spec["containerEdits"]["deviceNodes"][0]["path"], "/dev/kfd");

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use hami_amd_core::allocate_plan::MountPlan;
-use hami_amd_core::cdi::{CDI_VERSION, validate};
+use hami_amd_core::cdi::{min_version, validate};
 use serde_json::{Value, json};
 
 /// CDI vendor of the claim specs.
@@ -84,12 +84,41 @@ pub fn spec(
             })
             .collect();
     }
-    let spec = json!({
-        "cdiVersion": CDI_VERSION,
+    let mut spec = json!({
         "kind": kind(),
         "devices": devs,
         "containerEdits": edits,
     });
+    // The oldest version that has what the spec uses (0.5.0 when the claim UID starts with
+    // a digit), so runtimes on older CDI libraries read it too.
+    spec["cdiVersion"] = min_version(&spec).into();
     validate(&spec)?;
     Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spec_declares_the_version_its_claim_uid_needs() {
+        let devices = [CdiDevice {
+            device: "gpu-0".into(),
+            card: 1,
+            render: 128,
+        }];
+        let env = BTreeMap::from([("HSA_CU_MASK".to_owned(), "0:0-3".to_owned())]);
+        let mounts = [MountPlan {
+            container_path: "/c".into(),
+            host_path: "/h".into(),
+            read_only: true,
+        }];
+        // Device names start with the claim UID: a digit needs CDI 0.5.0, which podman 4.3
+        // reads; it refused the 0.6.0 every spec declared before.
+        let digit = spec("7f3c1a2e-0000", &devices, &env, &mounts).unwrap();
+        assert_eq!(digit["cdiVersion"], "0.5.0");
+        let letter = spec("af3c1a2e-0000", &devices, &env, &mounts).unwrap();
+        assert_eq!(letter["cdiVersion"], "0.3.0");
+        assert_eq!(letter["containerEdits"]["mounts"][0]["options"][3], "ro");
+    }
 }
