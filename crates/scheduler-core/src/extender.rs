@@ -332,11 +332,20 @@ pub fn decide_filter(
     state.release(&uid);
     // Pods nominated after a preemption hold their slices for this run (`nominated`).
     let nominated = crate::nominated::charged_snapshots(state, pod, names, config);
+    // Defrag reservations (issue 32): others' cards charged, the owner's steered to.
+    let reserved = crate::reservations::for_filter(
+        state,
+        pod,
+        names,
+        |name| nominated.get(name).or_else(|| state.node(name)),
+        now,
+    );
     let mut failed = BTreeMap::new();
     let mut unknown = 0;
     let mut snapshots = Vec::with_capacity(names.len());
     for name in names {
-        match nominated.get(name).or_else(|| state.node(name)) {
+        let current = reserved.charged.get(name).or_else(|| nominated.get(name));
+        match current.or_else(|| state.node(name)) {
             Some(snapshot) => snapshots.push(snapshot),
             None => {
                 unknown += 1;
@@ -344,7 +353,8 @@ pub fn decide_filter(
             }
         }
     }
-    let outcome = filter(snapshots, &req);
+    let outcome = crate::reservations::steered(&reserved.steer, &snapshots, &req)
+        .unwrap_or_else(|| filter(snapshots, &req));
     // Unknown nodes and those `filter` found no eviction could cure: kube-scheduler never
     // offers them to preemption.
     let mut unresolvable: BTreeMap<String, String> = failed.clone();
@@ -418,6 +428,7 @@ pub fn decide_filter(
         },
         device_lists,
     );
+    state.reservations.note_placed(pod);
     let top: Vec<String> = outcome
         .top
         .iter()

@@ -14,7 +14,8 @@
 //!   slices; [`quota_book`]: what each namespace uses, kept in the state; [`quota_gate`]:
 //!   where a quota stops a pod, at admission and in Filter), [`preemption`] (which slices a
 //!   higher-priority pod evicts; [`victim_facts`]: what it knows of the pods holding
-//!   slices; [`nominated`]: the slices pods nominated after a preemption hold meanwhile).
+//!   slices; [`nominated`]: the slices pods nominated after a preemption hold meanwhile;
+//!   [`reservations`]: the target slices `hami defrag apply` holds for moved pods' owners).
 //! - The shells' timing: [`watch_cycle`] (relist or watch again, and the waits),
 //!   [`watch_health`] (is a view live), [`leader_term`] (how long a replica leads),
 //!   [`backoff`], [`reload_poll`] (when TLS files reload).
@@ -37,6 +38,7 @@ pub mod quota_admission;
 pub mod quota_book;
 pub mod quota_gate;
 pub mod reload_poll;
+pub mod reservations;
 pub mod review_codec;
 pub mod snapshot;
 pub mod state;

@@ -193,6 +193,9 @@ pub struct ClusterState {
     /// Pods nominated to a node and not bound yet: their slices count in Filter
     /// (`nominated`).
     nominated: crate::nominated::Nominations,
+    /// Defrag reservations on the nodes and who owns the pods holding slices (issue 32:
+    /// `reservations`).
+    pub reservations: crate::reservations::Reservations,
 }
 
 fn uid(pod: &Pod) -> Option<String> {
@@ -225,6 +228,7 @@ impl ClusterState {
             quota: QuotaBook::new(),
             victims: Default::default(),
             nominated: Default::default(),
+            reservations: Default::default(),
         }
     }
 
@@ -239,6 +243,7 @@ impl ClusterState {
             return;
         };
         let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        self.reservations.observe_node(&name, &annotations);
         for vendor in Vendor::ALL {
             let value = annotations.get(handshake::key(vendor)).map(String::as_str);
             self.heartbeats.observe(&name, vendor, value, now);
@@ -332,6 +337,7 @@ impl ClusterState {
     pub fn remove_node(&mut self, name: &str) {
         self.nodes.remove(name);
         self.heartbeats.forget(name);
+        self.reservations.forget_node(name);
     }
 
     /// Replaces every node (after an informer relist).
@@ -345,6 +351,7 @@ impl ClusterState {
         }
         self.nodes.retain(|name, _| seen.contains(name));
         self.heartbeats.retain(|name| seen.contains(name));
+        self.reservations.retain_nodes(|name| seen.contains(name));
     }
 
     /// Adds or updates a pod from the informer.
@@ -373,6 +380,7 @@ impl ClusterState {
         let holds = holding.is_some() || self.pods.contains_key(&uid);
         self.victims.upsert(pod, holds);
         self.nominated.upsert(pod, &self.scheduler_name);
+        self.reservations.upsert_pod(pod, holds);
         if let Some(entry) = self.pods.get(&uid)
             && let Some(expected) = &entry.pending
         {
@@ -405,6 +413,7 @@ impl ClusterState {
         self.pod_problems.remove(uid);
         self.victims.remove(uid);
         self.nominated.remove(uid);
+        self.reservations.remove_pod(uid);
         self.quota.forget_dra_pod(uid);
         self.drop_holding(uid);
         self.set_whole(uid, None);
@@ -452,6 +461,7 @@ impl ClusterState {
             .chain(self.whole.keys())
             .chain(self.victims.uids())
             .chain(self.nominated.uids())
+            .chain(self.reservations.uids())
             .chain(self.quota.dra_pods())
             .filter(|u| !seen.contains(*u))
             .cloned()

@@ -93,6 +93,10 @@ pub trait Fed:
 impl Fed for Node {
     fn apply(state: &mut ClusterState, node: &Node) {
         state.upsert_node(node);
+        // A malformed defrag reservation is ignored; said once per node, key and value.
+        for problem in state.reservations.take_problems() {
+            warn!("{problem}");
+        }
     }
     fn delete(state: &mut ClusterState, node: &Node) {
         if let Some(name) = &node.metadata.name {
