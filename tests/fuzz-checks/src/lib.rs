@@ -26,8 +26,8 @@ pub use dra_identity::dra_claim_identity;
 pub use node::{fdinfo, hami_core_region, hip_region, kfd_properties};
 pub use plugin_inputs::{hook_config, kubelet_messages, run_mapping};
 pub use protocol_codecs::{
-    cu_allocated, cu_list, device_list, hsa_cu_mask, identity, memory_limit, node_lock,
-    node_register, pod_requests, quantity, rfc3339, selection,
+    cu_allocated, cu_list, defrag_reservation, device_list, hsa_cu_mask, identity, memory_limit,
+    node_lock, node_register, pod_requests, quantity, rfc3339, selection,
 };
 
 /// A fuzz target: its name (the corpus folder and binary name) and its check.
@@ -38,6 +38,7 @@ pub const TARGETS: &[Target] = &[
     ("node_register", node_register),
     ("device_list", device_list),
     ("cu_allocated", cu_allocated),
+    ("defrag_reservation", defrag_reservation),
     ("node_lock", node_lock),
     ("cu_list", cu_list),
     ("hsa_cu_mask", hsa_cu_mask),

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use hami_protocol::cu_allocated::CuAllocation;
 use hami_protocol::cu_list::{CuSet, HsaCuMask};
+use hami_protocol::defrag_reservation::DefragReservation;
 use hami_protocol::device_list::{decode_pod_devices, encode_pod_devices};
 use hami_protocol::identity::{KubeletDeviceId, parse_rocr_id, rocr_id};
 use hami_protocol::memory_limit::{parse_memory_limit, parse_memory_limit_bytes};
@@ -54,6 +55,21 @@ pub fn cu_allocated(data: &[u8]) {
     let encoded = map.encode();
     let again = CuAllocation::parse(&encoded).expect("an encoded CU map must parse");
     assert_eq!(again, map, "CU map round trip changed it");
+    assert_eq!(again.encode(), encoded);
+}
+
+/// `reservation.defrag.hami.io/<uid>`: what decodes is valid (an owner, distinct named
+/// cards, expiring no earlier than written) and round-trips; the encoding is a fixed point.
+pub fn defrag_reservation(data: &[u8]) {
+    let Some(text) = text(data) else { return };
+    let Ok(r) = DefragReservation::decode(text) else {
+        return;
+    };
+    assert!(!r.owner_uid.is_empty() && !r.cards.is_empty());
+    assert!(r.expires_at >= r.reserved_at);
+    let encoded = r.encode();
+    let again = DefragReservation::decode(&encoded).expect("an encoded reservation must decode");
+    assert_eq!(again, r, "reservation round trip changed it");
     assert_eq!(again.encode(), encoded);
 }
 
