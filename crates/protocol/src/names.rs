@@ -175,7 +175,8 @@ pub mod pod {
     /// What a DRA-mode pod's claims charge its namespace's quotas, written by the webhook
     /// (D-29): `amd.com/gpu=1,amd.com/gpumem=4096,amd.com/gpucores=25`. Owned by the
     /// scheduler like [`super::SCHEDULER_OWNED_ANNOTATIONS`] but not among them: the webhook
-    /// writes it into the user's own CREATE, which the D-4 guard then sees.
+    /// writes it into the user's own CREATE, which the D-4 guard then sees; it is one of
+    /// [`super::ADMISSION_WRITTEN_ANNOTATIONS`] (D-33).
     pub const DRA_QUOTA_CHARGE: &str = "hami.io/dra-quota-charge";
     /// Label on a workload's replacement pods after `hami defrag apply` moved it: seconds
     /// since the epoch; a fresh one keeps the pod from being moved again (issue 32).
@@ -211,6 +212,12 @@ pub const SCHEDULER_OWNED_ANNOTATIONS: &[&str] = &[
     crate::whole_cards::AMD_KEY,
     crate::whole_cards::NVIDIA_KEY,
 ];
+
+/// Annotations the webhook writes into the creator's own CREATE (D-29's quota charge), owned
+/// by the scheduler like [`SCHEDULER_OWNED_ANNOTATIONS`]. D-33: the creator's request carries
+/// them once patched, so a CREATE is refused only where the webhook sees it unpatched; every
+/// UPDATE that sets, changes or removes one is refused to all but the annotation writers.
+pub const ADMISSION_WRITTEN_ANNOTATIONS: &[&str] = &[pod::DRA_QUOTA_CHARGE];
 
 /// The scheduler's name when the operator does not choose one (`schedulerName` of the pods
 /// it places; the scheduler's `--scheduler-name`).
@@ -294,6 +301,16 @@ mod tests {
             let names = vendor.names();
             assert!(SCHEDULER_OWNED_ANNOTATIONS.contains(&names.devices_allocated));
             assert!(SCHEDULER_OWNED_ANNOTATIONS.contains(&names.devices_to_allocate));
+        }
+    }
+
+    #[test]
+    fn admission_written_annotations_are_not_among_the_scheduler_owned() {
+        // D-33: among them, the guard webhook would see the charge the main webhook just
+        // patched into the creator's own CREATE and refuse every DRA-mode pod.
+        assert!(ADMISSION_WRITTEN_ANNOTATIONS.contains(&pod::DRA_QUOTA_CHARGE));
+        for key in ADMISSION_WRITTEN_ANNOTATIONS {
+            assert!(!SCHEDULER_OWNED_ANNOTATIONS.contains(key), "{key}");
         }
     }
 

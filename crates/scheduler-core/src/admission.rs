@@ -11,7 +11,8 @@
 use std::collections::BTreeMap;
 
 use hami_protocol::names::{
-    DEFAULT_SCHEDULER_NAME, SCHEDULER_OWNED_ANNOTATIONS, Vendor, env, pod as pod_keys,
+    ADMISSION_WRITTEN_ANNOTATIONS, DEFAULT_SCHEDULER_NAME, SCHEDULER_OWNED_ANNOTATIONS, Vendor,
+    env, pod as pod_keys,
 };
 use hami_protocol::requests::{ContainerKind, RequestDefaults, container_slots, pod_requests};
 use k8s_openapi::api::core::v1::Pod;
@@ -78,13 +79,36 @@ pub struct PodReview<'a> {
     pub old_object: Option<&'a Pod>,
 }
 
-/// D-4's annotations and the DRA mode's quota charge (D-29), which a user lowering it would
-/// escape the quota with.
+/// D-4's annotations and those the webhook writes at admission (D-33: the DRA mode's quota
+/// charge, D-29, which a user lowering or removing it would escape the quota with).
 fn owned_keys() -> impl Iterator<Item = &'static str> {
     SCHEDULER_OWNED_ANNOTATIONS
         .iter()
+        .chain(ADMISSION_WRITTEN_ANNOTATIONS)
         .copied()
-        .chain([DRA_CHARGE_ANNOTATION])
+}
+
+/// Why `key` is not the user's, and what to do instead: the charge is set when the pod is
+/// admitted, so only a new pod gets a new one.
+fn refusal(key: &str, config: &WebhookConfig, who: Option<&str>) -> String {
+    let field = format!("metadata.annotations[{key}]");
+    match (key == DRA_CHARGE_ANNOTATION, who) {
+        (true, None) => format!(
+            "{field} records what a DRA-mode pod's claims charge its namespace's quotas and is set by the scheduler's webhook when the pod is admitted; remove it from the pod"
+        ),
+        (true, Some(user)) => format!(
+            "{field} records what this pod's DRA claims charge its namespace's quotas; the scheduler's webhook set it when the pod was admitted and {user} may not set, change or remove it (the writers are {}); to change what the pod asks for, delete the pod and create it again",
+            writers_text(config)
+        ),
+        (false, None) => format!(
+            "{field} is written by the scheduler and the device plugins only ({}); remove it from the pod",
+            writers_text(config)
+        ),
+        (false, Some(user)) => format!(
+            "{field} is written by the scheduler and the device plugins only ({}); {user} may not set, change or remove it",
+            writers_text(config)
+        ),
+    }
 }
 
 fn owned_annotations(pod: &Pod) -> BTreeMap<&'static str, &str> {
@@ -130,10 +154,7 @@ pub fn review_pod_with(review: &PodReview, config: &WebhookConfig, shapes: &[Sha
                 return deny("the AdmissionReview request has no object".into());
             };
             if !writer && let Some((key, _)) = owned_annotations(pod).into_iter().next() {
-                return deny(format!(
-                    "metadata.annotations[{key}] is written by the scheduler and the device plugins only ({}); remove it from the pod",
-                    writers_text(config)
-                ));
+                return deny(refusal(key, config, None));
             }
             if labelled_ignore(pod) {
                 return Admission::Ignore {
@@ -159,16 +180,13 @@ pub fn review_pod_with(review: &PodReview, config: &WebhookConfig, shapes: &[Sha
             let before = review.old_object.map(owned_annotations).unwrap_or_default();
             let after = owned_annotations(pod);
             let changed = owned_keys().find(|key| before.get(key) != after.get(key));
+            let user = if review.username.is_empty() {
+                "this user"
+            } else {
+                review.username
+            };
             match changed {
-                Some(key) => deny(format!(
-                    "metadata.annotations[{key}] is written by the scheduler and the device plugins only ({}); {} may not set, change or remove it",
-                    writers_text(config),
-                    if review.username.is_empty() {
-                        "this user"
-                    } else {
-                        review.username
-                    }
-                )),
+                Some(key) => deny(refusal(key, config, Some(user))),
                 None => Admission::Ignore {
                     why: "no scheduler-owned annotation changed".into(),
                 },
@@ -360,16 +378,20 @@ fn admit_checked(pod: &Pod, config: &WebhookConfig, shapes: &[Shape]) -> Admissi
 }
 
 #[cfg(test)]
+#[path = "admission_charge_tests.rs"]
+mod charge_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    fn pod(value: Value) -> Pod {
+    pub(super) fn pod(value: Value) -> Pod {
         serde_json::from_value(value).unwrap()
     }
 
-    /// Applies an RFC 6902 patch the simple way (add/replace only), to check that the patch
-    /// really produces the defaulted pod.
-    fn apply(mut doc: Value, patch: &[Value]) -> Value {
+    /// Applies an RFC 6902 patch the simple way (add/replace, and remove of a member), to
+    /// check that the patch really produces the defaulted pod.
+    pub(super) fn apply(mut doc: Value, patch: &[Value]) -> Value {
         for op in patch {
             let path = op["path"].as_str().unwrap();
             let (parent, last) = path.rsplit_once('/').unwrap();
@@ -378,6 +400,10 @@ mod tests {
                 .pointer_mut(parent)
                 .unwrap_or_else(|| panic!("{parent} missing"));
             match target {
+                Value::Object(map) if op["op"] == "remove" => {
+                    map.remove(&last)
+                        .unwrap_or_else(|| panic!("{path} missing"));
+                }
                 Value::Array(items) if last == "-" => items.push(op["value"].clone()),
                 Value::Object(map) => {
                     map.insert(last, op["value"].clone());
@@ -515,7 +541,7 @@ mod tests {
         assert!(matches!(admit(&mixed, &cfg), Admission::Allow { .. }));
     }
 
-    fn review<'a>(
+    pub(super) fn review<'a>(
         operation: &'a str,
         username: &'a str,
         object: Option<&'a Pod>,

@@ -46,9 +46,22 @@ pub(super) fn carries_owned(var: &str) -> String {
     )
 }
 
-/// An UPDATE that sets, changes or removes a scheduler-owned annotation (D-4 on update);
-/// other updates (labels, finalizers, a controller's bookkeeping) never wait for the
-/// scheduler. `oldObject` is null on CREATE, hence the operation test first.
+/// The annotations no UPDATE but the writers' may set, change or remove: D-4's and those the
+/// webhook writes into the creator's own CREATE (D-33: the DRA quota charge). Only D-4's are
+/// looked for on CREATE ([`carries_owned`]): the guard runs after the main webhook and would
+/// see the charge just patched in.
+pub fn update_owned_annotations() -> Vec<&'static str> {
+    use hami_protocol::names::{ADMISSION_WRITTEN_ANNOTATIONS, SCHEDULER_OWNED_ANNOTATIONS};
+    SCHEDULER_OWNED_ANNOTATIONS
+        .iter()
+        .chain(ADMISSION_WRITTEN_ANNOTATIONS)
+        .copied()
+        .collect()
+}
+
+/// An UPDATE that sets, changes or removes one of [`update_owned_annotations`] (D-4 and D-33
+/// on update); other updates (labels, finalizers, a controller's bookkeeping) never wait
+/// for the scheduler. `oldObject` is null on CREATE, hence the operation test first.
 pub(super) fn changes_owned() -> String {
     let value = |var: &str| {
         format!(
@@ -57,7 +70,7 @@ pub(super) fn changes_owned() -> String {
     };
     format!(
         "(request.operation == 'UPDATE' && {}.exists(a, {} != {}))",
-        cel_list(hami_protocol::names::SCHEDULER_OWNED_ANNOTATIONS),
+        cel_list(&update_owned_annotations()),
         value("object"),
         value("oldObject")
     )
@@ -77,8 +90,8 @@ pub fn webhook_match_expression() -> String {
     )
 }
 
-/// The guard webhook's expression: a CREATE carrying, or an UPDATE changing, a
-/// scheduler-owned annotation.
+/// The guard webhook's expression: a CREATE carrying a scheduler-owned annotation, or an
+/// UPDATE changing one or the DRA quota charge.
 pub fn guard_match_expression() -> String {
     format!(
         "(request.operation != 'UPDATE' && {}) || {}",

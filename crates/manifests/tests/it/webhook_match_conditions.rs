@@ -4,10 +4,11 @@
 //!   implementation (PyPI cel-python) over a corpus of pods (hand-written and generated:
 //!   app/init containers, limits/requests, other extended resources, forged scheduler
 //!   annotations) and must agree with the protocol crate's tables: send the pod iff a
-//!   container asks for a managed resource or the pod carries (or, on UPDATE, carried) a
-//!   scheduler-owned annotation, and the writer is not one of our components (their
-//!   commits never wait for the webhook). The D-4 guard webhook (no selectors) is checked
-//!   the same way: annotated pods only.
+//!   container asks for a managed resource or the pod carries a scheduler-owned annotation
+//!   (on CREATE), or an UPDATE sets, changes or removes one or the DRA quota charge (D-33),
+//!   and the writer is not one of our components (their commits never wait for the
+//!   webhook). The D-4 guard webhook (no selectors) is checked the same way: annotated pods
+//!   only, and never a CREATE for the charge alone (the main webhook patched it in).
 //! - Per version: matchConditions + `Fail` from 1.28 on; on 1.27 none, and the operator's
 //!   fallback policy (also what certgen writes back). CREATE and UPDATE are both covered.
 //! - On our API server with the 1.27 rendering (no matchConditions) and the scheduler
@@ -15,6 +16,7 @@
 //!   first half can fail).
 
 use crate::peers::Case;
+use hami_protocol::names::pod::DRA_QUOTA_CHARGE;
 use hami_protocol::names::{SCHEDULER_OWNED_ANNOTATIONS, managed_resources};
 use serde_json::{Value, json};
 
@@ -41,8 +43,16 @@ fn writer(binding: &Value) -> bool {
         .any(|sa| user == format!("system:serviceaccount:hami-system:{sa}"))
 }
 
+/// What no UPDATE but our components' may change: D-4's annotations and the DRA quota
+/// charge (D-33), which the webhook writes into the creator's own CREATE.
+fn update_owned() -> Vec<&'static str> {
+    let mut keys = SCHEDULER_OWNED_ANNOTATIONS.to_vec();
+    keys.push(DRA_QUOTA_CHARGE);
+    keys
+}
+
 fn owned_values(pod: &Value) -> Vec<Option<String>> {
-    SCHEDULER_OWNED_ANNOTATIONS
+    update_owned()
         .iter()
         .map(|k| {
             pod["metadata"]["annotations"][*k]
@@ -52,7 +62,7 @@ fn owned_values(pod: &Value) -> Vec<Option<String>> {
         .collect()
 }
 
-/// An UPDATE that sets, changes or removes a scheduler-owned annotation.
+/// An UPDATE that sets, changes or removes a scheduler-owned annotation or the charge.
 fn changes_owned(binding: &Value) -> bool {
     binding["request"]["operation"] == "UPDATE"
         && owned_values(&binding["object"]) != owned_values(&binding["oldObject"])
@@ -81,8 +91,8 @@ fn must_see(binding: &Value) -> bool {
         && ((creating(binding) && (containers || owned(pod))) || changes_owned(binding))
 }
 
-/// The guard webhook: a CREATE carrying, or an UPDATE changing, a scheduler-owned
-/// annotation.
+/// The guard webhook: a CREATE carrying a scheduler-owned annotation, or an UPDATE changing
+/// one or the charge.
 fn guard_must_see(binding: &Value) -> bool {
     !writer(binding) && ((creating(binding) && owned(&binding["object"])) || changes_owned(binding))
 }
@@ -196,8 +206,15 @@ fn pods() -> Vec<Value> {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    annotations
-        .extend(["hami.io/webhook", "amd.com/use-gputype", "example.com/x"].map(String::from));
+    annotations.extend(
+        [
+            "hami.io/webhook",
+            "amd.com/use-gputype",
+            "example.com/x",
+            DRA_QUOTA_CHARGE,
+        ]
+        .map(String::from),
+    );
     for _ in 0..120 {
         let make = |prefix: &str, next: &mut dyn FnMut(usize) -> usize| {
             (0..next(3) + usize::from(prefix == "c"))
@@ -261,7 +278,8 @@ fn bindings() -> Vec<Value> {
             .remove("annotations");
         out.push(json!({"object": stripped, "oldObject": old, "request": request("UPDATE", user)}));
     }
-    for p in pods.iter().filter(|p| owned(p)) {
+    let charged = |p: &Value| p["metadata"]["annotations"][DRA_QUOTA_CHARGE].is_string();
+    for p in pods.iter().filter(|p| owned(p) || charged(p)) {
         // A label added to an annotated GPU pod: nothing for D-4, never sent.
         let mut labelled = p.clone();
         labelled["metadata"]["labels"] = json!({"team": "a"});
@@ -355,6 +373,77 @@ fn match_conditions_send_exactly_the_pods_the_protocol_says() {
             "{}: sent {sent}, skipped {skipped}",
             hook["name"]
         );
+    }
+}
+
+#[test]
+fn a_change_of_the_dra_quota_charge_is_sent_on_update_only() {
+    let answer = crate::peers::run(
+        &[Case::new("defaults", "hami-system", "v1.33.0", json!({}))],
+        &[],
+    );
+    let hooks = webhooks(&answer.cases[0]);
+    let charge = "amd.com/gpu=1,amd.com/gpumem=4096,amd.com/gpucores=25";
+    let limits = json!({"amd.com/gpu": "1", "amd.com/gpumem": "4096"});
+    let admitted = pod(
+        vec![container("c", Some(limits.clone()), None)],
+        vec![],
+        Some(json!({DRA_QUOTA_CHARGE: charge, "hami.io/amd-mode": "dra"})),
+    );
+    let with = |value: Option<&str>| {
+        let mut p = admitted.clone();
+        let map = p["metadata"]["annotations"].as_object_mut().unwrap();
+        match value {
+            Some(v) => map.insert(DRA_QUOTA_CHARGE.into(), json!(v)),
+            None => map.remove(DRA_QUOTA_CHARGE),
+        };
+        p
+    };
+    let mut relabelled = admitted.clone();
+    relabelled["metadata"]["labels"] = json!({"team": "a"});
+    relabelled["metadata"]["annotations"]["example.com/note"] = json!("x");
+    let tenant = "system:serviceaccount:team-a:deployer";
+    let scheduler = "system:serviceaccount:hami-system:hami-scheduler";
+    let update = |object: &Value, user: &str| json!({"object": object, "oldObject": admitted, "request": request("UPDATE", user)});
+    // (what, binding, main webhook sent, guard sent)
+    let cases = [
+        // What the guard sees of a DRA pod's CREATE once the main webhook patched the
+        // charge in: not sent (it would refuse every DRA-mode pod).
+        (
+            "create, charge patched in",
+            json!({"object": admitted, "oldObject": null, "request": request("CREATE", tenant)}),
+            true,
+            false,
+        ),
+        (
+            "lowered",
+            update(&with(Some("amd.com/gpu=1,amd.com/gpumem=1")), tenant),
+            true,
+            true,
+        ),
+        (
+            "raised",
+            update(&with(Some("amd.com/gpu=1,amd.com/gpumem=65536")), tenant),
+            true,
+            true,
+        ),
+        ("garbage", update(&with(Some("x=,=")), tenant), true, true),
+        ("emptied", update(&with(Some("")), tenant), true, true),
+        ("removed", update(&with(None), tenant), true, true),
+        ("labels only", update(&relabelled, tenant), false, false),
+        (
+            "by the scheduler",
+            update(&with(Some("amd.com/gpu=1")), scheduler),
+            false,
+            false,
+        ),
+    ];
+    let bindings: Vec<Value> = cases.iter().map(|c| c.1.clone()).collect();
+    let main = cel_eval(&expressions(&hooks[0]), &bindings);
+    let guard = cel_eval(&expressions(&hooks[1]), &bindings);
+    for (i, (what, _, want_main, want_guard)) in cases.iter().enumerate() {
+        assert_eq!(main[i], json!(want_main), "main webhook, {what}");
+        assert_eq!(guard[i], json!(want_guard), "guard, {what}");
     }
 }
 

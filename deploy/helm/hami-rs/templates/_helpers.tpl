@@ -65,6 +65,18 @@ amd.com/gpu amd.com/gpumem amd.com/gpumem-percentage amd.com/gpucores nvidia.com
 hami.io/vgpu-node hami.io/vgpu-time hami.io/bind-phase hami.io/bind-time hami.io/amd-cu-allocated hami.io/amd-devices-to-allocate hami.io/amd-devices-allocated hami.io/vgpu-devices-to-allocate hami.io/vgpu-devices-allocated hami.io/vgpu-mig-allocations hami.io/amd-whole-cards hami.io/nvidia-whole-cards
 {{- end -}}
 
+{{- /* Annotations the webhook writes into the creator's own CREATE (hami_protocol
+ADMISSION_WRITTEN_ANNOTATIONS, D-33): refused on UPDATE only, since the guard would see
+them patched in on CREATE. */ -}}
+{{- define "hami.admissionWrittenAnnotations" -}}
+hami.io/dra-quota-charge
+{{- end -}}
+
+{{- /* What no UPDATE but the writers' may change (crates/manifests update_owned_annotations). */ -}}
+{{- define "hami.updateOwnedAnnotations" -}}
+{{ include "hami.schedulerOwnedAnnotations" . }} {{ include "hami.admissionWrittenAnnotations" . }}
+{{- end -}}
+
 
 {{- /* CEL list literal of the words of a define: include "hami.celList" "hami.managedResources". */ -}}
 {{- define "hami.celList" -}}
@@ -80,11 +92,11 @@ hami.io/vgpu-node hami.io/vgpu-time hami.io/bind-phase hami.io/bind-time hami.io
 {{- printf "(has(object.metadata.annotations) && %s.exists(a, a in object.metadata.annotations))" (include "hami.celList" "hami.schedulerOwnedAnnotations") -}}
 {{- end -}}
 
-{{- /* CEL: an UPDATE that sets, changes or removes a scheduler-owned annotation (other
-updates never wait for the scheduler; oldObject is null on CREATE). */ -}}
+{{- /* CEL: an UPDATE that sets, changes or removes a scheduler-owned annotation or the DRA
+quota charge (other updates never wait for the scheduler; oldObject is null on CREATE). */ -}}
 {{- define "hami.changesOwned" -}}
 {{- $v := "(has(%s.metadata.annotations) && a in %s.metadata.annotations ? %s.metadata.annotations[a] : '')" -}}
-{{- printf "(request.operation == 'UPDATE' && %s.exists(a, %s != %s))" (include "hami.celList" "hami.schedulerOwnedAnnotations") (printf $v "object" "object" "object") (printf $v "oldObject" "oldObject" "oldObject") -}}
+{{- printf "(request.operation == 'UPDATE' && %s.exists(a, %s != %s))" (include "hami.celList" "hami.updateOwnedAnnotations") (printf $v "object" "object" "object") (printf $v "oldObject" "oldObject" "oldObject") -}}
 {{- end -}}
 
 {{- /* The main webhook's expression (crates/manifests objects::webhook_match_expression):
@@ -95,7 +107,8 @@ that carries a scheduler-owned annotation; or an UPDATE that changes such an ann
 {{- printf "(request.operation != 'UPDATE' && (%s.exists(r, object.spec.containers.exists(c, %s) || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, %s))) || %s)) || %s" (include "hami.celList" "hami.managedResources") $asks $asks (include "hami.carriesOwned" .) (include "hami.changesOwned" .) -}}
 {{- end -}}
 
-{{- /* The guard webhook's expression: a CREATE carrying, or an UPDATE changing, one. */ -}}
+{{- /* The guard webhook's expression: a CREATE carrying one, or an UPDATE changing one or
+the DRA quota charge. */ -}}
 {{- define "hami.guardMatchExpression" -}}
 {{- printf "(request.operation != 'UPDATE' && %s) || %s" (include "hami.carriesOwned" .) (include "hami.changesOwned" .) -}}
 {{- end -}}
