@@ -1,4 +1,4 @@
-//! The preempt verb's decision (run: `cargo bench -p hami-scheduler-core --bench preempt_bench`).
+//! The preempt verb (run: `cargo bench -p hami-scheduler-core --bench preempt_bench`).
 //!
 //! 1,000 nodes × 8 MI300X (64 shares each), every GPU full with 64 slices of priority 0–3
 //! (one in eight labelled `hami.io/preemptible: "false"`); the preemptor (priority 1000)
@@ -7,12 +7,15 @@
 //! proposals read and every node decided, as one `/preempt` call costs the scheduler.
 //! Also at 100 nodes, kube-scheduler's default candidate window. Prints p50/p99.
 //!
-//! Then the part the shell (`hami_scheduler::preempt`) does before deciding, under the
-//! state's lock, on the same cluster fed through `ClusterState` as the informers feed it:
-//! each proposed node's snapshot and its slice holders' facts (`candidate_pods`) copied
-//! out, so the decision runs without the lock.
-
-use std::collections::BTreeMap;
+//! First the decision alone, on each node's pods as the state keeps them for the verb
+//! (`NodePods`). Then the call as served (`hami_scheduler::preempt`), on the same cluster
+//! fed through `ClusterState` as the informers feed it: what the shell does under the
+//! state's lock (the proposed nodes' lookups; then per node its snapshot and the state's
+//! list of its pods, `victim_facts::node_pods`), then the decision outside it. Twice:
+//! with no node changed since the previous call (the lists are reused), and with every
+//! node changed (one holder's labels, between calls: every list is built again, under
+//! the lock).
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,12 +27,13 @@ use hami_protocol::selection::{GpuPolicy, NodePolicy};
 use hami_scheduler_core::extender::FilterConfig;
 use hami_scheduler_core::nominated::charged_snapshots;
 use hami_scheduler_core::preemption::{
-    NodeCandidate, PodFacts, Preemptor, Protection, decide_preemption, decode_args, proposals,
+    HeldCandidate, NodePods, PodFacts, Preemptor, Protection, decide_preemption_held, decode_args,
+    proposals,
 };
 use hami_scheduler_core::snapshot::{Gpu, NodeDevices, NodeSnapshot};
 use hami_scheduler_core::state::ClusterState;
 use hami_scheduler_core::usage::DeviceCharge;
-use hami_scheduler_core::victim_facts::candidate_pods;
+use hami_scheduler_core::victim_facts::{node_pods, unknown_proposals};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
 
@@ -107,38 +111,72 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn run(nodes: usize, rounds: usize, cluster: &[(NodeSnapshot, Vec<PodFacts>)]) {
-    let by_name: BTreeMap<String, usize> = (0..nodes).map(|i| (format!("node-{i}"), i)).collect();
+/// The preemptor and the request body kube-scheduler sends for `nodes` nodes.
+fn request(nodes: usize) -> Vec<u8> {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "big", "namespace": "tenant", "uid": "big"},
         "spec": {"priority": 1000, "containers": [{"name": "c", "resources": {"limits": {
             "amd.com/gpu": "1", "amd.com/gpumem": "49152", "amd.com/gpucores": "25"}}}]}
     }))
     .unwrap();
-    let empty: serde_json::Map<String, serde_json::Value> = by_name
-        .keys()
-        .map(|n| (n.clone(), json!({"Pods": null, "NumPDBViolations": 0})))
+    let empty: serde_json::Map<String, serde_json::Value> = (0..nodes)
+        .map(|i| {
+            (
+                format!("node-{i}"),
+                json!({"Pods": null, "NumPDBViolations": 0}),
+            )
+        })
         .collect();
-    let body = serde_json::to_vec(&json!({"Pod": pod, "NodeNameToMetaVictims": empty})).unwrap();
+    serde_json::to_vec(&json!({"Pod": pod, "NodeNameToMetaVictims": empty})).unwrap()
+}
+
+fn read(body: &[u8]) -> (Pod, Preemptor, BTreeMap<String, Vec<String>>) {
+    let args = decode_args(body).unwrap();
+    let pod = args.pod.clone().unwrap();
+    let preemptor = Preemptor::from_pod(
+        &pod,
+        &RequestDefaults::default(),
+        GpuPolicy::default(),
+        NodePolicy::Binpack,
+    )
+    .unwrap();
+    (pod, preemptor, proposals(&args))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The decision alone: decode, read the proposals, decide every node.
+fn run(nodes: usize, rounds: usize, cluster: &[(NodeSnapshot, Vec<PodFacts>)]) {
+    let by_name: BTreeMap<String, usize> = (0..nodes).map(|i| (format!("node-{i}"), i)).collect();
+    // Each node's pods as the state keeps them (`victim_facts::node_pods`).
+    let held: Vec<NodePods> = cluster[..nodes]
+        .iter()
+        .map(|(snapshot, pods)| {
+            NodePods::new(
+                snapshot.devices.clone(),
+                pods.iter()
+                    .map(|p| (Arc::new(p.clone()), p.charges.as_slice())),
+            )
+        })
+        .collect();
+    let body = request(nodes);
     let cpu_before = cpu_seconds();
     let mut times = Vec::with_capacity(rounds);
     let mut victims = 0;
     for _ in 0..rounds {
         let start = Instant::now();
-        let args = decode_args(&body).unwrap();
-        let preemptor = Preemptor::from_pod(
-            args.pod.as_ref().unwrap(),
-            &RequestDefaults::default(),
-            GpuPolicy::default(),
-            NodePolicy::Binpack,
-        )
-        .unwrap();
-        let decision = decide_preemption(
+        let (_, preemptor, proposed) = read(&body);
+        let decision = decide_preemption_held(
             &preemptor,
-            &proposals(&args),
+            &proposed,
             |name| {
-                let (snapshot, pods) = &cluster[*by_name.get(name)?];
-                Some(NodeCandidate { snapshot, pods })
+                let i = *by_name.get(name)?;
+                Some(HeldCandidate {
+                    snapshot: &cluster[i].0,
+                    pods: &held[i],
+                })
             },
             &[],
         );
@@ -150,13 +188,37 @@ fn run(nodes: usize, rounds: usize, cluster: &[(NodeSnapshot, Vec<PodFacts>)]) {
     times.sort();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "preempt verb, {nodes} nodes x {GPUS} GPUs x {SLICES} slices, empty proposals ({} threads): min {:.2} ms, p50 {:.2} ms, p99 {:.2} ms, CPU {:.2} ms per call, {victims} victims per node ({rounds} rounds)",
+        "preempt verb, {nodes} nodes x {GPUS} GPUs x {SLICES} slices, empty proposals ({} threads): the decision: min {:.2} ms, p50 {:.2} ms, p99 {:.2} ms, CPU {:.2} ms per call, {victims} victims per node ({rounds} rounds)",
         threads.min(8),
-        times[0].as_secs_f64() * 1e3,
-        percentile(&times, 0.5).as_secs_f64() * 1e3,
-        percentile(&times, 0.99).as_secs_f64() * 1e3,
+        ms(times[0]),
+        ms(percentile(&times, 0.5)),
+        ms(percentile(&times, 0.99)),
         cpu * 1e3,
     );
+}
+
+/// The pod of slice `p` on `snapshot`'s node as the informers show it, with the extra
+/// label `round` (a label change is a change of the holder's facts).
+fn slice_pod(snapshot: &NodeSnapshot, p: &PodFacts, round: usize) -> Pod {
+    let c = &p.charges[0];
+    let mut labels: BTreeMap<String, String> = [
+        ("app".to_owned(), format!("app-{}", p.priority)),
+        ("round".to_owned(), round.to_string()),
+    ]
+    .into();
+    if p.protection.is_some() {
+        labels.insert("hami.io/preemptible".into(), "false".into());
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": p.name, "namespace": p.namespace, "uid": p.uid, "labels": labels,
+            "annotations": {"hami.io/vgpu-node": snapshot.devices.name,
+                "hami.io/amd-devices-allocated":
+                    format!("{},AMD Instinct MI300X,{},{}:;", c.uuid, c.mem_mib, c.cores)}},
+        "spec": {"schedulerName": "hami-scheduler", "priority": p.priority,
+            "nodeName": snapshot.devices.name,
+            "containers": [{"name": "c", "resources": {"limits": {"amd.com/gpu": "1"}}}]}
+    }))
+    .unwrap()
 }
 
 /// The cluster of [`node`] as the informers feed the state: nodes with their register
@@ -166,23 +228,7 @@ fn state(nodes: usize, cluster: &[(NodeSnapshot, Vec<PodFacts>)]) -> ClusterStat
     let mut state = ClusterState::new();
     for (snapshot, pods) in &cluster[..nodes] {
         for p in pods {
-            let c = &p.charges[0];
-            let mut labels: BTreeMap<String, String> =
-                [("app".to_owned(), format!("app-{}", p.priority))].into();
-            if p.protection.is_some() {
-                labels.insert("hami.io/preemptible".into(), "false".into());
-            }
-            let pod: Pod = serde_json::from_value(json!({
-                "metadata": {"name": p.name, "namespace": p.namespace, "uid": p.uid, "labels": labels,
-                    "annotations": {"hami.io/vgpu-node": snapshot.devices.name,
-                        "hami.io/amd-devices-allocated":
-                            format!("{},AMD Instinct MI300X,{},{}:;", c.uuid, c.mem_mib, c.cores)}},
-                "spec": {"schedulerName": "hami-scheduler", "priority": p.priority,
-                    "nodeName": snapshot.devices.name,
-                    "containers": [{"name": "c", "resources": {"limits": {"amd.com/gpu": "1"}}}]}
-            }))
-            .unwrap();
-            state.upsert_pod(&pod);
+            state.upsert_pod(&slice_pod(snapshot, p, 0));
         }
         let gpus: Vec<DeviceInfo> = snapshot
             .devices
@@ -198,41 +244,92 @@ fn state(nodes: usize, cluster: &[(NodeSnapshot, Vec<PodFacts>)]) -> ClusterStat
     state
 }
 
-/// What the shell copies out of the state per call, under its lock.
-fn assembly(nodes: usize, rounds: usize, cluster: &[(NodeSnapshot, Vec<PodFacts>)]) {
-    let state = state(nodes, cluster);
-    let names: Vec<String> = (0..nodes).map(|i| format!("node-{i}")).collect();
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "big", "namespace": "tenant", "uid": "big"},
-        "spec": {"priority": 1000, "containers": [{"name": "c"}]}
-    }))
-    .unwrap();
+/// One call as the shell serves it: decode, the two sections under the state's lock, the
+/// decision. Returns (time under the lock, whole call).
+fn served(state: &ClusterState, body: &[u8], config: &FilterConfig) -> (Duration, Duration) {
+    let start = Instant::now();
+    let (pod, preemptor, proposed) = read(body);
+    // Under the lock: which proposed nodes need their pods listed (none here).
+    let locked = Instant::now();
+    let to_list: Vec<&String> = proposed
+        .iter()
+        .filter(|(node, uids)| {
+            state.node(node).is_some() && !unknown_proposals(state, node, uids).is_empty()
+        })
+        .map(|(node, _)| node)
+        .collect();
+    let mut held = locked.elapsed();
+    assert!(to_list.is_empty());
+    // Under the lock again: snapshots and the state's lists.
+    let locked = Instant::now();
+    let names: Vec<String> = proposed.keys().cloned().collect();
+    let mut nominated = charged_snapshots(state, &pod, &names, config);
+    let nodes: HashMap<String, (NodeSnapshot, Arc<NodePods>)> = proposed
+        .keys()
+        .filter_map(|name| {
+            let snapshot = match nominated.remove(name) {
+                Some(charged) => charged,
+                None => state.node(name)?.clone(),
+            };
+            Some((name.clone(), (snapshot, node_pods(state, name)?)))
+        })
+        .collect();
+    held += locked.elapsed();
+    let decision = decide_preemption_held(
+        &preemptor,
+        &proposed,
+        |name| {
+            let (snapshot, pods) = nodes.get(name)?;
+            Some(HeldCandidate { snapshot, pods })
+        },
+        &[],
+    );
+    let total = start.elapsed();
+    assert_eq!(
+        decision.result.node_name_to_meta_victims.len(),
+        proposed.len()
+    );
+    assert!(nodes.values().all(|(_, p)| p.len() == GPUS * SLICES));
+    (held, total)
+}
+
+/// The call as served, `rounds` times; `changed`: every node changed before each call.
+fn as_served(
+    nodes: usize,
+    rounds: usize,
+    changed: bool,
+    cluster: &[(NodeSnapshot, Vec<PodFacts>)],
+) {
+    let mut state = state(nodes, cluster);
+    let body = request(nodes);
     let config = FilterConfig::default();
-    let mut times = Vec::with_capacity(rounds);
-    let mut held = 0;
-    for _ in 0..rounds {
-        let start = Instant::now();
-        let mut nominated = charged_snapshots(&state, &pod, &names, &config);
-        let copied: Vec<(NodeSnapshot, Vec<PodFacts>)> = names
-            .iter()
-            .filter_map(|name| {
-                let snapshot = match nominated.remove(name) {
-                    Some(charged) => charged,
-                    None => state.node(name)?.clone(),
-                };
-                Some((snapshot, candidate_pods(&state, name, &[])))
-            })
-            .collect();
-        times.push(start.elapsed());
-        held = copied.iter().map(|(_, pods)| pods.len()).sum::<usize>() / nodes;
-        drop(copied);
+    // The lists are built by the first call; "unchanged" measures those after it.
+    served(&state, &body, &config);
+    let (mut held, mut total) = (Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        if changed {
+            for (snapshot, pods) in &cluster[..nodes] {
+                state.upsert_pod(&slice_pod(snapshot, &pods[round % pods.len()], round));
+            }
+        }
+        let (h, t) = served(&state, &body, &config);
+        held.push(h);
+        total.push(t);
     }
-    assert_eq!(held, GPUS * SLICES, "every slice holder is a candidate");
-    times.sort();
+    held.sort();
+    total.sort();
+    let what = if changed {
+        "every node changed since the last call"
+    } else {
+        "no node changed since the last call"
+    };
     println!(
-        "preempt verb, {nodes} nodes x {GPUS} GPUs x {SLICES} slices: the shell's copy out of the state under its lock: p50 {:.2} ms, p99 {:.2} ms ({rounds} rounds)",
-        percentile(&times, 0.5).as_secs_f64() * 1e3,
-        percentile(&times, 0.99).as_secs_f64() * 1e3,
+        "preempt verb as served, {nodes} nodes x {GPUS} GPUs x {SLICES} slices, {what}: state lock held p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; whole call p50 {:.2} ms, p99 {:.2} ms ({rounds} rounds)",
+        ms(percentile(&held, 0.5)),
+        ms(percentile(&held, 0.99)),
+        ms(held[held.len() - 1]),
+        ms(percentile(&total, 0.5)),
+        ms(percentile(&total, 0.99)),
     );
 }
 
@@ -244,6 +341,8 @@ fn main() {
     let cluster: Vec<(NodeSnapshot, Vec<PodFacts>)> = (0..1_000).map(node).collect();
     run(100, rounds, &cluster);
     run(1_000, rounds, &cluster);
-    assembly(100, rounds, &cluster);
-    assembly(1_000, rounds.min(10), &cluster);
+    as_served(100, rounds, false, &cluster);
+    as_served(1_000, rounds, false, &cluster);
+    as_served(100, rounds.min(20), true, &cluster);
+    as_served(1_000, rounds.min(20), true, &cluster);
 }

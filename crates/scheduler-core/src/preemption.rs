@@ -21,6 +21,7 @@
 //! Unknown nodes and pods are dropped without error; PDB violations are counted as
 //! kube-scheduler counts them, over the final list.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use hami_protocol::names::Vendor;
@@ -410,6 +411,34 @@ pub struct NodeCandidate<'a> {
     pub pods: &'a [PodFacts],
 }
 
+/// A proposed node as the state keeps it for the preempt verb: its pods' facts shared,
+/// their charges resolved once ([`NodePods`], `victim_facts::node_pods`).
+#[derive(Debug, Clone, Copy)]
+pub struct HeldCandidate<'a> {
+    /// Its GPUs and their usage now, every pod's charges included.
+    pub snapshot: &'a NodeSnapshot,
+    /// The pods on it that the decision may name (as [`NodeCandidate::pods`]).
+    pub pods: &'a NodePods,
+}
+
+/// A proposed node in either form.
+enum Candidate<'a> {
+    Facts(NodeCandidate<'a>),
+    Held(HeldCandidate<'a>),
+}
+
+impl<'a> From<NodeCandidate<'a>> for Candidate<'a> {
+    fn from(c: NodeCandidate<'a>) -> Self {
+        Candidate::Facts(c)
+    }
+}
+
+impl<'a> From<HeldCandidate<'a>> for Candidate<'a> {
+    fn from(c: HeldCandidate<'a>) -> Self {
+        Candidate::Held(c)
+    }
+}
+
 /// Why a node was dropped from the answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Veto {
@@ -518,6 +547,18 @@ pub fn decide_preemption<'a>(
     decide_with(preemptor, proposals, node, pdbs, &how)
 }
 
+/// [`decide_preemption`] on nodes as the state keeps them for the verb ([`HeldCandidate`]):
+/// the same decisions as on the same pods given as [`NodeCandidate`]s.
+pub fn decide_preemption_held<'a>(
+    preemptor: &Preemptor,
+    proposals: &BTreeMap<String, Vec<String>>,
+    node: impl Fn(&str) -> Option<HeldCandidate<'a>> + Sync,
+    pdbs: &[PdbFacts],
+) -> PreemptionDecision {
+    let how = Search::Fast(QuickFit::new(&preemptor.fit_request()));
+    decide_with(preemptor, proposals, node, pdbs, &how)
+}
+
 /// How each node's victims are searched: the same decisions either way.
 enum Search<'p> {
     /// The verb's (`preemption_search.rs`): trials judged by [`QuickFit`] on one scratch
@@ -531,10 +572,10 @@ enum Search<'p> {
 }
 
 /// [`decide_preemption`] with its victims found as `how` says.
-fn decide_with<'a>(
+fn decide_with<'a, C: Into<Candidate<'a>>>(
     preemptor: &Preemptor,
     proposals: &BTreeMap<String, Vec<String>>,
-    node: impl Fn(&str) -> Option<NodeCandidate<'a>> + Sync,
+    node: impl Fn(&str) -> Option<C> + Sync,
     pdbs: &[PdbFacts],
     how: &Search<'_>,
 ) -> PreemptionDecision {
@@ -562,7 +603,17 @@ fn decide_with<'a>(
                 result: Err(Veto::UnknownNode),
                 unknown: Vec::new(),
             },
-            Some(candidate) => refine(preemptor, how, candidate, uids, pdbs),
+            Some(candidate) => match candidate.into() {
+                Candidate::Held(c) => refine(preemptor, how, c.snapshot, c.pods, uids, pdbs),
+                Candidate::Facts(c) => {
+                    // Borrowed, resolved for this call only.
+                    let pods = NodePods::new(
+                        c.snapshot.devices.clone(),
+                        c.pods.iter().map(|p| (p, p.charges.as_slice())),
+                    );
+                    refine(preemptor, how, c.snapshot, &pods, uids, pdbs)
+                }
+            },
         }
     };
     let threads = std::thread::available_parallelism()
@@ -611,27 +662,33 @@ struct NodeOutcome {
 }
 
 /// One node's victims: see the module's rules.
-fn refine(
+fn refine<F: Borrow<PodFacts>>(
     preemptor: &Preemptor,
     how: &Search<'_>,
-    node: NodeCandidate<'_>,
+    snapshot: &NodeSnapshot,
+    pods: &NodePods<F>,
     proposed: &[String],
     pdbs: &[PdbFacts],
 ) -> NodeOutcome {
     // Only proposed pods are looked up (none from Kubernetes ≥ 1.38 on most nodes).
-    let by_uid: HashMap<&str, &PodFacts> = if proposed.is_empty() {
+    let by_uid: HashMap<&str, usize> = if proposed.is_empty() {
         HashMap::new()
     } else {
-        node.pods.iter().map(|p| (p.uid.as_str(), p)).collect()
+        pods.facts()
+            .enumerate()
+            .map(|(i, p)| (p.uid.as_str(), i))
+            .collect()
     };
     let mut unknown = Vec::new();
     let mut kept: Vec<&PodFacts> = Vec::new();
     let finish = |result, unknown| NodeOutcome { result, unknown };
     for uid in proposed {
-        let Some(pod) = by_uid.get(uid.as_str()) else {
+        let Some(&i) = by_uid.get(uid.as_str()) else {
             unknown.push(uid.clone());
             continue;
         };
+        let held = &pods.pods()[i];
+        let pod: &PodFacts = held.facts.borrow();
         if let Some(why) = barred(preemptor, pod) {
             let veto = Veto::Protected {
                 pod: format!("{}/{}", pod.namespace, pod.name),
@@ -639,14 +696,14 @@ fn refine(
             };
             return finish(Err(veto), unknown);
         }
-        if pod.charges.is_empty() {
+        if !held.holds {
             kept.push(pod);
         }
     }
     let chosen = match how {
-        Search::Fast(quick) => search::choose(preemptor, quick, node, pdbs),
+        Search::Fast(quick) => search::choose(preemptor, quick, snapshot, pods, pdbs),
         #[cfg(test)]
-        Search::Reference => reference::choose(preemptor, node, pdbs),
+        Search::Reference => reference::choose(preemptor, snapshot, pods, pdbs),
     };
     let gpu_victims = match chosen {
         Ok(v) => v,
@@ -688,6 +745,10 @@ pub fn fits(preemptor: &Preemptor, snapshot: &NodeSnapshot) -> Result<(), String
 
 #[path = "preemption_search.rs"]
 mod search;
+
+#[path = "preemption_pods.rs"]
+mod pods;
+pub use pods::NodePods;
 
 #[cfg(test)]
 #[path = "preemption_reference.rs"]

@@ -12,7 +12,10 @@
 
 use std::cmp::Reverse;
 
-use super::{NodeCandidate, PdbFacts, PodFacts, Preemptor, Veto, barred, fits};
+use std::borrow::Borrow;
+
+use super::pods::{Charge, NodePods};
+use super::{PdbFacts, PodFacts, Preemptor, Veto, fits};
 use crate::fit::quick::QuickFit;
 use crate::snapshot::{GpuUsage, NodeSnapshot};
 
@@ -41,12 +44,11 @@ impl Trials<'_, '_, '_> {
     }
 }
 
-/// `(gpu index, slots, MiB, cores)`.
-type Charge = (usize, u32, u64, u64);
-
 /// One eligible pod, its charges resolved to GPU indices of the node.
 struct Eligible<'a> {
     pod: &'a PodFacts,
+    /// The pod's (read here without reaching for its facts).
+    priority: i32,
     /// Its charges: a range of [`Pool::charges`] (one allocation per node, not per pod).
     charges: std::ops::Range<usize>,
     /// Covered by a PDB that allows no disruption: evicted only when nothing else helps.
@@ -81,10 +83,10 @@ fn cost(set: &[usize], pool: &Pool<'_>) -> Cost {
     let risky = set.iter().filter(|i| pool[**i].risky).count();
     let top = set
         .iter()
-        .map(|i| pool[*i].pod.priority)
+        .map(|i| pool[*i].priority)
         .max()
         .unwrap_or(i32::MIN);
-    let sum = set.iter().map(|i| i64::from(pool[*i].pod.priority)).sum();
+    let sum = set.iter().map(|i| i64::from(pool[*i].priority)).sum();
     let charges = || set.iter().flat_map(|i| pool.charges_of(*i));
     let mem = charges().map(|c| c.2).sum();
     let cores = charges().map(|c| c.3).sum();
@@ -93,47 +95,41 @@ fn cost(set: &[usize], pool: &Pool<'_>) -> Cost {
 
 /// The victims to evict on `node` (none when the pod fits already), or why no eviction
 /// helps.
-pub(super) fn choose<'a>(
+pub(super) fn choose<'a, F: Borrow<PodFacts>>(
     preemptor: &Preemptor,
     quick: &QuickFit<'_>,
-    node: NodeCandidate<'a>,
+    snapshot: &NodeSnapshot,
+    pods: &'a NodePods<F>,
     pdbs: &[PdbFacts],
 ) -> Result<Vec<&'a PodFacts>, Veto> {
-    let snapshot = node.snapshot;
     if quick.fits(snapshot) {
         return Ok(Vec::new());
     }
-    // A node has few GPUs: a scan beats hashing each charge's id, and the last match
-    // first (a node's pods come grouped by GPU more often than not).
     let gpus = &snapshot.devices.gpus;
-    let last = std::cell::Cell::new(0usize);
-    let gpu_index = |id: &str| {
-        let hit = match gpus.get(last.get()) {
-            Some(g) if g.info.id == id => Some(last.get()),
-            _ => gpus.iter().position(|g| g.info.id == id),
-        };
-        if let Some(i) = hit {
-            last.set(i);
-        }
-        hit
-    };
+    // Charges were resolved on the GPUs the pods were kept with: the snapshot's own
+    // unless the node changed in between.
+    let map = pods.gpu_map(&snapshot.devices);
+    let on_node = |g: usize| map.as_ref().map_or(Some(g), |m| m[g]);
     let mut pool = Pool {
-        pods: Vec::with_capacity(node.pods.len()),
-        charges: Vec::with_capacity(node.pods.len()),
+        pods: Vec::with_capacity(pods.len()),
+        charges: Vec::with_capacity(pods.len()),
     };
-    for pod in node.pods {
-        if barred(preemptor, pod).is_some() {
+    for (k, held) in pods.pods().iter().enumerate() {
+        // `barred`, from the copies kept beside the facts.
+        if held.protection.is_some() || held.priority >= preemptor.priority {
             continue;
         }
         let start = pool.charges.len();
-        for c in &pod.charges {
-            if let Some(g) = gpu_index(&c.uuid) {
-                pool.charges.push((g, c.slots, c.mem_mib, c.cores));
+        for &(g, slots, mem, cores) in pods.charges_of(k) {
+            if let Some(g) = on_node(g) {
+                pool.charges.push((g, slots, mem, cores));
             }
         }
         if pool.charges.len() > start {
+            let pod: &PodFacts = held.facts.borrow();
             pool.pods.push(Eligible {
                 pod,
+                priority: held.priority,
                 charges: start..pool.charges.len(),
                 risky: pdbs
                     .iter()
@@ -170,7 +166,7 @@ pub(super) fn choose<'a>(
         let p = &pool[i];
         for &(g, _, mem, cores) in pool.charges_of(i) {
             if vendors.contains(&gpus[g].vendor) {
-                per_gpu[g].push((p.risky, p.pod.priority, Reverse(mem), Reverse(cores), i));
+                per_gpu[g].push((p.risky, p.priority, Reverse(mem), Reverse(cores), i));
             }
         }
     }
@@ -210,7 +206,7 @@ pub(super) fn choose<'a>(
                 let (mut r, mut t, mut n) = (0, i32::MIN, 0);
                 for &i in &order {
                     r += usize::from(pool[i].risky);
-                    t = t.max(pool[i].pod.priority);
+                    t = t.max(pool[i].priority);
                     if (r, t, n + 1) >= (*risks, *top, *count) {
                         break;
                     }

@@ -643,3 +643,79 @@ proptest! {
         prop_assert_eq!(quick, reference);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The pods as the state keeps them for the verb ([`NodePods`]: facts shared, charges
+    /// resolved once, listed pods joined after) decide exactly as the same pods given with
+    /// their charges, also when the snapshot decided on lists the GPUs in another order
+    /// than the one the charges were resolved on.
+    #[test]
+    fn held_pods_decide_as_the_facts_they_came_from(
+        (gpus, mut pods) in scenario(),
+        pre in arb_preemptor(),
+        proposed in proptest::collection::vec(proptest::bool::weighted(0.2), 24),
+        listed in proptest::bool::weighted(0.3),
+        reversed in proptest::bool::weighted(0.3),
+        budget in proptest::option::of(0i32..2),
+    ) {
+        for (k, p) in pods.iter_mut().enumerate() {
+            if k % 3 == 0 {
+                p.labels.insert("app".into(), "web".into());
+            }
+        }
+        let kept_on = Arc::new(NodeDevices {
+            name: "n".into(),
+            gpus: gpus.clone(),
+            ..Default::default()
+        });
+        let mut order = gpus;
+        if reversed {
+            order.reverse();
+        }
+        let node = snapshot(order, &pods);
+        let mut held = NodePods::new(
+            kept_on,
+            pods.iter().map(|p| {
+                let facts = PodFacts {
+                    charges: Vec::new(),
+                    ..p.clone()
+                };
+                (Arc::new(facts), p.charges.as_slice())
+            }),
+        );
+        let mut uids: Vec<String> = pods
+            .iter()
+            .zip(&proposed)
+            .filter(|(_, p)| **p)
+            .map(|(p, _)| p.uid.clone())
+            .collect();
+        if listed {
+            // A proposed pod holding no slice, read by the shell: after the holders.
+            let plain = slice("plain", 0, &[]);
+            held = held.with_listed([plain.clone(), pods.first().cloned().unwrap_or(plain.clone())]);
+            pods.push(plain);
+            uids.push("plain".into());
+        }
+        let pdbs: Vec<PdbFacts> = budget
+            .map(|b| pdb(b, json!({"matchLabels": {"app": "web"}})))
+            .into_iter()
+            .collect();
+        let proposals: BTreeMap<String, Vec<String>> = [("n".to_string(), uids)].into();
+        let facts = decide_preemption(
+            &pre,
+            &proposals,
+            |name| (name == "n").then_some(NodeCandidate { snapshot: &node, pods: &pods }),
+            &pdbs,
+        );
+        let from_held = decide_preemption_held(
+            &pre,
+            &proposals,
+            |name| (name == "n").then_some(HeldCandidate { snapshot: &node, pods: &held }),
+            &pdbs,
+        );
+        prop_assert_eq!(held.len(), pods.len());
+        prop_assert_eq!(facts, from_held);
+    }
+}

@@ -338,6 +338,7 @@ impl ClusterState {
         self.nodes.remove(name);
         self.heartbeats.forget(name);
         self.reservations.forget_node(name);
+        self.victims.node_changed(name);
     }
 
     /// Replaces every node (after an informer relist).
@@ -378,7 +379,12 @@ impl ClusterState {
         // DRA mode (D-29): charged from its admission, apart from any holding.
         self.quota.observe_dra_pod(&uid, pod, is_terminal(pod));
         let holds = holding.is_some() || self.pods.contains_key(&uid);
-        self.victims.upsert(pod, holds);
+        // A holder's facts changed: the preempt verb's list of its node is stale.
+        if self.victims.upsert(pod, holds)
+            && let Some(e) = self.pods.get(&uid)
+        {
+            self.victims.node_changed(&e.holding.node);
+        }
         self.nominated.upsert(pod, &self.scheduler_name);
         self.reservations.upsert_pod(pod, holds);
         if let Some(entry) = self.pods.get(&uid)
@@ -441,6 +447,7 @@ impl ClusterState {
             if let Some(set) = self.pods_by_node.get_mut(&entry.holding.node) {
                 set.remove(uid);
             }
+            self.victims.node_changed(&entry.holding.node);
             self.recount(&entry.holding.node);
         }
     }
@@ -496,6 +503,16 @@ impl ClusterState {
 
     fn set_pod(&mut self, uid: String, entry: PodEntry) {
         let node = entry.holding.node.clone();
+        // The preempt verb's lists are stale only where what the pod holds changed.
+        match self.pods.get(&uid) {
+            Some(old) if old.holding == entry.holding => {}
+            old => {
+                if let Some(old) = old {
+                    self.victims.node_changed(&old.holding.node);
+                }
+                self.victims.node_changed(&node);
+            }
+        }
         if let Some(old) = self.pods.insert(uid.clone(), entry)
             && old.holding.node != node
         {

@@ -6,23 +6,42 @@
 //! (`ClusterState`'s rule: a pod that holds nothing costs nothing, so 50,000 plain pods
 //! add no memory). A proposed victim that holds no slice (kube-scheduler's in-tree dry run
 //! wanted its CPU, memory or ports) is looked up by the shell when a call names one
-//! ([`candidate_pods`] takes what it listed).
+//! ([`with_listed`] joins what it listed).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::preemption::PodFacts;
+use crate::preemption::{NodePods, PodFacts};
 use crate::state::ClusterState;
 
 /// Facts of the pods that hold slices, by UID; charges are left empty here and joined
 /// from the state's holdings when a call needs them (they change with every re-filter).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct VictimFacts {
-    by_uid: HashMap<String, PodFacts>,
+    /// Shared with the per-node lists below: a call takes a list, not a copy of its facts.
+    by_uid: HashMap<String, Arc<PodFacts>>,
     /// Those being deleted, whatever their protection says first (a critical pod being
     /// deleted is `Critical` there): their slices are about to free (`nominated`).
     terminating: HashSet<String>,
+    /// Per node, its slice holders as the victim search reads them ([`node_pods`]), built
+    /// by the first preempt call after the node last changed: a holding there added,
+    /// changed or dropped (the state says so), a holder's facts ([`VictimFacts::upsert`]),
+    /// its devices (checked on use). A pod seen again unchanged, as most updates are,
+    /// keeps it. Behind a lock of its own: a call fills it through a shared reference to
+    /// the state.
+    per_node: Mutex<HashMap<String, Arc<NodePods>>>,
+}
+
+impl Clone for VictimFacts {
+    fn clone(&self) -> Self {
+        Self {
+            by_uid: self.by_uid.clone(),
+            terminating: self.terminating.clone(),
+            per_node: Mutex::new(self.cached().clone()),
+        }
+    }
 }
 
 fn is_terminal(pod: &Pod) -> bool {
@@ -34,28 +53,46 @@ fn is_terminal(pod: &Pod) -> bool {
 
 impl VictimFacts {
     /// Records `pod` when `holds` (it holds slices or has a pending decision) and it has
-    /// not finished; forgets it otherwise.
-    pub fn upsert(&mut self, pod: &Pod, holds: bool) {
+    /// not finished; forgets it otherwise. True when what is kept of it changed: the state
+    /// then forgets the list of the node it holds on ([`Self::node_changed`]).
+    pub fn upsert(&mut self, pod: &Pod, holds: bool) -> bool {
         let Some(uid) = pod.metadata.uid.as_deref() else {
-            return;
+            return false;
         };
         if holds && !is_terminal(pod) {
-            self.by_uid
-                .insert(uid.to_owned(), PodFacts::from_pod(pod, Vec::new()));
             if pod.metadata.deletion_timestamp.is_some() {
                 self.terminating.insert(uid.to_owned());
             } else {
                 self.terminating.remove(uid);
             }
+            let facts = PodFacts::from_pod(pod, Vec::new());
+            if self.by_uid.get(uid).is_some_and(|kept| **kept == facts) {
+                return false;
+            }
+            self.by_uid.insert(uid.to_owned(), Arc::new(facts));
+            true
         } else {
-            self.remove(uid);
+            self.remove(uid)
         }
     }
 
-    /// Forgets the pod (deleted).
-    pub fn remove(&mut self, uid: &str) {
-        self.by_uid.remove(uid);
+    /// Forgets the pod (deleted); true when it was kept.
+    pub fn remove(&mut self, uid: &str) -> bool {
         self.terminating.remove(uid);
+        self.by_uid.remove(uid).is_some()
+    }
+
+    /// Forgets the list kept for `node` (its holdings, devices or a holder's facts
+    /// changed): the next call builds it again.
+    pub fn node_changed(&mut self, node: &str) {
+        let cached = self.per_node.get_mut().unwrap_or_else(|p| p.into_inner());
+        if !cached.is_empty() {
+            cached.remove(node);
+        }
+    }
+
+    fn cached(&self) -> MutexGuard<'_, HashMap<String, Arc<NodePods>>> {
+        self.per_node.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether the pod is kept and being deleted.
@@ -71,7 +108,7 @@ impl VictimFacts {
 
     /// The pod's facts (charges empty), if kept.
     pub fn get(&self, uid: &str) -> Option<&PodFacts> {
-        self.by_uid.get(uid)
+        self.by_uid.get(uid).map(|f| &**f)
     }
 
     /// How many pods are kept.
@@ -85,11 +122,50 @@ impl VictimFacts {
     }
 }
 
-/// The pods of `node` the preempt verb may name: each pod holding slices there, with its
-/// charges, and each of `listed` (pods the shell read from the API server because a
-/// proposed UID holds nothing here) that the state does not already give, with none.
-/// A holding whose pod's facts are unknown stays charged but cannot be named.
-pub fn candidate_pods(state: &ClusterState, node: &str, listed: &[Pod]) -> Vec<PodFacts> {
+/// The pods of `node` the preempt verb may name: each pod holding slices there whose
+/// facts are kept, with its charges, in UID order (the search breaks ties by this order:
+/// the same on every call). A holding whose pod's facts are unknown stays charged but
+/// cannot be named. `None` for a node the state does not know.
+///
+/// Kept per node and shared until the node changes: under the state's lock a call takes
+/// one `Arc` per node (built here first when the node changed since the last call).
+pub fn node_pods(state: &ClusterState, node: &str) -> Option<Arc<NodePods>> {
+    let devices = &state.node(node)?.devices;
+    let facts = state.victim_facts();
+    let mut cached = facts.cached();
+    if let Some(pods) = cached.get(node)
+        && Arc::ptr_eq(pods.devices(), devices)
+    {
+        return Some(pods.clone());
+    }
+    let mut held: Vec<_> = state
+        .holdings_on(node)
+        .filter_map(|(uid, holding)| {
+            let f = facts.by_uid.get(uid)?;
+            Some((f.clone(), holding.charges.as_slice()))
+        })
+        .collect();
+    held.sort_unstable_by(|a, b| a.0.uid.cmp(&b.0.uid));
+    let pods = Arc::new(NodePods::new(devices.clone(), held));
+    cached.insert(node.to_owned(), pods.clone());
+    Some(pods)
+}
+
+/// `pods` and the pods of `listed` (read from the API server because a proposed UID holds
+/// nothing on the node) that have not finished and are not among them, holding nothing.
+pub fn with_listed(pods: &NodePods, listed: &[Pod]) -> NodePods {
+    pods.with_listed(
+        listed
+            .iter()
+            .filter(|p| p.metadata.uid.is_some() && !is_terminal(p))
+            .map(|p| PodFacts::from_pod(p, Vec::new())),
+    )
+}
+
+/// [`node_pods`] as first written (tests only): every holder's facts copied, the listed
+/// pods joined, all sorted by UID. The reference the per-node lists must decide as.
+#[cfg(test)]
+pub(crate) fn candidate_pods(state: &ClusterState, node: &str, listed: &[Pod]) -> Vec<PodFacts> {
     let mut out: Vec<PodFacts> = state
         .holdings_on(node)
         .filter_map(|(uid, holding)| {
@@ -109,12 +185,11 @@ pub fn candidate_pods(state: &ClusterState, node: &str, listed: &[Pod]) -> Vec<P
         }
         out.push(PodFacts::from_pod(pod, Vec::new()));
     }
-    // The search breaks ties by this order: make it the same on every call.
     out.sort_by(|a, b| a.uid.cmp(&b.uid));
     out
 }
 
-/// The proposed UIDs of `node` that [`candidate_pods`] would not know without a lookup:
+/// The proposed UIDs of `node` that [`node_pods`] would not know without a lookup:
 /// those of no pod holding slices there (the shell lists the node's pods for them).
 pub fn unknown_proposals<'a>(state: &ClusterState, node: &str, uids: &'a [String]) -> Vec<&'a str> {
     uids.iter()
@@ -222,3 +297,7 @@ mod tests {
         assert_eq!(pods[0].charges.len(), 1);
     }
 }
+
+#[cfg(test)]
+#[path = "victim_facts_tests.rs"]
+mod node_pods_tests;

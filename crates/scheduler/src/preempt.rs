@@ -45,10 +45,10 @@ use crate::runtime::Scheduler;
 use crate::snapshot::NodeSnapshot;
 use hami_scheduler_core::nominated::charged_snapshots;
 use hami_scheduler_core::preemption::{
-    NodeCandidate, PdbFacts, PodFacts, PreemptionDecision, Preemptor, decide_preemption,
+    HeldCandidate, NodePods, PdbFacts, PreemptionDecision, Preemptor, decide_preemption_held,
     decode_args, proposals,
 };
-use hami_scheduler_core::victim_facts::{candidate_pods, unknown_proposals};
+use hami_scheduler_core::victim_facts::{node_pods, unknown_proposals, with_listed};
 
 /// How long a call waits for the first list of PodDisruptionBudgets.
 const FIRST_LIST_WAIT: Duration = Duration::from_secs(3);
@@ -301,7 +301,10 @@ impl Scheduler {
                 .collect()
         };
         let listed = self.list_node_pods(to_list).await;
-        let nodes: HashMap<String, (NodeSnapshot, Vec<PodFacts>)> = {
+        // Under the state's lock, per proposed node: its snapshot (a few GPUs' usage) and
+        // the state's list of its pods, shared (`node_pods`: built here only for a node
+        // that changed since the last call). No pod's facts are copied.
+        let nodes: HashMap<String, (NodeSnapshot, Arc<NodePods>)> = {
             let state = self.state();
             // As in Filter, pods nominated there with a priority ≥ the preemptor's hold their
             // slices (kube-scheduler's dry run counts them too): evicting for a slice one of
@@ -315,23 +318,29 @@ impl Scheduler {
                         Some(charged) => charged,
                         None => state.node(name)?.clone(),
                     };
-                    let extra = listed.get(name).map_or(&[][..], Vec::as_slice);
-                    Some((
-                        name.clone(),
-                        (snapshot, candidate_pods(&state, name, extra)),
-                    ))
+                    Some((name.clone(), (snapshot, node_pods(&state, name)?)))
                 })
                 .collect()
         };
         // Up to tens of milliseconds of CPU on a large window: off the async workers.
         let decision = tokio::task::spawn_blocking(move || {
-            decide_preemption(
+            // The pods listed for proposed victims that hold no slice, joined to a copy of
+            // their node's list (outside the lock; few nodes, if any).
+            let joined: HashMap<&str, NodePods> = listed
+                .iter()
+                .filter_map(|(name, pods)| {
+                    let (_, held) = nodes.get(name)?;
+                    Some((name.as_str(), with_listed(held, pods)))
+                })
+                .collect();
+            decide_preemption_held(
                 &preemptor,
                 &proposed,
                 |name| {
-                    nodes.get(name).map(|(snapshot, pods)| NodeCandidate {
+                    let (snapshot, held) = nodes.get(name)?;
+                    Some(HeldCandidate {
                         snapshot,
-                        pods: pods.as_slice(),
+                        pods: joined.get(name).unwrap_or(held),
                     })
                 },
                 &pdbs,
