@@ -15,7 +15,9 @@ cd "$(dirname "$0")/.."
 #   containerd, runc, buildah, busybox-static: kubelet-sim's containerd runtime tests and
 #     sim/containerd-host (a private containerd; test images built from the static busybox)
 #   mmdebstrap (+ buildah): scripts/build-images.sh's Debian bases (image_archives test)
-packages=(binutils util-linux gcc libc6-dev libamdhip64-dev hipcc prometheus chromium chromium-driver containerd runc buildah busybox-static mmdebstrap)
+#   podman: a real CDI consumer reading the AMD plugin's and the DRA driver's CDI specs
+#     (tests/system/tests/it/containerd/podman.rs)
+packages=(binutils util-linux gcc libc6-dev libamdhip64-dev hipcc prometheus chromium chromium-driver containerd runc buildah busybox-static mmdebstrap podman)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")

@@ -20,6 +20,7 @@
 
 mod amd;
 mod nvidia;
+mod podman;
 mod restart;
 
 use std::path::{Path, PathBuf};
