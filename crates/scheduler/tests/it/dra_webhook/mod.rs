@@ -8,8 +8,9 @@
 //! Here the shared setup; [`claims`]: what admission writes and DRA allocates (bad input
 //! included, and more device types than a claim lists); [`templates`]: the templates' life
 //! (shapes tried smallest first, stamps, the sweep); [`quota`]: namespace quotas charged
-//! from the claims (D-29).
+//! from the claims (D-29); [`charge_guard`]: no tenant changes that charge (D-33).
 
+mod charge_guard;
 mod claims;
 mod quota;
 mod templates;

@@ -13,16 +13,16 @@ use k8s_openapi::api::core::v1::ResourceQuota;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Patch, PatchParams};
 
-const AMD_GPU: QuotaKey = QuotaKey::new(Vendor::Amd, Dimension::Slices);
-const AMD_MEM: QuotaKey = QuotaKey::new(Vendor::Amd, Dimension::MemoryMib);
+pub(super) const AMD_GPU: QuotaKey = QuotaKey::new(Vendor::Amd, Dimension::Slices);
+pub(super) const AMD_MEM: QuotaKey = QuotaKey::new(Vendor::Amd, Dimension::MemoryMib);
 
-fn used(s: &Scheduler, key: QuotaKey) -> u64 {
+pub(super) fn used(s: &Scheduler, key: QuotaKey) -> u64 {
     s.state().quota.ledger().used("default").get(key)
 }
 
 /// The webhook in front of a DRA node with two MI210s (64 GiB, 104 CUs) and the quota
 /// `gpus` in `default`, seen by the scheduler.
-async fn with_quota(hard: Value) -> Cluster {
+pub(super) async fn with_quota(hard: Value) -> Cluster {
     let c = start(Settings::default()).await;
     dra_node(
         &c.client,
