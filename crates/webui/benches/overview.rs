@@ -174,7 +174,7 @@ fn main() {
         for _ in 0..100 {
             let (w, m) = (ui.shared.world.read().unwrap(), ui.shared.metrics.read().unwrap());
             let t = Instant::now();
-            let page = hami_webui::pages::overview(&w, &m, 0);
+            let page = hami_webui::pages::overview(&w, &m, "", 0);
             pure.push(t.elapsed());
             assert_eq!(page.status, 200);
         }

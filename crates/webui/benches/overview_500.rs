@@ -141,7 +141,7 @@ fn main() {
         metrics.latest.len() + metrics.cards.len()
     );
     measure("overview", RUNS, || {
-        let page = hami_webui::pages::overview(&world, &metrics, now);
+        let page = hami_webui::pages::overview(&world, &metrics, "", now);
         assert_eq!(page.status, 200);
         page.html.len()
     });

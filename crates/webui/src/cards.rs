@@ -14,8 +14,9 @@ use hami_protocol::selection::{DeviceSelector, GpuPolicy, NodePolicy};
 use hami_scheduler_core::fit::{FitRequest, Selectors, fit_node};
 use hami_scheduler_core::snapshot::{Gpu, GpuUsage, NodeDevices, NodeSnapshot};
 
-use crate::html::{Page, esc, frame, table, url_segment};
+use crate::html::{Page, esc, frame, table};
 use crate::pages::{banners, node_link};
+use crate::query::{Paging, choose, fields, pager, sort_links};
 use crate::samples::Metrics;
 use crate::world::World;
 
@@ -66,8 +67,11 @@ pub struct Fit {
     pub device_type: String,
 }
 
+/// Rows per page unless `?per=` says otherwise.
+pub const PER_PAGE: usize = 100;
+
 /// The page's query.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Query {
     /// The order.
     pub sort: Sort,
@@ -75,34 +79,52 @@ pub struct Query {
     pub search: String,
     /// Only the cards this slice fits on.
     pub fit: Option<Fit>,
+    /// Which rows.
+    pub paging: Paging,
 }
 
-/// Reads `sort`, `q`, `mem`, `pct` and `type` from a query string; an unknown or
-/// malformed value is an error naming it.
+impl Default for Query {
+    fn default() -> Self {
+        Query {
+            sort: Sort::default(),
+            search: String::new(),
+            fit: None,
+            paging: Paging::new(PER_PAGE),
+        }
+    }
+}
+
+impl Query {
+    /// The search and fit fields, as links keep them (sort and page apart).
+    fn filters(&self) -> Vec<(&'static str, String)> {
+        let fit = self.fit.clone().unwrap_or_default();
+        let number = |n: u64| if n == 0 { String::new() } else { n.to_string() };
+        let mut out = vec![
+            ("q", self.search.clone()),
+            ("mem", number(fit.mem_mib)),
+            ("pct", number(u64::from(fit.percent))),
+            ("type", fit.device_type),
+        ];
+        if self.paging.per != self.paging.default_per {
+            out.push(("per", self.paging.per.to_string()));
+        }
+        out
+    }
+}
+
+/// Reads `sort`, `q`, `mem`, `pct`, `type`, `page` and `per` from a query string; an
+/// unknown or malformed value is an error naming it.
 pub fn parse_query(raw: &str) -> Result<Query, String> {
     let mut q = Query::default();
     let mut fit = Fit::default();
-    for pair in raw.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let decode = |s: &str| {
-            crate::whatif::form_decode(s.as_bytes())
-                .and_then(|b| String::from_utf8(b).ok())
-                .ok_or_else(|| format!("the query's {key:?} is not valid form encoding"))
-        };
-        let value = decode(value)?;
-        let value = value.trim();
-        match decode(key)?.as_str() {
-            "sort" => {
-                q.sort = Sort::ALL
-                    .iter()
-                    .find(|(_, w, _)| *w == value)
-                    .map(|(s, _, _)| *s)
-                    .ok_or_else(|| {
-                        let words: Vec<&str> = Sort::ALL.iter().map(|(_, w, _)| *w).collect();
-                        format!("sort={value:?} is not one of {}", words.join(", "))
-                    })?;
-            }
-            "q" => q.search = value.to_owned(),
+    let words: Vec<&str> = Sort::ALL.iter().map(|(_, w, _)| *w).collect();
+    for (key, value) in fields(raw)? {
+        if q.paging.read(&key, &value)? {
+            continue;
+        }
+        match key.as_str() {
+            "sort" => q.sort = Sort::ALL[choose("sort", &value, &words)?].0,
+            "q" => q.search = value,
             "mem" if !value.is_empty() => {
                 fit.mem_mib = value
                     .parse()
@@ -115,7 +137,7 @@ pub fn parse_query(raw: &str) -> Result<Query, String> {
                     .filter(|p| *p <= 100)
                     .ok_or_else(|| format!("pct={value:?} is not a percent from 0 to 100"))?;
             }
-            "type" => fit.device_type = value.to_owned(),
+            "type" => fit.device_type = value,
             _ => {}
         }
     }
@@ -295,7 +317,8 @@ pub fn cards(world: &World, metrics: &Metrics, raw_query: &str) -> Page {
         Sort::Shares => all.sort_by_key(|r| (r.usage.used, r.node, r.info.index)),
         Sort::Uuid => all.sort_by(|a, b| a.info.id.cmp(&b.info.id)),
     }
-    let table_rows: Vec<Vec<String>> = all
+    let (window, _) = query.paging.window(all.len());
+    let table_rows: Vec<Vec<String>> = all[window]
         .iter()
         .map(|r| {
             let unit = if r.vendor == Vendor::Amd {
@@ -328,6 +351,10 @@ pub fn cards(world: &World, metrics: &Metrics, raw_query: &str) -> Page {
         ),
         None => format!("{} of {total} cards and partitions", all.len()),
     };
+    let mut kept = query.filters();
+    kept.insert(0, ("sort", query.sort.word().to_owned()));
+    let pages = pager("cards", "/cards", &kept, &query.paging, all.len());
+    body.push_str(&pages);
     body.push_str(&table(
         &caption,
         &[
@@ -342,6 +369,7 @@ pub fn cards(world: &World, metrics: &Metrics, raw_query: &str) -> Page {
         ],
         &table_rows,
     ));
+    body.push_str(&pages);
     Page {
         status: if problem.is_some() { 400 } else { 200 },
         // Not live: a refresh of <main> would wipe the form while it is being filled in.
@@ -354,28 +382,23 @@ fn form(q: &Query) -> String {
     let fit = q.fit.clone().unwrap_or_default();
     let number = |n: u64| if n == 0 { String::new() } else { n.to_string() };
     let mut out = format!(
-        "<form method=\"get\" action=\"/cards\" class=\"filters\"><input type=\"hidden\" name=\"sort\" value=\"{sort}\"><label>UUID contains <input name=\"q\" value=\"{q}\"></label> <label>Fits MiB <input name=\"mem\" inputmode=\"numeric\" value=\"{mem}\"></label> <label>and compute % <input name=\"pct\" inputmode=\"numeric\" value=\"{pct}\"></label> <label>of type <input name=\"type\" value=\"{ty}\"></label> <button type=\"submit\">Show</button></form><p>Sort by:",
+        "<form method=\"get\" action=\"/cards\" class=\"filters\"><input type=\"hidden\" name=\"sort\" value=\"{sort}\">{per}<label>UUID contains <input name=\"q\" value=\"{q}\"></label> <label>Fits MiB <input name=\"mem\" inputmode=\"numeric\" value=\"{mem}\"></label> <label>and compute % <input name=\"pct\" inputmode=\"numeric\" value=\"{pct}\"></label> <label>of type <input name=\"type\" value=\"{ty}\"></label> <button type=\"submit\">Show</button></form>",
         sort = q.sort.word(),
+        per = if q.paging.per == q.paging.default_per {
+            String::new()
+        } else {
+            format!(
+                "<input type=\"hidden\" name=\"per\" value=\"{}\">",
+                q.paging.per
+            )
+        },
         q = esc(&q.search),
         mem = number(fit.mem_mib),
         pct = number(u64::from(fit.percent)),
         ty = esc(&fit.device_type),
     );
-    for (sort, word, label) in Sort::ALL {
-        let href = format!(
-            "/cards?sort={word}&q={}&mem={}&pct={}&type={}",
-            url_segment(&q.search),
-            number(fit.mem_mib),
-            number(u64::from(fit.percent)),
-            url_segment(&fit.device_type)
-        );
-        if sort == q.sort {
-            let _ = write!(out, " <strong>{label}</strong>");
-        } else {
-            let _ = write!(out, " <a href=\"{}\">{label}</a>", esc(&href));
-        }
-    }
-    out.push_str("</p>");
+    let words: Vec<(&str, &str)> = Sort::ALL.iter().map(|(_, w, l)| (*w, *l)).collect();
+    out.push_str(&sort_links("/cards", &q.filters(), &words, q.sort.word()));
     out
 }
 
@@ -496,12 +519,29 @@ mod tests {
             rows[0]
         );
         assert!(rows[16].contains("nvidia-node"), "{}", rows[16]);
-        assert!(page.html.contains("<strong>free memory</strong>"));
+        assert!(
+            page.html
+                .contains("<strong aria-current=\"true\">free memory</strong>")
+        );
+        assert!(page.html.contains("<a href=\"/cards?sort=node\">node</a>"));
+        // The links keep the search and the fit; a page of 5 keeps its size.
+        let page = cards(&w, &m, "sort=uuid&mem=1024&type=MI210&per=5&page=2");
+        assert_eq!(body_rows(&page.html).len(), 5, "{}", page.html);
         assert!(
             page.html.contains(
-                "<a href=\"/cards?sort=node&amp;q=&amp;mem=&amp;pct=&amp;type=\">node</a>"
-            )
+                "<a href=\"/cards?sort=node&amp;mem=1024&amp;type=MI210&amp;per=5\">node</a>"
+            ),
+            "{}",
+            page.html
         );
+        assert!(
+            page.html.contains(
+                "<a href=\"/cards?sort=uuid&amp;mem=1024&amp;type=MI210&amp;per=5&amp;page=3\" rel=\"next\">Next</a>"
+            ),
+            "{}",
+            page.html
+        );
+        assert!(page.html.contains("cards 6–10 of 14"), "{}", page.html);
     }
 
     #[test]

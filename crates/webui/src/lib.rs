@@ -30,15 +30,19 @@ mod fixtures;
 pub mod html;
 pub mod live;
 pub mod overview;
+#[cfg(test)]
+mod overview_tests;
 pub mod pages;
 pub mod pods;
 #[cfg(test)]
 mod pods_tests;
+pub mod query;
 pub mod same_origin;
 pub mod samples;
 pub mod scrape;
 pub mod server;
 pub mod svg;
+pub mod tops;
 #[cfg(test)]
 mod trust_tests;
 pub mod usage;

@@ -16,8 +16,9 @@ use hami_report::{WHOLE_CARD_MARK, pod_report, report_from_state};
 use hami_scheduler_core::state::ClusterState;
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::html::{Page, esc, frame, mib, table, url_segment};
+use crate::html::{Page, esc, frame, mib, table};
 use crate::pages::{banners, cores_unit, node_link, pod_link};
+use crate::query::{Paging, choose, fields, href, pager, sort_links};
 use crate::samples::Metrics;
 use crate::usage::{coverage, figure};
 use crate::world::World;
@@ -64,11 +65,17 @@ impl Sort {
     }
 }
 
+/// Pods named per reason in the pending groups (the rest: a count and a link).
+pub const PENDING_SHOWN: usize = 20;
+
 /// The states a pod is filtered by (`?state=`): its phase, or `pending` while unbound.
 pub const STATES: [&str; 5] = ["running", "pending", "succeeded", "failed", "unknown"];
 
+/// Rows per page unless `?per=` says otherwise (4,000 pods on one page weigh 1.7 MB).
+pub const PER_PAGE: usize = 100;
+
 /// The page's query.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Query {
     /// The order.
     pub sort: Sort,
@@ -78,42 +85,49 @@ pub struct Query {
     pub node: String,
     /// Only this state (one of [`STATES`]); empty: all.
     pub state: String,
+    /// Which rows.
+    pub paging: Paging,
 }
 
-/// Reads `sort`, `ns`, `node` and `state`; an unknown or malformed value is an error
-/// naming the field.
+impl Default for Query {
+    fn default() -> Self {
+        Query {
+            sort: Sort::default(),
+            namespace: String::new(),
+            node: String::new(),
+            state: String::new(),
+            paging: Paging::new(PER_PAGE),
+        }
+    }
+}
+
+impl Query {
+    /// The filter fields, as links keep them (sort and page apart).
+    fn filters(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("ns", self.namespace.clone()),
+            ("node", self.node.clone()),
+            ("state", self.state.clone()),
+        ]
+    }
+}
+
+/// Reads `sort`, `ns`, `node`, `state`, `page` and `per`; an unknown or malformed value is
+/// an error naming the field.
 pub fn parse_query(raw: &str) -> Result<Query, String> {
     let mut q = Query::default();
-    for pair in raw.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let decode = |s: &str| {
-            crate::whatif::form_decode(s.as_bytes())
-                .and_then(|b| String::from_utf8(b).ok())
-                .ok_or_else(|| format!("the query's {key:?} is not valid form encoding"))
-        };
-        let value = decode(value)?;
-        let value = value.trim();
-        match decode(key)?.as_str() {
-            "sort" => {
-                q.sort = Sort::ALL
-                    .iter()
-                    .find(|(_, w)| *w == value)
-                    .map(|(s, _)| *s)
-                    .ok_or_else(|| {
-                        let words: Vec<&str> = Sort::ALL.iter().map(|(_, w)| *w).collect();
-                        format!("sort={value:?} is not one of {}", words.join(", "))
-                    })?;
-            }
-            "ns" => q.namespace = value.to_owned(),
-            "node" => q.node = value.to_owned(),
+    let words: Vec<&str> = Sort::ALL.iter().map(|(_, w)| *w).collect();
+    for (key, value) in fields(raw)? {
+        if q.paging.read(&key, &value)? {
+            continue;
+        }
+        match key.as_str() {
+            "sort" => q.sort = Sort::ALL[choose("sort", &value, &words)?].0,
+            "ns" => q.namespace = value,
+            "node" => q.node = value,
             "state" if !value.is_empty() => {
-                if !STATES.contains(&value) {
-                    return Err(format!(
-                        "state={value:?} is not one of {}",
-                        STATES.join(", ")
-                    ));
-                }
-                value.clone_into(&mut q.state);
+                choose("state", &value, &STATES)?;
+                q.state = value;
             }
             _ => {}
         }
@@ -394,7 +408,12 @@ pub fn pods(world: &World, metrics: &Metrics, raw_query: &str, now: i64) -> Page
             && (query.state.is_empty() || r.state == query.state)
     });
     sort(&mut all, query.sort);
-    let rows: Vec<Vec<String>> = all.iter().map(|r| cells(r, metrics, now)).collect();
+    let (window, _) = query.paging.window(all.len());
+    let rows: Vec<Vec<String>> = all[window].iter().map(|r| cells(r, metrics, now)).collect();
+    let mut kept = query.filters();
+    kept.insert(0, ("sort", query.sort.word().to_owned()));
+    let pages = pager("pods", "/pods", &kept, &query.paging, all.len());
+    body.push_str(&pages);
     body.push_str(&table(
         &format!(
             "{} of {total} GPU pods (asked: as the pod wrote it; granted: the allocation annotations or DRA claims; used: the monitors)",
@@ -406,6 +425,7 @@ pub fn pods(world: &World, metrics: &Metrics, raw_query: &str, now: i64) -> Page
         ],
         &rows,
     ));
+    body.push_str(&pages);
 
     // Pending pods by the scheduler's reason: the overview's and `hami status`'s list (its
     // nodes are not needed here, so the state it measures is empty).
@@ -425,14 +445,22 @@ pub fn pods(world: &World, metrics: &Metrics, raw_query: &str, now: i64) -> Page
         let rows: Vec<Vec<String>> = by_reason
             .iter()
             .map(|(reason, pods)| {
-                vec![
-                    esc(reason),
-                    pods.len().to_string(),
-                    pods.iter()
-                        .map(|p| pod_link(p))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                ]
+                let mut which: Vec<String> = pods
+                    .iter()
+                    .take(PENDING_SHOWN)
+                    .map(|p| pod_link(p))
+                    .collect();
+                if pods.len() > PENDING_SHOWN {
+                    which.push(format!(
+                        "and {} more (<a href=\"{}\">every pending pod</a>)",
+                        pods.len() - PENDING_SHOWN,
+                        href(
+                            "/pods",
+                            &[("state", "pending".into()), ("ns", query.namespace.clone())]
+                        )
+                    ));
+                }
+                vec![esc(reason), pods.len().to_string(), which.join(", ")]
             })
             .collect();
         body.push_str(&table(
@@ -515,9 +543,15 @@ fn cells(r: &PodRow, metrics: &Metrics, now: i64) -> Vec<String> {
 
 /// The filter form and the sort links (each keeping the other fields).
 fn form(q: &Query) -> String {
+    let per = q.paging.per;
     let mut out = format!(
-        "<form method=\"get\" action=\"/pods\" class=\"filters\"><input type=\"hidden\" name=\"sort\" value=\"{sort}\"><label>Namespace <input name=\"ns\" value=\"{ns}\"></label> <label>Node <input name=\"node\" value=\"{node}\"></label> <label>State <select name=\"state\"><option value=\"\">any</option>",
+        "<form method=\"get\" action=\"/pods\" class=\"filters\"><input type=\"hidden\" name=\"sort\" value=\"{sort}\">{per}<label>Namespace <input name=\"ns\" value=\"{ns}\"></label> <label>Node <input name=\"node\" value=\"{node}\"></label> <label>State <select name=\"state\"><option value=\"\">any</option>",
         sort = q.sort.word(),
+        per = if per == q.paging.default_per {
+            String::new()
+        } else {
+            format!("<input type=\"hidden\" name=\"per\" value=\"{per}\">")
+        },
         ns = esc(&q.namespace),
         node = esc(&q.node),
     );
@@ -528,20 +562,12 @@ fn form(q: &Query) -> String {
             if q.state == s { " selected" } else { "" }
         );
     }
-    out.push_str("</select></label> <button type=\"submit\">Show</button></form><p>Sort by:");
-    for (s, w) in Sort::ALL {
-        let href = format!(
-            "/pods?sort={w}&amp;ns={}&amp;node={}&amp;state={}",
-            url_segment(&q.namespace),
-            url_segment(&q.node),
-            url_segment(&q.state)
-        );
-        if s == q.sort {
-            let _ = write!(out, " <strong aria-current=\"true\">{w}</strong>");
-        } else {
-            let _ = write!(out, " <a href=\"{href}\">{w}</a>");
-        }
+    out.push_str("</select></label> <button type=\"submit\">Show</button></form>");
+    let mut kept = q.filters();
+    if per != q.paging.default_per {
+        kept.push(("per", per.to_string()));
     }
-    out.push_str("</p>");
+    let words: Vec<(&str, &str)> = Sort::ALL.iter().map(|(_, w)| (*w, *w)).collect();
+    out.push_str(&sort_links("/pods", &kept, &words, q.sort.word()));
     out
 }

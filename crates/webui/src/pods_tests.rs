@@ -175,7 +175,7 @@ fn the_pods_page_shows_what_the_pod_and_node_pages_show() {
 
     // Pending pods grouped by the scheduler's reason, escaped; a pod with no event has the
     // overview's words.
-    let overview = pages::overview(&w, &m, 1000).html;
+    let overview = pages::overview(&w, &m, "", 1000).html;
     let grouped = &page[page.find("Pending, by the scheduler").unwrap()..];
     let reason = "0/3 nodes are available: 3 Insufficient &lt;gpu&gt; memory";
     assert!(overview.contains(reason), "{overview}");
@@ -283,4 +283,94 @@ fn pods_filter_sort_and_name_a_bad_field() {
             page.html
         );
     }
+}
+
+/// 250 more pending pods: pages of `per` rows that together are every row once, in the
+/// sort's order, with links keeping the filters and the sort; the pending groups name 20
+/// pods each and link the rest.
+#[test]
+fn pods_come_in_pages_whose_links_keep_filters_and_sort() {
+    let (mut w, m, _) = demo();
+    for i in 0..250 {
+        w.upsert_pod(pending_pod("bulk", &format!("p-{i:03}"), Vendor::Amd, 1024));
+    }
+    let keys = |page: &str| -> Vec<String> {
+        let body = &page[page.find("<tbody>").unwrap()..];
+        body.split("<tr><td><a href=\"/pods/")
+            .skip(1)
+            .map(|r| r[..r.find('"').unwrap()].to_owned())
+            .collect()
+    };
+    let all = keys(&pods::pods(&w, &m, "per=1000", 1000).html);
+    assert_eq!(all.len(), 257);
+    let first = pods::pods(&w, &m, "", 1000).html;
+    assert_eq!(keys(&first).len(), pods::PER_PAGE, "the default page size");
+    assert!(first.contains("pods 1–100 of 257"), "{first}");
+    assert!(
+        first.contains("<a href=\"/pods?sort=pod&amp;page=2\" rel=\"next\">Next</a>"),
+        "{first}"
+    );
+    assert!(first.contains("page 1 of 3"));
+    // Filtered and sorted by state, 40 a page: every bulk pod once, in order.
+    let mut seen = Vec::new();
+    for page in 1..=7 {
+        let html = pods::pods(
+            &w,
+            &m,
+            &format!("ns=bulk&sort=state&per=40&page={page}"),
+            1000,
+        )
+        .html;
+        if page < 7 {
+            assert!(
+                html.contains(&format!(
+                    "<a href=\"/pods?sort=state&amp;ns=bulk&amp;per=40&amp;page={}\" rel=\"next\">Next</a>",
+                    page + 1
+                )),
+                "{html}"
+            );
+        } else {
+            assert!(!html.contains("rel=\"next\""), "the last page: {html}");
+            assert!(html.contains("pods 241–250 of 250"), "{html}");
+        }
+        // The sort links keep the filter and the page size, and start at page 1.
+        assert!(
+            html.contains("<a href=\"/pods?sort=used&amp;ns=bulk&amp;per=40\">used</a>"),
+            "{html}"
+        );
+        assert!(html.contains("<input type=\"hidden\" name=\"per\" value=\"40\">"));
+        seen.extend(keys(&html));
+    }
+    let mut expected: Vec<String> = all
+        .iter()
+        .filter(|k| k.starts_with("bulk/"))
+        .cloned()
+        .collect();
+    expected.sort();
+    assert_eq!(seen, expected);
+    // Past the last page: the last page; a bad page or size is a 400 naming it.
+    let past = pods::pods(&w, &m, "ns=bulk&per=40&page=99", 1000).html;
+    assert_eq!(keys(&past), expected[240..]);
+    for (query, field) in [
+        ("page=0", "page=&quot;0&quot; is not a page number"),
+        (
+            "per=100000",
+            "per=&quot;100000&quot; is not a number of rows",
+        ),
+        ("page=18446744073709551616", "is not a page number"),
+    ] {
+        let page = pods::pods(&w, &m, query, 1000);
+        assert_eq!(page.status, 400, "{query}");
+        assert!(page.html.contains(field), "{query}: {}", page.html);
+    }
+    // 251 pending for one reason (with default/odd): 20 named, the rest counted and linked.
+    assert!(
+        first.contains("and 231 more (<a href=\"/pods?state=pending\">every pending pod</a>)"),
+        "{first}"
+    );
+    assert!(
+        first.len() < 120_000,
+        "a page of 100 pods: {} bytes",
+        first.len()
+    );
 }

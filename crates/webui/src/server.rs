@@ -86,8 +86,10 @@ fn with_state(shared: &Shared, f: impl FnOnce(&World, &Metrics) -> Page) -> Resp
     respond(f(&world, &metrics))
 }
 
-async fn overview(State(s): State<Shared>) -> Response {
-    with_state(&s, |w, m| pages::overview(w, m, unix_now()))
+async fn overview(State(s): State<Shared>, RawQuery(query): RawQuery) -> Response {
+    with_state(&s, |w, m| {
+        pages::overview(w, m, query.as_deref().unwrap_or_default(), unix_now())
+    })
 }
 
 async fn node(State(s): State<Shared>, Path(name): Path<String>) -> Response {
