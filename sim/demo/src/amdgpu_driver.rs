@@ -7,7 +7,8 @@
 //! monitor's proc root) holds what the kernel would show of that process:
 //! - `<host pid>/cgroup`: `0::/kubepods/<qos>/pod<uid>/<container id>` of the container
 //!   the process runs in (its kubelet-sim record's cgroup; the records say which container
-//!   a host pid is in, by its ancestry), or `0::/` outside containers;
+//!   a host pid is in, by its ancestry), else the process's real `/proc/<pid>/cgroup` (a
+//!   container of kubelet-sim's containerd runtime, a host process);
 //! - `<host pid>/fd/<n>` → `/dev/dri/renderD<minor>` and `<host pid>/fdinfo/<n>` with the
 //!   amdgpu keys (`drm-driver`, `drm-client-id`, `drm-pdev` of the card owning that minor
 //!   from the node's sysfs, `drm-engine-gfx`, `drm-engine-compute` in ns).
@@ -101,6 +102,17 @@ fn cgroup_of(shared: &Shared, pid: i32) -> Option<String> {
     container_of_pid(&containers, pid).map(|c| c.cgroup_path())
 }
 
+/// What the kernel shows as `/proc/<pid>/cgroup`: the container's cgroup kubelet-sim
+/// recorded (its own runtime), else the process's real one (a container of a real runtime,
+/// containerd + runc, whose cgroup paths and hierarchy version are the host's).
+fn cgroup_text(recorded: Option<&str>, pid: i32) -> String {
+    match recorded {
+        Some(path) => format!("0::{path}\n"),
+        None => std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .unwrap_or_else(|_| "0::/\n".into()),
+    }
+}
+
 fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text)?;
@@ -146,8 +158,7 @@ async fn serve_client(stream: tokio::net::UnixStream, shared: &Shared) {
     let setup = || -> std::io::Result<()> {
         std::fs::create_dir_all(dir.join("fd"))?;
         std::fs::create_dir_all(dir.join("fdinfo"))?;
-        let path = cgroup.as_deref().unwrap_or("/");
-        write_atomically(&dir.join("cgroup"), &format!("0::{path}\n"))?;
+        write_atomically(&dir.join("cgroup"), &cgroup_text(cgroup.as_deref(), pid))?;
         write_atomically(
             &dir.join("fdinfo").join(fd.to_string()),
             &fdinfo(client, &pdev, 0),

@@ -13,12 +13,15 @@
 //!
 //! `nvidia.rs` does the same for a sliced NVIDIA pod: the real NVIDIA plugin on the stand-in
 //! NVML, the real `libvgpu.so` preloaded through the `/etc/ld.so.preload` its Allocate
-//! answer mounts, over the stand-in CUDA driver.
+//! answer mounts, over the stand-in CUDA driver. `monitor.rs` runs the node monitor and
+//! `hami status` over a pod in its real container; `podman.rs` has podman (a real CDI
+//! consumer) read the CDI specs the AMD plugin and the DRA driver write.
 //!
 //! Needs root and Debian's packages; without root each test says so and returns. A test
 //! takes a few seconds once containerd runs.
 
 mod amd;
+mod monitor;
 mod nvidia;
 mod podman;
 mod restart;
