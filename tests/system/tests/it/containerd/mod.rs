@@ -54,6 +54,8 @@ struct AmdNode {
     client: kube::Client,
     sim: Option<KubeletSim>,
     plugin: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>,
+    /// What the plugin was started with (a restart takes the same).
+    plugin_args: PluginArgs,
     /// The devices the plugin registered.
     devices: Vec<RegisteredDevice>,
     /// Scratch: `out/` (what containers write), `app/`, `dev/`, `hook/`.
@@ -196,13 +198,7 @@ impl AmdNode {
         .map_err(|e| e.to_string())?
         .registration
         .devices;
-        let (tx, rx) = watch::channel(false);
-        let plugin = hami_amd_plugin::plugin::serve(args, settings, client.clone(), rx);
-        let task = tokio::spawn(async move {
-            if let Err(e) = plugin.await {
-                eprintln!("the AMD plugin stopped: {e:#}");
-            }
-        });
+        let plugin = spawn_plugin(args.clone(), &client)?;
         let shares: usize = devices.iter().map(|d| d.info.count as usize).sum();
         if !sim
             .wait_for_allocatable("amd.com/gpu", shares, Duration::from_secs(20))
@@ -217,11 +213,23 @@ impl AmdNode {
             server,
             client,
             sim: Some(sim),
-            plugin: Some((tx, task)),
+            plugin: Some(plugin),
+            plugin_args: args,
             devices,
             dir,
             _tree: tree,
         })
+    }
+
+    /// Kills the plugin as SIGKILL would (its task dropped wherever it is: no goodbye to
+    /// kubelet, its socket left behind) and starts it again with the same arguments.
+    async fn kill_and_restart_plugin(&mut self) -> Result<(), String> {
+        if let Some((_, task)) = self.plugin.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        self.plugin = Some(spawn_plugin(self.plugin_args.clone(), &self.client)?);
+        Ok(())
     }
 
     /// The installed hook.
@@ -353,6 +361,22 @@ fn workload(name: &str) -> String {
         "exec /opt/app/hami-workload --runtime hip --memory-mib 3072 --fallback-mib 512 \
          --busy-percent 1 > /out/{name}.log 2>&1"
     )
+}
+
+/// The AMD plugin served in a task of this process.
+fn spawn_plugin(
+    args: PluginArgs,
+    client: &kube::Client,
+) -> Result<(watch::Sender<bool>, tokio::task::JoinHandle<()>), String> {
+    let settings = args.registration_settings()?;
+    let (tx, rx) = watch::channel(false);
+    let plugin = hami_amd_plugin::plugin::serve(args, settings, client.clone(), rx);
+    let task = tokio::spawn(async move {
+        if let Err(e) = plugin.await {
+            eprintln!("the AMD plugin stopped: {e:#}");
+        }
+    });
+    Ok((tx, task))
 }
 
 fn merge(into: &mut Value, from: Value) {
