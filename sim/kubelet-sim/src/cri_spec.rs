@@ -7,7 +7,8 @@
 //! Kubelet's rules kept here (`kuberuntime_container.go`, `kubelet_pods.go`):
 //! - env: the device plugins' first, then the container's own (`GenerateRunContainerOptions`
 //!   appends the pod spec's after `GetResources`'), so a pod's env overrides a plugin's
-//!   variable of the same name, and the runtime lets the later entry win;
+//!   variable of the same name, and the runtime lets the later entry win; `valueFrom.fieldRef`
+//!   of the pod's name, namespace, uid, node and service account (downward API);
 //! - mounts: Allocate's (read-only as Allocate says), then the volume mounts; devices with
 //!   their permissions; CDI names as `CDI_devices`;
 //! - `command` and `args` as given (the image's entrypoint and cmd when empty);
@@ -186,6 +187,27 @@ fn user_and_group(
     (user, group)
 }
 
+/// The downward API fields an env `valueFrom.fieldRef` may name here (the chart's
+/// DaemonSets take `NODE_NAME` from `spec.nodeName`).
+const FIELD_REFS: &str =
+    "metadata.name, metadata.namespace, metadata.uid, spec.nodeName, spec.serviceAccountName";
+
+/// The value of a downward API field, as kubelet resolves it (`podFieldSelectorRuntimeValue`).
+fn field_ref(
+    pod: &PodRef,
+    spec: &PodSpec,
+    field: Option<&k8s_openapi::api::core::v1::ObjectFieldSelector>,
+) -> Option<String> {
+    Some(match field?.field_path.as_str() {
+        "metadata.name" => pod.name.clone(),
+        "metadata.namespace" => pod.namespace.clone(),
+        "metadata.uid" => pod.uid.clone(),
+        "spec.nodeName" => spec.node_name.clone().unwrap_or_default(),
+        "spec.serviceAccountName" => spec.service_account_name.clone().unwrap_or_default(),
+        _ => return None,
+    })
+}
+
 /// The container config, or why it cannot be made (kubelet's `CreateContainerConfigError`).
 /// `volume_dir(name)` is where an emptyDir volume of the pod lives on the host.
 pub fn container_config(
@@ -210,22 +232,19 @@ pub fn container_config(
         })
         .collect();
     for e in c.env.iter().flatten() {
-        let Some(value) = &e.value else {
-            if e.value_from.is_some() {
-                return Err(format!(
-                    "container {}: env {}: valueFrom is not supported by kubelet-sim",
+        let value = match (&e.value, &e.value_from) {
+            (Some(value), _) => value.clone(),
+            (None, Some(from)) => field_ref(pod, spec, from.field_ref.as_ref()).ok_or_else(|| {
+                format!(
+                    "container {}: env {}: only valueFrom.fieldRef of {FIELD_REFS} is supported by kubelet-sim",
                     c.name, e.name
-                ));
-            }
-            envs.push(cri::KeyValue {
-                key: e.name.clone(),
-                value: String::new(),
-            });
-            continue;
+                )
+            })?,
+            (None, None) => String::new(),
         };
         envs.push(cri::KeyValue {
             key: e.name.clone(),
-            value: value.clone(),
+            value,
         });
     }
     let mut mounts: Vec<cri::Mount> = allocated
@@ -653,6 +672,62 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("no image"), "{err}");
+    }
+
+    #[test]
+    fn env_from_the_pods_fields_as_the_charts_daemonsets_take_node_name() {
+        let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
+        let s = spec(json!({"nodeName": "n1", "serviceAccountName": "sa",
+            "containers": [{"name": "c", "image": "i", "env": [
+                {"name": "NODE_NAME", "valueFrom": field("spec.nodeName")},
+                {"name": "POD", "valueFrom": field("metadata.name")},
+                {"name": "NS", "valueFrom": field("metadata.namespace")},
+                {"name": "UID", "valueFrom": field("metadata.uid")},
+                {"name": "SA", "valueFrom": field("spec.serviceAccountName")}]}]}));
+        let cfg = container_config(
+            &pod(),
+            &s,
+            &s.containers[0],
+            &Allocated::default(),
+            false,
+            &|n| n.into(),
+        )
+        .unwrap();
+        let env: Vec<(&str, &str)> = cfg
+            .envs
+            .iter()
+            .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+            .collect();
+        assert_eq!(
+            env,
+            [
+                ("NODE_NAME", "n1"),
+                ("POD", "p"),
+                ("NS", "ns"),
+                ("UID", "u1"),
+                ("SA", "sa")
+            ]
+        );
+        for from in [
+            field("status.podIP"),
+            json!({"secretKeyRef": {"name": "s", "key": "k"}}),
+        ] {
+            let s = spec(json!({"containers": [{"name": "c", "image": "i",
+                "env": [{"name": "X", "valueFrom": from}]}]}));
+            let err = container_config(
+                &pod(),
+                &s,
+                &s.containers[0],
+                &Allocated::default(),
+                false,
+                &|n| n.into(),
+            )
+            .unwrap_err();
+            assert!(
+                err.contains("env X: only valueFrom.fieldRef of metadata.name"),
+                "{err}"
+            );
+        }
     }
 
     #[test]
