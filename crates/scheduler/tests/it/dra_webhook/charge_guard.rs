@@ -41,6 +41,7 @@ async fn every_rewrite_is_refused(c: &Cluster, name: &str, real: &str, webhook: 
     for value in rewrites {
         let message = patch(c, name, json!({"annotations": {DRA_QUOTA_CHARGE: value}}))
             .await
+            .map(|p| format!("{:?} {:?}", p.metadata.annotations, p.metadata.labels))
             .expect_err("a tenant changed the charge");
         for part in [
             &format!("admission webhook \"{webhook}\" denied the request"),
