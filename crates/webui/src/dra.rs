@@ -384,7 +384,7 @@ mod tests {
     fn a_dra_node_and_pod_show_their_devices_and_shares() {
         let w = world();
         let m = Metrics::default();
-        let overview = pages::overview(&w, &m, 1000).html;
+        let overview = pages::overview(&w, &m, "", 1000).html;
         assert!(overview.contains("<h2>DRA nodes</h2>"), "{overview}");
         assert!(overview.contains("href=\"/nodes/dra-node\""), "{overview}");
         // 1 of 2 devices in use; 8 GiB of 128 GiB; 26 of 208 CUs; 1 of 20 shares; 1 tainted.
@@ -518,7 +518,7 @@ mod tests {
         );
         assert_eq!(m.trend_used.0.back(), Some(&(1000, 6144.0)));
 
-        let overview = pages::overview(&w, &m, 1000).html;
+        let overview = pages::overview(&w, &m, "", 1000).html;
         // MI210: 8 plugin GPUs + 2 DRA devices on 2 nodes; 24 of 640 GiB
         // granted, 6 GiB used; 52 of 1040 CUs; the tainted DRA device is unhealthy.
         assert!(
@@ -569,7 +569,7 @@ mod tests {
                         hami_protocol::node_register::encode_node_devices(&[both]).unwrap()}}}))
             .unwrap(),
         );
-        let overview = pages::overview(&w, &m, 1000).html;
+        let overview = pages::overview(&w, &m, "", 1000).html;
         assert!(
             overview.contains("<td>AMD Instinct MI210</td><td>AMD</td><td>10</td><td>2</td><td>24.0 GiB / 640.0 GiB (4%)</td><td>6.0 GiB (1%) <span class=\"age\" title=\"sampled at 00:16:40 UTC\">as of 0 s ago</span></td><td>52 / 1040 CUs (5%)</td><td>no samples yet</td><td><span class=\"bad\">1 unhealthy</span></td>"),
             "{overview}"
@@ -605,7 +605,7 @@ mod tests {
                 .is_empty(),
             "the scheduler refuses the device plugin's AMD there"
         );
-        let overview = pages::overview(&w, &m, 1000).html;
+        let overview = pages::overview(&w, &m, "", 1000).html;
         assert!(
             overview.contains("<td><a href=\"/nodes/mixed\">mixed</a></td><td>NVIDIA A100</td><td>0/1</td><td>0 MiB / 64.0 GiB</td><td>not reported: no monitor configured for this node</td><td>ok</td>"),
             "{overview}"

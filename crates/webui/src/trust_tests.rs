@@ -90,7 +90,7 @@ fn usage_is_counted_per_node_and_card_when_two_nodes_share_uuids() {
                 + &host_samples("mi210-dra-node", u0, ty, 2048, 20.0)),
         ],
     );
-    let overview = pages::overview(&w, &m, 1000).html;
+    let overview = pages::overview(&w, &m, "", 1000).html;
     let mi210 = row(&overview, "AMD Instinct MI210");
     assert!(mi210.contains("<td>16</td><td>2</td>"), "{mi210}");
     assert!(
@@ -187,7 +187,7 @@ fn while_the_api_server_is_down_the_trend_stops_with_one_banner_since() {
         1,
         "no point while the API server is down"
     );
-    let page = pages::overview(&w, &m, 1010).html;
+    let page = pages::overview(&w, &m, "", 1010).html;
     assert_eq!(page.matches("Kubernetes API server").count(), 1, "{page}");
     assert!(page.contains("since 00:16 UTC"), "{page}");
     // Back: points again.
@@ -203,7 +203,7 @@ fn while_the_api_server_is_down_the_trend_stops_with_one_banner_since() {
         "no point while no monitor answers"
     );
     assert_eq!(m.trend_used.0.len(), 2);
-    let page = pages::overview(&w, &m, 1040).html;
+    let page = pages::overview(&w, &m, "", 1040).html;
     assert_eq!(page.matches("cannot be read").count(), 1, "{page}");
     assert!(page.contains("since 00:17 UTC"), "{page}");
 }
@@ -247,7 +247,7 @@ fn a_node_no_monitor_covers_says_not_reported_and_figures_show_their_age() {
         pod.contains("not reported: no monitor configured for this node."),
         "{pod}"
     );
-    let overview = pages::overview(&w, &m, 1012).html;
+    let overview = pages::overview(&w, &m, "", 1012).html;
     let other_row = row(&overview, "<a href=\"/nodes/mi210-other\">");
     assert!(
         other_row.contains("not reported: no monitor configured for this node"),
@@ -266,7 +266,7 @@ fn a_node_no_monitor_covers_says_not_reported_and_figures_show_their_age() {
 fn a_type_row_over_several_unmonitored_nodes_says_so_not_this_node() {
     let (w, _) = demo_mi210_pair();
     let m = Metrics::with_endpoints(&[]);
-    let overview = pages::overview(&w, &m, 1000).html;
+    let overview = pages::overview(&w, &m, "", 1000).html;
     let mi210 = row(&overview, "AMD Instinct MI210");
     assert!(mi210.contains("<td>16</td><td>2</td>"), "{mi210}");
     assert!(
