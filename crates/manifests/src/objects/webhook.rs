@@ -249,10 +249,19 @@ pub(super) fn webhooks(
     // are not sent to the main webhook, but a scheduler-owned annotation on them must be
     // refused too. Only pods carrying one match (so Fail blocks nothing else); only where
     // matchConditions exist (without them this would send every pod of the cluster).
+    //
+    // pods/status too: the API server's status strategy keeps a status write's labels and
+    // annotations, so whoever may write a pod's status could otherwise rewrite them unseen
+    // (kubelet's status writes change no annotation, so matchConditions send none of them).
     if settings.kube_version.has_match_conditions() {
+        let mut rules = main.rules.clone().unwrap_or_default();
+        for rule in &mut rules {
+            rule.resources = Some(vec![s("pods"), s("pods/status")]);
+        }
         out.push(MutatingWebhook {
             name: s(GUARD_WEBHOOK_NAME),
             client_config,
+            rules: Some(rules),
             match_conditions: conditions(settings, GUARD_MATCH_CONDITION, guard_match_expression()),
             failure_policy: Some(s("Fail")),
             namespace_selector: None,

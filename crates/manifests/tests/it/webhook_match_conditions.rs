@@ -8,7 +8,8 @@
 //!   (on CREATE), or an UPDATE sets, changes or removes one or the DRA quota charge (D-33),
 //!   and the writer is not one of our components (their commits never wait for the
 //!   webhook). The D-4 guard webhook (no selectors) is checked the same way: annotated pods
-//!   only, and never a CREATE for the charge alone (the main webhook patched it in).
+//!   only, and never a CREATE for the charge alone (the main webhook patched it in); it
+//!   also sees pods/status writes, which keep their annotations upstream.
 //! - Per version: matchConditions + `Fail` from 1.28 on; on 1.27 none, and the operator's
 //!   fallback policy (also what certgen writes back). CREATE and UPDATE are both covered.
 //! - On our API server with the 1.27 rendering (no matchConditions) and the scheduler
@@ -349,6 +350,14 @@ fn match_conditions_send_exactly_the_pods_the_protocol_says() {
         hami_manifests::objects::GUARD_WEBHOOK_NAME
     );
     assert!(hooks[1]["namespaceSelector"].is_null() && hooks[1]["objectSelector"].is_null());
+    // A pod's status write keeps its annotations (upstream's podStatusStrategy), so the
+    // guard sees those writes too; the main webhook, also rendered without matchConditions
+    // (1.27), never does (it would be sent every kubelet status update there).
+    assert_eq!(
+        hooks[1]["rules"][0]["resources"],
+        json!(["pods", "pods/status"])
+    );
+    assert_eq!(hooks[0]["rules"][0]["resources"], json!(["pods"]));
     assert_eq!(hooks[1]["failurePolicy"], "Fail");
     let bindings = bindings();
     for (hook, oracle) in [

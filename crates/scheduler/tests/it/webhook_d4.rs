@@ -63,3 +63,42 @@ fn updates_of_owned_annotations_only_from_the_scheduler_and_plugins() {
     assert_eq!(answer["allowed"], true);
     assert!(answer.get("patch").is_none());
 }
+
+/// The guard is also sent pods/status writes (upstream keeps their annotations): such a
+/// review, `subResource: status`, is decided as any UPDATE — the DRA quota charge (D-33)
+/// and D-4's annotations refused to a tenant, the scheduler's own writes and untouched
+/// annotations let through.
+#[test]
+fn status_writes_are_decided_like_updates() {
+    let config = WebhookConfig::default();
+    let ask_status = |user: &str, object: &Value, old: &Value| {
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u-2", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "status",
+            "operation": "UPDATE", "userInfo": {"username": user},
+            "object": object, "oldObject": old}});
+        let (status, answer) = review(&serde_json::to_vec(&body).unwrap(), &config);
+        assert_eq!(status, 200);
+        answer["response"].clone()
+    };
+    let admitted = json!({"metadata": {"name": "p", "namespace": "default",
+        "annotations": {"hami.io/dra-quota-charge": "amd.com/gpu=1,amd.com/gpumem=4096"}},
+        "spec": {"containers": [{"name": "c", "image": "x"}]}, "status": {"phase": "Pending"}});
+    let mut lowered = admitted.clone();
+    lowered["metadata"]["annotations"]["hami.io/dra-quota-charge"] = json!("amd.com/gpu=1");
+    let answer = ask_status("alice", &lowered, &admitted);
+    assert_eq!(answer["allowed"], false, "{answer}");
+    let message = answer["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("hami.io/dra-quota-charge") && message.contains("delete the pod"),
+        "{message}"
+    );
+    let mut forged = admitted.clone();
+    forged["metadata"]["annotations"]["hami.io/vgpu-node"] = json!("n1");
+    assert_eq!(ask_status("alice", &forged, &admitted)["allowed"], false);
+    let scheduler = "system:serviceaccount:kube-system:hami-scheduler";
+    assert_eq!(ask_status(scheduler, &lowered, &admitted)["allowed"], true);
+    let mut running = admitted.clone();
+    running["status"]["phase"] = json!("Running");
+    assert_eq!(ask_status("alice", &running, &admitted)["allowed"], true);
+}
