@@ -412,7 +412,7 @@ pub struct NodeCandidate<'a> {
 }
 
 /// A proposed node as the state keeps it for the preempt verb: its pods' facts shared,
-/// their charges resolved once ([`NodePods`], `victim_facts::node_pods`).
+/// their charges laid out flat ([`NodePods`], `victim_facts::node_pods`).
 #[derive(Debug, Clone, Copy)]
 pub struct HeldCandidate<'a> {
     /// Its GPUs and their usage now, every pod's charges included.
@@ -606,11 +606,8 @@ fn decide_with<'a, C: Into<Candidate<'a>>>(
             Some(candidate) => match candidate.into() {
                 Candidate::Held(c) => refine(preemptor, how, c.snapshot, c.pods, uids, pdbs),
                 Candidate::Facts(c) => {
-                    // Borrowed, resolved for this call only.
-                    let pods = NodePods::new(
-                        c.snapshot.devices.clone(),
-                        c.pods.iter().map(|p| (p, p.charges.as_slice())),
-                    );
+                    // Borrowed, laid out for this call only.
+                    let pods = NodePods::new(c.pods.iter().map(|p| (p, p.charges.as_slice())));
                     refine(preemptor, how, c.snapshot, &pods, uids, pdbs)
                 }
             },

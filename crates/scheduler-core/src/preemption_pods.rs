@@ -1,11 +1,14 @@
 //! A proposed node's pods as the victim search reads them (issue 30): per pod its facts,
 //! what decides whether it may be named (priority, protection, whether it holds a slice
-//! there) and its charges, resolved to the node's GPU indices once.
+//! there) and its charges, laid out flat.
 //!
-//! The state keeps one per node for the preempt verb (`victim_facts::node_pods`), its
-//! facts shared (`Arc`) with the state and the whole shared by every call until the node
-//! changes: a call copies nothing per pod under the state's lock (copying every slice
-//! holder's facts took 0.9–2 s at 1,000 nodes × 512 slices). A caller holding plain facts
+//! The state keeps one per node for the preempt verb (`victim_facts`), its facts shared
+//! (`Arc`) with the state, updated in place as holdings and facts change and shared by
+//! every call: a call takes one `Arc` per node under the state's lock and copies nothing
+//! per pod (copying every slice holder's facts took 0.9–2 s at 1,000 nodes × 512
+//! slices). Charges name GPUs by id through a small table, not by index, so a list
+//! does not depend on the node's registered devices: each call maps the table onto the
+//! snapshot it decides on (a few ids). A caller holding plain facts
 //! ([`super::NodeCandidate`]) gets one per call that borrows them.
 
 use std::borrow::Borrow;
@@ -16,7 +19,8 @@ use super::{PodFacts, Protection};
 use crate::snapshot::NodeDevices;
 use crate::usage::DeviceCharge;
 
-/// `(gpu index, slots, MiB, cores)`.
+/// `(gpu, slots, MiB, cores)`: `gpu` an index of the node's GPUs in the search, of
+/// [`NodePods`]'s id table here.
 pub(super) type Charge = (usize, u32, u64, u64);
 
 /// One pod of a [`NodePods`].
@@ -32,56 +36,62 @@ pub(super) struct Held<F> {
     charges: Range<usize>,
 }
 
-/// A node's pods in the order the search breaks ties by, with their charges resolved to
-/// the GPUs of `devices` (a charge on a GPU it does not list is ignored, as the node's
-/// usage ignores it).
+/// A node's pods in the order the search breaks ties by, with their charges.
 #[derive(Debug, Clone)]
 pub struct NodePods<F = Arc<PodFacts>> {
-    devices: Arc<NodeDevices>,
+    /// The GPU ids the charges name.
+    ids: Vec<String>,
     pods: Vec<Held<F>>,
+    /// The pods' charges (ranges of it); entries no pod's range covers any more are
+    /// `stale` until the next compaction.
     charges: Vec<Charge>,
+    stale: usize,
+}
+
+impl<F> Default for NodePods<F> {
+    fn default() -> Self {
+        Self {
+            ids: Vec::new(),
+            pods: Vec::new(),
+            charges: Vec::new(),
+            stale: 0,
+        }
+    }
 }
 
 impl<F: Borrow<PodFacts>> NodePods<F> {
-    /// `pods` with what each holds on the GPUs of `devices` (the facts' own `charges` are
-    /// not read: the state keeps them apart).
-    pub fn new<'c>(
-        devices: Arc<NodeDevices>,
-        pods: impl IntoIterator<Item = (F, &'c [DeviceCharge])>,
-    ) -> Self {
-        let pods = pods.into_iter();
-        let mut out = Self {
-            devices,
-            pods: Vec::with_capacity(pods.size_hint().0),
-            charges: Vec::with_capacity(pods.size_hint().0),
-        };
+    /// `pods` in this order, with what each holds (the facts' own `charges` are not read:
+    /// the state keeps them apart).
+    pub fn new<'c>(pods: impl IntoIterator<Item = (F, &'c [DeviceCharge])>) -> Self {
+        let mut out = Self::default();
         for (facts, charges) in pods {
-            out.push(facts, charges);
+            let held = out.held(facts, charges);
+            out.pods.push(held);
         }
         out
     }
 
-    fn push(&mut self, facts: F, charges: &[DeviceCharge]) {
+    /// `facts` with `charges` appended to the flat list.
+    fn held(&mut self, facts: F, charges: &[DeviceCharge]) -> Held<F> {
         let start = self.charges.len();
         for c in charges {
-            // The first GPU of that id, as `NodeSnapshot::charge` counts it.
-            if let Some(g) = self.devices.gpus.iter().position(|g| g.info.id == c.uuid) {
-                self.charges.push((g, c.slots, c.mem_mib, c.cores));
-            }
+            let id = match self.ids.iter().position(|id| *id == c.uuid) {
+                Some(i) => i,
+                None => {
+                    self.ids.push(c.uuid.clone());
+                    self.ids.len() - 1
+                }
+            };
+            self.charges.push((id, c.slots, c.mem_mib, c.cores));
         }
         let f = facts.borrow();
-        self.pods.push(Held {
+        Held {
             priority: f.priority,
             protection: f.protection,
             holds: !charges.is_empty(),
             charges: start..self.charges.len(),
             facts,
-        });
-    }
-
-    /// The GPUs the charges were resolved on.
-    pub fn devices(&self) -> &Arc<NodeDevices> {
-        &self.devices
+        }
     }
 
     /// How many pods.
@@ -103,34 +113,72 @@ impl<F: Borrow<PodFacts>> NodePods<F> {
         &self.pods
     }
 
-    /// The charges of the `i`th pod, on this node's GPUs.
+    /// The charges of the `i`th pod, their GPUs as indices of the id table.
     pub(super) fn charges_of(&self, i: usize) -> &[Charge] {
         &self.charges[self.pods[i].charges.clone()]
     }
 
-    /// Where each GPU of [`Self::devices`] is in `devices` (the snapshot decided on):
-    /// `None` when they are the same list, the usual case (the state's snapshot and its
-    /// nominated copies share it).
-    pub(super) fn gpu_map(&self, devices: &Arc<NodeDevices>) -> Option<Vec<Option<usize>>> {
-        let same = Arc::ptr_eq(&self.devices, devices)
-            || self.devices.gpus.len() == devices.gpus.len()
-                && self
-                    .devices
-                    .gpus
-                    .iter()
-                    .zip(&devices.gpus)
-                    .all(|(a, b)| a.info.id == b.info.id);
-        (!same).then(|| {
-            self.devices
-                .gpus
-                .iter()
-                .map(|g| devices.gpus.iter().position(|d| d.info.id == g.info.id))
-                .collect()
-        })
+    /// For each id of the table, the GPU of `devices` it names: the first of that id, as
+    /// `NodeSnapshot::charge` counts it; `None` when the node does not list it (such a
+    /// charge is ignored, as the node's usage ignores it).
+    pub(super) fn gpu_map(&self, devices: &NodeDevices) -> Vec<Option<usize>> {
+        self.ids
+            .iter()
+            .map(|id| devices.gpus.iter().position(|g| g.info.id == *id))
+            .collect()
+    }
+
+    fn position(&self, uid: &str) -> Result<usize, usize> {
+        self.pods
+            .binary_search_by(|p| p.facts.borrow().uid.as_str().cmp(uid))
     }
 }
 
 impl NodePods<Arc<PodFacts>> {
+    /// Records that the pod of `facts` holds `charges` here, in UID order (a list kept
+    /// this way only, as the state keeps its own).
+    pub fn upsert(&mut self, facts: Arc<PodFacts>, charges: &[DeviceCharge]) {
+        let held = self.held(facts, charges);
+        match self.position(&held.facts.uid) {
+            Ok(i) => {
+                self.stale += self.pods[i].charges.len();
+                self.pods[i] = held;
+            }
+            Err(i) => self.pods.insert(i, held),
+        }
+        self.compact();
+    }
+
+    /// Forgets the pod; false when it was not here.
+    pub fn remove(&mut self, uid: &str) -> bool {
+        let Ok(i) = self.position(uid) else {
+            return false;
+        };
+        self.stale += self.pods.remove(i).charges.len();
+        self.compact();
+        true
+    }
+
+    /// Whether the pod is here.
+    pub fn contains(&self, uid: &str) -> bool {
+        self.position(uid).is_ok()
+    }
+
+    /// Drops the charges no pod covers once they are as many as those in use.
+    fn compact(&mut self) {
+        if self.stale <= self.charges.len() / 2 {
+            return;
+        }
+        let mut charges = Vec::with_capacity(self.charges.len() - self.stale);
+        for p in &mut self.pods {
+            let start = charges.len();
+            charges.extend_from_slice(&self.charges[p.charges.clone()]);
+            p.charges = start..charges.len();
+        }
+        self.charges = charges;
+        self.stale = 0;
+    }
+
     /// These pods and then each of `listed` whose UID is not among them, with its own
     /// charges (the shell's listed pods hold no slice: where they stand in the order
     /// changes no choice, which is made among pods holding slices).
@@ -141,7 +189,8 @@ impl NodePods<Arc<PodFacts>> {
                 continue;
             }
             let charges = facts.charges.clone();
-            out.push(Arc::new(facts), &charges);
+            let held = out.held(Arc::new(facts), &charges);
+            out.pods.push(held);
         }
         out
     }

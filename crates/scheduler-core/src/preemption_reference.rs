@@ -2,7 +2,7 @@
 //! the node for every trial, every GPU's order sorted up front. Kept as the reference the
 //! verb's search (`preemption_search.rs`) must match decision for decision
 //! (`the_fast_search_decides_exactly_as_the_reference`); only its input changed, to the
-//! pods with their charges resolved once ([`NodePods`]).
+//! pods with their charges laid out flat ([`NodePods`]).
 //!
 //! Filter's fit only gets easier as usage drops (every check compares usage with a
 //! capacity), so "fits with these evicted" is monotone in the set evicted: a prefix of a
@@ -91,10 +91,8 @@ pub(super) fn choose<'a, F: Borrow<PodFacts>>(
         return Ok(Vec::new());
     }
     let gpus = &snapshot.devices.gpus;
-    // Charges were resolved on the GPUs the pods were kept with: the snapshot's own
-    // unless the node changed in between.
-    let map = pods.gpu_map(&snapshot.devices);
-    let on_node = |g: usize| map.as_ref().map_or(Some(g), |m| m[g]);
+    // The GPU ids the charges name, found among the node's GPUs once per node.
+    let on_node = pods.gpu_map(&snapshot.devices);
     let mut pool = Pool {
         pods: Vec::new(),
         charges: Vec::new(),
@@ -106,7 +104,7 @@ pub(super) fn choose<'a, F: Borrow<PodFacts>>(
         }
         let start = pool.charges.len();
         for &(g, slots, mem, cores) in pods.charges_of(k) {
-            if let Some(g) = on_node(g) {
+            if let Some(g) = on_node[g] {
                 pool.charges.push((g, slots, mem, cores));
             }
         }

@@ -106,10 +106,8 @@ pub(super) fn choose<'a, F: Borrow<PodFacts>>(
         return Ok(Vec::new());
     }
     let gpus = &snapshot.devices.gpus;
-    // Charges were resolved on the GPUs the pods were kept with: the snapshot's own
-    // unless the node changed in between.
-    let map = pods.gpu_map(&snapshot.devices);
-    let on_node = |g: usize| map.as_ref().map_or(Some(g), |m| m[g]);
+    // The GPU ids the charges name, found among the node's GPUs once per node.
+    let on_node = pods.gpu_map(&snapshot.devices);
     let mut pool = Pool {
         pods: Vec::with_capacity(pods.len()),
         charges: Vec::with_capacity(pods.len()),
@@ -121,7 +119,7 @@ pub(super) fn choose<'a, F: Borrow<PodFacts>>(
         }
         let start = pool.charges.len();
         for &(g, slots, mem, cores) in pods.charges_of(k) {
-            if let Some(g) = on_node(g) {
+            if let Some(g) = on_node[g] {
                 pool.charges.push((g, slots, mem, cores));
             }
         }

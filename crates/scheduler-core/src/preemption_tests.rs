@@ -648,9 +648,9 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     /// The pods as the state keeps them for the verb ([`NodePods`]: facts shared, charges
-    /// resolved once, listed pods joined after) decide exactly as the same pods given with
-    /// their charges, also when the snapshot decided on lists the GPUs in another order
-    /// than the one the charges were resolved on.
+    /// laid out flat, listed pods joined after) decide exactly as the same pods given with
+    /// their charges, on a node whichever order it lists its GPUs in; so does a list kept
+    /// in UID order through removals and updates, as the same pods in UID order.
     #[test]
     fn held_pods_decide_as_the_facts_they_came_from(
         (gpus, mut pods) in scenario(),
@@ -665,26 +665,35 @@ proptest! {
                 p.labels.insert("app".into(), "web".into());
             }
         }
-        let kept_on = Arc::new(NodeDevices {
-            name: "n".into(),
-            gpus: gpus.clone(),
-            ..Default::default()
-        });
         let mut order = gpus;
         if reversed {
             order.reverse();
         }
         let node = snapshot(order, &pods);
-        let mut held = NodePods::new(
-            kept_on,
-            pods.iter().map(|p| {
-                let facts = PodFacts {
-                    charges: Vec::new(),
-                    ..p.clone()
-                };
-                (Arc::new(facts), p.charges.as_slice())
-            }),
-        );
+        let shared = |p: &PodFacts| {
+            Arc::new(PodFacts {
+                charges: Vec::new(),
+                ..p.clone()
+            })
+        };
+        // Kept as the state keeps it: in UID order whatever the order of the changes,
+        // some pods gone and back, some updated (their old charges left until compacted).
+        let mut kept = NodePods::default();
+        for p in pods.iter().rev() {
+            kept.upsert(shared(p), &p.charges);
+        }
+        for p in pods.iter().step_by(3) {
+            prop_assert!(kept.remove(&p.uid));
+        }
+        for p in pods.iter().step_by(2) {
+            kept.upsert(shared(p), &p.charges);
+        }
+        for p in pods.iter().step_by(3) {
+            kept.upsert(shared(p), &p.charges);
+        }
+        let mut by_uid = pods.clone();
+        by_uid.sort_by(|a, b| a.uid.cmp(&b.uid));
+        let mut held = NodePods::new(pods.iter().map(|p| (shared(p), p.charges.as_slice())));
         let mut uids: Vec<String> = pods
             .iter()
             .zip(&proposed)
@@ -695,7 +704,9 @@ proptest! {
             // A proposed pod holding no slice, read by the shell: after the holders.
             let plain = slice("plain", 0, &[]);
             held = held.with_listed([plain.clone(), pods.first().cloned().unwrap_or(plain.clone())]);
-            pods.push(plain);
+            kept = kept.with_listed([plain.clone()]);
+            pods.push(plain.clone());
+            by_uid.push(plain);
             uids.push("plain".into());
         }
         let pdbs: Vec<PdbFacts> = budget
@@ -703,19 +714,25 @@ proptest! {
             .into_iter()
             .collect();
         let proposals: BTreeMap<String, Vec<String>> = [("n".to_string(), uids)].into();
-        let facts = decide_preemption(
-            &pre,
-            &proposals,
-            |name| (name == "n").then_some(NodeCandidate { snapshot: &node, pods: &pods }),
-            &pdbs,
-        );
-        let from_held = decide_preemption_held(
-            &pre,
-            &proposals,
-            |name| (name == "n").then_some(HeldCandidate { snapshot: &node, pods: &held }),
-            &pdbs,
-        );
+        let on_facts = |pods: &[PodFacts]| {
+            decide_preemption(
+                &pre,
+                &proposals,
+                |name| (name == "n").then_some(NodeCandidate { snapshot: &node, pods }),
+                &pdbs,
+            )
+        };
+        let on_held = |pods: &NodePods| {
+            decide_preemption_held(
+                &pre,
+                &proposals,
+                |name| (name == "n").then_some(HeldCandidate { snapshot: &node, pods }),
+                &pdbs,
+            )
+        };
         prop_assert_eq!(held.len(), pods.len());
-        prop_assert_eq!(facts, from_held);
+        prop_assert_eq!(on_facts(&pods), on_held(&held));
+        prop_assert_eq!(kept.facts().cloned().collect::<Vec<_>>(), by_uid.iter().map(|p| PodFacts { charges: Vec::new(), ..p.clone() }).collect::<Vec<_>>());
+        prop_assert_eq!(on_facts(&by_uid), on_held(&kept));
     }
 }

@@ -338,7 +338,6 @@ impl ClusterState {
         self.nodes.remove(name);
         self.heartbeats.forget(name);
         self.reservations.forget_node(name);
-        self.victims.node_changed(name);
     }
 
     /// Replaces every node (after an informer relist).
@@ -379,11 +378,12 @@ impl ClusterState {
         // DRA mode (D-29): charged from its admission, apart from any holding.
         self.quota.observe_dra_pod(&uid, pod, is_terminal(pod));
         let holds = holding.is_some() || self.pods.contains_key(&uid);
-        // A holder's facts changed: the preempt verb's list of its node is stale.
+        // A holder's facts changed: so does the preempt verb's list of its node.
         if self.victims.upsert(pod, holds)
             && let Some(e) = self.pods.get(&uid)
         {
-            self.victims.node_changed(&e.holding.node);
+            let h = &e.holding;
+            self.victims.sync_holder(&h.node, &uid, Some(&h.charges));
         }
         self.nominated.upsert(pod, &self.scheduler_name);
         self.reservations.upsert_pod(pod, holds);
@@ -447,7 +447,7 @@ impl ClusterState {
             if let Some(set) = self.pods_by_node.get_mut(&entry.holding.node) {
                 set.remove(uid);
             }
-            self.victims.node_changed(&entry.holding.node);
+            self.victims.sync_holder(&entry.holding.node, uid, None);
             self.recount(&entry.holding.node);
         }
     }
@@ -503,14 +503,15 @@ impl ClusterState {
 
     fn set_pod(&mut self, uid: String, entry: PodEntry) {
         let node = entry.holding.node.clone();
-        // The preempt verb's lists are stale only where what the pod holds changed.
+        // The preempt verb's lists change where what the pod holds changed.
         match self.pods.get(&uid) {
             Some(old) if old.holding == entry.holding => {}
             old => {
-                if let Some(old) = old {
-                    self.victims.node_changed(&old.holding.node);
+                if let Some(old) = old.filter(|o| o.holding.node != node) {
+                    self.victims.sync_holder(&old.holding.node, &uid, None);
                 }
-                self.victims.node_changed(&node);
+                let charges = Some(entry.holding.charges.as_slice());
+                self.victims.sync_holder(&node, &uid, charges);
             }
         }
         if let Some(old) = self.pods.insert(uid.clone(), entry)

@@ -9,39 +9,29 @@
 //! ([`with_listed`] joins what it listed).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::preemption::{NodePods, PodFacts};
 use crate::state::ClusterState;
+use crate::usage::DeviceCharge;
 
 /// Facts of the pods that hold slices, by UID; charges are left empty here and joined
-/// from the state's holdings when a call needs them (they change with every re-filter).
-#[derive(Debug, Default)]
+/// from the state's holdings in the per-node lists (they change with every re-filter).
+#[derive(Debug, Clone, Default)]
 pub struct VictimFacts {
     /// Shared with the per-node lists below: a call takes a list, not a copy of its facts.
     by_uid: HashMap<String, Arc<PodFacts>>,
     /// Those being deleted, whatever their protection says first (a critical pod being
     /// deleted is `Critical` there): their slices are about to free (`nominated`).
     terminating: HashSet<String>,
-    /// Per node, its slice holders as the victim search reads them ([`node_pods`]), built
-    /// by the first preempt call after the node last changed: a holding there added,
-    /// changed or dropped (the state says so), a holder's facts ([`VictimFacts::upsert`]),
-    /// its devices (checked on use). A pod seen again unchanged, as most updates are,
-    /// keeps it. Behind a lock of its own: a call fills it through a shared reference to
-    /// the state.
-    per_node: Mutex<HashMap<String, Arc<NodePods>>>,
-}
-
-impl Clone for VictimFacts {
-    fn clone(&self) -> Self {
-        Self {
-            by_uid: self.by_uid.clone(),
-            terminating: self.terminating.clone(),
-            per_node: Mutex::new(self.cached().clone()),
-        }
-    }
+    /// Per node, the pods holding slices there whose facts are kept, with their charges,
+    /// in UID order, as the victim search reads them ([`node_pods`]): updated in place by
+    /// the state on each change of a holding or of a holder's facts
+    /// ([`VictimFacts::sync_holder`]), never rebuilt, so a preempt call copies nothing
+    /// per pod. A list a call still holds is copied once by the next change.
+    lists: HashMap<String, Arc<NodePods>>,
 }
 
 fn is_terminal(pod: &Pod) -> bool {
@@ -54,7 +44,7 @@ fn is_terminal(pod: &Pod) -> bool {
 impl VictimFacts {
     /// Records `pod` when `holds` (it holds slices or has a pending decision) and it has
     /// not finished; forgets it otherwise. True when what is kept of it changed: the state
-    /// then forgets the list of the node it holds on ([`Self::node_changed`]).
+    /// then updates the list of the node it holds on ([`Self::sync_holder`]).
     pub fn upsert(&mut self, pod: &Pod, holds: bool) -> bool {
         let Some(uid) = pod.metadata.uid.as_deref() else {
             return false;
@@ -82,17 +72,32 @@ impl VictimFacts {
         self.by_uid.remove(uid).is_some()
     }
 
-    /// Forgets the list kept for `node` (its holdings, devices or a holder's facts
-    /// changed): the next call builds it again.
-    pub fn node_changed(&mut self, node: &str) {
-        let cached = self.per_node.get_mut().unwrap_or_else(|p| p.into_inner());
-        if !cached.is_empty() {
-            cached.remove(node);
+    /// Brings `node`'s list up to date for the pod `uid`: holding `charges` there (listed
+    /// when its facts are kept), or `None`, nothing (no longer listed). The state calls
+    /// it on every change of what a pod holds where, and of a holder's facts.
+    pub fn sync_holder(&mut self, node: &str, uid: &str, charges: Option<&[DeviceCharge]>) {
+        let facts = charges.and_then(|c| Some((self.by_uid.get(uid)?.clone(), c)));
+        match facts {
+            Some((facts, charges)) => match self.lists.get_mut(node) {
+                Some(list) => Arc::make_mut(list).upsert(facts, charges),
+                None => {
+                    let mut list = NodePods::default();
+                    list.upsert(facts, charges);
+                    self.lists.insert(node.to_owned(), Arc::new(list));
+                }
+            },
+            None => {
+                let Some(list) = self.lists.get_mut(node) else {
+                    return;
+                };
+                if list.contains(uid) {
+                    Arc::make_mut(list).remove(uid);
+                }
+                if list.is_empty() {
+                    self.lists.remove(node);
+                }
+            }
         }
-    }
-
-    fn cached(&self) -> MutexGuard<'_, HashMap<String, Arc<NodePods>>> {
-        self.per_node.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether the pod is kept and being deleted.
@@ -127,28 +132,11 @@ impl VictimFacts {
 /// the same on every call). A holding whose pod's facts are unknown stays charged but
 /// cannot be named. `None` for a node the state does not know.
 ///
-/// Kept per node and shared until the node changes: under the state's lock a call takes
-/// one `Arc` per node (built here first when the node changed since the last call).
+/// The state's own list, shared: under the state's lock a call takes one `Arc` per node.
 pub fn node_pods(state: &ClusterState, node: &str) -> Option<Arc<NodePods>> {
-    let devices = &state.node(node)?.devices;
-    let facts = state.victim_facts();
-    let mut cached = facts.cached();
-    if let Some(pods) = cached.get(node)
-        && Arc::ptr_eq(pods.devices(), devices)
-    {
-        return Some(pods.clone());
-    }
-    let mut held: Vec<_> = state
-        .holdings_on(node)
-        .filter_map(|(uid, holding)| {
-            let f = facts.by_uid.get(uid)?;
-            Some((f.clone(), holding.charges.as_slice()))
-        })
-        .collect();
-    held.sort_unstable_by(|a, b| a.0.uid.cmp(&b.0.uid));
-    let pods = Arc::new(NodePods::new(devices.clone(), held));
-    cached.insert(node.to_owned(), pods.clone());
-    Some(pods)
+    state.node(node)?;
+    let lists = &state.victim_facts().lists;
+    Some(lists.get(node).cloned().unwrap_or_default())
 }
 
 /// `pods` and the pods of `listed` (read from the API server because a proposed UID holds
