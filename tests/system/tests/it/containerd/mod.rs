@@ -363,6 +363,68 @@ fn workload(name: &str) -> String {
     )
 }
 
+/// A program of the workspace built beside this test binary (`cargo test --workspace`
+/// builds every program; alone: `cargo build -p <its package>`).
+fn program(name: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .ok_or("no target directory")?
+        .join(name);
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} is not built: cargo build --bin {name} (cargo test --workspace builds it)",
+            path.display()
+        ))
+    }
+}
+
+/// A child process, killed and reaped when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The node monitor's program as its DaemonSet runs it (`hami manifests`' securityContext:
+/// root with every capability dropped but SYS_PTRACE, to read other users'
+/// `/proc/<pid>/fd`; no privilege escalation), serving `addr`.
+fn start_monitor(
+    addr: &std::net::SocketAddr,
+    hook_path: &Path,
+    proc_root: &Path,
+    sys_root: &Path,
+    kubeconfig: &Path,
+) -> Result<Child, String> {
+    let child = std::process::Command::new("setpriv")
+        .args([
+            "--bounding-set=-all,+sys_ptrace",
+            "--inh-caps=-all",
+            "--no-new-privs",
+            "--",
+        ])
+        .arg(program("k8s-vgpu-monitor")?)
+        .arg(format!("--metrics-bind-address={addr}"))
+        .arg("--refresh-seconds=1")
+        .arg("--proc-root")
+        .arg(proc_root)
+        .arg("--sys-root")
+        .arg(sys_root)
+        .env("HOOK_PATH", hook_path)
+        .env("NODE_NAME", NODE)
+        .env("KUBECONFIG", kubeconfig)
+        .env("HAMI_NVML_LIBRARY", "")
+        .spawn()
+        .map_err(|e| format!("cannot start the monitor under setpriv (util-linux): {e}"))?;
+    Ok(Child(child))
+}
+
 /// The AMD plugin served in a task of this process.
 fn spawn_plugin(
     args: PluginArgs,

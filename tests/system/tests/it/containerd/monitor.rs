@@ -11,35 +11,16 @@
 //! cgroup copied from the kernel's `/proc/<pid>/cgroup`), reached through a socket in the
 //! pod's `/out`.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use hami_webui::live::{DeviceKey, Live};
 use serde_json::{Value, json};
 
-use super::{AmdNode, NODE, TIMEOUT, containerd};
+use super::{AmdNode, NODE, TIMEOUT, containerd, program, start_monitor};
 
 /// The workload keeps its device busy this share of the time.
 const BUSY_PERCENT: u32 = 40;
-
-/// `hami`, built beside this test binary (`cargo test --workspace` builds every program).
-fn hami_program() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let path = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .ok_or("no target directory")?
-        .join("hami");
-    if path.exists() {
-        Ok(path)
-    } else {
-        Err(format!(
-            "{} is not built: cargo build -p hami (cargo test --workspace builds it)",
-            path.display()
-        ))
-    }
-}
 
 /// The monitor's readings once `done` holds for the pod's device (at most [`TIMEOUT`]).
 async fn wait_live(
@@ -74,7 +55,7 @@ async fn the_monitor_and_hami_status_see_a_real_containers_memory_and_utilizatio
     let Some(shared) = containerd() else {
         return Ok(());
     };
-    let hami = hami_program()?;
+    let hami = program("hami")?;
     let node = AmdNode::start(shared, "monitor").await?;
     let result = run(&node, &hami).await;
     node.stop().await;
@@ -99,32 +80,24 @@ async fn run(node: &AmdNode, hami: &std::path::Path) -> Result<(), String> {
 
     let hook_path = node.dir.join("hook/vgpu");
     std::fs::create_dir_all(hook_path.join("containers")).map_err(|e| e.to_string())?;
+    let kubeconfig = node.dir.join("kubeconfig");
+    node.server
+        .write_kubeconfig(&kubeconfig)
+        .map_err(|e| e.to_string())?;
     let addr = hami_local_ports::free_local_addr();
-    let monitor = tokio::spawn(hami_monitor::server::serve(
-        hami_monitor::server::ServeConfig {
-            monitor: hami_monitor::node_monitor::MonitorConfig {
-                hook_path,
-                proc_root,
-                sys_root,
-                node_name: NODE.into(),
-                gc_grace: Duration::from_secs(60),
-                nvml_library: None,
-            },
-            bind: addr,
-            legacy_metrics: hami_monitor::metrics::LegacyMetrics::Seed,
-            scheduler_name: hami_protocol::names::DEFAULT_SCHEDULER_NAME.into(),
-            refresh_interval: Duration::from_secs(1),
-        },
-        node.client.clone(),
-        std::future::pending(),
-    ));
-    let result = observe(node, hami, &format!("http://{addr}/metrics")).await;
-    monitor.abort();
+    let monitor = start_monitor(&addr, &hook_path, &proc_root, &sys_root, &kubeconfig)?;
+    let result = observe(node, hami, &kubeconfig, &format!("http://{addr}/metrics")).await;
+    drop(monitor);
     driver.stop();
     result
 }
 
-async fn observe(node: &AmdNode, hami: &std::path::Path, url: &str) -> Result<(), String> {
+async fn observe(
+    node: &AmdNode,
+    hami: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    url: &str,
+) -> Result<(), String> {
     let script = format!(
         "export FAKE_AMDGPU_DRIVER_SOCKET=/out/amdgpu.sock; \
          exec /opt/app/hami-workload --runtime hip --memory-mib 3072 --fallback-mib 512 \
@@ -154,10 +127,7 @@ async fn observe(node: &AmdNode, hami: &std::path::Path, url: &str) -> Result<()
     assert!(util <= 100.0, "{live:?}");
 
     // `hami status`, against the same API server and monitor.
-    let kubeconfig = node.dir.join("kubeconfig");
-    node.server
-        .write_kubeconfig(&kubeconfig)
-        .map_err(|e| e.to_string())?;
+    let kubeconfig = kubeconfig.to_owned();
     let before = live.util[&key];
     let (hami, url2) = (hami.to_owned(), url.to_owned());
     let out = tokio::task::spawn_blocking(move || {

@@ -212,5 +212,104 @@ async fn run(
             && log.contains("device 0: allocated 512 MiB instead"),
         "{log}"
     );
-    Ok(())
+    monitor_resolves_host_pids(server, dir).await
+}
+
+/// `(pid, hostpid)` of the slots in use of a HAMi-core region.
+fn slots(bytes: &[u8]) -> Result<Vec<(i32, i32)>, String> {
+    use hami_monitor::hami_core_region::detect_layout;
+    use hami_monitor::region_bytes::RegionBytes;
+    let layout = detect_layout(bytes).map_err(|e| format!("the region: {e:?}"))?;
+    let n = bytes.i32_at(layout.proc_num).clamp(0, 1024) as usize;
+    Ok((0..n)
+        .map(|i| layout.procs + i * layout.slot.size)
+        .filter(|base| bytes.i32_at(base + layout.slot.status) != 0)
+        .map(|base| {
+            (
+                bytes.i32_at(base + layout.slot.pid),
+                bytes.i32_at(base + layout.slot.hostpid),
+            )
+        })
+        .collect())
+}
+
+/// The node monitor as its DaemonSet runs it, over the real `/proc`: the container's
+/// process has a PID namespace of its own, so its HAMi-core slot holds its pid there and no
+/// host pid; the monitor finds the host process (mapping that region, innermost `NSpid` the
+/// slot's pid), writes its host pid into the slot — a file of the container's uid 1000,
+/// with no capability but SYS_PTRACE — and reports the container's memory.
+async fn monitor_resolves_host_pids(
+    server: &RunningApiServer,
+    dir: &std::path::Path,
+) -> Result<(), String> {
+    let containers = dir.join("hook/vgpu/containers");
+    let region = std::fs::read_dir(&containers)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+        .map(|f| f.path())
+        .find(|p| p.extension().is_some_and(|e| e == "cache"))
+        .ok_or_else(|| format!("no region file under {}", containers.display()))?;
+    let read = || std::fs::read(&region).map_err(|e| format!("{}: {e}", region.display()));
+    let before = slots(&read()?)?;
+    assert!(
+        before.iter().any(|&(pid, host)| pid > 0 && host == 0),
+        "the hook's slot names a pid of the container's namespace only: {before:?}"
+    );
+    let kubeconfig = dir.join("kubeconfig");
+    server
+        .write_kubeconfig(&kubeconfig)
+        .map_err(|e| e.to_string())?;
+    let addr = hami_local_ports::free_local_addr();
+    let _monitor = super::start_monitor(
+        &addr,
+        &dir.join("hook/vgpu"),
+        std::path::Path::new("/proc"),
+        std::path::Path::new("/sys"),
+        &kubeconfig,
+    )?;
+    let deadline = tokio::time::Instant::now() + super::TIMEOUT;
+    let resolved = loop {
+        let now = slots(&read()?)?;
+        if !now.is_empty() && now.iter().all(|&(_, host)| host > 0) {
+            break now;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("the monitor never wrote the host pids: {now:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for (pid, host) in resolved {
+        let status = std::fs::read_to_string(format!("/proc/{host}/status")).unwrap_or_default();
+        let nspid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .unwrap_or_default();
+        let inner = nspid.split_whitespace().last().unwrap_or_default();
+        assert_eq!(inner, pid.to_string(), "host pid {host}: NSpid {nspid}");
+    }
+    let url = format!("http://{addr}/metrics");
+    let key = (
+        "default".to_owned(),
+        "cuda".to_owned(),
+        "main".to_owned(),
+        "0".to_owned(),
+    );
+    let deadline = tokio::time::Instant::now() + super::TIMEOUT;
+    loop {
+        let url = url.clone();
+        let live = tokio::task::spawn_blocking(move || hami_webui::live::fetch(&url))
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Ok(live) = &live
+            && live.memory.get(&key) == Some(&(512.0 * 1024.0 * 1024.0))
+        {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("the monitor never reported 512 MiB: {live:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
