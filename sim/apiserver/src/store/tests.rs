@@ -118,11 +118,73 @@ fn status_subresource_separation() {
     assert_eq!(main["metadata"]["labels"]["x"], "y");
     m["metadata"]["resourceVersion"] = main["metadata"]["resourceVersion"].clone();
     m["metadata"]["labels"]["x"] = json!("z");
+    m["metadata"]["annotations"] = json!({"hami.io/dra-quota-charge": "forged"});
+    m["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u"}]);
+    m["metadata"]["generation"] = json!(7);
+    m["spec"]["activeDeadlineSeconds"] = json!(5);
+    m["status"].as_object_mut().unwrap().remove("qosClass");
     let st = s
         .update(pods(), "default", "a", m, Subresource::Status)
         .unwrap();
     assert_eq!(st["status"]["phase"], "Running");
-    assert_eq!(st["metadata"]["labels"]["x"], "y");
+    // podStatusStrategy keeps the write's labels and annotations (so admission must see
+    // status writes), but resets the spec, the ownerReferences and the generation, and
+    // backfills a cleared qosClass.
+    assert_eq!(st["metadata"]["labels"]["x"], "z");
+    assert_eq!(
+        st["metadata"]["annotations"]["hami.io/dra-quota-charge"],
+        "forged"
+    );
+    assert!(st.pointer("/metadata/ownerReferences").is_none());
+    assert_eq!(st["metadata"]["generation"], main["metadata"]["generation"]);
+    assert!(st.pointer("/spec/activeDeadlineSeconds").is_none());
+    assert_eq!(st["status"]["qosClass"], main["status"]["qosClass"]);
+    assert_eq!(st["metadata"]["uid"], main["metadata"]["uid"]);
+}
+
+#[test]
+fn node_status_write_keeps_metadata_but_not_spec() {
+    let mut s = store();
+    let nodes = lookup("", "v1", "nodes").unwrap();
+    let n = s
+        .create(
+            nodes,
+            None,
+            json!({"metadata": {"name": "n"}, "spec": {"unschedulable": true}}),
+        )
+        .unwrap();
+    let mut m = (*n).clone();
+    m["metadata"]["annotations"] = json!({"a": "b"});
+    m["spec"] = json!({});
+    m["status"] = json!({"capacity": {"cpu": "4"}});
+    let st = s.update(nodes, "", "n", m, Subresource::Status).unwrap();
+    assert_eq!(st["metadata"]["annotations"]["a"], "b");
+    assert_eq!(st["spec"]["unschedulable"], true);
+    assert_eq!(st["status"]["capacity"]["cpu"], "4");
+}
+
+#[test]
+fn other_status_writes_keep_the_stored_metadata() {
+    // Custom resources' and claims' status strategies copy the old object and set only the
+    // status; a PDB's keeps its labels too. The stand-in keeps all stored metadata for these.
+    let mut s = store();
+    let pdbs = lookup("policy", "v1", "poddisruptionbudgets").unwrap();
+    let p = s
+        .create(
+            pdbs,
+            Some("default"),
+            json!({"metadata": {"name": "p"}, "spec": {"minAvailable": 1}}),
+        )
+        .unwrap();
+    let mut m = (*p).clone();
+    m["metadata"]["labels"] = json!({"x": "y"});
+    m["status"] = json!({"currentHealthy": 1});
+    let st = s
+        .update(pdbs, "default", "p", m, Subresource::Status)
+        .unwrap();
+    assert_eq!(st["status"]["currentHealthy"], 1);
+    assert!(st.pointer("/metadata/labels/x").is_none());
 }
 
 #[test]

@@ -16,6 +16,48 @@ use super::{
     EventType, Store, Subresource, check_rv_type, copy_meta, finalizers_empty, obj_rv, set_meta,
 };
 
+/// Whether a `/status` write keeps the metadata it carries, as upstream's pod and node
+/// status strategies do (they reset only the spec, and for pods the ownerReferences). Every
+/// other status strategy here keeps the stored metadata (custom resources, claims, PDBs).
+fn status_write_keeps_metadata(r: &ResourceType) -> bool {
+    r.group.is_empty() && matches!(r.plural, "pods" | "nodes")
+}
+
+/// podStatusStrategy / nodeStatusStrategy.PrepareForUpdate: the written object is kept (its
+/// labels, annotations and finalizers included: anyone allowed to write a pod's status can
+/// change them, which is why admission must see these writes), with the stored spec. Pods
+/// also keep their stored ownerReferences (old kubelets corrupted them) and, when the write
+/// clears it, the stored `status.qosClass`. The generation is never the writer's (upstream's
+/// BeforeUpdate); uid, timestamps and resourceVersion are restored by the caller.
+fn status_write_with_metadata(r: &ResourceType, current: &Value, mut obj: Value) -> Value {
+    match current.get("spec") {
+        Some(s) => obj["spec"] = s.clone(),
+        None => {
+            if let Some(m) = obj.as_object_mut() {
+                m.remove("spec");
+            }
+        }
+    }
+    copy_meta(current, &mut obj, "generation");
+    if r.plural == "pods" {
+        copy_meta(current, &mut obj, "ownerReferences");
+        let qos = obj.pointer("/status/qosClass").and_then(Value::as_str);
+        if qos.is_none_or(str::is_empty)
+            && let Some(old) = current.pointer("/status/qosClass")
+            && let Some(o) = obj.as_object_mut()
+        {
+            let st = o.entry("status").or_insert_with(|| json!({}));
+            if st.is_null() {
+                *st = json!({});
+            }
+            if let Some(st) = st.as_object_mut() {
+                st.insert("qosClass".into(), old.clone());
+            }
+        }
+    }
+    obj
+}
+
 impl Store {
     /// Replaces an object (PUT). A non-empty `metadata.resourceVersion` must match (409 Conflict).
     pub fn update(
@@ -62,6 +104,9 @@ impl Store {
             ));
         }
         let mut new = match sub {
+            Subresource::Status if status_write_keeps_metadata(r) => {
+                status_write_with_metadata(r, &current, obj)
+            }
             Subresource::Status => {
                 let mut n = (*current).clone();
                 match obj.get("status") {

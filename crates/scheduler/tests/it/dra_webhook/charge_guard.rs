@@ -2,7 +2,9 @@
 //! UPDATE that lowers, raises, garbles or removes a DRA pod's quota charge is refused — by
 //! the main webhook, and by the guard where the pod is labelled to skip the main one — and
 //! the charge and the namespace's usage stay as admitted; updates that leave the charge
-//! alone pass; a charge forged into a CREATE is refused.
+//! alone pass; a charge forged into a CREATE is refused; a pods/status write (whose labels
+//! and annotations the API server keeps, as upstream's podStatusStrategy does) that changes
+//! the charge or a D-4 annotation is refused by the guard.
 
 use super::quota::{AMD_MEM, used, with_quota};
 use super::*;
@@ -17,6 +19,14 @@ async fn patch(c: &Cluster, name: &str, metadata: Value) -> Result<Pod, String> 
             &PatchParams::default(),
             &Patch::Merge(json!({ "metadata": metadata })),
         )
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// A tenant's merge patch of the pod's status subresource carrying `metadata`.
+async fn patch_status(c: &Cluster, name: &str, body: Value) -> Result<Pod, String> {
+    Api::<Pod>::namespaced(c.client.clone(), "default")
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
         .await
         .map_err(|e| e.to_string())
 }
@@ -92,6 +102,8 @@ async fn a_tenant_cannot_rewrite_the_charge_of_its_dra_pod() {
     every_rewrite_is_refused(&c, "fits", &real, "guard.vgpu.hami.io").await;
     bound(&c, "fits").await;
     assert_eq!(used(&c.scheduler, AMD_MEM), 4096);
+    status_writes_cannot_rewrite_owned_annotations(&c, "fits", &real).await;
+    assert_eq!(used(&c.scheduler, AMD_MEM), 4096);
 
     // Brought along at CREATE: refused, whatever its value.
     let mut annotations = dra();
@@ -104,4 +116,66 @@ async fn a_tenant_cannot_rewrite_the_charge_of_its_dra_pod() {
             && message.contains("remove it from the pod"),
         "{message}"
     );
+}
+
+/// Through pods/status, which only the guard is sent (D-33): the API server keeps a status
+/// write's annotations, so without the guard these would land. Refused: a changed or removed
+/// charge, a forged D-4 annotation. Let through: a status write that leaves them alone, its
+/// label kept as upstream keeps it (the route really carries metadata).
+async fn status_writes_cannot_rewrite_owned_annotations(c: &Cluster, name: &str, real: &str) {
+    let guard = "admission webhook \"guard.vgpu.hami.io\" denied the request";
+    for value in [json!("amd.com/gpu=1,amd.com/gpumem=1"), Value::Null] {
+        let message = patch_status(
+            c,
+            name,
+            json!({"metadata": {"annotations": {DRA_QUOTA_CHARGE: value}},
+                   "status": {"message": "tenant"}}),
+        )
+        .await
+        .map(|p| format!("{:?}", p.metadata.annotations))
+        .expect_err("a status write changed the charge");
+        assert!(
+            message.contains(guard)
+                && message.contains("metadata.annotations[hami.io/dra-quota-charge]"),
+            "{value}: {message}"
+        );
+    }
+    let message = patch_status(
+        c,
+        name,
+        json!({"metadata": {"annotations": {"hami.io/amd-cu-allocated": "{\"GPU-1\":\"0-103\"}"}}}),
+    )
+    .await
+    .map(|p| format!("{:?}", p.metadata.annotations))
+    .expect_err("a status write forged a D-4 annotation");
+    assert!(
+        message.contains(guard) && message.contains("hami.io/amd-cu-allocated"),
+        "{message}"
+    );
+    let written = patch_status(
+        c,
+        name,
+        json!({"metadata": {"labels": {"status-writer": "yes"}}, "status": {"message": "ok"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        written
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("status-writer"))
+            .map(String::as_str),
+        Some("yes")
+    );
+    assert_eq!(
+        written.status.and_then(|s| s.message).as_deref(),
+        Some("ok")
+    );
+    let annotations = written.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations.get(DRA_QUOTA_CHARGE).map(String::as_str),
+        Some(real)
+    );
+    assert!(!annotations.contains_key("hami.io/amd-cu-allocated"));
 }
