@@ -1,6 +1,9 @@
 //! `--runtime containerd`: a pod's containers run by a real containerd over CRI v1, as
 //! kubelet's `kuberuntime` runs them (the configs are made by `cri_spec.rs`):
 //!
+//! 0. its hostPath volumes set up as kubelet sets them up (`host_path.rs`: types checked,
+//!    the `OrCreate` ones made): one that fails leaves the pod Pending with kubelet's
+//!    `MountVolume.SetUp failed` message, tried again every [`RETRY`];
 //! 1. every image the pod needs — the sandbox (pause) image and each container's — is
 //!    looked up with `ImageStatus`, never pulled: a missing one leaves the pod Pending,
 //!    its containers waiting with `ErrImagePull` and a message naming the OCI archive to
@@ -25,10 +28,12 @@
 //! skips the field: a plugin that answers only with CDI names gives the container nothing
 //! there (containerd 1.7 with `enable_cdi` resolves them).
 //!
-//! Here: the pod's way from admitted to running (images, sandbox, containers, restarts);
+//! Here: the pod's way from admitted to running (volumes, images, sandbox, containers,
+//! restarts); `host_path.rs`: hostPath volumes;
 //! `status.rs`: the status posted and the container records; `teardown.rs`: a gone pod's
 //! removal. The configs sent are made by `cri_spec.rs`.
 
+mod host_path;
 mod status;
 mod teardown;
 
@@ -443,7 +448,8 @@ impl CriRuntime {
         }
     }
 
-    /// Images present, then the sandbox; `Err((reason, message))` leaves the pod waiting.
+    /// hostPath volumes set up, images present, then the sandbox; `Err((reason, message))`
+    /// leaves the pod waiting.
     async fn prepare(&mut self, uid: &str) -> Result<(), (String, String)> {
         let (images, pod, spec) = {
             let p = &self.pods[uid];
@@ -458,6 +464,8 @@ impl CriRuntime {
             );
             (images, p.pod.clone(), p.spec.clone())
         };
+        // Volumes before the sandbox, as kubelet's SyncPod waits for them.
+        host_path::set_up(&spec).map_err(|m| ("ContainerCreating".to_owned(), m))?;
         for image in images {
             match self.image_id(&image).await {
                 Ok(Some(_)) => {}

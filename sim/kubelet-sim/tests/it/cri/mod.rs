@@ -10,6 +10,7 @@
 //! Bounds: containerd start ≤ 60 s, image builds ≤ a few seconds, each wait for a pod's
 //! status ≤ [`TIMEOUT`]; on this machine a test takes 1–4 s once containerd runs.
 
+mod host_paths;
 mod plugin;
 mod pods;
 
