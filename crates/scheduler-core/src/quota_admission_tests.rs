@@ -385,8 +385,8 @@ fn a_bad_quota_value_limits_no_dra_pod() {
 
 #[test]
 fn filter_counts_a_pending_dra_admission_until_its_hold_lapses() {
-    use crate::extender::{FilterConfig, decide_filter};
-    use crate::quota_gate::gate_filter;
+    use crate::extender::FilterConfig;
+    use crate::quota_gate::filter_within_quota;
     let mut state = ClusterState::new();
     let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1", "annotations": {
         "hami.io/node-amd-register": r#"[{"id":"G","count":10,"devmem":1000,"devcore":100,"type":"AMD Instinct MI210","health":true}]"#
@@ -404,14 +404,13 @@ fn filter_counts_a_pending_dra_admission_until_its_hold_lapses() {
     .unwrap();
     let names = vec!["n1".to_string()];
     let filter = |state: &mut ClusterState| {
-        let d = decide_filter(
+        let d = filter_within_quota(
             state,
             &device_plugin_pod,
             &names,
             &FilterConfig::default(),
             0,
         );
-        let d = gate_filter(state, &device_plugin_pod, &names, d);
         state.release("p");
         d.result.nodenames.is_some()
     };

@@ -1,36 +1,142 @@
 //! Where namespace quotas (issue 30, [`crate::quota`]) stop a pod: at admission, against
 //! the smallest GPU of the cluster the pod could get ([`admission_refusal`]), and after
-//! Filter has chosen its GPUs, against what they really cost ([`gate_filter`]). Both read
-//! the [`QuotaBook`](crate::quota_book::QuotaBook) in [`ClusterState`]; the filter gate runs
-//! under the same lock as the decision it checks.
+//! Filter has chosen its GPUs, against what they really cost ([`filter_within_quota`]).
+//! Both read the [`QuotaBook`](crate::quota_book::QuotaBook) in [`ClusterState`]; the
+//! filter gate runs under the same lock as the decision it checks.
+//!
+//! What a pod costs depends on the GPUs it gets (a memory percentage, an omitted memory, an
+//! AMD share), so a pod over its quota on the node Filter preferred may fit it on a node
+//! with smaller GPUs: Filter is asked again without the nodes that cannot hold it within
+//! the quota, until a decision fits or no node is left.
+
+use std::collections::BTreeMap;
 
 use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::names::{Vendor, pod as pod_keys};
+use hami_protocol::requests::{ContainerRequest, pod_ref, pod_requests};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::admission::WebhookConfig;
-use crate::extender::{EventNote, ExtenderFilterResult, FilterDecision};
-use crate::quota::{QUOTA_EXCEEDED_REASON, QuotaRefusal};
+use crate::extender::{
+    EventNote, ExtenderFilterResult, FilterConfig, FilterDecision, decide_filter,
+};
+use crate::quota::{GpuShape, QUOTA_EXCEEDED_REASON, QuotaRefusal, admission_ask};
 use crate::state::ClusterState;
 
-/// Checks Filter's decision against the pod's namespace quotas and charges it; a decision
-/// over a quota is undone (the state's reservation released) and every candidate node is
-/// answered with the refusal, as unresolvable: evicting pods from a node frees no quota of
-/// this namespace that kube-scheduler's preemption could count on.
-pub fn gate_filter(
+/// How many of Filter's choices the quota may refuse before the nodes not yet tried are
+/// refused untried. A node's lower bound (its cheapest GPUs) already rules out every node
+/// that cannot hold the pod within the quota; only a node with GPUs of several sizes, whose
+/// preferred GPU costs more than its cheapest, can be tried and refused.
+pub const QUOTA_ATTEMPTS: usize = 8;
+
+/// Filter's decision for `pod` among `names` ([`decide_filter`]) that fits the pod's
+/// namespace quotas, charged. Every node refused for the quota is answered unresolvable with
+/// the quota's numbers (evicting pods frees no quota kube-scheduler's preemption could count
+/// on), and so, when no node is left, is every node the pod did not fit. Runs under the
+/// state's lock: two pods racing for the last of a quota never both pass.
+pub fn filter_within_quota(
     state: &mut ClusterState,
     pod: &Pod,
     names: &[String],
-    decision: FilterDecision,
+    config: &FilterConfig,
+    now: i64,
 ) -> FilterDecision {
+    let first = decide_filter(state, pod, names, config, now);
+    let (node, refusal) = match charge(state, pod, &first) {
+        Gate::Passed => return first,
+        Gate::Unreadable(message) => return refused(names, first, message),
+        Gate::Over(node, refusal) => (node, refusal),
+    };
+    let message = refusal.to_string();
+    let mut over = BTreeMap::from([(node.clone(), message.clone())]);
+    // Nodes the pod does not fit stay refused as they were: they are not asked again.
+    let fails = |n: &String| {
+        first.result.failed_nodes.contains_key(n)
+            || first.result.failed_and_unresolvable_nodes.contains_key(n)
+    };
+    let asks = pod_requests(pod, &config.defaults).unwrap_or_default();
+    let namespace = pod_ref(pod).namespace;
+    let mut left = Vec::new();
+    for name in names.iter().filter(|n| **n != node && !fails(n)) {
+        match lower_bound_refusal(state, &namespace, &asks, name) {
+            Some(r) => {
+                over.insert(name.clone(), r.to_string());
+            }
+            None => left.push(name.clone()),
+        }
+    }
+    for _ in 1..QUOTA_ATTEMPTS {
+        if left.is_empty() {
+            break;
+        }
+        let decision = decide_filter(state, pod, &left, config, now);
+        if decision.patch.is_none() {
+            // Nothing fits the nodes left (cannot happen under the lock): refuse them.
+            over.extend(decision.result.failed_nodes);
+            over.extend(decision.result.failed_and_unresolvable_nodes);
+            left.clear();
+            break;
+        }
+        match charge(state, pod, &decision) {
+            Gate::Passed => return merged(first, decision, over),
+            Gate::Unreadable(m) => return refused(names, decision, m),
+            Gate::Over(node, refusal) => {
+                left.retain(|n| *n != node);
+                over.insert(node, refusal.to_string());
+            }
+        }
+    }
+    for name in left {
+        over.insert(
+            name,
+            format!("not tried after {QUOTA_ATTEMPTS} nodes over the quota: {message}"),
+        );
+    }
+    over_everywhere(first, over, message)
+}
+
+/// The smallest a pod can cost on `node` (its cheapest GPUs, as admission counts on the
+/// cluster's) refused by `namespace`'s quotas: no choice of GPUs there can pass.
+fn lower_bound_refusal(
+    state: &ClusterState,
+    namespace: &str,
+    asks: &[ContainerRequest],
+    node: &str,
+) -> Option<QuotaRefusal> {
+    let shapes: Vec<GpuShape> = state
+        .node(node)?
+        .devices
+        .gpus
+        .iter()
+        .map(GpuShape::of)
+        .collect();
+    state
+        .quota
+        .check(namespace, &admission_ask(asks, &shapes))
+        .err()
+}
+
+/// What the quota says of one decision.
+enum Gate {
+    /// Nothing to charge (no GPU asked, no node fits), or charged.
+    Passed,
+    /// The decision's own device list does not read back (the reservation is released).
+    Unreadable(String),
+    /// Over the quota on this node (the reservation is released).
+    Over(String, QuotaRefusal),
+}
+
+/// Checks Filter's decision against the pod's namespace quotas and charges it; a decision
+/// over a quota is undone (the state's reservation released).
+fn charge(state: &mut ClusterState, pod: &Pod, decision: &FilterDecision) -> Gate {
     let Some(patch) = &decision.patch else {
-        return decision;
+        return Gate::Passed;
     };
     let Some(node) = patch.annotations.get(pod_keys::VGPU_NODE) else {
-        return decision;
+        return Gate::Passed;
     };
     let Some(devices) = state.node(node).map(|n| n.devices.clone()) else {
-        return decision;
+        return Gate::Passed;
     };
     let mut runs = Vec::new();
     for vendor in Vendor::ALL {
@@ -40,35 +146,66 @@ pub fn gate_filter(
                 Ok(r) => runs.push((vendor, r)),
                 Err(e) => {
                     state.release(&patch.uid);
-                    return refused(
-                        names,
-                        decision,
-                        format!("cannot read back the decision: {e}"),
-                    );
+                    return Gate::Unreadable(format!("cannot read back the decision: {e}"));
                 }
             }
         }
     }
-    let uid = patch.uid.clone();
     match state
         .quota
-        .check_and_charge_decision(&uid, pod, runs, &devices)
+        .check_and_charge_decision(&patch.uid, pod, runs, &devices)
     {
-        Ok(()) => decision,
+        Ok(()) => Gate::Passed,
         Err(refusal) => {
-            state.release(&uid);
-            refused(names, decision, refusal.to_string())
+            state.release(&patch.uid);
+            Gate::Over(node.clone(), refusal)
         }
     }
 }
 
+/// The decision that passed on a node tried after `first`'s: the nodes `first` refused, and
+/// those `over` the quota, answered with it.
+fn merged(
+    first: FilterDecision,
+    mut decision: FilterDecision,
+    over: BTreeMap<String, String>,
+) -> FilterDecision {
+    let result = &mut decision.result;
+    result.failed_nodes.extend(first.result.failed_nodes);
+    result
+        .failed_and_unresolvable_nodes
+        .extend(first.result.failed_and_unresolvable_nodes);
+    result.failed_and_unresolvable_nodes.extend(over);
+    decision.refusals = first.refusals;
+    decision
+}
+
+/// No node holds the pod within its quota: the nodes over it with their numbers, the others
+/// with why the pod does not fit them, every one unresolvable.
+fn over_everywhere(
+    first: FilterDecision,
+    over: BTreeMap<String, String>,
+    message: String,
+) -> FilterDecision {
+    let mut unresolvable = first.result.failed_and_unresolvable_nodes;
+    unresolvable.extend(first.result.failed_nodes);
+    unresolvable.extend(over);
+    quota_refusal(unresolvable, first.refusals, message)
+}
+
 fn refused(names: &[String], decision: FilterDecision, message: String) -> FilterDecision {
+    let nodes = names.iter().map(|n| (n.clone(), message.clone())).collect();
+    quota_refusal(nodes, decision.refusals, message)
+}
+
+fn quota_refusal(
+    unresolvable: BTreeMap<String, String>,
+    refusals: BTreeMap<&'static str, u64>,
+    message: String,
+) -> FilterDecision {
     FilterDecision {
         result: ExtenderFilterResult {
-            failed_and_unresolvable_nodes: names
-                .iter()
-                .map(|n| (n.clone(), message.clone()))
-                .collect(),
+            failed_and_unresolvable_nodes: unresolvable,
             ..Default::default()
         },
         patch: None,
@@ -77,7 +214,7 @@ fn refused(names: &[String], decision: FilterDecision, message: String) -> Filte
             warning: true,
             message,
         }),
-        refusals: decision.refusals,
+        refusals,
     }
 }
 

@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::{Node, ResourceQuota};
 use serde_json::json;
 
 use super::*;
-use crate::extender::{FilterConfig, decide_filter};
+use crate::extender::FilterConfig;
 use crate::quota::{Amounts, Dimension, QuotaKey, QuotaWarning};
 
 const AMD_MEM: QuotaKey = QuotaKey::new(Vendor::Amd, Dimension::MemoryMib);
@@ -56,8 +56,7 @@ fn used(state: &ClusterState, key: QuotaKey) -> u64 {
 
 fn filter(state: &mut ClusterState, p: &Pod) -> FilterDecision {
     let names = vec!["n1".to_string()];
-    let d = decide_filter(state, p, &names, &FilterConfig::default(), 0);
-    gate_filter(state, p, &names, d)
+    filter_within_quota(state, p, &names, &FilterConfig::default(), 0)
 }
 
 #[test]
@@ -242,4 +241,162 @@ fn admission_asks_on_the_smallest_gpu_and_checks_only_the_pods_it_hands_to_the_s
         ),
         None
     );
+}
+
+/// A node with one NVIDIA GPU of `devmem` MiB.
+fn nvidia_node(name: &str, devmem: u64) -> Node {
+    let register = format!(
+        r#"[{{"id":"{name}-G","count":10,"devmem":{devmem},"devcore":100,"type":"NVIDIA A100","health":true}}]"#
+    );
+    serde_json::from_value(json!({"metadata": {"name": name, "annotations": {
+        "hami.io/node-nvidia-register": register}}}))
+    .unwrap()
+}
+
+/// Issue 30: what a memory percentage costs depends on the GPU, so a pod over its quota on
+/// the node Filter prefers (the larger card) is placed on a node whose card keeps it within
+/// the quota, and refused only where no node can.
+#[test]
+fn a_pod_over_its_quota_on_the_preferred_node_is_placed_on_a_node_within_it() {
+    let mut state = ClusterState::new();
+    // Equal scores: n1, first by name, is preferred.
+    state.upsert_node(&nvidia_node("n1", 64_000));
+    state.upsert_node(&nvidia_node("n2", 16_000));
+    state.upsert_node(&nvidia_node("n3", 1_000));
+    state
+        .quota
+        .apply_quota(&quota("q", json!({"limits.nvidia.com/gpumem": "10000"})));
+    let names: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+    let half = json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"});
+    let d = filter_within_quota(
+        &mut state,
+        &pod("a", half.clone()),
+        &names,
+        &FilterConfig::default(),
+        0,
+    );
+    // n1 would cost 32000 MiB; n2 costs 8000 (n3 would cost 500, but n2 is preferred).
+    assert_eq!(d.result.nodenames, Some(vec!["n2".to_string()]), "{d:?}");
+    assert_eq!(used(&state, NV_MEM), 8000);
+    assert_eq!(state.holding("a").map(|h| h.node.as_str()), Some("n2"));
+    let why = &d.result.failed_and_unresolvable_nodes["n1"];
+    assert!(why.contains("asks for 32000"), "{why}");
+    assert!(
+        d.patch.is_some() && d.result.failed_nodes.is_empty(),
+        "{d:?}"
+    );
+    assert_eq!(d.event.unwrap().reason, "FilteringSucceed");
+    // 8000 used: n3's 500 still fits, n2's 8000 no longer does (its lower bound says so,
+    // without asking Filter again).
+    let d = filter_within_quota(
+        &mut state,
+        &pod("b", half.clone()),
+        &names,
+        &FilterConfig::default(),
+        0,
+    );
+    assert_eq!(d.result.nodenames, Some(vec!["n3".to_string()]), "{d:?}");
+    assert_eq!(used(&state, NV_MEM), 8500);
+    // The limit lowered to what is used: no node can, every one refused, unresolvable, each
+    // with its own numbers.
+    state
+        .quota
+        .apply_quota(&quota("q", json!({"limits.nvidia.com/gpumem": "8500"})));
+    let d = filter_within_quota(
+        &mut state,
+        &pod("c", half),
+        &names,
+        &FilterConfig::default(),
+        0,
+    );
+    assert!(d.patch.is_none() && d.result.nodenames.is_none(), "{d:?}");
+    assert!(d.result.failed_nodes.is_empty(), "{d:?}");
+    let unresolvable = &d.result.failed_and_unresolvable_nodes;
+    assert!(unresolvable["n1"].contains("asks for 32000"), "{d:?}");
+    assert!(unresolvable["n2"].contains("asks for 8000"), "{d:?}");
+    assert!(unresolvable["n3"].contains("asks for 500"), "{d:?}");
+    assert_eq!(d.event.unwrap().reason, "QuotaExceeded");
+    assert!(state.holding("c").is_none());
+    assert_eq!(used(&state, NV_MEM), 8500);
+}
+
+/// A node the pod does not fit keeps its own reason, unresolvable once no node holds the
+/// pod within the quota (evicting there would free nothing the quota counts on).
+#[test]
+fn nodes_the_pod_does_not_fit_keep_their_reason_when_the_quota_refuses_the_rest() {
+    let mut state = ClusterState::new();
+    state.upsert_node(&nvidia_node("big", 64_000));
+    state.upsert_node(&nvidia_node("tiny", 100));
+    state
+        .quota
+        .apply_quota(&quota("q", json!({"limits.nvidia.com/gpumem": "1000"})));
+    let names: Vec<String> = ["big", "tiny"].map(String::from).to_vec();
+    let ask = json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000"});
+    let d = filter_within_quota(
+        &mut state,
+        &pod("a", ask),
+        &names,
+        &FilterConfig::default(),
+        0,
+    );
+    let unresolvable = &d.result.failed_and_unresolvable_nodes;
+    assert!(
+        unresolvable["big"].contains("limits.nvidia.com/gpumem to 1000 MiB"),
+        "{d:?}"
+    );
+    assert!(!unresolvable["tiny"].contains("ResourceQuota"), "{d:?}");
+    assert!(d.result.failed_nodes.is_empty(), "{d:?}");
+}
+
+/// Issue 30: Filter charges the real MiB of the chosen GPU for a memory percentage and an
+/// omitted memory, and the real share of its CUs for AMD cores; a restarted scheduler,
+/// rebuilding from the allocation annotations that decision wrote (pod listed before or
+/// after its node), counts exactly the same on every key.
+#[test]
+fn the_usage_rebuilt_from_annotations_equals_what_filter_charged() {
+    let mut state = ClusterState::new();
+    state.upsert_node(&node());
+    state.quota.apply_quota(&quota(
+        "q",
+        json!({"limits.amd.com/gpumem": "100000", "limits.nvidia.com/gpumem": "100000"}),
+    ));
+    let mut p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "a", "namespace": "team", "uid": "a"},
+        "spec": {"schedulerName": "hami-scheduler",
+            "initContainers": [{"name": "i", "resources": {"limits": {
+                "amd.com/gpu": "1", "amd.com/gpumem-percentage": "60"}}}],
+            "containers": [
+                {"name": "c", "resources": {"limits": {"amd.com/gpu": "1",
+                    "amd.com/gpumem-percentage": "25", "amd.com/gpucores": "10"}}},
+                {"name": "d", "resources": {"limits": {"nvidia.com/gpu": "1",
+                    "nvidia.com/gpucores": "30"}}}]}}))
+    .unwrap();
+    let d = filter(&mut state, &p);
+    let patch = d.patch.expect("placed");
+    let charged = state.quota.ledger().used("team");
+    // Init at its peak: 60 % of 1000 MiB; the app container's 10 % of 304 CUs is 31 CUs
+    // (10.2 %, charged 11), the init container's every CU (100); the A100 whole.
+    assert_eq!(charged.get(AMD_MEM), 600, "{charged:?}");
+    assert_eq!(charged.get(AMD_CORES), 100, "{charged:?}");
+    assert_eq!(charged.get(NV_MEM), 10_000, "{charged:?}");
+    p.metadata.annotations = Some(patch.annotations.into_iter().collect());
+    p.status = Some(serde_json::from_value(json!({"phase": "Running"})).unwrap());
+    for node_first in [true, false] {
+        let mut restarted = ClusterState::new();
+        restarted
+            .quota
+            .apply_quota(&quota("q", json!({"limits.amd.com/gpumem": "1"})));
+        if node_first {
+            restarted.upsert_node(&node());
+        }
+        restarted.upsert_pod(&p);
+        if !node_first {
+            restarted.upsert_node(&node());
+        }
+        assert_eq!(
+            restarted.quota.ledger().used("team"),
+            charged,
+            "node first: {node_first}"
+        );
+    }
 }

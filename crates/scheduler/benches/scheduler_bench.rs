@@ -1,7 +1,7 @@
 //! Scheduler benchmarks (run: `cargo bench -p hami-scheduler --bench scheduler_bench`).
 //!
 //! 1. Filter latency p50/p99 at 100, 1,000 and 5,000 nodes × 8 GPUs: the decision over
-//!    the informer-fed state (heartbeat expiry, `decide_filter` and the quota gate: what
+//!    the informer-fed state (heartbeat expiry, `decide_filter` inside the quota gate: what
 //!    `/filter` does under its lock), and the same with the extender JSON request decoded
 //!    first (what one `/filter` call costs the scheduler); at 5,000 nodes also with a
 //!    ResourceQuota of HAMi's keys in force in the pod's namespace (issue 30: p99 < 5 ms),
@@ -23,10 +23,10 @@ use hami_protocol::node_lock::NodeLock;
 use hami_protocol::node_register::{CustomInfo, DeviceInfo, DeviceMode, encode_node_devices};
 use hami_protocol::selection::NodePolicy;
 use hami_scheduler::config::Settings;
-use hami_scheduler::extender::{ExtenderArgs, FilterConfig, decide_filter, from_json_any_case};
+use hami_scheduler::extender::{ExtenderArgs, FilterConfig, from_json_any_case};
 use hami_scheduler::extender_client::{ExtenderClient, Trust};
 use hami_scheduler::leader::Leadership;
-use hami_scheduler::quota_gate::gate_filter;
+use hami_scheduler::quota_gate::filter_within_quota;
 use hami_scheduler::runtime::Scheduler;
 use hami_scheduler::state::ClusterState;
 use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
@@ -129,8 +129,7 @@ fn filter_latency(nodes: usize, quota_mode: Quota) {
     // What `/filter` does under the state's lock (`runtime::Scheduler::filter`).
     let decide = |state: &mut ClusterState, pod: &Pod, names: &[String]| {
         state.expire_heartbeats(Instant::now());
-        let d = decide_filter(state, pod, names, &config, 0);
-        gate_filter(state, pod, names, d)
+        filter_within_quota(state, pod, names, &config, 0)
     };
     let placed = |d: &hami_scheduler::extender::FilterDecision| match quota_mode {
         Quota::Exhausted => d.result.nodenames.is_none() && d.patch.is_none(),

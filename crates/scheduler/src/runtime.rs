@@ -19,13 +19,13 @@ use crate::bind_plan::{
 use crate::config::Settings;
 use crate::extender::{
     EventNote, ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult,
-    candidate_names, decide_filter,
+    candidate_names,
 };
 use crate::informer::{self, Informer};
 use crate::kube_error;
 use crate::metrics::Metrics;
 use crate::quota::QuotaWarning;
-use crate::quota_gate::gate_filter;
+use crate::quota_gate::filter_within_quota;
 use crate::state::{ClusterState, pod_name};
 use crate::watch_health::Verdict;
 use hami_plugin_core::node_lock_client::{LockWaiters, NodeLockClient, TakeOutcome, unix_now};
@@ -256,10 +256,8 @@ impl Scheduler {
             let mut state = self.state();
             // A plugin that stopped refreshing is withdrawn by time alone (`heartbeat`).
             state.expire_heartbeats(Instant::now());
-            let decision =
-                decide_filter(&mut state, &pod, &names, &self.settings.filter, unix_now());
             // Under the same lock: two pods racing for the last of a quota never both pass.
-            gate_filter(&mut state, &pod, &names, decision)
+            filter_within_quota(&mut state, &pod, &names, &self.settings.filter, unix_now())
         };
         self.metrics.count_refusals(&decision.refusals);
         if let Some(patch) = &decision.patch {
