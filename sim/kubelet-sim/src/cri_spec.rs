@@ -13,7 +13,8 @@
 //!   their permissions; CDI names as `CDI_devices`;
 //! - `command` and `args` as given (the image's entrypoint and cmd when empty);
 //! - securityContext: the container's fields over the pod's (runAsUser, runAsGroup),
-//!   privileged, capabilities (added/dropped as written: the runtime adds `CAP_`);
+//!   privileged, capabilities (added/dropped as written: the runtime adds `CAP_`),
+//!   `allowPrivilegeEscalation: false` (no new privileges), `readOnlyRootFilesystem`;
 //! - namespaces: network NODE unless the pod has its own network (a CNI config), PID POD
 //!   with `shareProcessNamespace` (the sandbox's pause is pid 1) else CONTAINER, IPC POD.
 
@@ -339,6 +340,7 @@ pub fn container_config(
                 run_as_user: user.map(|value| cri::Int64Value { value }),
                 run_as_group: group.map(|value| cri::Int64Value { value }),
                 no_new_privs: sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
+                readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem) == Some(true),
                 ..Default::default()
             }),
             ..Default::default()
@@ -537,7 +539,8 @@ mod tests {
                         {"name": "scratch", "emptyDir": {}}],
             "containers": [{"name": "c", "image": "img:1", "command": ["sh"], "args": ["-c", "x"],
                 "env": [{"name": "A", "value": "pod"}],
-                "securityContext": {"runAsGroup": 7, "capabilities": {"add": ["SYS_NICE"]}},
+                "securityContext": {"runAsGroup": 7, "capabilities": {"add": ["SYS_NICE"]},
+                    "readOnlyRootFilesystem": true},
                 "volumeMounts": [{"name": "out", "mountPath": "/out"},
                                  {"name": "scratch", "mountPath": "/s", "readOnly": true}]}]
         }));
@@ -588,6 +591,7 @@ mod tests {
         assert_eq!(sc.run_as_user.unwrap().value, 1000);
         assert_eq!(sc.run_as_group.unwrap().value, 7, "the container's wins");
         assert_eq!(sc.capabilities.unwrap().add_capabilities, ["SYS_NICE"]);
+        assert!(sc.readonly_rootfs);
         let ns = sc.namespace_options.unwrap();
         assert_eq!(ns.pid, cri::NamespaceMode::Pod as i32);
         assert_eq!(ns.network, cri::NamespaceMode::Node as i32);

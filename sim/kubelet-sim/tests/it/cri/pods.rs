@@ -126,6 +126,32 @@ async fn run_as_user_applies() -> Result<(), String> {
     Ok(())
 }
 
+/// `readOnlyRootFilesystem` (the chart's node agents set it): the image's files cannot be
+/// written, the volumes still can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_root_filesystem_applies() -> Result<(), String> {
+    let Some(shared) = containerd() else {
+        return Ok(());
+    };
+    let dir = scratch("rofs")?;
+    let node = Node::start(shared, &dir).await?;
+    let script = "(touch /tmp/x 2>/dev/null && echo rw || echo ro) > /out/rofs";
+    node.create(pod(
+        "rofs",
+        &dir,
+        script,
+        json!({"containers": [{"name": "main", "image": BUSYBOX,
+            "command": ["/bin/sh", "-c", script],
+            "securityContext": {"readOnlyRootFilesystem": true},
+            "volumeMounts": [{"name": "out", "mountPath": "/out"}]}]}),
+    ))
+    .await?;
+    node.wait_phase("rofs", "Succeeded").await?;
+    assert_eq!(out(&dir, "rofs"), "ro\n");
+    node.stop().await;
+    Ok(())
+}
+
 /// With `shareProcessNamespace`, pid 1 is the sandbox's pause process; without, the
 /// container's own command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
