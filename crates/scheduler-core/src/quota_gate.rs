@@ -57,6 +57,16 @@ pub fn filter_within_quota(
     let asks = pod_requests(pod, &config.defaults).unwrap_or_default();
     let namespace = pod_ref(pod).namespace;
     let mut left = Vec::new();
+    // What costs the same on every GPU (MiB, NVIDIA cores, slices) already over the quota:
+    // no node can hold the pod, and none need be looked at.
+    let anywhere = state.quota.check(&namespace, &admission_ask(&asks, &[]));
+    if let Err(refusal) = anywhere {
+        for name in names.iter().filter(|n| !fails(n)) {
+            over.entry(name.clone())
+                .or_insert_with(|| refusal.to_string());
+        }
+        return over_everywhere(first, over, message);
+    }
     for name in names.iter().filter(|n| **n != node && !fails(n)) {
         match lower_bound_refusal(state, &namespace, &asks, name) {
             Some(r) => {

@@ -453,3 +453,34 @@ fn filter_is_asked_again_a_bounded_number_of_times() {
     assert!(state.holding("a").is_none());
     assert_eq!(used(&state, NV_MEM), 0);
 }
+
+/// An ask that costs the same on every card (MiB) over the quota: every node is answered
+/// with the refusal at once, the ones Filter did not choose included.
+#[test]
+fn an_ask_over_the_quota_on_any_card_is_refused_on_every_node() {
+    let mut state = ClusterState::new();
+    for (name, mib) in [("n1", 64_000), ("n2", 16_000), ("n3", 1_000)] {
+        state.upsert_node(&nvidia_node(name, mib));
+    }
+    state
+        .quota
+        .apply_quota(&quota("q", json!({"limits.nvidia.com/gpumem": "500"})));
+    let names: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+    let ask = json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "900"});
+    let d = filter_within_quota(
+        &mut state,
+        &pod("a", ask),
+        &names,
+        &FilterConfig::default(),
+        0,
+    );
+    assert!(d.patch.is_none(), "{d:?}");
+    let unresolvable = &d.result.failed_and_unresolvable_nodes;
+    assert_eq!(unresolvable.len(), 3, "{d:?}");
+    assert!(
+        unresolvable
+            .values()
+            .all(|why| why.contains("asks for 900")),
+        "{d:?}"
+    );
+}
