@@ -463,21 +463,31 @@ impl ClusterState {
             self.upsert_pod(pod);
         }
         let gone: Vec<String> = self
-            .pods
+            .kept_pod_uids()
+            .into_iter()
+            .filter(|u| !seen.contains(u))
+            .collect();
+        for uid in gone {
+            self.remove_pod(&uid);
+        }
+    }
+
+    /// Every pod UID the state keeps anything of — holdings, problems, whole cards, victim
+    /// facts, nominations, defrag reservation owners, DRA quota charges: what a relist must
+    /// forget ([`Self::remove_pod`]) of the pods it no longer lists. The one list both
+    /// [`Self::reset_pods`] and the scheduler's pod informer use, so a new per-pod record
+    /// cannot be left out of one of them.
+    pub fn kept_pod_uids(&self) -> HashSet<String> {
+        self.pods
             .keys()
+            .chain(self.pod_problems.keys())
             .chain(self.whole.keys())
             .chain(self.victims.uids())
             .chain(self.nominated.uids())
             .chain(self.reservations.uids())
             .chain(self.quota.dra_pods())
-            .filter(|u| !seen.contains(*u))
             .cloned()
-            .collect::<HashSet<String>>()
-            .into_iter()
-            .collect();
-        for uid in gone {
-            self.remove_pod(&uid);
-        }
+            .collect()
     }
 
     /// Records a filter decision before its patch is sent.

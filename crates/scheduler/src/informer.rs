@@ -139,19 +139,12 @@ impl Fed for Pod {
             state.remove_pod(uid);
         }
     }
-    /// Every UID the state keeps anything of: a pod deleted while the watch was down must
-    /// leave nothing behind (victim facts outlive a slice a re-filter released; whole cards
-    /// and nominations are kept for pods that hold no slice).
+    /// Every UID the state keeps anything of ([`ClusterState::kept_pod_uids`]): a pod
+    /// deleted while the watch was down must leave nothing behind (victim facts outlive a
+    /// slice a re-filter released; whole cards, nominations, defrag reservation owners and
+    /// DRA quota charges are kept for pods that hold no slice).
     fn known(state: &ClusterState) -> Vec<String> {
-        let uids: HashSet<&String> = state
-            .holdings()
-            .map(|(uid, _)| uid)
-            .chain(state.pod_problems.keys())
-            .chain(state.whole_card_holdings().map(|(uid, _)| uid))
-            .chain(state.victim_facts().uids())
-            .chain(state.nominations().uids())
-            .collect();
-        uids.into_iter().cloned().collect()
+        state.kept_pod_uids().into_iter().collect()
     }
     fn key(pod: &Pod) -> Option<String> {
         pod.metadata.uid.clone()
@@ -482,6 +475,40 @@ mod tests {
                 "status": {"phase": "Pending", "nominatedNodeName": "n"}}),
         ));
         assert_eq!(state.nominations().len(), 1);
+        // A ReplicaSet's pod Filter placed while a defrag reservation is in force (issue
+        // 32): who owns it is recorded at once, before the informer shows its holding; its
+        // decision was then voided (the patch failed). Only the owner record is left.
+        state.upsert_node(
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "m", "annotations": {
+                "hami.io/node-amd-register": r#"[{"id":"H","count":10,"devmem":1000,"devcore":100,"type":"AMD X","health":true}]"#,
+                "reservation.defrag.hami.io/evicted": r#"{"owner_uid":"rs-uid","owner":"ReplicaSet/rs","cards":[["H",100,10]],"reserved_at":0,"expires_at":4000000000}"#
+            }}}))
+            .unwrap(),
+        );
+        assert!(!state.reservations.is_empty());
+        let placed: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "placed", "namespace": "ns", "uid": "placed",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": "rs", "uid": "rs-uid", "controller": true}]},
+            "spec": {"schedulerName": "hami-scheduler", "containers": [
+                {"name": "c", "resources": {"limits": {"amd.com/gpu": "1"}}}]},
+            "status": {"phase": "Pending"}
+        }))
+        .unwrap();
+        state.upsert_pod(&placed);
+        state.reservations.note_placed(&placed);
+        state.release("placed");
+        assert!(state.reservations.owner("placed").is_some());
+        // A DRA-mode pod (D-29): charged to its namespace's quota from its annotation,
+        // holding no slice.
+        state.upsert_pod(&pod(
+            "dra",
+            serde_json::json!({
+                "metadata": {"name": "dra", "namespace": "team", "uid": "dra", "annotations": {
+                    "hami.io/dra-quota-charge": "amd.com/gpumem=4096"}},
+                "spec": {"containers": [{"name": "c"}]}}),
+        ));
+        assert!(!state.quota.ledger().used("team").is_zero());
         // A pod that stays.
         state.upsert_pod(&pod("stays", serde_json::json!({})));
 
@@ -490,6 +517,19 @@ mod tests {
         assert!(state.nominations().is_empty());
         assert!(state.holding("stays").is_some());
         assert_eq!(state.victim_facts().len(), 1);
+        assert!(
+            state.reservations.owner("placed").is_none(),
+            "a deleted pod's owner record outlived the relist"
+        );
+        assert!(
+            state.quota.ledger().used("team").is_zero(),
+            "a deleted DRA pod's quota charge outlived the relist"
+        );
+        assert_eq!(
+            state.kept_pod_uids(),
+            HashSet::from(["stays".to_owned()]),
+            "the relist left records of pods it did not list"
+        );
     }
 
     async fn until(what: &str, informer: &Informer, f: impl Fn(&Verdict) -> bool) {
