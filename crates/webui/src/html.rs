@@ -87,10 +87,17 @@ pub fn not_found(what: &str, banners: &[String]) -> Page {
     }
 }
 
-/// A table with a caption, header cells and pre-rendered (escaped) cells.
+/// A table with a caption, header cells and pre-rendered (escaped) cells, in a box that
+/// scrolls sideways where the screen is narrower than the table.
 pub fn table(caption: &str, headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut out = String::with_capacity(64 * rows.len() + 256);
-    let _ = write!(out, "<table><caption>{}</caption><thead><tr>", esc(caption));
+    // Wide tables scroll in place on a narrow screen; the scrolling box is focusable (and
+    // named) so a keyboard can scroll it too.
+    let _ = write!(
+        out,
+        "<div class=\"scroll\" role=\"group\" tabindex=\"0\" aria-label=\"{c}\"><table><caption>{c}</caption><thead><tr>",
+        c = esc(caption)
+    );
     for h in headers {
         let _ = write!(out, "<th scope=\"col\">{}</th>", esc(h));
     }
@@ -102,7 +109,7 @@ pub fn table(caption: &str, headers: &[&str], rows: &[Vec<String>]) -> String {
         }
         out.push_str("</tr>");
     }
-    out.push_str("</tbody></table>");
+    out.push_str("</tbody></table></div>");
     out
 }
 

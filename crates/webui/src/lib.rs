@@ -3,15 +3,18 @@
 //! per-pod utilization, live.
 //!
 //! Server-rendered HTML and CSS with SVG charts: nothing to build, no JavaScript needed to
-//! read a page; where JavaScript runs, a 40-line script (`assets/live.js`) refreshes the
-//! page's content every few seconds. The cluster is read by watch through the scheduler's
-//! own usage state (`ClusterState`, as `hami status`), the monitors by scraping.
+//! read a page; where JavaScript runs, a short script (`assets/live.js`) brings the page's
+//! content up to date every few seconds in place (only what changed, so focus, selection and
+//! what a screen reader read stay), with a pause button. The cluster is read by watch
+//! through the scheduler's own usage state (`ClusterState`, as `hami status`), the monitors
+//! by scraping.
 //!
 //! - [`world`], [`samples`]: what is known (plain data, fed by [`watch`] and [`scrape`];
 //!   what a watch item does to the world is [`watch_feed`], pure).
-//! - [`pages`], [`overview`], [`cards`], [`pods`], [`dra`] (DRA nodes, devices and pods), [`whatif`], [`svg`],
-//!   [`html`]: pure rendering; [`usage`]: the monitors' figures per node and card, with
-//!   their age, or why a node has none.
+//! - [`pages`], [`overview`] (and its Top-5 tables, [`tops`]), [`cards`], [`pods`], [`dra`]
+//!   (DRA nodes, devices and pods), [`whatif`], [`svg`], [`html`]: pure rendering; [`query`]:
+//!   the list pages' query strings, pages of rows and the links that keep them; [`usage`]:
+//!   the monitors' figures per node and card, with their age, or why a node has none.
 //! - [`server`]: the axum routes and the security headers every response carries;
 //!   [`connections`]: the accept loop (connection cap, request-head timeout);
 //!   [`same_origin`]: the What-if POST's origin check; [`whatif_run`]: plans with a

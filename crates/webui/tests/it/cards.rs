@@ -8,31 +8,7 @@ use std::time::{Duration, Instant};
 use hami_apiserver::{ApiServer, Config};
 use serde_json::json;
 
-async fn get(addr: std::net::SocketAddr, path: String) -> String {
-    tokio::task::spawn_blocking(move || {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: ui\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    })
-    .await
-    .unwrap()
-}
-
-fn register(ids: &[&str]) -> String {
-    let entries: Vec<String> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| format!(r#"{{"id":"{id}","index":{i},"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":true}}"#))
-        .collect();
-    format!("[{}]", entries.join(","))
-}
+use crate::support::{get, register};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cards_route_lists_filters_and_sorts() {

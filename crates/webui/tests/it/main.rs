@@ -12,5 +12,6 @@ mod pods;
 mod prometheus;
 mod refused_watch_logs;
 mod stop_while_planning;
+mod support;
 mod whatif_corpus;
 mod whole_cards;

@@ -1,6 +1,6 @@
 //! `/pods` over real HTTP against the embedded API server: a pod the scheduler placed and
 //! one waiting; the route lists both with what was granted, groups the waiting one by
-//! reason, filters (`?state=&node=`), answers 400 naming a bad field, and carries the security
+//! reason, filters (`?state=&node=`), pages (`?per=&page=`), answers 400 naming a bad field, and carries the security
 //! headers like every page.
 
 use std::time::{Duration, Instant};
@@ -8,31 +8,7 @@ use std::time::{Duration, Instant};
 use hami_apiserver::{ApiServer, Config};
 use serde_json::json;
 
-async fn get(addr: std::net::SocketAddr, path: String) -> String {
-    tokio::task::spawn_blocking(move || {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: ui\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    })
-    .await
-    .unwrap()
-}
-
-fn register(ids: &[&str]) -> String {
-    let entries: Vec<String> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| format!(r#"{{"id":"{id}","index":{i},"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":true}}"#))
-        .collect();
-    format!("[{}]", entries.join(","))
-}
+use crate::support::{get, register};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pods_route_lists_filters_and_names_a_bad_field() {
@@ -116,6 +92,19 @@ async fn the_pods_route_lists_filters_and_names_a_bad_field() {
     );
     let page = get(ui.addr, "/pods?state=running".into()).await;
     assert!(page.contains("0 of 2 GPU pods"), "{page}");
+    // One pod a page: the second page, its links keeping the filter and the page size.
+    let page = get(ui.addr, "/pods?ns=default&per=1&page=2".into()).await;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("pods 2–2 of 2"), "{page}");
+    assert!(
+        page.contains(
+            "<a href=\"/pods?sort=pod&amp;ns=default&amp;per=1\" rel=\"prev\">Previous</a>"
+        ),
+        "{page}"
+    );
+    assert!(page.contains("/pods/default/wait-1\">"), "{page}");
+    let page = get(ui.addr, "/pods?page=0".into()).await;
+    assert!(page.starts_with("HTTP/1.1 400"), "{page}");
     let page = get(ui.addr, "/pods?state=asleep".into()).await;
     assert!(page.starts_with("HTTP/1.1 400"), "{page}");
     assert!(

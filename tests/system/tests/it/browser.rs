@@ -12,7 +12,10 @@
 //! contrast). Issue 27: every page works under the UI's Content-Security-Policy (no
 //! violation in the console, the live refresh and the What-if form still run), the
 //! answers carry the security headers, a page on another site can neither frame the UI
-//! nor submit its What-if form (403). Screenshots go to target/webui-screenshots/.
+//! nor submit its What-if form (403). Issue 31: the overview, cards and pods pages are
+//! axe-clean at 1440 and 390 px in light and dark (DevTools emulation), and only their
+//! tables scroll sideways at 390 px; keyboard focus survives a live update and the pause
+//! control stops them. Screenshots go to target/webui-screenshots/.
 //!
 //! Needs `chromium` and `chromium-driver` (Debian packages; CI installs them) and
 //! `npm ci --prefix crates/webui/tests/axe` (CI runs it): fails clearly without them.
@@ -518,6 +521,77 @@ fn every_page_in_chromium_against_the_demo() {
         }
     }
     check_page(&browser, "pods", &mut problems);
+
+    // Issue 31 items 3 and 9: the overview, cards and pods pages axe-clean at 1440 and
+    // 390 px, light and dark; at 390 px only the tables' own boxes scroll sideways (the
+    // page itself does not), and dark really is dark.
+    for (page, path) in [("overview", ""), ("cards", "cards"), ("pods", "pods")] {
+        for width in [1440, 390] {
+            for dark in [false, true] {
+                let look = if dark { "dark" } else { "light" };
+                browser.emulate(width, dark);
+                browser.go(&format!("{url}{path}"));
+                browser.wait(
+                    "return document.querySelectorAll('h1').length === 1 && document.querySelectorAll('table').length > 0;",
+                    &format!("the {page} page at {width} px, {look}"),
+                );
+                assert_eq!(
+                    browser.js("return [window.innerWidth, matchMedia('(prefers-color-scheme: dark)').matches, getComputedStyle(document.body).backgroundColor];"),
+                    json!([width, dark, if dark { "rgb(18, 20, 23)" } else { "rgb(255, 255, 255)" }]),
+                    "{page}: the emulated width and colour scheme"
+                );
+                let overflow = browser.js(
+                    "return document.documentElement.scrollWidth - document.documentElement.clientWidth;",
+                );
+                if overflow.as_i64() != Some(0) {
+                    problems.push(format!(
+                        "{page} at {width} px, {look}: the page scrolls sideways by {overflow} px"
+                    ));
+                }
+                check_page(&browser, &format!("{page}-{width}-{look}"), &mut problems);
+            }
+        }
+    }
+    browser.emulate_reset();
+
+    // Issue 31 item 5: a live update keeps keyboard focus (the page is updated in place,
+    // not replaced), and the pause control stops updates.
+    browser.go(&url);
+    browser.wait(
+        "return +(document.body.getAttribute('data-updates') || 0) >= 1;",
+        "the overview's first live update",
+    );
+    assert_eq!(
+        browser.js("window.__focused = document.querySelector('main table a[href^=\"/nodes/\"]'); window.__focused.focus(); window.__updates = +document.body.getAttribute('data-updates'); window.__changes = +document.body.getAttribute('data-changes'); return document.activeElement === window.__focused;"),
+        json!(true),
+        "a node link takes focus"
+    );
+    browser.wait(
+        "return +document.body.getAttribute('data-updates') >= window.__updates + 2;",
+        "two more live updates",
+    );
+    assert_eq!(
+        browser.js("return [document.activeElement === window.__focused, document.body.contains(window.__focused), +document.body.getAttribute('data-changes') > window.__changes];"),
+        json!([true, true, true]),
+        "focus survives live updates that changed the page (the figures' ages at least)"
+    );
+    browser.js("document.getElementById('live-pause').click(); window.__updates = +document.body.getAttribute('data-updates'); return true;");
+    assert_eq!(
+        browser.js("return document.getElementById('live-pause').getAttribute('aria-pressed');"),
+        json!("true")
+    );
+    std::thread::sleep(Duration::from_secs(7));
+    assert_eq!(
+        browser.js("return +document.body.getAttribute('data-updates') === window.__updates;"),
+        json!(true),
+        "no update while paused"
+    );
+    browser.js("document.getElementById('live-pause').click(); return true;");
+    browser.wait(
+        "return +document.body.getAttribute('data-updates') > window.__updates;",
+        "live updates after resuming",
+    );
+    check_page(&browser, "overview-live", &mut problems);
 
     // Another site can neither submit the What-if form nor frame the UI.
     let elsewhere = runtime.block_on(other_site(url.clone()));

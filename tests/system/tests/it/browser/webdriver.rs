@@ -195,6 +195,34 @@ impl Browser {
         }
     }
 
+    /// A Chrome DevTools command through chromedriver's session.
+    fn cdp(&self, cmd: &str, params: Value) -> Value {
+        self.cmd(
+            "POST",
+            "goog/cdp/execute",
+            Some(json!({"cmd": cmd, "params": params})),
+        )
+    }
+
+    /// Lays pages out `width` CSS pixels wide (a phone's 390 or a desktop's 1440) and
+    /// reports `prefers-color-scheme` as dark or light, until [`Browser::emulate_reset`].
+    pub(super) fn emulate(&self, width: u32, dark: bool) {
+        self.cdp(
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": false}),
+        );
+        self.cdp(
+            "Emulation.setEmulatedMedia",
+            json!({"features": [{"name": "prefers-color-scheme", "value": if dark { "dark" } else { "light" }}]}),
+        );
+    }
+
+    /// The window's own size and colour scheme again.
+    pub(super) fn emulate_reset(&self) {
+        self.cdp("Emulation.clearDeviceMetricsOverride", json!({}));
+        self.cdp("Emulation.setEmulatedMedia", json!({"features": []}));
+    }
+
     /// CU cells per owner in the CU map(s) under the element `sel` (a JS expression).
     pub(super) fn cu_owners(&self, sel: &str) -> BTreeMap<String, u64> {
         let drawn = self.js(&format!("var m = {{}}; {sel}.querySelectorAll('rect.cu').forEach(function (r) {{ var o = r.getAttribute('data-owner'); if (o) m[o] = (m[o] || 0) + 1; }}); return m;"));
