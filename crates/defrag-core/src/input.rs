@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone)]
 pub struct Cluster {
     /// Every node's GPUs and usage (the scheduler's snapshot), usage including every pod
-    /// of [`Self::pods`].
+    /// of [`Self::pods`] (and, after [`Self::count_reservations`], the capacity defrag
+    /// reservations hold).
     pub nodes: Vec<NodeSnapshot>,
     /// The pods holding slices that the planner may consider moving.
     pub pods: Vec<PodFacts>,
@@ -54,6 +55,43 @@ impl Cluster {
             (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name))
         });
         Self { nodes, pods }
+    }
+
+    /// Counts the defrag reservations in force at `now` (unix seconds) as taken, the way
+    /// the scheduler's Filter counts them for every pod but the reserving owner's
+    /// ([`hami_scheduler_core::reservations::for_filter`], over `state.reservations`, which
+    /// the state read from the nodes' `reservation.defrag.hami.io/<uid>` annotations): no
+    /// move then targets reserved capacity, and a measure counts it used.
+    ///
+    /// `for_pod`: the pending pod of a [`crate::Target::FitPod`]; what is reserved for its
+    /// owner stays free (it is that owner's replacement, which Filter steers there). A moved
+    /// pod never gets reserved capacity otherwise, not even one of the owner's: a
+    /// reservation holds room for one replacement, that of the eviction that wrote it, so
+    /// another of the owner's pods moved there would take the room that replacement needs.
+    /// Limit: with `for_pod` the owner's reservations are free for the whole plan, moves
+    /// included; the pending replacement fits them (they were sized for the pod it
+    /// replaces), so such a plan is reached with no move unless its template changed.
+    ///
+    /// Call it on [`Self::from_state`]'s result for the same `state`. No reservation
+    /// anywhere: nothing changes.
+    pub fn count_reservations(&mut self, state: &ClusterState, for_pod: Option<&Pod>, now: i64) {
+        if state.reservations.is_empty() {
+            return;
+        }
+        let names: Vec<String> = self.nodes.iter().map(|n| n.devices.name.clone()).collect();
+        let nobody = Pod::default();
+        let mut found = hami_scheduler_core::reservations::for_filter(
+            state,
+            for_pod.unwrap_or(&nobody),
+            &names,
+            |name| state.node(name),
+            now,
+        );
+        for node in &mut self.nodes {
+            if let Some(charged) = found.charged.remove(&node.devices.name) {
+                *node = charged;
+            }
+        }
     }
 }
 

@@ -123,7 +123,8 @@ pub enum Constraint {
         max_moves: usize,
     },
     /// Slices on the card belong to pods the planner was not told about (not scheduled by
-    /// this scheduler, or held whole).
+    /// this scheduler, or held whole), or are reserved for a moved pod's replacement (a
+    /// defrag reservation in force, [`crate::Cluster::count_reservations`]).
     UnknownHolders,
     /// The pod does not fit the node even with every pod gone.
     NeverFits {

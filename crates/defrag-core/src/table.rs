@@ -86,7 +86,9 @@ pub fn constraint_text(c: &crate::plan::Constraint) -> String {
         Protected { pod, protection } => format!("pod {pod} stays: {protection}"),
         NoRoomElsewhere { pod } => format!("pod {pod} fits nowhere else"),
         MoveLimit { max_moves } => format!("needs more than {max_moves} moves (max_moves)"),
-        UnknownHolders => "slices held by pods the planner was not told about".into(),
+        UnknownHolders => {
+            "slices held by pods the planner was not told about, or reserved for a moved pod's replacement".into()
+        }
         NeverFits { reason } => format!("the pod does not fit even on the empty node: {reason}"),
         NoImprovement => "moving its pods would not bring the target closer".into(),
         NotEnoughCards { exist } => format!("only {exist} healthy card(s) of this type exist"),

@@ -241,11 +241,17 @@ pub(crate) async fn plan(args: &PlanArgs) -> Result<Planned, Failure> {
         Some(path) => scenario(path)?,
         None => live(args).await?,
     };
+    // The pending pod, whose owner's defrag reservations stay free for it.
+    let mut pending = None;
     let target = match (&args.pending_pod, args.free_cards, args.min_free_percent) {
-        (Some(pod), _, _) => Target::FitPod {
-            pod: pod.clone(),
-            request: Box::new(defrag_facts::pending_pod(pod, &pods, &state, gpu_policy)?),
-        },
+        (Some(wanted), _, _) => {
+            let (pod, request) = defrag_facts::pending_pod(wanted, &pods, &state, gpu_policy)?;
+            pending = Some(pod);
+            Target::FitPod {
+                pod: wanted.clone(),
+                request: Box::new(request),
+            }
+        }
         (_, Some(count), _) => Target::FreeWholeCards {
             device_type: args.device_type.clone().unwrap_or_default(),
             count,
@@ -257,7 +263,7 @@ pub(crate) async fn plan(args: &PlanArgs) -> Result<Planned, Failure> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    let mut cluster = defrag_facts::cluster(&state, &pods, &pdbs, gpu_policy, now);
+    let mut cluster = defrag_facts::cluster(&state, &pods, &pdbs, gpu_policy, now, pending);
     // A pod moved recently is no candidate (defrag-core's Safety has no field for it: the
     // shell keeps it out, its slices stay counted) and is listed with the reason.
     let marked: std::collections::BTreeMap<String, String> = pods

@@ -282,7 +282,8 @@ pub(crate) async fn apply(args: &ApplyArgs) -> Result<Summary, Failure> {
     state.reset_pods(pods.iter());
     let now = now_secs();
     let gpu_policy = hami_protocol::selection::GpuPolicy::default();
-    let cluster = defrag_facts::cluster(&state, &pods, &pdbs, gpu_policy, now);
+    // Reserved capacity counts as taken: a stored plan's move onto it is stale.
+    let cluster = defrag_facts::cluster(&state, &pods, &pdbs, gpu_policy, now, None);
     let policy = Policy {
         min_age_seconds: args.min_age_seconds,
         allow_without_pdb: args.allow_without_pdb,

@@ -22,11 +22,25 @@ fn pod(name: &str, node: &str, card: &str, mib: u64, phase: &str) -> Pod {
 
 /// n1 (G1, G2) holding web-a on G1 and web-b on G2, 20000 MiB each; n2 (G3) holding 40000.
 fn cluster() -> (Cluster, Vec<Pod>) {
+    cluster_with(None, None)
+}
+
+/// [`cluster`], with `reservation` (a defrag reservation's value) on n2, planned for
+/// `pending` at time 0.
+fn cluster_with(reservation: Option<&str>, pending: Option<&Pod>) -> (Cluster, Vec<Pod>) {
     let node = |name: &str, reg: &str| -> Node {
-        serde_json::from_value(
+        let mut node: Node = serde_json::from_value(
             json!({"metadata": {"name": name, "annotations": {"hami.io/node-amd-register": reg}}}),
         )
-        .unwrap()
+        .unwrap();
+        if let (Some(value), "n2") = (reservation, name) {
+            node.metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert("reservation.defrag.hami.io/u-gone".into(), value.into());
+        }
+        node
     };
     let nodes = [node("n1", REGISTER), node("n2", REGISTER_N2)];
     let pods = vec![
@@ -43,6 +57,7 @@ fn cluster() -> (Cluster, Vec<Pod>) {
         &[],
         hami_protocol::selection::GpuPolicy::default(),
         0,
+        pending,
     );
     (c, pods)
 }
@@ -137,6 +152,35 @@ fn a_move_that_fits_runs_and_a_step_that_loses_a_move_loses_the_rest() {
             .contains("holds other cards or amounts than planned"),
         "{skipped:?}"
     );
+}
+
+#[test]
+fn a_move_onto_capacity_a_defrag_reservation_holds_is_stale() {
+    // 20000 MiB of G3 held for another owner's replacement: web-a no longer fits there.
+    let held = |expires_at: i64, owner: &str| {
+        format!(
+            r#"{{"owner_uid":"{owner}","owner":"ReplicaSet/{owner}","cards":[["G3",20000,12]],"reserved_at":0,"expires_at":{expires_at}}}"#
+        )
+    };
+    let one = plan(vec![mv(0, "web-a", "G1", ("n2", "G3"))]);
+    let (c, _) = cluster_with(Some(&held(600, "rs-db")), None);
+    let (kept, skipped) = select(&c, &one, |_| None);
+    assert!(kept.is_empty(), "{kept:?}");
+    assert!(
+        skipped[0]
+            .reason
+            .contains("no longer fits its target on n2"),
+        "{skipped:?}"
+    );
+    // Expired: it holds nothing.
+    let (c, _) = cluster_with(Some(&held(-1, "rs-db")), None);
+    assert_eq!(select(&c, &one, |_| None).0.len(), 1);
+    // Planned for the reserving owner's pending pod: its owner's reservation is free.
+    let replacement = pod("db-0", "", "", 20000, "Pending");
+    let mut replacement = replacement;
+    replacement.metadata.owner_references.as_mut().unwrap()[0].uid = "rs-db".into();
+    let (c, _) = cluster_with(Some(&held(600, "rs-db")), Some(&replacement));
+    assert_eq!(select(&c, &one, |_| None).0.len(), 1);
 }
 
 #[test]

@@ -107,13 +107,17 @@ pub(crate) fn safety(
 
 /// The planner's cluster: the scheduler's state of `state`, and as candidates the pods
 /// holding slices that still read as the scheduler reads them (a pod whose request does
-/// not parse keeps its slices counted and is never moved).
+/// not parse keeps its slices counted and is never moved). The defrag reservations in
+/// force at `now` (the nodes' annotations, read into `state`) count as taken, except
+/// those held for the owner of `pending`, the pod the plan makes room for
+/// ([`Cluster::count_reservations`]).
 pub(crate) fn cluster(
     state: &ClusterState,
     pods: &[Pod],
     pdbs: &[PodDisruptionBudget],
     gpu_policy: GpuPolicy,
     now: i64,
+    pending: Option<&Pod>,
 ) -> Cluster {
     let by_uid: HashMap<&str, &Pod> = pods
         .iter()
@@ -128,11 +132,13 @@ pub(crate) fn cluster(
             *siblings.entry(o.uid.clone()).or_default() += 1;
         }
     }
-    Cluster::from_state(state, |uid, _| {
+    let mut cluster = Cluster::from_state(state, |uid, _| {
         let pod = by_uid.get(uid)?;
         let request = request(pod, gpu_policy).ok()?;
         Some((request, safety(pod, &siblings, pdbs, now)))
-    })
+    });
+    cluster.count_reservations(state, pending, now);
+    cluster
 }
 
 /// What `pod` asks for, as the scheduler's filter reads it with the default request
@@ -163,12 +169,12 @@ pub(crate) fn owned_by_workload(
 
 /// The pending pod `ns/name` of `pods` and what it asks for; an unknown pod or one already
 /// placed is the user's to fix (one asking no GPU, the core refuses).
-pub(crate) fn pending_pod(
+pub(crate) fn pending_pod<'a>(
     wanted: &str,
-    pods: &[Pod],
+    pods: &'a [Pod],
     state: &ClusterState,
     gpu_policy: GpuPolicy,
-) -> Result<PodRequest, InputError> {
+) -> Result<(&'a Pod, PodRequest), InputError> {
     let (namespace, name) = wanted.split_once('/').ok_or_else(|| {
         InputError(format!(
             "--pending-pod {wanted}: name the pod as NAMESPACE/NAME"
@@ -196,7 +202,7 @@ pub(crate) fn pending_pod(
             holding.node
         )));
     }
-    request(pod, gpu_policy)
+    Ok((pod, request(pod, gpu_policy)?))
 }
 
 /// The pods holding slices that the policy keeps in place, `namespace/name` and why, sorted.

@@ -6,6 +6,7 @@ mod measure;
 mod plan;
 mod planned;
 mod props;
+mod reserved;
 mod scenarios;
 mod score;
 mod state;
