@@ -355,11 +355,19 @@ pub fn decide_filter(
     }
     let outcome = crate::reservations::steered(&reserved.steer, &snapshots, &req)
         .unwrap_or_else(|| filter(snapshots, &req));
-    // Unknown nodes and those `filter` found no eviction could cure: kube-scheduler never
-    // offers them to preemption.
+    // Unknown nodes and those `filter` found no eviction could cure (others' defrag
+    // reservations kept): kube-scheduler never offers them to preemption.
+    let uncured = crate::reservations::uncured(
+        &reserved,
+        outcome
+            .failed
+            .keys()
+            .filter(|n| !outcome.unresolvable.contains(*n)),
+        &req,
+    );
     let mut unresolvable: BTreeMap<String, String> = failed.clone();
     for (name, why) in outcome.failed {
-        if outcome.unresolvable.contains(&name) {
+        if outcome.unresolvable.contains(&name) || uncured.contains(&name) {
             unresolvable.insert(name.clone(), why.clone());
         }
         failed.insert(name, why);

@@ -260,6 +260,8 @@ pub struct ForFilter {
     pub charged: HashMap<String, NodeSnapshot>,
     /// The cards reserved for this pod's owner, per node (in `names` order).
     pub steer: Vec<(String, Vec<String>)>,
+    /// Per node of `charged`, what the reservations of others hold there.
+    pub held: HashMap<String, Vec<DeviceCharge>>,
 }
 
 /// The reservations in force at `now` on `names`, for `pod`: charged on copies of the
@@ -311,12 +313,44 @@ pub fn for_filter<'a>(
             // A card the node no longer registers holds nothing here.
             copy.charge(&charges);
             out.charged.insert(name.clone(), copy);
+            out.held.insert(name.clone(), charges);
         }
         if !steer.is_empty() {
             out.steer.push((name.clone(), steer));
         }
     }
     out
+}
+
+/// The nodes among `failed` (refused by Filter, and found curable by an eviction) where no
+/// eviction can help because others' reservations stay: the pod does not fit even with
+/// every slice the scheduler placed gone and those reservations kept. Fit's own check
+/// (`cured_by_eviction`) starts from an idle node, which frees the reserved capacity too:
+/// kube-scheduler would offer such a node to preemption (`FailedNodes`) and the preempt
+/// verb evict pods for room the pod may not take. Only nodes carrying such reservations
+/// are fitted again.
+pub fn uncured<'a>(
+    reserved: &ForFilter,
+    failed: impl IntoIterator<Item = &'a String>,
+    req: &FitRequest<'_>,
+) -> Vec<String> {
+    if reserved.held.is_empty() {
+        return Vec::new();
+    }
+    failed
+        .into_iter()
+        .filter(|name| {
+            let (Some(held), Some(node)) = (reserved.held.get(*name), reserved.charged.get(*name))
+            else {
+                return false;
+            };
+            let mut empty = NodeSnapshot::idle(node.devices.clone());
+            empty.held_whole = node.held_whole.clone();
+            empty.charge(held);
+            crate::fit::fit_node(&empty, req).is_err()
+        })
+        .cloned()
+        .collect()
 }
 
 /// Filter restricted to the cards reserved for the pod's owner (`steer`), on those of

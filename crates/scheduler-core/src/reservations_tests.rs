@@ -135,6 +135,42 @@ fn an_expired_reservation_counts_no_more() {
 }
 
 #[test]
+fn a_node_only_others_reservations_keep_the_pod_off_is_unresolvable() {
+    // 40,000 MiB: 20,000 held for rs-web, 15,000 by x (the scheduler's), 5,000 free.
+    let r = reservation("rs-web", Some("h1"), "G1", 20_000, 50);
+    let mut state = ClusterState::new();
+    state.upsert_node(&node("n1", &["G1"], 40_000, annotated(&r, "e")));
+    assert!(place(&mut state, &pod("x", 15_000, 10, None, NOW), &["n1"], NOW).is_ok());
+    let filter = |state: &mut ClusterState, p: &Pod| {
+        decide_filter(state, p, &names(&["n1"]), &FilterConfig::default(), NOW).result
+    };
+    // 15,000 fits once x is evicted: kube-scheduler may preempt there.
+    let curable = filter(&mut state, &pod("c", 15_000, 20, None, NOW));
+    assert!(curable.failed_nodes.contains_key("n1"), "{curable:?}");
+    assert!(curable.failed_and_unresolvable_nodes.is_empty());
+    // 26,000 does not even with x gone (the reservation stays): no eviction helps.
+    let never = filter(&mut state, &pod("n", 26_000, 20, None, NOW));
+    assert!(
+        never.failed_and_unresolvable_nodes.contains_key("n1"),
+        "a node only a reservation keeps the pod off was offered to preemption: {never:?}"
+    );
+    assert!(never.failed_nodes.is_empty());
+    // Without the reservation (expired), 26,000 fits once x is evicted.
+    let later = decide_filter(
+        &mut state,
+        &pod("n", 26_000, 20, None, NOW),
+        &names(&["n1"]),
+        &FilterConfig::default(),
+        r.expires_at,
+    );
+    assert!(
+        later.result.failed_nodes.contains_key("n1"),
+        "{:?}",
+        later.result
+    );
+}
+
+#[test]
 fn the_owners_replacement_uses_it_up() {
     let r = reservation("rs-web", Some("h1"), "G1", 20_000, 50);
     let mut state = ClusterState::new();
