@@ -2,7 +2,8 @@
 //! refuses a pod over its namespace's quota (AMD and NVIDIA) naming the quota, the key and
 //! the numbers; Filter lets only one of two pods racing for the last of a quota through
 //! and records `QuotaExceeded` on the other; a restarted scheduler rebuilds the usage from
-//! the pods' allocation annotations and still refuses; a pod's charge is released when it
+//! the pods' allocation annotations and still refuses; a pod over its quota on one node's
+//! card is placed on a node whose card keeps it within; a pod's charge is released when it
 //! ends (kept while it is being deleted); a bad value is ignored with a `QuotaValueIgnored`
 //! Event naming the key; the usage and limits are exported as HAMi's quota metrics.
 
@@ -227,6 +228,42 @@ async fn two_pods_racing_for_the_last_quota_never_both_pass_filter() {
         note.contains("limits.amd.com/gpumem") && note.contains("50 over"),
         "{note}"
     );
+}
+
+/// What a memory percentage costs depends on the card: over the quota on node `n`'s card
+/// (1000 MiB, Filter's first choice: its name sorts first), within it on node `s`'s smaller
+/// one (400 MiB). The extender answers `s`, `n` unresolvable with its numbers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_over_its_quota_on_one_node_is_placed_on_a_node_within_it() {
+    let (_api, client, s) = scheduler_with_quota(json!({"limits.amd.com/gpumem": "300"})).await;
+    let small = r#"[{"id":"S","count":10,"devmem":400,"devcore":100,"type":"AMD Instinct MI210","health":true}]"#;
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "s", "annotations": {"hami.io/node-amd-register": small}},
+        "status": {"capacity": {"amd.com/gpu": "10"}, "allocatable": {"amd.com/gpu": "10"}}}))
+    .unwrap();
+    Api::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    common::wait("the scheduler sees node s", || async {
+        s.state().node("s").is_some()
+    })
+    .await;
+    let limits =
+        json!({"amd.com/gpu": "1", "amd.com/gpumem-percentage": "50", "amd.com/gpucores": "10"});
+    let pod = create_pod(&client, &gpu_pod("half", limits, false))
+        .await
+        .unwrap();
+    let args = serde_json::from_value(json!({"pod": pod, "nodenames": ["n", "s"]})).unwrap();
+    let result = s.filter(args).await;
+    assert_eq!(result.nodenames, Some(vec!["s".to_string()]), "{result:?}");
+    let why = &result.failed_and_unresolvable_nodes["n"];
+    assert!(
+        why.contains("limits.amd.com/gpumem to 300 MiB") && why.contains("asks for 500"),
+        "{why}"
+    );
+    assert_eq!(used(&s, AMD_MEM), 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
