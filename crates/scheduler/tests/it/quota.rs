@@ -3,7 +3,8 @@
 //! the numbers; Filter lets only one of two pods racing for the last of a quota through
 //! and records `QuotaExceeded` on the other; a restarted scheduler rebuilds the usage from
 //! the pods' allocation annotations and still refuses; a pod over its quota on one node's
-//! card is placed on a node whose card keeps it within; a pod's charge is released when it
+//! card is placed on a node whose card keeps it within; NVIDIA's race and restart count the
+//! real MiB of a memory percentage; a pod's charge is released when it
 //! ends (kept while it is being deleted); a bad value is ignored with a `QuotaValueIgnored`
 //! Event naming the key; the usage and limits are exported as HAMi's quota metrics.
 
@@ -297,6 +298,80 @@ async fn a_restarted_scheduler_rebuilds_usage_from_annotations_and_still_refuses
     assert_eq!(
         (refusal.used, refusal.asked, refusal.limit),
         (100, 100, 150)
+    );
+}
+
+/// NVIDIA in Filter: of two pods racing for the last of the quota exactly one passes, charged
+/// the real MiB of its memory percentage (half the A100's 40960); a restarted scheduler
+/// counts exactly that again from the pod's annotations and still refuses the loser.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nvidia_pods_race_for_the_last_quota_and_a_restart_counts_the_real_mib() {
+    const NV_MEM: QuotaKey = QuotaKey::new(Vendor::Nvidia, Dimension::MemoryMib);
+    let (_api, client) = common::api().await;
+    let a100 = DeviceInfo {
+        id: "GPU-A100".into(),
+        count: 10,
+        devmem: 40_960,
+        devcore: 100,
+        device_type: "NVIDIA A100".into(),
+        health: true,
+        ..Default::default()
+    };
+    common::create_node(
+        &client,
+        json!({"annotations": {
+            "hami.io/node-nvidia-register": encode_node_devices(&[a100]).unwrap()}}),
+        json!({"capacity": {"nvidia.com/gpu": "10"}, "allocatable": {"nvidia.com/gpu": "10"}}),
+    )
+    .await;
+    create_quota(
+        &client,
+        "gpus",
+        json!({"limits.nvidia.com/gpumem": "30000"}),
+    )
+    .await;
+    let start = || async {
+        let s = common::start_scheduler(&client);
+        common::wait("the scheduler syncs and sees the quota", || async {
+            s.ready() && s.state().quota.ledger().governs("default")
+        })
+        .await;
+        s
+    };
+    let s = start().await;
+    let limits = json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50",
+        "nvidia.com/gpucores": "10"});
+    let a = create_pod(&client, &gpu_pod("a", limits.clone(), false))
+        .await
+        .unwrap();
+    let b = create_pod(&client, &gpu_pod("b", limits, false))
+        .await
+        .unwrap();
+    let (ra, rb) = tokio::join!(
+        s.filter(common::filter_args(&a)),
+        s.filter(common::filter_args(&b))
+    );
+    let (loser, refused) = match (&ra.nodenames, &rb.nodenames) {
+        (Some(_), None) => (&b, &rb),
+        (None, Some(_)) => (&a, &ra),
+        _ => panic!("exactly one passes: {ra:?} {rb:?}"),
+    };
+    assert!(
+        refused.failed_and_unresolvable_nodes["n"].contains("asks for 20480"),
+        "{refused:?}"
+    );
+    assert_eq!(used(&s, NV_MEM), 20_480);
+    drop(s);
+    let s = start().await;
+    common::wait("the new scheduler counts the winner again", || async {
+        used(&s, NV_MEM) == 20_480
+    })
+    .await;
+    let again = s.filter(common::filter_args(loser)).await;
+    assert!(again.nodenames.is_none(), "{again:?}");
+    assert!(
+        again.failed_and_unresolvable_nodes["n"].contains("20480 used"),
+        "{again:?}"
     );
 }
 
