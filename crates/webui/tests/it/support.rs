@@ -2,7 +2,7 @@
 //! node's AMD register annotation.
 
 /// `GET path` on `addr`, the answer as text (status line, headers and body).
-pub async fn get(addr: std::net::SocketAddr, path: String) -> String {
+pub(crate) async fn get(addr: std::net::SocketAddr, path: String) -> String {
     tokio::task::spawn_blocking(move || {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(addr).unwrap();
@@ -20,7 +20,7 @@ pub async fn get(addr: std::net::SocketAddr, path: String) -> String {
 }
 
 /// `hami.io/node-amd-register` with one MI210 (64 GiB, 104 CUs, 10 shares) per id.
-pub fn register(ids: &[&str]) -> String {
+pub(crate) fn register(ids: &[&str]) -> String {
     let entries: Vec<String> = ids
         .iter()
         .enumerate()
