@@ -8,6 +8,8 @@
 //!   victim that holds no slice on its node is read by listing that node's pods (one
 //!   request per such node, a few at a time, bounded), so plain pods cost the scheduler
 //!   nothing until kube-scheduler names one. A pod still unknown is dropped, not an error.
+//! - Each node's GPUs are charged, as in Filter, with the slices of pods nominated there
+//!   and with the defrag reservations in force of owners other than the preemptor's.
 //! - PodDisruptionBudgets come from a reflector started with the scheduler; a call waits
 //!   (bounded) for its first list and otherwise fails naming why: counting violations
 //!   against budgets not read would lie to kube-scheduler.
@@ -27,6 +29,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::Response;
 use futures::StreamExt;
+use hami_plugin_core::node_lock_client::unix_now;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
@@ -311,10 +314,21 @@ impl Scheduler {
             // them will take would free nothing for this pod.
             let names: Vec<String> = proposed.keys().cloned().collect();
             let mut nominated = charged_snapshots(&state, &pod, &names, filter);
+            // As in Filter, others' defrag reservations in force hold their cards (issue
+            // 32, D-34): evicting for room one holds frees nothing for this pod. The
+            // reserving owner's pod sees its reservation free.
+            let mut reserved = hami_scheduler_core::reservations::for_filter(
+                &state,
+                &pod,
+                &names,
+                |name| nominated.get(name).or_else(|| state.node(name)),
+                unix_now(),
+            )
+            .charged;
             proposed
                 .keys()
                 .filter_map(|name| {
-                    let snapshot = match nominated.remove(name) {
+                    let snapshot = match reserved.remove(name).or_else(|| nominated.remove(name)) {
                         Some(charged) => charged,
                         None => state.node(name)?.clone(),
                     };

@@ -21,6 +21,7 @@ mod pod_memory;
 mod preempt;
 mod preempt_e2e;
 mod quota;
+mod reservations;
 mod tls_reload;
 mod watch_supervision;
 mod webhook_d4;
