@@ -6,8 +6,9 @@
 //!
 //! What a pod costs depends on the GPUs it gets (a memory percentage, an omitted memory, an
 //! AMD share), so a pod over its quota on the node Filter preferred may fit it on a node
-//! with smaller GPUs: Filter is asked again without the nodes that cannot hold it within
-//! the quota, until a decision fits or no node is left.
+//! with smaller GPUs, or on a smaller GPU of the same node: Filter is asked again without
+//! the nodes that cannot hold it within the quota and without the cards that alone cost
+//! more than the quota has left, until a decision fits or no node is left.
 
 use std::collections::BTreeMap;
 
@@ -24,9 +25,10 @@ use crate::quota::{GpuShape, QUOTA_EXCEEDED_REASON, QuotaRefusal, admission_ask}
 use crate::state::ClusterState;
 
 /// How many of Filter's choices the quota may refuse before the nodes not yet tried are
-/// refused untried. A node's lower bound (its cheapest GPUs) already rules out every node
-/// that cannot hold the pod within the quota; only a node with GPUs of several sizes, whose
-/// preferred GPU costs more than its cheapest, can be tried and refused.
+/// refused untried. A node's lower bound (its cheapest cards) rules out every node that
+/// cannot hold the pod within the quota, and cards that alone cost too much are left out
+/// of the choice; a choice is still refused only where several cards or containers
+/// together cost too much.
 pub const QUOTA_ATTEMPTS: usize = 8;
 
 /// Filter's decision for `pod` among `names` ([`decide_filter`]) that fits the pod's
@@ -75,15 +77,43 @@ pub fn filter_within_quota(
             None => left.push(name.clone()),
         }
     }
+    // Filter's choice of cards on a node ignores the quota: cards that alone cost more than
+    // the quota has left are taken out of the choice, and the first node, refused on one
+    // of them, is tried again on the others.
+    let costly = costly_cards(state, &namespace, &asks, left.iter().chain([&node]));
+    let retry_pod = if costly.is_empty() {
+        None
+    } else {
+        let cheaper = lower_bound_refusal(state, &namespace, &asks, &node).is_none();
+        let on_node = cheaper
+            && state.node(&node).is_some_and(|n| {
+                n.devices.gpus.iter().any(|g| {
+                    costly
+                        .get(&g.vendor)
+                        .is_some_and(|ids| ids.contains(&g.info.id))
+                })
+            });
+        if on_node {
+            over.remove(&node);
+            left.insert(0, node.clone());
+        }
+        Some(kept_off(pod, &costly))
+    };
+    let asked = retry_pod.as_ref().unwrap_or(pod);
     for _ in 1..QUOTA_ATTEMPTS {
         if left.is_empty() {
             break;
         }
-        let decision = decide_filter(state, pod, &left, config, now);
+        let decision = decide_filter(state, asked, &left, config, now);
         if decision.patch.is_none() {
-            // Nothing fits the nodes left (cannot happen under the lock): refuse them.
-            over.extend(decision.result.failed_nodes);
-            over.extend(decision.result.failed_and_unresolvable_nodes);
+            // Only cards over the quota could take the pod on the nodes left.
+            let failed = decision.result.failed_nodes.into_iter();
+            for (name, why) in failed.chain(decision.result.failed_and_unresolvable_nodes) {
+                over.insert(
+                    name,
+                    format!("no card here keeps the pod within the quota ({message}): {why}"),
+                );
+            }
             left.clear();
             break;
         }
@@ -124,6 +154,83 @@ fn lower_bound_refusal(
         .quota
         .check(namespace, &admission_ask(asks, &shapes))
         .err()
+}
+
+/// Per vendor, the cards of `nodes` that alone cost more than `namespace`'s quotas have left
+/// for every container of `asks` asking that vendor (one card of it, on that card's shape):
+/// no decision within the quota uses one.
+fn costly_cards<'a>(
+    state: &ClusterState,
+    namespace: &str,
+    asks: &[ContainerRequest],
+    nodes: impl Iterator<Item = &'a String>,
+) -> BTreeMap<Vendor, Vec<String>> {
+    let mut costly: BTreeMap<Vendor, Vec<String>> = BTreeMap::new();
+    for snapshot in nodes.filter_map(|n| state.node(n)) {
+        for gpu in &snapshot.devices.gpus {
+            let shape = [GpuShape::of(gpu)];
+            let mut wanted = asks
+                .iter()
+                .filter_map(|c| one_card(c, gpu.vendor))
+                .peekable();
+            if wanted.peek().is_none() {
+                continue;
+            }
+            let over = wanted.all(|one| {
+                let cost = admission_ask(std::slice::from_ref(&one), &shape);
+                state.quota.check(namespace, &cost).is_err()
+            });
+            if over {
+                costly
+                    .entry(gpu.vendor)
+                    .or_default()
+                    .push(gpu.info.id.clone());
+            }
+        }
+    }
+    costly
+}
+
+/// `container`'s request for one card of `vendor`, nothing else.
+fn one_card(container: &ContainerRequest, vendor: Vendor) -> Option<ContainerRequest> {
+    let mut request = container.get(vendor)?.clone();
+    request.count = 1;
+    let (amd, nvidia) = match vendor {
+        Vendor::Amd => (Some(request), None),
+        Vendor::Nvidia => (None, Some(request)),
+    };
+    Some(ContainerRequest {
+        name: container.name.clone(),
+        kind: container.kind,
+        amd,
+        nvidia,
+    })
+}
+
+/// `pod` as Filter is asked again: the `costly` cards added to its `nouse-gpuuuid` lists
+/// (this copy only; nothing is written to the pod).
+fn kept_off(pod: &Pod, costly: &BTreeMap<Vendor, Vec<String>>) -> Pod {
+    let mut copy = pod.clone();
+    let annotations = copy
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    for (vendor, ids) in costly {
+        let key = vendor.names().nouse_gpuuuid;
+        let mut list: Vec<String> = annotations
+            .get(key)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        list.extend(ids.iter().cloned());
+        annotations.insert(key.to_owned(), list.join(","));
+    }
+    copy
 }
 
 /// What the quota says of one decision.
@@ -181,6 +288,10 @@ fn merged(
     over: BTreeMap<String, String>,
 ) -> FilterDecision {
     let result = &mut decision.result;
+    // Every node asked again fitted the pod before its costly cards were left out: where it
+    // no longer fits, the quota keeps it off, which no eviction cures.
+    let kept_off = std::mem::take(&mut result.failed_nodes);
+    result.failed_and_unresolvable_nodes.extend(kept_off);
     result.failed_nodes.extend(first.result.failed_nodes);
     result
         .failed_and_unresolvable_nodes
