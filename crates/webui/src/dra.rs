@@ -401,7 +401,10 @@ mod tests {
         assert_eq!(count(&node, "class=\"cu\""), 208);
         assert_eq!(count(&node, "data-owner=\"ml/train\""), 26);
         assert!(
-            node.contains("fill=\"#1f5fa8\" data-cu=\"26\" data-owner=\"ml/train\""),
+            node.contains(&format!(
+                "fill=\"{}\" data-cu=\"26\" data-owner=\"ml/train\"",
+                crate::svg::owner_colours(&["ml/train"])[0]
+            )),
             "{node}"
         );
         assert!(

@@ -165,6 +165,32 @@ pub fn meter(label: &str, granted: f64, used: Option<f64>, total: f64, unit: &st
     out
 }
 
+/// The colours of a card's CU owners, in their order: each pod's own colour, from a hash of
+/// its name (so a pod keeps its colour on every card and after every refresh, not its
+/// place among a card's owners); where two owners of one card hash alike, the later one
+/// takes the next colour not taken on that card. The legend names each owner with its
+/// CUs, so no colour has to be told apart to read the map.
+pub fn owner_colours(pods: &[&str]) -> Vec<&'static str> {
+    let mut taken = [false; PALETTE.len()];
+    pods.iter()
+        .map(|pod| {
+            // FNV-1a: stable across runs and builds (std's hasher is seeded).
+            let hash = pod.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+            let mut i = (hash % PALETTE.len() as u64) as usize;
+            for _ in 0..PALETTE.len() {
+                if !taken[i] {
+                    break;
+                }
+                i = (i + 1) % PALETTE.len();
+            }
+            taken[i] = true;
+            PALETTE[i]
+        })
+        .collect()
+}
+
 /// One owner of CUs on a card.
 pub struct CuOwner<'a> {
     /// `namespace/name` of the pod.
@@ -189,6 +215,7 @@ pub fn cu_map(total: u32, owners: &[CuOwner<'_>], cu_per_wgp: Option<u32>, label
     };
     let w = x_of(per_row - 1) + cell + 1.0;
     let h = rows as f64 * (cell + 3.0);
+    let colours = owner_colours(&owners.iter().map(|o| o.pod).collect::<Vec<_>>());
     let mut out = String::with_capacity(total as usize * 90 + 512);
     let _ = write!(
         out,
@@ -198,7 +225,7 @@ pub fn cu_map(total: u32, owners: &[CuOwner<'_>], cu_per_wgp: Option<u32>, label
     for cu in 0..total {
         let owner = owners.iter().position(|o| o.cus.contains(cu));
         let (fill, who) = match owner {
-            Some(i) => (PALETTE[i % PALETTE.len()], owners[i].pod),
+            Some(i) => (colours[i], owners[i].pod),
             None => (FREE, ""),
         };
         let y = (cu / per_row) as f64 * (cell + 3.0);
@@ -235,7 +262,7 @@ pub fn cu_map(total: u32, owners: &[CuOwner<'_>], cu_per_wgp: Option<u32>, label
         let _ = write!(
             out,
             "<li>{}{} ({} CUs: {})</li>",
-            swatch(PALETTE[i % PALETTE.len()]),
+            swatch(colours[i]),
             esc(o.pod),
             o.cus.len(),
             esc(&o.cus.to_string())
@@ -333,5 +360,39 @@ mod tests {
         let html = line_chart("Memory", " MiB", &[("used", &s, "#000")], 1000, 0.0);
         assert_eq!(count(&html, "<polyline"), 2, "{html}");
         assert!(html.contains("data-points=\"3\"/>") && html.contains("data-points=\"2\"/>"));
+    }
+
+    #[test]
+    fn a_pod_keeps_its_colour_on_every_card_and_owners_of_one_card_differ() {
+        let alone = owner_colours(&["ml/train"]);
+        let shared = owner_colours(&["default/infer", "ml/train", "team/near"]);
+        assert_eq!(alone[0], shared[1], "the same colour beside other pods");
+        let mut distinct = shared.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 3);
+        // More owners than colours: every colour once before any repeats.
+        let many: Vec<String> = (0..PALETTE.len()).map(|i| format!("ns/p-{i}")).collect();
+        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        let mut all = owner_colours(&refs);
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), PALETTE.len());
+        // The map draws each owner's cells and its legend swatch in that colour.
+        let set = CuSet::parse("0-3", 8).unwrap();
+        let map = cu_map(
+            8,
+            &[CuOwner {
+                pod: "ml/train",
+                cus: &set,
+            }],
+            None,
+            "map",
+        );
+        assert!(map.contains(&format!(
+            "fill=\"{}\" data-cu=\"0\" data-owner=\"ml/train\"",
+            alone[0]
+        )));
+        assert!(map.contains(&swatch(alone[0])));
     }
 }
