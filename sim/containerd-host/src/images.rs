@@ -25,13 +25,25 @@ impl BusyboxImage {
     /// Builds the image and writes it to `archive` (an OCI archive whose index names it),
     /// using `work` (created, then removed) as buildah's store. Errors name the step.
     pub fn build(&self, work: &Path, archive: &Path) -> Result<(), String> {
+        self.build_with(work, archive, &Extras::default())
+    }
+
+    /// [`BusyboxImage::build`] with `extras`: more files (copied from the host, mode 0755,
+    /// world-readable whatever user a pod runs as) and environment.
+    pub fn build_with(&self, work: &Path, archive: &Path, extras: &Extras) -> Result<(), String> {
         let stage = work.join("stage");
-        let result = self.build_in(work, &stage, archive);
+        let result = self.build_in(work, &stage, archive, extras);
         let _ = std::fs::remove_dir_all(work);
         result
     }
 
-    fn build_in(&self, work: &Path, stage: &Path, archive: &Path) -> Result<(), String> {
+    fn build_in(
+        &self,
+        work: &Path,
+        stage: &Path,
+        archive: &Path,
+        extras: &Extras,
+    ) -> Result<(), String> {
         std::fs::create_dir_all(stage.join("bin"))
             .and_then(|()| std::fs::create_dir_all(stage.join("etc")))
             .and_then(|()| std::fs::create_dir_all(stage.join("tmp")))
@@ -54,6 +66,25 @@ impl BusyboxImage {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(stage.join("tmp"), std::fs::Permissions::from_mode(0o1777))
             .map_err(|e| format!("cannot chmod tmp: {e}"))?;
+        for (from, to) in &extras.files {
+            let rel = to.strip_prefix("/").unwrap_or(to);
+            let dest = stage.join(rel);
+            if let Some(dir) = dest.parent() {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            }
+            std::fs::copy(from, &dest)
+                .and_then(|_| {
+                    std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o755))
+                })
+                .map_err(|e| {
+                    format!(
+                        "cannot copy {} into the image as {}: {e}",
+                        from.display(),
+                        to.display()
+                    )
+                })?;
+        }
         let buildah = |args: &[&str]| -> Result<String, String> {
             let root = work.join("storage");
             let runroot = work.join("run");
@@ -79,16 +110,14 @@ impl BusyboxImage {
         let stage_s = stage.display().to_string();
         buildah(&["copy", &container, &stage_s, "/"])?;
         let cmd = serde_free_json_array(&self.cmd);
-        buildah(&[
-            "config",
-            "--cmd",
-            &cmd,
-            "--env",
-            "PATH=/bin",
-            "--workingdir",
-            "/",
-            &container,
-        ])?;
+        let path = extras.path.as_deref().unwrap_or("/bin");
+        let path = format!("PATH={path}");
+        let mut config = vec!["config", "--cmd", &cmd, "--env", &path];
+        for env in &extras.env {
+            config.extend(["--env", env]);
+        }
+        config.extend(["--workingdir", "/", &container]);
+        buildah(&config)?;
         buildah(&["commit", "-q", &container, &self.name])?;
         let target = format!("oci-archive:{}:{}", archive.display(), self.name);
         let _ = std::fs::remove_file(archive);
@@ -96,6 +125,63 @@ impl BusyboxImage {
         let _ = buildah(&["rm", &container]);
         Ok(())
     }
+}
+
+/// What [`BusyboxImage::build_with`] adds to the image.
+#[derive(Debug, Clone, Default)]
+pub struct Extras {
+    /// (host file, absolute path in the image).
+    pub files: Vec<(PathBuf, PathBuf)>,
+    /// The image's `PATH` (default `/bin`).
+    pub path: Option<String>,
+    /// More `NAME=value` entries of the image's environment.
+    pub env: Vec<String>,
+}
+
+/// The host's shared libraries `binaries` need (`ldd`), with the dynamic loader: what an
+/// image without a C library of its own needs to run them. Each at the path `ldd` resolved
+/// it to, which the loader searches in the image too.
+pub fn host_libraries(binaries: &[&Path]) -> Result<Vec<PathBuf>, String> {
+    let mut found = std::collections::BTreeSet::new();
+    for binary in binaries {
+        let out = Command::new("ldd")
+            .arg(binary)
+            .output()
+            .map_err(|e| format!("cannot run ldd (libc-bin): {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "ldd {}: {}",
+                binary.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)` or `/lib64/ld-linux… (0x…)`.
+            let path = line
+                .split_whitespace()
+                .find(|w| w.starts_with('/'))
+                .map(PathBuf::from);
+            if let Some(path) = path {
+                // Also where the link points (`/lib64/ld-linux-x86-64.so.2` →
+                // `/usr/lib/x86_64-linux-gnu/…`): libc names the loader by its soname, and an
+                // `LD_AUDIT` library's namespace finds it in the search path only there.
+                if let Ok(real) = std::fs::canonicalize(&path)
+                    && real != path
+                {
+                    found.insert(real.clone());
+                    if let Some(name) = path.file_name()
+                        && let Some(dir) = real.parent()
+                    {
+                        found.insert(dir.join(name));
+                    }
+                }
+                found.insert(path);
+            } else if line.contains("not found") {
+                return Err(format!("{}: {}", binary.display(), line.trim()));
+            }
+        }
+    }
+    Ok(found.into_iter().collect())
 }
 
 /// `["a","b"]` for buildah's `--cmd` (strings JSON-escaped).

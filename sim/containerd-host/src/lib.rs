@@ -302,6 +302,32 @@ impl Containerd {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// Gives the imported image `source` the further name `target` in the `k8s.io` namespace
+    /// (`ctr images tag --force`), as a registry alias would: pods naming `target` run it.
+    pub fn tag(&self, source: &str, target: &str) -> Result<(), String> {
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(self.socket())
+            .args([
+                "--namespace",
+                "k8s.io",
+                "images",
+                "tag",
+                "--force",
+                source,
+                target,
+            ])
+            .output()
+            .map_err(|e| format!("cannot run ctr ({INSTALL}): {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cannot tag {source} as {target}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(())
+    }
+
     /// Restarts the daemon alone, as a node's containerd upgrade or crash does: SIGTERM
     /// (SIGKILL after 10 s), then the same command on the same directory, bounded by
     /// `timeout`; the containers and their shims keep running meanwhile.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use hami_apiserver::{ApiServer, Config, RunningApiServer};
 use hami_kube_scheduler_sim::SimKubeScheduler;
+use hami_kubelet_sim::cri_args::RuntimeKind;
 use hami_scheduler::config::Settings;
 use hami_scheduler::extender_client::{ExtenderClient, Trust};
 use hami_scheduler::leader::Leadership;
@@ -54,6 +55,8 @@ pub struct Cluster {
     pub dra: bool,
     pub(crate) workdir: PathBuf,
     pub(crate) background: Vec<JoinHandle<()>>,
+    /// `--runtime containerd`: the private containerd the kubelets run the pods on.
+    pub(crate) real: Option<crate::real_runtime::RealRuntime>,
 }
 
 /// What happened to one example file.
@@ -108,6 +111,18 @@ impl Cluster {
     pub async fn start_with(
         args: &DemoArgs,
         workload: Option<PathBuf>,
+        progress: &mut Progress<'_>,
+    ) -> anyhow::Result<Cluster> {
+        Self::start_on(args, workload, RuntimeKind::Unshare, progress).await
+    }
+
+    /// [`Cluster::start_with`] on `runtime`: with `containerd` a private containerd is
+    /// started and the pods run in real containers (`real_runtime.rs`; the caller checked
+    /// the host with [`crate::real_runtime::check`]), which needs `workload`.
+    pub async fn start_on(
+        args: &DemoArgs,
+        workload: Option<PathBuf>,
+        runtime: RuntimeKind,
         progress: &mut Progress<'_>,
     ) -> anyhow::Result<Cluster> {
         let workdir = std::env::temp_dir().join(format!("hami-demo-{}", std::process::id()));
@@ -195,7 +210,25 @@ impl Cluster {
         });
 
         let has_workload = workload.is_some();
-        let images = if let Some(workload) = workload.filter(|_| namespaces_work()) {
+        let mut real = None;
+        let images = if runtime == RuntimeKind::Containerd {
+            let workload = workload.ok_or_else(|| {
+                anyhow::anyhow!("--runtime containerd: no hami-workload program beside hami-demo (cargo build -p hami-demo builds both)")
+            })?;
+            let mut images = Images::prepare(&workdir, &workload)
+                .map_err(|e| anyhow::anyhow!("--runtime containerd: {e}"))?;
+            progress.step("building the demo's images (buildah) and starting a private containerd");
+            let started = crate::real_runtime::RealRuntime::start(&workdir, &images, &workload)
+                .map_err(|e| anyhow::anyhow!("--runtime containerd: {e}"))?;
+            progress.step(format!(
+                "containerd at {}: app containers run hami-workload in real containers (runc) from {}, the hooks mounted from the nodes' host paths",
+                started.socket().display(),
+                crate::real_runtime::WORKLOAD_IMAGE
+            ));
+            images.cri = started.cri_args();
+            real = Some(started);
+            Some(images)
+        } else if let Some(workload) = workload.filter(|_| namespaces_work()) {
             match Images::prepare(&workdir, &workload) {
                 Ok(images) => {
                     progress.step("app containers run hami-workload in their own PID and mount namespaces, on the stand-in HIP/CUDA runtimes under the real hooks");
@@ -296,6 +329,7 @@ impl Cluster {
             dra: args.dra,
             workdir,
             background,
+            real,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -398,6 +432,7 @@ impl Cluster {
             let twin =
                 (self.dra && built_in && crate::dra_examples::TWINS.contains(&file.as_str()))
                     .then(|| crate::dra_examples::twin(&docs.pod));
+            self.provide_images(&docs.pod)?;
             submitted.push(submit_pod(&pods, file.clone(), &docs.pod, progress).await?);
             if let Some(twin) = twin {
                 let file = format!("{file} (DRA mode)");
@@ -405,6 +440,23 @@ impl Cluster {
             }
         }
         Ok(submitted)
+    }
+
+    /// On containerd: every image `pod` names is the demo's workload image under that name.
+    fn provide_images(&self, pod: &Pod) -> anyhow::Result<()> {
+        let Some(real) = &self.real else {
+            return Ok(());
+        };
+        let Some(spec) = &pod.spec else {
+            return Ok(());
+        };
+        let init = spec.init_containers.iter().flatten();
+        for c in spec.containers.iter().chain(init) {
+            if let Some(image) = &c.image {
+                real.provide(image).map_err(anyhow::Error::msg)?;
+            }
+        }
+        Ok(())
     }
 
     /// Waits until each created pod runs or the scheduler has said why it cannot.
@@ -556,6 +608,9 @@ impl Cluster {
                 Some(NodeDriver::Cuda(d)) => d.stop(),
                 None => {}
             }
+        }
+        if let Some(real) = &self.real {
+            real.stop();
         }
         for task in self.background {
             task.abort();

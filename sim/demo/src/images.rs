@@ -66,6 +66,9 @@ pub struct Images {
     pub amd_hook: PathBuf,
     /// The built NVIDIA hook (`libvgpu.so`).
     pub nvidia_hook: PathBuf,
+    /// The kubelets' runtime: kubelet-sim's own (default) or containerd
+    /// (`real_runtime.rs`, which sets it).
+    pub cri: hami_kubelet_sim::cri_args::CriArgs,
 }
 
 impl Images {
@@ -87,6 +90,7 @@ impl Images {
             nvidia_lib: workdir.join("image/cuda-lib"),
             amd_hook: need("libamvgpu.so")?,
             nvidia_hook: need("libvgpu.so")?,
+            cri: Default::default(),
         };
         let link = |target: &Path, link: PathBuf| -> Result<(), String> {
             if let Some(dir) = link.parent() {

@@ -29,6 +29,7 @@ pub mod dra_node;
 mod examples;
 mod images;
 mod node_start;
+pub mod real_runtime;
 mod report;
 mod report_dra;
 /// The monitors' readings (in the web UI crate, which `hami status --monitor` also uses).
@@ -112,9 +113,20 @@ impl<'a> Progress<'a> {
 
 /// Runs the demo, writing progress and tables to `out`.
 pub async fn run(args: DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    run_on(args, hami_kubelet_sim::cri_args::RuntimeKind::Unshare, out).await
+}
+
+/// [`run`] with the pods' containers on `runtime` (`hami demo --runtime`; containerd:
+/// `real_runtime.rs`, after [`real_runtime::check`]).
+pub async fn run_on(
+    args: DemoArgs,
+    runtime: hami_kubelet_sim::cri_args::RuntimeKind,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut progress = Progress::new(out);
-    let cluster = Cluster::start(&args, &mut progress).await?;
+    let cluster =
+        Cluster::start_on(&args, images::workload_program(), runtime, &mut progress).await?;
     // The web UI watches from the start, so its last-hour trend covers the whole demo.
     let ui = start_ui(&cluster, &args).await?;
     progress.step(format!("web UI serving at {}", ui.url()));

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::Parser;
 use hami_apiserver::RunningApiServer;
 use hami_kubelet_sim::KubeletSim;
+use hami_kubelet_sim::cri_args::{CriArgs, RuntimeKind};
 use hami_sysfs_fixtures::FixtureTree;
 use kube::Client;
 use serde_json::json;
@@ -53,6 +54,24 @@ pub(crate) enum NodeDriver {
 pub(crate) struct NodeContainers {
     pub(crate) image_env: Vec<String>,
     pub(crate) dev_root: PathBuf,
+    /// Which runtime: kubelet-sim's own, or containerd (`--runtime containerd`).
+    pub(crate) cri: CriArgs,
+}
+
+/// Whether `images` run the pods on containerd (`--runtime containerd`).
+fn on_containerd(images: Option<&Images>) -> bool {
+    images.is_some_and(|i| i.cri.kind == RuntimeKind::Containerd)
+}
+
+/// The node's `/dev` as the kubelet hands it to the runtime: the fixture's, or on
+/// containerd stand-in character devices made from it under the node's directory.
+fn kubelet_dev_root(images: &Images, fixture: &Path, node_dir: &Path) -> anyhow::Result<PathBuf> {
+    if images.cri.kind == RuntimeKind::Containerd {
+        crate::real_runtime::stand_in_dev(fixture, &node_dir.join("dev"))
+            .map_err(anyhow::Error::msg)
+    } else {
+        Ok(fixture.to_path_buf())
+    }
 }
 
 /// The vendor-independent parts of a simulated node, before its plugin starts.
@@ -140,7 +159,7 @@ impl Cluster {
                 dev_root: c.dev_root,
                 image_env: c.image_env,
                 state_dir: Some(workdir.join(name).join("containers")),
-                cri: Default::default(),
+                cri: c.cri,
             })
             .unwrap_or_default();
         let kubelet_args = hami_kubelet_sim::Args {
@@ -208,22 +227,26 @@ impl Cluster {
         // The monitor reads the driver model's proc-shaped tree (amdgpu_driver.rs).
         let proc_root = node_dir.join("proc");
         let socket = node_dir.join("amdgpu.sock");
-        let containers = images.map(|images| {
-            let first = crate::amdgpu_driver::first_device(&tree.sysfs_root());
-            let mut image_env = vec![
-                images.path(),
-                format!("LD_LIBRARY_PATH={}", images.amd_lib.display()),
-                format!("FAKE_AMDGPU_DRIVER_SOCKET={}", socket.display()),
-            ];
-            if let Some((mem, cus)) = first {
-                image_env.push(format!("FAKE_HIP_DEVICE_MEMORY={mem}"));
-                image_env.push(format!("FAKE_HIP_CU_COUNT={cus}"));
+        let containers = match images {
+            Some(images) => {
+                let first = crate::amdgpu_driver::first_device(&tree.sysfs_root());
+                let mut image_env = vec![
+                    images.path(),
+                    format!("LD_LIBRARY_PATH={}", images.amd_lib.display()),
+                    format!("FAKE_AMDGPU_DRIVER_SOCKET={}", socket.display()),
+                ];
+                if let Some((mem, cus)) = first {
+                    image_env.push(format!("FAKE_HIP_DEVICE_MEMORY={mem}"));
+                    image_env.push(format!("FAKE_HIP_CU_COUNT={cus}"));
+                }
+                Some(NodeContainers {
+                    image_env,
+                    dev_root: kubelet_dev_root(images, &tree.dev_root(), &node_dir)?,
+                    cri: images.cri.clone(),
+                })
             }
-            NodeContainers {
-                image_env,
-                dev_root: tree.dev_root(),
-            }
-        });
+            None => None,
+        };
         let base = Self::node_plumbing(
             api,
             client,
@@ -239,6 +262,11 @@ impl Cluster {
         )
         .await?;
         let driver = match images {
+            // A container cannot reach the driver's socket: no kernel side on containerd.
+            Some(images) if on_containerd(Some(images)) => {
+                install_hook(&images.amd_hook, &base.hook_path, "libamvgpu.so")?;
+                None
+            }
             Some(images) => {
                 install_hook(&images.amd_hook, &base.hook_path, "libamvgpu.so")?;
                 Some(NodeDriver::Amd(crate::amdgpu_driver::AmdgpuDriver::start(
@@ -339,20 +367,24 @@ impl Cluster {
         let tree = FixtureTree::empty()?;
         let node_dir = workdir.join(name);
         let socket = node_dir.join("nvidia.sock");
-        let containers = images.map(|images| NodeContainers {
-            image_env: vec![
-                images.path(),
-                format!("LD_LIBRARY_PATH={}", images.nvidia_lib.display()),
-                "FAKE_CUDA_DEVICE_COUNT=1".into(),
-                "FAKE_CUDA_DEVICE_MEMORY=16g".into(),
-                format!(
-                    "FAKE_CUDA_SHARED_STATE={}",
-                    node_dir.join("cuda-devices.state").display()
-                ),
-                format!("FAKE_CUDA_DRIVER_SOCKET={}", socket.display()),
-            ],
-            dev_root: tree.dev_root(),
-        });
+        let containers = match images {
+            Some(images) => Some(NodeContainers {
+                dev_root: kubelet_dev_root(images, &tree.dev_root(), &node_dir)?,
+                cri: images.cri.clone(),
+                image_env: vec![
+                    images.path(),
+                    format!("LD_LIBRARY_PATH={}", images.nvidia_lib.display()),
+                    "FAKE_CUDA_DEVICE_COUNT=1".into(),
+                    "FAKE_CUDA_DEVICE_MEMORY=16g".into(),
+                    format!(
+                        "FAKE_CUDA_SHARED_STATE={}",
+                        node_dir.join("cuda-devices.state").display()
+                    ),
+                    format!("FAKE_CUDA_DRIVER_SOCKET={}", socket.display()),
+                ],
+            }),
+            None => None,
+        };
         // The host's /proc: the monitor resolves the pods' host pids from it.
         let base = Self::node_plumbing(
             api,
@@ -371,6 +403,10 @@ impl Cluster {
         )
         .await?;
         let driver = match images {
+            Some(images) if on_containerd(Some(images)) => {
+                install_hook(&images.nvidia_hook, &base.hook_path, "libvgpu.so")?;
+                None
+            }
             Some(images) => {
                 install_hook(&images.nvidia_hook, &base.hook_path, "libvgpu.so")?;
                 Some(NodeDriver::Cuda(crate::cuda_driver::CudaDriver::start(

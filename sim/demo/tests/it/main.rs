@@ -10,6 +10,7 @@ mod common;
 mod apiserver_sigterm;
 mod dashboard_panels;
 mod demo_cli;
+mod demo_containerd;
 mod dra;
 mod forged_allocations;
 mod kubelet_sim_cgroups;
