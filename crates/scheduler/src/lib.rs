@@ -20,6 +20,7 @@ pub mod cert_pin;
 pub mod config;
 pub mod defrag_metrics;
 pub mod dra_templates;
+pub mod dra_wait;
 pub mod extender_client;
 pub mod forward;
 pub mod http;

@@ -131,9 +131,21 @@ impl Scheduler {
         lock(&state).quota.set_sink(Box::new(move |w| {
             let _ = warned.send(w);
         }));
+        // DRA pods that wait where they would have preempted (none upstream: KEP-5690).
+        let (dra_waits, dra_waiting) = tokio::sync::mpsc::unbounded_channel();
+        lock(&state).quota.set_pod_watch(Box::new(move |pod| {
+            if let Some(w) = crate::dra_wait::waiting(pod) {
+                let _ = dra_waits.send(w);
+            }
+        }));
         let tasks = vec![
             tokio::spawn(quota_warning_events(
                 warnings,
+                recorder.clone(),
+                leader.clone(),
+            )),
+            tokio::spawn(crate::dra_wait::events(
+                dra_waiting,
                 recorder.clone(),
                 leader.clone(),
             )),

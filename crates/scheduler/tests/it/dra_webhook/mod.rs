@@ -12,6 +12,7 @@
 
 mod charge_guard;
 mod claims;
+mod preemption;
 mod quota;
 mod templates;
 
