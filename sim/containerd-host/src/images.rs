@@ -248,6 +248,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn host_libraries_include_the_loader_where_its_soname_is_searched() {
+        let libs = host_libraries(&[Path::new("/bin/sh")]).unwrap();
+        let names: Vec<String> = libs.iter().map(|p| p.display().to_string()).collect();
+        assert!(names.iter().any(|n| n.ends_with("/libc.so.6")), "{names:?}");
+        // `/lib64/ld-linux-x86-64.so.2` is a link; its target's directory is in the
+        // library search path, where libc's NEEDED entry for the loader is looked up.
+        let loader = Path::new("/lib64/ld-linux-x86-64.so.2");
+        if loader.is_symlink() {
+            let real = std::fs::canonicalize(loader).unwrap();
+            assert!(libs.contains(&real), "{names:?}");
+            assert!(libs.contains(&loader.to_path_buf()), "{names:?}");
+        }
+        let err = host_libraries(&[Path::new("/nonexistent/program")]).unwrap_err();
+        assert!(err.contains("/nonexistent/program"), "{err}");
+    }
+
+    #[test]
     fn cmd_is_a_json_array() {
         assert_eq!(
             serde_free_json_array(&["/bin/sh".into(), "-c".into(), "echo \"a\\b\"".into()]),
