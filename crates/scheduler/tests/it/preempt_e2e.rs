@@ -9,7 +9,10 @@ use hami_scheduler::config::Settings;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 
 use crate::common::{self, Front, wait};
@@ -98,6 +101,60 @@ async fn full_card(mode: PreemptMode) -> Front {
     c
 }
 
+/// One watch event of a pod: whether it carried `DisruptionTarget` True
+/// `PreemptionByScheduler`, and whether the pod was being deleted (or deleted).
+#[derive(Debug, Clone)]
+struct Seen {
+    name: String,
+    disruption_target: bool,
+    deleting: bool,
+}
+
+/// Records from now on every watch event of the pods in `default`.
+async fn victims_seen(client: &Client) -> Arc<Mutex<Vec<Seen>>> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let mut stream = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let into = seen.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(event)) = stream.next().await {
+            let (pod, deleted) = match event {
+                WatchEvent::Added(p) | WatchEvent::Modified(p) => (p, false),
+                WatchEvent::Deleted(p) => (p, true),
+                _ => continue,
+            };
+            let disruption_target = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| {
+                    c.type_ == "DisruptionTarget"
+                        && c.status == "True"
+                        && c.reason.as_deref() == Some("PreemptionByScheduler")
+                });
+            into.lock().unwrap().push(Seen {
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                disruption_target,
+                deleting: deleted || pod.metadata.deletion_timestamp.is_some(),
+            });
+        }
+    });
+    seen
+}
+
 fn high() -> Value {
     json!({"spec": {"priority": 1000}})
 }
@@ -105,6 +162,7 @@ fn high() -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn from_1_38_a_high_priority_pod_evicts_one_low_slice_and_runs() {
     let c = full_card(PreemptMode::From138).await;
+    let seen = victims_seen(&c.client).await;
     gpu_pod(&c.client, "high", 300, 30, high()).await;
     wait("high runs on n", || bound(&c.client, "high")).await;
     let mut gone = Vec::new();
@@ -115,6 +173,16 @@ async fn from_1_38_a_high_priority_pod_evicts_one_low_slice_and_runs() {
     }
     assert_eq!(gone.len(), 1, "exactly one victim: {gone:?}");
     assert!(gone[0].starts_with("low-"), "{gone:?}");
+    // As upstream (`PodReasonPreemptionByScheduler`): the victim is marked
+    // `DisruptionTarget` True before it is deleted, so its controller sees why it goes.
+    let seen = seen.lock().unwrap().clone();
+    let of_victim: Vec<&Seen> = seen.iter().filter(|s| s.name == gone[0]).collect();
+    let marked = of_victim.iter().position(|s| s.disruption_target);
+    let deleting = of_victim.iter().position(|s| s.deleting);
+    assert!(
+        marked.is_some() && deleting.is_some() && marked < deleting,
+        "the victim is not marked DisruptionTarget/PreemptionByScheduler before its deletion: {of_victim:?}"
+    );
     let high = Api::<Pod>::namespaced(c.client.clone(), "default")
         .get("high")
         .await
