@@ -296,6 +296,24 @@ impl Scheduler {
                     ..Default::default()
                 };
             }
+            // Leadership lapsed while the patch was in flight (issue 30, the handover
+            // window): the write may have landed after another replica took over, and that
+            // replica's first decisions may not have seen it. Voided here, so kube-scheduler
+            // binds nothing on it and asks the new leader, which decides again (the pod's
+            // annotations then count as held there until its decision replaces them: more
+            // taken, never less). While still leader, the write landed before any other
+            // replica could lead, so the new leader's sync after taking over sees it.
+            if !self.leader.is_leader() {
+                self.state().release(&patch.uid);
+                return ExtenderFilterResult {
+                    error: format!(
+                        "lost the leadership while recording the decision on pod {}: voided; {}",
+                        pod_name(&pod),
+                        "kube-scheduler should call the leader (it retries)"
+                    ),
+                    ..Default::default()
+                };
+            }
         }
         if let Some(note) = decision.event.clone() {
             self.publish(&pod, note);
