@@ -4,7 +4,9 @@
 //! --execute` reserves its target and evicts through the Eviction API, a
 //! PodDisruptionBudget refuses a second eviction and the report says so, the evicted pod's
 //! replacement (created here, as its ReplicaSet would) lands on the reserved partition
-//! rather than on the capacity the eviction freed, and the pending pod then runs there.
+//! rather than on the capacity the eviction freed, and the pending pod then runs there. A
+//! plan made while another owner's reservation holds the partition it chose moves the
+//! replica elsewhere.
 //!
 //! The cards: the demo's 8 MI210s (104 CUs) and 8 MI300X in CPX mode. Each MI210 holds a
 //! pinned `filler` (30 %, 31 CUs) and one `web` replica (30 %), so 42 CUs are free on each
@@ -21,9 +23,9 @@ use std::time::{Duration, Instant};
 use hami_demo::{Cluster, DemoArgs, Progress};
 use hami_protocol::device_list::decode_pod_devices;
 use hami_protocol::node_register::decode_node_devices;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 const NS: &str = "ml";
@@ -232,6 +234,12 @@ async fn scenario(cluster: &Cluster) {
         .into_iter()
         .map(|d| d.id)
         .collect();
+    // Each partition's MiB and CUs.
+    let shapes: BTreeMap<String, (u64, u32)> = decode_node_devices(register)
+        .unwrap()
+        .into_iter()
+        .map(|d| (d.id, (d.devmem, d.devcore)))
+        .collect();
 
     // One pinned filler per card (bare pods: the planner never moves them), then the web
     // replicas: the default node policy (binpack) takes them to the MI210 node, where the
@@ -320,6 +328,67 @@ async fn scenario(cluster: &Cluster) {
     );
     assert_eq!(webs[&from], moved, "{plan}");
     assert!(partitions.contains(&to), "{plan}");
+
+    // A plan made while a defrag reservation is in force leaves the reserved capacity
+    // alone: with `to` held whole for another owner's replacement, the move goes to
+    // another partition (the same plan went to `to` before).
+    let held = &shapes[&to];
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let reservation = json!({"owner_uid": "rs-other-uid", "owner": "ReplicaSet/other",
+        "cards": [[to, held.0, held.1]], "reserved_at": now - 10, "expires_at": now + 600});
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    let annotate = |value: Value| {
+        Patch::Merge(json!({"metadata": {"annotations": {
+            "reservation.defrag.hami.io/other-evicted-uid": value}}}))
+    };
+    nodes
+        .patch(
+            OTHER_NODE,
+            &PatchParams::default(),
+            &annotate(json!(reservation.to_string())),
+        )
+        .await
+        .unwrap();
+    let (code, replanned, stderr) = hami(
+        &kubeconfig,
+        &[
+            "plan",
+            "--pending-pod",
+            "ml/half",
+            "--min-age-seconds",
+            "0",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{replanned}\n{stderr}");
+    let replanned: Value = serde_json::from_str(&replanned).unwrap();
+    let moves_now = replanned["moves"].as_array().unwrap();
+    assert_eq!(moves_now.len(), 1, "{replanned}");
+    let elsewhere = moves_now[0]["to"]["cards"][0]["card"].as_str().unwrap();
+    assert!(
+        elsewhere != to && partitions.iter().any(|p| p == elsewhere),
+        "the plan targets {to}, which a reservation holds: {replanned}"
+    );
+    // Released: the scheduler must see it gone before the replacement is placed.
+    nodes
+        .patch(OTHER_NODE, &PatchParams::default(), &annotate(Value::Null))
+        .await
+        .unwrap();
+    until("the scheduler sees the reservation gone", 30, async || {
+        cluster
+            .scheduler
+            .state()
+            .reservations
+            .on(OTHER_NODE)
+            .is_empty()
+            .then_some(())
+    })
+    .await;
 
     // A second move in the same step, under the same budget (allowing 1): its eviction
     // is refused once the first spends the budget. It moves another replica to another
