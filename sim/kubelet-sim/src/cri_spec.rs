@@ -270,13 +270,16 @@ pub fn container_config(
                     c.name, vm.name
                 )
             })?;
+        // A projected volume's files are written there before the sandbox
+        // (`cri_runtime/projected.rs`); kubelet mounts it read-only whatever the mount says.
+        let projected = volume.projected.is_some();
         let host = if let Some(h) = &volume.host_path {
             h.path.clone()
-        } else if volume.empty_dir.is_some() {
+        } else if volume.empty_dir.is_some() || projected {
             volume_dir(&volume.name).display().to_string()
         } else {
             return Err(format!(
-                "container {}: volume {}: only hostPath and emptyDir volumes are supported by kubelet-sim",
+                "container {}: volume {}: only hostPath, emptyDir and projected volumes are supported by kubelet-sim",
                 c.name, volume.name
             ));
         };
@@ -287,7 +290,7 @@ pub fn container_config(
         mounts.push(cri::Mount {
             container_path: vm.mount_path.clone(),
             host_path: host,
-            readonly: vm.read_only.unwrap_or(false),
+            readonly: vm.read_only.unwrap_or(false) || projected,
             ..Default::default()
         });
     }

@@ -149,7 +149,31 @@ fn unsupported_volumes_and_env_sources_are_refused_with_the_reason() {
         &|n| n.into(),
     )
     .unwrap_err();
-    assert!(err.contains("only hostPath and emptyDir"), "{err}");
+    assert!(
+        err.contains("only hostPath, emptyDir and projected"),
+        "{err}"
+    );
+    // A projected volume is the pod's volume directory, read-only even when the mount
+    // says otherwise (its files are written before the sandbox).
+    let s = spec(
+        json!({"volumes": [{"name": "kube-api-access-x", "projected": {"sources": []}}],
+        "containers": [{"name": "c", "image": "i", "volumeMounts": [{"name": "kube-api-access-x",
+            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": false}]}]}),
+    );
+    let config = container_config(
+        &pod(),
+        &s,
+        &s.containers[0],
+        &Allocated::default(),
+        false,
+        &|n| Path::new("/v").join(n),
+    )
+    .unwrap();
+    let m = &config.mounts[0];
+    assert_eq!(
+        (m.host_path.as_str(), m.readonly),
+        ("/v/kube-api-access-x", true)
+    );
     let s = spec(json!({"containers": [{"name": "c"}]}));
     let err = container_config(
         &pod(),

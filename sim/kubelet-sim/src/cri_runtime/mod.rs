@@ -3,7 +3,9 @@
 //!
 //! 0. its hostPath volumes set up as kubelet sets them up (`host_path.rs`: types checked,
 //!    the `OrCreate` ones made): one that fails leaves the pod Pending with kubelet's
-//!    `MountVolume.SetUp failed` message, tried again every [`RETRY`];
+//!    `MountVolume.SetUp failed` message, tried again every [`RETRY`]; then its projected
+//!    volumes' files written (`projected.rs`: the `kube-api-access-*` volume's token from
+//!    the TokenRequest API, `kube-root-ca.crt`, the namespace), mounted read-only;
 //! 1. every image the pod needs — the sandbox (pause) image and each container's — is
 //!    looked up with `ImageStatus`, never pulled: a missing one leaves the pod Pending,
 //!    its containers waiting with `ErrImagePull` and a message naming the OCI archive to
@@ -29,11 +31,12 @@
 //! there (containerd 1.7 with `enable_cdi` resolves them).
 //!
 //! Here: the pod's way from admitted to running (volumes, images, sandbox, containers,
-//! restarts); `host_path.rs`: hostPath volumes;
+//! restarts); `host_path.rs`: hostPath volumes; `projected.rs`: projected volumes;
 //! `status.rs`: the status posted and the container records; `teardown.rs`: a gone pod's
 //! removal. The configs sent are made by `cri_spec.rs`.
 
 mod host_path;
+mod projected;
 mod status;
 mod teardown;
 
@@ -89,6 +92,9 @@ struct Restarts {
 /// One pod's bookkeeping.
 struct CriPod {
     pod: PodRef,
+    /// metadata.labels and metadata.annotations (the downward API of projected volumes).
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
     spec: PodSpec,
     allocated: BTreeMap<String, Allocated>,
     cgroup_parent: String,
@@ -240,6 +246,8 @@ impl CriRuntime {
                     .unwrap_or_else(|| "default".into()),
                 name: pod.metadata.name.clone().unwrap_or_default(),
             },
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            annotations: pod.metadata.annotations.clone().unwrap_or_default(),
             init: spec
                 .init_containers
                 .iter()
@@ -451,7 +459,7 @@ impl CriRuntime {
     /// hostPath volumes set up, images present, then the sandbox; `Err((reason, message))`
     /// leaves the pod waiting.
     async fn prepare(&mut self, uid: &str) -> Result<(), (String, String)> {
-        let (images, pod, spec) = {
+        let (images, pod, spec, labels, annotations) = {
             let p = &self.pods[uid];
             let mut images = vec![self.args.pause_image.clone()];
             images.extend(
@@ -462,10 +470,20 @@ impl CriRuntime {
                     .chain(p.spec.containers.iter())
                     .filter_map(|c| c.image.clone()),
             );
-            (images, p.pod.clone(), p.spec.clone())
+            (
+                images,
+                p.pod.clone(),
+                p.spec.clone(),
+                p.labels.clone(),
+                p.annotations.clone(),
+            )
         };
         // Volumes before the sandbox, as kubelet's SyncPod waits for them.
         host_path::set_up(&spec).map_err(|m| ("ContainerCreating".to_owned(), m))?;
+        let volumes = self.dir.join(uid).join("volumes");
+        projected::set_up(&self.client, &pod, &labels, &annotations, &spec, &volumes)
+            .await
+            .map_err(|m| ("ContainerCreating".to_owned(), m))?;
         for image in images {
             match self.image_id(&image).await {
                 Ok(Some(_)) => {}

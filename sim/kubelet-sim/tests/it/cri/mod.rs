@@ -13,6 +13,7 @@
 mod host_paths;
 mod plugin;
 mod pods;
+mod service_account;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
