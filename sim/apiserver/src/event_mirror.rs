@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 /// The core `v1` form of an `events.k8s.io/v1` Event (field names of
 /// `k8s.io/kubernetes/pkg/apis/core` ↔ `events/v1` conversion).
 pub fn to_core(event: &Value) -> Value {
-    let get = |p: &str| event.pointer(p).cloned();
+    let get = |p: &str| crate::meta::at(event, p).cloned();
     let mut metadata = Map::new();
     for field in [
         "name",
@@ -20,12 +20,12 @@ pub fn to_core(event: &Value) -> Value {
         "annotations",
         "creationTimestamp",
     ] {
-        if let Some(v) = event.pointer(&format!("/metadata/{field}")) {
+        if let Some(v) = event.get("metadata").and_then(|m| m.get(field)) {
             metadata.insert(field.into(), v.clone());
         }
     }
     let event_time = get("/eventTime").filter(|v| !v.is_null());
-    let series_count = event.pointer("/series/count").and_then(Value::as_i64);
+    let series_count = crate::meta::at(event, "/series/count").and_then(Value::as_i64);
     let last_seen = get("/series/lastObservedTime")
         .or_else(|| get("/deprecatedLastTimestamp"))
         .or_else(|| event_time.clone())
@@ -46,7 +46,7 @@ pub fn to_core(event: &Value) -> Value {
         "source": {"component": controller.clone(), "host": instance.clone()},
         "reportingComponent": controller,
         "reportingInstance": instance,
-        "count": series_count.or_else(|| event.pointer("/deprecatedCount").and_then(Value::as_i64)).unwrap_or(1),
+        "count": series_count.or_else(|| crate::meta::at(event, "/deprecatedCount").and_then(Value::as_i64)).unwrap_or(1),
         "firstTimestamp": seconds(get("/deprecatedFirstTimestamp").or_else(|| event_time.clone()).or_else(|| get("/metadata/creationTimestamp"))),
         "lastTimestamp": seconds(last_seen),
     });

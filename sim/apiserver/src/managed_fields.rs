@@ -162,13 +162,21 @@ fn remove_at(v: &mut Value, path: &[String]) {
 /// `FieldsV1` JSON for a set of paths.
 pub fn to_fields_v1(paths: &BTreeSet<Path>) -> Value {
     let mut root = Map::new();
+    // One key buffer: the paths come sorted, so most steps find their map already there
+    // and allocate nothing.
+    let mut key = String::new();
     for p in paths {
         let mut cur = &mut root;
         for k in p {
+            key.clear();
+            key.push_str("f:");
+            key.push_str(k);
+            if !cur.contains_key(key.as_str()) {
+                cur.insert(key.clone(), Value::Object(Map::new()));
+            }
             cur = cur
-                .entry(format!("f:{k}"))
-                .or_insert_with(|| json!({}))
-                .as_object_mut()
+                .get_mut(key.as_str())
+                .and_then(Value::as_object_mut)
                 .expect("built as objects");
         }
     }

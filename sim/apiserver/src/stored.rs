@@ -24,8 +24,7 @@ impl StoredObject {
         let json: Arc<str> = serde_json::to_string(obj)
             .unwrap_or_else(|_| "{}".into())
             .into();
-        let labels = obj
-            .pointer("/metadata/labels")
+        let labels = crate::meta::at(obj, "/metadata/labels")
             .and_then(Value::as_object)
             .map(|m| {
                 m.iter()

@@ -36,7 +36,7 @@ pub(super) fn update_webhooks(
         "mutatingwebhookconfigurations",
     )?;
     let configs: Vec<Arc<Value>> = st.read(|s| {
-        if s.get(r, ns, name).is_err() {
+        if s.get_stored(r, ns, name).is_err() {
             // Not there: the plain path answers (404, or an apply patch's create).
             return Vec::new();
         }
@@ -127,15 +127,15 @@ pub(super) async fn update_with_admission(
             target,
             &ns,
             ns_labels.clone(),
-            (*new).clone(),
-            Some((*old).clone()),
+            Arc::unwrap_or_clone(new),
+            Some(Arc::unwrap_or_clone(old)),
             who.clone(),
         )
         .await?;
         match st.write_ctx(ctx, |s| {
             s.commit_admitted(r, &ns, name, admitted, subres, &expected)
         }) {
-            Ok(out) => return Ok((*out).clone()),
+            Ok(out) => return Ok(Arc::unwrap_or_clone(out)),
             // Changed while the webhooks were called: prepare against the new state.
             Err(e) if e.code == 409 && attempt < ADMITTED_UPDATE_ATTEMPTS => continue,
             Err(e) => return Err(e),
@@ -171,7 +171,9 @@ pub(super) async fn create_with_admission(
         } else {
             Vec::new()
         };
+        // Only webhooks read the namespace's labels (namespaceSelector).
         let ns_labels = ns
+            .filter(|_| !configs.is_empty())
             .and_then(|n| s.get(nsr, "", n).ok())
             .and_then(|o| o.pointer("/metadata/labels").cloned());
         Ok((prepared, configs, ns_labels))
@@ -192,5 +194,6 @@ pub(super) async fn create_with_admission(
         .await?;
     }
     let created = st.write_ctx(ctx, |s| s.create(r, ns, prepared))?;
-    Ok((*created).clone())
+    // The store keeps its own serialised copy: the tree committed is ours alone.
+    Ok(Arc::unwrap_or_clone(created))
 }

@@ -161,7 +161,8 @@ pub(super) async fn resource_request(
             } else {
                 Subresource::Main
             };
-            let existed = st.read(|s| s.get(r, &ns, name).is_ok());
+            // Whether it is there, without parsing it.
+            let existed = st.read(|s| s.get_stored(r, &ns, name).is_ok());
             let out = if !existed && ty == PatchType::Apply && r.plural == "pods" {
                 // Apply-creating a pod goes through admission like any other create.
                 let mut obj = patch_body.clone();
@@ -169,7 +170,9 @@ pub(super) async fn resource_request(
                 create_with_admission(st, &ctx, p.user.as_ref(), r, rr.namespace.as_deref(), obj)
                     .await?
             } else {
-                (*st.write_ctx(&ctx, |s| s.patch(r, &ns, name, ty, &patch_body, subres))?).clone()
+                Arc::unwrap_or_clone(
+                    st.write_ctx(&ctx, |s| s.patch(r, &ns, name, ty, &patch_body, subres))?,
+                )
             };
             let code = if existed { 200 } else { 201 };
             Ok(object_response(code, r, &out, accept))

@@ -51,8 +51,7 @@ impl Store {
         {
             return Err(ApiError::bad_request("metadata must be an object"));
         }
-        let name = obj
-            .pointer("/metadata/name")
+        let name = crate::meta::at(obj, "/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default();
         check_rv_type(r, name, obj, 400)
@@ -70,7 +69,7 @@ impl Store {
             return Ok(());
         }
         let ns = ns.unwrap_or("");
-        match obj.pointer("/metadata/namespace").and_then(Value::as_str) {
+        match crate::meta::at(obj, "/metadata/namespace").and_then(Value::as_str) {
             Some(n) if !n.is_empty() && n != ns => Err(ApiError::bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request",
             )),
@@ -106,12 +105,9 @@ impl Store {
         obj: Value,
     ) -> Result<Arc<Value>, ApiError> {
         let mut obj = self.prepare_create(r, ns, obj)?;
-        let name = match obj.pointer("/metadata/name").and_then(Value::as_str) {
+        let name = match crate::meta::at(&obj, "/metadata/name").and_then(Value::as_str) {
             Some(n) if !n.is_empty() => n.to_string(),
-            _ => match obj
-                .pointer("/metadata/generateName")
-                .and_then(Value::as_str)
-            {
+            _ => match crate::meta::at(&obj, "/metadata/generateName").and_then(Value::as_str) {
                 Some(g) if !g.is_empty() => {
                     let mut n = meta::generate_name(g);
                     // A clash is retried as the real server's client would; a handful of tries suffice.

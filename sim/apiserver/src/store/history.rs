@@ -129,9 +129,8 @@ impl Store {
         let Some(core) = crate::resources::lookup("", "v1", "events") else {
             return;
         };
-        let ns = event.pointer("/metadata/namespace").and_then(Value::as_str);
-        let name = event
-            .pointer("/metadata/name")
+        let ns = crate::meta::at(event, "/metadata/namespace").and_then(Value::as_str);
+        let name = crate::meta::at(event, "/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default();
         let key = Self::key(core, ns, name);
@@ -180,13 +179,11 @@ impl Store {
     /// Inserts an object exactly as given (restore from persistence); no event is produced.
     /// Objects that break the nesting-depth rule are refused, as a write of them would be.
     pub fn restore(&mut self, r: &'static ResourceType, obj: Value) -> Result<(), ApiError> {
-        let ns = obj
-            .pointer("/metadata/namespace")
+        let ns = crate::meta::at(&obj, "/metadata/namespace")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        let name = obj
-            .pointer("/metadata/name")
+        let name = crate::meta::at(&obj, "/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();

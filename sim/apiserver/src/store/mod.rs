@@ -209,7 +209,7 @@ fn resource_index(r: &ResourceType) -> usize {
 }
 
 fn obj_rv(v: &Value) -> &str {
-    v.pointer("/metadata/resourceVersion")
+    crate::meta::at(v, "/metadata/resourceVersion")
         .and_then(Value::as_str)
         .unwrap_or("")
 }
@@ -257,7 +257,7 @@ fn set_meta(v: &mut Value, field: &str, value: Value) {
 }
 
 fn copy_meta(from: &Value, to: &mut Value, field: &str) {
-    match from.pointer(&format!("/metadata/{field}")) {
+    match from.get("metadata").and_then(|m| m.get(field)) {
         Some(v) => set_meta(to, field, v.clone()),
         None => {
             if let Some(m) = to.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -268,7 +268,7 @@ fn copy_meta(from: &Value, to: &mut Value, field: &str) {
 }
 
 fn finalizers_empty(v: &Value) -> bool {
-    v.pointer("/metadata/finalizers")
+    crate::meta::at(v, "/metadata/finalizers")
         .and_then(Value::as_array)
         .is_none_or(Vec::is_empty)
 }
