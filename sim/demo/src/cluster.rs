@@ -226,6 +226,7 @@ impl Cluster {
                 crate::real_runtime::WORKLOAD_IMAGE
             ));
             images.cri = started.cri_args();
+            images.cri.kubernetes_service = Some(api.url());
             real = Some(started);
             Some(images)
         } else if let Some(workload) = workload.filter(|_| namespaces_work()) {

@@ -182,6 +182,7 @@ impl RealRuntime {
             pause_image: PAUSE_IMAGE.into(),
             image_archive_dir: Some(self.archives.clone()),
             cni_config: None,
+            kubernetes_service: None,
         }
     }
 

@@ -60,6 +60,7 @@ async fn run(pods: usize) {
             pause_image: TEST_PAUSE.into(),
             image_archive_dir: Some(shared.archives.clone()),
             cni_config: None,
+            kubernetes_service: None,
         },
         ..Default::default()
     };

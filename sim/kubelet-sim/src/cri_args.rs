@@ -38,6 +38,13 @@ pub struct CriArgs {
     /// own network namespace. Without it every pod uses the node's network.
     #[arg(long)]
     pub cni_config: Option<PathBuf>,
+    /// The API server's URL as the pods reach it: every container gets
+    /// `KUBERNETES_SERVICE_HOST`/`_PORT` (and the `KUBERNETES_PORT*` links) from it, as
+    /// kubelet gives them the `kubernetes` Service's (host-network pods reach the API
+    /// server where kubelet-sim does). `hami-kubelet-sim` takes its kubeconfig's server
+    /// when not given; none: no such variables.
+    #[arg(long)]
+    pub kubernetes_service: Option<String>,
 }
 
 impl Default for CriArgs {
@@ -48,6 +55,7 @@ impl Default for CriArgs {
             pause_image: "registry.k8s.io/pause:3.6".into(),
             image_archive_dir: None,
             cni_config: None,
+            kubernetes_service: None,
         }
     }
 }
@@ -82,6 +90,39 @@ impl CriArgs {
             self.containerd_socket.display(),
             start_hint(&self.containerd_socket)
         )
+    }
+
+    /// The `kubernetes` Service's variables kubelet gives every container (its
+    /// `getServiceEnvVarMap` for the master service: host, port, port named `https`, and the
+    /// Docker-style links), from `--kubernetes-service`; empty without it or for a URL
+    /// without a host.
+    pub fn service_env(&self) -> Vec<(String, String)> {
+        let Some(url) = &self.kubernetes_service else {
+            return Vec::new();
+        };
+        let (scheme, rest) = url.split_once("://").unwrap_or(("https", url.as_str()));
+        let authority = rest.split('/').next().unwrap_or("");
+        let default_port = if scheme == "http" { "80" } else { "443" };
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !h.is_empty() && !p.contains(']') => (h, p),
+            _ => (authority, default_port),
+        };
+        if host.is_empty() {
+            return Vec::new();
+        }
+        let link = format!("KUBERNETES_PORT_{port}_TCP");
+        let tcp = format!("tcp://{host}:{port}");
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        vec![
+            ("KUBERNETES_SERVICE_HOST".into(), host.into()),
+            ("KUBERNETES_SERVICE_PORT".into(), port.into()),
+            ("KUBERNETES_SERVICE_PORT_HTTPS".into(), port.into()),
+            ("KUBERNETES_PORT".into(), tcp.clone()),
+            (link.clone(), tcp),
+            (format!("{link}_PROTO"), "tcp".into()),
+            (format!("{link}_PORT"), port.into()),
+            (format!("{link}_ADDR"), host.into()),
+        ]
     }
 
     /// The archive an image is imported from, when `--image-archive-dir` is given
@@ -123,8 +164,27 @@ mod tests {
         );
         let args = CriArgs {
             image_archive_dir: Some("/a".into()),
+            kubernetes_service: Some("http://127.0.0.1:6443".into()),
             ..Default::default()
         };
+        let env: std::collections::BTreeMap<_, _> = args.service_env().into_iter().collect();
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "127.0.0.1");
+        assert_eq!(env["KUBERNETES_SERVICE_PORT"], "6443");
+        assert_eq!(env["KUBERNETES_PORT"], "tcp://127.0.0.1:6443");
+        assert_eq!(env["KUBERNETES_PORT_6443_TCP_ADDR"], "127.0.0.1");
+        let https = CriArgs {
+            kubernetes_service: Some("https://api.example/".into()),
+            ..Default::default()
+        };
+        let env: std::collections::BTreeMap<_, _> = https.service_env().into_iter().collect();
+        assert_eq!(
+            (
+                env["KUBERNETES_SERVICE_HOST"].as_str(),
+                env["KUBERNETES_PORT"].as_str()
+            ),
+            ("api.example", "tcp://api.example:443")
+        );
+        assert!(CriArgs::default().service_env().is_empty());
         assert_eq!(
             args.archive_of("localhost/hami-rs/hami-node:dev"),
             Some(PathBuf::from("/a/node.oci.tar"))

@@ -36,5 +36,17 @@ fn main() -> std::process::ExitCode {
         }
         config
     });
-    hami_demo::cli::serve(hami_kubelet_sim::run(cli.kubelet, cgroups), "info")
+    let mut args = cli.kubelet;
+    hami_demo::cli::serve(
+        async move {
+            // The pods' KUBERNETES_SERVICE_HOST/PORT: the server of the kubeconfig in use.
+            if args.runtime.cri.kubernetes_service.is_none()
+                && let Ok(config) = kube::Config::infer().await
+            {
+                args.runtime.cri.kubernetes_service = Some(config.cluster_url.to_string());
+            }
+            hami_kubelet_sim::run(args, cgroups).await
+        },
+        "info",
+    )
 }

@@ -563,9 +563,17 @@ impl CriRuntime {
             &self.dir.join(uid).join("logs"),
         );
         let attempt = p.restarts.get(name).map_or(0, |r| r.count);
+        let service_env = self.args.service_env();
         let config = config.map(|mut c| {
             if let Some(m) = c.metadata.as_mut() {
                 m.attempt = attempt;
+            }
+            // The `kubernetes` Service's variables, unless the container sets them itself
+            // (kubelet's order: service variables first, the container's env over them).
+            for (key, value) in service_env {
+                if !c.envs.iter().any(|e| e.key == key) {
+                    c.envs.push(cri::KeyValue { key, value });
+                }
             }
             c
         });

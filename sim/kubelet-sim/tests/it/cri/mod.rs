@@ -38,7 +38,7 @@ pub(crate) use hami_containerd_host::shared::{Shared, containerd};
 /// One test's node: API server, kubelet-sim on containerd, scratch directory.
 pub(crate) struct Node {
     /// Kept for the test's life (dropping it stops the API server).
-    _server: hami_apiserver::RunningApiServer,
+    pub(crate) server: hami_apiserver::RunningApiServer,
     pub(crate) client: kube::Client,
     pub(crate) sim: KubeletSim,
     pub(crate) dir: PathBuf,
@@ -71,6 +71,7 @@ pub(crate) fn args(shared: &Shared, dir: &Path) -> Args {
                 pause_image: PAUSE.into(),
                 image_archive_dir: Some(shared.archives.clone()),
                 cni_config: None,
+                kubernetes_service: None,
             },
             ..Default::default()
         },
@@ -89,11 +90,13 @@ impl Node {
             .map_err(|e| format!("the API server's URL {}: {e}", server.url()))?;
         let client = kube::Client::try_from(kube::Config::new(url))
             .map_err(|e| format!("cannot make a client of the API server: {e}"))?;
-        let sim = KubeletSim::start(args(shared, dir), client.clone())
+        let mut args = args(shared, dir);
+        args.runtime.cri.kubernetes_service = Some(server.url());
+        let sim = KubeletSim::start(args, client.clone())
             .await
             .map_err(|e| format!("cannot start kubelet-sim on containerd: {e}"))?;
         Ok(Self {
-            _server: server,
+            server,
             client,
             sim,
             dir: dir.to_owned(),

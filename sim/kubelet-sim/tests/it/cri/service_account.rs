@@ -29,7 +29,8 @@ async fn a_kube_api_access_volume_holds_the_accounts_token_the_root_ca_and_the_n
         .map_err(|e| format!("cannot create the service account: {e}"))?;
     let script = format!(
         "cd {MOUNT} && cat token > /out/token && cat ca.crt > /out/ca && cat namespace > /out/ns \
-         && (echo x > probe 2>/dev/null && echo writable || echo read-only) > /out/ro"
+         && (echo x > probe 2>/dev/null && echo writable || echo read-only) > /out/ro \
+         && echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT $KUBERNETES_PORT > /out/svc"
     );
     // As the admission plugin writes it (kube-apiserver 1.36).
     node.create(pod(
@@ -94,6 +95,10 @@ async fn a_kube_api_access_volume_holds_the_accounts_token_the_root_ca_and_the_n
     );
     assert_eq!(out(&dir, "ns"), "default");
     assert_eq!(out(&dir, "ro"), "read-only\n");
+    // Where in-cluster clients find the API server (host network: where kubelet-sim does).
+    let url = node.server.url();
+    let authority = url.trim_start_matches("http://");
+    assert_eq!(out(&dir, "svc"), format!("{authority} tcp://{authority}\n"));
     node.stop().await;
     Ok(())
 }

@@ -168,6 +168,7 @@ impl AmdNode {
                         pause_image: TEST_PAUSE.into(),
                         image_archive_dir: Some(archives.to_owned()),
                         cni_config: None,
+                        kubernetes_service: None,
                     },
                     ..Default::default()
                 },

@@ -68,6 +68,7 @@ async fn a_sliced_nvidia_pod_as_uid_1000_stops_at_its_limit_under_the_real_hook(
                     pause_image: TEST_PAUSE.into(),
                     image_archive_dir: Some(shared.archives.clone()),
                     cni_config: None,
+                    kubernetes_service: None,
                 },
                 ..Default::default()
             },
