@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -62,6 +63,48 @@ pub struct SimKubeScheduler {
     wake: Arc<Notify>,
     /// Which kube-scheduler's preemption runs when the extender refuses every node.
     preempt: PreemptMode,
+}
+
+/// The body of an extender `/filter` call with `nodenames` (nodeCacheCapable).
+#[derive(serde::Serialize)]
+struct FilterArgs<'a> {
+    pod: &'a Pod,
+    nodenames: &'a [String],
+}
+
+/// The schedulable nodes' names as last built, and the node-informer generation they were
+/// built at.
+#[derive(Default)]
+struct NodeSnapshot {
+    generation: u64,
+    names: Arc<[String]>,
+}
+
+impl NodeSnapshot {
+    /// The names of the nodes not marked unschedulable, rebuilt when the node set or a
+    /// node's schedulability moved since the last build.
+    fn names(&mut self, nodes: &Store<Node>, generation: &AtomicU64) -> Arc<[String]> {
+        // Read before the store: an event applied after this read bumps it past `now`.
+        let now = generation.load(Ordering::Acquire);
+        if now != self.generation {
+            self.names = nodes
+                .state()
+                .iter()
+                .filter(|n| node_schedulable(n))
+                .map(|n| n.name_any())
+                .collect();
+            self.generation = now;
+        }
+        self.names.clone()
+    }
+}
+
+/// A node not marked `spec.unschedulable`.
+fn node_schedulable(n: &Node) -> bool {
+    !n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
 }
 
 #[derive(Default)]
@@ -154,16 +197,41 @@ impl SimKubeScheduler {
         let (nodes, node_writer) = reflector::store::<Node>();
         let node_api: Api<Node> = Api::all(this.client.clone());
         let wake = this.wake.clone();
+        // Bumped after a node event the reflector applied that adds or removes a node or
+        // flips its `spec.unschedulable`: the node-name list the extender is sent is rebuilt
+        // only then (kube-scheduler updates its cache snapshot incrementally each cycle; it
+        // does not rebuild it from every node per pod). Annotation and status writes (the
+        // node lock, device registrations) leave the list as it is.
+        let node_generation = Arc::new(AtomicU64::new(1));
+        let bump = node_generation.clone();
+        let mut schedulable_of: HashMap<String, bool> = HashMap::new();
         tokio::spawn(
             reflector::reflector(
                 node_writer,
                 watcher(node_api, watcher::Config::default()).default_backoff(),
             )
-            .for_each(move |_| {
+            .for_each(move |event| {
+                let moved = match &event {
+                    Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                        let flag = node_schedulable(n);
+                        schedulable_of.insert(n.name_any(), flag) != Some(flag)
+                    }
+                    Ok(watcher::Event::Delete(n)) => schedulable_of.remove(&n.name_any()).is_some(),
+                    Ok(watcher::Event::Init) => {
+                        schedulable_of.clear();
+                        true
+                    }
+                    Ok(watcher::Event::InitDone) => true,
+                    Err(_) => false,
+                };
+                if moved {
+                    bump.fetch_add(1, Ordering::Release);
+                }
                 wake.notify_one();
                 async {}
             }),
         );
+        let mut snapshot = NodeSnapshot::default();
         let (pods, pod_writer) = reflector::store::<Pod>();
         let pod_api: Api<Pod> = Api::all(this.client.clone());
         let wake = this.wake.clone();
@@ -202,7 +270,7 @@ impl SimKubeScheduler {
             let mut queue: Vec<Arc<Pod>> =
                 pods.state().into_iter().filter(|p| this.wants(p)).collect();
             // Oldest first, like the scheduling queue's default ordering.
-            queue.sort_by_key(|p| {
+            queue.sort_by_cached_key(|p| {
                 (
                     p.metadata.creation_timestamp.clone().map(|t| t.0),
                     p.name_any(),
@@ -261,10 +329,11 @@ impl SimKubeScheduler {
                     continue;
                 };
                 worked = true;
+                let names = snapshot.names(&nodes, &node_generation);
                 this.schedule_one(
                     extender,
                     &pod,
-                    (&nodes, &pods),
+                    (&names[..], &pods),
                     backoff.clone(),
                     binding.clone(),
                 )
@@ -404,25 +473,19 @@ impl SimKubeScheduler {
         self: &Arc<Self>,
         extender: &ExtenderClient,
         pod: &Arc<Pod>,
-        (nodes, pods): (&Store<Node>, &Store<Pod>),
+        (names, pods): (&[String], &Store<Pod>),
         backoff: Arc<Mutex<Backoff>>,
         binding: Arc<Mutex<std::collections::HashSet<String>>>,
     ) {
         let uid = pod.uid().unwrap_or_default();
         // The extender's FailedNodes: the only nodes preemption may consider.
         let mut candidates: Vec<String> = Vec::new();
-        let names: Vec<String> = nodes
-            .state()
-            .iter()
-            .filter(|n| {
-                !n.spec
-                    .as_ref()
-                    .and_then(|s| s.unschedulable)
-                    .unwrap_or(false)
-            })
-            .map(|n| n.name_any())
-            .collect();
-        let args = json!({ "pod": pod.as_ref(), "nodenames": names });
+        // Serialised straight from the pod and the snapshot (the same JSON body as a
+        // `json!` tree of them, without building the tree first).
+        let args = FilterArgs {
+            pod: pod.as_ref(),
+            nodenames: names,
+        };
         let filtered: Result<ExtenderFilterResult, String> = extender.call("filter", &args).await;
         let node = match filtered {
             Ok(result) if !result.error.is_empty() => Err(result.error),
