@@ -25,6 +25,11 @@
 /// error of each run themselves (`watch_feed`), and show it as a banner while it lasts.
 pub const LOG_FILTER: &str = "info,kube_client=warn,kube_runtime=warn,kube_runtime::watcher=error";
 
+/// The report the pages read their cluster figures from, as `hami status` builds it
+/// (`hami_report::status_report`, `hami_report::dra_status`): for tools and tests that set
+/// the pages beside the CLI's numbers.
+pub use hami_report as report;
+
 pub mod cards;
 pub mod connections;
 pub mod dra;

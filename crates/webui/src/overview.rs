@@ -347,7 +347,7 @@ fn tiles(cards: &[Card], pending: usize, metrics: &Metrics, now: i64) -> String 
             .fold(0.0, |a, c| a + c.used.memory_mib.unwrap_or(0.0));
         let of = sampled.iter().fold(0.0, |a, c| a + c.mem);
         format!(
-            "<p class=\"big\">{}</p><p>of the memory of the {} cards reporting; {}</p><p>{}</p>",
+            "<p class=\"big\" data-used-mib=\"{used}\" data-of-mib=\"{of}\">{}</p><p>of the memory of the {} cards reporting; {}</p><p>{}</p>",
             pct(used, of),
             sampled.len(),
             busy.map_or_else(
@@ -360,18 +360,20 @@ fn tiles(cards: &[Card], pending: usize, metrics: &Metrics, now: i64) -> String 
     let mut out = String::from("<div class=\"tiles\">");
     let _ = write!(
         out,
-        "<section class=\"tile\" aria-labelledby=\"tile-gpus\"><h2 id=\"tile-gpus\">GPUs</h2><p class=\"big\">{}</p><p>on {} nodes{}</p></section>",
-        cards.len(),
+        "<section class=\"tile\" aria-labelledby=\"tile-gpus\"><h2 id=\"tile-gpus\">GPUs</h2><p class=\"big\" data-gpus=\"{gpus}\">{gpus}</p><p>on {} nodes{}</p></section>",
         nodes.len(),
         if unhealthy > 0 {
             format!(", <span class=\"bad\">{unhealthy} unhealthy</span>")
         } else {
             ", all healthy".into()
-        }
+        },
+        gpus = cards.len(),
     );
     let _ = write!(
         out,
-        "<section class=\"tile\" aria-labelledby=\"tile-alloc\"><h2 id=\"tile-alloc\">Allocated</h2><p class=\"big\">{}</p><p>of the memory ({} of {}); compute {}</p></section>",
+        "<section class=\"tile\" aria-labelledby=\"tile-alloc\"><h2 id=\"tile-alloc\">Allocated</h2><p class=\"big\" data-granted-mib=\"{}\" data-of-mib=\"{}\">{}</p><p>of the memory ({} of {}); compute {}</p></section>",
+        sum(|c| c.mem_granted),
+        sum(|c| c.mem),
         pct(sum(|c| c.mem_granted), sum(|c| c.mem)),
         mib(sum(|c| c.mem_granted)),
         mib(sum(|c| c.mem)),
@@ -383,7 +385,7 @@ fn tiles(cards: &[Card], pending: usize, metrics: &Metrics, now: i64) -> String 
     );
     let _ = write!(
         out,
-        "<section class=\"tile\" aria-labelledby=\"tile-pending\"><h2 id=\"tile-pending\">Pending GPU pods</h2><p class=\"big\">{pending}</p><p>{}</p></section>",
+        "<section class=\"tile\" aria-labelledby=\"tile-pending\"><h2 id=\"tile-pending\">Pending GPU pods</h2><p class=\"big\" data-pending=\"{pending}\">{pending}</p><p>{}</p></section>",
         if pending == 0 {
             "every GPU pod has a node".to_owned()
         } else {

@@ -102,19 +102,21 @@ fn tiles_distribution_and_top_fives() {
     // 95) / 5; one pending pod.
     assert!(
         html.contains(
-            "<h2 id=\"tile-gpus\">GPUs</h2><p class=\"big\">10</p><p>on 3 nodes, all healthy</p>"
+            "<h2 id=\"tile-gpus\">GPUs</h2><p class=\"big\" data-gpus=\"10\">10</p><p>on 3 nodes, all healthy</p>"
         ),
         "{html}"
     );
-    assert!(html.contains("<h2 id=\"tile-alloc\">Allocated</h2><p class=\"big\">10%</p><p>of the memory (61.0 GiB of 592.0 GiB)"), "{html}");
+    assert!(html.contains("<h2 id=\"tile-alloc\">Allocated</h2><p class=\"big\" data-granted-mib=\"62464\" data-of-mib=\"606208\">10%</p><p>of the memory (61.0 GiB of 592.0 GiB)"), "{html}");
     assert!(
         html.contains(
-            "<p class=\"big\">5%</p><p>of the memory of the 5 cards reporting; 47% busy (mean)</p>"
+            "<p class=\"big\" data-used-mib=\"12800\" data-of-mib=\"278528\">5%</p><p>of the memory of the 5 cards reporting; 47% busy (mean)</p>"
         ),
         "{html}"
     );
     assert!(
-        html.contains("<h2 id=\"tile-pending\">Pending GPU pods</h2><p class=\"big\">1</p>"),
+        html.contains(
+            "<h2 id=\"tile-pending\">Pending GPU pods</h2><p class=\"big\" data-pending=\"1\">1</p>"
+        ),
         "{html}"
     );
     // The distribution says it in words too.

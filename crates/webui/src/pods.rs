@@ -518,14 +518,28 @@ fn cells(r: &PodRow, metrics: &Metrics, now: i64) -> Vec<String> {
             Some(p) => format!("<span class=\"bad\">cannot be read: {}</span>", esc(p)),
             None => lines(r.asked.iter().map(|a| esc(a)).collect()),
         },
-        lines(r.grants.iter().map(|g| esc(&g.text)).collect()),
+        // The figures exact in `<data value>` (MiB, percent), for scripts and tests.
         if r.grants.is_empty() {
             "-".into()
         } else {
-            figure(r.used_mib().map(|m| (mib(m), at)), now, covered)
+            format!(
+                "<data class=\"granted-mib\" value=\"{}\">{}</data>",
+                r.granted_mib(),
+                lines(r.grants.iter().map(|g| esc(&g.text)).collect())
+            )
         },
-        r.used_percent()
-            .map_or_else(|| "-".into(), |p| format!("{p:.0}%")),
+        match r.used_mib() {
+            Some(m) => format!(
+                "<data class=\"used-mib\" value=\"{m}\">{}</data>",
+                figure(Some((mib(m), at)), now, covered)
+            ),
+            None if r.grants.is_empty() => "-".into(),
+            None => figure(None, now, covered),
+        },
+        r.used_percent().map_or_else(
+            || "-".into(),
+            |p| format!("<data class=\"used-pct\" value=\"{p}\">{p:.0}%</data>"),
+        ),
         if util.is_empty() {
             "-".into()
         } else {

@@ -24,10 +24,23 @@ fn row<'a>(page: &'a str, pod: &str) -> &'a str {
     &rest[..rest.find("</tr>").unwrap()]
 }
 
-/// The `n`th `<td>` of a row.
+/// The `n`th `<td>` of a row, inside the `<data value>` that carries a figure exactly.
 fn cell(row: &str, n: usize) -> &str {
     let rest = row.split("<td>").nth(n + 1).unwrap();
-    &rest[..rest.find("</td>").unwrap()]
+    let cell = &rest[..rest.find("</td>").unwrap()];
+    match cell.strip_prefix("<data ") {
+        Some(tagged) => tagged[tagged.find('>').unwrap() + 1..]
+            .strip_suffix("</data>")
+            .unwrap(),
+        None => cell,
+    }
+}
+
+/// The exact figure the `n`th `<td>` of a row carries (`<data value>`).
+fn value(row: &str, n: usize) -> f64 {
+    let rest = row.split("<td>").nth(n + 1).unwrap();
+    let v = &rest[rest.find("value=\"").unwrap() + 7..];
+    v[..v.find('"').unwrap()].parse().unwrap()
 }
 
 /// A GPU pod the scheduler has not placed: `mem` MiB of one `vendor` GPU.
@@ -158,6 +171,11 @@ fn the_pods_page_shows_what_the_pod_and_node_pages_show() {
     assert_eq!(cell(infer, 5), cell(slice, 2), "used: {infer}");
     assert!(cell(infer, 5).starts_with("4.0 GiB"), "{infer}");
     assert_eq!(cell(infer, 6), "25%", "4 of 16 GiB: {infer}");
+    assert_eq!(
+        (value(infer, 4), value(infer, 5), value(infer, 6)),
+        (16384.0, 4096.0, 25.0),
+        "{infer}"
+    );
 
     // The DRA share: the claim's memory as the pod page's DRA section says it.
     let train = row(&page, "ml/train");

@@ -3,10 +3,12 @@
 //! NVIDIA — its body in a child process, the stand-in NVML's settings being environment —,
 //! the web UI, the DRA mode), and the web UI in Chromium against the demo's cluster
 //! (`browser`), and sliced AMD pods in real containers (`containerd`: containerd + runc,
-//! the real hook), and `hami defrag` moving a replica on the demo's cluster (`defrag`).
+//! the real hook), and `hami defrag` moving a replica on the demo's cluster (`defrag`), and
+//! the web UI's figures set beside `hami status`'s and the monitors' (`console_numbers`).
 //! Their shared setup is this package's library (`hami_system_tests`).
 
 mod browser;
+mod console_numbers;
 mod containerd;
 mod defrag;
 mod least_privilege;
