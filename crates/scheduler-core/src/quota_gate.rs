@@ -63,11 +63,16 @@ pub fn filter_within_quota(
     // no node can hold the pod, and none need be looked at.
     let anywhere = state.quota.check(&namespace, &admission_ask(&asks, &[]));
     if let Err(refusal) = anywhere {
-        for name in names.iter().filter(|n| !fails(n)) {
-            over.entry(name.clone())
-                .or_insert_with(|| refusal.to_string());
-        }
-        return over_everywhere(first, over, message);
+        // One text for every node: formatting it per node was most of a refusal's cost at
+        // 5,000 nodes (filter p99 over 5 ms with the quota exhausted).
+        let text = refusal.to_string();
+        let mut all: BTreeMap<String, String> = names
+            .iter()
+            .filter(|n| **n != node && !fails(n))
+            .map(|n| (n.clone(), text.clone()))
+            .collect();
+        all.extend(over);
+        return over_everywhere(first, all, message);
     }
     for name in names.iter().filter(|n| **n != node && !fails(n)) {
         match lower_bound_refusal(state, &namespace, &asks, name) {
@@ -308,9 +313,12 @@ fn over_everywhere(
     over: BTreeMap<String, String>,
     message: String,
 ) -> FilterDecision {
-    let mut unresolvable = first.result.failed_and_unresolvable_nodes;
-    unresolvable.extend(first.result.failed_nodes);
-    unresolvable.extend(over);
+    // `over` wins where a node is in both; it is the large map: the others go into it.
+    let mut unresolvable = over;
+    let failed = first.result.failed_and_unresolvable_nodes;
+    for (name, why) in failed.into_iter().chain(first.result.failed_nodes) {
+        unresolvable.entry(name).or_insert(why);
+    }
     quota_refusal(unresolvable, first.refusals, message)
 }
 
