@@ -392,21 +392,19 @@ pub(crate) fn render(summary: &Summary) -> String {
 
 /// The reservation for move `m` of pod `pod`, valid `ttl` seconds from `now` (pure).
 pub(crate) fn reservation(m: &Move, pod: &Pod, now: i64, ttl: u64) -> Option<Reservation> {
+    // The scheduler's own rule for whose pod this is (a controller, its template hash):
+    // what is written here is what Filter matches the replacement against.
+    let facts = hami_scheduler_core::reservations::OwnerFacts::of(pod)?;
     let owner = pod
         .metadata
         .owner_references
         .iter()
         .flatten()
-        .find(|o| o.controller == Some(true))?;
+        .find(|o| o.uid == facts.owner_uid)?;
     Some(Reservation {
-        owner_uid: owner.uid.clone(),
+        owner_uid: facts.owner_uid,
         owner: format!("{}/{}", owner.kind, owner.name),
-        template_hash: pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("pod-template-hash"))
-            .cloned(),
+        template_hash: facts.template_hash,
         cards: m
             .to
             .cards

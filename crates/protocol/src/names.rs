@@ -181,6 +181,9 @@ pub mod pod {
     /// Label on a workload's replacement pods after `hami defrag apply` moved it: seconds
     /// since the epoch; a fresh one keeps the pod from being moved again (issue 32).
     pub const DEFRAG_MOVED_AT_LABEL: &str = "hami.io/defrag-moved-at";
+    /// The label a Deployment's ReplicaSet puts on its pods, one value per pod template:
+    /// a defrag reservation's owner is a controller and, when set, this value (D-34).
+    pub const TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
 }
 
 /// Node annotations (SPEC §2.1, §2.4).

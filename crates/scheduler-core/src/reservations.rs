@@ -28,8 +28,7 @@ use crate::snapshot::NodeSnapshot;
 use crate::state::ClusterState;
 use crate::usage::DeviceCharge;
 
-/// The label a Deployment's ReplicaSet puts on its pods: one value per pod template.
-pub const TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
+pub use hami_protocol::names::pod::TEMPLATE_HASH_LABEL;
 
 /// One reservation annotation of a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
