@@ -258,7 +258,10 @@ async fn plugin_stand_in(client: Client) {
 async fn scenario(replicas: usize, subnet: u8, mode: Mode) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let (api, client) = common::cluster().await;
-    let pki = pki(&format!("{replicas}"));
+    // One directory per scenario: two scenarios of two replicas run at once, and a shared
+    // directory let one overwrite (then delete) the other's certificates: a replica served a
+    // certificate its probe did not trust and never looked Ready (CI, stop 36).
+    let pki = pki(&format!("{replicas}-{subnet}"));
     let kubeconfig = pki.dir.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig).unwrap();
     let ports = Ports::free();
@@ -310,7 +313,15 @@ async fn scenario(replicas: usize, subnet: u8, mode: Mode) {
     let ready = |i: usize| {
         let probe = probe.clone();
         let url = format!("https://{}:{}/readyz", ip(i), ports.main);
-        async move { probe.get(&url).await.is_ok_and(|(s, _)| s == 200) }
+        // Why it is not Ready (a refused connection, a failed handshake, the 503's reason):
+        // a timeout says which.
+        async move {
+            match probe.get(&url).await {
+                Ok((status, _)) if status == 200 => Ok(()),
+                Ok((status, body)) => Err(format!("{status}: {}", String::from_utf8_lossy(&body))),
+                Err(e) => Err(e),
+            }
+        }
     };
     until("a leader", Duration::from_secs(10), || async {
         holder(&client).await.is_some()
@@ -320,14 +331,14 @@ async fn scenario(replicas: usize, subnet: u8, mode: Mode) {
     // on the 2 cores of CI (a final CI run timed out at 10 s). A replica that stopped says why.
     for (i, task) in tasks.iter_mut().enumerate() {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !ready(i).await {
+        while let Err(why) = ready(i).await {
             if task.as_ref().is_some_and(|t| t.is_finished()) {
                 let stopped = task.take().unwrap().await;
                 panic!("replica {i} stopped before it was Ready: {stopped:?}");
             }
             assert!(
                 Instant::now() < deadline,
-                "timed out waiting for replica {i} Ready (30 s)"
+                "timed out waiting for replica {i} Ready (30 s); last answer: {why}"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -459,7 +470,7 @@ async fn scenario(replicas: usize, subnet: u8, mode: Mode) {
         until(
             &format!("replica {i} Ready after the handover"),
             Duration::from_secs(10),
-            || ready(i),
+            || async { ready(i).await.is_ok() },
         )
         .await;
     }
