@@ -2,7 +2,10 @@
 //! what is free on it (MiB, CUs or SM percent), its shares, health and node; sorted on the
 //! server (`?sort=`), searched by uuid (`?q=`), and filtered to the cards a slice would fit
 //! on (`?mem=MiB&pct=PERCENT&type=WORD`) by the scheduler's own fit
-//! (`hami_scheduler_core::fit::fit_node`, on a snapshot of that one card). Pure.
+//! (`hami_scheduler_core::fit::fit_node`, on a snapshot of that one card). Each card the
+//! scheduler places on shows how fragmented its free memory is (`hami_defrag_core`'s
+//! measure, as `hami status` and the overview's Top-5: `1 − placeable / free` and the
+//! largest reference slice that still fits). Pure.
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -36,16 +39,19 @@ pub enum Sort {
     Shares,
     /// By uuid.
     Uuid,
+    /// Most fragmented first.
+    Fragmentation,
 }
 
 impl Sort {
-    const ALL: [(Sort, &'static str, &'static str); 6] = [
+    const ALL: [(Sort, &'static str, &'static str); 7] = [
         (Sort::Node, "node", "node"),
         (Sort::Type, "type", "type"),
         (Sort::FreeMemory, "free-memory", "free memory"),
         (Sort::FreeCompute, "free-compute", "free compute"),
         (Sort::Shares, "shares", "shares"),
         (Sort::Uuid, "uuid", "uuid"),
+        (Sort::Fragmentation, "fragmentation", "fragmentation"),
     ];
 
     fn word(self) -> &'static str {
@@ -157,6 +163,9 @@ struct Row<'a> {
     info: DeviceInfo,
     usage: GpuUsage,
     held_whole: bool,
+    /// Fragmentation (`1 − placeable / free`) and the largest reference slice that fits;
+    /// `None` for a DRA device (the scheduler does not place on it: not measured).
+    measured: Option<(f64, Option<&'static str>)>,
 }
 
 impl Row<'_> {
@@ -204,6 +213,7 @@ impl Row<'_> {
 fn rows(world: &World) -> Vec<Row<'_>> {
     let mut out = Vec::new();
     for node in world.state.nodes() {
+        let measured = hami_defrag_core::measure_node(node);
         for (i, gpu) in node.devices.gpus.iter().enumerate() {
             out.push(Row {
                 node: &node.devices.name,
@@ -212,6 +222,10 @@ fn rows(world: &World) -> Vec<Row<'_>> {
                 info: gpu.info.clone(),
                 usage: node.usage.get(i).copied().unwrap_or_default(),
                 held_whole: node.held_whole.get(i).copied().unwrap_or(false),
+                measured: measured
+                    .cards
+                    .get(i)
+                    .map(|c| (c.fragmentation, c.largest.map(|s| s.as_str()))),
             });
         }
     }
@@ -237,6 +251,7 @@ fn rows(world: &World) -> Vec<Row<'_>> {
                 cores: d.compute_units_used,
             },
             held_whole: false,
+            measured: None,
         });
     }
     out
@@ -316,6 +331,10 @@ pub fn cards(world: &World, metrics: &Metrics, raw_query: &str) -> Page {
         }),
         Sort::Shares => all.sort_by_key(|r| (r.usage.used, r.node, r.info.index)),
         Sort::Uuid => all.sort_by(|a, b| a.info.id.cmp(&b.info.id)),
+        Sort::Fragmentation => all.sort_by(|a, b| {
+            let f = |r: &Row| r.measured.map_or(-1.0, |(f, _)| f);
+            f(b).total_cmp(&f(a)).then(a.node.cmp(b.node))
+        }),
     }
     let (window, _) = query.paging.window(all.len());
     let table_rows: Vec<Vec<String>> = all[window]
@@ -334,6 +353,14 @@ pub fn cards(world: &World, metrics: &Metrics, raw_query: &str) -> Page {
                 format!("{} of {} MiB", r.free_mem(), r.info.devmem),
                 format!("{} of {}{unit}", r.free_cores(), r.info.devcore),
                 format!("{}/{}", r.usage.used, r.info.count),
+                match r.measured {
+                    None => "not measured (DRA)".to_owned(),
+                    Some((f, largest)) => format!(
+                        "{:.0}%, largest slice {}",
+                        f * 100.0,
+                        largest.unwrap_or("none")
+                    ),
+                },
                 if !r.info.health {
                     "<span class=\"bad\">unhealthy</span>".into()
                 } else if r.held_whole {
@@ -365,6 +392,7 @@ pub fn cards(world: &World, metrics: &Metrics, raw_query: &str) -> Page {
             "FREE MEMORY",
             "FREE COMPUTE",
             "SHARES",
+            "FRAGMENTATION",
             "HEALTH",
         ],
         &table_rows,
@@ -542,6 +570,49 @@ mod tests {
             page.html
         );
         assert!(page.html.contains("cards 6–10 of 14"), "{}", page.html);
+    }
+
+    /// Issue 32 item 1: each card the scheduler places on shows its fragmentation and the
+    /// largest reference slice that still fits (defrag-core's measure); a card whose CUs
+    /// are all taken strands its free memory (100 %, no slice) and sorts first.
+    #[test]
+    fn fragmentation_per_card_is_shown_and_sorted() {
+        let (mut w, _) = demo();
+        let cards1 = amd_entries(w.nodes.get("mi210-node").unwrap());
+        w.upsert_pod(plugin_pod(
+            "default",
+            "all-cus",
+            "mi210-node",
+            Vendor::Amd,
+            (&cards1[1].id, &cards1[1].device_type),
+            (8192, 104),
+        ));
+        let m = Metrics::default();
+        let page = cards(&w, &m, "sort=fragmentation");
+        assert_eq!(page.status, 200, "{}", page.html);
+        assert!(
+            page.html.contains("<th scope=\"col\">FRAGMENTATION</th>"),
+            "{}",
+            page.html
+        );
+        let rows = body_rows(&page.html);
+        assert!(
+            rows[0].contains(&cards1[1].id)
+                && rows[0].contains("<td>100%, largest slice none</td>"),
+            "{}",
+            rows[0]
+        );
+        let idle = rows
+            .iter()
+            .find(|r| r.contains("mi210-node\">") && r.contains(&cards1[7].id))
+            .unwrap();
+        assert!(idle.contains("<td>0%, largest slice 1/1</td>"), "{idle}");
+        let dra = rows.iter().find(|r| r.contains("<td>DRA</td>")).unwrap();
+        assert!(dra.contains("<td>not measured (DRA)</td>"), "{dra}");
+        assert!(
+            page.html
+                .contains("<strong aria-current=\"true\">fragmentation</strong>")
+        );
     }
 
     #[test]
