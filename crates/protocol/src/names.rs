@@ -47,6 +47,16 @@ impl Vendor {
         }
     }
 
+    /// File name of the vendor's memory hook as the node installs it and sliced containers
+    /// mount it: `libamvgpu.so` (loaded through `LD_AUDIT`), `libvgpu.so` (through
+    /// `/etc/ld.so.preload`). The monitor looks for it in a process's mappings (issue 29).
+    pub const fn hook_library(self) -> &'static str {
+        match self {
+            Vendor::Amd => "libamvgpu.so",
+            Vendor::Nvidia => "libvgpu.so",
+        }
+    }
+
     /// Every name this vendor uses on the wire.
     pub const fn names(self) -> &'static VendorNames {
         match self {
@@ -300,6 +310,8 @@ mod tests {
             "hami.io/vgpu-devices-allocated"
         );
         assert_eq!(env::hip_device_memory_limit(3), "HIP_DEVICE_MEMORY_LIMIT_3");
+        assert_eq!(Vendor::Amd.hook_library(), "libamvgpu.so");
+        assert_eq!(Vendor::Nvidia.hook_library(), "libvgpu.so");
         for vendor in Vendor::ALL {
             let names = vendor.names();
             assert!(SCHEDULER_OWNED_ANNOTATIONS.contains(&names.devices_allocated));
