@@ -19,6 +19,9 @@
 //!   [`connections`]: the accept loop (connection cap, request-head timeout);
 //!   [`same_origin`]: the What-if POST's origin check; [`whatif_run`]: plans with a
 //!   deadline, a concurrency limit and a stop when the client or the UI goes.
+//! - [`whatif_live`] (rendered by [`whatif_live_page`]): What-if from the live cluster
+//!   ("+N nodes like X", "remove node Y", the waiting pods before and after);
+//!   [`defrag_view`]: `hami defrag plan`'s planner on the live cluster, shown, never run.
 
 /// The log filter of `hami-webui` and `hami ui` (unless `RUST_LOG`): kube-runtime's
 /// watcher warns at each retry of a refused watch, for ever; the UI's watchers log the first
@@ -32,6 +35,8 @@ pub use hami_report as report;
 
 pub mod cards;
 pub mod connections;
+mod defrag_facts;
+pub mod defrag_view;
 pub mod dra;
 #[cfg(test)]
 mod fixtures;
@@ -57,6 +62,10 @@ pub mod usage;
 pub mod watch;
 pub mod watch_feed;
 pub mod whatif;
+pub mod whatif_live;
+pub mod whatif_live_page;
+#[cfg(test)]
+mod whatif_live_tests;
 pub mod whatif_run;
 pub mod world;
 

@@ -2,7 +2,8 @@
 //! form posts a scenario to plan in memory; nothing is written to the cluster). Every
 //! response carries the security headers ([`CONTENT_SECURITY_POLICY`] and the rest); the
 //! What-if POST is checked for its origin (`same_origin.rs`), its body read under a size
-//! and time limit, and planned by the [`Runner`].
+//! and time limit, and planned by the [`Runner`]. So are the live cluster's What-if and
+//! defrag forms (`/whatif/live`, `/whatif/defrag`: `whatif_live.rs`, `defrag_view.rs`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -20,9 +21,11 @@ use crate::html::{CSS, LIVE_JS, Page, not_found};
 use crate::samples::Metrics;
 use crate::scrape::unix_now;
 use crate::whatif::Problem;
-use crate::whatif_run::Runner;
+use crate::whatif_live::{MAX_FORM_BYTES, Snapshot, form_fields};
+use crate::whatif_live_page::{Choices, Filled, Shown};
+use crate::whatif_run::{Ran, Runner};
 use crate::world::World;
-use crate::{pages, same_origin, whatif};
+use crate::{defrag_view, pages, same_origin, whatif, whatif_live, whatif_live_page};
 
 /// What the handlers read, written by the watchers and the scraper.
 #[derive(Clone)]
@@ -108,8 +111,21 @@ async fn pods(State(s): State<Shared>, RawQuery(query): RawQuery) -> Response {
     })
 }
 
-async fn pod(State(s): State<Shared>, Path((ns, name)): Path<(String, String)>) -> Response {
-    with_state(&s, |w, m| pages::pod(w, m, &ns, &name, unix_now()))
+async fn pod(
+    State(s): State<Shared>,
+    Path((ns, name)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    with_state(&s, |w, m| {
+        pages::pod_in(
+            w,
+            m,
+            &ns,
+            &name,
+            query.as_deref().unwrap_or_default(),
+            unix_now(),
+        )
+    })
 }
 
 fn banners(s: &Shared) -> Vec<String> {
@@ -142,18 +158,27 @@ async fn form_body(
         .max_scenario_bytes
         .saturating_mul(3)
         .saturating_add(4096);
-    let too_large = || {
-        Problem::too_large(format!(
-            "the form is larger than the UI accepts ({max} bytes, a scenario of {} bytes): shorten the scenario, or run it with `hami plan --scenario FILE`",
-            limits.max_scenario_bytes
-        ))
-    };
+    let too_large = format!(
+        "the form is larger than the UI accepts ({max} bytes, a scenario of {} bytes): shorten the scenario, or run it with `hami plan --scenario FILE`",
+        limits.max_scenario_bytes
+    );
+    body_within(max, too_large, limits, headers, body).await
+}
+
+/// A body of at most `max` bytes (`too_large` past it, 413), within the body timeout.
+async fn body_within(
+    max: usize,
+    too_large: String,
+    limits: &whatif::Limits,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Vec<u8>, Problem> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
-        return Err(too_large());
+        return Err(Problem::too_large(too_large));
     }
     match tokio::time::timeout(limits.body_timeout, Limited::new(body, max).collect()).await {
         Err(_) => Err(Problem {
@@ -163,7 +188,9 @@ async fn form_body(
                 limits.body_timeout.as_secs()
             ),
         }),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(Problem::too_large(too_large))
+        }
         Ok(Err(e)) => Err(Problem::bad(format!(
             "the form's body could not be read ({e}); submit the form again"
         ))),
@@ -171,17 +198,139 @@ async fn form_body(
     }
 }
 
-async fn whatif_plan(State(s): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+/// The POST's origin (`same_origin::check`): a 403 problem when posted from another site.
+fn cross_site(headers: &HeaderMap) -> Option<Problem> {
     let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Err(message) = same_origin::check(
+    same_origin::check(
         text(header::HOST),
         text(header::ORIGIN),
         headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()),
-    ) {
-        let p = Problem {
-            status: 403,
-            message,
-        };
+    )
+    .err()
+    .map(|message| Problem {
+        status: 403,
+        message,
+    })
+}
+
+/// The live cluster as the UI sees it now (the lock held only while copying).
+fn snapshot(s: &Shared) -> Option<Snapshot> {
+    let world = s.world.read().ok()?;
+    Some(Snapshot::of(&world, unix_now()))
+}
+
+fn live_page(s: &Shared, snap: &Snapshot, filled: &Filled, shown: &Shown) -> Response {
+    let problem = match shown {
+        Shown::Live(Err(p)) | Shown::Defrag(Err(p)) => Some(p.status),
+        _ => None,
+    };
+    let mut response = respond(whatif_live_page::page(
+        &Choices::of(snap),
+        filled,
+        shown,
+        &banners(s),
+    ));
+    if problem == Some(429) {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    }
+    response
+}
+
+async fn whatif_live_form(State(s): State<Shared>) -> Response {
+    let Some(snap) = snapshot(&s) else {
+        return unavailable();
+    };
+    live_page(&s, &snap, &Filled::default(), &Shown::Forms)
+}
+
+/// Which of the live forms was posted.
+#[derive(Clone, Copy)]
+enum LiveForm {
+    Edits,
+    Defrag,
+}
+
+async fn whatif_live_post(s: Shared, headers: HeaderMap, body: Body, form: LiveForm) -> Response {
+    let Some(snap) = snapshot(&s) else {
+        return unavailable();
+    };
+    let shown = |p: Problem| match form {
+        LiveForm::Edits => Shown::Live(Err(p)),
+        LiveForm::Defrag => Shown::Defrag(Err(p)),
+    };
+    if let Some(p) = cross_site(&headers) {
+        return live_page(&s, &snap, &Filled::default(), &shown(p));
+    }
+    let limits = s.whatif.limits().clone();
+    let too_large = format!(
+        "the form is larger than the UI accepts ({MAX_FORM_BYTES} bytes); post it from the What-if page"
+    );
+    let fields = match body_within(MAX_FORM_BYTES, too_large, &limits, &headers, body)
+        .await
+        .and_then(|b| form_fields(&b).map(|f| (b, f)))
+    {
+        Ok(read) => read,
+        Err(p) => return live_page(&s, &snap, &Filled::default(), &shown(p)),
+    };
+    let (bytes, filled) = (fields.0, Filled(fields.1));
+    let result = match form {
+        LiveForm::Edits => {
+            let planned = match whatif_live::edits_from_form(&bytes, &snap, &limits) {
+                Err(p) => Err(p),
+                Ok(edits) => {
+                    let snap = snap.clone();
+                    s.whatif
+                        .run(move |stop, limits| {
+                            Ok(match whatif_live::run(&snap, &edits, limits, stop)? {
+                                Some(report) => Ran::Done(report),
+                                None => Ran::Stopped(format!(
+                                    "planning the live cluster stopped after {} s, the UI's limit: remove fewer nodes, or plan the fleet with `hami plan --scenario FILE`",
+                                    limits.deadline.as_secs()
+                                )),
+                            })
+                        })
+                        .await
+                }
+            };
+            Shown::Live(planned)
+        }
+        LiveForm::Defrag => {
+            let planned = match defrag_view::form_from_body(&bytes) {
+                Err(p) => Err(p),
+                Ok(form) => {
+                    let snap = snap.clone();
+                    s.whatif
+                        .run(move |stop, limits| {
+                            // The planner is bounded by its search budget, not by `stop`.
+                            if stop() {
+                                return Ok(Ran::Stopped(
+                                    "the defrag plan did not start before the UI's deadline; retry"
+                                        .into(),
+                                ));
+                            }
+                            defrag_view::plan(&snap, &form, limits).map(Ran::Done)
+                        })
+                        .await
+                }
+            };
+            Shown::Defrag(planned)
+        }
+    };
+    live_page(&s, &snap, &filled, &result)
+}
+
+async fn whatif_live_edits(State(s): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+    whatif_live_post(s, headers, body, LiveForm::Edits).await
+}
+
+async fn whatif_defrag(State(s): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+    whatif_live_post(s, headers, body, LiveForm::Defrag).await
+}
+
+async fn whatif_plan(State(s): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+    if let Some(p) = cross_site(&headers) {
         return problem_page(p, whatif::DEFAULT_SCENARIO, &banners(&s));
     }
     let scenario = match form_body(s.whatif.limits(), &headers, body)
@@ -224,6 +373,11 @@ pub fn router(shared: Shared) -> Router {
         .route("/nodes/{name}", get(node))
         .route("/pods/{namespace}/{name}", get(pod))
         .route("/whatif", get(whatif_form).post(whatif_plan))
+        .route(
+            "/whatif/live",
+            get(whatif_live_form).post(whatif_live_edits),
+        )
+        .route("/whatif/defrag", get(whatif_live_form).post(whatif_defrag))
         .route(
             "/static/style.css",
             get(|| async { asset("text/css; charset=utf-8", CSS) }),

@@ -2,7 +2,8 @@
 //! answered 429 at once, not queued), each on a blocking thread under a stop condition it
 //! checks before every pod: its deadline, its request gone (the client left: the request's
 //! future is dropped, and with it a guard that raises the request's flag), or the UI
-//! stopping (SIGTERM must not wait for a plan). The slot is held by the planning thread
+//! stopping (SIGTERM must not wait for a plan). Scenario plans, the live cluster's
+//! What-if and defrag plans all run here ([`Runner::run`]). The slot is held by the planning thread
 //! itself, so a stopped request frees it only once its thread has stopped.
 
 use std::sync::Arc;
@@ -61,6 +62,41 @@ impl Runner {
     /// Admits and plans the scenario `text` (see [`whatif::admit`]); a refusal says what to
     /// change. Dropping the returned future stops the plan.
     pub async fn plan(&self, text: String) -> Result<PlanReport, Problem> {
+        self.run(move |stop, limits| {
+            let admitted = whatif::admit(&text, limits)?;
+            let f = admitted.figures;
+            tracing::info!(
+                "what-if: planning {} pods on {} nodes with {} GPUs under {} policy pairs",
+                f.pods,
+                f.nodes,
+                f.gpus,
+                f.policy_pairs
+            );
+            Ok(match whatif::plan(&admitted, stop)? {
+                Some(report) => Ran::Done(report),
+                None => Ran::Stopped(format!(
+                    "planning stopped after {} s, the UI's limit for one scenario ({} pods × {} policy pairs × {} nodes and GPUs): compare fewer policies, or lower the pods' or nodes' count, or run it with `hami plan --scenario FILE`",
+                    limits.deadline.as_secs(),
+                    f.pods,
+                    f.policy_pairs,
+                    f.nodes + f.gpus
+                )),
+            })
+        })
+        .await
+    }
+
+    /// Runs `job` on a blocking thread, in one of the planner's slots (429 at once when none
+    /// is free), with its stop condition: the deadline, the request gone (dropping the
+    /// returned future), or the UI stopping. `job` asks `stop` between steps; when it stops
+    /// short it says, for the deadline's refusal, what to change. Every plan of the UI (a
+    /// scenario, the live cluster edited, a defrag plan) goes through here.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(&(dyn Fn() -> bool + Sync), &Limits) -> Result<Ran<T>, Problem>
+        + Send
+        + 'static,
+    ) -> Result<T, Problem> {
         if self.stopping.load(Ordering::SeqCst) {
             return Err(stopping());
         }
@@ -68,7 +104,7 @@ impl Runner {
             return Err(Problem {
                 status: 429,
                 message: format!(
-                    "the UI is planning {} scenarios already (its limit); retry in a few seconds, or run yours with `hami plan --scenario FILE`",
+                    "the UI is planning {} requests already (its limit); retry in a few seconds, or plan from the command line (`hami plan --scenario FILE`, `hami defrag plan`)",
                     self.limits.max_running.max(1)
                 ),
             });
@@ -91,30 +127,15 @@ impl Runner {
                     None
                 }
             };
-            let admitted = whatif::admit(&text, &limits)?;
-            let f = admitted.figures;
-            tracing::info!(
-                "what-if: planning {} pods on {} nodes with {} GPUs under {} policy pairs",
-                f.pods,
-                f.nodes,
-                f.gpus,
-                f.policy_pairs
-            );
-            match whatif::plan(&admitted, &|| why().is_some())? {
-                Some(report) => Ok(report),
-                None => Err(match why() {
+            match job(&|| why().is_some(), &limits)? {
+                Ran::Done(value) => Ok(value),
+                Ran::Stopped(deadline_problem) => Err(match why() {
                     Some(Stopped::Stopping) => stopping(),
                     Some(Stopped::Gone) => Problem {
                         status: 499,
                         message: "the client went away".into(),
                     },
-                    _ => Problem::too_large(format!(
-                        "planning stopped after {} s, the UI's limit for one scenario ({} pods × {} policy pairs × {} nodes and GPUs): compare fewer policies, or lower the pods' or nodes' count, or run it with `hami plan --scenario FILE`",
-                        limits.deadline.as_secs(),
-                        admitted.figures.pods,
-                        admitted.figures.policy_pairs,
-                        admitted.figures.nodes + admitted.figures.gpus
-                    )),
+                    _ => Problem::too_large(deadline_problem),
                 }),
             }
         });
@@ -125,6 +146,14 @@ impl Runner {
             })
         })
     }
+}
+
+/// How a job of [`Runner::run`] ended.
+pub enum Ran<T> {
+    /// It finished.
+    Done(T),
+    /// It stopped when asked; the text says, should the deadline be why, what to change.
+    Stopped(String),
 }
 
 fn stopping() -> Problem {
