@@ -35,10 +35,6 @@ use crate::snapshot::NodeDevices;
 /// `Sync` so the state stays shareable (the web UI reads it across awaits).
 pub type WarningSink = Box<dyn FnMut(QuotaWarning) + Send + Sync>;
 
-/// Shown every pod the pod informer applies ([`QuotaBook::observe_dra_pod`] sees them all):
-/// the scheduler's notice for DRA pods that wait where they would have preempted hangs here.
-pub type PodWatch = Box<dyn FnMut(&Pod) + Send + Sync>;
-
 /// What a pod's charge is computed from, kept so it can be computed again.
 #[derive(Debug, Clone)]
 struct Held {
@@ -69,8 +65,6 @@ pub struct QuotaBook {
     /// that changes nothing bad does not repeat its Event.
     warned: BTreeMap<String, Vec<QuotaWarning>>,
     sink: Option<WarningSink>,
-    /// Shown every pod observed (see [`PodWatch`]).
-    pod_watch: Option<PodWatch>,
     /// DRA mode (D-29): the pods charged from their admission's annotation (ledger key
     /// `dra/<uid>`), apart from the holdings, which a DRA pod never has.
     dra_pods: HashSet<String>,
@@ -128,11 +122,6 @@ impl QuotaBook {
     /// Where new warnings go from now on.
     pub fn set_sink(&mut self, sink: WarningSink) {
         self.sink = Some(sink);
-    }
-
-    /// Where every pod observed is shown from now on ([`PodWatch`]).
-    pub fn set_pod_watch(&mut self, watch: PodWatch) {
-        self.pod_watch = Some(watch);
     }
 
     /// The ledger (checks, usage, metric rows).
@@ -314,9 +303,6 @@ impl QuotaBook {
     /// over its admission's reservation the first time it is seen; releases it once it has
     /// `ended` (Succeeded, Failed) or carries no readable charge.
     pub fn observe_dra_pod(&mut self, uid: &str, pod: &Pod, ended: bool) {
-        if let Some(watch) = &mut self.pod_watch {
-            watch(pod);
-        }
         let charge = pod
             .metadata
             .annotations

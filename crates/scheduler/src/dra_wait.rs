@@ -3,8 +3,8 @@
 //! anyone; it waits for a GPU to free (upstream: KEP-5690). Admission warns
 //! ([`dra_preemption_warning`]); once kube-scheduler has found it unschedulable the pod also
 //! gets a Warning Event ([`WAITS_REASON`]) saying so and what to do, posted by the leader
-//! from the pod informer's view (every pod passes [`waiting`] through the quota book's
-//! [`PodWatch`](crate::quota_book::PodWatch)).
+//! from the pod informer's view (the pod informer passes every pod it applies to [`waiting`],
+//! outside the state's lock: [`crate::informer::Wakes`]).
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -10,8 +10,9 @@
 //! request next (relist or watch again, from which resourceVersion, after which wait) and
 //! when to restart are [`crate::watch_cycle`]'s decisions; this file makes the requests.
 //!
-//! The node informer also tells the binds waiting on a node's lock when it sees the node
-//! without one ([`LockWaiters`]), so they try again at once.
+//! What an informer sees also wakes whoever waits on it ([`Wakes`]): the node informer tells
+//! the binds waiting on a node's lock when it sees the node without one, so they try again at
+//! once; the pod informer hands every pod to the DRA-wait notice ([`crate::dra_wait`]).
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -23,8 +24,10 @@ use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
+use tokio::sync::mpsc::UnboundedSender;
 use tracing::{info, warn};
 
+use crate::dra_wait::Waiting;
 use crate::quota_book::quota_key;
 use crate::state::ClusterState;
 use crate::watch_cycle::{Outcome, Restart, Restarts, Step, TaskEnd, WatchCycle};
@@ -84,10 +87,31 @@ pub trait Fed:
     fn key(object: &Self) -> Option<String>;
     /// Drops the state's entry with this key.
     fn forget(state: &mut ClusterState, key: &str);
-    /// After an added or changed object was applied: wake whoever waits on what it shows.
-    fn seen(_object: &Self, _waiters: &LockWaiters) {}
+    /// After an added or changed object was applied (outside the state's lock): wake whoever
+    /// waits on what it shows.
+    fn seen(_object: &Self, _wakes: &Wakes) {}
     /// After a deleted object was removed.
-    fn gone(_object: &Self, _waiters: &LockWaiters) {}
+    fn gone(_object: &Self, _wakes: &Wakes) {}
+}
+
+/// Whom the informers wake with what they see (shell-side hooks, kept out of the state).
+#[derive(Clone)]
+pub struct Wakes {
+    /// Binds waiting on a node's lock.
+    pub lock_waiters: LockWaiters,
+    /// Where DRA pods that wait where they would have preempted are sent (the leader posts
+    /// their Event); `None` where nobody listens.
+    pub dra_waits: Option<UnboundedSender<Waiting>>,
+}
+
+impl Wakes {
+    /// Wakes the binds waiting on `lock_waiters`, and nobody else.
+    pub fn locks(lock_waiters: LockWaiters) -> Self {
+        Wakes {
+            lock_waiters,
+            dra_waits: None,
+        }
+    }
 }
 
 impl Fed for Node {
@@ -113,19 +137,19 @@ impl Fed for Node {
         state.remove_node(key);
     }
     /// A node without a lock: a bind waiting for its lock may take it now.
-    fn seen(node: &Node, waiters: &LockWaiters) {
+    fn seen(node: &Node, wakes: &Wakes) {
         let locked = node
             .metadata
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(node_keys::MUTEX_LOCK));
         if let (false, Some(name)) = (locked, &node.metadata.name) {
-            waiters.released(name);
+            wakes.lock_waiters.released(name);
         }
     }
-    fn gone(node: &Node, waiters: &LockWaiters) {
+    fn gone(node: &Node, wakes: &Wakes) {
         if let Some(name) = &node.metadata.name {
-            waiters.forget(name);
+            wakes.lock_waiters.forget(name);
         }
     }
 }
@@ -151,6 +175,12 @@ impl Fed for Pod {
     }
     fn forget(state: &mut ClusterState, key: &str) {
         state.remove_pod(key);
+    }
+    /// A DRA pod that waits where it would have preempted: its notice (the leader posts it).
+    fn seen(pod: &Pod, wakes: &Wakes) {
+        if let (Some(to), Some(waiting)) = (&wakes.dra_waits, crate::dra_wait::waiting(pod)) {
+            let _ = to.send(waiting);
+        }
     }
 }
 
@@ -185,7 +215,7 @@ pub fn spawn<K: Fed>(
     client: Client,
     informer: Arc<Informer>,
     state: Arc<Mutex<ClusterState>>,
-    waiters: LockWaiters,
+    wakes: Wakes,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut restarts = Restarts::new();
@@ -194,7 +224,7 @@ pub fn spawn<K: Fed>(
                 Api::all(client.clone()),
                 informer.clone(),
                 state.clone(),
-                waiters.clone(),
+                wakes.clone(),
             ));
             let end = match task.await {
                 Ok(()) => TaskEnd::Returned,
@@ -225,7 +255,7 @@ async fn watch_loop<K: Fed>(
     api: Api<K>,
     informer: Arc<Informer>,
     state: Arc<Mutex<ClusterState>>,
-    waiters: LockWaiters,
+    wakes: Wakes,
 ) {
     let tuning = informer.tuning;
     let mut cycle = WatchCycle::new();
@@ -236,7 +266,7 @@ async fn watch_loop<K: Fed>(
         }
         let outcome = match next.step {
             Step::List => {
-                match list::<K>(&api, &informer, &state, &waiters, tuning.stall_after).await {
+                match list::<K>(&api, &informer, &state, &wakes, tuning.stall_after).await {
                     Ok(resource_version) => {
                         informer.report(WatchReport::Listed);
                         Outcome::Listed { resource_version }
@@ -248,9 +278,8 @@ async fn watch_loop<K: Fed>(
                 }
             }
             Step::Watch { from } => {
-                let watched = watch_once::<K>(
-                    &api, &informer, &state, &waiters, &mut cycle, &from, &tuning,
-                );
+                let watched =
+                    watch_once::<K>(&api, &informer, &state, &wakes, &mut cycle, &from, &tuning);
                 match watched.await {
                     Ok(outcome) => outcome,
                     Err(e) => {
@@ -270,7 +299,7 @@ async fn list<K: Fed>(
     api: &Api<K>,
     informer: &Informer,
     state: &Mutex<ClusterState>,
-    waiters: &LockWaiters,
+    wakes: &Wakes,
     bound: Duration,
 ) -> Result<String, String> {
     let mut seen = HashSet::new();
@@ -300,7 +329,7 @@ async fn list<K: Fed>(
             }
         }
         for object in &page.items {
-            K::seen(object, waiters);
+            K::seen(object, wakes);
         }
         token = page.metadata.continue_.filter(|t| !t.is_empty());
         if token.is_none() {
@@ -324,7 +353,7 @@ async fn watch_once<K: Fed>(
     api: &Api<K>,
     informer: &Informer,
     state: &Mutex<ClusterState>,
-    waiters: &LockWaiters,
+    wakes: &Wakes,
     cycle: &mut WatchCycle,
     from: &str,
     tuning: &WatchTuning,
@@ -374,12 +403,12 @@ async fn watch_once<K: Fed>(
             WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                 remember(cycle, &o);
                 K::apply(&mut lock(state), &o);
-                K::seen(&o, waiters);
+                K::seen(&o, wakes);
             }
             WatchEvent::Deleted(o) => {
                 remember(cycle, &o);
                 K::delete(&mut lock(state), &o);
-                K::gone(&o, waiters);
+                K::gone(&o, wakes);
             }
             WatchEvent::Bookmark(b) => cycle.saw_version(&b.metadata.resource_version),
             WatchEvent::Error(e) if e.code == 410 => {
@@ -550,7 +579,12 @@ mod tests {
         let client = Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
         let informer = Informer::new("configmaps", WatchTuning::default());
         let state = Arc::new(Mutex::new(ClusterState::new()));
-        let task = spawn::<ConfigMap>(client.clone(), informer.clone(), state, LockWaiters::new());
+        let task = spawn::<ConfigMap>(
+            client.clone(),
+            informer.clone(),
+            state,
+            Wakes::locks(LockWaiters::new()),
+        );
         until("listed", &informer, Verdict::is_live).await;
         let cms: Api<ConfigMap> = Api::namespaced(client, "default");
         let boom: ConfigMap =

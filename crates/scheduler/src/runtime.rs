@@ -133,11 +133,11 @@ impl Scheduler {
         }));
         // DRA pods that wait where they would have preempted (none upstream: KEP-5690).
         let (dra_waits, dra_waiting) = tokio::sync::mpsc::unbounded_channel();
-        lock(&state).quota.set_pod_watch(Box::new(move |pod| {
-            if let Some(w) = crate::dra_wait::waiting(pod) {
-                let _ = dra_waits.send(w);
-            }
-        }));
+        let wakes = informer::Wakes::locks(lock_waiters.clone());
+        let pod_wakes = informer::Wakes {
+            dra_waits: Some(dra_waits),
+            ..wakes.clone()
+        };
         let tasks = vec![
             tokio::spawn(quota_warning_events(
                 warnings,
@@ -153,20 +153,10 @@ impl Scheduler {
                 client.clone(),
                 quotas.clone(),
                 state.clone(),
-                lock_waiters.clone(),
+                wakes.clone(),
             ),
-            informer::spawn::<Node>(
-                client.clone(),
-                nodes.clone(),
-                state.clone(),
-                lock_waiters.clone(),
-            ),
-            informer::spawn::<Pod>(
-                client.clone(),
-                pods.clone(),
-                state.clone(),
-                lock_waiters.clone(),
-            ),
+            informer::spawn::<Node>(client.clone(), nodes.clone(), state.clone(), wakes),
+            informer::spawn::<Pod>(client.clone(), pods.clone(), state.clone(), pod_wakes),
         ];
         let dra = crate::dra_templates::DraFront::new(
             client.clone(),
