@@ -19,6 +19,8 @@ use crate::world::pod_key;
 pub const MAX_CARDS: u64 = 4096;
 /// Most moves a plan in the UI may hold (the CLI's default is [`Policy::default`]'s).
 pub const MAX_MOVES: u64 = 256;
+/// Largest minimum age, seconds (a week).
+pub const MAX_MIN_AGE: u64 = 7 * 24 * 3600;
 
 /// What the defrag form asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +47,8 @@ pub struct DefragForm {
     pub allow_single_replica: bool,
     /// At most this many moves (`--max-moves`).
     pub max_moves: u64,
+    /// Pods running for less than this stay (`--min-age-seconds`).
+    pub min_age_seconds: u64,
 }
 
 /// A whole number of `field` from `min` to `max`; past `max` a 413 when the number is a
@@ -86,7 +90,7 @@ fn whole(
 }
 
 /// Reads the defrag form: `target` (`pod`, `cards` or `percent`) and its fields (`pod`;
-/// `type` and `count`; `percent`), `single` and `max_moves`.
+/// `type` and `count`; `percent`), `single`, `max_moves` and `min_age`.
 pub fn form_from_body(body: &[u8]) -> Result<DefragForm, Problem> {
     let fields: BTreeMap<String, String> = form_fields(body)?.into_iter().collect();
     let get = |k: &str| fields.get(k).map_or("", String::as_str);
@@ -139,10 +143,20 @@ pub fn form_from_body(body: &[u8]) -> Result<DefragForm, Problem> {
             "the most moves a plan may hold",
         )?,
     };
+    let min_age_seconds = match get("min_age") {
+        "" => Policy::default().min_age_seconds,
+        text => whole(
+            "min_age",
+            text,
+            (0, MAX_MIN_AGE, false),
+            "the seconds a pod must have run before it may move",
+        )?,
+    };
     Ok(DefragForm {
         goal,
         allow_single_replica: get("single") == "on",
         max_moves,
+        min_age_seconds,
     })
 }
 
@@ -183,6 +197,9 @@ fn commands(form: &DefragForm) -> Vec<String> {
     if form.allow_single_replica {
         policy.push_str(" --allow-single-replica");
     }
+    if form.min_age_seconds != Policy::default().min_age_seconds {
+        policy.push_str(&format!(" --min-age-seconds {}", form.min_age_seconds));
+    }
     let mut plan_only = String::new();
     if form.max_moves != Policy::default().max_moves as u64 {
         plan_only.push_str(&format!(" --max-moves {}", form.max_moves));
@@ -214,6 +231,11 @@ fn pending<'a>(wanted: &str, snapshot: &'a Snapshot) -> Result<&'a Pod, Problem>
                 "pod {shown} is no longer in the cluster (deleted or replaced since the page was shown); pick a pending pod from the list"
             ))
         })?;
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Err(Problem::bad(format!(
+            "pod {shown} is being deleted; pick a pending pod from the list"
+        )));
+    }
     if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
         return Err(Problem::bad(format!(
             "pod {shown} no longer waits: it runs on node {}; pick a pending pod from the list",
@@ -272,6 +294,7 @@ pub fn plan(snapshot: &Snapshot, form: &DefragForm, limits: &Limits) -> Result<P
         allow_without_pdb: true,
         allow_single_replica: form.allow_single_replica,
         max_moves: usize::try_from(form.max_moves).unwrap_or(usize::MAX),
+        min_age_seconds: form.min_age_seconds,
         ..Policy::default()
     };
     let plan = hami_defrag_core::plan(&cluster, &target, &policy).map_err(|e| {

@@ -422,7 +422,7 @@ pub fn page(
     banners: &[String],
 ) -> Page {
     let mut body = String::from(
-        "<h1>What-if</h1><p>Plan a described fleet and workload list with the scheduler's own engine, under each GPU and node policy. Nothing in the cluster changes.</p>",
+        "<h1>What-if</h1><p>Plan a described fleet and workload list with the scheduler's own engine, under each GPU and node policy. Nothing in the cluster changes. <a href=\"/whatif/live\">Start from the live cluster instead</a>: add or remove nodes and see where the waiting pods go, or plan the moves that defragment the cards.</p>",
     );
     let mut status = 200;
     match &result {
@@ -589,6 +589,10 @@ mod tests {
             report.policies.len()
         );
         assert!(page.html.contains("binpack"));
+        assert!(
+            page.html.contains("<a href=\"/whatif/live\">"),
+            "the live cluster's What-if is linked"
+        );
         // A stop asked for before the first pod: no report.
         assert_eq!(plan(&admitted, &|| true).unwrap(), None);
     }

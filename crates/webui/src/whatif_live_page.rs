@@ -309,7 +309,7 @@ fn forms(choices: &Choices, f: &Filled) -> String {
     }
     let _ = write!(
         out,
-        "</select></p><p><label><input type=\"radio\" name=\"target\" value=\"cards\"{c_cards}> free</label> <input name=\"count\" inputmode=\"numeric\" size=\"4\" aria-label=\"Cards to free\" value=\"{count}\"> <label>whole cards of type <input name=\"type\" value=\"{ty}\"></label></p><p><label><input type=\"radio\" name=\"target\" value=\"percent\"{c_pct}> every card at least</label> <input name=\"percent\" inputmode=\"numeric\" size=\"4\" aria-label=\"Percent free\" value=\"{pct}\"> % free, or full</p></fieldset><p><label><input type=\"checkbox\" name=\"single\"{single}> also move the only replica of its owner</label> <label>at most <input name=\"max_moves\" inputmode=\"numeric\" size=\"4\" value=\"{moves}\"> moves</label></p><p>The UI does not read PodDisruptionBudgets: here pods no budget covers may move; the commands shown with the plan check them.</p><p><button type=\"submit\">Plan moves</button></p></form>",
+        "</select></p><p><label><input type=\"radio\" name=\"target\" value=\"cards\"{c_cards}> free</label> <input name=\"count\" inputmode=\"numeric\" size=\"4\" aria-label=\"Cards to free\" value=\"{count}\"> <label>whole cards of type <input name=\"type\" value=\"{ty}\"></label></p><p><label><input type=\"radio\" name=\"target\" value=\"percent\"{c_pct}> every card at least</label> <input name=\"percent\" inputmode=\"numeric\" size=\"4\" aria-label=\"Percent free\" value=\"{pct}\"> % free, or full</p></fieldset><p><label><input type=\"checkbox\" name=\"single\"{single}> also move the only replica of its owner</label> <label>at most <input name=\"max_moves\" inputmode=\"numeric\" size=\"4\" value=\"{moves}\"> moves</label> <label>of pods running at least <input name=\"min_age\" inputmode=\"numeric\" size=\"6\" value=\"{age}\"> s</label></p><p>The UI does not read PodDisruptionBudgets: here pods no budget covers may move; the commands shown with the plan check them.</p><p><button type=\"submit\">Plan moves</button></p></form>",
         c_cards = checked("cards"),
         c_pct = checked("percent"),
         count = esc(f.get("count")),
@@ -323,6 +323,10 @@ fn forms(choices: &Choices, f: &Filled) -> String {
         moves = match f.get("max_moves") {
             "" => Policy::default().max_moves.to_string(),
             m => esc(m),
+        },
+        age = match f.get("min_age") {
+            "" => Policy::default().min_age_seconds.to_string(),
+            a => esc(a),
         },
     );
     out

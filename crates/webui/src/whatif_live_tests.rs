@@ -309,15 +309,19 @@ fn a_defrag_plan_makes_room_for_the_pending_pod() {
         planned.plan
     );
     assert_eq!(planned.protected.len(), 2, "{:?}", planned.protected);
-    let planned = defrag(&s, "target=pod&pod=default%2Fwait&single=on&max_moves=4").unwrap();
+    let planned = defrag(
+        &s,
+        "target=pod&pod=default%2Fwait&single=on&max_moves=4&min_age=60",
+    )
+    .unwrap();
     assert!(planned.plan.reached, "{:?}", planned.plan);
     assert_eq!(
         planned.commands[0],
-        "hami defrag plan --pending-pod default/wait --max-moves 4 --allow-single-replica -o yaml > defrag-plan.yaml"
+        "hami defrag plan --pending-pod default/wait --max-moves 4 --allow-single-replica --min-age-seconds 60 -o yaml > defrag-plan.yaml"
     );
     assert_eq!(
         planned.commands[2],
-        "hami defrag apply defrag-plan.yaml --allow-single-replica --execute"
+        "hami defrag apply defrag-plan.yaml --allow-single-replica --min-age-seconds 60 --execute"
     );
 }
 
@@ -364,7 +368,7 @@ fn bad_defrag_targets_say_what_to_change() {
     let mut w = fleet();
     w.upsert_pod(running("placed", "n1", 1024, "web"));
     let s = snap(&w);
-    let cases: [(&str, u16, &str); 14] = [
+    let cases: [(&str, u16, &str); 15] = [
         (
             "target=pod&pod=default%2Fgone",
             400,
@@ -402,6 +406,11 @@ fn bad_defrag_targets_say_what_to_change() {
         ("target=percent&percent=101", 400, "at most 100"),
         ("target=percent&percent=50&max_moves=0", 400, "max_moves=0"),
         (
+            "target=percent&percent=50&min_age=soon",
+            400,
+            "min_age=\"soon\"",
+        ),
+        (
             "target=everything",
             400,
             "choose one of pod, cards, percent",
@@ -421,6 +430,7 @@ fn bad_defrag_targets_say_what_to_change() {
         },
         allow_single_replica: false,
         max_moves: 32,
+        min_age_seconds: 600,
     };
     let planned = defrag_view::plan(&s, &form, &Limits::default()).unwrap();
     assert_eq!(

@@ -14,4 +14,5 @@ mod refused_watch_logs;
 mod stop_while_planning;
 mod support;
 mod whatif_corpus;
+mod whatif_live;
 mod whole_cards;
