@@ -34,18 +34,24 @@ pub const LOG_FILTER: &str = "info,kube_client=warn,kube_runtime=warn,kube_runti
 pub use hami_report as report;
 
 pub mod cards;
+pub mod charts;
 pub mod connections;
 mod defrag_facts;
 pub mod defrag_view;
 pub mod dra;
 #[cfg(test)]
 mod fixtures;
+pub mod grafana;
 pub mod html;
+#[cfg(test)]
+mod legible_tests;
 pub mod live;
 pub mod overview;
 #[cfg(test)]
 mod overview_tests;
 pub mod pages;
+pub mod physical;
+pub mod pod_charts;
 pub mod pods;
 #[cfg(test)]
 mod pods_tests;
@@ -127,6 +133,10 @@ pub struct UiArgs {
         value_name = "auto|on|off"
     )]
     pub dra: DraWatch,
+    /// Grafana's address (http://grafana:3000): the pages link its hami-rs dashboards
+    /// (deploy/grafana/) for ranges longer than the UI keeps; without it, no link.
+    #[arg(long, value_name = "URL", env = "HAMI_UI_GRAFANA_URL", value_parser = grafana::parse_base)]
+    pub grafana_url: Option<String>,
 }
 
 /// When the UI watches the DRA resources (`--dra`).
@@ -247,6 +257,9 @@ pub async fn run(args: UiArgs) -> anyhow::Result<()> {
         Duration::from_secs(args.scrape_seconds.max(1)),
         args.dra,
     )?;
+    if let Ok(mut m) = ui.shared.metrics.write() {
+        m.grafana = args.grafana_url.clone();
+    }
     println!("hami web UI: {}", ui.url());
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

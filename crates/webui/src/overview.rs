@@ -10,11 +10,13 @@ use std::fmt::Write;
 use hami_protocol::names::Vendor;
 use hami_report::report_from_state;
 
+use crate::charts::{Line, Quantity, Window, line_chart, offered, shown, window_nav};
+use crate::grafana::{Dashboard, SCHEDULER_DASHBOARD, VGPU_DASHBOARD, longer_ranges};
 use crate::html::{Page, age, esc, frame, mib, table};
 use crate::pages::{banners, cores_unit, node_link, pct, pod_link};
 use crate::query::{Paging, choose, fields, href, pager, sort_links};
-use crate::samples::Metrics;
-use crate::svg::{PALETTE, line_chart, swatch};
+use crate::samples::{Metrics, Series, TREND_SECONDS};
+use crate::svg::{PALETTE, swatch};
 use crate::usage::{CardUse, Coverage, card_use, coverage, figure, figure_on, not_sampled_on};
 use crate::world::World;
 
@@ -39,6 +41,8 @@ pub struct Query {
     pub sort: usize,
     /// Which nodes.
     pub paging: Paging,
+    /// The trend charts' window (`?window=`), where asked.
+    pub window: Option<Window>,
 }
 
 /// Reads `sort`, `page` and `per`; a malformed value is an error naming the field.
@@ -46,6 +50,7 @@ pub fn parse_query(raw: &str) -> Result<Query, String> {
     let mut q = Query {
         sort: 0,
         paging: Paging::new(PER_PAGE),
+        window: None,
     };
     let words: Vec<&str> = SORTS.iter().map(|(w, _)| *w).collect();
     for (key, value) in fields(raw)? {
@@ -54,6 +59,8 @@ pub fn parse_query(raw: &str) -> Result<Query, String> {
         }
         if key == "sort" {
             q.sort = choose("sort", &value, &words)?;
+        } else if key == "window" {
+            q.window = Some(Window::parse(&value)?);
         }
     }
     Ok(q)
@@ -156,25 +163,7 @@ pub fn overview(world: &World, metrics: &Metrics, raw_query: &str, now: i64) -> 
     body.push_str(&tiles(&cards, report.pending.len(), metrics, now));
     body.push_str(&types_section(&cards, metrics, now));
 
-    body.push_str("<h2>Last hour</h2><div class=\"cards\">");
-    body.push_str(&line_chart(
-        "GPU memory, whole cluster (MiB)",
-        " MiB",
-        &[
-            ("granted", &metrics.trend_granted, PALETTE[0]),
-            ("used", &metrics.trend_used, PALETTE[1]),
-        ],
-        now,
-        0.0,
-    ));
-    body.push_str(&line_chart(
-        "Mean utilization of GPU containers (%)",
-        "%",
-        &[("utilization", &metrics.trend_utilization, PALETTE[2])],
-        now,
-        100.0,
-    ));
-    body.push_str("</div>");
+    body.push_str(&trend_section(metrics, &query, now));
 
     body.push_str(&crate::tops::section(world, metrics, &cards, now));
 
@@ -268,6 +257,9 @@ pub fn overview(world: &World, metrics: &Metrics, raw_query: &str, now: i64) -> 
     if query.paging.per != query.paging.default_per {
         kept.push(("per", query.paging.per.to_string()));
     }
+    if let Some(w) = query.window {
+        kept.push(("window", w.word().to_owned()));
+    }
     body.push_str(&sort_links("/", &kept[1..], &SORTS, SORTS[query.sort].0));
     let pages = pager("nodes", "/", &kept, &query.paging, nodes.len());
     body.push_str(&pages);
@@ -311,6 +303,116 @@ pub fn overview(world: &World, metrics: &Metrics, raw_query: &str, now: i64) -> 
         status: if problem.is_some() { 400 } else { 200 },
         html: frame("Overview", &banners(world, metrics), true, &body),
     }
+}
+
+/// The cluster trend: memory granted and used (MiB to TiB), allocation and usage as a
+/// percent of the GPU memory there was at each moment, mean utilization; the window choice
+/// (as far back as the trend reaches, up to [`TREND_SECONDS`]); Grafana for longer.
+fn trend_section(metrics: &Metrics, query: &Query, now: i64) -> String {
+    let reach = metrics.trend_granted.reach(now);
+    let windows = offered(reach, TREND_SECONDS);
+    let window = shown(query.window, &windows);
+    let mut out = format!("<h2 id=\"trend\">Trend: last {}</h2>", window.label());
+    out.push_str(&window_nav("the trend charts", &windows, window, |w| {
+        let mut fields = vec![("window", w.word().to_owned())];
+        if query.sort != 0 {
+            fields.push(("sort", SORTS[query.sort].0.to_owned()));
+        }
+        if query.paging.per != query.paging.default_per {
+            fields.push(("per", query.paging.per.to_string()));
+        }
+        format!("{}#trend", href("/", &fields))
+    }));
+    out.push_str("<div class=\"cards\">");
+    out.push_str(&line_chart(
+        "GPU memory, whole cluster",
+        Quantity::Mib,
+        &[
+            Line {
+                label: "granted",
+                series: &metrics.trend_granted,
+                colour: PALETTE[0],
+            },
+            Line {
+                label: "used",
+                series: &metrics.trend_used,
+                colour: PALETTE[1],
+            },
+        ],
+        &[],
+        window,
+        now,
+        0.0,
+    ));
+    let allocated = percent_of(&metrics.trend_granted, &metrics.trend_capacity);
+    let used = percent_of(&metrics.trend_used, &metrics.trend_capacity);
+    out.push_str(&line_chart(
+        "Allocation vs usage, % of GPU memory",
+        Quantity::Percent,
+        &[
+            Line {
+                label: "allocated",
+                series: &allocated,
+                colour: PALETTE[0],
+            },
+            Line {
+                label: "used",
+                series: &used,
+                colour: PALETTE[1],
+            },
+        ],
+        &[],
+        window,
+        now,
+        100.0,
+    ));
+    out.push_str(&line_chart(
+        "Mean utilization of GPU containers",
+        Quantity::Percent,
+        &[Line {
+            label: "utilization",
+            series: &metrics.trend_utilization,
+            colour: PALETTE[2],
+        }],
+        &[],
+        window,
+        now,
+        100.0,
+    ));
+    out.push_str("</div>");
+    out.push_str(&longer_ranges(
+        metrics.grafana.as_deref(),
+        &[
+            Dashboard {
+                label: "allocation and scheduling (hami-rs scheduler)",
+                uid: SCHEDULER_DASHBOARD,
+                vars: Vec::new(),
+            },
+            Dashboard {
+                label: "GPU use per pod (hami-rs vGPU)",
+                uid: VGPU_DASHBOARD,
+                vars: Vec::new(),
+            },
+        ],
+    ));
+    out
+}
+
+/// `part` as a percent of `whole` at the same moments (a moment `whole` lacks or where it
+/// is 0 has no point).
+fn percent_of(part: &Series, whole: &Series) -> Series {
+    let mut out = Series::default();
+    let mut w = whole.0.iter().peekable();
+    for (t, v) in &part.0 {
+        while w.next_if(|(tw, _)| tw < t).is_some() {}
+        if let Some((tw, total)) = w.peek()
+            && tw == t
+            && *total > 0.0
+        {
+            out.0.push_back((*t, v * 100.0 / total));
+        }
+    }
+    out
 }
 
 /// The headline tiles: GPUs, allocation, usage and pending pods.

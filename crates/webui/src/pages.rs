@@ -8,11 +8,14 @@ use std::fmt::Write;
 use hami_protocol::cu_allocated::CuAllocation;
 use hami_protocol::cu_list::CuSet;
 use hami_protocol::names::{Vendor, pod as pod_keys};
+use hami_protocol::node_register::DeviceInfo;
 use hami_report::{WHOLE_CARD_MARK, node_report, pod_report};
+use hami_scheduler_core::snapshot::{Gpu, GpuUsage};
 
 use crate::html::{Page, clock, esc, frame, mib, not_found, table, url_segment};
+use crate::physical::{Group, Physical, group};
 use crate::samples::{Metrics, Series};
-use crate::svg::{CuOwner, PALETTE, cu_map, line_chart, meter};
+use crate::svg::{CuOwner, cu_map, meter};
 use crate::usage::{Coverage, card_use, coverage, figure, not_sampled, sampled_note};
 use crate::world::{EventRow, World};
 
@@ -241,114 +244,24 @@ pub fn node(world: &World, metrics: &Metrics, name: &str, now: i64) -> Page {
         body.push_str("<div class=\"cards\">");
     }
     if let Some(snapshot) = snapshot {
-        for (gpu, usage) in snapshot.devices.gpus.iter().zip(&snapshot.usage) {
-            let info = &gpu.info;
-            let amd = gpu.vendor == Vendor::Amd;
-            let unit = cores_unit(gpu.vendor.word());
-            let mine: Vec<&Slice> = slices.iter().filter(|s| s.uuid == info.id).collect();
-            let sampled = card_use(metrics, name, &info.id);
-            let _ = write!(
-                body,
-                "<section class=\"card\" data-card=\"{id}\" aria-labelledby=\"card-{idx}\"><h3 id=\"card-{idx}\">{vendor} #{index} {ty} <span class=\"muted\">{id}</span></h3><p>{health} · mode {mode} · {shares}/{count} shares · NUMA {numa}</p>",
-                id = esc(&info.id),
-                idx = url_segment(&info.id),
-                vendor = gpu.vendor.word(),
-                index = info.index,
-                ty = esc(&info.device_type),
-                health = if info.health {
-                    "healthy".to_owned()
-                } else {
-                    "<span class=\"bad\">UNHEALTHY</span>".to_owned()
-                },
-                mode = esc(if info.mode.as_str().is_empty() {
-                    "-"
-                } else {
-                    info.mode.as_str()
-                }),
-                shares = usage.used,
-                count = info.count,
-                numa = info.numa,
-            );
-            let _ = write!(
-                body,
-                "<p>{}<br>{}<br>{}</p>",
-                meter(
-                    "Memory (MiB)",
-                    usage.mem_mib as f64,
-                    sampled.memory_mib,
-                    info.devmem as f64,
-                    "MiB"
-                ),
-                meter(
-                    &format!("Compute ({unit})"),
-                    usage.cores as f64,
-                    // AMD's utilization is time busy, not a share of the CUs.
-                    sampled.utilization.filter(|_| !amd),
-                    f64::from(info.devcore),
-                    unit
-                ),
-                sampled_note(sampled.at, now, covered),
-            );
-            if amd {
-                let owners: Vec<CuOwner> = mine
-                    .iter()
-                    .filter_map(|s| s.cus.as_ref().map(|cus| CuOwner { pod: &s.pod, cus }))
-                    .collect();
-                body.push_str(&cu_map(
-                    info.devcore,
-                    &owners,
-                    info.custom_info.cu_per_wgp,
-                    &format!("CU map of {}: {} CUs", info.id, info.devcore),
-                ));
+        let gpus: Vec<&DeviceInfo> = snapshot.devices.gpus.iter().map(|g| &g.info).collect();
+        let card = |body: &mut String, i: usize| {
+            if let (Some(gpu), Some(usage)) = (snapshot.devices.gpus.get(i), snapshot.usage.get(i))
+            {
+                card_section(body, gpu, usage, &slices, metrics, name, covered, now);
             }
-            if mine.is_empty() {
-                body.push_str("<p class=\"muted\">No slices.</p>");
-            } else {
-                let rows: Vec<Vec<String>> = mine
-                    .iter()
-                    .map(|s| {
-                        let (ns, p) = s.pod.split_once('/').unwrap_or(("", &s.pod));
-                        let u = metrics.pod_device(ns, p, &info.id);
-                        let at = u.at;
-                        vec![
-                            if s.whole {
-                                format!("{} {}", pod_link(&s.pod), esc(WHOLE_CARD_MARK))
-                            } else {
-                                pod_link(&s.pod)
-                            },
-                            format!("{} MiB", s.mem_mib),
-                            figure(
-                                u.memory_bytes.map(|b| (mib(b / 1048576.0), at)),
-                                now,
-                                covered,
-                            ),
-                            figure(
-                                u.utilization.map(|v| (format!("{v:.0}%"), at)),
-                                now,
-                                covered,
-                            ),
-                            format!("{} {unit}", s.cores),
-                            s.cus
-                                .as_ref()
-                                .map(|c| esc(&c.to_string()))
-                                .unwrap_or_else(|| "-".into()),
-                        ]
-                    })
-                    .collect();
-                body.push_str(&table(
-                    "Slices",
-                    &[
-                        "POD",
-                        "MEMORY GRANTED",
-                        "USED",
-                        "UTILIZATION",
-                        "COMPUTE",
-                        "CUS",
-                    ],
-                    &rows,
-                ));
+        };
+        for g in group(&gpus) {
+            match g {
+                Group::Whole(i) => card(&mut body, i),
+                Group::Card(c) => {
+                    body.push_str(&physical_open(&c));
+                    for (_, i) in &c.partitions {
+                        card(&mut body, *i);
+                    }
+                    body.push_str("</div></section>");
+                }
             }
-            body.push_str("</section>");
         }
     }
     if cards > 0 || dra.is_none() {
@@ -373,15 +286,189 @@ pub fn node(world: &World, metrics: &Metrics, name: &str, now: i64) -> Page {
     }
 }
 
+/// One registered GPU or partition of a node: health, shares, meters, its CU map (AMD) and
+/// the slices on it.
+#[allow(clippy::too_many_arguments)]
+fn card_section(
+    body: &mut String,
+    gpu: &Gpu,
+    usage: &GpuUsage,
+    slices: &[Slice<'_>],
+    metrics: &Metrics,
+    name: &str,
+    covered: Coverage,
+    now: i64,
+) {
+    let info = &gpu.info;
+    let amd = gpu.vendor == Vendor::Amd;
+    let unit = cores_unit(gpu.vendor.word());
+    let mine: Vec<&Slice> = slices.iter().filter(|s| s.uuid == info.id).collect();
+    let sampled = card_use(metrics, name, &info.id);
+    let _ = write!(
+        body,
+        "<section class=\"card\" data-card=\"{id}\" aria-labelledby=\"card-{idx}\"><h3 id=\"card-{idx}\">{vendor} #{index} {ty} <span class=\"muted\">{id}</span></h3><p>{health} · mode {mode} · {shares}/{count} shares · NUMA {numa}</p>",
+        id = esc(&info.id),
+        idx = url_segment(&info.id),
+        vendor = gpu.vendor.word(),
+        index = info.index,
+        ty = esc(&info.device_type),
+        health = if info.health {
+            "healthy".to_owned()
+        } else {
+            "<span class=\"bad\">UNHEALTHY</span>".to_owned()
+        },
+        mode = esc(if info.mode.as_str().is_empty() {
+            "-"
+        } else {
+            info.mode.as_str()
+        }),
+        shares = usage.used,
+        count = info.count,
+        numa = info.numa,
+    );
+    let _ = write!(
+        body,
+        "<p>{}<br>{}<br>{}</p>",
+        meter(
+            "Memory (MiB)",
+            usage.mem_mib as f64,
+            sampled.memory_mib,
+            info.devmem as f64,
+            "MiB"
+        ),
+        meter(
+            &format!("Compute ({unit})"),
+            usage.cores as f64,
+            // AMD's utilization is time busy, not a share of the CUs.
+            sampled.utilization.filter(|_| !amd),
+            f64::from(info.devcore),
+            unit
+        ),
+        sampled_note(sampled.at, now, covered),
+    );
+    if amd {
+        let owners: Vec<CuOwner> = mine
+            .iter()
+            .filter_map(|s| s.cus.as_ref().map(|cus| CuOwner { pod: &s.pod, cus }))
+            .collect();
+        body.push_str(&cu_map(
+            info.devcore,
+            &owners,
+            info.custom_info.cu_per_wgp,
+            &format!("CU map of {}: {} CUs", info.id, info.devcore),
+        ));
+    }
+    if mine.is_empty() {
+        body.push_str("<p class=\"muted\">No slices.</p>");
+    } else {
+        let rows: Vec<Vec<String>> = mine
+            .iter()
+            .map(|s| {
+                let (ns, p) = s.pod.split_once('/').unwrap_or(("", &s.pod));
+                let u = metrics.pod_device(ns, p, &info.id);
+                let at = u.at;
+                vec![
+                    if s.whole {
+                        format!("{} {}", pod_link(&s.pod), esc(WHOLE_CARD_MARK))
+                    } else {
+                        pod_link(&s.pod)
+                    },
+                    format!("{} MiB", s.mem_mib),
+                    figure(
+                        u.memory_bytes.map(|b| (mib(b / 1048576.0), at)),
+                        now,
+                        covered,
+                    ),
+                    figure(
+                        u.utilization.map(|v| (format!("{v:.0}%"), at)),
+                        now,
+                        covered,
+                    ),
+                    format!("{} {unit}", s.cores),
+                    s.cus
+                        .as_ref()
+                        .map(|c| esc(&c.to_string()))
+                        .unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect();
+        body.push_str(&table(
+            "Slices",
+            &[
+                "POD",
+                "MEMORY GRANTED",
+                "USED",
+                "UTILIZATION",
+                "COMPUTE",
+                "CUS",
+            ],
+            &rows,
+        ));
+    }
+    body.push_str("</section>");
+}
+
+/// The opening of a physical card's group: its PCI address, mode, partitions present of
+/// those the mode gives it, and a marker for each missing one (closed by the caller).
+fn physical_open(c: &Physical) -> String {
+    let missing = if c.missing.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<String> = c.missing.iter().map(u8::to_string).collect();
+        format!(
+            " · <span class=\"bad\">missing: partition {}</span>",
+            list.join(", ")
+        )
+    };
+    let mut out = format!(
+        "<section class=\"physical\" data-pci=\"{bdf}\" data-partitions=\"{n}\" data-expected=\"{e}\" data-missing=\"{m}\" aria-labelledby=\"pci-{id}\"><h3 id=\"pci-{id}\">Card {bdf}: {mode}, {n} of {e} partitions{missing}</h3><div class=\"cards\">",
+        bdf = esc(&c.pci_bdf),
+        id = url_segment(&c.pci_bdf),
+        mode = esc(&c.mode),
+        n = c.partitions.len(),
+        e = c.expected,
+        m = c.missing.len(),
+    );
+    for i in &c.missing {
+        let _ = write!(
+            out,
+            "<div class=\"card missing\" data-missing-partition=\"{i}\"><p><strong>Partition {i}</strong>: not registered. The card's mode gives it {e} partitions; this one did not register (see the node's events and the device plugin's log).</p></div>",
+            e = c.expected
+        );
+    }
+    out
+}
+
 /// `/pods/<namespace>/<name>`: what the pod asked for, got and uses.
 pub fn pod(world: &World, metrics: &Metrics, namespace: &str, name: &str, now: i64) -> Page {
+    pod_in(world, metrics, namespace, name, "", now)
+}
+
+/// [`pod`] with its query (`?window=15m|1h`, the charts' window); a bad field is a 400
+/// naming it (the page still renders, with the default window).
+pub fn pod_in(
+    world: &World,
+    metrics: &Metrics,
+    namespace: &str,
+    name: &str,
+    raw_query: &str,
+    now: i64,
+) -> Page {
     let banners = banners(world, metrics);
+    let (window, problem) = match crate::pod_charts::parse_window(raw_query) {
+        Ok(w) => (w, None),
+        Err(e) => (None, Some(e)),
+    };
     let key = format!("{namespace}/{name}");
     let Some(object) = world.pods.get(&key) else {
         return not_found(&format!("Pod {key}"), &banners);
     };
     let mut body = format!("<h1>Pod {}</h1>", esc(&key));
-    match pod_report(object) {
+    if let Some(p) = &problem {
+        let _ = write!(body, "<p class=\"bad\">{}</p>", esc(p));
+    }
+    let report = pod_report(object);
+    match &report {
         Err(e) => {
             let _ = write!(
                 body,
@@ -465,61 +552,32 @@ pub fn pod(world: &World, metrics: &Metrics, namespace: &str, name: &str, now: i
         }
     }
     body.push_str(&crate::dra::pod_section(world, &key));
-    body.push_str("<h2>Live</h2><div class=\"cards\">");
-    let mine = |m: &BTreeMap<(String, String, String, String), Series>| -> Vec<(String, Series)> {
-        m.iter()
-            .filter(|((ns, p, _, _), _)| ns == namespace && p == name)
-            .map(|((_, _, c, d), s)| (format!("{c} on {d}"), s.clone()))
-            .collect()
-    };
-    let util = mine(&metrics.utilization);
-    let memory: Vec<(String, Series)> = mine(&metrics.memory)
-        .into_iter()
-        .map(|(l, s)| {
-            (
-                l,
-                Series(s.0.iter().map(|(t, v)| (*t, v / 1048576.0)).collect()),
-            )
-        })
-        .collect();
-    let lines = |v: &[(String, Series)]| -> Vec<(String, Series, &'static str)> {
-        v.iter()
-            .enumerate()
-            .map(|(i, (l, s))| (l.clone(), s.clone(), PALETTE[i % PALETTE.len()]))
-            .collect()
-    };
-    let (u, m) = (lines(&util), lines(&memory));
+    body.push_str("<h2 id=\"live\">Live</h2>");
     // Where no monitor covers the pod's node, the empty charts say why.
     let node = object.spec.as_ref().and_then(|s| s.node_name.as_deref());
-    if let Some(node) = node.filter(|_| util.is_empty() && memory.is_empty()) {
+    let sampled = |m: &BTreeMap<(String, String, String, String), Series>| {
+        m.keys().any(|(ns, p, _, _)| ns == namespace && p == name)
+    };
+    if let Some(node) = node.filter(|_| !sampled(&metrics.utilization) && !sampled(&metrics.memory))
+    {
         let covered = coverage(metrics, node);
         if covered < Coverage::Waiting {
             let _ = write!(body, "<p class=\"muted\">{}.</p>", not_sampled(covered));
         }
     }
-    let u_refs: Vec<(&str, &Series, &str)> =
-        u.iter().map(|(l, s, c)| (l.as_str(), s, *c)).collect();
-    let m_refs: Vec<(&str, &Series, &str)> =
-        m.iter().map(|(l, s, c)| (l.as_str(), s, *c)).collect();
-    body.push_str(&line_chart(
-        "Utilization per container and device (%)",
-        "%",
-        &u_refs,
+    body.push_str(&crate::pod_charts::section(
+        metrics,
+        report.as_ref().ok(),
+        namespace,
+        name,
+        window,
         now,
-        100.0,
     ));
-    body.push_str(&line_chart(
-        "Device memory used per container and device (MiB)",
-        " MiB",
-        &m_refs,
-        now,
-        0.0,
-    ));
-    body.push_str("</div><h2>Events</h2>");
+    body.push_str("<h2>Events</h2>");
     let events: Vec<&EventRow> = world.events_of("Pod", namespace, name).collect();
     body.push_str(&events_table(&events));
     Page {
-        status: 200,
+        status: if problem.is_some() { 400 } else { 200 },
         html: frame(&format!("Pod {key}"), &banners, true, &body),
     }
 }

@@ -14,8 +14,17 @@ use hami_protocol::scrape::Sample;
 
 use crate::world::World;
 
-/// How long history is kept, in seconds.
+/// How long history is kept at full resolution (every scrape), in seconds; per container
+/// and device, nothing older is kept.
 pub const HISTORY_SECONDS: i64 = 3600;
+
+/// How long the cluster trend is kept, in seconds: past [`HISTORY_SECONDS`] one point a
+/// [`THINNED_STEP`] (three series of about 1,000 points; the per-container series, one per
+/// container and device, stay an hour long so memory does not grow with the pods).
+pub const TREND_SECONDS: i64 = 6 * 3600;
+
+/// The trend's step past its first hour, in seconds.
+pub const THINNED_STEP: i64 = 60;
 
 /// One container's use of one device.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -67,6 +76,43 @@ impl Series {
         {
             self.0.pop_front();
         }
+    }
+
+    /// Appends a point of a cluster trend at `at` ([`Series::prune_trend`]).
+    pub fn push_trend(&mut self, at: i64, value: f64) {
+        self.0.push_back((at, value));
+        self.prune_trend(at);
+    }
+
+    /// Keeps a cluster trend [`TREND_SECONDS`] long: every point of the last hour, one
+    /// point a minute (each minute's first) before that.
+    pub fn prune_trend(&mut self, now: i64) {
+        while self
+            .0
+            .front()
+            .is_some_and(|(t, _)| *t < now - TREND_SECONDS)
+        {
+            self.0.pop_front();
+        }
+        // Only the points that left the hour since the last call need thinning: walk back
+        // from the hour's edge through the last ten minutes before it (pruned every scrape,
+        // everything older was thinned already).
+        let edge = now - HISTORY_SECONDS;
+        let mut i = self.0.partition_point(|(t, _)| *t < edge);
+        while i >= 2 {
+            let (later, earlier) = (self.0[i - 1].0, self.0[i - 2].0);
+            if later.div_euclid(THINNED_STEP) == earlier.div_euclid(THINNED_STEP) {
+                self.0.remove(i - 1);
+            } else if later < edge - 10 * THINNED_STEP {
+                break;
+            }
+            i -= 1;
+        }
+    }
+
+    /// How far back the series reaches from `now`, in seconds (0 when empty).
+    pub fn reach(&self, now: i64) -> i64 {
+        self.0.front().map_or(0, |(t, _)| (now - t).max(0))
     }
 }
 
@@ -134,12 +180,18 @@ pub struct Metrics {
     pub utilization: BTreeMap<SeriesKey, Series>,
     /// Memory history per container and device.
     pub memory: BTreeMap<SeriesKey, Series>,
-    /// Cluster MiB granted (device plugins' GPUs and DRA claims), over the last hour.
+    /// Cluster MiB granted (device plugins' GPUs and DRA claims), over [`TREND_SECONDS`].
     pub trend_granted: Series,
-    /// Cluster MiB in use, over the last hour.
+    /// Cluster MiB in use, over [`TREND_SECONDS`].
     pub trend_used: Series,
-    /// Mean utilization, over the last hour.
+    /// Mean utilization, over [`TREND_SECONDS`].
     pub trend_utilization: Series,
+    /// Cluster GPU memory, MiB (the cards' and DRA devices' total), over [`TREND_SECONDS`]:
+    /// what the allocation and usage percentages divide by at each moment.
+    pub trend_capacity: Series,
+    /// Grafana's base URL (`--grafana-url`): the pages link its dashboards for ranges
+    /// longer than the UI keeps; `None`, no link (the pages say so).
+    pub grafana: Option<String>,
     /// Which nodes the endpoints cover.
     pub covered: Covered,
 }
@@ -324,8 +376,9 @@ impl Metrics {
             &mut self.trend_granted,
             &mut self.trend_used,
             &mut self.trend_utilization,
+            &mut self.trend_capacity,
         ] {
-            series.prune(now);
+            series.prune_trend(now);
         }
         self.utilization.retain(|_, s| !s.0.is_empty());
         self.memory.retain(|_, s| !s.0.is_empty());
@@ -338,13 +391,15 @@ impl Metrics {
                 .filter_map(|u| u.memory_bytes)
                 .collect();
             let utils: Vec<f64> = fresh_usage.values().filter_map(|u| u.utilization).collect();
-            self.trend_granted.push(now, world.memory_granted_mib());
+            self.trend_granted
+                .push_trend(now, world.memory_granted_mib());
+            self.trend_capacity.push_trend(now, memory_total_mib(world));
             if !used.is_empty() {
                 self.trend_used
-                    .push(now, used.iter().fold(0.0, |a, b| a + b) / 1048576.0);
+                    .push_trend(now, used.iter().fold(0.0, |a, b| a + b) / 1048576.0);
             }
             if !utils.is_empty() {
-                self.trend_utilization.push(
+                self.trend_utilization.push_trend(
                     now,
                     utils.iter().fold(0.0, |a, b| a + b) / utils.len() as f64,
                 );
@@ -419,6 +474,21 @@ impl Metrics {
     }
 }
 
+/// GPU memory in the whole cluster, MiB: the device plugins' GPUs and partitions plus
+/// [`World::dra_devices`] (the same cards [`World::memory_granted_mib`] charges on).
+fn memory_total_mib(world: &World) -> f64 {
+    let plugin: f64 = world
+        .state
+        .nodes()
+        .flat_map(|n| n.devices.gpus.iter().map(|g| g.info.devmem as f64))
+        .fold(0.0, |a, b| a + b);
+    let dra: f64 = world
+        .dra_devices()
+        .map(|(_, d)| d.memory_bytes as f64 / 1048576.0)
+        .fold(0.0, |a, b| a + b);
+    plugin + dra
+}
+
 impl Usage {
     /// Adds another container's use of the same device (the oldest moment kept).
     fn absorb(&mut self, u: &Usage) {
@@ -458,17 +528,64 @@ mod tests {
         assert_eq!(m.trend_granted.0.back(), Some(&(100, 0.0)));
         assert_eq!(m.banners().len(), 1);
         assert!(m.banners()[0].contains("http://b/metrics"));
-        // An hour later the first point is gone; a vanished series ages out.
+        // An hour later a vanished container's series has aged out; the cluster trend keeps
+        // its first point (six hours), with no "used" point where nothing was sampled.
         m.ingest(
             100 + HISTORY_SECONDS + 1,
             vec![Ok((vec![], 0)), Ok((vec![], 0))],
             &World::default(),
         );
         assert!(m.utilization.is_empty());
-        assert!(m.trend_used.0.is_empty(), "no memory samples, no point");
-        assert_eq!(m.trend_granted.0.len(), 1);
+        assert_eq!(m.trend_used.0.len(), 1, "no memory samples, no point");
+        assert_eq!(m.trend_granted.0.len(), 2);
         assert!(m.banners().is_empty());
         assert_eq!(m.pod_device("ns", "p", "G"), Usage::default());
+        // Six hours on, only the latest round's point is left.
+        m.ingest(
+            100 + TREND_SECONDS + 1,
+            vec![Ok((vec![], 0)), Ok((vec![], 0))],
+            &World::default(),
+        );
+        assert!(m.trend_used.0.is_empty());
+        let kept: Vec<i64> = m.trend_granted.0.iter().map(|(t, _)| *t).collect();
+        assert_eq!(
+            kept,
+            vec![100 + HISTORY_SECONDS + 1, 100 + TREND_SECONDS + 1]
+        );
+    }
+
+    #[test]
+    fn the_trend_keeps_every_point_of_the_hour_and_one_a_minute_for_six() {
+        let mut s = Series::default();
+        let (start, step) = (1_000_000, 5);
+        let mut t = start;
+        while t <= start + 7 * 3600 {
+            s.push_trend(t, (t - start) as f64);
+            t += step;
+        }
+        let now = t - step;
+        // The last hour: every 5 s point (721); before it, back to six hours: one a minute,
+        // each minute's first (300).
+        let recent =
+            s.0.iter()
+                .filter(|(t, _)| *t >= now - HISTORY_SECONDS)
+                .count();
+        assert_eq!(recent, 721);
+        let older: Vec<i64> =
+            s.0.iter()
+                .filter(|(t, _)| *t < now - HISTORY_SECONDS)
+                .map(|(t, _)| *t)
+                .collect();
+        assert_eq!(older.len(), 300, "{older:?}");
+        assert!(older[0] >= now - TREND_SECONDS);
+        assert!(
+            older.iter().all(|t| t % THINNED_STEP == 0),
+            "each minute's first"
+        );
+        assert!(older.windows(2).all(|w| w[1] - w[0] == THINNED_STEP));
+        assert_eq!(s.reach(now), now - older[0]);
+        // The values stay those of their moments.
+        assert!(s.0.iter().all(|(t, v)| *v == (*t - start) as f64));
     }
 
     #[test]
