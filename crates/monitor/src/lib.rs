@@ -4,8 +4,9 @@
 //! Pure cores: [`hami_core_region`], [`hip_region`] (region readers over [`region_bytes`]),
 //! [`fdinfo`], [`cgroup`], [`utilization`], [`cache_dirs`], [`scan_plan`], [`cache_budget`]
 //! (decisions),
+//! [`hook_presence`] (is the memory hook in the sliced containers' GPU processes),
 //! [`pods`] (index), [`dra_claims`] (DRA pods' devices and claim regions), [`metrics`]
-//! (exposition). Shells: [`procfs`], [`host_gpus`], [`dra_fetch`] (claims and slices),
+//! (exposition). Shells: [`procfs`], [`host_gpus`], [`dra_fetch`] (claims and slices), [`hook_check`] (its /proc reads and Events),
 //! [`node_monitor`] (state and passes), [`server`] (HTTP and wiring).
 
 pub mod cache_budget;
@@ -18,6 +19,8 @@ pub mod errors;
 pub mod fdinfo;
 pub mod hami_core_region;
 pub mod hip_region;
+pub mod hook_check;
+pub mod hook_presence;
 pub mod host_gpus;
 pub mod host_pids;
 pub mod metrics;

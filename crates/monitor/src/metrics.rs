@@ -140,6 +140,14 @@ fn families(snapshot: &Snapshot, legacy_names: LegacyMetrics) -> Vec<Family> {
         "hami_vgpu_whole_card",
         "1 for each card a pod HAMi did not place holds whole (the device plugin's hami.io/amd-whole-cards or hami.io/nvidia-whole-cards record, issue 26): all of its memory and compute are the pod's, and no slice is placed on it",
     );
+    let mut unhooked = Family::gauge(
+        "hami_container_unhooked_processes",
+        "Processes of the container on a GPU whose slice expects the memory hook (hook label: libamvgpu.so, libvgpu.so) but which do not map it: the slice's memory limit is NOT enforced for them (the dynamic linker could not load the hook). A SliceNotEnforced Event is posted on the pod. 0 when every GPU process of the container was checked and has it",
+    );
+    let mut hook_unknown = Family::gauge(
+        "hami_container_hook_unknown_processes",
+        "Processes of the container on a GPU whose /proc/<pid>/maps or environ the monitor could not read, so whether the memory hook is loaded is unknown (not counted as unhooked); the monitor needs hostPID and the right to read other users' /proc entries",
+    );
     let mut host_mem = Family::gauge(
         "hami_host_gpu_memory_used_bytes",
         "GPU device memory usage in bytes",
@@ -258,6 +266,16 @@ fn families(snapshot: &Snapshot, legacy_names: LegacyMetrics) -> Vec<Family> {
         ];
         whole_card.push(labels, 1.0);
     }
+    for (at, tally) in snapshot.hooks.iter() {
+        let labels: Labels = vec![
+            ("namespace", s(&at.namespace)),
+            ("pod", s(&at.pod)),
+            ("container", s(&at.container)),
+            ("hook", Cow::Borrowed(at.vendor.hook_library())),
+        ];
+        unhooked.push(labels.clone(), f64::from(tally.unhooked));
+        hook_unknown.push(labels, f64::from(tally.unknown));
+    }
     for g in snapshot.host.iter() {
         let labels: Labels = vec![
             ("node", s(&snapshot.node)),
@@ -303,6 +321,8 @@ fn families(snapshot: &Snapshot, legacy_names: LegacyMetrics) -> Vec<Family> {
         alloc_cores,
         cu_mask,
         whole_card,
+        unhooked,
+        hook_unknown,
         errors,
         l_host_mem,
         l_host_util,

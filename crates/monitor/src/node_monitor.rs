@@ -7,6 +7,7 @@
 //!   tracking lock (`region_reading.rs`) — then, the lock released, the pure
 //!   [`crate::scrape::assemble`] decides the samples for [`crate::metrics`]. It never fails
 //!   as a whole: a bad region is skipped and counted.
+//! - after each refresh, the memory-hook check ([`crate::hook_check`], issue 29).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -78,6 +79,7 @@ pub struct NodeMonitor {
     amd_util: RwLock<Arc<AmdUtil>>,
     sampler: Mutex<FdSampler>,
     nvml: Mutex<NvmlState>,
+    hooks: crate::hook_check::HookWatch,
 }
 
 /// NVML is loaded at the first refresh; a failure is logged once and not retried.
@@ -109,7 +111,13 @@ impl NodeMonitor {
             amd_util: RwLock::new(Arc::new(HashMap::new())),
             sampler: Mutex::new(FdSampler::default()),
             nvml: Mutex::new(NvmlState::NotTried),
+            hooks: crate::hook_check::HookWatch::default(),
         }
+    }
+
+    /// The memory-hook check (issue 29): its counts and the Events it queued.
+    pub fn hooks(&self) -> &crate::hook_check::HookWatch {
+        &self.hooks
     }
 
     /// The errors counted so far.
@@ -154,6 +162,7 @@ impl NodeMonitor {
         host.extend(self.nvidia_host_gpus());
         write_lock(&self.host, Arc::new(host));
         self.sample_fdinfo(&pods, &devices, Instant::now());
+        self.hooks.check(&self.proc, &pods);
     }
 
     /// Writes the host pid into HAMi-core slots whose process runs in a private PID
@@ -630,7 +639,8 @@ impl NodeMonitor {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let dirs = self.gather(&pods);
-        scrape::assemble(Gathered {
+        let hooks = self.hooks.tallies();
+        let mut snapshot = scrape::assemble(Gathered {
             node: self.config.node_name.clone(),
             amd_util: read_lock(&self.amd_util),
             now_secs,
@@ -638,7 +648,9 @@ impl NodeMonitor {
             host: read_lock(&self.host),
             errors: self.errors.counts(),
             pods,
-        })
+        });
+        snapshot.hooks = hooks;
+        snapshot
     }
 
     /// The scrape's I/O, under the tracking lock: every region of each tracked directory

@@ -43,6 +43,20 @@ impl ProcRoot {
         std::fs::read_to_string(self.root.join(pid.to_string()).join("maps")).ok()
     }
 
+    /// `/proc/<pid>/<name>` as bytes (`environ`, `maps`, `comm`: hook_check.rs).
+    pub fn read_entry(&self, pid: i32, name: &str) -> std::io::Result<Vec<u8>> {
+        std::fs::read(self.root.join(pid.to_string()).join(name))
+    }
+
+    /// Link targets of a pid's descriptors (`/proc/<pid>/fd/*`); one closed while the list
+    /// is read is skipped.
+    pub fn fd_targets(&self, pid: i32) -> std::io::Result<Vec<PathBuf>> {
+        let entries = std::fs::read_dir(self.root.join(pid.to_string()).join("fd"))?;
+        Ok(entries
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .collect())
+    }
+
     /// Every numeric entry of the proc root.
     pub fn pids(&self) -> std::io::Result<Vec<i32>> {
         Ok(std::fs::read_dir(&self.root)?

@@ -84,6 +84,8 @@ pub struct Snapshot {
     pub host: Arc<Vec<HostGpu>>,
     /// Errors counted since start, by kind.
     pub errors: BTreeMap<&'static str, u64>,
+    /// The memory-hook check's counts of the last refresh (issue 29).
+    pub hooks: crate::hook_check::HookTallies,
 }
 
 /// AMD utilization sampled from DRM fdinfo, per container.
@@ -238,6 +240,8 @@ pub fn assemble(gathered: Gathered) -> Snapshot {
         whole_cards: pods.whole_cards.clone(),
         host,
         errors,
+        // Filled by the shell from the last refresh (not gathered per scrape).
+        hooks: Default::default(),
     }
 }
 

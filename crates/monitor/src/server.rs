@@ -82,6 +82,21 @@ pub async fn refresh(monitor: &Arc<NodeMonitor>, index: PodIndex) {
     }
 }
 
+/// Posts the Events the last refresh's hook check queued (issue 29); one that fails is
+/// logged, and queued again by the next refresh that still finds its container unhooked.
+pub async fn post_hook_events(monitor: &Arc<NodeMonitor>, client: &kube::Client) {
+    for event in monitor.hooks().take_events() {
+        if let Err(e) = crate::hook_check::post_event(client, &event).await {
+            tracing::warn!(
+                pod = %format!("{}/{}", event.namespace, event.pod),
+                "cannot post the {} Event: {e}; retried at the next refresh (the monitor's role needs events: create)",
+                event.reason
+            );
+            monitor.hooks().not_posted(&event);
+        }
+    }
+}
+
 /// Runs the monitor until `shutdown` resolves.
 pub async fn serve(
     config: ServeConfig,
@@ -92,11 +107,13 @@ pub async fn serve(
     if !containers.is_dir() {
         tracing::warn!(dir = %containers.display(), "the containers directory does not exist yet; it is scanned again every {}s", config.refresh_interval.as_secs());
     }
+    let events = client.clone();
     let mut informer =
         PodInformer::start(client, &config.monitor.node_name, &config.scheduler_name);
     informer.wait_ready().await?;
     let monitor = Arc::new(NodeMonitor::new(config.monitor.clone()));
     refresh(&monitor, informer.index_with_dra().await).await;
+    post_hook_events(&monitor, &events).await;
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.bind))?;
@@ -110,6 +127,7 @@ pub async fn serve(
         loop {
             tick.tick().await;
             refresh(&ticker_monitor, informer.index_with_dra().await).await;
+            post_hook_events(&ticker_monitor, &events).await;
         }
     });
     let result = axum::serve(listener, router(monitor, config.legacy_metrics))

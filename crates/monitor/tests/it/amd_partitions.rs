@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::common::kubepods_cgroup;
 use hami_monitor::node_monitor::{MonitorConfig, NodeMonitor};
 use hami_monitor::pods::PodIndex;
 use k8s_openapi::api::core::v1::Pod;
@@ -14,14 +15,7 @@ fn fake_process(proc_root: &Path, pid: i32, pod_uid: &str, cid: &str, render: u3
     let dir = proc_root.join(pid.to_string());
     std::fs::create_dir_all(dir.join("fd")).unwrap();
     std::fs::create_dir_all(dir.join("fdinfo")).unwrap();
-    std::fs::write(
-        dir.join("cgroup"),
-        format!(
-            "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{cid}.scope\n",
-            pod_uid.replace('-', "_")
-        ),
-    )
-    .unwrap();
+    std::fs::write(dir.join("cgroup"), kubepods_cgroup(pod_uid, cid)).unwrap();
     std::os::unix::fs::symlink(format!("/dev/dri/renderD{render}"), dir.join("fd/5")).unwrap();
 }
 

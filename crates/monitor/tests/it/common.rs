@@ -144,3 +144,29 @@ pub(crate) fn in_child_with_env(name: &str, env: &[(&str, &std::ffi::OsStr)]) ->
     );
     false
 }
+
+/// The body of one `GET /metrics` of the monitor on `port`; `None` while it does not listen
+/// yet. Fails on any status but 200.
+pub(crate) async fn scrape(port: u16) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.unwrap();
+    assert!(out.contains(" 200 "), "{out}");
+    Some(out.split_once("\r\n\r\n").unwrap().1.to_owned())
+}
+
+/// `/proc/<pid>/cgroup` of a process in container `cid` of pod `pod_uid` (cgroup v2, the
+/// systemd driver, containerd), as kubelet and the runtime name them.
+pub(crate) fn kubepods_cgroup(pod_uid: &str, cid: &str) -> String {
+    format!(
+        "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{cid}.scope\n",
+        pod_uid.replace('-', "_")
+    )
+}

@@ -60,6 +60,7 @@ fn full_snapshot() -> Snapshot {
             device_uuid: "u2".into(),
         }],
         errors: [("cache_truncated", 1u64)].into(),
+        hooks: Default::default(),
     }
 }
 

@@ -11,6 +11,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::common::scrape;
 use hami_local_ports::free_port;
 use hami_monitor::node_monitor::MonitorConfig;
 use hami_monitor::server::{ServeConfig, serve};
@@ -21,7 +22,6 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NODE: &str = "node-d";
 const DRIVER: &str = "amdgpu.hami-rs.io";
@@ -46,20 +46,6 @@ fn percent_decoded(query: &str) -> String {
         i += 1;
     }
     String::from_utf8(out).unwrap()
-}
-
-async fn scrape(port: u16) -> Option<String> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.unwrap();
-    assert!(out.contains(" 200 "), "{out}");
-    Some(out.split_once("\r\n\r\n").unwrap().1.to_owned())
 }
 
 /// The value of the one sample of `name` whose labels are exactly `labels` (in any order).

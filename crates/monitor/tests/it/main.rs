@@ -3,7 +3,8 @@
 //! (`hostile_tenants`, `plugin_files`), processes in PID namespaces, AMD partitions, NVIDIA
 //! host metrics through the stand-in NVML (in a child process: its settings are in the
 //! environment), DRA pods and whole cards against the embedded API server, seed 004's node,
-//! and the Grafana dashboard's metric names. Shared writers of HAMi-core regions: `common`.
+//! the Grafana dashboard's metric names, and GPU processes of sliced containers without the
+//! memory hook (`unhooked`, real processes). Shared writers of HAMi-core regions: `common`.
 
 mod common;
 
@@ -16,4 +17,5 @@ mod nvidia_host;
 mod pid_namespaces;
 mod plugin_files;
 mod seed_node;
+mod unhooked;
 mod whole_cards;

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::common::scrape;
 use hami_local_ports::free_port;
 use hami_monitor::node_monitor::MonitorConfig;
 use hami_monitor::server::{ServeConfig, serve};
@@ -14,7 +15,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NODE: &str = "node-w";
 
@@ -39,20 +39,6 @@ fn pod(name: &str, node: &str, resource: &str, count: &str, annotations: Value) 
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x",
             "resources": {"limits": {resource: count}}}]}
     })
-}
-
-async fn scrape(port: u16) -> Option<String> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.unwrap();
-    assert!(out.starts_with("HTTP/1."), "{out}");
-    Some(out.split_once("\r\n\r\n").unwrap().1.to_owned())
 }
 
 /// The `hami_vgpu_whole_card` series of a scrape: (pod, device_uuid) → value.
