@@ -72,7 +72,10 @@ pub fn cache_files(names: &[String]) -> Result<Vec<String>, CacheDirError> {
     let mut files: Vec<String> = names
         .iter()
         .filter(|n| {
-            n.ends_with(".cache") && !n.contains("libvgpu.so") && !n.contains("libamvgpu.so")
+            n.ends_with(".cache")
+                && !hami_protocol::names::Vendor::ALL
+                    .iter()
+                    .any(|v| n.contains(v.hook_library()))
         })
         .cloned()
         .collect();
