@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::defrag_facts;
 use crate::whatif::{Limits, Problem};
 use crate::whatif_live::{Snapshot, form_fields, shorten};
+use crate::whatif_run::Ran;
 use crate::world::pod_key;
 
 /// Most cards a "free N whole cards" target asks for.
@@ -313,4 +314,22 @@ pub fn plan(snapshot: &Snapshot, form: &DefragForm, limits: &Limits) -> Result<P
         protected: defrag_facts::protected(&cluster, &policy),
         commands: commands(form),
     })
+}
+
+/// [`plan`] as a job of the UI's planner (`whatif_run::Runner::run`). The planner is
+/// bounded by its search budget ([`Policy::search_budget`]) rather than by `stop`, which is
+/// asked once, before it starts.
+pub fn job(
+    snapshot: &Snapshot,
+    form: &DefragForm,
+    limits: &Limits,
+    stop: &dyn Fn() -> bool,
+) -> Result<Ran<Planned>, Problem> {
+    if stop() {
+        return Ok(Ran::Stopped(format!(
+            "the defrag plan did not start within {} s, the UI's limit; retry, or run `hami defrag plan`",
+            limits.deadline.as_secs()
+        )));
+    }
+    plan(snapshot, form, limits).map(Ran::Done)
 }

@@ -23,7 +23,7 @@ use crate::scrape::unix_now;
 use crate::whatif::Problem;
 use crate::whatif_live::{MAX_FORM_BYTES, Snapshot, form_fields};
 use crate::whatif_live_page::{Choices, Filled, Shown};
-use crate::whatif_run::{Ran, Runner};
+use crate::whatif_run::Runner;
 use crate::world::World;
 use crate::{defrag_view, pages, same_origin, whatif, whatif_live, whatif_live_page};
 
@@ -219,17 +219,12 @@ fn snapshot(s: &Shared) -> Option<Snapshot> {
     Some(Snapshot::of(&world, unix_now()))
 }
 
-fn live_page(s: &Shared, snap: &Snapshot, filled: &Filled, shown: &Shown) -> Response {
+fn live_page(s: &Shared, choices: &Choices, filled: &Filled, shown: &Shown) -> Response {
     let problem = match shown {
         Shown::Live(Err(p)) | Shown::Defrag(Err(p)) => Some(p.status),
         _ => None,
     };
-    let mut response = respond(whatif_live_page::page(
-        &Choices::of(snap),
-        filled,
-        shown,
-        &banners(s),
-    ));
+    let mut response = respond(whatif_live_page::page(choices, filled, shown, &banners(s)));
     if problem == Some(429) {
         response
             .headers_mut()
@@ -242,7 +237,7 @@ async fn whatif_live_form(State(s): State<Shared>) -> Response {
     let Some(snap) = snapshot(&s) else {
         return unavailable();
     };
-    live_page(&s, &snap, &Filled::default(), &Shown::Forms)
+    live_page(&s, &Choices::of(&snap), &Filled::default(), &Shown::Forms)
 }
 
 /// Which of the live forms was posted.
@@ -256,12 +251,13 @@ async fn whatif_live_post(s: Shared, headers: HeaderMap, body: Body, form: LiveF
     let Some(snap) = snapshot(&s) else {
         return unavailable();
     };
+    let choices = Choices::of(&snap);
     let shown = |p: Problem| match form {
         LiveForm::Edits => Shown::Live(Err(p)),
         LiveForm::Defrag => Shown::Defrag(Err(p)),
     };
     if let Some(p) = cross_site(&headers) {
-        return live_page(&s, &snap, &Filled::default(), &shown(p));
+        return live_page(&s, &choices, &Filled::default(), &shown(p));
     }
     let limits = s.whatif.limits().clone();
     let too_large = format!(
@@ -272,7 +268,7 @@ async fn whatif_live_post(s: Shared, headers: HeaderMap, body: Body, form: LiveF
         .and_then(|b| form_fields(&b).map(|f| (b, f)))
     {
         Ok(read) => read,
-        Err(p) => return live_page(&s, &snap, &Filled::default(), &shown(p)),
+        Err(p) => return live_page(&s, &choices, &Filled::default(), &shown(p)),
     };
     let (bytes, filled) = (fields.0, Filled(fields.1));
     let result = match form {
@@ -280,17 +276,8 @@ async fn whatif_live_post(s: Shared, headers: HeaderMap, body: Body, form: LiveF
             let planned = match whatif_live::edits_from_form(&bytes, &snap, &limits) {
                 Err(p) => Err(p),
                 Ok(edits) => {
-                    let snap = snap.clone();
                     s.whatif
-                        .run(move |stop, limits| {
-                            Ok(match whatif_live::run(&snap, &edits, limits, stop)? {
-                                Some(report) => Ran::Done(report),
-                                None => Ran::Stopped(format!(
-                                    "planning the live cluster stopped after {} s, the UI's limit: remove fewer nodes, or plan the fleet with `hami plan --scenario FILE`",
-                                    limits.deadline.as_secs()
-                                )),
-                            })
-                        })
+                        .run(move |stop, limits| whatif_live::job(&snap, &edits, limits, stop))
                         .await
                 }
             };
@@ -300,25 +287,15 @@ async fn whatif_live_post(s: Shared, headers: HeaderMap, body: Body, form: LiveF
             let planned = match defrag_view::form_from_body(&bytes) {
                 Err(p) => Err(p),
                 Ok(form) => {
-                    let snap = snap.clone();
                     s.whatif
-                        .run(move |stop, limits| {
-                            // The planner is bounded by its search budget, not by `stop`.
-                            if stop() {
-                                return Ok(Ran::Stopped(
-                                    "the defrag plan did not start before the UI's deadline; retry"
-                                        .into(),
-                                ));
-                            }
-                            defrag_view::plan(&snap, &form, limits).map(Ran::Done)
-                        })
+                        .run(move |stop, limits| defrag_view::job(&snap, &form, limits, stop))
                         .await
                 }
             };
             Shown::Defrag(planned)
         }
     };
-    live_page(&s, &snap, &filled, &result)
+    live_page(&s, &choices, &filled, &result)
 }
 
 async fn whatif_live_edits(State(s): State<Shared>, headers: HeaderMap, body: Body) -> Response {

@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::query::fields;
 use crate::whatif::{Limits, Problem};
+use crate::whatif_run::Ran;
 use crate::world::{World, is_dra_node, pod_key};
 
 /// Most nodes one "+N nodes like X" adds.
@@ -590,4 +591,21 @@ pub fn run(
         }
     }
     Ok(Some(report))
+}
+
+/// [`run`] as a job of the UI's planner (`whatif_run::Runner::run`): stopped short, it says
+/// what to change should the deadline be why.
+pub fn job(
+    snapshot: &Snapshot,
+    edits: &Edits,
+    limits: &Limits,
+    stop: &dyn Fn() -> bool,
+) -> Result<Ran<LiveReport>, Problem> {
+    Ok(match run(snapshot, edits, limits, stop)? {
+        Some(report) => Ran::Done(report),
+        None => Ran::Stopped(format!(
+            "planning the live cluster stopped after {} s, the UI's limit: remove fewer nodes, or plan the fleet with `hami plan --scenario FILE`",
+            limits.deadline.as_secs()
+        )),
+    })
 }

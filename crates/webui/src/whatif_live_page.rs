@@ -259,9 +259,10 @@ fn defrag_result(planned: &Planned) -> String {
         }
         out.push_str("</ul></details>");
     }
-    out.push_str("<h3>To carry it out</h3><p>The UI never evicts. Plan again from the command line (it reads the PodDisruptionBudgets), check the dry run, then execute:</p><pre><code>");
+    out.push_str("<h3>To carry it out</h3><p>The UI never evicts. Plan again from the command line (it reads the PodDisruptionBudgets), check the dry run, then execute:</p><div class=\"scroll\" role=\"group\" tabindex=\"0\" aria-label=\"Commands\"><pre><code>");
+    // Long lines scroll in their own box on a narrow screen, as tables do.
     out.push_str(&esc(&planned.commands.join("\n")));
-    out.push_str("</code></pre>");
+    out.push_str("</code></pre></div>");
     out
 }
 

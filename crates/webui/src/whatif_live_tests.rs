@@ -446,3 +446,42 @@ fn bad_defrag_targets_say_what_to_change() {
     .html;
     assert!(!html.contains("<b>'"), "{html}");
 }
+
+/// The live plans run on the What-if runner (a blocking thread, one of its slots) under its
+/// deadline: past it, the answer says so and what to change; the runtime stays free.
+#[tokio::test]
+async fn live_plans_run_under_the_runners_deadline() {
+    use crate::whatif_run::Runner;
+    let w = fleet();
+    let s = snap(&w);
+    let e = edits("add=1&like=n1", &s).unwrap();
+    let runner = Runner::new(Limits::default());
+    let (snap2, e2) = (s.clone(), e.clone());
+    let report = runner
+        .run(move |stop, limits| whatif_live::job(&snap2, &e2, limits, stop))
+        .await
+        .unwrap();
+    assert_eq!(report.placed(), (0, 1));
+    let late = Runner::new(Limits {
+        deadline: std::time::Duration::ZERO,
+        ..Limits::default()
+    });
+    let (snap2, e2) = (s.clone(), e.clone());
+    let p = late
+        .run(move |stop, limits| whatif_live::job(&snap2, &e2, limits, stop))
+        .await
+        .unwrap_err();
+    assert!(
+        p.status == 413 && p.message.contains("stopped after 0 s"),
+        "{p:?}"
+    );
+    let form = defrag_view::form_from_body(b"target=percent&percent=50").unwrap();
+    let p = late
+        .run(move |stop, limits| defrag_view::job(&s, &form, limits, stop))
+        .await
+        .unwrap_err();
+    assert!(
+        p.status == 413 && p.message.contains("did not start within 0 s"),
+        "{p:?}"
+    );
+}

@@ -15,6 +15,7 @@ mod least_privilege;
 mod least_privilege_dra;
 mod least_privilege_nvidia;
 mod least_privilege_webui;
+mod whatif_live_browser;
 
 /// The browser test runs the demo's whole cluster and Chromium: it holds this for writing,
 /// the least-privilege tests for reading, so it runs alone (each file was its own binary
