@@ -138,8 +138,9 @@ fn nodes_like_one_you_have_place_the_waiting_pod() {
 #[test]
 fn a_removed_nodes_gpu_pods_are_planned_again_in_queue_order() {
     let mut w = fleet();
-    // A more urgent pod, created later: planned first, so it takes the new node.
-    w.upsert_pod(waiting("urgent", 49152, 1000, "2026-02-01T00:00:00Z"));
+    // A more urgent pod, created later (and named after `wait`): planned first, so it
+    // takes the new node.
+    w.upsert_pod(waiting("z-urgent", 49152, 1000, "2026-02-01T00:00:00Z"));
     let s = snap(&w);
     let r = run(&s, &edits("remove=n2&add=1&like=n2", &s).unwrap());
     assert_eq!(r.nodes, (2, 2));
@@ -152,7 +153,7 @@ fn a_removed_nodes_gpu_pods_are_planned_again_in_queue_order() {
     assert_eq!(
         names,
         [
-            ("default/urgent", None),
+            ("default/z-urgent", None),
             ("default/wait", None),
             ("default/web-b", Some("n2"))
         ]
@@ -170,6 +171,20 @@ fn a_removed_nodes_gpu_pods_are_planned_again_in_queue_order() {
     );
     assert!(!r.rows[1].after.placed(), "{:?}", r.rows[1]);
     assert_eq!(r.rows[2].before, None);
+
+    // A removed node's pod of higher priority than those waiting is planned before them:
+    // web-b (40 GiB, priority 2000; n1 has 32 GiB free) takes the new node.
+    let mut b = running("web-b", "n2", 40960, "web");
+    b.spec.as_mut().unwrap().priority = Some(2000);
+    w.upsert_pod(b);
+    let s = snap(&w);
+    let r = run(&s, &edits("remove=n2&add=1&like=n2", &s).unwrap());
+    assert!(
+        matches!(&r.rows[2].after, Outcome::Placed { node, .. } if node == "n2-whatif-1"),
+        "{:?}",
+        r.rows
+    );
+    assert!(!r.rows[0].after.placed(), "{:?}", r.rows[0]);
     // Asked to stop: nothing.
     let e = edits("remove=n2", &s).unwrap();
     assert_eq!(
