@@ -14,6 +14,9 @@
 //!   error event, relists at once, keeping the backoff as it was;
 //! - any other watch failure (request refused or unanswered, stream broken or stalled, an
 //!   error event) watches again from the resume point after the backoff.
+//! - a new leadership term (the replica just took over) ends the watch and relists at once,
+//!   keeping the backoff: a consistent list shows every write the last leader made, which
+//!   the watch may not have delivered yet (D-23).
 //!
 //! Whether the view counts as live meanwhile is [`crate::watch_health`]'s decision.
 
@@ -67,6 +70,8 @@ pub enum Outcome {
     Gone,
     /// The watch request or its stream failed any other way.
     WatchFailed,
+    /// This replica began a leadership term: list again before it decides (D-23).
+    NewTerm,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,7 +144,7 @@ impl WatchCycle {
                 self.backoff.reset();
                 self.now()
             }
-            Outcome::Gone => {
+            Outcome::Gone | Outcome::NewTerm => {
                 self.phase = Phase::Listing;
                 self.now()
             }
@@ -267,6 +272,18 @@ mod tests {
     }
 
     #[test]
+    fn a_new_term_relists_at_once_and_keeps_the_backoff() {
+        let mut c = WatchCycle::new();
+        c.on(Outcome::Listed {
+            resource_version: "5".into(),
+        });
+        assert_eq!(c.on(Outcome::WatchFailed), watch("5", 100));
+        assert_eq!(c.on(Outcome::NewTerm), list(0));
+        assert_eq!(c.resume_point(), None);
+        assert_eq!(c.on(Outcome::ListFailed), list(200));
+    }
+
+    #[test]
     fn gone_relists_at_once_and_keeps_the_backoff() {
         let mut c = WatchCycle::new();
         c.on(Outcome::Listed {
@@ -334,6 +351,7 @@ mod tests {
             Just(Input::Outcome(Outcome::WatchClosed)),
             Just(Input::Outcome(Outcome::Gone)),
             Just(Input::Outcome(Outcome::WatchFailed)),
+            Just(Input::Outcome(Outcome::NewTerm)),
             (0u8..100).prop_map(Input::Version),
         ]
     }
@@ -366,7 +384,13 @@ mod tests {
                 let fits = matches!(
                     (&next.step, &outcome),
                     (Step::List, Outcome::Listed { .. } | Outcome::ListFailed)
-                        | (Step::Watch { .. }, Outcome::WatchClosed | Outcome::Gone | Outcome::WatchFailed)
+                        | (
+                            Step::Watch { .. },
+                            Outcome::WatchClosed
+                                | Outcome::Gone
+                                | Outcome::WatchFailed
+                                | Outcome::NewTerm
+                        )
                 );
                 if !fits {
                     continue;
@@ -377,7 +401,7 @@ mod tests {
                         (Duration::ZERO, true)
                     }
                     Outcome::WatchClosed => (Duration::ZERO, true),
-                    Outcome::Gone => {
+                    Outcome::Gone | Outcome::NewTerm => {
                         resume = None;
                         (Duration::ZERO, false)
                     }

@@ -16,6 +16,7 @@
 
 use std::collections::HashSet;
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -42,6 +43,8 @@ pub struct Informer {
     pub kind: &'static str,
     tuning: WatchTuning,
     health: Mutex<WatchHealth>,
+    /// The leadership term current when its last complete list began (D-23's fence).
+    listed_in_term: AtomicU64,
 }
 
 impl Informer {
@@ -51,6 +54,7 @@ impl Informer {
             kind,
             tuning,
             health: Mutex::new(WatchHealth::new(Instant::now())),
+            listed_in_term: AtomicU64::new(0),
         })
     }
 
@@ -65,6 +69,12 @@ impl Informer {
     /// The watch's health now.
     pub fn verdict(&self) -> Verdict {
         self.health().verdict(&self.tuning, Instant::now())
+    }
+
+    /// The leadership term current when its last complete list began: a view that shows
+    /// every write made before that term began.
+    pub fn listed_in_term(&self) -> u64 {
+        self.listed_in_term.load(Ordering::Acquire)
     }
 
     /// Why this informer's view cannot be trusted now, if it cannot.
@@ -216,6 +226,7 @@ pub fn spawn<K: Fed>(
     informer: Arc<Informer>,
     state: Arc<Mutex<ClusterState>>,
     wakes: Wakes,
+    terms: tokio::sync::watch::Receiver<u64>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut restarts = Restarts::new();
@@ -225,6 +236,7 @@ pub fn spawn<K: Fed>(
                 informer.clone(),
                 state.clone(),
                 wakes.clone(),
+                terms.clone(),
             ));
             let end = match task.await {
                 Ok(()) => TaskEnd::Returned,
@@ -256,6 +268,7 @@ async fn watch_loop<K: Fed>(
     informer: Arc<Informer>,
     state: Arc<Mutex<ClusterState>>,
     wakes: Wakes,
+    mut terms: tokio::sync::watch::Receiver<u64>,
 ) {
     let tuning = informer.tuning;
     let mut cycle = WatchCycle::new();
@@ -266,8 +279,10 @@ async fn watch_loop<K: Fed>(
         }
         let outcome = match next.step {
             Step::List => {
+                let term = *terms.borrow_and_update();
                 match list::<K>(&api, &informer, &state, &wakes, tuning.stall_after).await {
                     Ok(resource_version) => {
+                        informer.listed_in_term.store(term, Ordering::Release);
                         informer.report(WatchReport::Listed);
                         Outcome::Listed { resource_version }
                     }
@@ -278,8 +293,9 @@ async fn watch_loop<K: Fed>(
                 }
             }
             Step::Watch { from } => {
-                let watched =
-                    watch_once::<K>(&api, &informer, &state, &wakes, &mut cycle, &from, &tuning);
+                let watched = watch_once::<K>(
+                    &api, &informer, &state, &wakes, &mut cycle, &from, &mut terms,
+                );
                 match watched.await {
                     Ok(outcome) => outcome,
                     Err(e) => {
@@ -356,8 +372,9 @@ async fn watch_once<K: Fed>(
     wakes: &Wakes,
     cycle: &mut WatchCycle,
     from: &str,
-    tuning: &WatchTuning,
+    terms: &mut tokio::sync::watch::Receiver<u64>,
 ) -> Result<Outcome, String> {
+    let tuning = &informer.tuning;
     let kind = informer.kind;
     let params =
         WatchParams::default().timeout(tuning.watch_timeout.as_secs().clamp(1, 290) as u32);
@@ -386,8 +403,21 @@ async fn watch_once<K: Fed>(
     let stream = stream.into_stream();
     futures::pin_mut!(stream);
     loop {
-        let next = tokio::time::timeout(tuning.stall_after, stream.try_next())
-            .await
+        // A term begun (this replica took over) ends the watch: list again (D-23). Without a
+        // sender (shutting down) there is no term to wait for.
+        let new_term = async {
+            if terms.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let next = tokio::select! {
+            next = tokio::time::timeout(tuning.stall_after, stream.try_next()) => next,
+            () = new_term => {
+                info!(kind, "this replica began a leadership term; listing again before it decides");
+                return Ok(Outcome::NewTerm);
+            }
+        };
+        let next = next
             .map_err(|_| {
                 format!(
                     "the {kind} watch delivered nothing for {}s (not even the server's timeout); reconnecting",
@@ -584,6 +614,7 @@ mod tests {
             informer.clone(),
             state,
             Wakes::locks(LockWaiters::new()),
+            tokio::sync::watch::Sender::new(0).subscribe(),
         );
         until("listed", &informer, Verdict::is_live).await;
         let cms: Api<ConfigMap> = Api::namespaced(client, "default");

@@ -28,6 +28,9 @@ pub struct Leadership {
     valid_until: Mutex<Option<Instant>>,
     /// The Lease holder as last read (another replica's identity when we follow).
     holder: Mutex<Option<String>>,
+    /// Leadership terms begun (0 before the first, and always without election): the
+    /// informers list again at each, and the new leader decides only once they have (D-23).
+    terms: tokio::sync::watch::Sender<u64>,
 }
 
 impl Leadership {
@@ -37,6 +40,7 @@ impl Leadership {
             elected: false,
             valid_until: Mutex::new(None),
             holder: Mutex::new(None),
+            terms: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -46,6 +50,7 @@ impl Leadership {
             elected: true,
             valid_until: Mutex::new(None),
             holder: Mutex::new(None),
+            terms: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -56,6 +61,22 @@ impl Leadership {
         }
         let until = *self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
         until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Terms begun so far.
+    pub fn term(&self) -> u64 {
+        *self.terms.borrow()
+    }
+
+    /// Told of each term begun.
+    pub fn terms(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.terms.subscribe()
+    }
+
+    /// Counts a term begun: before the lease's validity is published, so no decision of the
+    /// new term can pass the informers' fence on a view listed before it.
+    fn begin_term(&self) {
+        self.terms.send_modify(|t| *t += 1);
     }
 
     fn hold_until(&self, until: Option<Instant>) {
@@ -254,6 +275,9 @@ pub async fn run_with_clock(
             }
         };
         let update = term.on(attempt, started);
+        if update.transition == Some(Transition::Became) {
+            leadership.begin_term();
+        }
         match update.hold {
             Hold::Until(until) => leadership.hold_until(Some(until)),
             Hold::End => leadership.hold_until(None),

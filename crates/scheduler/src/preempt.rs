@@ -271,7 +271,7 @@ impl Scheduler {
         if !self.leader.is_leader() {
             return Err((StatusCode::SERVICE_UNAVAILABLE, self.not_leader()));
         }
-        if let Some(problem) = self.view_problem() {
+        if let Some(problem) = self.view_problem().or_else(|| self.catching_up()) {
             return Err((StatusCode::SERVICE_UNAVAILABLE, problem));
         }
         let filter = &self.settings.filter;

@@ -154,9 +154,22 @@ impl Scheduler {
                 quotas.clone(),
                 state.clone(),
                 wakes.clone(),
+                leader.terms(),
             ),
-            informer::spawn::<Node>(client.clone(), nodes.clone(), state.clone(), wakes),
-            informer::spawn::<Pod>(client.clone(), pods.clone(), state.clone(), pod_wakes),
+            informer::spawn::<Node>(
+                client.clone(),
+                nodes.clone(),
+                state.clone(),
+                wakes,
+                leader.terms(),
+            ),
+            informer::spawn::<Pod>(
+                client.clone(),
+                pods.clone(),
+                state.clone(),
+                pod_wakes,
+                leader.terms(),
+            ),
         ];
         let dra = crate::dra_templates::DraFront::new(
             client.clone(),
@@ -228,7 +241,32 @@ impl Scheduler {
                 self.not_leader()
             ));
         }
-        self.view_problem()
+        self.view_problem().or_else(|| self.catching_up())
+    }
+
+    /// Whether Filter and the preempt verb decide now: this replica leads, its watches are
+    /// live and have listed since its term began ([`Self::catching_up`]).
+    pub fn decides(&self) -> bool {
+        self.not_ready_reason().is_none()
+    }
+
+    /// Why a replica that just took over does not decide yet: an informer has not listed
+    /// since the term began, so its view may miss the last leader's latest writes (a watch
+    /// can lag; a list cannot) and a decision could double-book a GPU or a quota (D-23).
+    pub fn catching_up(&self) -> Option<String> {
+        let term = self.leader.term();
+        let behind: Vec<&str> = self
+            .informers
+            .iter()
+            .filter(|i| i.listed_in_term() < term)
+            .map(|i| i.kind)
+            .collect();
+        (!behind.is_empty()).then(|| {
+            format!(
+                "this replica just became the leader and is listing {} again before it decides (the last leader's latest writes may not have reached its watches); kube-scheduler retries",
+                behind.join(", ")
+            )
+        })
     }
 
     /// The extender's filter.

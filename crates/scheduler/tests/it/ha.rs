@@ -97,8 +97,8 @@ async fn leader_killed_during_bind_no_double_booking() {
     };
 
     let a = replica(&client, "replica-a", &settings);
-    until("replica a leads", Duration::from_secs(5), || {
-        a.scheduler.ready() && a.scheduler.leader.is_leader()
+    until("replica a leads", Duration::from_secs(10), || {
+        a.scheduler.decides()
     })
     .await;
     let b = replica(&client, "replica-b", &settings);
@@ -171,8 +171,8 @@ async fn leader_killed_during_bind_no_double_booking() {
     bind.abort();
     a.election.abort();
 
-    until("replica b takes over", Duration::from_secs(8), || {
-        b.scheduler.ready() && b.scheduler.leader.is_leader()
+    until("replica b takes over", Duration::from_secs(15), || {
+        b.scheduler.decides()
     })
     .await;
     assert!(

@@ -61,7 +61,7 @@ async fn a_decision_written_after_the_lease_ran_out_is_voided() {
     ));
     let scheduler = Scheduler::start(client.clone(), Settings::default(), leadership.clone());
     until("the replica leads", Duration::from_secs(5), || {
-        scheduler.ready() && leadership.is_leader()
+        scheduler.decides()
     })
     .await;
     // It stops renewing (its lease holds at most 2.4 s more), and the API server answers

@@ -13,6 +13,7 @@ mod ha;
 mod ha_forwarding;
 mod http_api;
 mod install_doc_quota;
+mod leader_catch_up;
 mod leader_handover;
 mod lease_skew;
 mod node_liveness;
