@@ -500,3 +500,52 @@ async fn live_plans_run_under_the_runners_deadline() {
         "{p:?}"
     );
 }
+
+proptest::proptest! {
+    /// Any form body, whatever its bytes: the edits and the defrag form are read within
+    /// their bounds, or refused (400 or 413) with a message; nothing panics.
+    #[test]
+    fn any_form_body_is_read_or_refused(
+        body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+        fields in proptest::collection::vec(
+            (
+                proptest::sample::select(vec![
+                    "add", "like", "remove", "target", "pod", "type", "count", "percent",
+                    "single", "max_moves", "min_age",
+                ]),
+                "[-0-9a-z%/,+ ]{0,24}",
+            ),
+            0..8,
+        ),
+    ) {
+        let w = fleet();
+        let s = snap(&w);
+        let form: String = fields
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
+        for body in [body.as_slice(), form.as_bytes()] {
+            match whatif_live::edits_from_form(body, &s, &Limits::default()) {
+                Ok(e) => {
+                    proptest::prop_assert!(e.add.as_ref().is_none_or(|(n, _)| (1..=whatif_live::MAX_ADDED).contains(n)));
+                    proptest::prop_assert!(e.remove.len() <= whatif_live::MAX_REMOVED);
+                }
+                Err(p) => proptest::prop_assert!(
+                    matches!(p.status, 400 | 413) && !p.message.trim().is_empty(),
+                    "{p:?}"
+                ),
+            }
+            match defrag_view::form_from_body(body) {
+                Ok(f) => {
+                    proptest::prop_assert!((1..=defrag_view::MAX_MOVES).contains(&f.max_moves));
+                    proptest::prop_assert!(f.min_age_seconds <= defrag_view::MAX_MIN_AGE);
+                }
+                Err(p) => proptest::prop_assert!(
+                    matches!(p.status, 400 | 413) && !p.message.trim().is_empty(),
+                    "{p:?}"
+                ),
+            }
+        }
+    }
+}
