@@ -234,10 +234,10 @@ fn live_page(s: &Shared, choices: &Choices, filled: &Filled, shown: &Shown) -> R
 }
 
 async fn whatif_live_form(State(s): State<Shared>) -> Response {
-    let Some(snap) = snapshot(&s) else {
+    let Some(choices) = s.world.read().ok().map(|w| Choices::of_world(&w)) else {
         return unavailable();
     };
-    live_page(&s, &Choices::of(&snap), &Filled::default(), &Shown::Forms)
+    live_page(&s, &choices, &Filled::default(), &Shown::Forms)
 }
 
 /// Which of the live forms was posted.

@@ -303,7 +303,8 @@ impl LiveReport {
     }
 }
 
-fn is_terminal(pod: &Pod) -> bool {
+/// Finished, or being deleted.
+pub(crate) fn is_terminal(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
         || pod
             .status
@@ -312,7 +313,8 @@ fn is_terminal(pod: &Pod) -> bool {
             .is_some_and(|p| p == "Succeeded" || p == "Failed")
 }
 
-fn asks_gpu(pod: &Pod) -> bool {
+/// Asks a GPU (or asks in a way the scheduler refuses: planned, so its reason shows).
+pub(crate) fn asks_gpu(pod: &Pod) -> bool {
     pod_requests(pod, &RequestDefaults::default())
         .map(|r| r.iter().any(|c| !c.is_empty()))
         // A request the scheduler refuses is planned, so its reason is shown.

@@ -13,7 +13,11 @@ use crate::defrag_view::Planned;
 use crate::html::{Page, esc, frame, table};
 use crate::pages::{node_link, pod_link};
 use crate::whatif::Problem;
-use crate::whatif_live::{LiveReport, MAX_ADDED, MAX_REMOVED, Outcome, Snapshot};
+use crate::whatif_live::{
+    LiveReport, MAX_ADDED, MAX_REMOVED, Outcome, Snapshot, asks_gpu, is_terminal,
+};
+use crate::world::{World, is_dra_node, pod_key};
+use k8s_openapi::api::core::v1::{Node, Pod};
 
 /// Options offered in the forms' lists.
 const LISTED: usize = 500;
@@ -34,24 +38,36 @@ pub struct Choices {
 impl Choices {
     /// The choices of `snapshot`.
     pub fn of(snapshot: &Snapshot) -> Choices {
-        let mut nodes: Vec<String> = snapshot
-            .nodes
-            .iter()
+        Choices::from_parts(&snapshot.nodes, &snapshot.pods)
+    }
+
+    /// The choices of the world's device-plugin nodes and pods, read in place (the form's
+    /// GET copies nothing).
+    pub fn of_world(world: &World) -> Choices {
+        Choices::from_parts(
+            world.nodes.values().filter(|n| !is_dra_node(n)),
+            world.pods.values(),
+        )
+    }
+
+    fn from_parts<'a>(
+        nodes: impl IntoIterator<Item = &'a Node>,
+        pods: impl IntoIterator<Item = &'a Pod>,
+    ) -> Choices {
+        let mut nodes: Vec<String> = nodes
+            .into_iter()
             .filter_map(|n| n.metadata.name.clone())
             .collect();
         nodes.sort();
-        let mut waiting: Vec<String> = snapshot
-            .pods
-            .iter()
+        // The pods the live What-if plans: unbound, not finished, asking a GPU.
+        let mut waiting: Vec<String> = pods
+            .into_iter()
             .filter(|p| {
                 p.spec.as_ref().is_some_and(|s| s.node_name.is_none())
-                    && p.metadata.deletion_timestamp.is_none()
-                    && p.status
-                        .as_ref()
-                        .and_then(|s| s.phase.as_deref())
-                        .is_none_or(|ph| ph == "Pending")
+                    && !is_terminal(p)
+                    && asks_gpu(p)
             })
-            .map(crate::world::pod_key)
+            .map(pod_key)
             .collect();
         waiting.sort();
         Choices { nodes, waiting }

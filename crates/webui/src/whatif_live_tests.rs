@@ -549,3 +549,24 @@ proptest::proptest! {
         }
     }
 }
+
+/// The forms offer the device-plugin nodes and the pods waiting for a GPU only: not a DRA
+/// node, not a waiting pod that asks no GPU, not a finished one.
+#[test]
+fn the_forms_offer_plugin_nodes_and_gpu_pods_that_wait() {
+    let mut w = fleet();
+    let mut cpu = waiting("cpu-only", 1, 0, "2026-01-01T00:00:00Z");
+    cpu.spec.as_mut().unwrap().containers[0].resources = None;
+    w.upsert_pod(cpu);
+    let mut done = waiting("done", 1024, 0, "2026-01-01T00:00:00Z");
+    done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    w.upsert_pod(done);
+    let choices = Choices::of_world(&w);
+    assert_eq!(choices.nodes, ["n1", "n2"]);
+    assert_eq!(choices.waiting, ["default/wait"]);
+    let from_snapshot = Choices::of(&snap(&w));
+    assert_eq!(
+        (from_snapshot.nodes, from_snapshot.waiting),
+        (choices.nodes, choices.waiting)
+    );
+}
