@@ -349,11 +349,27 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(50);
+    // `PREEMPT_BENCH_ROWS=decision-1000,served-1000` runs those rows only (for callgrind:
+    // instructions per call are the difference of two round counts over the difference).
+    let rows = std::env::var("PREEMPT_BENCH_ROWS").ok();
+    let wanted = |row: &str| {
+        rows.as_deref()
+            .is_none_or(|r| r.split(',').any(|w| w == row))
+    };
     let cluster: Vec<(NodeSnapshot, Vec<PodFacts>)> = (0..1_000).map(node).collect();
-    run(100, rounds, &cluster);
-    run(1_000, rounds, &cluster);
-    as_served(100, rounds, false, &cluster);
-    as_served(1_000, rounds, false, &cluster);
-    as_served(100, rounds.min(20), true, &cluster);
-    as_served(1_000, rounds.min(20), true, &cluster);
+    for nodes in [100, 1_000] {
+        if wanted(&format!("decision-{nodes}")) {
+            run(nodes, rounds, &cluster);
+        }
+    }
+    for nodes in [100, 1_000] {
+        if wanted(&format!("served-{nodes}")) {
+            as_served(nodes, rounds, false, &cluster);
+        }
+    }
+    for nodes in [100, 1_000] {
+        if wanted(&format!("changed-{nodes}")) {
+            as_served(nodes, rounds.min(20), true, &cluster);
+        }
+    }
 }

@@ -35,7 +35,6 @@ use serde_json::Value;
 use crate::extender::{
     ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaPod, MetaVictims, from_json_any_case,
 };
-use crate::fit::quick::QuickFit;
 use crate::fit::{FitRequest, Selectors, fit_node};
 use crate::snapshot::NodeSnapshot;
 use crate::usage::DeviceCharge;
@@ -126,15 +125,20 @@ pub fn decode_args(body: &[u8]) -> Result<ExtenderPreemptionArgs, DecodeError> {
 /// Node → the UIDs kube-scheduler proposes to evict there (possibly none), from either
 /// form of the request; pods without a UID are skipped.
 pub fn proposals(args: &ExtenderPreemptionArgs) -> BTreeMap<String, Vec<String>> {
-    let mut out = BTreeMap::new();
-    for (node, victims) in args.node_name_to_meta_victims.iter().flatten() {
-        let uids = victims
-            .iter()
-            .flat_map(|v| v.pods.iter().flatten())
-            .map(|p| p.uid.clone())
-            .collect();
-        out.insert(node.clone(), uids);
-    }
+    // From a sorted map: built in one pass, not a search per node.
+    let mut out: BTreeMap<String, Vec<String>> = args
+        .node_name_to_meta_victims
+        .iter()
+        .flatten()
+        .map(|(node, victims)| {
+            let uids = victims
+                .iter()
+                .flat_map(|v| v.pods.iter().flatten())
+                .map(|p| p.uid.clone())
+                .collect();
+            (node.clone(), uids)
+        })
+        .collect();
     for (node, victims) in args.node_name_to_victims.iter().flatten() {
         let uids = victims
             .iter()
@@ -542,8 +546,8 @@ pub fn decide_preemption<'a>(
     node: impl Fn(&str) -> Option<NodeCandidate<'a>> + Sync,
     pdbs: &[PdbFacts],
 ) -> PreemptionDecision {
-    // Prepared once per call: every node's trials share it.
-    let how = Search::Fast(QuickFit::new(&preemptor.fit_request()));
+    // Prepared once per call: every node's search shares it.
+    let how = Search::Fast(search::Fast::new(preemptor, pdbs));
     decide_with(preemptor, proposals, node, pdbs, &how)
 }
 
@@ -555,16 +559,15 @@ pub fn decide_preemption_held<'a>(
     node: impl Fn(&str) -> Option<HeldCandidate<'a>> + Sync,
     pdbs: &[PdbFacts],
 ) -> PreemptionDecision {
-    let how = Search::Fast(QuickFit::new(&preemptor.fit_request()));
+    let how = Search::Fast(search::Fast::new(preemptor, pdbs));
     decide_with(preemptor, proposals, node, pdbs, &how)
 }
 
 /// How each node's victims are searched: the same decisions either way.
 enum Search<'p> {
-    /// The verb's (`preemption_search.rs`): trials judged by [`QuickFit`] on one scratch
-    /// copy of the node, GPUs that cannot beat the best set skipped before their order is
-    /// sorted.
-    Fast(QuickFit<'p>),
+    /// The verb's (`preemption_search.rs`): each GPU's order kept sorted by the node's
+    /// list, trials judged by [`crate::fit::quick::QuickFit`] on one scratch copy of the node per thread.
+    Fast(search::Fast<'p>),
     /// The search as first written (`preemption_reference.rs`, Filter's `fit_node` on a
     /// fresh copy per trial): the reference the tests compare the verb's decisions with.
     #[cfg(test)]
@@ -597,21 +600,29 @@ fn decide_with<'a, C: Into<Candidate<'a>>>(
         return decision;
     }
     let work: Vec<(&String, &Vec<String>)> = proposals.iter().collect();
-    let one = |(name, uids): &(&String, &Vec<String>)| -> NodeOutcome {
-        match node(name) {
-            None => NodeOutcome {
-                result: Err(Veto::UnknownNode),
-                unknown: Vec::new(),
-            },
-            Some(candidate) => match candidate.into() {
-                Candidate::Held(c) => refine(preemptor, how, c.snapshot, c.pods, uids, pdbs),
-                Candidate::Facts(c) => {
-                    // Borrowed, laid out for this call only.
-                    let pods = NodePods::new(c.pods.iter().map(|p| (p, p.charges.as_slice())));
-                    refine(preemptor, how, c.snapshot, &pods, uids, pdbs)
-                }
-            },
-        }
+    let one =
+        |(name, uids): &(&String, &Vec<String>), scratch: &mut search::Scratch| -> NodeOutcome {
+            match node(name) {
+                None => NodeOutcome {
+                    result: Err(Veto::UnknownNode),
+                    unknown: Vec::new(),
+                },
+                Some(candidate) => match candidate.into() {
+                    Candidate::Held(c) => {
+                        refine(preemptor, how, c.snapshot, c.pods, uids, pdbs, scratch)
+                    }
+                    Candidate::Facts(c) => {
+                        // Borrowed, laid out for this call only.
+                        let pods = NodePods::new(c.pods.iter().map(|p| (p, p.charges.as_slice())));
+                        refine(preemptor, how, c.snapshot, &pods, uids, pdbs, scratch)
+                    }
+                },
+            }
+        };
+    // One scratch per thread, reused from node to node.
+    let some = |chunk: &[(&String, &Vec<String>)]| -> Vec<NodeOutcome> {
+        let mut scratch = search::Scratch::default();
+        chunk.iter().map(|w| one(w, &mut scratch)).collect()
     };
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -621,7 +632,7 @@ fn decide_with<'a, C: Into<Candidate<'a>>>(
         std::thread::scope(|scope| {
             let handles: Vec<_> = work
                 .chunks(size)
-                .map(|chunk| scope.spawn(|| chunk.iter().map(one).collect::<Vec<_>>()))
+                .map(|chunk| scope.spawn(|| some(chunk)))
                 .collect();
             handles
                 .into_iter()
@@ -629,8 +640,11 @@ fn decide_with<'a, C: Into<Candidate<'a>>>(
                 .collect()
         })
     } else {
-        work.iter().map(one).collect()
+        some(&work)
     };
+    // In name order (the proposals' own): the maps are built from sorted runs, not a
+    // search per node.
+    let (mut kept, mut vetoed) = (Vec::new(), Vec::new());
     for ((name, _), outcome) in work.iter().zip(outcomes) {
         decision.unknown_pods.extend(
             outcome
@@ -639,17 +653,12 @@ fn decide_with<'a, C: Into<Candidate<'a>>>(
                 .map(|uid| ((*name).clone(), uid)),
         );
         match outcome.result {
-            Ok(victims) => {
-                decision
-                    .result
-                    .node_name_to_meta_victims
-                    .insert((*name).clone(), victims);
-            }
-            Err(veto) => {
-                decision.vetoed.insert((*name).clone(), veto);
-            }
+            Ok(victims) => kept.push(((*name).clone(), victims)),
+            Err(veto) => vetoed.push(((*name).clone(), veto)),
         }
     }
+    decision.result.node_name_to_meta_victims = kept.into_iter().collect();
+    decision.vetoed = vetoed.into_iter().collect();
     decision
 }
 
@@ -666,6 +675,7 @@ fn refine<F: Borrow<PodFacts>>(
     pods: &NodePods<F>,
     proposed: &[String],
     pdbs: &[PdbFacts],
+    scratch: &mut search::Scratch,
 ) -> NodeOutcome {
     // Only proposed pods are looked up (none from Kubernetes ≥ 1.38 on most nodes).
     let by_uid: HashMap<&str, usize> = if proposed.is_empty() {
@@ -698,7 +708,7 @@ fn refine<F: Borrow<PodFacts>>(
         }
     }
     let chosen = match how {
-        Search::Fast(quick) => search::choose(preemptor, quick, snapshot, pods, pdbs),
+        Search::Fast(fast) => search::choose(preemptor, fast, snapshot, pods, pdbs, scratch),
         #[cfg(test)]
         Search::Reference => reference::choose(preemptor, snapshot, pods, pdbs),
     };
@@ -707,8 +717,9 @@ fn refine<F: Borrow<PodFacts>>(
         Err(veto) => return finish(Err(veto), unknown),
     };
     let mut victims: Vec<&PodFacts> = kept;
+    victims.reserve(gpu_victims.len());
     for v in gpu_victims {
-        if !victims.iter().any(|k| k.uid == v.uid) {
+        if !victims.iter().any(|k| pods::same_str(&k.uid, &v.uid)) {
             victims.push(v);
         }
     }
@@ -747,6 +758,9 @@ mod search;
 mod pods;
 pub use pods::NodePods;
 
+#[path = "preemption_gpu_order.rs"]
+mod order;
+
 #[cfg(test)]
 #[path = "preemption_reference.rs"]
 mod reference;
@@ -754,3 +768,7 @@ mod reference;
 #[cfg(test)]
 #[path = "preemption_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "preemption_order_tests.rs"]
+mod order_tests;

@@ -10,11 +10,16 @@
 //! does not depend on the node's registered devices: each call maps the table onto the
 //! snapshot it decides on (a few ids). A caller holding plain facts
 //! ([`super::NodeCandidate`]) gets one per call that borrows them.
+//!
+//! Beside each id, its GPU's slices in the search's eviction order ([`GpuOrder`]), kept
+//! sorted as pods come and go: a call reads per GPU the prefix it may take, not every pod
+//! of the node.
 
 use std::borrow::Borrow;
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::order::{GpuOrder, Slice};
 use super::{PodFacts, Protection};
 use crate::snapshot::NodeDevices;
 use crate::usage::DeviceCharge;
@@ -41,6 +46,8 @@ pub(super) struct Held<F> {
 pub struct NodePods<F = Arc<PodFacts>> {
     /// The GPU ids the charges name.
     ids: Vec<String>,
+    /// Per id, its slices that may be evicted, in eviction order.
+    orders: Vec<GpuOrder>,
     pods: Vec<Held<F>>,
     /// The pods' charges (ranges of it); entries no pod's range covers any more are
     /// `stale` until the next compaction.
@@ -52,6 +59,7 @@ impl<F> Default for NodePods<F> {
     fn default() -> Self {
         Self {
             ids: Vec::new(),
+            orders: Vec::new(),
             pods: Vec::new(),
             charges: Vec::new(),
             stale: 0,
@@ -67,7 +75,9 @@ impl<F: Borrow<PodFacts>> NodePods<F> {
         for (facts, charges) in pods {
             let held = out.held(facts, charges);
             out.pods.push(held);
+            out.add_slices(out.pods.len() - 1, false);
         }
+        out.orders.iter_mut().for_each(GpuOrder::sort);
         out
     }
 
@@ -79,6 +89,7 @@ impl<F: Borrow<PodFacts>> NodePods<F> {
                 Some(i) => i,
                 None => {
                     self.ids.push(c.uuid.clone());
+                    self.orders.push(GpuOrder::default());
                     self.ids.len() - 1
                 }
             };
@@ -91,6 +102,39 @@ impl<F: Borrow<PodFacts>> NodePods<F> {
             holds: !charges.is_empty(),
             charges: start..self.charges.len(),
             facts,
+        }
+    }
+
+    /// Puts the slices of the `i`th pod in their GPUs' orders (where the order puts them
+    /// when `sorted`, else at the end); a protected pod has none. Then
+    /// [`Self::seal`] (or [`GpuOrder::sort`]) the orders it names.
+    fn add_slices(&mut self, i: usize, sorted: bool) {
+        let held = &self.pods[i];
+        if held.protection.is_some() {
+            return;
+        }
+        for &(id, slots, mem, cores) in &self.charges[held.charges.clone()] {
+            let slice = Slice {
+                priority: held.priority,
+                // A node's pods number far below 2^32.
+                pod: i as u32,
+                slots,
+                alone: held.charges.len() == 1,
+                mem,
+                cores,
+            };
+            if sorted {
+                self.orders[id].insert(slice);
+            } else {
+                self.orders[id].push(slice);
+            }
+        }
+    }
+
+    /// Recomputes the sums of the orders the `i`th pod's charges name.
+    fn seal(&mut self, charges: Range<usize>) {
+        for &(id, ..) in &self.charges[charges] {
+            self.orders[id].seal();
         }
     }
 
@@ -118,14 +162,30 @@ impl<F: Borrow<PodFacts>> NodePods<F> {
         &self.charges[self.pods[i].charges.clone()]
     }
 
+    /// The slices of the GPU of id `id` (an index of the id table) that may be evicted,
+    /// in eviction order.
+    pub(super) fn order(&self, id: usize) -> &GpuOrder {
+        &self.orders[id]
+    }
+
     /// For each id of the table, the GPU of `devices` it names: the first of that id, as
     /// `NodeSnapshot::charge` counts it; `None` when the node does not list it (such a
     /// charge is ignored, as the node's usage ignores it).
+    #[cfg(test)]
     pub(super) fn gpu_map(&self, devices: &NodeDevices) -> Vec<Option<usize>> {
-        self.ids
-            .iter()
-            .map(|id| devices.gpus.iter().position(|g| g.info.id == *id))
-            .collect()
+        let mut out = Vec::new();
+        self.gpu_map_into(devices, &mut out);
+        out
+    }
+
+    /// [`Self::gpu_map`] into `out` (reused between nodes).
+    pub(super) fn gpu_map_into(&self, devices: &NodeDevices, out: &mut Vec<Option<usize>>) {
+        out.clear();
+        out.extend(
+            self.ids
+                .iter()
+                .map(|id| devices.gpus.iter().position(|g| same_str(&g.info.id, id))),
+        );
     }
 
     fn position(&self, uid: &str) -> Result<usize, usize> {
@@ -139,13 +199,25 @@ impl NodePods<Arc<PodFacts>> {
     /// this way only, as the state keeps its own).
     pub fn upsert(&mut self, facts: Arc<PodFacts>, charges: &[DeviceCharge]) {
         let held = self.held(facts, charges);
-        match self.position(&held.facts.uid) {
+        let i = match self.position(&held.facts.uid) {
             Ok(i) => {
-                self.stale += self.pods[i].charges.len();
+                let old = self.pods[i].charges.clone();
+                for &(id, ..) in &self.charges[old.clone()] {
+                    self.orders[id].remove_pod(i as u32, false);
+                }
+                self.seal(old.clone());
+                self.stale += old.len();
                 self.pods[i] = held;
+                i
             }
-            Err(i) => self.pods.insert(i, held),
-        }
+            Err(i) => {
+                self.orders.iter_mut().for_each(|o| o.make_room(i as u32));
+                self.pods.insert(i, held);
+                i
+            }
+        };
+        self.add_slices(i, true);
+        self.seal(self.pods[i].charges.clone());
         self.compact();
     }
 
@@ -154,7 +226,12 @@ impl NodePods<Arc<PodFacts>> {
         let Ok(i) = self.position(uid) else {
             return false;
         };
-        self.stale += self.pods.remove(i).charges.len();
+        self.orders
+            .iter_mut()
+            .for_each(|o| o.remove_pod(i as u32, true));
+        let gone = self.pods.remove(i).charges;
+        self.seal(gone.clone());
+        self.stale += gone.len();
         self.compact();
         true
     }
@@ -191,7 +268,23 @@ impl NodePods<Arc<PodFacts>> {
             let charges = facts.charges.clone();
             let held = out.held(Arc::new(facts), &charges);
             out.pods.push(held);
+            let i = out.pods.len() - 1;
+            out.add_slices(i, true);
+            out.seal(out.pods[i].charges.clone());
         }
         out
     }
+}
+
+/// `a == b`, rejecting most unequal GPU ids and pod UIDs (which share a long prefix: a
+/// node's name, a vendor's UUID form, a workload's name) by their last bytes first.
+pub(super) fn same_str(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len()
+        && a.iter()
+            .rev()
+            .zip(b.iter().rev())
+            .take(4)
+            .all(|(x, y)| x == y)
+        && a == b
 }

@@ -5,54 +5,148 @@
 //! capacity), so "fits with these evicted" is monotone in the set evicted: a prefix of a
 //! fixed order is found by bisection, and one reprieve pass leaves a minimal set.
 //!
-//! A node costs a dozen or so trials and a call up to 1,000 nodes, so a trial clones
-//! nothing and builds no text: one scratch copy of the node per node, its usage reset and
-//! the set's charges taken away in place, judged by [`QuickFit`] (Filter's answer, not
-//! its reasons). Filter's reason is built once, for a node no eviction can cure.
-
-use std::cmp::Reverse;
+//! A node costs a dozen or so trials and a call up to 1,000 nodes, so the search reads
+//! no pod it need not and allocates nothing per node: each GPU's eviction order is kept
+//! sorted by the node's list ([`super::order::GpuOrder`]), so a GPU's candidates are a
+//! prefix of it and whether any eviction helps is judged from per-priority sums; a trial
+//! rewrites the usage of one scratch copy of the node, reused from node to node, and is
+//! judged by [`QuickFit`] (Filter's answer, not its reasons). Filter's reason is built
+//! once, for a node no eviction can cure. Test: `the_fast_search_decides_exactly_as_the_reference`.
 
 use std::borrow::Borrow;
+use std::sync::Arc;
 
-use super::pods::{Charge, NodePods};
+use hami_protocol::names::Vendor;
+
+use super::order::{Freed, Slice};
+use super::pods::NodePods;
 use super::{PdbFacts, PodFacts, Preemptor, Veto, fits};
 use crate::fit::quick::QuickFit;
 use crate::snapshot::{GpuUsage, NodeSnapshot};
 
-/// Trials on one node: its usage, and the scratch copy each trial rewrites.
-struct Trials<'q, 'p, 's> {
-    quick: &'q QuickFit<'p>,
-    usage: &'s [GpuUsage],
-    scratch: NodeSnapshot,
+/// What every node's search in one call shares: prepared once per call.
+pub(super) struct Fast<'p> {
+    quick: QuickFit<'p>,
+    /// The vendors the preemptor asks for.
+    vendors: Vec<Vendor>,
+    /// Some PDB allows no disruption: pods it covers are evicted only when nothing else
+    /// helps.
+    strict_pdbs: bool,
 }
 
-impl Trials<'_, '_, '_> {
-    /// Whether the pod fits with `set`'s charges taken away. Subtraction saturates at 0
-    /// one charge at a time, which gives the same usage whatever the order, so resetting
-    /// and subtracting equals a fresh copy with the set taken away.
-    fn fits_without(&mut self, pool: &Pool<'_>, set: &[usize]) -> bool {
-        self.scratch.usage.copy_from_slice(self.usage);
-        for i in set {
-            for &(gpu, slots, mem, cores) in pool.charges_of(*i) {
-                let u = &mut self.scratch.usage[gpu];
-                u.used = u.used.saturating_sub(slots);
-                u.mem_mib = u.mem_mib.saturating_sub(mem);
-                u.cores = u.cores.saturating_sub(cores);
-            }
+impl<'p> Fast<'p> {
+    pub(super) fn new(preemptor: &'p Preemptor, pdbs: &[PdbFacts]) -> Self {
+        let req = preemptor.fit_request();
+        Self {
+            quick: QuickFit::new(&req),
+            vendors: req.vendors(),
+            strict_pdbs: pdbs.iter().any(|b| b.disruptions_allowed <= 0),
         }
-        self.quick.fits(&self.scratch)
     }
 }
 
-/// One eligible pod, its charges resolved to GPU indices of the node.
-struct Eligible<'a> {
-    pod: &'a PodFacts,
-    /// The pod's (read here without reaching for its facts).
-    priority: i32,
-    /// Its charges: a range of [`Pool::charges`] (one allocation per node, not per pod).
-    charges: std::ops::Range<usize>,
-    /// Covered by a PDB that allows no disruption: evicted only when nothing else helps.
-    risky: bool,
+/// What one thread's searches reuse from node to node.
+pub(super) struct Scratch {
+    /// Per id of the node's table, its GPU on the snapshot.
+    on_node: Vec<Option<usize>>,
+    /// Per GPU of the snapshot, its id in the table.
+    id_of: Vec<Option<usize>>,
+    /// Per pod, covered by a PDB that allows no disruption (empty: no such PDB).
+    risky: Vec<bool>,
+    /// The node with a trial's set taken away.
+    trial: NodeSnapshot,
+    tried: Vec<usize>,
+    order: Vec<usize>,
+    /// What each prefix of a GPU's order frees.
+    freed_by: Vec<Freed>,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Self {
+            on_node: Vec::new(),
+            id_of: Vec::new(),
+            risky: Vec::new(),
+            trial: NodeSnapshot::idle(Arc::default()),
+            tried: Vec::new(),
+            order: Vec::new(),
+            freed_by: Vec::new(),
+        }
+    }
+}
+
+/// The node's pods as one search reads them: GPU ids resolved, PDB risk known.
+struct View<'v, F> {
+    pods: &'v NodePods<F>,
+    on_node: &'v [Option<usize>],
+    risky: &'v [bool],
+}
+
+impl<F: Borrow<PodFacts>> View<'_, F> {
+    fn risky(&self, k: usize) -> bool {
+        self.risky.get(k).copied().unwrap_or(false)
+    }
+
+    fn priority(&self, k: usize) -> i32 {
+        self.pods.pods()[k].priority
+    }
+
+    /// The `k`th pod's charges on GPUs of the node, as `(gpu, slots, MiB, cores)`.
+    fn charges(&self, k: usize) -> impl Iterator<Item = (usize, u32, u64, u64)> + '_ {
+        self.pods
+            .charges_of(k)
+            .iter()
+            .filter_map(|&(id, slots, mem, cores)| self.on_node[id].map(|g| (g, slots, mem, cores)))
+    }
+
+    /// May be named: not protected, below the preemptor, holding a slice on the node.
+    fn eligible(&self, k: usize, bound: i32) -> bool {
+        let held = &self.pods.pods()[k];
+        held.protection.is_none() && held.priority < bound && self.charges(k).next().is_some()
+    }
+}
+
+fn take(u: &mut GpuUsage, freed: Freed) {
+    u.used = u
+        .used
+        .saturating_sub(u32::try_from(freed.slots).unwrap_or(u32::MAX));
+    u.mem_mib = u.mem_mib.saturating_sub(freed.mem);
+    u.cores = u.cores.saturating_sub(freed.cores);
+}
+
+/// Trials on one node: the usage as it is, and the scratch copy each trial rewrites.
+struct Trials<'t, 'v, F> {
+    quick: &'t QuickFit<'t>,
+    usage: &'t [GpuUsage],
+    trial: &'t mut NodeSnapshot,
+    view: &'t View<'v, F>,
+}
+
+impl<F: Borrow<PodFacts>> Trials<'_, '_, F> {
+    /// Whether the pod fits with `set`'s charges taken away. Subtraction saturates at 0
+    /// one charge at a time, which gives the same usage whatever the order, so resetting
+    /// and subtracting equals a fresh copy with the set taken away.
+    fn without(&mut self, set: &[usize]) -> bool {
+        self.trial.usage.copy_from_slice(self.usage);
+        for &k in set {
+            for (g, slots, mem, cores) in self.view.charges(k) {
+                let freed = Freed {
+                    slots: u64::from(slots),
+                    mem,
+                    cores,
+                };
+                take(&mut self.trial.usage[g], freed);
+            }
+        }
+        self.quick.fits(self.trial)
+    }
+
+    /// Whether the pod fits with `freed` taken from GPU `g` only.
+    fn without_on(&mut self, g: usize, freed: Freed) -> bool {
+        self.trial.usage.copy_from_slice(self.usage);
+        take(&mut self.trial.usage[g], freed);
+        self.quick.fits(self.trial)
+    }
 }
 
 /// How good a victim set is, smaller first: PDB risks, highest priority, count (the
@@ -60,152 +154,153 @@ struct Eligible<'a> {
 /// order in which several GPUs are cleared).
 type Cost = (usize, i32, usize, i64, u64, u64);
 
-/// The eligible pods of a node and their charges.
-struct Pool<'a> {
-    pods: Vec<Eligible<'a>>,
-    charges: Vec<Charge>,
-}
-
-impl<'a> std::ops::Index<usize> for Pool<'a> {
-    type Output = Eligible<'a>;
-    fn index(&self, i: usize) -> &Eligible<'a> {
-        &self.pods[i]
-    }
-}
-
-impl Pool<'_> {
-    fn charges_of(&self, i: usize) -> &[Charge] {
-        &self.charges[self.pods[i].charges.clone()]
-    }
-}
-
-fn cost(set: &[usize], pool: &Pool<'_>) -> Cost {
-    let risky = set.iter().filter(|i| pool[**i].risky).count();
+fn cost<F: Borrow<PodFacts>>(set: &[usize], view: &View<'_, F>) -> Cost {
+    let risky = set.iter().filter(|k| view.risky(**k)).count();
     let top = set
         .iter()
-        .map(|i| pool[*i].priority)
+        .map(|k| view.priority(*k))
         .max()
         .unwrap_or(i32::MIN);
-    let sum = set.iter().map(|i| i64::from(pool[*i].priority)).sum();
-    let charges = || set.iter().flat_map(|i| pool.charges_of(*i));
+    let sum = set.iter().map(|k| i64::from(view.priority(*k))).sum();
+    let charges = || set.iter().flat_map(|k| view.charges(*k));
     let mem = charges().map(|c| c.2).sum();
     let cores = charges().map(|c| c.3).sum();
     (risky, top, set.len(), sum, mem, cores)
+}
+
+/// The `id`th GPU's candidates in eviction order: no PDB risk first, lowest priority,
+/// then the largest slice on this GPU (fewer victims), then the pods' order.
+fn gpu_order<F: Borrow<PodFacts>>(view: &View<'_, F>, id: usize, bound: i32, out: &mut Vec<usize>) {
+    out.clear();
+    let slices = view.pods.order(id).below(bound);
+    let pods = slices.iter().map(|s| s.pod as usize);
+    if view.risky.is_empty() {
+        out.extend(pods);
+    } else {
+        out.extend(pods.clone().filter(|k| !view.risky(*k)));
+        out.extend(pods.filter(|k| view.risky(*k)));
+    }
 }
 
 /// The victims to evict on `node` (none when the pod fits already), or why no eviction
 /// helps.
 pub(super) fn choose<'a, F: Borrow<PodFacts>>(
     preemptor: &Preemptor,
-    quick: &QuickFit<'_>,
+    fast: &Fast<'_>,
     snapshot: &NodeSnapshot,
     pods: &'a NodePods<F>,
     pdbs: &[PdbFacts],
+    scratch: &mut Scratch,
 ) -> Result<Vec<&'a PodFacts>, Veto> {
+    let quick = &fast.quick;
     if quick.fits(snapshot) {
         return Ok(Vec::new());
     }
+    let bound = preemptor.priority;
     let gpus = &snapshot.devices.gpus;
+    let Scratch {
+        on_node,
+        id_of,
+        risky,
+        trial,
+        tried,
+        order,
+        freed_by,
+    } = scratch;
     // The GPU ids the charges name, found among the node's GPUs once per node.
-    let on_node = pods.gpu_map(&snapshot.devices);
-    let mut pool = Pool {
-        pods: Vec::with_capacity(pods.len()),
-        charges: Vec::with_capacity(pods.len()),
-    };
-    for (k, held) in pods.pods().iter().enumerate() {
-        // `barred`, from the copies kept beside the facts.
-        if held.protection.is_some() || held.priority >= preemptor.priority {
-            continue;
-        }
-        let start = pool.charges.len();
-        for &(g, slots, mem, cores) in pods.charges_of(k) {
-            if let Some(g) = on_node[g] {
-                pool.charges.push((g, slots, mem, cores));
-            }
-        }
-        if pool.charges.len() > start {
-            let pod: &PodFacts = held.facts.borrow();
-            pool.pods.push(Eligible {
-                pod,
-                priority: held.priority,
-                charges: start..pool.charges.len(),
-                risky: pdbs
-                    .iter()
-                    .any(|b| b.disruptions_allowed <= 0 && b.covers(pod)),
-            });
+    pods.gpu_map_into(&snapshot.devices, on_node);
+    id_of.clear();
+    id_of.resize(gpus.len(), None);
+    for (id, g) in on_node.iter().enumerate() {
+        if let Some(g) = g {
+            id_of[*g] = Some(id);
         }
     }
-    let all: Vec<usize> = (0..pool.pods.len()).collect();
-    let mut trials = Trials {
-        quick,
-        usage: &snapshot.usage,
-        scratch: snapshot.clone(),
+    risky.clear();
+    if fast.strict_pdbs {
+        risky.extend(pods.pods().iter().map(|held| {
+            held.protection.is_none()
+                && held.priority < bound
+                && pdbs
+                    .iter()
+                    .any(|b| b.disruptions_allowed <= 0 && b.covers(held.facts.borrow()))
+        }));
+        if !risky.contains(&true) {
+            risky.clear();
+        }
+    }
+    let view = View {
+        pods,
+        on_node,
+        risky,
     };
-    // Filter's reason is built here only, on the node with every eligible slice gone.
-    if !trials.fits_without(&pool, &all)
-        && let Err(why) = fits(preemptor, &trials.scratch)
+    // Every eligible slice gone, from the orders' sums: a pod eligible here is one with a
+    // slice below the preemptor on a GPU of the node, and each such slice is in its GPU's
+    // order once. Filter's reason is built here only.
+    trial.devices = Arc::clone(&snapshot.devices);
+    trial.usage.clone_from(&snapshot.usage);
+    trial.held_whole.clone_from(&snapshot.held_whole);
+    for (g, id) in id_of.iter().enumerate() {
+        if let Some(id) = id {
+            take(&mut trial.usage[g], pods.order(*id).freed_below(bound));
+        }
+    }
+    if !quick.fits(trial)
+        && let Err(why) = fits(preemptor, trial)
     {
         return Err(Veto::NoEvictionFits(why));
     }
-    let mut fits_without = |set: &[usize]| trials.fits_without(&pool, set);
-    let vendors = preemptor.fit_request().vendors();
-    // Per GPU of a requested vendor, its eligible pods in eviction order: no PDB risk
-    // first, lowest priority, then the largest slice on this GPU (fewer victims), then
-    // the order the shell listed the pods in. Sorted only once the GPU is tried and may
-    // beat the best set (keys are unique: the last field is the pod's index).
-    type Key = (bool, i32, Reverse<u64>, Reverse<u64>, usize);
-    // Sized first: growing eight lists a push at a time cost more than the count.
-    let mut sizes = vec![0usize; gpus.len()];
-    for c in &pool.charges {
-        sizes[c.0] += 1;
-    }
-    let mut per_gpu: Vec<Vec<Key>> = sizes.iter().map(|n| Vec::with_capacity(*n)).collect();
-    for i in 0..pool.pods.len() {
-        let p = &pool[i];
-        for &(g, _, mem, cores) in pool.charges_of(i) {
-            if vendors.contains(&gpus[g].vendor) {
-                per_gpu[g].push((p.risky, p.priority, Reverse(mem), Reverse(cores), i));
-            }
-        }
-    }
+    let usage = &snapshot.usage;
+    let mut trials = Trials {
+        quick,
+        usage,
+        trial,
+        view: &view,
+    };
     // One GPU at a time, the emptiest first (on a tie it costs the least work): the
     // shortest prefix of its order that makes room, tried only where it can beat the
     // best so far in PDB risks, highest priority and count (each only grows with the
-    // prefix, so the prefixes that can are a prefix themselves).
-    let mut tried: Vec<usize> = (0..gpus.len())
-        .filter(|g| !per_gpu[*g].is_empty())
-        .collect();
+    // prefix, so the prefixes that can are a prefix themselves; a set that beats one is
+    // within every candidate of no more risk and priority, so where that prefix makes no
+    // room, no prefix does).
+    tried.clear();
+    tried.extend((0..gpus.len()).filter(|g| {
+        fast.vendors.contains(&gpus[*g].vendor)
+            && id_of[*g].is_some_and(|id| pods.order(id).any_below(bound))
+    }));
     tried.sort_by_key(|g| {
-        let u = &snapshot.usage[*g];
+        let u = &usage[*g];
         (u.used, u.cores, u.mem_mib, *g)
     });
     let mut best: Option<(Cost, Vec<usize>)> = None;
-    let (mut order, mut superset) = (Vec::new(), Vec::new());
-    for g in tried {
-        let keys = &mut per_gpu[g];
-        if quick.monotone()
-            && let Some(((0, top, ..), _)) = &best
+    for &g in tried.iter() {
+        let Some(id) = id_of[g] else { continue };
+        let limit = best.as_ref().map(|(c, _)| (c.0, c.1, c.2));
+        let slices = pods.order(id).below(bound);
+        if view.risky.is_empty()
+            && let Some((usable, freed)) = alone_prefix(slices, limit, freed_by)
         {
-            // A set that beats one without PDB risks holds only pods of no risk and of
-            // priority up to its highest: if evicting every such pod here makes no room,
-            // no prefix of this GPU's order does (a monotone fit), and it is not sorted.
-            superset.clear();
-            superset.extend(keys.iter().filter(|k| !k.0 && k.1 <= *top).map(|k| k.4));
-            if !fits_without(&superset) {
+            // Pods holding this slice only: a prefix frees its sum here, nothing else.
+            if usable == 0 || !trials.without_on(g, freed[usable - 1]) {
                 continue;
             }
+            let n = shortest_prefix(usable, &mut |n| trials.without_on(g, freed[n - 1]));
+            let set = &slices[..n];
+            best = Some((
+                slice_cost(set),
+                set.iter().map(|s| s.pod as usize).collect(),
+            ));
+            continue;
         }
-        keys.sort_unstable();
-        order.clear();
-        order.extend(keys.iter().map(|k| k.4));
-        let usable = match &best {
+        gpu_order(&view, id, bound, order);
+        let usable = match limit {
             None => order.len(),
-            Some(((risks, top, count, ..), _)) => {
+            Some((risks, top, count)) => {
                 let (mut r, mut t, mut n) = (0, i32::MIN, 0);
-                for &i in &order {
-                    r += usize::from(pool[i].risky);
-                    t = t.max(pool[i].priority);
-                    if (r, t, n + 1) >= (*risks, *top, *count) {
+                for &k in order.iter() {
+                    r += usize::from(view.risky(k));
+                    t = t.max(view.priority(k));
+                    if (r, t, n + 1) >= (risks, top, count) {
                         break;
                     }
                     n += 1;
@@ -213,56 +308,99 @@ pub(super) fn choose<'a, F: Borrow<PodFacts>>(
                 n
             }
         };
-        if usable == 0 || !fits_without(&order[..usable]) {
+        if usable == 0 || !trials.without(&order[..usable]) {
             continue;
         }
-        let set = shortest_prefix(&order[..usable], &mut fits_without);
-        best = Some((cost(&set, &pool), set));
+        let n = shortest_prefix(usable, &mut |n| trials.without(&order[..n]));
+        let set = order[..n].to_vec();
+        best = Some((cost(&set, &view), set));
     }
     let set = match best {
         Some((_, set)) => set,
         None => {
             // Room on several GPUs: GPUs by how cheaply they clear, their pods in order
             // (GPU index order between equals: the sort is stable).
-            let mut gpus: Vec<Vec<usize>> = per_gpu
-                .into_iter()
-                .filter(|keys| !keys.is_empty())
-                .map(|mut keys| {
-                    keys.sort_unstable();
-                    keys.into_iter().map(|k| k.4).collect()
+            let mut orders: Vec<Vec<usize>> = (0..gpus.len())
+                .filter(|g| fast.vendors.contains(&gpus[*g].vendor))
+                .filter_map(|g| id_of[g])
+                .map(|id| {
+                    let mut o = Vec::new();
+                    gpu_order(&view, id, bound, &mut o);
+                    o
                 })
+                .filter(|o| !o.is_empty())
                 .collect();
-            gpus.sort_by_key(|o| cost(o, &pool));
-            let mut seen = vec![false; pool.pods.len()];
-            let mut order: Vec<usize> = Vec::new();
-            for &i in gpus.iter().flatten() {
-                if !std::mem::replace(&mut seen[i], true) {
-                    order.push(i);
+            orders.sort_by_key(|o| cost(o, &view));
+            let mut seen = vec![false; pods.len()];
+            let mut union: Vec<usize> = Vec::new();
+            for &k in orders.iter().flatten() {
+                if !std::mem::replace(&mut seen[k], true) {
+                    union.push(k);
                 }
             }
-            if !fits_without(&order) {
+            if !trials.without(&union) {
                 // Only pods of other vendors' GPUs or none at all would make room.
-                order = all.clone();
+                union = (0..pods.len())
+                    .filter(|k| view.eligible(*k, bound))
+                    .collect();
             }
-            shortest_prefix(&order, &mut fits_without)
+            let n = shortest_prefix(union.len(), &mut |n| trials.without(&union[..n]));
+            union.truncate(n);
+            union
         }
     };
-    let set = reprieve(set, &pool, &mut fits_without);
-    Ok(set.into_iter().map(|i| pool[i].pod).collect())
+    let set = reprieve(set, &mut trials);
+    Ok(set
+        .into_iter()
+        .map(|k| pods.pods()[k].facts.borrow())
+        .collect())
 }
 
-/// The shortest prefix of `order` that fits (the whole of it does).
-fn shortest_prefix(order: &[usize], fits_without: &mut impl FnMut(&[usize]) -> bool) -> Vec<usize> {
-    let (mut lo, mut hi) = (1, order.len());
+/// Where no pod is at PDB risk: the prefix of `slices` that can beat the best set so far
+/// (`limit`: its risks, highest priority and count), with what each of its prefixes
+/// frees (into `freed`), if every slice in it is its pod's only one; `None` otherwise.
+fn alone_prefix<'f>(
+    slices: &[Slice],
+    limit: Option<(usize, i32, usize)>,
+    freed: &'f mut Vec<Freed>,
+) -> Option<(usize, &'f [Freed])> {
+    freed.clear();
+    let (mut top, mut sum) = (i32::MIN, Freed::default());
+    for s in slices {
+        top = top.max(s.priority);
+        if limit.is_some_and(|l| (0, top, freed.len() + 1) >= l) {
+            break;
+        }
+        if !s.alone {
+            return None;
+        }
+        sum = sum.add(s);
+        freed.push(sum);
+    }
+    Some((freed.len(), freed))
+}
+
+/// [`cost`] of a prefix of a GPU's order whose pods hold those slices only.
+fn slice_cost(set: &[Slice]) -> Cost {
+    let top = set.iter().map(|s| s.priority).max().unwrap_or(i32::MIN);
+    let sum = set.iter().map(|s| i64::from(s.priority)).sum();
+    let mem = set.iter().map(|s| s.mem).sum();
+    let cores = set.iter().map(|s| s.cores).sum();
+    (0, top, set.len(), sum, mem, cores)
+}
+
+/// The length of the shortest prefix that fits (all `len` do).
+fn shortest_prefix(len: usize, fits_prefix: &mut impl FnMut(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (1, len);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        if fits_without(&order[..mid]) {
+        if fits_prefix(mid) {
             hi = mid;
         } else {
             lo = mid + 1;
         }
     }
-    order[..hi.min(order.len())].to_vec()
+    hi
 }
 
 /// Spares every victim the fit does not need, the last in eviction order (highest
@@ -270,18 +408,17 @@ fn shortest_prefix(order: &[usize], fits_without: &mut impl FnMut(&[usize]) -> b
 /// prefix, so its last victim is needed (one fewer did not fit), and so is every victim
 /// that frees no less than it on each of its GPUs: sparing that one leaves less room than
 /// sparing the last did. Only the others are tried.
-fn reprieve(
+fn reprieve<F: Borrow<PodFacts>>(
     mut set: Vec<usize>,
-    pool: &Pool<'_>,
-    fits_without: &mut impl FnMut(&[usize]) -> bool,
+    trials: &mut Trials<'_, '_, F>,
 ) -> Vec<usize> {
     let Some(&last) = set.last() else {
         return set;
     };
+    let view = trials.view;
     let frees_no_less = |v: usize| {
-        pool.charges_of(last).iter().all(|&(g, slots, mem, cores)| {
-            pool.charges_of(v)
-                .iter()
+        view.charges(last).all(|(g, slots, mem, cores)| {
+            view.charges(v)
                 .any(|c| c.0 == g && c.1 >= slots && c.2 >= mem && c.3 >= cores)
         })
     };
@@ -294,7 +431,7 @@ fn reprieve(
         }
         trial.clear();
         trial.extend(set[..k].iter().chain(&set[k + 1..]));
-        if fits_without(&trial) {
+        if trials.without(&trial) {
             set.remove(k);
         }
     }
