@@ -152,9 +152,19 @@ pub fn dra_plugin_cluster_rules() -> Vec<PolicyRule> {
     ]
 }
 
-/// Cluster-wide rules of the monitor: pods.rs watches the pods of its node.
+/// Cluster-wide rules of the monitor: pods.rs watches the pods of its node, and
+/// [`monitor_event_rules`].
 pub fn monitor_cluster_rules() -> Vec<PolicyRule> {
-    vec![rule("", &["pods"], &["list", "watch"], &[])]
+    let mut rules = vec![rule("", &["pods"], &["list", "watch"], &[])];
+    rules.extend(monitor_event_rules());
+    rules
+}
+
+/// Part of [`monitor_cluster_rules`]: hook_check.rs `post_event` records a
+/// `SliceNotEnforced` Warning Event (core v1) on a pod whose GPU process runs without its
+/// memory hook (issue 29). Events go in the pod's namespace, hence cluster-wide.
+pub fn monitor_event_rules() -> Vec<PolicyRule> {
+    vec![rule("", &["events"], &["create"], &[])]
 }
 
 /// The monitor's extra rules in the DRA mode (`draPlugin`): dra_fetch.rs gets the

@@ -84,6 +84,8 @@ struct Outcome {
     running: bool,
     unhealthy_event: bool,
     labelled: bool,
+    /// The monitor's SliceNotEnforced Event landed on the pod.
+    slice_not_enforced: bool,
 }
 
 /// Runs the whole flow with the given RBAC objects; `expect_success` shortens the waits
@@ -110,7 +112,7 @@ async fn run_flow(
     // Node: sysfs with one RDNA3 card, the kubelet stand-in, the device plugin.
     let tree = hami_sysfs_fixtures::rdna_node(&[hami_sysfs_fixtures::Rdna::Gfx11]).unwrap();
     let sockets = tree.sysfs_root().parent().unwrap().join("device-plugins");
-    let sim = start_kubelet(sockets.clone(), NODE, kubelet).await;
+    let sim = start_kubelet(sockets.clone(), NODE, kubelet.clone()).await;
     let dp = objects::device_plugin_args(&s);
     let mut args = hami_amd_plugin::cli::Args::parse_from(
         std::iter::once("k8s-device-plugin".to_string()).chain(dp),
@@ -130,7 +132,7 @@ async fn run_flow(
 
     // Monitor: its node-scoped pod informer.
     let informer = hami_monitor::pods::PodInformer::start(
-        monitor,
+        monitor.clone(),
         NODE,
         &settings().values.scheduler.scheduler_name,
     );
@@ -277,6 +279,18 @@ async fn run_flow(
             "the monitor never saw the pod"
         );
     }
+    // The monitor's hook check (issue 29) finds the pod's process on the GPU without its
+    // memory hook and posts SliceNotEnforced under its account.
+    let slice_not_enforced = running
+        && hook_check_posts_its_event(
+            &server,
+            &admin,
+            &kubelet,
+            &monitor,
+            &informer,
+            &tree.sysfs_root().parent().unwrap().join("monitor"),
+        )
+        .await;
     // D-4 on UPDATE through the API server's admission: a user (the admin) changing a
     // scheduler-owned annotation of the running pod is refused with the webhook's message;
     // the scheduler's and the plugin's own annotation patches above went through.
@@ -343,7 +357,113 @@ async fn run_flow(
         running,
         unhealthy_event,
         labelled,
+        slice_not_enforced,
     }
+}
+
+/// The running pod's container (status written as a kubelet would: this kubelet-sim runs
+/// no container) holds a real process whose `LD_AUDIT` names a hook that is not there (ld.so
+/// warns and runs it, with no memory limit); a `NodeMonitor` over a proc-shaped tree that
+/// places it in that container with `/dev/kfd` open refreshes once, and the server's
+/// `post_hook_events` posts with the monitor's client. Whether exactly one SliceNotEnforced
+/// Event landed on the pod.
+async fn hook_check_posts_its_event(
+    server: &hami_apiserver::RunningApiServer,
+    admin: &kube::Client,
+    kubelet: &kube::Client,
+    monitor_client: &kube::Client,
+    informer: &hami_monitor::pods::PodInformer,
+    dir: &std::path::Path,
+) -> bool {
+    use hami_monitor::hook_presence::REASON_SLICE_NOT_ENFORCED;
+    use hami_monitor::node_monitor::{MonitorConfig, NodeMonitor};
+    use k8s_openapi::api::core::v1::Event;
+
+    let uid = server.get_object("v1", "pods", "default", "slice").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cid = "5a".repeat(32);
+    Api::<Pod>::namespaced(kubelet.clone(), "default")
+        .patch_status(
+            "slice",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"containerStatuses": [{"name": "main",
+                "containerID": format!("containerd://{cid}"), "image": "rocm/pytorch",
+                "imageID": "", "ready": true, "restartCount": 0,
+                "state": {"running": {}}}]}})),
+        )
+        .await
+        .unwrap();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("600")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env(
+            hami_protocol::names::env::hip_device_memory_limit(0),
+            "1024m",
+        )
+        .env("LD_AUDIT", "/nonexistent/vgpu/libamvgpu.so")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = sleeper.id();
+    // Started once ld.so has mapped the program's libraries (audit libraries come first).
+    let started = wait_until(Duration::from_secs(30), async || {
+        std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains("libc"))
+    })
+    .await;
+    assert!(started, "sleep never started");
+    let proc_dir = dir.join("proc").join(pid.to_string());
+    std::fs::create_dir_all(proc_dir.join("fd")).unwrap();
+    std::fs::create_dir_all(dir.join("hook/containers")).unwrap();
+    std::fs::create_dir_all(dir.join("sys")).unwrap();
+    std::fs::write(
+        proc_dir.join("cgroup"),
+        format!(
+            "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{cid}.scope\n",
+            uid.replace('-', "_")
+        ),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("/dev/kfd", proc_dir.join("fd/3")).unwrap();
+    for entry in ["maps", "environ", "comm"] {
+        std::os::unix::fs::symlink(format!("/proc/{pid}/{entry}"), proc_dir.join(entry)).unwrap();
+    }
+    let seen = wait_until(Duration::from_secs(10), async || {
+        informer.index().by_container_id.contains_key(&cid)
+    })
+    .await;
+    assert!(seen, "the monitor never saw the container's status");
+    let node_monitor = Arc::new(NodeMonitor::new(MonitorConfig {
+        hook_path: dir.join("hook"),
+        proc_root: dir.join("proc"),
+        sys_root: dir.join("sys"),
+        node_name: NODE.into(),
+        gc_grace: Duration::from_secs(3600),
+        nvml_library: None,
+    }));
+    let (refreshing, index) = (node_monitor.clone(), informer.index());
+    tokio::task::spawn_blocking(move || refreshing.refresh(index))
+        .await
+        .unwrap();
+    hami_monitor::server::post_hook_events(&node_monitor, monitor_client).await;
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let events = Api::<Event>::namespaced(admin.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    events
+        .items
+        .iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(REASON_SLICE_NOT_ENFORCED)
+                && e.involved_object.name.as_deref() == Some("slice")
+        })
+        .count()
+        == 1
 }
 
 /// Grants that only a race exercises, each with the code path that needs it: a run may or
@@ -403,6 +523,10 @@ async fn shipped_rbac_is_enough_and_every_verb_is_used() {
         "the plugin recorded no AMDGPUUnhealthy event"
     );
     assert!(out.labelled, "the node labeller labelled nothing");
+    assert!(
+        out.slice_not_enforced,
+        "the monitor posted no SliceNotEnforced Event on the unhooked pod"
+    );
 
     // 1. Nothing a component asked for was refused (the admin's forgery is, on purpose).
     let refused: Vec<_> = out
