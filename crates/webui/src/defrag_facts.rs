@@ -1,18 +1,19 @@
 //! What the defrag planner is told about the live cluster the UI watches (issue 32 item 2
 //! in the What-if page): the scheduler's state built from the watched nodes and pods, and
 //! per pod holding slices what it asks and the facts that decide whether it may move —
-//! the rule of `hami defrag plan` (`crates/hami/src/defrag_facts.rs`), but without
-//! PodDisruptionBudgets, which the UI does not read: every pod reads as covered by none,
-//! and the page says so (the command it shows checks them). Pure.
+//! the rule of `hami defrag plan` (`crates/hami/src/defrag_facts.rs`), with the
+//! PodDisruptionBudgets the UI listed for the request (none when it may not list them: the
+//! page then says so, and the commands it shows check them). Pure.
 
 use std::collections::{BTreeMap, HashMap};
 
-use hami_defrag_core::{Cluster, Owner, PodRequest, Safety};
+use hami_defrag_core::{Cluster, Owner, Pdb, PodRequest, Safety};
 use hami_protocol::requests::RequestDefaults;
 use hami_protocol::selection::GpuPolicy;
-use hami_scheduler_core::preemption::{CRITICAL_CLASSES, CRITICAL_PRIORITY};
+use hami_scheduler_core::preemption::{CRITICAL_CLASSES, CRITICAL_PRIORITY, selector_matches};
 use hami_scheduler_core::state::ClusterState;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 /// Labels and annotations that make a pod a gang member (Volcano's and the
@@ -31,8 +32,39 @@ fn controller(pod: &Pod) -> Option<&OwnerReference> {
         .find(|o| o.controller == Some(true))
 }
 
+/// The budget covering `pod`: with several, the tightest (the Eviction API refuses a pod
+/// under more than one).
+fn pdb(pod: &Pod, labels: &BTreeMap<String, String>, pdbs: &[PodDisruptionBudget]) -> Option<Pdb> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    pdbs.iter()
+        .filter(|b| b.metadata.namespace.as_deref().unwrap_or("default") == namespace)
+        .filter(|b| {
+            b.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .is_some_and(|s| selector_matches(s, labels))
+        })
+        .map(|b| Pdb {
+            name: format!(
+                "{namespace}/{}",
+                b.metadata.name.as_deref().unwrap_or_default()
+            ),
+            disruptions_allowed: b
+                .status
+                .as_ref()
+                .and_then(|s| u32::try_from(s.disruptions_allowed?).ok())
+                .unwrap_or(0),
+        })
+        .min_by_key(|b| b.disruptions_allowed)
+}
+
 /// The facts of `pod` at `now` (unix seconds); `siblings`: pods per controller uid.
-fn safety(pod: &Pod, siblings: &HashMap<String, u32>, now: i64) -> Safety {
+fn safety(
+    pod: &Pod,
+    siblings: &HashMap<String, u32>,
+    pdbs: &[PodDisruptionBudget],
+    now: i64,
+) -> Safety {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
     let labels = meta.labels.clone().unwrap_or_default();
@@ -63,7 +95,7 @@ fn safety(pod: &Pod, siblings: &HashMap<String, u32>, now: i64) -> Safety {
             u64::try_from(now - t.0.as_second()).unwrap_or(0)
         });
     Safety {
-        pdb: None,
+        pdb: pdb(pod, &labels, pdbs),
         owner,
         gang_member,
         static_pod,
@@ -77,12 +109,13 @@ pub(crate) fn request(pod: &Pod) -> Result<PodRequest, String> {
     PodRequest::from_pod(pod, &RequestDefaults::default(), GpuPolicy::default())
 }
 
-/// The planner's cluster from `state` and `pods`: candidates are the pods holding slices
-/// whose request reads as the scheduler reads it; the defrag reservations in force at `now`
-/// count as taken, except those of `pending`'s owner.
+/// The planner's cluster from `state`, `pods` and `pdbs`: candidates are the pods holding
+/// slices whose request reads as the scheduler reads it; the defrag reservations in force
+/// at `now` count as taken, except those of `pending`'s owner.
 pub(crate) fn cluster(
     state: &ClusterState,
     pods: &[Pod],
+    pdbs: &[PodDisruptionBudget],
     now: i64,
     pending: Option<&Pod>,
 ) -> Cluster {
@@ -101,7 +134,7 @@ pub(crate) fn cluster(
     }
     let mut cluster = Cluster::from_state(state, |uid, _| {
         let pod = by_uid.get(uid)?;
-        Some((request(pod).ok()?, safety(pod, &siblings, now)))
+        Some((request(pod).ok()?, safety(pod, &siblings, pdbs, now)))
     });
     cluster.count_reservations(state, pending, now);
     cluster

@@ -1,14 +1,17 @@
 //! The defrag plan in the What-if page (issue 32 item 2): `hami defrag plan`'s pure core
 //! (`hami_defrag_core::plan`) on the live cluster the UI watches, for a pending pod, N whole
 //! cards of a type, or every card X % free or full. The UI never executes a plan: it shows
-//! the moves and the commands that plan and apply them (`hami defrag plan`, `hami defrag
-//! apply`), which read the PodDisruptionBudgets the UI does not. Pure: the server runs
-//! [`plan`] on a planning thread (`whatif_run.rs`).
+//! the moves and the commands that plan and apply it (`hami defrag plan`, `hami defrag
+//! apply`). The server lists the PodDisruptionBudgets for each plan ([`Budgets`]); where
+//! the UI may not list them, pods no budget covers may move in its preview, the page says
+//! so, and the commands check them. Pure: the server runs [`plan`] on a planning thread
+//! (`whatif_run.rs`).
 
 use std::collections::BTreeMap;
 
 use hami_defrag_core::{Plan, Policy, Target};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crate::defrag_facts;
 use crate::whatif::{Limits, Problem};
@@ -46,6 +49,8 @@ pub struct DefragForm {
     pub goal: Goal,
     /// Also move the only replica of its owner (`--allow-single-replica`).
     pub allow_single_replica: bool,
+    /// Also move pods no PodDisruptionBudget covers (`--allow-without-pdb`).
+    pub allow_without_pdb: bool,
     /// At most this many moves (`--max-moves`).
     pub max_moves: u64,
     /// Pods running for less than this stay (`--min-age-seconds`).
@@ -91,7 +96,7 @@ fn whole(
 }
 
 /// Reads the defrag form: `target` (`pod`, `cards` or `percent`) and its fields (`pod`;
-/// `type` and `count`; `percent`), `single`, `max_moves` and `min_age`.
+/// `type` and `count`; `percent`), `single`, `nopdb`, `max_moves` and `min_age`.
 pub fn form_from_body(body: &[u8]) -> Result<DefragForm, Problem> {
     let fields: BTreeMap<String, String> = form_fields(body)?.into_iter().collect();
     let get = |k: &str| fields.get(k).map_or("", String::as_str);
@@ -156,14 +161,26 @@ pub fn form_from_body(body: &[u8]) -> Result<DefragForm, Problem> {
     Ok(DefragForm {
         goal,
         allow_single_replica: get("single") == "on",
+        allow_without_pdb: get("nopdb") == "on",
         max_moves,
         min_age_seconds,
     })
 }
 
+/// The PodDisruptionBudgets a plan is made with.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Budgets {
+    /// Listed for this plan.
+    Read(Vec<PodDisruptionBudget>),
+    /// Not listed: why (e.g. the UI's role may not list them).
+    Unread(String),
+}
+
 /// A plan, the pods it keeps in place, and the commands that plan and apply it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Planned {
+    /// Why the budgets were not read; `None`: each move's PDB status is the budget's.
+    pub budgets_unread: Option<String>,
     /// The core's plan.
     pub plan: Plan,
     /// `namespace/name` → why it stays.
@@ -197,6 +214,9 @@ fn commands(form: &DefragForm) -> Vec<String> {
     let mut policy = String::new();
     if form.allow_single_replica {
         policy.push_str(" --allow-single-replica");
+    }
+    if form.allow_without_pdb {
+        policy.push_str(" --allow-without-pdb");
     }
     if form.min_age_seconds != Policy::default().min_age_seconds {
         policy.push_str(&format!(" --min-age-seconds {}", form.min_age_seconds));
@@ -246,9 +266,14 @@ fn pending<'a>(wanted: &str, snapshot: &'a Snapshot) -> Result<&'a Pod, Problem>
     Ok(pod)
 }
 
-/// Plans `form` on `snapshot`. The UI does not read PodDisruptionBudgets, so pods no budget
-/// covers are allowed to move here (the page says so; the commands shown check them).
-pub fn plan(snapshot: &Snapshot, form: &DefragForm, limits: &Limits) -> Result<Planned, Problem> {
+/// Plans `form` on `snapshot` with `budgets`. Budgets not read: pods no budget covers may
+/// move in this preview (the page says so; the commands shown check them).
+pub fn plan(
+    snapshot: &Snapshot,
+    budgets: &Budgets,
+    form: &DefragForm,
+    limits: &Limits,
+) -> Result<Planned, Problem> {
     if snapshot.nodes.len() as u64 > limits.max_nodes {
         return Err(Problem::too_large(format!(
             "the cluster has {} nodes; the UI plans at most {}: run `hami defrag plan` instead",
@@ -290,9 +315,13 @@ pub fn plan(snapshot: &Snapshot, form: &DefragForm, limits: &Limits) -> Result<P
         ),
         Goal::Percent(percent) => (Target::MinFreeOrFull { percent: *percent }, None),
     };
-    let cluster = defrag_facts::cluster(&state, &snapshot.pods, snapshot.now, pending_pod);
+    let (pdbs, unread) = match budgets {
+        Budgets::Read(pdbs) => (pdbs.as_slice(), None),
+        Budgets::Unread(why) => (&[][..], Some(why.clone())),
+    };
+    let cluster = defrag_facts::cluster(&state, &snapshot.pods, pdbs, snapshot.now, pending_pod);
     let policy = Policy {
-        allow_without_pdb: true,
+        allow_without_pdb: form.allow_without_pdb || unread.is_some(),
         allow_single_replica: form.allow_single_replica,
         max_moves: usize::try_from(form.max_moves).unwrap_or(usize::MAX),
         min_age_seconds: form.min_age_seconds,
@@ -310,6 +339,7 @@ pub fn plan(snapshot: &Snapshot, form: &DefragForm, limits: &Limits) -> Result<P
         Problem::bad(format!("{field}: {}", e.problem))
     })?;
     Ok(Planned {
+        budgets_unread: unread,
         plan,
         protected: defrag_facts::protected(&cluster, &policy),
         commands: commands(form),
@@ -321,6 +351,7 @@ pub fn plan(snapshot: &Snapshot, form: &DefragForm, limits: &Limits) -> Result<P
 /// asked once, before it starts.
 pub fn job(
     snapshot: &Snapshot,
+    budgets: &Budgets,
     form: &DefragForm,
     limits: &Limits,
     stop: &dyn Fn() -> bool,
@@ -331,5 +362,5 @@ pub fn job(
             limits.deadline.as_secs()
         )));
     }
-    plan(snapshot, form, limits).map(Ran::Done)
+    plan(snapshot, budgets, form, limits).map(Ran::Done)
 }

@@ -219,6 +219,7 @@ pub fn start_limited(
         world: world.clone(),
         metrics: metrics.clone(),
         whatif: Arc::new(Runner::new(limits.whatif)),
+        client: Some(client.clone()),
     };
     let mut tasks = watch::start(client, world.clone(), dra);
     if !monitors.is_empty() {

@@ -17,6 +17,7 @@ use axum::routing::get;
 use http_body_util::{BodyExt, Limited};
 
 use crate::connections::{self, ConnectionLimits};
+use crate::defrag_view::Budgets;
 use crate::html::{CSS, LIVE_JS, Page, not_found};
 use crate::samples::Metrics;
 use crate::scrape::unix_now;
@@ -36,6 +37,9 @@ pub struct Shared {
     pub metrics: Arc<RwLock<Metrics>>,
     /// The What-if planner (its limits, slots and stop switch).
     pub whatif: Arc<Runner>,
+    /// The cluster's API, for what a page reads on demand (the defrag plan's
+    /// PodDisruptionBudgets); `None`: such reads are skipped and the page says so.
+    pub client: Option<kube::Client>,
 }
 
 /// The UI's Content-Security-Policy: its own script and stylesheet only (no inline script,
@@ -287,8 +291,11 @@ async fn whatif_live_post(s: Shared, headers: HeaderMap, body: Body, form: LiveF
             let planned = match defrag_view::form_from_body(&bytes) {
                 Err(p) => Err(p),
                 Ok(form) => {
+                    let budgets = budgets(&s, &limits).await;
                     s.whatif
-                        .run(move |stop, limits| defrag_view::job(&snap, &form, limits, stop))
+                        .run(move |stop, limits| {
+                            defrag_view::job(&snap, &budgets, &form, limits, stop)
+                        })
                         .await
                 }
             };
@@ -296,6 +303,33 @@ async fn whatif_live_post(s: Shared, headers: HeaderMap, body: Body, form: LiveF
         }
     };
     live_page(&s, &choices, &filled, &result)
+}
+
+/// The PodDisruptionBudgets for a defrag plan, listed now (the UI watches none): within
+/// the form's time limit; refused (the chart's role grants no list on them) or failed, the
+/// plan is made without them and says why.
+async fn budgets(s: &Shared, limits: &whatif::Limits) -> Budgets {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let Some(client) = s.client.clone() else {
+        return Budgets::Unread("the UI has no cluster client".into());
+    };
+    let api = kube::Api::<PodDisruptionBudget>::all(client);
+    let listed = tokio::time::timeout(
+        limits.body_timeout,
+        api.list(&kube::api::ListParams::default()),
+    )
+    .await;
+    match listed {
+        Ok(Ok(list)) => Budgets::Read(list.items),
+        Ok(Err(kube::Error::Api(e))) if e.code == 403 => Budgets::Unread(
+            "the UI may not list poddisruptionbudgets (API group policy); grant it list on them to see each move's budget".into(),
+        ),
+        Ok(Err(e)) => Budgets::Unread(format!("listing them failed: {e}")),
+        Err(_) => Budgets::Unread(format!(
+            "listing them took longer than {} s",
+            limits.body_timeout.as_secs()
+        )),
+    }
 }
 
 async fn whatif_live_edits(State(s): State<Shared>, headers: HeaderMap, body: Body) -> Response {

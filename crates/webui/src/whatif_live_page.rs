@@ -221,6 +221,13 @@ fn defrag_result(planned: &Planned) -> String {
     if let Some(node) = &plan.pod_fits_on {
         let _ = write!(out, "<p>The pod then fits on node {}.</p>", node_link(node));
     }
+    if let Some(why) = &planned.budgets_unread {
+        let _ = write!(
+            out,
+            "<p>PodDisruptionBudgets were not read ({}): in this preview pods no budget covers may move; the commands below check the budgets.</p>",
+            esc(why)
+        );
+    }
     if !plan.moves.is_empty() {
         let rows: Vec<Vec<String>> = plan
             .moves
@@ -238,7 +245,11 @@ fn defrag_result(planned: &Planned) -> String {
                         .sum::<u64>()
                         .to_string(),
                     esc(&m.why),
-                    "not read by the UI (the commands below check it)".into(),
+                    if planned.budgets_unread.is_some() {
+                        "not read (the commands below check it)".into()
+                    } else {
+                        esc(&m.pdb)
+                    },
                     esc(&m.gain),
                 ]
             })
@@ -275,7 +286,7 @@ fn defrag_result(planned: &Planned) -> String {
         }
         out.push_str("</ul></details>");
     }
-    out.push_str("<h3>To carry it out</h3><p>The UI never evicts. Plan again from the command line (it reads the PodDisruptionBudgets), check the dry run, then execute:</p><div class=\"scroll\" role=\"group\" tabindex=\"0\" aria-label=\"Commands\"><pre><code>");
+    out.push_str("<h3>To carry it out</h3><p>The UI never evicts. Plan again from the command line, check the dry run, then execute:</p><div class=\"scroll\" role=\"group\" tabindex=\"0\" aria-label=\"Commands\"><pre><code>");
     // Long lines scroll in their own box on a narrow screen, as tables do.
     out.push_str(&esc(&planned.commands.join("\n")));
     out.push_str("</code></pre></div>");
@@ -326,12 +337,17 @@ fn forms(choices: &Choices, f: &Filled) -> String {
     }
     let _ = write!(
         out,
-        "</select></p><p><label><input type=\"radio\" name=\"target\" value=\"cards\"{c_cards}> free</label> <input name=\"count\" inputmode=\"numeric\" size=\"4\" aria-label=\"Cards to free\" value=\"{count}\"> <label>whole cards of type <input name=\"type\" value=\"{ty}\"></label></p><p><label><input type=\"radio\" name=\"target\" value=\"percent\"{c_pct}> every card at least</label> <input name=\"percent\" inputmode=\"numeric\" size=\"4\" aria-label=\"Percent free\" value=\"{pct}\"> % free, or full</p></fieldset><p><label><input type=\"checkbox\" name=\"single\"{single}> also move the only replica of its owner</label> <label>at most <input name=\"max_moves\" inputmode=\"numeric\" size=\"4\" value=\"{moves}\"> moves</label> <label>of pods running at least <input name=\"min_age\" inputmode=\"numeric\" size=\"6\" value=\"{age}\"> s</label></p><p>The UI does not read PodDisruptionBudgets: here pods no budget covers may move; the commands shown with the plan check them.</p><p><button type=\"submit\">Plan moves</button></p></form>",
+        "</select></p><p><label><input type=\"radio\" name=\"target\" value=\"cards\"{c_cards}> free</label> <input name=\"count\" inputmode=\"numeric\" size=\"4\" aria-label=\"Cards to free\" value=\"{count}\"> <label>whole cards of type <input name=\"type\" value=\"{ty}\"></label></p><p><label><input type=\"radio\" name=\"target\" value=\"percent\"{c_pct}> every card at least</label> <input name=\"percent\" inputmode=\"numeric\" size=\"4\" aria-label=\"Percent free\" value=\"{pct}\"> % free, or full</p></fieldset><p><label><input type=\"checkbox\" name=\"single\"{single}> also move the only replica of its owner</label> <label>at most <input name=\"max_moves\" inputmode=\"numeric\" size=\"4\" value=\"{moves}\"> moves</label> <label>of pods running at least <input name=\"min_age\" inputmode=\"numeric\" size=\"6\" value=\"{age}\"> s</label></p><p><label><input type=\"checkbox\" name=\"nopdb\"{nopdb}> also move pods no PodDisruptionBudget covers</label> (where the UI may not list the budgets, its preview moves them anyway and says so)</p><p><button type=\"submit\">Plan moves</button></p></form>",
         c_cards = checked("cards"),
         c_pct = checked("percent"),
         count = esc(f.get("count")),
         ty = esc(f.get("type")),
         pct = esc(f.get("percent")),
+        nopdb = if f.get("nopdb") == "on" {
+            " checked"
+        } else {
+            ""
+        },
         single = if f.get("single") == "on" {
             " checked"
         } else {

@@ -262,9 +262,14 @@ fn bad_edits_say_what_to_change() {
     assert!(html.contains("&lt;script&gt;alert(1)"), "{html}");
 }
 
+/// Budgets the UI could not list.
+fn unread() -> defrag_view::Budgets {
+    defrag_view::Budgets::Unread("not listed in this test".into())
+}
+
 fn defrag(s: &Snapshot, body: &str) -> Result<defrag_view::Planned, crate::whatif::Problem> {
     let form = defrag_view::form_from_body(body.as_bytes())?;
-    defrag_view::plan(s, &form, &Limits::default())
+    defrag_view::plan(s, &unread(), &form, &Limits::default())
 }
 
 #[test]
@@ -444,10 +449,11 @@ fn bad_defrag_targets_say_what_to_change() {
             count: 1,
         },
         allow_single_replica: false,
+        allow_without_pdb: false,
         max_moves: 32,
         min_age_seconds: 600,
     };
-    let planned = defrag_view::plan(&s, &form, &Limits::default()).unwrap();
+    let planned = defrag_view::plan(&s, &unread(), &form, &Limits::default()).unwrap();
     assert_eq!(
         planned.commands[0],
         "hami defrag plan --free-cards 1 --type 'MI'\\''<b>' -o yaml > defrag-plan.yaml"
@@ -492,7 +498,7 @@ async fn live_plans_run_under_the_runners_deadline() {
     );
     let form = defrag_view::form_from_body(b"target=percent&percent=50").unwrap();
     let p = late
-        .run(move |stop, limits| defrag_view::job(&s, &form, limits, stop))
+        .run(move |stop, limits| defrag_view::job(&s, &unread(), &form, limits, stop))
         .await
         .unwrap_err();
     assert!(
@@ -568,5 +574,89 @@ fn the_forms_offer_plugin_nodes_and_gpu_pods_that_wait() {
     assert_eq!(
         (from_snapshot.nodes, from_snapshot.waiting),
         (choices.nodes, choices.waiting)
+    );
+}
+
+/// With the budgets listed, each move shows its budget, and a pod no budget covers stays
+/// unless the form allows it (`--allow-without-pdb`); without them the page says so.
+#[test]
+fn budgets_decide_the_moves_and_are_shown() {
+    let mut w = fleet();
+    for name in ["web-a", "web-b"] {
+        let mut p = running(
+            name,
+            if name == "web-a" { "n1" } else { "n2" },
+            32768,
+            "web",
+        );
+        p.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+        w.upsert_pod(p);
+    }
+    let s = snap(&w);
+    let budget = |allowed: i32| -> k8s_openapi::api::policy::v1::PodDisruptionBudget {
+        serde_json::from_value(
+            json!({"metadata": {"name": "web-pdb", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": allowed, "currentHealthy": 2, "desiredHealthy": 1,
+                "expectedPods": 2}}),
+        )
+        .unwrap()
+    };
+    let plan_with = |budgets: Vec<_>, body: &str| {
+        let form = defrag_view::form_from_body(body.as_bytes()).unwrap();
+        defrag_view::plan(
+            &s,
+            &defrag_view::Budgets::Read(budgets),
+            &form,
+            &Limits::default(),
+        )
+        .unwrap()
+    };
+    let body = "target=pod&pod=default%2Fwait";
+    let planned = plan_with(vec![budget(1)], body);
+    assert!(planned.plan.reached, "{:?}", planned.plan);
+    assert_eq!(planned.plan.moves[0].pdb, "default/web-pdb allows 1");
+    let html = page(
+        &Choices::of(&s),
+        &Filled::default(),
+        &Shown::Defrag(Ok(planned)),
+        &[],
+    )
+    .html;
+    assert!(html.contains("<td>default/web-pdb allows 1</td>"), "{html}");
+    assert!(!html.contains("were not read"), "{html}");
+    // A budget that allows no disruption now: the pods stay, and the plan says why.
+    let planned = plan_with(vec![budget(0)], body);
+    assert!(!planned.plan.reached);
+    assert!(
+        planned
+            .protected
+            .values()
+            .all(|why| why.contains("web-pdb")),
+        "{:?}",
+        planned.protected
+    );
+    // No budget: they stay unless allowed, as `hami defrag plan` decides.
+    assert!(!plan_with(vec![], body).plan.reached);
+    let planned = plan_with(vec![], &format!("{body}&nopdb=on"));
+    assert!(planned.plan.reached, "{:?}", planned.plan);
+    assert_eq!(
+        planned.commands[0],
+        "hami defrag plan --pending-pod default/wait --allow-without-pdb -o yaml > defrag-plan.yaml"
+    );
+    // Not listed: the preview moves them and says so.
+    let planned = defrag(&s, body).unwrap();
+    assert!(planned.plan.reached);
+    let html = page(
+        &Choices::of(&s),
+        &Filled::default(),
+        &Shown::Defrag(Ok(planned)),
+        &[],
+    )
+    .html;
+    assert!(
+        html.contains("PodDisruptionBudgets were not read (not listed in this test)")
+            && html.contains("<td>not read (the commands below check it)</td>"),
+        "{html}"
     );
 }

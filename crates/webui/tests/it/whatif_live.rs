@@ -1,9 +1,10 @@
 //! `/whatif/live` and `/whatif/defrag` over real HTTP against the embedded API server (issue
 //! 31 item 8, issue 32 item 2): two MI210 nodes each half taken by a replica of one
-//! ReplicaSet (just started: the form's minimum age is set to 0) and a 48 GiB pod that waits. "+1 node like n1" places it; the defrag form
-//! plans the one move that makes room and shows the commands; a node that is not one, a
-//! pending pod deleted since the page was shown, a post from another site and an oversized
-//! form are each refused with what to change.
+//! ReplicaSet (just started: the form's minimum age is set to 0) under a budget allowing one
+//! disruption, and a 48 GiB pod that waits. "+1 node like n1" places it; the defrag form
+//! plans the one move that makes room with its budget (listed for the plan) and shows the
+//! commands; a node that is not one, a pending pod deleted since the page was shown, a post
+//! from another site and an oversized form are each refused with what to change.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -58,6 +59,7 @@ fn pod(name: &str, node: Option<&str>, mib: u64) -> serde_json::Value {
             "hami.io/bind-phase": "success"});
         meta["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
             "name": "web", "uid": "uid-web", "controller": true}]);
+        meta["labels"] = json!({"app": "web"});
         spec["nodeName"] = json!(node);
     }
     spec["containers"][0]["resources"] = json!({"limits": limits});
@@ -89,6 +91,19 @@ async fn the_live_what_if_and_defrag_routes_plan_and_refuse_bad_input() {
             .create_object("v1", "pods", Some("default"), pod(name, node, mib))
             .unwrap();
     }
+    // The replicas' budget allows one disruption: the plan may move one, and says so.
+    server
+        .create_object(
+            "policy/v1",
+            "poddisruptionbudgets",
+            Some("default"),
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "web-pdb", "namespace": "default"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+                "status": {"disruptionsAllowed": 1, "currentHealthy": 2, "desiredHealthy": 1,
+                    "expectedPods": 2}}),
+        )
+        .unwrap();
     let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let ui = hami_webui::start(client.clone(), listener, vec![], Duration::from_secs(5)).unwrap();
@@ -153,6 +168,7 @@ async fn the_live_what_if_and_defrag_routes_plan_and_refuse_bad_input() {
         page.contains("hami defrag plan --pending-pod default/wait --min-age-seconds 0 -o yaml &gt; defrag-plan.yaml"),
         "{page}"
     );
+    assert!(page.contains("<td>default/web-pdb allows 1</td>"), "{page}");
     let pods: Api<Pod> = Api::namespaced(client, "default");
     assert!(
         pods.get("web-a").await.is_ok() && pods.get("web-b").await.is_ok(),

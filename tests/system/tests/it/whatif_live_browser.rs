@@ -15,7 +15,9 @@ use std::time::Duration;
 use hami_apiserver::{ApiServer, Config};
 use serde_json::json;
 
-#[allow(dead_code)] // browser.rs uses the rest of the client
+// The browser test's WebDriver client, compiled here too (its items are private to that
+// test's module); this test uses part of it.
+#[allow(dead_code, clippy::duplicate_mod)]
 #[path = "browser/webdriver.rs"]
 mod webdriver;
 
@@ -40,6 +42,7 @@ fn pod(name: &str, node: Option<(&str, &str)>, mib: u64) -> serde_json::Value {
             "hami.io/bind-phase": "success"});
         meta["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
             "name": "web", "uid": "uid-web", "controller": true}]);
+        meta["labels"] = json!({"app": "web"});
         spec["nodeName"] = json!(node);
     }
     spec["containers"][0]["resources"] = json!({"limits": limits});
@@ -87,6 +90,18 @@ fn the_live_what_if_page_in_chromium() {
                 .create_object("v1", "pods", Some("default"), pod(name, node, mib))
                 .unwrap();
         }
+        server
+            .create_object(
+                "policy/v1",
+                "poddisruptionbudgets",
+                Some("default"),
+                json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": {"name": "web-pdb", "namespace": "default"},
+                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+                    "status": {"disruptionsAllowed": 1, "currentHealthy": 2,
+                        "desiredHealthy": 1, "expectedPods": 2}}),
+            )
+            .unwrap();
         let client =
             kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -152,7 +167,8 @@ fn the_live_what_if_page_in_chromium() {
     let text = text.as_str().unwrap_or_default();
     assert!(
         text.contains("reached (1 move(s), shortfall 1 → 0)")
-            && text.contains("hami defrag apply defrag-plan.yaml --min-age-seconds 0 --execute"),
+            && text.contains("hami defrag apply defrag-plan.yaml --min-age-seconds 0 --execute")
+            && text.contains("default/web-pdb allows 1"),
         "{text}"
     );
     for width in [1440, 390] {
