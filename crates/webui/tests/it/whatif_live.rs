@@ -169,6 +169,25 @@ async fn the_live_what_if_and_defrag_routes_plan_and_refuse_bad_input() {
         "{page}"
     );
     assert!(page.contains("<td>default/web-pdb allows 1</td>"), "{page}");
+    // The UI may not list the budgets (the chart's role grants no list on them): the plan
+    // is still made, says why the budgets were not read, and shows none.
+    server
+        .faults()
+        .fail_next(Some("list"), Some("poddisruptionbudgets"), 1, 403);
+    let (status, page) = post(
+        ui.addr,
+        "/whatif/defrag",
+        "target=pod&pod=default%2Fwait&min_age=0",
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("the UI may not list poddisruptionbudgets")
+            && page.contains("<td>not read (the commands below check it)</td>")
+            && page.contains("<strong>reached</strong>"),
+        "{page}"
+    );
     let pods: Api<Pod> = Api::namespaced(client, "default");
     assert!(
         pods.get("web-a").await.is_ok() && pods.get("web-b").await.is_ok(),
