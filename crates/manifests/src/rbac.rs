@@ -178,11 +178,13 @@ pub fn monitor_dra_cluster_rules() -> Vec<PolicyRule> {
 }
 
 /// Cluster-wide rules of the web UI: its watchers (crates/webui/src/watch.rs) list and
-/// watch nodes, pods and both Event APIs; nothing else, no write verb.
+/// watch nodes, pods and both Event APIs, and the defrag preview (crates/webui/src/
+/// defrag_view.rs) lists the PodDisruptionBudgets once per plan (no watch); no write verb.
 pub fn webui_cluster_rules() -> Vec<PolicyRule> {
     vec![
         rule("", &["nodes", "pods", "events"], &["list", "watch"], &[]),
         rule("events.k8s.io", &["events"], &["list", "watch"], &[]),
+        rule("policy", &["poddisruptionbudgets"], &["list"], &[]),
     ]
 }
 
