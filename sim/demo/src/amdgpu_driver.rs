@@ -11,7 +11,10 @@
 //!   container of kubelet-sim's containerd runtime, a host process);
 //! - `<host pid>/fd/<n>` → `/dev/dri/renderD<minor>` and `<host pid>/fdinfo/<n>` with the
 //!   amdgpu keys (`drm-driver`, `drm-client-id`, `drm-pdev` of the card owning that minor
-//!   from the node's sysfs, `drm-engine-gfx`, `drm-engine-compute` in ns).
+//!   from the node's sysfs, `drm-engine-gfx`, `drm-engine-compute` in ns);
+//! - `<host pid>/maps`, `environ`, `comm` → the process's real `/proc/<pid>/` entries (the
+//!   kernel's: the monitor's hook check, issue 29, sees the libraries ld.so really mapped
+//!   and the environment the container really got).
 //!
 //! The host pid is the peer's, from `SO_PEERCRED` (the kernel's view whatever PID
 //! namespace the process is in); a client only counts for a render node its mount
@@ -163,6 +166,13 @@ async fn serve_client(stream: tokio::net::UnixStream, shared: &Shared) {
             &dir.join("fdinfo").join(fd.to_string()),
             &fdinfo(client, &pdev, 0),
         )?;
+        // One link per process, however many clients it holds (a second may race the first).
+        for entry in ["maps", "environ", "comm"] {
+            match std::os::unix::fs::symlink(format!("/proc/{pid}/{entry}"), dir.join(entry)) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+        }
         let link = dir.join("fd").join(fd.to_string());
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(format!("/dev/dri/renderD{minor}"), link)

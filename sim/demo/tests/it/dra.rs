@@ -539,6 +539,14 @@ async fn a_dra_slice_pod_runs_beside_the_device_plugin_pods() {
             &log,
         )
         .await;
+        // Issue 29: the DRA containers' processes load the hook their CDI spec names, and
+        // the DRA node's monitor checks them (the driver model's proc tree).
+        common::wait_all_hooked(
+            &[dra_node.monitor_addr],
+            &["dra-slice", "dra-hami-api", "memory-only-dra"],
+        )
+        .await;
+        common::assert_no_slice_not_enforced(&client).await;
     }
 
     // The tables: the DRA node's holders with their CU ranges.

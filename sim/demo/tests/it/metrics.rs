@@ -7,12 +7,12 @@
 use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{once_args, scratch, start_running_workloads};
+use common::{get_metrics as get, once_args, scratch, start_running_workloads};
 use hami_demo::Progress;
 
 const POD: &str = r#"
@@ -50,44 +50,6 @@ const ACCEPT_PROMETHEUS: &str = "application/openmetrics-text;version=1.0.0,appl
 /// reference scheduler's name (SPEC §3), which dashboards and alerts query by name.
 const KEPT_LINT: &str =
     "hami_gpu_shared_count non-histogram and non-summary metrics should not have \"_count\" suffix";
-
-/// `GET /metrics` with `accept` (no `Accept` header when empty): (content type, body).
-fn get(addr: SocketAddr, accept: &str) -> (String, String) {
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect to /metrics");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let accept = if accept.is_empty() {
-        String::new()
-    } else {
-        format!("Accept: {accept}\r\n")
-    };
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
-    let raw = String::from_utf8(raw).expect("UTF-8 response");
-    let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(
-        !head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked"),
-        "{head}"
-    );
-    let content_type = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-type")
-                .then(|| v.trim().to_owned())
-        })
-        .unwrap_or_default();
-    (content_type, body.to_owned())
-}
 
 /// `promtool check metrics` on `body`; Err with promtool's words when it objects.
 fn promtool(body: &str) -> Result<(), String> {

@@ -2,8 +2,9 @@
 //! in its own PID and mount namespace with Allocate's env and mounts, on the stand-in
 //! HIP/CUDA runtime under the real hook; the monitors then report non-zero memory used and
 //! utilization for an AMD and an NVIDIA pod; a pod that asks for more than its slice logs
-//! the out-of-memory refusal; deleting a pod kills its process. Needs root and util-linux
-//! (`unshare`), as the hooks' namespace tests do.
+//! the out-of-memory refusal; the monitors find each sliced process's hook loaded (issue
+//! 29: 0 unhooked, 0 unknown, no `SliceNotEnforced` Event); deleting a pod kills its
+//! process. Needs root and util-linux (`unshare`), as the hooks' namespace tests do.
 
 use crate::common;
 
@@ -182,6 +183,16 @@ async fn pods_run_gpu_busy_processes_the_monitors_see() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+
+    // Issue 29: every sliced process the monitors see on a GPU is checked for its memory
+    // hook; the demo's load the real hooks (the AMD pods' processes found through the
+    // driver model's proc tree).
+    common::wait_all_hooked(
+        &[amd.monitor_addr, nvidia.monitor_addr],
+        &["amd-busy", "amd-greedy"],
+    )
+    .await;
+    common::assert_no_slice_not_enforced(&cluster.client).await;
 
     // The pod that asked for more than its slice: refused by the hook, its log says so.
     let greedy = amd.record_dir.join("default_amd-greedy_main.log");
