@@ -3,8 +3,9 @@
 //! and the node labeller each run under their own service account with exactly the RBAC
 //! objects of `hami_manifests::objects::rbac_objects`, while the simulated kube-scheduler
 //! and the simulated kubelet (which in a cluster have their own built-in rights) run under
-//! separate identities. A GPU pod goes webhook → filter → bind → Allocate → running, and a
-//! GPU turns unhealthy.
+//! separate identities. A GPU pod goes webhook → filter → bind → Allocate → running, the
+//! monitor finds its container's GPU process without the memory hook and posts
+//! `SliceNotEnforced` on it (issue 29), and a GPU turns unhealthy.
 //!
 //! Checked both ways:
 //! - nothing any component asked for was refused (no 401/403 in the request log);
