@@ -146,8 +146,10 @@ pub struct Level<'a> {
 
 /// Dash patterns, so lines differ without their colours (the n-th line takes the n-th).
 const DASHES: [&str; 4] = ["", "7 3", "2 3", "9 3 2 3"];
-/// The levels' dash (longer gaps than any line's).
-const LEVEL_DASH: &str = "4 4";
+/// The levels' dashes: an ask long, a limit dotted (so the two read apart where they meet).
+fn level_dash(kind: &str) -> &'static str {
+    if kind == "limit" { "2 3" } else { "6 4" }
+}
 
 /// The unit a chart's axis and legend write, and MiB per unit.
 fn unit_of(quantity: Quantity, max: f64) -> (&'static str, f64) {
@@ -321,9 +323,10 @@ pub fn line_chart(
         let yy = y(level.value);
         let _ = write!(
             out,
-            "<line class=\"level\" x1=\"{left}\" y1=\"{yy:.1}\" x2=\"{:.1}\" y2=\"{yy:.1}\" stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"{LEVEL_DASH}\" data-level=\"{}\" data-value=\"{}\"/>",
+            "<line class=\"level\" x1=\"{left}\" y1=\"{yy:.1}\" x2=\"{:.1}\" y2=\"{yy:.1}\" stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"{}\" data-level=\"{}\" data-value=\"{}\"/>",
             w - right,
             esc(level.colour),
+            level_dash(level.kind),
             esc(level.kind),
             level.value
         );
@@ -373,7 +376,7 @@ pub fn line_chart(
         let _ = write!(
             out,
             "<li>{}{}: {}</li>",
-            line_swatch(level.colour, LEVEL_DASH),
+            line_swatch(level.colour, level_dash(level.kind)),
             esc(level.label),
             esc(&with_unit(quantity, level.value))
         );
@@ -570,6 +573,9 @@ mod tests {
         assert!(html.contains("data-level=\"asked\" data-value=\"4096\""));
         assert!(html.contains("data-level=\"limit\" data-value=\"8192\""));
         assert!(html.contains("asked: 4 GiB") && html.contains("limit: 8 GiB"));
+        // An ask and a limit read apart where they meet: dashed and dotted.
+        assert!(html.contains("stroke-dasharray=\"6 4\" data-level=\"asked\""));
+        assert!(html.contains("stroke-dasharray=\"2 3\" data-level=\"limit\""));
         // The axis reaches the limit (8 GiB), not only the 1 GiB used.
         assert!(html.contains(">8 GiB</text>"), "{html}");
     }

@@ -15,12 +15,17 @@
 //! nor submit its What-if form (403). Issue 31: the overview, cards and pods pages are
 //! axe-clean at 1440 and 390 px in light and dark (DevTools emulation), and only their
 //! tables scroll sideways at 390 px; keyboard focus survives a live update and the pause
-//! control stops them. Screenshots go to target/webui-screenshots/.
+//! control stops them. Issue 31 items 6 and 7: the charts label every value tick with its
+//! unit, offer only the window the history allows, draw a pod's grant and enforced limit as
+//! levels and say why there is no Grafana link; a CU map's owners differ in pattern as
+//! well as colour, named in the legend, and keep both across a live update; the MI300X's
+//! partitions sit under their physical cards; node and pod pages are axe-clean at 1440 and
+//! 390 px in light and dark too. Screenshots go to target/webui-screenshots/.
 //!
 //! Needs `chromium` and `chromium-driver` (Debian packages; CI installs them) and
 //! `npm ci --prefix crates/webui/tests/axe` (CI runs it): fails clearly without them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use hami_demo::{Cluster, DemoArgs, Progress};
@@ -72,7 +77,7 @@ fn every_page_in_chromium_against_the_demo() {
         ui_listen: "127.0.0.1:0".parse().unwrap(),
         dra: true,
     };
-    let (cluster, demo_ui, ui, nodes, pods, slices, claims) = runtime.block_on(async {
+    let (cluster, demo_ui, ui, nodes, pods, slices, claims, series) = runtime.block_on(async {
         let mut sink = Vec::new();
         let mut progress = Progress::new(&mut sink);
         let cluster = Cluster::start(&args, &mut progress).await.unwrap();
@@ -147,6 +152,7 @@ fn every_page_in_chromium_against_the_demo() {
                         pod.metadata.name.clone().unwrap(),
                         ctr.name.clone(),
                         dev.uuid.clone(),
+                        dev.mem_mib,
                     ));
                 }
             }
@@ -157,7 +163,7 @@ fn every_page_in_chromium_against_the_demo() {
             .iter()
             .map(|n| format!("http://{}/metrics", n.monitor_addr))
             .collect();
-        monitors.push(sampling_monitor(series).await);
+        monitors.push(sampling_monitor(series.clone()).await);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let ui = hami_webui::start(
             cluster.client.clone(),
@@ -166,7 +172,7 @@ fn every_page_in_chromium_against_the_demo() {
             Duration::from_millis(500),
         )
         .unwrap();
-        (cluster, demo_ui, ui, nodes, pods, slices, claims)
+        (cluster, demo_ui, ui, nodes, pods, slices, claims, series)
     });
     let url = ui.url();
     let mut problems: Vec<String> = Vec::new();
@@ -226,6 +232,32 @@ fn every_page_in_chromium_against_the_demo() {
     );
     browser.wait("var s = document.getElementById('live-status'); return !!s && s.textContent.indexOf('Live: updated') === 0;", "the live refresh");
     check_page(&browser, "overview", &mut problems);
+    // Issue 31 item 6: the trend's three charts (memory, allocation vs usage in percent,
+    // utilization) label every value tick with its unit; minutes after the UI started only
+    // the 15 min window is offered; without --grafana-url the page says why there is no link.
+    browser.wait(
+        "return document.querySelectorAll('figure.chart > svg[data-unit]').length >= 3;",
+        "the overview's three trend charts",
+    );
+    let units = browser.js("return Array.prototype.map.call(document.querySelectorAll('figure.chart > svg[data-unit]'), function (s) { var u = s.getAttribute('data-unit'); var ticks = Array.prototype.map.call(s.querySelectorAll('text.tick.y'), function (t) { return t.textContent; }); return [u, ticks.length >= 2 && ticks.every(function (t) { return u === '%' ? /^[0-9.]+%$/.test(t) : t.endsWith(' ' + u); }), s.getAttribute('data-window')]; });");
+    let memory_unit = units[0][0].as_str().unwrap_or_default().to_owned();
+    assert!(
+        ["MiB", "GiB", "TiB"].contains(&memory_unit.as_str()),
+        "{units}"
+    );
+    assert_eq!(
+        units,
+        json!([
+            [memory_unit, true, "15m"],
+            ["%", true, "15m"],
+            ["%", true, "15m"]
+        ]),
+        "units on every tick, the 15 min window"
+    );
+    assert_eq!(
+        browser.js("var n = document.querySelector('[data-windows]'); return [n && n.getAttribute('data-windows'), document.querySelectorAll('a.grafana').length, document.body.innerText.indexOf('not given Grafana') >= 0];"),
+        json!(["15m", 0, true])
+    );
     // The security headers, as the browser receives them.
     let headers = browser.cmd(
         "POST",
@@ -243,6 +275,7 @@ fn every_page_in_chromium_against_the_demo() {
     );
 
     // Node pages: cards and CU maps against the annotations.
+    let mut styles: BTreeMap<String, Vec<Vec<String>>> = BTreeMap::new();
     for n in &gpu_nodes {
         let name = n.metadata.name.clone().unwrap();
         browser.go(&format!("{url}nodes/{name}"));
@@ -301,6 +334,61 @@ fn every_page_in_chromium_against_the_demo() {
             let drawn = browser.cu_owners(&sel);
             let expected: BTreeMap<String, u64> = owners.get(&d.id).cloned().unwrap_or_default();
             assert_eq!(drawn, expected, "{name} {}: CU map owners", d.id);
+            // Issue 31 item 7: a card's owners differ in pattern (up to seven) and colour,
+            // the legend says the pattern in words, and each patterned owner's marks lie
+            // over its cells.
+            let legend = browser.js(&format!("return Array.prototype.map.call({sel}.querySelectorAll('li[data-pod]'), function (l) {{ return [l.getAttribute('data-pod'), l.getAttribute('data-colour'), l.getAttribute('data-pattern'), l.textContent]; }});"));
+            let legend: Vec<Vec<String>> = serde_json::from_value(legend).unwrap();
+            assert_eq!(legend.len(), expected.len(), "{name} {}: {legend:?}", d.id);
+            let patterns: BTreeSet<&String> = legend.iter().map(|l| &l[2]).collect();
+            let colours: BTreeSet<&String> = legend.iter().map(|l| &l[1]).collect();
+            assert_eq!(patterns.len(), legend.len().min(7), "{legend:?}");
+            assert_eq!(colours.len(), legend.len().min(8), "{legend:?}");
+            for l in &legend {
+                assert!(l[3].ends_with(&format!("; {})", l[2])), "{l:?}");
+            }
+            let patterned = legend.iter().filter(|l| l[2] != "plain").count();
+            assert_eq!(
+                browser.js(&format!(
+                    "return {sel}.querySelectorAll('path.marks').length;"
+                )),
+                json!(patterned),
+                "{name} {}: marks per patterned owner",
+                d.id
+            );
+            styles.insert(d.id.clone(), legend);
+        }
+        // Partitions under their physical card: a group per card, each partition inside
+        // its card's group, the partitions the mode implies that did not register shown.
+        let mut by_card: BTreeMap<String, usize> = BTreeMap::new();
+        for (_, d) in &devices {
+            let mode = d.custom_info.compute_partition.as_deref().unwrap_or("SPX");
+            if let (false, Some(bdf)) = (mode.eq_ignore_ascii_case("SPX"), &d.custom_info.pci_bdf) {
+                *by_card.entry(bdf.clone()).or_default() += 1;
+            }
+        }
+        let groups = browser.js("return Array.prototype.map.call(document.querySelectorAll('section.physical'), function (g) { return [g.getAttribute('data-pci'), +g.getAttribute('data-partitions'), +g.getAttribute('data-expected'), +g.getAttribute('data-missing'), g.querySelectorAll('section.card').length, g.querySelectorAll('.card.missing').length, Array.prototype.map.call(g.querySelectorAll('section.card'), function (c) { return c.getAttribute('data-card'); })]; });");
+        let groups: Vec<PhysicalGroup> = serde_json::from_value(groups).unwrap();
+        assert_eq!(
+            groups.len(),
+            by_card.len(),
+            "{name}: a group per partitioned card"
+        );
+        for (bdf, partitions, expected, missing, cards, placeholders, ids) in &groups {
+            assert_eq!(by_card.get(bdf), Some(partitions), "{name} {bdf}");
+            assert_eq!(
+                (*cards, *placeholders),
+                (*partitions, *missing),
+                "{name} {bdf}"
+            );
+            assert_eq!(partitions + missing, *expected, "{name} {bdf}");
+            for id in ids {
+                let (_, d) = devices.iter().find(|(_, d)| d.id == *id).unwrap();
+                assert_eq!(d.custom_info.pci_bdf.as_ref(), Some(bdf), "{name} {id}");
+            }
+        }
+        if name == "mi300x-node" {
+            assert!(!groups.is_empty(), "the demo's MI300X node is in CPX mode");
         }
         if name == "mi210-node" {
             let used = browser.js("return document.body.innerText.indexOf('2048 used') >= 0;");
@@ -309,6 +397,25 @@ fn every_page_in_chromium_against_the_demo() {
                 json!(true),
                 "the MI210 cards show the monitor's card memory"
             );
+        }
+        if name == "mi210-node" {
+            // A live update redraws the maps with every owner's colour and pattern kept.
+            let before = browser.js("return +(document.body.getAttribute('data-updates') || 0);");
+            browser.wait(
+                &format!("return +(document.body.getAttribute('data-updates') || 0) > {before};"),
+                "a live update of the node page",
+            );
+            for (id, legend) in &styles {
+                let Some(_) = devices.iter().find(|(_, d)| d.id == *id) else {
+                    continue;
+                };
+                let again = browser.js(&format!("return Array.prototype.map.call(document.querySelectorAll('section[data-card=\"' + CSS.escape({}) + '\"] li[data-pod]'), function (l) {{ return [l.getAttribute('data-pod'), l.getAttribute('data-colour'), l.getAttribute('data-pattern'), l.textContent]; }});", json!(id)));
+                assert_eq!(
+                    &serde_json::from_value::<Vec<Vec<String>>>(again).unwrap(),
+                    legend,
+                    "{id}"
+                );
+            }
         }
         check_page(&browser, &format!("node-{name}"), &mut problems);
     }
@@ -452,6 +559,34 @@ fn every_page_in_chromium_against_the_demo() {
         assert_eq!(rows, json!(containers), "pod {name}: a row per container");
         if a.contains_key(Vendor::Amd.names().devices_allocated) && spec.node_name.is_some() {
             browser.wait("return document.querySelectorAll('figure.chart svg polyline').length >= 2 && Array.prototype.every.call(document.querySelectorAll('figure.chart > svg'), function (s) { return +s.getAttribute('data-points') > 0; });", &format!("pod {name}'s charts with data"));
+            // Issue 31 item 6: each sampled container's grant ("asked") and enforced limit
+            // drawn as levels at its granted MiB, on a chart in MiB/GiB with the 15 min
+            // window alone (the UI has run for minutes).
+            browser.wait(
+                "return document.querySelectorAll('figure.chart line.level').length > 0;",
+                &format!("pod {name}'s levels"),
+            );
+            let levels = browser.js("return Array.prototype.map.call(document.querySelectorAll('figure.chart line.level'), function (l) { return [l.getAttribute('data-level'), +l.getAttribute('data-value')]; });");
+            let levels: BTreeSet<(String, u64)> =
+                serde_json::from_value::<Vec<(String, u64)>>(levels)
+                    .unwrap()
+                    .into_iter()
+                    .collect();
+            for (_, pod, _, _, mib) in series.iter().filter(|s| s.1 == name) {
+                assert!(
+                    levels.contains(&("asked".to_owned(), *mib)),
+                    "{pod}: {levels:?}"
+                );
+                assert!(
+                    levels.contains(&("limit".to_owned(), *mib)),
+                    "{pod}: {levels:?}"
+                );
+            }
+            assert_eq!(
+                browser.js("return [document.querySelector('[data-windows]').getAttribute('data-windows'), Array.prototype.every.call(document.querySelectorAll('figure.chart > svg'), function (s) { return s.getAttribute('data-window') === '15m'; })];"),
+                json!(["15m", true]),
+                "pod {name}: the 15 min window alone"
+            );
             check_page(&browser, &format!("pod-{name}"), &mut problems);
         } else if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
             // DRA pods: their shares are checked above; the real monitor may sample them.
@@ -525,14 +660,24 @@ fn every_page_in_chromium_against_the_demo() {
     // Issue 31 items 3 and 9: the overview, cards and pods pages axe-clean at 1440 and
     // 390 px, light and dark; at 390 px only the tables' own boxes scroll sideways (the
     // page itself does not), and dark really is dark.
-    for (page, path) in [("overview", ""), ("cards", "cards"), ("pods", "pods")] {
+    // Issue 31 items 6 and 7 too: a node page with CU maps, the MI300X's partitions grouped
+    // under their cards, and a pod page with its charts.
+    let sampled_pod = format!("pods/default/{}", series[0].1);
+    for (page, path) in [
+        ("overview", ""),
+        ("cards", "cards"),
+        ("pods", "pods"),
+        ("node-mi210", "nodes/mi210-node"),
+        ("node-mi300x", "nodes/mi300x-node"),
+        ("pod-charts", sampled_pod.as_str()),
+    ] {
         for width in [1440, 390] {
             for dark in [false, true] {
                 let look = if dark { "dark" } else { "light" };
                 browser.emulate(width, dark);
                 browser.go(&format!("{url}{path}"));
                 browser.wait(
-                    "return document.querySelectorAll('h1').length === 1 && document.querySelectorAll('table').length > 0;",
+                    "return document.querySelectorAll('h1').length === 1 && document.querySelectorAll('main table, main svg').length > 0;",
                     &format!("the {page} page at {width} px, {look}"),
                 );
                 assert_eq!(
@@ -637,6 +782,11 @@ fn every_page_in_chromium_against_the_demo() {
     drop(browser);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A physical card's group on a node page: its PCI address, partitions shown, expected by
+/// its mode and missing (its attributes), the partition cards and placeholders inside, and
+/// the partitions' ids.
+type PhysicalGroup = (String, usize, usize, usize, usize, usize, Vec<String>);
 
 fn owners_seen(pods: &[Pod]) -> usize {
     pods.iter()

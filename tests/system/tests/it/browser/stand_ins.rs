@@ -10,9 +10,10 @@ pub(super) fn repo() -> PathBuf {
 }
 
 /// Serves, in the monitor's exposition (same families and labels), a utilization and a
-/// memory sample that change per scrape for each `(namespace, pod, container, uuid)`:
+/// memory sample that change per scrape, and the enforced memory limit (the grant, MiB),
+/// for each `(namespace, pod, container, uuid, grant)`:
 /// the demo runs no GPU processes yet (issue 15), and the charts need samples to draw.
-pub(super) async fn sampling_monitor(series: Vec<(String, String, String, String)>) -> String {
+pub(super) async fn sampling_monitor(series: Vec<(String, String, String, String, u64)>) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -24,10 +25,12 @@ pub(super) async fn sampling_monitor(series: Vec<(String, String, String, String
             let series = series.clone();
             async move {
                 let mut body = String::from("# TYPE hami_container_device_utilization_ratio gauge\n");
-                for (ns, pod, ctr, uuid) in &series {
+                for (ns, pod, ctr, uuid, limit_mib) in &series {
                     let labels = format!("zone=\"vGPU\",namespace=\"{ns}\",pod=\"{pod}\",container=\"{ctr}\",vdevice_index=\"0\",device_uuid=\"{uuid}\"");
                     body.push_str(&format!("hami_container_device_utilization_ratio{{{labels}}} {}\n", 30 + n % 40));
                     body.push_str(&format!("hami_container_device_memory_bytes{{{labels}}} {}\n", (512 + 64 * (n % 8)) << 20));
+                    // The limit HAMi-core enforces: the container's grant on the device.
+                    body.push_str(&format!("hami_vgpu_memory_limit_bytes{{{labels}}} {}\n", limit_mib << 20));
                 }
                 body
             }
