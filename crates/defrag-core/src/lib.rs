@@ -9,8 +9,9 @@
 //! - [`plan`]: the moves that reach a [`Target`] (a pending pod fits; N whole cards of a
 //!   type free; every card X % free or full), each with its pod, from and to (node and
 //!   cards), why, PDB status and gain, or the constraints that block it.
-//!   [`safety`] says which pods are never moved by default. [`apply`] replays a plan on a
-//!   snapshot, checking each move; [`table`] prints plans and measurements.
+//!   [`safety`] says which pods are never moved by default; [`pod_safety`] reads those
+//!   facts from the Pod and PodDisruptionBudget objects a shell listed. [`apply`] replays a
+//!   plan on a snapshot, checking each move; [`table`] prints plans and measurements.
 //! - [`score`]: card choice at placement weighing memory against compute (issue 32 item
 //!   4), as pure scores for the scheduler's binpack to adopt.
 //!
@@ -38,6 +39,7 @@ mod goals;
 pub mod input;
 pub mod measure;
 pub mod plan;
+pub mod pod_safety;
 pub mod safety;
 pub mod score;
 pub mod shape;

@@ -1,14 +1,14 @@
 //! What `hami defrag plan` tells the planner about the cluster (pure: the shell lists
 //! nodes, pods and PodDisruptionBudgets, this decides): the scheduler's state built the way
 //! `hami status` builds it, and per pod holding slices what it asks for and the facts that
-//! decide whether it may be moved.
+//! decide whether it may be moved (`hami_defrag_core::pod_safety`, shared with the web UI).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use hami_defrag_core::{Cluster, Owner, Pdb, PodRequest, Safety};
+use hami_defrag_core::pod_safety::{self, controller};
+use hami_defrag_core::{Cluster, PodRequest};
 use hami_protocol::requests::RequestDefaults;
 use hami_protocol::selection::GpuPolicy;
-use hami_scheduler_core::preemption::{CRITICAL_CLASSES, CRITICAL_PRIORITY, selector_matches};
 use hami_scheduler_core::state::ClusterState;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -16,101 +16,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::input::InputError;
 
-/// Labels and annotations that make a pod a gang member (Volcano's and the
-/// scheduler-plugins' coscheduling pod groups).
-const GANG_KEYS: [&str; 3] = [
-    "scheduling.k8s.io/group-name",
-    "scheduling.x-k8s.io/pod-group",
-    "pod-group.scheduling.sigs.k8s.io",
-];
-
-/// The controller of `pod` (its `controller: true` owner reference), if any.
-fn controller(pod: &Pod) -> Option<&OwnerReference> {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-}
-
-/// The facts of `pod` at `now` (seconds since the epoch). `siblings`: pods per controller
-/// uid, which stands for the owner's replicas (no extra API call, and what runs is what an
-/// eviction leaves). `pdbs`: the budget covering it; with several, the tightest (the
-/// Eviction API refuses a pod under more than one).
-pub(crate) fn safety(
-    pod: &Pod,
-    siblings: &HashMap<String, u32>,
-    pdbs: &[PodDisruptionBudget],
-    now: i64,
-) -> Safety {
-    let meta = &pod.metadata;
-    let spec = pod.spec.as_ref();
-    let labels = meta.labels.clone().unwrap_or_default();
-    let annotations = meta.annotations.clone().unwrap_or_default();
-    let namespace = meta.namespace.as_deref().unwrap_or("default");
-    let pdb = pdbs
-        .iter()
-        .filter(|b| b.metadata.namespace.as_deref().unwrap_or("default") == namespace)
-        .filter(|b| {
-            b.spec
-                .as_ref()
-                .and_then(|s| s.selector.as_ref())
-                .is_some_and(|s| selector_matches(s, &labels))
-        })
-        .map(|b| Pdb {
-            name: format!(
-                "{namespace}/{}",
-                b.metadata.name.as_deref().unwrap_or_default()
-            ),
-            disruptions_allowed: b
-                .status
-                .as_ref()
-                .and_then(|s| u32::try_from(s.disruptions_allowed?).ok())
-                .unwrap_or(0),
-        })
-        .min_by_key(|b| b.disruptions_allowed);
-    let owner = controller(pod).map(|o| Owner {
-        kind: o.kind.clone(),
-        name: o.name.clone(),
-        replicas: siblings.get(&o.uid).copied().unwrap_or(1),
-    });
-    let class = spec.and_then(|s| s.priority_class_name.as_deref());
-    let critical = spec.and_then(|s| s.priority).unwrap_or(0) >= CRITICAL_PRIORITY
-        || class.is_some_and(|c| CRITICAL_CLASSES.contains(&c));
-    let static_pod = annotations.contains_key("kubernetes.io/config.mirror")
-        || meta
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.kind == "Node");
-    let gang_member = GANG_KEYS
-        .iter()
-        .any(|k| labels.contains_key(*k) || annotations.contains_key(*k));
-    // The API server stamps every pod; a scenario's pods carry no time: old enough.
-    let age_seconds = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.start_time.as_ref())
-        .or(meta.creation_timestamp.as_ref())
-        .map_or(u64::MAX, |t| {
-            u64::try_from(now - t.0.as_second()).unwrap_or(0)
-        });
-    Safety {
-        pdb,
-        owner,
-        gang_member,
-        static_pod,
-        critical,
-        age_seconds,
-    }
-}
-
 /// The planner's cluster: the scheduler's state of `state`, and as candidates the pods
-/// holding slices that still read as the scheduler reads them (a pod whose request does
-/// not parse keeps its slices counted and is never moved). The defrag reservations in
-/// force at `now` (the nodes' annotations, read into `state`) count as taken, except
-/// those held for the owner of `pending`, the pod the plan makes room for
-/// ([`Cluster::count_reservations`]).
+/// holding slices that still read as the scheduler reads them, each with the facts of
+/// [`pod_safety::safety`] (the rule the web UI's preview shares). The defrag reservations
+/// in force at `now` count as taken, except those held for the owner of `pending`.
 pub(crate) fn cluster(
     state: &ClusterState,
     pods: &[Pod],
@@ -119,26 +28,9 @@ pub(crate) fn cluster(
     now: i64,
     pending: Option<&Pod>,
 ) -> Cluster {
-    let by_uid: HashMap<&str, &Pod> = pods
-        .iter()
-        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
-        .collect();
-    let mut siblings: HashMap<String, u32> = HashMap::new();
-    for pod in pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-    {
-        if let Some(o) = controller(pod) {
-            *siblings.entry(o.uid.clone()).or_default() += 1;
-        }
-    }
-    let mut cluster = Cluster::from_state(state, |uid, _| {
-        let pod = by_uid.get(uid)?;
-        let request = request(pod, gpu_policy).ok()?;
-        Some((request, safety(pod, &siblings, pdbs, now)))
-    });
-    cluster.count_reservations(state, pending, now);
-    cluster
+    pod_safety::cluster_from_pods(state, pods, pdbs, now, pending, |pod| {
+        request(pod, gpu_policy).ok()
+    })
 }
 
 /// What `pod` asks for, as the scheduler's filter reads it with the default request
@@ -210,12 +102,5 @@ pub(crate) fn protected(
     cluster: &Cluster,
     policy: &hami_defrag_core::Policy,
 ) -> BTreeMap<String, String> {
-    cluster
-        .pods
-        .iter()
-        .filter_map(|p| {
-            let why = hami_defrag_core::protection(&p.safety, policy)?;
-            Some((p.shown(), why.to_string()))
-        })
-        .collect()
+    pod_safety::protected(cluster, policy)
 }
