@@ -11,7 +11,8 @@
 //! (`NodePods`). Then the call as served (`hami_scheduler::preempt`), on the same cluster
 //! fed through `ClusterState` as the informers feed it: what the shell does under the
 //! state's lock (the proposed nodes' lookups; then per node its snapshot and the state's
-//! list of its pods, `victim_facts::node_pods`), then the decision outside it. Twice:
+//! list of its pods, `victim_facts::node_pods`), then the decision outside it and the
+//! answer encoded. Twice:
 //! with no node changed since the previous call, and with every node changed (one
 //! holder's labels, between calls: the informer update changes the node's list in place,
 //! timed too, as it holds the lock as well).
@@ -30,6 +31,7 @@ use hami_scheduler_core::preemption::{
     HeldCandidate, NodePods, PodFacts, Preemptor, Protection, decide_preemption_held, decode_args,
     proposals,
 };
+use hami_scheduler_core::reservations::for_filter;
 use hami_scheduler_core::snapshot::{Gpu, NodeDevices, NodeSnapshot};
 use hami_scheduler_core::state::ClusterState;
 use hami_scheduler_core::usage::DeviceCharge;
@@ -243,8 +245,10 @@ fn state(nodes: usize, cluster: &[(NodeSnapshot, Vec<PodFacts>)]) -> ClusterStat
     state
 }
 
-/// One call as the shell serves it: decode, the two sections under the state's lock, the
-/// decision. Returns (time under the lock, whole call).
+/// One call as the shell serves it (`hami_scheduler::preempt`): decode, the two sections
+/// under the state's lock (nominated pods and defrag reservations charged, as in Filter;
+/// the state's lists), the decision, the answer encoded. Returns (time under the lock,
+/// whole call).
 fn served(state: &ClusterState, body: &[u8], config: &FilterConfig) -> (Duration, Duration) {
     let start = Instant::now();
     let (pod, preemptor, proposed) = read(body);
@@ -263,10 +267,21 @@ fn served(state: &ClusterState, body: &[u8], config: &FilterConfig) -> (Duration
     let locked = Instant::now();
     let names: Vec<String> = proposed.keys().cloned().collect();
     let mut nominated = charged_snapshots(state, &pod, &names, config);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let mut reserved = for_filter(
+        state,
+        &pod,
+        &names,
+        |name| nominated.get(name).or_else(|| state.node(name)),
+        now,
+    )
+    .charged;
     let nodes: HashMap<String, (NodeSnapshot, Arc<NodePods>)> = proposed
         .keys()
         .filter_map(|name| {
-            let snapshot = match nominated.remove(name) {
+            let snapshot = match reserved.remove(name).or_else(|| nominated.remove(name)) {
                 Some(charged) => charged,
                 None => state.node(name)?.clone(),
             };
@@ -283,7 +298,9 @@ fn served(state: &ClusterState, body: &[u8], config: &FilterConfig) -> (Duration
         },
         &[],
     );
+    let answer = serde_json::to_vec(&decision.result).unwrap();
     let total = start.elapsed();
+    assert!(answer.len() > proposed.len());
     assert_eq!(
         decision.result.node_name_to_meta_victims.len(),
         proposed.len()

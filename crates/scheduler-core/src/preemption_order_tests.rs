@@ -207,5 +207,41 @@ proptest! {
         );
         // Kept in UID order, which is the order the pods were drawn in.
         prop_assert_eq!(&kept_decision, &reference);
+        // The node registers anew with one more GPU (another `Arc`: mapped afresh, not
+        // from the map kept for the first), then a pod takes a slice on it (an id the
+        // table lacked: the kept map is forgotten); decided twice (the second from the map
+        // kept).
+        let mut more = node.devices.gpus.clone();
+        more.push(gpu(9, false));
+        let mut node = NodeSnapshot::idle(Arc::new(NodeDevices {
+            name: "n".into(),
+            gpus: more,
+            ..Default::default()
+        }));
+        let late = facts(99, &(vec![(9, 1, 4, 2)], 0, false, false));
+        for p in pods.iter().chain([&late]) {
+            node.charge(&p.charges);
+        }
+        let mut again = NodePods::default();
+        for p in &pods {
+            again.upsert(shared(p), &p.charges);
+        }
+        for round in 0..4 {
+            if round == 2 {
+                again.upsert(shared(&late), &late.charges);
+            }
+            // First the list whose map was kept for the first registration.
+            let pods = if round == 0 { &kept } else { &again };
+            let on_kept = |name: &str| {
+                (name == "n").then_some(HeldCandidate {
+                    snapshot: &node,
+                    pods,
+                })
+            };
+            prop_assert_eq!(
+                decide_preemption_held(&pre, &proposals, on_kept, &pdbs),
+                decide_with(&pre, &proposals, on_kept, &pdbs, &Search::Reference)
+            );
+        }
     }
 }

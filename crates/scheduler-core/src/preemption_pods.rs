@@ -17,7 +17,7 @@
 
 use std::borrow::Borrow;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::order::{GpuOrder, Slice};
 use super::{PodFacts, Protection};
@@ -53,6 +53,11 @@ pub struct NodePods<F = Arc<PodFacts>> {
     /// `stale` until the next compaction.
     charges: Vec<Charge>,
     stale: usize,
+    /// [`Self::gpu_map`] on the node's registered GPUs as a call last found them: the
+    /// same `Arc` is the same GPUs (it is kept alive here, so its address is not reused),
+    /// and the map is read, not rebuilt by comparing ids, until the node registers anew
+    /// (then each call maps afresh) or the id table grows (then it is forgotten).
+    mapped: OnceLock<(Arc<NodeDevices>, Vec<Option<usize>>)>,
 }
 
 impl<F> Default for NodePods<F> {
@@ -63,6 +68,7 @@ impl<F> Default for NodePods<F> {
             pods: Vec::new(),
             charges: Vec::new(),
             stale: 0,
+            mapped: OnceLock::new(),
         }
     }
 }
@@ -90,6 +96,7 @@ impl<F: Borrow<PodFacts>> NodePods<F> {
                 None => {
                     self.ids.push(c.uuid.clone());
                     self.orders.push(GpuOrder::default());
+                    self.mapped.take();
                     self.ids.len() - 1
                 }
             };
@@ -174,13 +181,25 @@ impl<F: Borrow<PodFacts>> NodePods<F> {
     #[cfg(test)]
     pub(super) fn gpu_map(&self, devices: &NodeDevices) -> Vec<Option<usize>> {
         let mut out = Vec::new();
-        self.gpu_map_into(devices, &mut out);
+        self.map_gpus(devices, &mut out);
         out
     }
 
-    /// [`Self::gpu_map`] into `out` (reused between nodes).
-    pub(super) fn gpu_map_into(&self, devices: &NodeDevices, out: &mut Vec<Option<usize>>) {
+    /// [`Self::gpu_map`] into `out` (reused between nodes), read from the map kept for
+    /// `devices` where there is one.
+    pub(super) fn gpu_map_into(&self, devices: &Arc<NodeDevices>, out: &mut Vec<Option<usize>>) {
         out.clear();
+        if let Some((seen, map)) = self.mapped.get()
+            && Arc::ptr_eq(seen, devices)
+        {
+            out.extend_from_slice(map);
+            return;
+        }
+        self.map_gpus(devices, out);
+        let _ = self.mapped.set((Arc::clone(devices), out.clone()));
+    }
+
+    fn map_gpus(&self, devices: &NodeDevices, out: &mut Vec<Option<usize>>) {
         out.extend(
             self.ids
                 .iter()
