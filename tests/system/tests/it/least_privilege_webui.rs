@@ -1,9 +1,9 @@
 //! Least privilege for the web UI, end to end: on the embedded API server with
 //! authentication and RBAC on, the real UI (`hami_webui::start_with`, flags from its
 //! rendered Deployment) runs under its own service-account token with exactly the shipped
-//! RBAC objects, while a node, a GPU pod and Events of both APIs exist. Its pages show them;
-//! no request was refused; every granted verb was used; and nothing it did writes. In both
-//! install modes:
+//! RBAC objects, while a node, a GPU pod, its PodDisruptionBudget and Events of both APIs
+//! exist. Its pages show them (the defrag preview the budget it listed); no request was
+//! refused; every granted verb was used; and nothing it did writes. In both install modes:
 //! - DRA (`hami manifests --dra` / `draPlugin.enabled`): also a DRA node with the driver's
 //!   ResourceSlice and a pod's allocated ResourceClaim, which its pages show;
 //! - not DRA: its role has no resource.k8s.io rule and it asks for no such resource (no
@@ -59,7 +59,8 @@ async fn server_for(s: &Settings) -> (Vec<Value>, RunningApiServer) {
     (rbac, server)
 }
 
-/// A device-plugin GPU node, a pod on it, and an Event of each API about the pod.
+/// A device-plugin GPU node, a pod on it (the only replica of its ReplicaSet) under a
+/// PodDisruptionBudget allowing no disruption, and an Event of each API about the pod.
 fn create_plugin_objects(server: &RunningApiServer) {
     let register = r#"[{"id":"G1","index":1,"count":10,"devmem":65536,"devcore":104,"type":"AMD Instinct MI210","health":true}]"#;
     server
@@ -67,12 +68,27 @@ fn create_plugin_objects(server: &RunningApiServer) {
         .unwrap();
     server
         .create_object("v1", "pods", Some("ml"), json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "train", "namespace": "ml", "annotations": {
+            "metadata": {"name": "train", "namespace": "ml", "labels": {"app": "train"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "train",
+                    "uid": "uid-train-rs", "controller": true}],
+                "annotations": {
                 "hami.io/vgpu-node": "gpu-node-1", "hami.io/amd-devices-allocated": "G1,AMD Instinct MI210,8192,26:;",
                 "hami.io/amd-cu-allocated": "{\"G1\":\"0-25\"}", "hami.io/bind-phase": "success"}},
             "spec": {"nodeName": "gpu-node-1", "schedulerName": "hami-scheduler", "containers": [
                 {"name": "c", "image": "x", "resources": {"limits": {"amd.com/gpu": "1"}}}]},
             "status": {"phase": "Running"}}))
+        .unwrap();
+    server
+        .create_object(
+            "policy/v1",
+            "poddisruptionbudgets",
+            Some("ml"),
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "train-pdb", "namespace": "ml"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
+                "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1,
+                    "expectedPods": 1}}),
+        )
         .unwrap();
     server
         .create_object(
@@ -194,22 +210,39 @@ async fn start_ui(
     .unwrap()
 }
 
-/// `GET path` from the UI: the raw HTTP answer.
-async fn get(addr: std::net::SocketAddr, path: &'static str) -> String {
+/// Sends `request` (a whole HTTP/1.1 request) to the UI: the raw HTTP answer.
+async fn http(addr: std::net::SocketAddr, request: String) -> String {
     tokio::task::spawn_blocking(move || {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(addr).unwrap();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: ui\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
+        s.write_all(request.as_bytes()).unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
         out
     })
     .await
     .unwrap()
+}
+
+/// `GET path` from the UI: the raw HTTP answer.
+async fn get(addr: std::net::SocketAddr, path: &'static str) -> String {
+    http(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: ui\r\nConnection: close\r\n\r\n"),
+    )
+    .await
+}
+
+/// `POST path` of the form `body` to the UI: the raw HTTP answer.
+async fn post(addr: std::net::SocketAddr, path: &str, body: &str) -> String {
+    http(
+        addr,
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: ui\r\nConnection: close\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .await
 }
 
 /// Waits for the pod page to show both Events, then checks the plugin node's CU map.
@@ -241,6 +274,30 @@ async fn check_plugin_pages(ui: &hami_webui::RunningUi) {
     );
 }
 
+/// The defrag preview (`/whatif/defrag`) lists the PodDisruptionBudgets under the UI's
+/// role: freeing the card `ml/train` holds, that pod stays because its budget allows no
+/// disruption. Had the list been refused, the page would say the budgets were not read
+/// and its preview would ignore them (the pod then is not kept in place).
+async fn check_defrag_reads_budgets(ui: &hami_webui::RunningUi) {
+    let page = post(
+        ui.addr,
+        "/whatif/defrag",
+        "target=cards&type=MI210&count=1&single=on&min_age=0",
+    )
+    .await;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(
+        !page.contains("PodDisruptionBudgets were not read"),
+        "{page}"
+    );
+    assert!(
+        page.contains(
+            "<li>ml/train: PodDisruptionBudget ml/train-pdb allows no disruption now</li>"
+        ),
+        "{page}"
+    );
+}
+
 /// The (group, resource, verb) triples the shipped hami-webui ClusterRole grants.
 fn granted(rbac: &[Value]) -> BTreeSet<(String, String, String)> {
     let role = rbac
@@ -267,6 +324,25 @@ fn granted(rbac: &[Value]) -> BTreeSet<(String, String, String)> {
                 })
         })
         .collect()
+}
+
+/// The pages can be served from a watcher's first list before its watch request is made
+/// (a CI run stopped the UI in between): waits, bounded, for `me` to use every granted
+/// verb before the UI is stopped; [`check_least_privilege`] still names any never used.
+async fn wait_for_every_grant_used(
+    server: &RunningApiServer,
+    me: &str,
+    granted: &BTreeSet<(String, String, String)>,
+) {
+    hami_system_tests::wait_until(Duration::from_secs(15), async || {
+        let log = server.request_log();
+        let used: BTreeSet<(String, String, String)> = requests_of(&log, me)
+            .iter()
+            .map(|r| (r.api_group.clone(), r.resource.clone(), r.verb.clone()))
+            .collect();
+        granted.is_subset(&used)
+    })
+    .await;
 }
 
 /// Both directions of least privilege over `mine` (the UI's requests): nothing refused,
@@ -306,6 +382,7 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
     let cli = deployment_flags(&s);
     let ui = start_ui(&server, &s, &cli, cli.ui.dra).await;
     check_plugin_pages(&ui).await;
+    check_defrag_reads_budgets(&ui).await;
     let get = |path: &'static str| get(ui.addr, path);
     // The DRA node's device with the pod's 52 CUs, and the pod's share on its page.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -339,23 +416,9 @@ async fn webui_under_its_shipped_rbac_reads_everything_it_shows_and_writes_nothi
         "{overview}"
     );
     assert!(!overview.contains("cannot be read"), "{overview}");
-    // The pages can be served from a watcher's first list before its watch request is
-    // made (a CI run stopped the UI in between): wait, bounded, for every granted verb
-    // to be used before stopping it; the check below still names any that never is.
     let me = service_account_user(&ns, names::WEBUI);
     let granted = granted(&rbac);
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    while std::time::Instant::now() < deadline {
-        let log = server.request_log();
-        let used: BTreeSet<(String, String, String)> = requests_of(&log, &me)
-            .iter()
-            .map(|r| (r.api_group.clone(), r.resource.clone(), r.verb.clone()))
-            .collect();
-        if granted.is_subset(&used) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_every_grant_used(&server, &me, &granted).await;
     ui.shutdown();
 
     let log = server.request_log();
@@ -382,6 +445,7 @@ async fn webui_without_dra_holds_and_asks_for_no_dra_resource() {
     let cli = deployment_flags(&s);
     let ui = start_ui(&server, &s, &cli, cli.ui.dra).await;
     check_plugin_pages(&ui).await;
+    check_defrag_reads_budgets(&ui).await;
     let overview = get(ui.addr, "/").await;
     assert!(
         overview.contains("href=\"/nodes/gpu-node-1\""),
@@ -390,8 +454,9 @@ async fn webui_without_dra_holds_and_asks_for_no_dra_resource() {
     assert!(!overview.contains("cannot be read"), "{overview}");
     assert!(!overview.contains("Still listing"), "{overview}");
     assert!(!overview.contains("DRA mode"), "{overview}");
-    ui.shutdown();
     let me = service_account_user(&ns, names::WEBUI);
+    wait_for_every_grant_used(&server, &me, &granted).await;
+    ui.shutdown();
     let log = server.request_log();
     let mine = requests_of(&log, &me);
     assert!(
