@@ -306,7 +306,7 @@ async fn whatif_live_post(s: Shared, headers: HeaderMap, body: Body, form: LiveF
 }
 
 /// The PodDisruptionBudgets for a defrag plan, listed now (the UI watches none): within
-/// the form's time limit; refused (the chart's role grants no list on them) or failed, the
+/// the form's time limit; refused (a role without list on them) or failed, the
 /// plan is made without them and says why.
 async fn budgets(s: &Shared, limits: &whatif::Limits) -> Budgets {
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;

@@ -169,7 +169,7 @@ async fn the_live_what_if_and_defrag_routes_plan_and_refuse_bad_input() {
         "{page}"
     );
     assert!(page.contains("<td>default/web-pdb allows 1</td>"), "{page}");
-    // The UI may not list the budgets (the chart's role grants no list on them): the plan
+    // The UI may not list the budgets (a role without list on them): the plan
     // is still made, says why the budgets were not read, and shows none.
     server
         .faults()
