@@ -9,15 +9,20 @@
 //! A process that exits while it is read is dropped silently (processes exit all the
 //! time); one whose facts cannot be read is counted as unknown and said once in the log.
 //! Who was told is kept in memory: a restarted monitor may tell a container once more.
+//!
+//! A process found hooked is not read again while it lives ([`crate::hooked_processes`]):
+//! each pass reads only its `cgroup` and `stat` (neither takes the process's mmap lock,
+//! which `environ` and `maps` do).
 
 use std::collections::HashSet;
 use std::io;
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::hook_presence::{
-    ContainerHook, ProcessFacts, REASON_SLICE_NOT_ENFORCED, Tally, event_message, findings,
+    ContainerHook, ProcessFacts, REASON_SLICE_NOT_ENFORCED, Tally, event_message,
     is_gpu_device_node, slice_env, to_tell,
 };
+use crate::hooked_processes::{HookedProcesses, pass, process_identity};
 use crate::pods::PodIndex;
 use crate::procfs::ProcRoot;
 
@@ -52,6 +57,8 @@ pub struct HookWatch {
     /// (pod UID, container) whose unknown processes were logged.
     logged_unknown: Mutex<HashSet<(String, String)>>,
     pending: Mutex<Vec<PodEvent>>,
+    /// The processes found hooked, whose reads later passes skip.
+    hooked: Mutex<HookedProcesses>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -115,7 +122,9 @@ impl HookWatch {
     pub fn check(&self, proc: &ProcRoot, pods: &PodIndex) {
         // An unreadable proc root is counted by the fdinfo pass (`proc_unreadable`).
         let Ok(pids) = proc.pids() else { return };
-        let mut facts = Vec::new();
+        let mut remembered = lock(&self.hooked);
+        let mut read = Vec::new();
+        let mut known = Vec::new();
         for pid in pids {
             // Host processes, and processes gone meanwhile, are not a container's.
             let Ok(Some(pc)) = proc.pod_container(pid) else {
@@ -131,9 +140,23 @@ impl HookWatch {
             if !granted {
                 continue;
             }
-            facts.extend(read_facts(proc, pid, uid, name));
+            // Read before the other facts: if the pid is reused meanwhile, the facts read
+            // are remembered under the exited process's identity, which never comes back.
+            let id = proc
+                .read_entry(pid, "stat")
+                .ok()
+                .and_then(|s| process_identity(pid, &String::from_utf8_lossy(&s)));
+            if let Some(id) = id.filter(|id| remembered.knows(id, uid, name)) {
+                known.push(id);
+                continue;
+            }
+            if let Some(facts) = read_facts(proc, pid, uid, name) {
+                read.push((id, facts));
+            }
         }
-        let found = findings(&facts, pods);
+        let (found, next) = pass(&remembered, &read, &known, pods);
+        *remembered = next;
+        drop(remembered);
         let alive = |(uid, _): &(String, String)| pods.get(uid).is_some();
         {
             let mut logged = lock(&self.logged_unknown);
@@ -185,6 +208,11 @@ impl HookWatch {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// How many processes are remembered as hooked (their reads skipped).
+    pub fn remembered_hooked(&self) -> usize {
+        lock(&self.hooked).len()
     }
 
     /// The Events queued since the last call, to post.

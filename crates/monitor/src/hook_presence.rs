@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use hami_protocol::names::{Vendor, env};
 
-use crate::pods::PodIndex;
+use crate::pods::{ContainerInfo, PodIndex};
 
 /// The Event reason posted on a pod with an unhooked process (type Warning).
 pub const REASON_SLICE_NOT_ENFORCED: &str = "SliceNotEnforced";
@@ -215,50 +215,66 @@ pub struct Findings {
     pub unknown: Vec<Unknown>,
 }
 
-/// Decides, for every process of a sliced container on a GPU, whether its hook is mapped.
-/// Processes of unknown pods or containers, of containers without a grant, whose
-/// environment carries no limit, or that are not on a GPU, are not counted at all.
-pub fn findings(processes: &[ProcessFacts], pods: &PodIndex) -> Findings {
-    let mut out = Findings::default();
-    for p in processes {
-        let Some(pod) = pods.get(&p.pod_uid) else {
-            continue;
-        };
-        let Some(container) = pod.container(&p.container) else {
-            continue;
-        };
-        let granted = Vendor::ALL.into_iter().filter(|v| match v {
-            Vendor::Amd => !container.amd.is_empty(),
-            Vendor::Nvidia => !container.nvidia.is_empty(),
-        });
-        // An unreadable environment cannot say which hook: each granted vendor's, unknown.
-        let expected: Vec<Vendor> = match &p.env {
-            Ok(e) => granted.filter(|v| e.expects(*v)).collect(),
-            Err(_) => granted.collect(),
-        };
-        if expected.is_empty() {
-            continue;
-        }
-        let runtime = p.maps.as_deref().map(maps_gpu_runtime);
-        let on_gpu = match (&p.gpu_fds, &runtime) {
-            (Ok(true), _) | (_, Ok(true)) => Some(true),
-            (Ok(false), Ok(false)) => Some(false),
-            _ => None,
-        };
-        if on_gpu == Some(false) {
-            continue;
-        }
-        let unreadable = [
-            p.env.as_ref().err().map(|e| format!("environ: {e}")),
-            p.maps.as_ref().err().map(|e| format!("maps: {e}")),
-            (on_gpu.is_none())
-                .then(|| p.gpu_fds.as_ref().err().map(|e| format!("fd: {e}")))
-                .flatten(),
-        ]
+/// What one process is, for one hook its slice expects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The hook is mapped.
+    Hooked,
+    /// On a GPU, readable, without the hook mapped.
+    Unhooked,
+    /// A fact could not be read: what, and why.
+    Unknown(String),
+}
+
+/// Whether the pod grants `container` devices of `vendor`.
+pub fn grants(container: &ContainerInfo, vendor: Vendor) -> bool {
+    match vendor {
+        Vendor::Amd => !container.amd.is_empty(),
+        Vendor::Nvidia => !container.nvidia.is_empty(),
+    }
+}
+
+/// The verdicts of one process, one per hook its slice expects. None for a process of an
+/// unknown pod or container, of a container without a grant, whose environment carries no
+/// limit, or that is not on a GPU: it counts for nothing.
+pub fn verdicts(p: &ProcessFacts, pods: &PodIndex) -> Vec<(ContainerHook, Verdict)> {
+    let Some(pod) = pods.get(&p.pod_uid) else {
+        return Vec::new();
+    };
+    let Some(container) = pod.container(&p.container) else {
+        return Vec::new();
+    };
+    let granted = Vendor::ALL.into_iter().filter(|v| grants(container, *v));
+    // An unreadable environment cannot say which hook: each granted vendor's, unknown.
+    let expected: Vec<Vendor> = match &p.env {
+        Ok(e) => granted.filter(|v| e.expects(*v)).collect(),
+        Err(_) => granted.collect(),
+    };
+    if expected.is_empty() {
+        return Vec::new();
+    }
+    let runtime = p.maps.as_deref().map(maps_gpu_runtime);
+    let on_gpu = match (&p.gpu_fds, &runtime) {
+        (Ok(true), _) | (_, Ok(true)) => Some(true),
+        (Ok(false), Ok(false)) => Some(false),
+        _ => None,
+    };
+    if on_gpu == Some(false) {
+        return Vec::new();
+    }
+    let unreadable = [
+        p.env.as_ref().err().map(|e| format!("environ: {e}")),
+        p.maps.as_ref().err().map(|e| format!("maps: {e}")),
+        (on_gpu.is_none())
+            .then(|| p.gpu_fds.as_ref().err().map(|e| format!("fd: {e}")))
+            .flatten(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>();
+    expected
         .into_iter()
-        .flatten()
-        .collect::<Vec<_>>();
-        for vendor in expected {
+        .map(|vendor| {
             let at = ContainerHook {
                 pod_uid: pod.uid.clone(),
                 namespace: pod.namespace.clone(),
@@ -266,29 +282,50 @@ pub fn findings(processes: &[ProcessFacts], pods: &PodIndex) -> Findings {
                 container: container.name.clone(),
                 vendor,
             };
-            let tally = out.tallies.entry(at.clone()).or_default();
-            match &p.maps {
+            let verdict = match &p.maps {
                 Ok(maps) if unreadable.is_empty() => {
                     if maps_library(maps, vendor.hook_library()) {
-                        tally.hooked += 1;
+                        Verdict::Hooked
                     } else {
-                        tally.unhooked += 1;
-                        out.unhooked.push(Unhooked {
-                            at,
-                            pid: p.pid,
-                            command: p.command.clone(),
-                        });
+                        Verdict::Unhooked
                     }
                 }
-                _ => {
-                    tally.unknown += 1;
-                    out.unknown.push(Unknown {
-                        at,
-                        pid: p.pid,
-                        reason: unreadable.join("; "),
-                    });
-                }
+                _ => Verdict::Unknown(unreadable.join("; ")),
+            };
+            (at, verdict)
+        })
+        .collect()
+}
+
+impl Findings {
+    /// Counts one verdict of process `pid` (`command`).
+    pub fn count(&mut self, at: ContainerHook, pid: i32, command: &str, verdict: Verdict) {
+        let tally = self.tallies.entry(at.clone()).or_default();
+        match verdict {
+            Verdict::Hooked => tally.hooked += 1,
+            Verdict::Unhooked => {
+                tally.unhooked += 1;
+                self.unhooked.push(Unhooked {
+                    at,
+                    pid,
+                    command: command.to_owned(),
+                });
             }
+            Verdict::Unknown(reason) => {
+                tally.unknown += 1;
+                self.unknown.push(Unknown { at, pid, reason });
+            }
+        }
+    }
+}
+
+/// Decides, for every process of a sliced container on a GPU, whether its hook is mapped
+/// ([`verdicts`]).
+pub fn findings(processes: &[ProcessFacts], pods: &PodIndex) -> Findings {
+    let mut out = Findings::default();
+    for p in processes {
+        for (at, verdict) in verdicts(p, pods) {
+            out.count(at, p.pid, &p.command, verdict);
         }
     }
     out
@@ -343,4 +380,4 @@ pub fn event_message(u: &Unhooked) -> String {
 
 #[cfg(test)]
 #[path = "hook_presence_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -4,9 +4,9 @@ use proptest::prelude::*;
 use serde_json::json;
 use std::collections::HashSet;
 
-const AMD_UID: &str = "aaaaaaaa-0000-4000-8000-000000000001";
-const NV_UID: &str = "bbbbbbbb-0000-4000-8000-000000000002";
-const PLAIN_UID: &str = "cccccccc-0000-4000-8000-000000000003";
+pub(crate) const AMD_UID: &str = "aaaaaaaa-0000-4000-8000-000000000001";
+pub(crate) const NV_UID: &str = "bbbbbbbb-0000-4000-8000-000000000002";
+pub(crate) const PLAIN_UID: &str = "cccccccc-0000-4000-8000-000000000003";
 
 fn pod(uid: &str, name: &str, resource: Option<(&str, &str, &str)>) -> Pod {
     let (limits, annotations) = match resource {
@@ -21,7 +21,7 @@ fn pod(uid: &str, name: &str, resource: Option<(&str, &str, &str)>) -> Pod {
     .unwrap()
 }
 
-fn index() -> PodIndex {
+pub(crate) fn index() -> PodIndex {
     let pods = [
         pod(
             AMD_UID,
@@ -46,11 +46,11 @@ fn index() -> PodIndex {
     PodIndex::from_pods(pods.iter(), "hami-scheduler")
 }
 
-const AMD_ENV: &[u8] =
+pub(crate) const AMD_ENV: &[u8] =
     b"PATH=/bin\0HIP_DEVICE_MEMORY_LIMIT_0=1024m\0LD_AUDIT=/usr/local/vgpu/libamvgpu.so\0";
-const NV_ENV: &[u8] = b"CUDA_DEVICE_MEMORY_LIMIT_0=1024m\0CUDA_DEVICE_SM_LIMIT=10\0";
+pub(crate) const NV_ENV: &[u8] = b"CUDA_DEVICE_MEMORY_LIMIT_0=1024m\0CUDA_DEVICE_SM_LIMIT=10\0";
 
-fn maps_with(libs: &[&str]) -> String {
+pub(crate) fn maps_with(libs: &[&str]) -> String {
     let mut text = String::from(
         "55d0c0000000-55d0c0001000 r--p 00000000 fd:01 12 /usr/bin/python3\n\
          7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]\n",
@@ -64,7 +64,12 @@ fn maps_with(libs: &[&str]) -> String {
     text
 }
 
-fn facts(uid: &str, container: &str, env: &[u8], maps: Result<String, String>) -> ProcessFacts {
+pub(crate) fn facts(
+    uid: &str,
+    container: &str,
+    env: &[u8],
+    maps: Result<String, String>,
+) -> ProcessFacts {
     ProcessFacts {
         pid: 4242,
         command: "python3".into(),
@@ -76,7 +81,7 @@ fn facts(uid: &str, container: &str, env: &[u8], maps: Result<String, String>) -
     }
 }
 
-fn key(uid: &str, pod: &str, vendor: Vendor) -> ContainerHook {
+pub(crate) fn key(uid: &str, pod: &str, vendor: Vendor) -> ContainerHook {
     ContainerHook {
         pod_uid: uid.into(),
         namespace: "ml".into(),
@@ -283,7 +288,7 @@ fn unreadable_facts_make_a_process_unknown_never_unhooked() {
     assert_eq!(findings(&[fds_hidden], &pods).unhooked.len(), 1);
 }
 
-fn arb_facts() -> impl Strategy<Value = ProcessFacts> {
+pub(crate) fn arb_facts() -> impl Strategy<Value = ProcessFacts> {
     let uid = prop::sample::select(vec![AMD_UID, NV_UID, PLAIN_UID, "x"]);
     let container = prop::sample::select(vec!["main", "side"]);
     let env = prop::sample::select(vec![

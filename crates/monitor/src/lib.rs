@@ -5,6 +5,7 @@
 //! [`fdinfo`], [`cgroup`], [`utilization`], [`cache_dirs`], [`scan_plan`], [`cache_budget`]
 //! (decisions),
 //! [`hook_presence`] (is the memory hook in the sliced containers' GPU processes),
+//! [`hooked_processes`] (the processes found hooked, remembered between passes),
 //! [`pods`] (index), [`dra_claims`] (DRA pods' devices and claim regions), [`metrics`]
 //! (exposition). Shells: [`procfs`], [`host_gpus`], [`dra_fetch`] (claims and slices), [`hook_check`] (its /proc reads and Events),
 //! [`node_monitor`] (state and passes), [`server`] (HTTP and wiring).
@@ -21,6 +22,7 @@ pub mod hami_core_region;
 pub mod hip_region;
 pub mod hook_check;
 pub mod hook_presence;
+pub mod hooked_processes;
 pub mod host_gpus;
 pub mod host_pids;
 pub mod metrics;

@@ -462,3 +462,138 @@ fn processes_off_the_gpu_gone_or_unreadable_are_never_unhooked() {
     drop((idle, whole, hidden));
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// `/proc/<pid>/stat` of a real process with field 22 (start time) moved by `shift`: the
+/// same pid as another process would see it.
+fn stat_shifted(pid: u32, shift: u64) -> String {
+    let real = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let close = real.rfind(')').unwrap();
+    let (head, rest) = real.split_at(close + 1);
+    let mut fields: Vec<String> = rest.split_whitespace().map(str::to_owned).collect();
+    // `rest` starts at field 3.
+    let start: u64 = fields[22 - 3].parse().unwrap();
+    fields[22 - 3] = (start + shift).to_string();
+    format!("{head} {}\n", fields.join(" "))
+}
+
+/// The (hooked, unknown) counts of the hook check's last pass for the container.
+fn hooked_and_unknown(m: &NodeMonitor) -> (u32, u32) {
+    let tallies = m.hooks().tallies();
+    assert_eq!(tallies.len(), 1, "{tallies:?}");
+    (tallies[0].1.hooked, tallies[0].1.unknown)
+}
+
+/// A process found hooked is not read again: after the first pass its `maps` and
+/// `environ` are made unreadable in the tree, and it still counts as hooked (read, it would
+/// be unknown). The same pid with another start time (a new process) is read again, and a
+/// process gone is forgotten.
+#[test]
+fn a_hooked_process_is_read_once_and_a_reused_pid_again() {
+    let base = base_dir("remembered");
+    let proc_root = base.join("proc");
+    let uid = "cccccccc-0000-4000-8000-00000000000c";
+    let pod: Pod =
+        serde_json::from_value(pod_json("remembered", Some(uid), Some(AMD_GRANT), &cid(5)))
+            .unwrap();
+    let index = PodIndex::from_pods([&pod], "hami-scheduler");
+    let hooked = Sleeper::start(Some(&hook_library()), true);
+    let dir = attribute(&proc_root, hooked.pid(), uid, &cid(5), true);
+    std::fs::write(dir.join("stat"), stat_shifted(hooked.pid(), 0)).unwrap();
+    let m = monitor(&base);
+    m.refresh(index.clone());
+    assert_eq!(hooked_and_unknown(&m), (1, 0));
+    assert_eq!(m.hooks().remembered_hooked(), 1);
+
+    // Read now, these say "unknown" (a directory cannot be read as a file).
+    for entry in ["maps", "environ"] {
+        std::fs::remove_file(dir.join(entry)).unwrap();
+        std::fs::create_dir(dir.join(entry)).unwrap();
+    }
+    for _ in 0..3 {
+        m.refresh(index.clone());
+        assert_eq!(hooked_and_unknown(&m), (1, 0), "not read again");
+    }
+
+    // Another process on the same pid: read, so unknown, and nothing remembered.
+    std::fs::write(dir.join("stat"), stat_shifted(hooked.pid(), 1)).unwrap();
+    m.refresh(index.clone());
+    assert_eq!(hooked_and_unknown(&m), (0, 1), "the new process is read");
+    assert_eq!(m.hooks().remembered_hooked(), 0);
+
+    // Hooked again, then gone: forgotten.
+    for entry in ["maps", "environ"] {
+        std::fs::remove_dir(dir.join(entry)).unwrap();
+        std::os::unix::fs::symlink(format!("/proc/{}/{entry}", hooked.pid()), dir.join(entry))
+            .unwrap();
+    }
+    m.refresh(index.clone());
+    assert_eq!(hooked_and_unknown(&m), (1, 0));
+    assert_eq!(m.hooks().remembered_hooked(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+    m.refresh(index.clone());
+    assert!(m.hooks().tallies().is_empty());
+    assert_eq!(m.hooks().remembered_hooked(), 0);
+    drop(hooked);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// `execve` replaces the program image, and the hook with it: a hooked shell that execs a
+/// program without `LD_AUDIT` is not remembered as hooked (its start code and stack, in
+/// its identity, moved) and the new program is found unhooked.
+#[test]
+fn a_hooked_process_that_execs_without_the_hook_is_read_again() {
+    let base = base_dir("exec");
+    let uid = "dddddddd-0000-4000-8000-00000000000d";
+    let pod: Pod =
+        serde_json::from_value(pod_json("exec", Some(uid), Some(AMD_GRANT), &cid(6))).unwrap();
+    let index = PodIndex::from_pods([&pod], "hami-scheduler");
+    let child = Command::new("sh")
+        .args(["-c", "read _; exec env -u LD_AUDIT sleep 600"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HIP_DEVICE_MEMORY_LIMIT_0", "1024m")
+        .env("LD_AUDIT", hook_library())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut shell = Sleeper(child);
+    let pid = shell.pid();
+    let wait_for = |what: &str, ok: &dyn Fn(&str) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ok(&std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default()) {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for("the shell never loaded the hook", &|m| {
+        m.contains("/libamvgpu.so") && m.contains("libc.so")
+    });
+    let dir = attribute(&base.join("proc"), pid, uid, &cid(6), true);
+    std::os::unix::fs::symlink(format!("/proc/{pid}/stat"), dir.join("stat")).unwrap();
+    let m = monitor(&base);
+    m.refresh(index.clone());
+    assert_eq!(hooked_and_unknown(&m), (1, 0));
+    assert_eq!(m.hooks().remembered_hooked(), 1);
+
+    shell.0.stdin.take().unwrap().write_all(b"\n").unwrap();
+    let comm = format!("/proc/{pid}/comm");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&comm).unwrap_or_default() != "sleep\n" {
+        assert!(Instant::now() < deadline, "sleep never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait_for("sleep never started", &|m| m.contains("libc.so"));
+    m.refresh(index.clone());
+    let tallies = m.hooks().tallies();
+    assert_eq!(tallies.len(), 1, "{tallies:?}");
+    assert_eq!(
+        (tallies[0].1.hooked, tallies[0].1.unhooked),
+        (0, 1),
+        "{tallies:?}"
+    );
+    assert_eq!(m.hooks().remembered_hooked(), 0);
+    drop(shell);
+    let _ = std::fs::remove_dir_all(&base);
+}
