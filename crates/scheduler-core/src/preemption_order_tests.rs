@@ -245,3 +245,14 @@ proptest! {
         }
     }
 }
+
+/// What a slice holder costs in its node's list (the state keeps one per holder, 512k at
+/// 1,000 nodes × 8 GPUs × 64 slices): its entry, its charge, its slice in its GPU's order.
+#[test]
+fn a_slice_holder_costs_80_bytes_in_its_node_list() {
+    use super::order::Slice;
+    use super::pods::{Charge, Held};
+    assert_eq!(std::mem::size_of::<Held<Arc<PodFacts>>>(), 24);
+    assert_eq!(std::mem::size_of::<Charge>(), 24);
+    assert_eq!(std::mem::size_of::<Slice>(), 32);
+}

@@ -26,7 +26,7 @@ use crate::usage::DeviceCharge;
 
 /// `(gpu, slots, MiB, cores)`: `gpu` an index of the node's GPUs in the search, of
 /// [`NodePods`]'s id table here.
-pub(super) type Charge = (usize, u32, u64, u64);
+pub(super) type Charge = (u32, u32, u64, u64);
 
 /// One pod of a [`NodePods`].
 #[derive(Debug, Clone)]
@@ -38,7 +38,14 @@ pub(super) struct Held<F> {
     /// It holds something on the node (its charges were not empty, even those on GPUs the
     /// node does not list): a proposed victim that holds nothing is kept as proposed.
     pub(super) holds: bool,
-    charges: Range<usize>,
+    /// Its charges, a range of [`NodePods`]'s (32-bit: a list is kept per slice holder).
+    charges: Range<u32>,
+}
+
+impl<F> Held<F> {
+    fn span(&self) -> Range<usize> {
+        self.charges.start as usize..self.charges.end as usize
+    }
 }
 
 /// A node's pods in the order the search breaks ties by, with their charges.
@@ -100,14 +107,15 @@ impl<F: Borrow<PodFacts>> NodePods<F> {
                     self.ids.len() - 1
                 }
             };
-            self.charges.push((id, c.slots, c.mem_mib, c.cores));
+            // A node's GPU ids and charges number far below 2^32.
+            self.charges.push((id as u32, c.slots, c.mem_mib, c.cores));
         }
         let f = facts.borrow();
         Held {
             priority: f.priority,
             protection: f.protection,
             holds: !charges.is_empty(),
-            charges: start..self.charges.len(),
+            charges: start as u32..self.charges.len() as u32,
             facts,
         }
     }
@@ -120,7 +128,7 @@ impl<F: Borrow<PodFacts>> NodePods<F> {
         if held.protection.is_some() {
             return;
         }
-        for &(id, slots, mem, cores) in &self.charges[held.charges.clone()] {
+        for &(id, slots, mem, cores) in &self.charges[held.span()] {
             let slice = Slice {
                 priority: held.priority,
                 // A node's pods number far below 2^32.
@@ -130,10 +138,11 @@ impl<F: Borrow<PodFacts>> NodePods<F> {
                 mem,
                 cores,
             };
+            let order = &mut self.orders[id as usize];
             if sorted {
-                self.orders[id].insert(slice);
+                order.insert(slice);
             } else {
-                self.orders[id].push(slice);
+                order.push(slice);
             }
         }
     }
@@ -141,7 +150,7 @@ impl<F: Borrow<PodFacts>> NodePods<F> {
     /// Recomputes the sums of the orders the `i`th pod's charges name.
     fn seal(&mut self, charges: Range<usize>) {
         for &(id, ..) in &self.charges[charges] {
-            self.orders[id].seal();
+            self.orders[id as usize].seal();
         }
     }
 
@@ -166,7 +175,7 @@ impl<F: Borrow<PodFacts>> NodePods<F> {
 
     /// The charges of the `i`th pod, their GPUs as indices of the id table.
     pub(super) fn charges_of(&self, i: usize) -> &[Charge] {
-        &self.charges[self.pods[i].charges.clone()]
+        &self.charges[self.pods[i].span()]
     }
 
     /// The slices of the GPU of id `id` (an index of the id table) that may be evicted,
@@ -220,9 +229,9 @@ impl NodePods<Arc<PodFacts>> {
         let held = self.held(facts, charges);
         let i = match self.position(&held.facts.uid) {
             Ok(i) => {
-                let old = self.pods[i].charges.clone();
+                let old = self.pods[i].span();
                 for &(id, ..) in &self.charges[old.clone()] {
-                    self.orders[id].remove_pod(i as u32, false);
+                    self.orders[id as usize].remove_pod(i as u32, false);
                 }
                 self.seal(old.clone());
                 self.stale += old.len();
@@ -236,7 +245,7 @@ impl NodePods<Arc<PodFacts>> {
             }
         };
         self.add_slices(i, true);
-        self.seal(self.pods[i].charges.clone());
+        self.seal(self.pods[i].span());
         self.compact();
     }
 
@@ -248,7 +257,7 @@ impl NodePods<Arc<PodFacts>> {
         self.orders
             .iter_mut()
             .for_each(|o| o.remove_pod(i as u32, true));
-        let gone = self.pods.remove(i).charges;
+        let gone = self.pods.remove(i).span();
         self.seal(gone.clone());
         self.stale += gone.len();
         self.compact();
@@ -268,8 +277,8 @@ impl NodePods<Arc<PodFacts>> {
         let mut charges = Vec::with_capacity(self.charges.len() - self.stale);
         for p in &mut self.pods {
             let start = charges.len();
-            charges.extend_from_slice(&self.charges[p.charges.clone()]);
-            p.charges = start..charges.len();
+            charges.extend_from_slice(&self.charges[p.span()]);
+            p.charges = start as u32..charges.len() as u32;
         }
         self.charges = charges;
         self.stale = 0;
@@ -289,7 +298,7 @@ impl NodePods<Arc<PodFacts>> {
             out.pods.push(held);
             let i = out.pods.len() - 1;
             out.add_slices(i, true);
-            out.seal(out.pods[i].charges.clone());
+            out.seal(out.pods[i].span());
         }
         out
     }

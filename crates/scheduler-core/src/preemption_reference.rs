@@ -12,7 +12,7 @@ use std::cmp::Reverse;
 
 use std::borrow::Borrow;
 
-use super::pods::{Charge, NodePods};
+use super::pods::NodePods;
 use super::{PdbFacts, PodFacts, Preemptor, Veto, fits};
 use crate::snapshot::NodeSnapshot;
 
@@ -35,7 +35,8 @@ type Cost = (usize, i32, usize, i64, u64, u64);
 /// The eligible pods of a node and their charges.
 struct Pool<'a> {
     pods: Vec<Eligible<'a>>,
-    charges: Vec<Charge>,
+    /// `(gpu, slots, MiB, cores)`, `gpu` an index of the node's GPUs.
+    charges: Vec<(usize, u32, u64, u64)>,
 }
 
 impl<'a> std::ops::Index<usize> for Pool<'a> {
@@ -46,7 +47,7 @@ impl<'a> std::ops::Index<usize> for Pool<'a> {
 }
 
 impl Pool<'_> {
-    fn charges_of(&self, i: usize) -> &[Charge] {
+    fn charges_of(&self, i: usize) -> &[(usize, u32, u64, u64)] {
         &self.charges[self.pods[i].charges.clone()]
     }
 }
@@ -104,7 +105,7 @@ pub(super) fn choose<'a, F: Borrow<PodFacts>>(
         }
         let start = pool.charges.len();
         for &(g, slots, mem, cores) in pods.charges_of(k) {
-            if let Some(g) = on_node[g] {
+            if let Some(g) = on_node[g as usize] {
                 pool.charges.push((g, slots, mem, cores));
             }
         }

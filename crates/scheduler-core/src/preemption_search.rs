@@ -96,7 +96,9 @@ impl<F: Borrow<PodFacts>> View<'_, F> {
         self.pods
             .charges_of(k)
             .iter()
-            .filter_map(|&(id, slots, mem, cores)| self.on_node[id].map(|g| (g, slots, mem, cores)))
+            .filter_map(|&(id, slots, mem, cores)| {
+                self.on_node[id as usize].map(|g| (g, slots, mem, cores))
+            })
     }
 
     /// May be named: not protected, below the preemptor, holding a slice on the node.
