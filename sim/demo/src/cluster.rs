@@ -125,7 +125,14 @@ impl Cluster {
         runtime: RuntimeKind,
         progress: &mut Progress<'_>,
     ) -> anyhow::Result<Cluster> {
-        let workdir = std::env::temp_dir().join(format!("hami-demo-{}", std::process::id()));
+        // One directory per cluster, not per process: a test binary starts several clusters, and
+        // one left behind by a panicked test must not hand its sockets to the next.
+        static NEXT_WORKDIR: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let workdir = std::env::temp_dir().join(format!(
+            "hami-demo-{}-{}",
+            std::process::id(),
+            NEXT_WORKDIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
         std::fs::create_dir_all(&workdir)?;
 
         let api = match ApiServer::start(Config {
