@@ -36,15 +36,17 @@ pub fn new_uid() -> String {
     bytes[8..].copy_from_slice(&b.to_be_bytes());
     bytes[6] = (bytes[6] & 0x0f) | 0x40;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    // 8-4-4-4-12 hex digits, written directly (every create takes one).
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(36);
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0x0f)] as char);
+    }
+    out
 }
 
 /// The 5-character suffix alphabet Kubernetes uses for `generateName` (no vowels, no 0/1/3).
@@ -154,6 +156,13 @@ mod tests {
         let u = new_uid();
         assert_eq!(u.len(), 36);
         assert_eq!(&u[14..15], "4");
+        assert!("89ab".contains(&u[19..20]), "{u}: RFC 4122 variant");
+        for (i, c) in u.char_indices() {
+            match i {
+                8 | 13 | 18 | 23 => assert_eq!(c, '-', "{u}"),
+                _ => assert!(c.is_ascii_hexdigit() && !c.is_ascii_uppercase(), "{u}"),
+            }
+        }
         assert_ne!(new_uid(), new_uid());
     }
 

@@ -13,7 +13,7 @@ use crate::patch::{self, PatchType};
 use crate::resources::{self, ResourceType};
 use crate::route::ResourceRoute;
 use crate::status::ApiError;
-use crate::store::{ListOptions, Subresource, WriteContext};
+use crate::store::{Committed, ListOptions, Subresource, WriteContext};
 use crate::strategy;
 
 use super::{AppState, Params, store_ns};
@@ -151,7 +151,7 @@ pub(super) async fn create_with_admission(
     r: &'static ResourceType,
     ns: Option<&str>,
     obj: Value,
-) -> Result<Value, ApiError> {
+) -> Result<Committed, ApiError> {
     let mwc = resources::lookup(
         "admissionregistration.k8s.io",
         "v1",
@@ -193,7 +193,5 @@ pub(super) async fn create_with_admission(
         )
         .await?;
     }
-    let created = st.write_ctx(ctx, |s| s.create(r, ns, prepared))?;
-    // The store keeps its own serialised copy: the tree committed is ours alone.
-    Ok(Arc::unwrap_or_clone(created))
+    st.write_ctx(ctx, |s| s.create_committed(r, ns, prepared))
 }

@@ -27,7 +27,7 @@ use crate::resources::ResourceType;
 use crate::route::{self, ResourceRoute, Route};
 use crate::state::SharedStore;
 use crate::status::ApiError;
-use crate::store::{Store, WriteContext};
+use crate::store::{Committed, Store, WriteContext};
 use crate::table;
 
 /// Kubernetes' request body limit (3 MiB).
@@ -420,4 +420,16 @@ fn object_response(code: u16, r: &ResourceType, obj: &Value, accept: &str) -> Re
         return json_response(code, &table::table(r, &[obj], None, None));
     }
     json_response(code, obj)
+}
+
+/// [`object_response`] for a write: the JSON the store serialised when it committed the
+/// object (the same text, not serialised again), unless a Table was asked for or nothing
+/// was stored.
+fn committed_response(code: u16, r: &ResourceType, out: &Committed, accept: &str) -> Response {
+    match &out.stored {
+        Some(stored) if !table::wants_table(accept) => {
+            bytes_response(code, stored.json.as_bytes().to_vec())
+        }
+        _ => object_response(code, r, &out.value, accept),
+    }
 }

@@ -19,7 +19,9 @@ use crate::table;
 use super::admitted::{create_with_admission, update_webhooks, update_with_admission};
 use super::list::{list_options, list_request};
 use super::watch::watch_request;
-use super::{AppState, Params, bytes_response, json_response, object_response, store_ns};
+use super::{
+    AppState, Params, bytes_response, committed_response, json_response, object_response, store_ns,
+};
 
 pub(super) async fn resource_request(
     st: &Arc<AppState>,
@@ -80,7 +82,7 @@ pub(super) async fn resource_request(
         let created =
             create_with_admission(st, &ctx, p.user.as_ref(), r, rr.namespace.as_deref(), obj)
                 .await?;
-        return Ok(object_response(201, r, &created, accept));
+        return Ok(committed_response(201, r, &created, accept));
     }
     if (*method == Method::PUT || *method == Method::PATCH)
         && let Some(name) = rr.name.clone()
@@ -109,7 +111,7 @@ pub(super) async fn resource_request(
             let created =
                 create_with_admission(st, &ctx, p.user.as_ref(), r, rr.namespace.as_deref(), obj)
                     .await?;
-            Ok(object_response(201, r, &created, accept))
+            Ok(committed_response(201, r, &created, accept))
         }
         ("POST", Some(name), Some("binding")) => {
             let b = codec::decode_object(ct, body)?;
@@ -170,12 +172,12 @@ pub(super) async fn resource_request(
                 create_with_admission(st, &ctx, p.user.as_ref(), r, rr.namespace.as_deref(), obj)
                     .await?
             } else {
-                Arc::unwrap_or_clone(
-                    st.write_ctx(&ctx, |s| s.patch(r, &ns, name, ty, &patch_body, subres))?,
-                )
+                st.write_ctx(&ctx, |s| {
+                    s.patch_committed(r, &ns, name, ty, &patch_body, subres)
+                })?
             };
             let code = if existed { 200 } else { 201 };
-            Ok(object_response(code, r, &out, accept))
+            Ok(committed_response(code, r, &out, accept))
         }
         ("DELETE", Some(name), None) => {
             let opts = codec::decode_delete_options(ct, body)?;

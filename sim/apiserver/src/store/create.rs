@@ -11,7 +11,7 @@ use crate::resources::ResourceType;
 use crate::status::ApiError;
 use crate::strategy;
 
-use super::{EventType, Store, check_rv_type, resource_index, set_meta};
+use super::{Committed, EventType, Store, check_rv_type, resource_index, set_meta};
 
 impl Store {
     /// Checks apiVersion and kind of a request body against the endpoint; fills them if absent.
@@ -104,6 +104,16 @@ impl Store {
         ns: Option<&str>,
         obj: Value,
     ) -> Result<Arc<Value>, ApiError> {
+        self.create_committed(r, ns, obj).map(|c| c.value)
+    }
+
+    /// [`Store::create`], with the stored form of the object.
+    pub fn create_committed(
+        &mut self,
+        r: &'static ResourceType,
+        ns: Option<&str>,
+        obj: Value,
+    ) -> Result<Committed, ApiError> {
         let mut obj = self.prepare_create(r, ns, obj)?;
         let name = match crate::meta::at(&obj, "/metadata/name").and_then(Value::as_str) {
             Some(n) if !n.is_empty() => n.to_string(),
@@ -182,6 +192,6 @@ impl Store {
         }
         managed_fields::write_entries(&mut obj, &entries);
         crate::depth::check(r.group, r.kind, &name, &obj)?;
-        Ok(self.commit(r, key, obj, None, EventType::Added))
+        Ok(self.commit_full(r, key, obj, None, EventType::Added))
     }
 }

@@ -79,7 +79,7 @@ impl Store {
                     .collect();
                 for k in keys {
                     if let Some(prev) = self.objects[resource_index(rt)].get(&k).cloned() {
-                        self.commit(rt, k, prev.to_value(), Some(prev), EventType::Deleted);
+                        self.commit_delete(rt, k, prev);
                     }
                 }
             }

@@ -11,7 +11,7 @@ use crate::resources::{RESOURCES, ResourceType};
 use crate::status::ApiError;
 use crate::stored::StoredObject;
 
-use super::{EventType, Key, Store, WatchEvent, obj_rv, resource_index, set_meta};
+use super::{Committed, EventType, Key, Store, WatchEvent, obj_rv, resource_index, set_meta};
 
 impl Store {
     /// Drains the events produced by writes since the last call (for broadcasting).
@@ -53,16 +53,67 @@ impl Store {
         &mut self,
         r: &'static ResourceType,
         key: Key,
-        mut obj: Value,
+        obj: Value,
         prev: Option<Arc<StoredObject>>,
         ty: EventType,
     ) -> Arc<Value> {
+        self.commit_full(r, key, obj, prev, ty).value
+    }
+
+    /// [`Store::commit`], with the stored form too.
+    pub(super) fn commit_full(
+        &mut self,
+        r: &'static ResourceType,
+        key: Key,
+        mut obj: Value,
+        prev: Option<Arc<StoredObject>>,
+        ty: EventType,
+    ) -> Committed {
         if self.ctx.dry_run {
-            return Arc::new(obj);
+            return Committed {
+                value: Arc::new(obj),
+                stored: None,
+            };
         }
         self.rv += 1;
         set_meta(&mut obj, "resourceVersion", json!(self.rv.to_string()));
         let stored = Arc::new(StoredObject::from_value(r, &obj));
+        self.record(r, key, stored.clone(), prev, ty, Some(&obj));
+        Committed {
+            value: Arc::new(obj),
+            stored: Some(stored),
+        }
+    }
+
+    /// Deletes a stored object as [`Store::commit`] would with its last state, without
+    /// parsing it: the DELETED event carries the same text with the deletion's
+    /// resourceVersion (expired Events and their mirrors, a namespace's contents).
+    pub(super) fn commit_delete(
+        &mut self,
+        r: &'static ResourceType,
+        key: Key,
+        prev: Arc<StoredObject>,
+    ) {
+        if self.ctx.dry_run {
+            return;
+        }
+        self.rv += 1;
+        let stored = Arc::new(prev.with_resource_version(r, self.rv));
+        self.record(r, key, stored, Some(prev), EventType::Deleted, None);
+    }
+
+    /// A committed change's bookkeeping: the object stored (or removed), Events' TTL, the
+    /// watch event in the history and for the broadcast, the Event mirror, expired Events.
+    /// `value` is the object as a tree, where the caller has it (not for a delete).
+    fn record(
+        &mut self,
+        r: &'static ResourceType,
+        key: Key,
+        stored: Arc<StoredObject>,
+        prev: Option<Arc<StoredObject>>,
+        ty: EventType,
+        value: Option<&Value>,
+    ) {
         let idx = resource_index(r);
         let map = &mut self.objects[idx];
         if ty == EventType::Deleted {
@@ -87,7 +138,6 @@ impl Store {
             object: stored,
             prev,
         });
-        let obj = Arc::new(obj);
         self.history.push_back(ev.clone());
         self.history_times.push_back(now);
         while self.history.len() > self.history_limit
@@ -101,14 +151,14 @@ impl Store {
                 self.compacted_rv = old.rv;
             }
         }
-        self.pending.push(ev);
+        // In resourceVersion order: the Event before its mirror.
+        self.pending.push(ev.clone());
         if r.group == "events.k8s.io" && r.plural == "events" {
-            self.mirror_event(ty, &obj);
+            self.mirror_event(ty, &ev.namespace, &ev.name, value);
         }
         if !self.expiring {
             self.expire_events(now);
         }
-        obj
     }
 
     /// Deletes the Events past their TTL or beyond the count bound (DELETED events for
@@ -118,31 +168,27 @@ impl Store {
         while let Some((idx, key)) = self.event_expiry.next_expired(now) {
             let r = &RESOURCES[idx];
             if let Some(prev) = self.objects[idx].get(&key).cloned() {
-                self.commit(r, key, prev.to_value(), Some(prev), EventType::Deleted);
+                self.commit_delete(r, key, prev);
             }
         }
         self.expiring = false;
     }
 
-    /// Keeps the core `v1` copy of an `events.k8s.io/v1` Event (see `event_mirror`).
-    fn mirror_event(&mut self, ty: EventType, event: &Value) {
+    /// Keeps the core `v1` copy of the `events.k8s.io/v1` Event `ns`/`name` (see
+    /// `event_mirror`); `event` is its new state (None for a delete).
+    fn mirror_event(&mut self, ty: EventType, ns: &str, name: &str, event: Option<&Value>) {
         let Some(core) = crate::resources::lookup("", "v1", "events") else {
             return;
         };
-        let ns = crate::meta::at(event, "/metadata/namespace").and_then(Value::as_str);
-        let name = crate::meta::at(event, "/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let key = Self::key(core, ns, name);
+        let key = Self::key(core, Some(ns), name);
         let prev = self.stored_at(core, &key);
-        match ty {
-            EventType::Deleted => {
+        match (ty, event) {
+            (EventType::Deleted, _) | (_, None) => {
                 if let Some(prev) = prev {
-                    let last = prev.to_value();
-                    self.commit(core, key, last, Some(prev), EventType::Deleted);
+                    self.commit_delete(core, key, prev);
                 }
             }
-            _ => {
+            (_, Some(event)) => {
                 let mirrored = crate::event_mirror::to_core(event);
                 let kind = if prev.is_some() {
                     EventType::Modified

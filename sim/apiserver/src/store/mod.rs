@@ -66,6 +66,17 @@ pub struct WatchEvent {
     pub prev: Option<Arc<StoredObject>>,
 }
 
+/// What a write leaves: the object as a tree, and as stored (its JSON text, shared with the
+/// watch event) unless nothing was stored (a dry run). The HTTP layer answers with the
+/// stored text instead of serialising the tree a second time.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    /// The object after the write.
+    pub value: Arc<Value>,
+    /// The object as stored; None when the write stored nothing (`dryRun`).
+    pub stored: Option<Arc<StoredObject>>,
+}
+
 /// Which part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subresource {

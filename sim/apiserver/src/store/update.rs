@@ -13,7 +13,8 @@ use crate::status::ApiError;
 use crate::strategy;
 
 use super::{
-    EventType, Store, Subresource, check_rv_type, copy_meta, finalizers_empty, obj_rv, set_meta,
+    Committed, EventType, Store, Subresource, check_rv_type, copy_meta, finalizers_empty, obj_rv,
+    set_meta,
 };
 
 /// Whether a `/status` write keeps the metadata it carries, as upstream's pod and node
@@ -70,6 +71,7 @@ impl Store {
     ) -> Result<Arc<Value>, ApiError> {
         let current = self.get(r, ns, name)?;
         self.update_from(r, ns, name, obj, sub, current)
+            .map(|c| c.value)
     }
 
     /// `update` against an already-parsed current state (saves a parse on the patch path).
@@ -81,7 +83,7 @@ impl Store {
         mut obj: Value,
         sub: Subresource,
         current: Arc<Value>,
-    ) -> Result<Arc<Value>, ApiError> {
+    ) -> Result<Committed, ApiError> {
         Self::check_type(r, &mut obj)?;
         crate::quantity::canonicalize_object(r, &mut obj)?;
         match obj.pointer("/metadata/name").and_then(Value::as_str) {
@@ -154,7 +156,7 @@ impl Store {
         }
         if new == *current {
             // A no-op write does not bump the resourceVersion, as in Kubernetes.
-            return Ok(current);
+            return Ok(self.unchanged(r, ns, name, current));
         }
         if !self.applying {
             let mut entries = managed_fields::read_entries(&new);
@@ -175,10 +177,18 @@ impl Store {
         let key = Self::key(r, Some(ns), name);
         if current.pointer("/metadata/deletionTimestamp").is_some() && finalizers_empty(&new) {
             let prev = self.stored_at(r, &key);
-            return Ok(self.commit(r, key, new, prev, EventType::Deleted));
+            return Ok(self.commit_full(r, key, new, prev, EventType::Deleted));
         }
         let prev = self.stored_at(r, &key);
-        Ok(self.commit(r, key, new, prev, EventType::Modified))
+        Ok(self.commit_full(r, key, new, prev, EventType::Modified))
+    }
+
+    /// What a write that changed nothing answers: the object as it is stored.
+    fn unchanged(&self, r: &ResourceType, ns: &str, name: &str, current: Arc<Value>) -> Committed {
+        Committed {
+            value: current,
+            stored: self.get_stored(r, ns, name).ok(),
+        }
     }
 
     /// Stores an UPDATE that mutating admission has seen: `obj` is what [`Store::update`] or
@@ -212,7 +222,7 @@ impl Store {
         self.applying = sub == Subresource::Main;
         let out = self.update_from(r, ns, name, obj, sub, current);
         self.applying = false;
-        out
+        out.map(|c| c.value)
     }
 
     /// Applies a patch (PATCH). A `metadata.resourceVersion` left in the patched object that
@@ -227,6 +237,20 @@ impl Store {
         body: &Value,
         sub: Subresource,
     ) -> Result<Arc<Value>, ApiError> {
+        self.patch_committed(r, ns, name, ty, body, sub)
+            .map(|c| c.value)
+    }
+
+    /// [`Store::patch`], with the stored form of the object.
+    pub fn patch_committed(
+        &mut self,
+        r: &'static ResourceType,
+        ns: &str,
+        name: &str,
+        ty: PatchType,
+        body: &Value,
+        sub: Subresource,
+    ) -> Result<Committed, ApiError> {
         let current = match self.get(r, ns, name) {
             Ok(c) => c,
             Err(e) if ty == PatchType::Apply && sub == Subresource::Main => {
@@ -243,7 +267,7 @@ impl Store {
                 }
                 set_meta(&mut obj, "name", json!(name));
                 self.applying = true;
-                let out = self.create(r, Some(ns), obj);
+                let out = self.create_committed(r, Some(ns), obj);
                 self.applying = false;
                 return out;
             }
@@ -290,7 +314,7 @@ impl Store {
             copy_meta(&current, &mut without_mf, "managedFields");
             if same_fields && without_mf == *current {
                 // Re-applying the same configuration changes nothing (not even timestamps).
-                return Ok(current);
+                return Ok(self.unchanged(r, ns, name, current));
             }
             managed_fields::write_entries(&mut merged, &entries);
             merged
