@@ -30,6 +30,7 @@ use hami_scheduler::quota_gate::filter_within_quota;
 use hami_scheduler::runtime::Scheduler;
 use hami_scheduler::state::ClusterState;
 use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -175,6 +176,78 @@ fn filter_latency(nodes: usize, quota_mode: Quota) {
     );
 }
 
+/// The harness's view of a watched object: the metadata a watch resumes from and the harness
+/// reads (name, namespace, resourceVersion, annotations), and a pod's node. The harness's
+/// watchers used to decode every Pod and Node whole (managedFields, spec, status: ≈ 0.5 G
+/// instructions a spread run) to read these, on the 2 cores the scheduler under test has.
+#[derive(Clone, Debug)]
+struct Lite<K> {
+    metadata: ObjectMeta,
+    node_name: Option<String>,
+    kind: std::marker::PhantomData<fn() -> K>,
+}
+
+#[derive(serde::Deserialize)]
+struct LiteRaw {
+    metadata: LiteMeta,
+    spec: Option<LiteSpec>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LiteMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    resource_version: Option<String>,
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LiteSpec {
+    node_name: Option<String>,
+}
+
+impl<'de, K> serde::Deserialize<'de> for Lite<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = LiteRaw::deserialize(d)?;
+        Ok(Lite {
+            metadata: ObjectMeta {
+                name: raw.metadata.name,
+                namespace: raw.metadata.namespace,
+                resource_version: raw.metadata.resource_version,
+                annotations: raw.metadata.annotations,
+                ..ObjectMeta::default()
+            },
+            node_name: raw.spec.and_then(|s| s.node_name),
+            kind: std::marker::PhantomData,
+        })
+    }
+}
+
+impl<K: kube::Resource<DynamicType = ()>> kube::Resource for Lite<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::version(dt)
+    }
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// The names of the bound pods, fed by one pod watch: the harness waits on it instead of
 /// polling. Each in-flight pod used to be GET every 5 ms (64 × 200/s, and the plugin
 /// stand-in as many again) — on 2 cores that load competed with the scheduler it measured.
@@ -186,18 +259,13 @@ struct Bound {
 
 impl Bound {
     async fn watch(self: Arc<Self>, client: Client) {
-        let pods: Api<Pod> = Api::namespaced(client, "default");
+        let pods: Api<Lite<Pod>> = Api::namespaced(client, "default");
         let stream = watcher(pods, watcher::Config::default())
             .default_backoff()
             .applied_objects();
         futures::pin_mut!(stream);
         while let Some(Ok(pod)) = stream.next().await {
-            if pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_some()
-            {
+            if pod.node_name.is_some() {
                 let name = pod.metadata.name.clone().unwrap_or_default();
                 self.names.lock().unwrap().insert(name);
                 self.changed.notify_waiters();
@@ -218,7 +286,7 @@ impl Bound {
 
 /// Releases a node's lock as soon as its owner pod is bound (the plugin's last step).
 async fn plugin_stand_in(client: Client, bound: Arc<Bound>) {
-    let nodes: Api<Node> = Api::all(client.clone());
+    let nodes: Api<Lite<Node>> = Api::all(client.clone());
     let stream = watcher(nodes.clone(), watcher::Config::default())
         .default_backoff()
         .applied_objects();
@@ -240,7 +308,7 @@ async fn plugin_stand_in(client: Client, bound: Arc<Bound>) {
             let Some(owner) = NodeLock::parse(&value).ok().and_then(|l| l.owner) else {
                 return;
             };
-            let pods: Api<Pod> = Api::namespaced(client, &owner.namespace);
+            let pods: Api<Lite<Pod>> = Api::namespaced(client, &owner.namespace);
             if tokio::time::timeout(Duration::from_secs(1), bound.wait_for(&owner.name))
                 .await
                 .is_err()
