@@ -56,14 +56,43 @@ async fn create_pod(client: &Client, pod: &Pod) -> Result<Pod, kube::Error> {
         .await
 }
 
+/// Creates the pod [`gpu_pod`] builds; panics naming it when refused.
+async fn created_pod(client: &Client, name: &str, limits: Value, finalizer: bool) -> Pod {
+    create_pod(client, &gpu_pod(name, limits, finalizer))
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The node registration of one NVIDIA A100 (40960 MiB) shared 10 ways.
+fn a100_register() -> String {
+    let a100 = DeviceInfo {
+        id: "GPU-A100".into(),
+        count: 10,
+        devmem: 40_960,
+        devcore: 100,
+        device_type: "NVIDIA A100".into(),
+        health: true,
+        ..Default::default()
+    };
+    encode_node_devices(&[a100]).unwrap()
+}
+
+/// A scheduler started on `client`, once it has synced and listed the quota.
+async fn scheduler_seeing_quota(client: &Client) -> Arc<Scheduler> {
+    let s = common::start_scheduler(client);
+    common::wait("the scheduler syncs and sees the quota", || async {
+        s.ready() && s.state().quota.ledger().governs("default")
+    })
+    .await;
+    s
+}
+
 /// One AMD slice of `mib` MiB and 10 % of the GPU (node `n` of [`common::cluster`]
 /// offers 1000 MiB and 100 CUs; without `gpucores` a slice takes every CU).
 async fn amd_pod(client: &Client, name: &str, mib: u32, finalizer: bool) -> Pod {
     let limits =
         json!({"amd.com/gpu": "1", "amd.com/gpumem": mib.to_string(), "amd.com/gpucores": "10"});
-    create_pod(client, &gpu_pod(name, limits, finalizer))
-        .await
-        .unwrap()
+    created_pod(client, name, limits, finalizer).await
 }
 
 fn used(s: &Scheduler, key: QuotaKey) -> u64 {
@@ -76,11 +105,7 @@ async fn scheduler_with_quota(
 ) -> (hami_apiserver::RunningApiServer, Client, Arc<Scheduler>) {
     let (api, client) = common::cluster().await;
     create_quota(&client, "gpus", hard).await;
-    let s = common::start_scheduler(&client);
-    common::wait("the scheduler syncs and sees the quota", || async {
-        s.ready() && s.state().quota.ledger().governs("default")
-    })
-    .await;
+    let s = scheduler_seeing_quota(&client).await;
     (api, client, s)
 }
 
@@ -110,20 +135,11 @@ async fn event_note(client: &Client, name: &str, reason: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhook_refuses_pods_over_the_quota_for_amd_and_nvidia() {
     let (api, client) = common::tls_api().await;
-    let a100 = DeviceInfo {
-        id: "GPU-A100".into(),
-        count: 10,
-        devmem: 40_960,
-        devcore: 100,
-        device_type: "NVIDIA A100".into(),
-        health: true,
-        ..Default::default()
-    };
     common::create_node(
         &client,
         json!({"annotations": {
             "hami.io/node-amd-register": common::AMD_REGISTER,
-            "hami.io/node-nvidia-register": encode_node_devices(&[a100]).unwrap()}}),
+            "hami.io/node-nvidia-register": a100_register()}}),
         json!({"capacity": {"amd.com/gpu": "10", "nvidia.com/gpu": "10"}}),
     )
     .await;
@@ -190,9 +206,7 @@ async fn the_webhook_refuses_pods_over_the_quota_for_amd_and_nvidia() {
             json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}),
         ),
     ] {
-        create_pod(&c.client, &gpu_pod(name, limits, false))
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        created_pod(&c.client, name, limits, false).await;
     }
 }
 
@@ -253,9 +267,7 @@ async fn a_pod_over_its_quota_on_one_node_is_placed_on_a_node_within_it() {
     .await;
     let limits =
         json!({"amd.com/gpu": "1", "amd.com/gpumem-percentage": "50", "amd.com/gpucores": "10"});
-    let pod = create_pod(&client, &gpu_pod("half", limits, false))
-        .await
-        .unwrap();
+    let pod = created_pod(&client, "half", limits, false).await;
     let args = serde_json::from_value(json!({"pod": pod, "nodenames": ["n", "s"]})).unwrap();
     let result = s.filter(args).await;
     assert_eq!(result.nodenames, Some(vec!["s".to_string()]), "{result:?}");
@@ -308,19 +320,10 @@ async fn a_restarted_scheduler_rebuilds_usage_from_annotations_and_still_refuses
 async fn nvidia_pods_race_for_the_last_quota_and_a_restart_counts_the_real_mib() {
     const NV_MEM: QuotaKey = QuotaKey::new(Vendor::Nvidia, Dimension::MemoryMib);
     let (_api, client) = common::api().await;
-    let a100 = DeviceInfo {
-        id: "GPU-A100".into(),
-        count: 10,
-        devmem: 40_960,
-        devcore: 100,
-        device_type: "NVIDIA A100".into(),
-        health: true,
-        ..Default::default()
-    };
     common::create_node(
         &client,
         json!({"annotations": {
-            "hami.io/node-nvidia-register": encode_node_devices(&[a100]).unwrap()}}),
+            "hami.io/node-nvidia-register": a100_register()}}),
         json!({"capacity": {"nvidia.com/gpu": "10"}, "allocatable": {"nvidia.com/gpu": "10"}}),
     )
     .await;
@@ -330,23 +333,11 @@ async fn nvidia_pods_race_for_the_last_quota_and_a_restart_counts_the_real_mib()
         json!({"limits.nvidia.com/gpumem": "30000"}),
     )
     .await;
-    let start = || async {
-        let s = common::start_scheduler(&client);
-        common::wait("the scheduler syncs and sees the quota", || async {
-            s.ready() && s.state().quota.ledger().governs("default")
-        })
-        .await;
-        s
-    };
-    let s = start().await;
+    let s = scheduler_seeing_quota(&client).await;
     let limits = json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50",
         "nvidia.com/gpucores": "10"});
-    let a = create_pod(&client, &gpu_pod("a", limits.clone(), false))
-        .await
-        .unwrap();
-    let b = create_pod(&client, &gpu_pod("b", limits, false))
-        .await
-        .unwrap();
+    let a = created_pod(&client, "a", limits.clone(), false).await;
+    let b = created_pod(&client, "b", limits, false).await;
     let (ra, rb) = tokio::join!(
         s.filter(common::filter_args(&a)),
         s.filter(common::filter_args(&b))
@@ -362,7 +353,7 @@ async fn nvidia_pods_race_for_the_last_quota_and_a_restart_counts_the_real_mib()
     );
     assert_eq!(used(&s, NV_MEM), 20_480);
     drop(s);
-    let s = start().await;
+    let s = scheduler_seeing_quota(&client).await;
     common::wait("the new scheduler counts the winner again", || async {
         used(&s, NV_MEM) == 20_480
     })
