@@ -278,8 +278,8 @@ impl Scheduler {
         result
     }
 
-    async fn filter_inner(self: &Arc<Self>, args: ExtenderArgs) -> ExtenderFilterResult {
-        let Some(pod) = args.pod.clone() else {
+    async fn filter_inner(self: &Arc<Self>, mut args: ExtenderArgs) -> ExtenderFilterResult {
+        let Some(pod) = args.pod.take() else {
             return ExtenderFilterResult {
                 error: "filter request carries no pod".into(),
                 ..Default::default()
@@ -291,7 +291,11 @@ impl Scheduler {
                 ..Default::default()
             };
         }
-        let names = candidate_names(&args);
+        // The request is ours: its names move into the decision instead of being copied.
+        let names = args
+            .nodenames
+            .take()
+            .unwrap_or_else(|| candidate_names(&args));
         let decision = {
             let mut state = self.state();
             // A plugin that stopped refreshing is withdrawn by time alone (`heartbeat`).
