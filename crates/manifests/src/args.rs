@@ -83,6 +83,9 @@ pub struct ManifestsArgs {
     /// Prometheus the web UI reads the monitors' series from [webui.prometheusUrl].
     #[arg(long, value_name = "URL", requires = "webui")]
     pub webui_prometheus_url: Option<String>,
+    /// Grafana whose hami-rs dashboards the web UI links for longer ranges [webui.grafanaUrl].
+    #[arg(long, value_name = "URL", requires = "webui")]
+    pub webui_grafana_url: Option<String>,
 }
 
 fn parse_image(what: &str, reference: &str) -> Result<Image, crate::Error> {
@@ -162,6 +165,9 @@ impl ManifestsArgs {
         if let Some(url) = &self.webui_prometheus_url {
             v.webui.prometheus_url.clone_from(url);
         }
+        if let Some(url) = &self.webui_grafana_url {
+            v.webui.grafana_url.clone_from(url);
+        }
         s.validate().map_err(crate::Error::Invalid)?;
         Ok(s)
     }
@@ -220,6 +226,30 @@ mod tests {
             "{args:?}"
         );
         assert!(Cli::try_parse_from(["x", "--webui-prometheus-url", "http://p"]).is_err());
+        let (_, args) = has_ui(&[
+            "x",
+            "--webui",
+            "--webui-grafana-url",
+            "https://grafana.example",
+        ]);
+        assert!(
+            args.contains(&"--grafana-url=https://grafana.example".to_string()),
+            "{args:?}"
+        );
+        assert!(
+            !has_ui(&["x", "--webui"])
+                .1
+                .iter()
+                .any(|a| a.starts_with("--grafana-url"))
+        );
+        for bad in ["grafana:3000", "https://", "https://g?x=1", "https://g a"] {
+            let why = Cli::parse_from(["x", "--webui", "--webui-grafana-url", bad])
+                .args
+                .settings()
+                .unwrap_err()
+                .to_string();
+            assert!(why.contains("webui.grafanaUrl"), "{bad}: {why}");
+        }
     }
 
     #[test]

@@ -318,6 +318,8 @@ pub struct WebuiValues {
     pub enabled: bool,
     /// Prometheus whose `/federate` has the monitors' series; empty for none.
     pub prometheus_url: String,
+    /// Grafana whose hami-rs dashboards the pages link for longer ranges; empty for none.
+    pub grafana_url: String,
     /// Where its pod runs.
     #[serde(flatten)]
     pub pod: PodPlacement,
@@ -484,6 +486,19 @@ impl Settings {
             ));
         }
 
+        let grafana = &v.webui.grafana_url;
+        let address = grafana
+            .strip_prefix("https://")
+            .or_else(|| grafana.strip_prefix("http://"));
+        if !grafana.is_empty()
+            && (address.is_none_or(|a| a.split('/').next().is_none_or(str::is_empty))
+                || grafana.contains(['?', '#'])
+                || grafana.chars().any(char::is_whitespace))
+        {
+            return Err(format!(
+                "webui.grafanaUrl {grafana:?}: give Grafana's http:// or https:// root address alone (no query, fragment or spaces), e.g. https://grafana.example.com"
+            ));
+        }
         if v.scheduler.replicas < 1 {
             return Err(format!(
                 "scheduler.replicas {} must be at least 1",

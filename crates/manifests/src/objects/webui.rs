@@ -25,6 +25,10 @@ pub fn webui_args(settings: &Settings) -> Vec<String> {
     if !url.is_empty() {
         args.push(format!("--prometheus={url}"));
     }
+    let grafana = &settings.values.webui.grafana_url;
+    if !grafana.is_empty() {
+        args.push(format!("--grafana-url={grafana}"));
+    }
     args.push(s(if settings.values.dra_plugin.enabled {
         "--dra"
     } else {

@@ -72,7 +72,7 @@ fn variants() -> Vec<(&'static str, &'static str, Value)> {
             "cdi": {"enabled": true, "specDir": "/etc/cdi"},
         },
         "monitor": {"enabled": false, "legacyMetrics": "none"},
-        "webui": {"enabled": true, "prometheusUrl": "http://prometheus.monitoring:9090"},
+        "webui": {"enabled": true, "prometheusUrl": "http://prometheus.monitoring:9090", "grafanaUrl": "https://grafana.example"},
         "nodeLabeller": {"enabled": false},
         "serviceMonitor": {"enabled": true, "labels": {"release": "kube-prometheus-stack"}, "interval": "30s"},
     });
@@ -272,6 +272,14 @@ fn bad_values_fail_at_render_with_a_message_naming_the_value() {
             "/devicePlugin/cdi/specDir",
         ),
         (json!({"monitor": {"enabled": "yes"}}), "/monitor/enabled"),
+        (
+            json!({"webui": {"grafanaUrl": "grafana:3000"}}),
+            "/webui/grafanaUrl",
+        ),
+        (
+            json!({"webui": {"grafanaUrl": "https://g\n- --listen=0.0.0.0:1"}}),
+            "/webui/grafanaUrl",
+        ),
         (
             json!({"monitor": {"legacyMetrics": "some"}}),
             "/monitor/legacyMetrics",
