@@ -14,7 +14,10 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
+mod pki;
+use pki::pki;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -29,10 +32,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair,
-};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
@@ -44,15 +43,6 @@ struct Cli {
     args: SchedulerArgs,
 }
 
-struct Pki {
-    dir: PathBuf,
-    ca_pem: String,
-    /// A client certificate from the CA (clientAuth).
-    client: ClientIdentity,
-    /// The serving certificate and key (serverAuth only, as kube-webhook-certgen issues).
-    server: ClientIdentity,
-}
-
 /// How the extender listener authenticates its callers in a scenario.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
@@ -60,62 +50,6 @@ enum Mode {
     Ca,
     /// `--client-cert-pin-file`: the serving certificate itself, presented by everyone.
     Pin,
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn pki(tag: &str) -> Pki {
-    let dir = std::env::temp_dir().join(format!("hami-ha-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "hami test CA");
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let leaf = |sans: Vec<String>, usage: ExtendedKeyUsagePurpose, name: &str| {
-        let mut p = CertificateParams::new(sans).unwrap();
-        p.extended_key_usages = vec![usage];
-        p.distinguished_name.push(DnType::CommonName, name);
-        let key = KeyPair::generate().unwrap();
-        let cert = p.signed_by(&key, &ca).unwrap();
-        (cert.pem(), key.serialize_pem())
-    };
-    let (server, server_key) = leaf(
-        vec![SERVER_NAME.into()],
-        ExtendedKeyUsagePurpose::ServerAuth,
-        "hami-scheduler",
-    );
-    let (client, client_key) = leaf(
-        vec![],
-        ExtendedKeyUsagePurpose::ClientAuth,
-        "system:kube-scheduler",
-    );
-    for (name, text) in [
-        ("ca.crt", ca.pem()),
-        ("tls.crt", server.clone()),
-        ("tls.key", server_key.clone()),
-        ("client.crt", client.clone()),
-        ("client.key", client_key.clone()),
-    ] {
-        std::fs::write(dir.join(name), text).unwrap();
-    }
-    Pki {
-        dir,
-        ca_pem: ca.pem(),
-        client: ClientIdentity {
-            cert_pem: client.into_bytes(),
-            key_pem: client_key.into_bytes(),
-        },
-        server: ClientIdentity {
-            cert_pem: server.into_bytes(),
-            key_pem: server_key.into_bytes(),
-        },
-    }
 }
 
 struct Ports {
@@ -258,9 +192,7 @@ async fn plugin_stand_in(client: Client) {
 async fn scenario(replicas: usize, subnet: u8, mode: Mode) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let (api, client) = common::cluster().await;
-    // One directory per scenario: two scenarios of two replicas run at once, and a shared
-    // directory let one overwrite (then delete) the other's certificates: a replica served a
-    // certificate its probe did not trust and never looked Ready (CI, stop 36).
+    // Per scenario: two 2-replica scenarios run at once and must not share certificates.
     let pki = pki(&format!("{replicas}-{subnet}"));
     let kubeconfig = pki.dir.join("kubeconfig");
     api.write_kubeconfig(&kubeconfig).unwrap();
@@ -313,8 +245,7 @@ async fn scenario(replicas: usize, subnet: u8, mode: Mode) {
     let ready = |i: usize| {
         let probe = probe.clone();
         let url = format!("https://{}:{}/readyz", ip(i), ports.main);
-        // Why it is not Ready (a refused connection, a failed handshake, the 503's reason):
-        // a timeout says which.
+        // Why not Ready (refused, handshake, the 503's reason): a timeout says which.
         async move {
             match probe.get(&url).await {
                 Ok((status, _)) if status == 200 => Ok(()),
