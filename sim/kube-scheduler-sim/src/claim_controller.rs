@@ -63,6 +63,24 @@ pub async fn ensure_claims(client: &Client, state: &DraState, pod: &Pod) -> Resu
         .filter_map(|s| serde_json::to_value(s).ok())
         .collect();
     let missing = missing(state, pod);
+    // Nothing left to record (an earlier call recorded it after this pod copy was read): a
+    // patch from this copy would replace the recorded list with a stale one (chaos, stop 37).
+    if missing.is_empty() {
+        return Ok(());
+    }
+    // Entries recorded by earlier calls that this (possibly stale) copy does not show yet: the
+    // merge patch replaces the whole list, so keep them.
+    for (key, name) in state
+        .recorded
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|((uid, _), _)| *uid == pod_uid)
+    {
+        if !statuses.iter().any(|s| s["name"] == key.1.as_str()) {
+            statuses.push(json!({"name": key.1, "resourceClaimName": name}));
+        }
+    }
     for (entry, template) in &missing {
         let made = state
             .created
