@@ -8,17 +8,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use hami_apiserver::{ApiServer, Config};
 use hami_scheduler::config::Settings;
-use hami_scheduler::extender::{ExtenderArgs, ExtenderFilterResult};
+use hami_scheduler::extender::ExtenderFilterResult;
 use hami_scheduler::leader::{ElectionConfig, Leadership};
 use hami_scheduler::runtime::Scheduler;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::common::{self, filter_args};
 
 /// A TCP proxy in front of the API server that, while `frozen`, holds back every byte the
 /// server sends on a connection that carried a pod watch request (lists, GETs and patches
@@ -106,21 +107,15 @@ async fn create_pod(client: &Client, name: &str) -> Pod {
         .unwrap()
 }
 
-fn filter_args(pod: &Pod) -> ExtenderArgs {
-    serde_json::from_value(json!({"pod": pod, "nodenames": ["n"]})).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_leader_whose_pod_watch_lags_does_not_give_the_old_leaders_room_away() {
-    let api = ApiServer::start(Config::default()).await.unwrap();
-    let direct = Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
-    let node: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "annotations": {
-        "hami.io/node-amd-register": r#"[{"id":"G","count":10,"devmem":1000,"devcore":100,"type":"AMD Instinct MI210","health":true}]"#}}}))
-    .unwrap();
-    Api::<Node>::all(direct.clone())
-        .create(&PostParams::default(), &node)
-        .await
-        .unwrap();
+    let (api, direct) = common::api().await;
+    common::create_node(
+        &direct,
+        json!({"annotations": {"hami.io/node-amd-register": common::AMD_REGISTER}}),
+        serde_json::Value::Null,
+    )
+    .await;
     let proxy = LaggingPodWatch::start(api.addr()).await;
     let lagging = Client::try_from(kube::Config::new(proxy.url.parse().unwrap())).unwrap();
 
