@@ -73,7 +73,7 @@ fn vanished(e: &io::Error) -> bool {
 /// The facts of one process; `None` when it exited while being read.
 fn read_facts(proc: &ProcRoot, pid: i32, pod_uid: &str, container: &str) -> Option<ProcessFacts> {
     let fds = proc.fd_targets(pid);
-    let environ = proc.read_entry(pid, "environ");
+    let environ = proc.environ(pid);
     let maps = proc.read_entry(pid, "maps");
     let gone = |e: Option<&io::Error>| e.is_some_and(vanished);
     if gone(fds.as_ref().err()) || gone(environ.as_ref().err()) || gone(maps.as_ref().err()) {

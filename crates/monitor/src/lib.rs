@@ -16,6 +16,7 @@ pub mod cgroup;
 pub mod dra_claims;
 pub mod dra_fetch;
 pub mod dra_slices;
+pub mod environ_memory;
 pub mod errors;
 pub mod fdinfo;
 pub mod hami_core_region;

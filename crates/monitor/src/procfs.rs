@@ -48,6 +48,50 @@ impl ProcRoot {
         std::fs::read(self.root.join(pid.to_string()).join(name))
     }
 
+    /// `/proc/<pid>/environ`; when it cannot be opened (mode 0400: a monitor with only
+    /// `CAP_SYS_PTRACE` and another user's process), the same bytes from the process's
+    /// memory ([`crate::environ_memory`]), checked to be still the process whose `stat`
+    /// gave the range (a pid reused meanwhile reads as gone).
+    pub fn environ(&self, pid: i32) -> std::io::Result<Vec<u8>> {
+        let denied = match self.read_entry(pid, "environ") {
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => e,
+            read => return read,
+        };
+        // A stat that cannot be read leaves the environment unreadable, unless the process
+        // is gone.
+        let stat = |what: &str| {
+            std::fs::read_to_string(self.root.join(pid.to_string()).join("stat")).map_err(|e| {
+                let kind = if self.pid_alive(pid) {
+                    std::io::ErrorKind::PermissionDenied
+                } else {
+                    e.kind()
+                };
+                std::io::Error::new(kind, format!("{denied}; stat {what}: {e}"))
+            })
+        };
+        let before = stat("before reading its memory")?;
+        let range = crate::environ_memory::env_range(&before).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("{denied}; /proc/{pid}/stat shows no environment range"),
+            )
+        })?;
+        let bytes = crate::environ_memory::read_memory(pid, range).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                return e;
+            }
+            std::io::Error::new(
+                e.kind(),
+                format!("{denied}; reading it from the process's memory: {e}"),
+            )
+        })?;
+        let identity = |s: &str| crate::hooked_processes::process_identity(pid, s);
+        if identity(&stat("after reading its memory")?) != identity(&before) {
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(bytes)
+    }
+
     /// Link targets of a pid's descriptors (`/proc/<pid>/fd/*`); one closed while the list
     /// is read is skipped.
     pub fn fd_targets(&self, pid: i32) -> std::io::Result<Vec<PathBuf>> {

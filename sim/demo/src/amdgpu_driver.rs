@@ -12,7 +12,7 @@
 //! - `<host pid>/fd/<n>` → `/dev/dri/renderD<minor>` and `<host pid>/fdinfo/<n>` with the
 //!   amdgpu keys (`drm-driver`, `drm-client-id`, `drm-pdev` of the card owning that minor
 //!   from the node's sysfs, `drm-engine-gfx`, `drm-engine-compute` in ns);
-//! - `<host pid>/maps`, `environ`, `comm` → the process's real `/proc/<pid>/` entries (the
+//! - `<host pid>/maps`, `environ`, `comm`, `stat` → the process's real `/proc/<pid>/` entries (the
 //!   kernel's: the monitor's hook check, issue 29, sees the libraries ld.so really mapped
 //!   and the environment the container really got).
 //!
@@ -27,10 +27,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use hami_kubelet_sim::container_runtime::{ContainerRecord, container_of_pid};
+use hami_kubelet_sim::container_runtime::ContainerRecord;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::UnixListener;
 use tokio::task::JoinHandle;
+
+use crate::proc_tree::{cgroup_of, cgroup_text, link_kernel_entries, write_atomically};
 
 /// Render minor → the card's PCI address, from the node's sysfs.
 pub fn render_pdevs(sys_root: &Path) -> HashMap<u32, String> {
@@ -95,33 +97,6 @@ impl AmdgpuDriver {
     }
 }
 
-/// The cgroup of the container `pid` runs in (None outside kubelet-sim's containers).
-fn cgroup_of(shared: &Shared, pid: i32) -> Option<String> {
-    let containers = shared
-        .containers
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    container_of_pid(&containers, pid).map(|c| c.cgroup_path())
-}
-
-/// What the kernel shows as `/proc/<pid>/cgroup`: the container's cgroup kubelet-sim
-/// recorded (its own runtime), else the process's real one (a container of a real runtime,
-/// containerd + runc, whose cgroup paths and hierarchy version are the host's).
-fn cgroup_text(recorded: Option<&str>, pid: i32) -> String {
-    match recorded {
-        Some(path) => format!("0::{path}\n"),
-        None => std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-            .unwrap_or_else(|_| "0::/\n".into()),
-    }
-}
-
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(tmp, path)
-}
-
 fn fdinfo(client: u64, pdev: &str, busy_ns: u64) -> String {
     format!(
         "pos:\t0\nflags:\t02100002\nmnt_id:\t0\ndrm-driver:\tamdgpu\ndrm-client-id:\t{client}\ndrm-pdev:\t{pdev}\ndrm-engine-gfx:\t0 ns\ndrm-engine-compute:\t{busy_ns} ns\n"
@@ -155,7 +130,7 @@ async fn serve_client(stream: tokio::net::UnixStream, shared: &Shared) {
         *next += 1;
         *next - 1
     };
-    let mut cgroup = cgroup_of(shared, pid);
+    let mut cgroup = cgroup_of(&shared.containers, pid);
     let dir = shared.root.join(pid.to_string());
     let fd = client + 2;
     let setup = || -> std::io::Result<()> {
@@ -166,13 +141,8 @@ async fn serve_client(stream: tokio::net::UnixStream, shared: &Shared) {
             &dir.join("fdinfo").join(fd.to_string()),
             &fdinfo(client, &pdev, 0),
         )?;
-        // One link per process, however many clients it holds (a second may race the first).
-        for entry in ["maps", "environ", "comm"] {
-            match std::os::unix::fs::symlink(format!("/proc/{pid}/{entry}"), dir.join(entry)) {
-                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
-                _ => {}
-            }
-        }
+        // One link per process, however many clients it holds.
+        link_kernel_entries(&dir, pid, &["maps", "environ", "comm", "stat"])?;
         let link = dir.join("fd").join(fd.to_string());
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(format!("/dev/dri/renderD{minor}"), link)
@@ -190,7 +160,7 @@ async fn serve_client(stream: tokio::net::UnixStream, shared: &Shared) {
             // A process that connected before kubelet-sim listed its container: its
             // cgroup is known by now (the kernel knows it from the start).
             if cgroup.is_none() {
-                cgroup = cgroup_of(shared, pid);
+                cgroup = cgroup_of(&shared.containers, pid);
                 if let Some(path) = &cgroup {
                     let _ = write_atomically(&dir.join("cgroup"), &format!("0::{path}\n"));
                 }

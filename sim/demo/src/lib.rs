@@ -29,6 +29,7 @@ pub mod dra_node;
 mod examples;
 mod images;
 mod node_start;
+mod proc_tree;
 pub mod real_runtime;
 mod report;
 mod report_dra;

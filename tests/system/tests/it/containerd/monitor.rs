@@ -8,13 +8,22 @@
 //!
 //! The kernel side of the stand-in runtime's DRM files is the demo's `AmdgpuDriver`
 //! (fdinfo and fd links in a proc-shaped tree, the monitor's proc root; each process's
-//! cgroup copied from the kernel's `/proc/<pid>/cgroup`), reached through a socket in the
-//! pod's `/out`.
+//! cgroup copied from the kernel's `/proc/<pid>/cgroup`, its `maps`, `environ` and `comm`
+//! linked to the kernel's), reached through a socket in the pod's `/out`.
+//!
+//! The memory-hook check on the real runtime (issue 29): a tenant's container that makes
+//! ld.so miss the hook (its own `LD_AUDIT`, naming a path the container lacks) and then uses
+//! the GPU is counted unhooked by the monitor — found by the cgroup runc made — and told
+//! once by a `SliceNotEnforced` Event; a hooked pod beside it reads 0.
 
+use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
+use hami_monitor::hook_presence::REASON_SLICE_NOT_ENFORCED;
 use hami_webui::live::{DeviceKey, Live};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
 use super::{AmdNode, NODE, TIMEOUT, containerd, program, start_monitor};
@@ -62,7 +71,13 @@ async fn the_monitor_and_hami_status_see_a_real_containers_memory_and_utilizatio
     result
 }
 
-async fn run(node: &AmdNode, hami: &std::path::Path) -> Result<(), String> {
+/// The stand-in amdgpu driver (its socket in the pods' `/out`, its tree the monitor's
+/// proc root) and the node monitor over it, as the DaemonSet runs it; `observe` runs
+/// between their start and stop, given the monitor's `/metrics` URL and a kubeconfig.
+async fn with_monitor<F: std::future::Future<Output = Result<(), String>>>(
+    node: &AmdNode,
+    observe: impl FnOnce(std::path::PathBuf, String) -> F,
+) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let socket = node.dir.join("out/amdgpu.sock");
     let proc_root = node.dir.join("proc");
@@ -86,10 +101,17 @@ async fn run(node: &AmdNode, hami: &std::path::Path) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let addr = hami_local_ports::free_local_addr();
     let monitor = start_monitor(&addr, &hook_path, &proc_root, &sys_root, &kubeconfig)?;
-    let result = observe(node, hami, &kubeconfig, &format!("http://{addr}/metrics")).await;
+    let result = observe(kubeconfig, format!("http://{addr}/metrics")).await;
     drop(monitor);
     driver.stop();
     result
+}
+
+async fn run(node: &AmdNode, hami: &std::path::Path) -> Result<(), String> {
+    with_monitor(node, |kubeconfig, url| async move {
+        observe(node, hami, &kubeconfig, &url).await
+    })
+    .await
 }
 
 async fn observe(
@@ -187,5 +209,229 @@ async fn observe(
     assert_eq!(gpu["holders"], json!(["default/mon"]), "{status:#}");
     assert_eq!(gpu["memory_used_mib"], 1024, "{status:#}");
     assert_eq!(gpu["cores_used"], 24, "{status:#}");
+    Ok(())
+}
+
+const UNHOOKED: &str = "hami_container_unhooked_processes";
+const HOOK_UNKNOWN: &str = "hami_container_hook_unknown_processes";
+
+/// The monitor's `/metrics` text at `url` (`http://host:port/metrics`).
+fn metrics_text(url: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let authority = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+        .ok_or_else(|| format!("{url:?} is not an http:// URL"))?;
+    let mut stream =
+        std::net::TcpStream::connect(authority).map_err(|e| format!("{authority}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .map_err(|e| format!("{url}: {e}"))?;
+    let raw = String::from_utf8_lossy(&raw);
+    match raw.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_owned()),
+        _ => Err(format!("{url}: not a 200 response: {raw}")),
+    }
+}
+
+/// The hook check's series of a metrics text: (family, pod, container, hook) → value.
+fn hook_series(text: &str) -> BTreeMap<(String, String, String, String), f64> {
+    let label = |labels: &str, key: &str| {
+        labels
+            .split(&format!("{key}=\""))
+            .nth(1)
+            .and_then(|v| v.split('"').next())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        for family in [UNHOOKED, HOOK_UNKNOWN] {
+            let Some((labels, value)) = line
+                .strip_prefix(&format!("{family}{{"))
+                .and_then(|rest| rest.rsplit_once("} "))
+            else {
+                continue;
+            };
+            if let Ok(value) = value.trim().parse() {
+                let key = (family.to_owned(), label(labels, "pod"));
+                out.insert(
+                    (
+                        key.0,
+                        key.1,
+                        label(labels, "container"),
+                        label(labels, "hook"),
+                    ),
+                    value,
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The `SliceNotEnforced` Events in the pods' namespace.
+async fn slice_not_enforced(client: &kube::Client) -> Result<Vec<Event>, String> {
+    Ok(Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| format!("cannot list Events: {e}"))?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(REASON_SLICE_NOT_ENFORCED))
+        .collect())
+}
+
+/// A tenant's container makes ld.so miss the hook: its command sets its own `LD_AUDIT`
+/// (inside the container, where the plugin's Allocate cannot refuse it) naming a library
+/// the container does not have. ld.so warns and runs the workload without the hook, so its
+/// 3 GiB allocation is not held to the 1 GiB slice. The monitor finds the process by the
+/// cgroup runc made and its host pid, counts it unhooked (1) and tells the pod once, over
+/// many refreshes; the hooked pod on the same card reads 0 and is told nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_that_bypasses_the_hook_is_counted_unhooked_and_told_once() -> Result<(), String>
+{
+    let _machine = crate::MACHINE.read().await;
+    let Some(shared) = containerd() else {
+        return Ok(());
+    };
+    let node = AmdNode::start(shared, "unhooked").await?;
+    let at = &node;
+    let result = with_monitor(at, |_, url| async move { observe_unhooked(at, &url).await }).await;
+    node.stop().await;
+    result
+}
+
+async fn observe_unhooked(node: &AmdNode, url: &str) -> Result<(), String> {
+    let uid = json!({"securityContext": {"runAsUser": 1000, "runAsGroup": 1000}});
+    let workload = |name: &str| {
+        format!(
+            "export FAKE_AMDGPU_DRIVER_SOCKET=/out/amdgpu.sock; \
+             exec /opt/app/hami-workload --runtime hip --memory-mib 3072 --fallback-mib 512 \
+             --busy-percent 10 > /out/{name}.log 2>&1"
+        )
+    };
+    node.schedule(
+        "hooked",
+        node.slice(1024, 24),
+        &workload("hooked"),
+        uid.clone(),
+    )
+    .await?;
+    node.wait_out("hooked.log", "allocated 512 MiB instead")
+        .await?;
+    // The hook is where the plugin mounted it; the tenant names a path that is not.
+    let bypass = format!(
+        "export LD_AUDIT=/opt/app/lib/libamvgpu.so; {}",
+        workload("bypass")
+    );
+    node.schedule("bypass", node.slice(1024, 24), &bypass, uid)
+        .await?;
+    let log = node.wait_out("bypass.log", "allocated 3072 MiB").await?;
+    assert!(
+        log.contains("cannot be loaded as audit interface"),
+        "ld.so did not say it ignored the tenant's LD_AUDIT: {log}"
+    );
+
+    // Both containers checked: the bypass counted unhooked, the hooked one not.
+    let key = |family: &str, pod: &str| {
+        (
+            family.to_owned(),
+            pod.to_owned(),
+            "main".to_owned(),
+            "libamvgpu.so".to_owned(),
+        )
+    };
+    let wanted = [
+        (key(UNHOOKED, "bypass"), 1.0),
+        (key(HOOK_UNKNOWN, "bypass"), 0.0),
+        (key(UNHOOKED, "hooked"), 0.0),
+        (key(HOOK_UNKNOWN, "hooked"), 0.0),
+    ];
+    let matches = |series: &BTreeMap<_, f64>| wanted.iter().all(|(k, v)| series.get(k) == Some(v));
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let u = url.to_owned();
+        let text = tokio::task::spawn_blocking(move || metrics_text(&u))
+            .await
+            .map_err(|e| e.to_string())??;
+        let series = hook_series(&text);
+        if matches(&series) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!(
+                "the monitor never counted the bypass unhooked and the hooked pod 0: {series:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // One Event on the bypass pod, naming the process the kernel knows (host pid, in the
+    // cgroup runc made for the bypass container).
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let told = loop {
+        let told = slice_not_enforced(&node.client).await?;
+        if !told.is_empty() {
+            break told;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err("the monitor posted no SliceNotEnforced Event".into());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let event = &told[0];
+    let object = &event.involved_object;
+    assert_eq!(object.name.as_deref(), Some("bypass"), "{told:#?}");
+    assert_eq!(
+        object.field_path.as_deref(),
+        Some("spec.containers{main}"),
+        "{told:#?}"
+    );
+    assert_eq!(event.type_.as_deref(), Some("Warning"), "{told:#?}");
+    let message = event.message.clone().unwrap_or_default();
+    assert!(message.contains("libamvgpu.so"), "{message}");
+    let pid: i32 = message
+        .strip_prefix("process ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|pid| pid.parse().ok())
+        .ok_or_else(|| format!("no pid in the Event: {message}"))?;
+    let pod = node
+        .server
+        .get_object("v1", "pods", "default", "bypass")
+        .ok_or("pod bypass is gone")?;
+    let container_id = pod["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .and_then(|id| id.strip_prefix("containerd://"))
+        .ok_or_else(|| format!("no containerd id in bypass's status: {pod:#}"))?
+        .to_owned();
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .map_err(|e| format!("/proc/{pid}/cgroup: {e}"))?;
+    assert!(
+        cgroup.contains(&container_id),
+        "the Event's pid {pid} is not in the bypass container ({container_id}): {cgroup}"
+    );
+
+    // Told once: the next refreshes still count it, and post nothing more.
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let u = url.to_owned();
+        let text = tokio::task::spawn_blocking(move || metrics_text(&u))
+            .await
+            .map_err(|e| e.to_string())??;
+        let series = hook_series(&text);
+        assert!(matches(&series), "{series:?}");
+    }
+    let told = slice_not_enforced(&node.client).await?;
+    assert_eq!(told.len(), 1, "{told:#?}");
     Ok(())
 }
