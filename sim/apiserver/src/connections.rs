@@ -2,13 +2,16 @@
 //! request heads that must arrive within `header_read_timeout` (a slowloris cannot hold a
 //! connection, and at the cap new clients wait in the listen backlog for a slot instead of
 //! the server running out of file descriptors), and a shutdown that ends every connection
-//! within a grace period whatever its clients do: at once for a connection with no request
+//! within a grace period whatever its clients do (over TLS too: the handshake is bounded
+//! like a request head): at once for a connection with no request
 //! being answered (idle, or a head still being sent), after its answer otherwise.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use axum_server::accept::Accept;
+use axum_server::tls_rustls::RustlsAcceptor;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -132,13 +135,49 @@ pub struct Counters {
     pub requests: Arc<AtomicUsize>,
 }
 
-/// Serves `app` on `listener` until `stop` fires (or its sender is dropped), then asks
+/// One connection (plain, or TLS after its handshake) until it ends, or until `shutdown`:
+/// then at once when nothing is being answered, after the answer otherwise.
+async fn serve_connection<IO>(
+    io: IO,
+    service: TowerToHyperService<Counting>,
+    limits: ConnectionLimits,
+    mut shutdown: watch::Receiver<bool>,
+    busy: Arc<AtomicUsize>,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = shutdown.wait_for(|s| *s) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    // Nothing being answered (idle, or a head still arriving): close now. Else let the
+    // answer finish (the grace bounds it).
+    let idle = async {
+        while busy.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = idle => {}
+    }
+}
+
+/// Serves `app` on `listener` (over TLS when `tls` is given) until `stop` fires (or its sender is dropped), then asks
 /// every connection to finish its request and drops those still open after the grace.
 pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
     limits: ConnectionLimits,
     counters: Counters,
+    tls: Option<RustlsAcceptor>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -174,29 +213,21 @@ pub async fn serve(
         });
         let mut shutdown = shutdown_rx.clone();
         let counted = Open::new(counters.connections.clone());
+        let tls = tls.clone();
         tasks.spawn(async move {
             let (_slot, _counted) = (slot, counted);
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => return,
-                _ = shutdown.wait_for(|s| *s) => {}
-            }
-            conn.as_mut().graceful_shutdown();
-            // Nothing being answered (idle, or a head still arriving): close now. Else
-            // let the answer finish (the grace bounds it).
-            let idle = async {
-                while busy.load(Ordering::SeqCst) > 0 {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
+            let Some(acceptor) = tls else {
+                return serve_connection(stream, service, limits, shutdown, busy).await;
             };
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = idle => {}
+            // The handshake is bounded by the acceptor's timeout (the header read timeout),
+            // so a client that never finishes it cannot hold a slot.
+            let handshake = tokio::select! {
+                r = acceptor.accept(stream, ()) => r,
+                _ = shutdown.wait_for(|s| *s) => return,
+            };
+            match handshake {
+                Ok((stream, _)) => serve_connection(stream, service, limits, shutdown, busy).await,
+                Err(e) => tracing::debug!("TLS handshake failed: {e}"),
             }
         });
     }

@@ -44,6 +44,7 @@ pub mod stored;
 pub mod strategic_merge;
 pub mod strategy;
 pub mod table;
+pub mod tls;
 pub mod watch;
 pub mod webhook_client;
 
@@ -96,6 +97,10 @@ pub struct Config {
     pub body_read_timeout: Duration,
     /// At shutdown, time in-flight requests get before their connections are dropped.
     pub shutdown_grace: Duration,
+    /// Serve HTTPS only, with a CA and serving certificate made at start (see [`tls`]):
+    /// [`RunningApiServer::url`] is `https://…`, [`RunningApiServer::ca_pem`] the CA, and
+    /// the written kubeconfig carries it. Off (the default): plain HTTP.
+    pub tls: bool,
 }
 
 impl Default for Config {
@@ -116,6 +121,7 @@ impl Default for Config {
             header_read_timeout: Duration::from_secs(32),
             body_read_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(5),
+            tls: false,
         }
     }
 }
@@ -138,6 +144,14 @@ impl ApiServer {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
         let addr = listener.local_addr()?;
+        let certs = match config.tls {
+            true => Some(tls::generate(addr.ip())?),
+            false => None,
+        };
+        let acceptor = match &certs {
+            Some(c) => Some(tls::acceptor(c, config.header_read_timeout)?),
+            None => None,
+        };
         let state = Arc::new(AppState {
             store: state::SharedStore::new(store, persistence, config.watch_buffer),
             faults: Mutex::new(faults::FaultState::default()),
@@ -166,11 +180,13 @@ impl ApiServer {
             app,
             limits,
             counters.clone(),
+            acceptor,
             stop_rx,
         ));
-        tracing::info!(%addr, "embedded Kubernetes API server listening");
+        tracing::info!(%addr, tls = config.tls, "embedded Kubernetes API server listening");
         Ok(RunningApiServer {
             addr,
+            certs,
             state,
             counters,
             stop: Some(stop_tx),
@@ -182,6 +198,7 @@ impl ApiServer {
 /// A running server. Dropping it stops it.
 pub struct RunningApiServer {
     addr: SocketAddr,
+    certs: Option<tls::ServingCerts>,
     state: Arc<AppState>,
     counters: connections::Counters,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -208,25 +225,37 @@ impl RunningApiServer {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`, or `https://127.0.0.1:PORT` with `Config::tls`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        match self.certs {
+            Some(_) => format!("https://{}", self.addr),
+            None => format!("http://{}", self.addr),
+        }
     }
 
-    /// A kubeconfig pointing at this server, as YAML text.
+    /// With `Config::tls`: the PEM of the CA that signed the serving certificate (what a
+    /// client must trust; in-cluster clients find it in `kube-root-ca.crt`). None: plain HTTP.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.certs.as_ref().map(|c| c.ca_pem.as_str())
+    }
+
+    /// A kubeconfig pointing at this server (with its CA under TLS), as YAML text.
     pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig::kubeconfig_yaml(&self.url())
+        kubeconfig::kubeconfig_yaml(&self.url(), self.ca_pem())
     }
 
     /// Writes [`Self::kubeconfig_yaml`] to `path`, for kubectl and other processes.
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
-        kubeconfig::write_kubeconfig(path, &self.url())
+        kubeconfig::write_kubeconfig(path, &self.url(), self.ca_pem())
     }
 
     /// Writes a kubeconfig whose user acts as `user` (impersonation; see
     /// [`kubeconfig::kubeconfig_yaml_as`]).
     pub fn write_kubeconfig_as(&self, path: &Path, user: &str) -> std::io::Result<()> {
-        kubeconfig::write_kubeconfig_text(path, &kubeconfig::kubeconfig_yaml_as(&self.url(), user))
+        kubeconfig::write_kubeconfig_text(
+            path,
+            &kubeconfig::kubeconfig_yaml_as(&self.url(), self.ca_pem(), user),
+        )
     }
 
     /// Fault injection.
@@ -325,7 +354,7 @@ impl RunningApiServer {
 
     /// A kubeconfig for this server whose user authenticates with `token`.
     pub fn kubeconfig_yaml_with_token(&self, token: &str) -> String {
-        kubeconfig::kubeconfig_yaml_with_token(&self.url(), token)
+        kubeconfig::kubeconfig_yaml_with_token(&self.url(), self.ca_pem(), token)
     }
 
     /// Stops serving: ends open watches (and refuses new ones), then gives in-flight
@@ -412,9 +441,13 @@ impl FaultHandle {
 /// Arguments of `hami apiserver`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
-    /// Address to serve plain HTTP on; must be a loopback address (there is no authentication).
+    /// Address to serve on; must be a loopback address (there is no authentication).
     #[arg(long, default_value = "127.0.0.1:6443")]
     pub listen: SocketAddr,
+    /// Serve HTTPS with a CA made at start; the kubeconfig written by --kubeconfig-out
+    /// carries the CA (as in-cluster clients and kubectl need it).
+    #[arg(long)]
+    pub tls: bool,
     /// Write a kubeconfig for this server here (kubectl and kube-rs accept it).
     #[arg(long)]
     pub kubeconfig_out: Option<PathBuf>,
@@ -435,6 +468,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let server = ApiServer::start(Config {
         listen: args.listen,
         data_dir: args.data_dir.clone(),
+        tls: args.tls,
         ..Config::default()
     })
     .await?;

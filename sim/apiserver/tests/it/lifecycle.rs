@@ -74,34 +74,46 @@ async fn data_dir_survives_restart() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `hami apiserver --kubeconfig-out`, plain and with `--tls`: kube-rs reads the written
+/// kubeconfig (with `--tls`: https and the CA in `certificate-authority-data`) and lists.
 #[tokio::test]
 async fn serve_writes_a_kubeconfig_kube_accepts() {
-    let dir = temp_dir("serve");
-    std::fs::create_dir_all(&dir).unwrap();
-    let kc = dir.join("kubeconfig");
-    let port = hami_local_ports::free_port();
-    let args = ServeArgs {
-        listen: format!("127.0.0.1:{port}").parse().unwrap(),
-        kubeconfig_out: Some(kc.clone()),
-        data_dir: None,
-    };
-    let task = tokio::spawn(hami_apiserver::serve(args));
-    common::eventually("kubeconfig written", async || kc.exists()).await;
-    let kubeconfig = kube::config::Kubeconfig::read_from(&kc).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let c = kube::Client::try_from(config).unwrap();
-    let pods: Api<Pod> = Api::default_namespaced(c);
-    assert!(
-        pods.list(&ListParams::default())
+    for tls in [false, true] {
+        let dir = temp_dir(&format!("serve-{tls}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kc = dir.join("kubeconfig");
+        let port = hami_local_ports::free_port();
+        let args = ServeArgs {
+            listen: format!("127.0.0.1:{port}").parse().unwrap(),
+            kubeconfig_out: Some(kc.clone()),
+            data_dir: None,
+            tls,
+        };
+        let task = tokio::spawn(hami_apiserver::serve(args));
+        common::eventually("kubeconfig written", async || kc.exists()).await;
+        let kubeconfig = kube::config::Kubeconfig::read_from(&kc).unwrap();
+        let cluster = kubeconfig.clusters[0].cluster.clone().unwrap();
+        let scheme = if tls { "https" } else { "http" };
+        assert_eq!(
+            cluster.server.as_deref(),
+            Some(format!("{scheme}://127.0.0.1:{port}").as_str())
+        );
+        assert_eq!(cluster.certificate_authority_data.is_some(), tls);
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
-    task.abort();
-    std::fs::remove_dir_all(&dir).unwrap();
+            .unwrap();
+        let c = kube::Client::try_from(config).unwrap();
+        let pods: Api<Pod> = Api::default_namespaced(c);
+        assert!(
+            pods.list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+        );
+        task.abort();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
 
 #[tokio::test]
@@ -110,6 +122,7 @@ async fn serve_refuses_non_loopback() {
         listen: "0.0.0.0:0".parse().unwrap(),
         kubeconfig_out: None,
         data_dir: None,
+        tls: true,
     };
     let err = hami_apiserver::serve(args).await.unwrap_err().to_string();
     assert!(err.contains("loopback"), "{err}");
