@@ -385,7 +385,13 @@ impl Cluster {
             }),
             None => None,
         };
-        // The host's /proc: the monitor resolves the pods' host pids from it.
+        // kubelet-sim's own runtime: the driver model's proc-shaped tree (cuda_driver.rs),
+        // which says which container each of its processes is in. On containerd, the
+        // host's /proc: runc put each process in its pod's cgroup.
+        let proc_root = match images {
+            Some(images) if !on_containerd(Some(images)) => node_dir.join("proc"),
+            _ => PathBuf::from("/proc"),
+        };
         let base = Self::node_plumbing(
             api,
             client,
@@ -393,7 +399,7 @@ impl Cluster {
             workdir,
             MonitorHost {
                 sys_root: tree.sysfs_root(),
-                proc_root: "/proc".into(),
+                proc_root: proc_root.clone(),
                 // The stand-in driver's NVML, as the plugin loads it: hami_host_gpu_* for
                 // the NVIDIA GPU, which the dashboard's host panels show.
                 nvml_library: Some(driver_dir.join("libnvidia-ml.so.1").display().to_string()),
@@ -409,9 +415,13 @@ impl Cluster {
             }
             Some(images) => {
                 install_hook(&images.nvidia_hook, &base.hook_path, "libvgpu.so")?;
-                Some(NodeDriver::Cuda(crate::cuda_driver::CudaDriver::start(
-                    &socket,
-                )?))
+                Some(NodeDriver::Cuda(
+                    crate::cuda_driver::CudaDriver::start_with_tree(
+                        &socket,
+                        &proc_root,
+                        base.kubelet.containers_handle(),
+                    )?,
+                ))
             }
             None => None,
         };

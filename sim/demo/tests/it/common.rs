@@ -126,10 +126,11 @@ fn hook_series(text: &str) -> BTreeMap<(String, String, String), f64> {
     out
 }
 
-/// Waits (bounded) until the monitors at `monitors` have checked every process of `pods`
-/// (issue 29: their `libamvgpu.so` series exist), failing at once on any process counted
-/// unhooked; then every hook series of theirs must read 0 (none unhooked, none unknown).
-pub(crate) async fn wait_all_hooked(monitors: &[SocketAddr], pods: &[&str]) {
+/// Waits (bounded) until the monitors at `monitors` have checked every process of `pods`,
+/// each given with the hook its slice loads (issue 29: their series of that hook exist,
+/// `libamvgpu.so` or `libvgpu.so`), failing at once on any process counted unhooked; then
+/// every hook series of theirs must read 0 (none unhooked, none unknown).
+pub(crate) async fn wait_all_hooked(monitors: &[SocketAddr], pods: &[(&str, &str)]) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let series = loop {
         let addrs = monitors.to_vec();
@@ -150,13 +151,9 @@ pub(crate) async fn wait_all_hooked(monitors: &[SocketAddr], pods: &[&str]) {
             unhooked.is_empty(),
             "the demo's hooked processes counted unhooked: {unhooked:?}"
         );
-        let checked = pods.iter().all(|pod| {
+        let checked = pods.iter().all(|(pod, hook)| {
             [UNHOOKED, HOOK_UNKNOWN].iter().all(|family| {
-                series.contains_key(&(
-                    family.to_string(),
-                    pod.to_string(),
-                    "libamvgpu.so".to_owned(),
-                ))
+                series.contains_key(&(family.to_string(), pod.to_string(), hook.to_string()))
             })
         });
         if checked {

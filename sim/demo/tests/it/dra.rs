@@ -543,7 +543,11 @@ async fn a_dra_slice_pod_runs_beside_the_device_plugin_pods() {
         // the DRA node's monitor checks them (the driver model's proc tree).
         common::wait_all_hooked(
             &[dra_node.monitor_addr],
-            &["dra-slice", "dra-hami-api", "memory-only-dra"],
+            &[
+                ("dra-slice", "libamvgpu.so"),
+                ("dra-hami-api", "libamvgpu.so"),
+                ("memory-only-dra", "libamvgpu.so"),
+            ],
         )
         .await;
         common::assert_no_slice_not_enforced(&client).await;

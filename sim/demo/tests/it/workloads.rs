@@ -185,11 +185,15 @@ async fn pods_run_gpu_busy_processes_the_monitors_see() {
     }
 
     // Issue 29: every sliced process the monitors see on a GPU is checked for its memory
-    // hook; the demo's load the real hooks (the AMD pods' processes found through the
-    // driver model's proc tree).
+    // hook; the demo's load the real hooks (each pod's processes found through its driver
+    // model's proc tree: amdgpu_driver.rs, cuda_driver.rs).
     common::wait_all_hooked(
         &[amd.monitor_addr, nvidia.monitor_addr],
-        &["amd-busy", "amd-greedy"],
+        &[
+            ("amd-busy", "libamvgpu.so"),
+            ("amd-greedy", "libamvgpu.so"),
+            ("nvidia-busy", "libvgpu.so"),
+        ],
     )
     .await;
     common::assert_no_slice_not_enforced(&cluster.client).await;
