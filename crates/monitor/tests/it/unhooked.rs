@@ -67,8 +67,17 @@ struct Sleeper(Child);
 
 impl Sleeper {
     fn start(ld_audit: Option<&Path>, limit: bool) -> Sleeper {
+        Self::start_as(ld_audit, limit, None)
+    }
+
+    /// [`Sleeper::start`] as user `uid` (this process's when `None`).
+    fn start_as(ld_audit: Option<&Path>, limit: bool, uid: Option<u32>) -> Sleeper {
+        use std::os::unix::process::CommandExt;
         let mut cmd = Command::new("sleep");
         cmd.arg("600").env_clear().env("PATH", "/usr/bin:/bin");
+        if let Some(uid) = uid {
+            cmd.uid(uid).gid(uid);
+        }
         if limit {
             cmd.env("HIP_DEVICE_MEMORY_LIMIT_0", "1024m")
                 .env("HSA_CU_MASK", "0:0-9");
@@ -595,5 +604,122 @@ fn a_hooked_process_that_execs_without_the_hook_is_read_again() {
     );
     assert_eq!(m.hooks().remembered_hooked(), 0);
     drop(shell);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// The calling thread's effective capabilities become `CAP_SYS_PTRACE` alone (the
+/// DaemonSet's monitor: root with every capability dropped but that one); its permitted
+/// set is kept. Capabilities are per thread: the others of this process keep theirs.
+fn only_sys_ptrace_in_this_thread() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    const CAP_SYS_PTRACE: u32 = 19;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget writes two `Data` (version 3) into `data` for this thread (pid 0).
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    assert_eq!(rc, 0, "capget: {}", std::io::Error::last_os_error());
+    data[0].effective = 1 << CAP_SYS_PTRACE;
+    data[1].effective = 0;
+    // SAFETY: capset reads the header and two `Data` for this thread.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) };
+    assert_eq!(rc, 0, "capset: {}", std::io::Error::last_os_error());
+}
+
+/// A container that runs as another user (uid 1000, most real images), seen by the
+/// DaemonSet's monitor, which is root with only `CAP_SYS_PTRACE`: the process's `environ`
+/// (mode 0400, its owner's) is refused to it, so it reads the environment from the
+/// process's memory and counts the process unhooked, not unknown; the hooked one of the
+/// same user counts 0.
+#[test]
+fn another_users_process_is_checked_by_a_monitor_with_only_sys_ptrace() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (to run processes as uid 1000 and keep CAP_SYS_PTRACE)");
+        return;
+    }
+    let base = base_dir("other-user");
+    let proc_root = base.join("proc");
+    let pods: Vec<Pod> = [("unhooked-user", 5), ("hooked-user", 6)]
+        .into_iter()
+        .map(|(name, n)| {
+            let uid = format!("cccccccc-0000-4000-8000-00000000000{n}");
+            serde_json::from_value(pod_json(name, Some(&uid), Some(AMD_GRANT), &cid(n))).unwrap()
+        })
+        .collect();
+    let index = PodIndex::from_pods(pods.iter(), "hami-scheduler");
+    // The hook where uid 1000 may read it (the build tree may be closed to others).
+    let hook = base.join("libamvgpu.so");
+    std::fs::copy(hook_library(), &hook).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let open = std::fs::Permissions::from_mode(0o755);
+        std::fs::set_permissions(&base, open.clone()).unwrap();
+        std::fs::set_permissions(&hook, open).unwrap();
+    }
+    let unhooked = Sleeper::start_as(None, true, Some(1000));
+    let hooked = Sleeper::start_as(Some(&hook), true, Some(1000));
+    assert!(hooked.maps().contains("/libamvgpu.so"), "{}", hooked.maps());
+    for (sleeper, pod) in [(&unhooked, &pods[0]), (&hooked, &pods[1])] {
+        let uid = pod.metadata.uid.as_deref().unwrap();
+        let n = if sleeper.pid() == unhooked.pid() {
+            5
+        } else {
+            6
+        };
+        let dir = attribute(&proc_root, sleeper.pid(), uid, &cid(n), true);
+        std::os::unix::fs::symlink(format!("/proc/{}/stat", sleeper.pid()), dir.join("stat"))
+            .unwrap();
+    }
+    let m = monitor(&base);
+    let refused = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                only_sys_ptrace_in_this_thread();
+                let refused = std::fs::read(format!("/proc/{}/environ", unhooked.pid()))
+                    .err()
+                    .map(|e| e.kind());
+                m.refresh(index.clone());
+                refused
+            })
+            .join()
+            .unwrap()
+    });
+    assert_eq!(
+        refused,
+        Some(std::io::ErrorKind::PermissionDenied),
+        "the thread was not held to CAP_SYS_PTRACE: it opened another user's environ"
+    );
+    let text = render(&m.snapshot(), LegacyMetrics::None);
+    let series = hook_series(&text);
+    let want = |family: &str, pod: &str| series.get(&(family.to_owned(), pod.to_owned())).copied();
+    assert_eq!(
+        [
+            want("hami_container_unhooked_processes", "unhooked-user"),
+            want("hami_container_hook_unknown_processes", "unhooked-user"),
+            want("hami_container_unhooked_processes", "hooked-user"),
+            want("hami_container_hook_unknown_processes", "hooked-user"),
+        ],
+        [Some(1.0), Some(0.0), Some(0.0), Some(0.0)],
+        "{text}"
+    );
+    let told = m.hooks().take_events();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].pod, "unhooked-user");
+    drop((unhooked, hooked));
     let _ = std::fs::remove_dir_all(&base);
 }
