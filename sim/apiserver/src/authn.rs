@@ -86,11 +86,12 @@ pub fn fill_token_secret(obj: &mut Value, namespace: &str) {
     }
 }
 
-/// `serviceaccounts/<name>/token` (what `kubectl create token` calls): a token that
-/// authenticates as the ServiceAccount, answered as a `TokenRequest`. The token is the
-/// account's legacy token Secret `<name>-token` (created if missing), so it is valid while
-/// the account exists; `expirationTimestamp` reports the requested lifetime (default 1 h)
-/// but is not enforced, and `audiences` are echoed, not checked.
+/// `serviceaccounts/<name>/token` (what `kubectl create token` and kubelet call): a token
+/// that authenticates as the ServiceAccount, answered as a `TokenRequest`. Bound to a pod
+/// (`spec.boundObjectRef`, kubelet's requests): a token of its own, valid while the pod and
+/// the account exist (see `bound_tokens`). Unbound: the account's legacy token Secret
+/// `<name>-token` (created if missing), valid while the account exists, its
+/// `expirationTimestamp` reported but not enforced. `audiences` are echoed, not checked.
 pub fn token_request(
     store: &mut Store,
     namespace: &str,
@@ -98,7 +99,6 @@ pub fn token_request(
     request: &Value,
 ) -> Result<Value, ApiError> {
     let sas = resources::lookup("", "v1", "serviceaccounts").expect("served");
-    let secrets = resources::lookup("", "v1", "secrets").expect("served");
     store.get(sas, namespace, name)?;
     if let Some(k) = request.get("kind").and_then(Value::as_str)
         && k != "TokenRequest"
@@ -126,24 +126,14 @@ pub fn token_request(
             }
         },
     };
-    let secret_name = format!("{name}-token");
-    if store.get(secrets, namespace, &secret_name).is_err() {
-        store.create(
-            secrets,
-            Some(namespace),
-            json!({"apiVersion": "v1", "kind": "Secret", "type": SA_TOKEN_TYPE,
-                   "metadata": {"name": secret_name, "namespace": namespace,
-                                "annotations": {SA_NAME_ANNOTATION: name}}}),
-        )?;
-    }
-    let secret = store.get(secrets, namespace, &secret_name)?;
-    let token: k8s_openapi::ByteString =
-        serde_json::from_value(secret.pointer("/data/token").cloned().unwrap_or_default())
-            .map_err(|e| {
-                ApiError::internal(format!("token Secret {namespace}/{secret_name}: {e}"))
-            })?;
-    let token =
-        String::from_utf8(token.0).map_err(|_| ApiError::internal("the token is not UTF-8"))?;
+    let bound = request
+        .pointer("/spec/boundObjectRef")
+        .filter(|b| !b.is_null());
+    let token = match bound {
+        // Bound to a pod: a token of its own that dies with the pod (bound_tokens).
+        Some(b) => crate::bound_tokens::issue(store, namespace, name, b, seconds)?.0,
+        None => legacy_token(store, namespace, name)?,
+    };
     // meta::now_timestamp: jiff's own clock needs its `std` feature, which a build of
     // this crate alone does not turn on.
     let now = crate::meta::now_timestamp();
@@ -164,6 +154,28 @@ pub fn token_request(
     }))
 }
 
+/// The token of the account's legacy token Secret `<name>-token`, created if missing.
+fn legacy_token(store: &mut Store, namespace: &str, name: &str) -> Result<String, ApiError> {
+    let secrets = resources::lookup("", "v1", "secrets").expect("served");
+    let secret_name = format!("{name}-token");
+    if store.get(secrets, namespace, &secret_name).is_err() {
+        store.create(
+            secrets,
+            Some(namespace),
+            json!({"apiVersion": "v1", "kind": "Secret", "type": SA_TOKEN_TYPE,
+                   "metadata": {"name": secret_name, "namespace": namespace,
+                                "annotations": {SA_NAME_ANNOTATION: name}}}),
+        )?;
+    }
+    let secret = store.get(secrets, namespace, &secret_name)?;
+    let token: k8s_openapi::ByteString =
+        serde_json::from_value(secret.pointer("/data/token").cloned().unwrap_or_default())
+            .map_err(|e| {
+                ApiError::internal(format!("token Secret {namespace}/{secret_name}: {e}"))
+            })?;
+    String::from_utf8(token.0).map_err(|_| ApiError::internal("the token is not UTF-8"))
+}
+
 /// Who sent the request (`authorization` is the header value, if any).
 pub fn authenticate(
     store: &Store,
@@ -180,6 +192,9 @@ pub fn authenticate(
         .ok_or_else(unauthorized)?;
     if token == config.admin_token {
         return Ok(UserInfo::admin());
+    }
+    if let Some(user) = crate::bound_tokens::authenticate(store, token) {
+        return user;
     }
     let secrets = resources::lookup("", "v1", "secrets").ok_or_else(unauthorized)?;
     let sas = resources::lookup("", "v1", "serviceaccounts").ok_or_else(unauthorized)?;

@@ -12,6 +12,7 @@
 
 pub mod admission;
 pub mod authn;
+pub mod bound_tokens;
 pub mod cel;
 pub mod codec;
 pub mod connections;
@@ -37,6 +38,7 @@ pub mod request_log;
 pub mod resources;
 pub mod route;
 pub mod selector;
+pub mod service_accounts;
 pub mod state;
 pub mod status;
 pub mod store;
@@ -101,6 +103,12 @@ pub struct Config {
     /// [`RunningApiServer::url`] is `https://…`, [`RunningApiServer::ca_pem`] the CA, and
     /// the written kubeconfig carries it. Off (the default): plain HTTP.
     pub tls: bool,
+    /// Run the serviceaccount controller (a `default` account in every namespace), the
+    /// root-CA publisher (`kube-root-ca.crt` in every namespace, with `tls`) and the
+    /// ServiceAccount admission plugin on pod creation (see [`service_accounts`]).
+    /// kube-apiserver always runs them; off by default because most tests create pods in
+    /// namespaces without accounts and compare specs without the injected token volume.
+    pub service_accounts: bool,
 }
 
 impl Default for Config {
@@ -122,6 +130,7 @@ impl Default for Config {
             body_read_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(5),
             tls: false,
+            service_accounts: false,
         }
     }
 }
@@ -152,8 +161,15 @@ impl ApiServer {
             Some(c) => Some(tls::acceptor(c, config.header_read_timeout)?),
             None => None,
         };
+        let mut shared = state::SharedStore::new(store, persistence, config.watch_buffer);
+        if config.service_accounts {
+            shared = shared.with_service_accounts(service_accounts::ServiceAccounts {
+                ca_pem: certs.as_ref().map(|c| c.ca_pem.clone()),
+            });
+        }
         let state = Arc::new(AppState {
-            store: state::SharedStore::new(store, persistence, config.watch_buffer),
+            store: shared,
+            service_accounts: config.service_accounts,
             faults: Mutex::new(faults::FaultState::default()),
             log: request_log::RequestLog::new(config.request_log_capacity),
             server_address: addr.to_string(),
@@ -162,8 +178,10 @@ impl ApiServer {
             auth: config.auth.clone(),
             body_read_timeout: config.body_read_timeout,
         });
-        // Persist the default namespaces created above (and anything else pending).
+        // Persist the default namespaces created above (and anything else pending), with
+        // what the controllers keep in them.
         state.write(|_| Ok::<(), ApiError>(()))?;
+        state.store.run_controllers()?;
         let app = axum::Router::new()
             .fallback(http::handle)
             .layer(axum::extract::DefaultBodyLimit::disable())
@@ -350,6 +368,20 @@ impl RunningApiServer {
                 ApiError::internal(format!("token Secret {namespace}/{secret_name}: {e}"))
             })?;
         String::from_utf8(token.0).map_err(|_| ApiError::internal("the token is not UTF-8"))
+    }
+
+    /// Who `token` authenticates as (a pod-bound TokenRequest token, or a token Secret's;
+    /// the admin token only with `Config::auth`), authentication on or off: None when it
+    /// authenticates as nobody. For checking the token a kubelet wrote into a pod.
+    pub fn token_user(&self, token: &str) -> Option<rbac::UserInfo> {
+        let config = self.state.auth.clone().unwrap_or(authn::AuthConfig {
+            admin_token: String::new(),
+        });
+        let header = format!("Bearer {token}");
+        self.state
+            .read(|s| authn::authenticate(s, &config, Some(&header)))
+            .ok()
+            .filter(|u| u.name != rbac::ANONYMOUS)
     }
 
     /// A kubeconfig for this server whose user authenticates with `token`.

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, watch};
 
 use crate::persistence::Persistence;
+use crate::service_accounts::ServiceAccounts;
 use crate::status::ApiError;
 use crate::store::{EventType, ListOptions, Store, WatchEvent, WriteContext};
 use crate::stored::StoredObject;
@@ -28,6 +29,9 @@ pub struct SharedStore {
     stopping: AtomicBool,
     /// Why the journal cannot be written (writes are refused from then on).
     journal_broken: Mutex<Option<String>>,
+    /// The serviceaccount and root-CA controllers, run after every write that touches
+    /// what they keep (`Config::service_accounts`).
+    service_accounts: Option<ServiceAccounts>,
 }
 
 /// How a watch starts: what to send first, then the live feed from `last_rv` on.
@@ -62,7 +66,25 @@ impl SharedStore {
             persistence: persistence.map(Mutex::new),
             stopping: AtomicBool::new(false),
             journal_broken: Mutex::new(None),
+            service_accounts: None,
         }
+    }
+
+    /// Runs the serviceaccount and root-CA controllers in the writes that need them.
+    pub fn with_service_accounts(mut self, controllers: ServiceAccounts) -> Self {
+        self.service_accounts = Some(controllers);
+        self
+    }
+
+    /// Runs the controllers over every namespace now (at start: namespaces restored from
+    /// the data dir, and the CA of this run in `kube-root-ca.crt`).
+    pub fn run_controllers(&self) -> Result<(), ApiError> {
+        self.write(|s| {
+            if let Some(c) = &self.service_accounts {
+                c.reconcile(s);
+            }
+            Ok(())
+        })
     }
 
     /// Runs a write against the store, then journals and broadcasts its events, all under
@@ -84,7 +106,16 @@ impl SharedStore {
             ));
         }
         let out = f(&mut store);
-        let events = store.take_events();
+        let mut events = store.take_events();
+        if let Some(c) = &self.service_accounts
+            && events.iter().any(|e| {
+                e.resource.group.is_empty() && ServiceAccounts::concerns(e.resource.plural)
+            })
+        {
+            // In the same write: a namespace is never seen without its account.
+            c.reconcile(&mut store);
+            events.extend(store.take_events());
+        }
         if !events.is_empty() {
             if let Some(p) = &self.persistence
                 && let Err(e) = lock(p).append(&events)

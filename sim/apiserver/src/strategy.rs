@@ -20,6 +20,11 @@ pub fn prepare_for_create(r: &ResourceType, obj: &mut Value) {
         "pods" => {
             let qos = pod_qos_class(obj);
             obj["status"] = json!({"phase": "Pending", "qosClass": qos});
+            // The ServiceAccount admission plugin's default, which it leaves out of mirror pods.
+            let mirror = obj
+                .pointer("/metadata/annotations")
+                .and_then(Value::as_object)
+                .is_some_and(|a| a.contains_key(crate::service_accounts::MIRROR_POD_ANNOTATION));
             if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
                 spec.entry("restartPolicy").or_insert(json!("Always"));
                 spec.entry("schedulerName")
@@ -27,7 +32,9 @@ pub fn prepare_for_create(r: &ResourceType, obj: &mut Value) {
                 spec.entry("dnsPolicy").or_insert(json!("ClusterFirst"));
                 spec.entry("terminationGracePeriodSeconds")
                     .or_insert(json!(30));
-                spec.entry("serviceAccountName").or_insert(json!("default"));
+                if !mirror {
+                    spec.entry("serviceAccountName").or_insert(json!("default"));
+                }
                 spec.entry("enableServiceLinks").or_insert(json!(true));
                 spec.entry("priority").or_insert(json!(0));
                 if let Some(Value::Array(cs)) = spec.get_mut("containers") {

@@ -161,6 +161,10 @@ pub(super) async fn create_with_admission(
     let nsr = resources::lookup("", "v1", "namespaces").expect("served");
     let (mut prepared, configs, ns_labels) = st.read(|s| -> Result<_, ApiError> {
         let mut prepared = s.prepare_create(r, ns, obj)?;
+        // Built-in admission runs before the webhooks, as upstream orders its plugins.
+        if st.service_accounts && r.plural == "pods" && r.group.is_empty() {
+            crate::service_accounts::admit_pod(s, ns.unwrap_or(""), &mut prepared)?;
+        }
         strategy::prepare_for_create(r, &mut prepared);
         let configs = if r.plural == "pods" {
             s.list(mwc, None, &ListOptions::default())?
@@ -193,5 +197,11 @@ pub(super) async fn create_with_admission(
         )
         .await?;
     }
-    st.write_ctx(ctx, |s| s.create_committed(r, ns, prepared))
+    st.write_ctx(ctx, |s| {
+        // Validation after the webhooks (their patches may name another account).
+        if st.service_accounts && r.plural == "pods" && r.group.is_empty() {
+            crate::service_accounts::validate_pod(s, ns.unwrap_or(""), &prepared)?;
+        }
+        s.create_committed(r, ns, prepared)
+    })
 }

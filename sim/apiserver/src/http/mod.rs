@@ -52,6 +52,8 @@ pub struct AppState {
     pub auth: Option<crate::authn::AuthConfig>,
     /// Time for a request body to arrive once the head has.
     pub body_read_timeout: Duration,
+    /// The ServiceAccount admission plugin runs on pod creation (`Config::service_accounts`).
+    pub service_accounts: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -177,6 +177,8 @@ pub struct Store {
     pub ctx: WriteContext,
     /// Internal: skip update bookkeeping of managedFields (apply does its own).
     applying: bool,
+    /// Tokens issued by TokenRequests bound to a pod (kept in memory only).
+    pub bound_tokens: crate::bound_tokens::BoundTokens,
 }
 
 /// See [`Store::stats`].
@@ -306,6 +308,7 @@ impl Store {
             pending: Vec::new(),
             ctx: WriteContext::default(),
             applying: false,
+            bound_tokens: Default::default(),
         }
     }
 
