@@ -147,6 +147,16 @@ async fn observe(
     );
     let util = live.util[&key];
     assert!(util <= 100.0, "{live:?}");
+    // Its process, another user's, checked for the hook (issue 29): hooked, not unknown.
+    let mon = |family: &str| {
+        (
+            family.to_owned(),
+            "mon".to_owned(),
+            "main".to_owned(),
+            "libamvgpu.so".to_owned(),
+        )
+    };
+    wait_hook_series(url, &[(mon(UNHOOKED), 0.0), (mon(HOOK_UNKNOWN), 0.0)]).await?;
 
     // `hami status`, against the same API server and monitor.
     // The monitor publishes a new utilization each refresh: every value it shows while
@@ -279,6 +289,30 @@ fn hook_series(text: &str) -> BTreeMap<(String, String, String, String), f64> {
     out
 }
 
+/// Waits until each of `wanted` (hook series → value) holds (at most [`TIMEOUT`]).
+async fn wait_hook_series(
+    url: &str,
+    wanted: &[((String, String, String, String), f64)],
+) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let u = url.to_owned();
+        let text = tokio::task::spawn_blocking(move || metrics_text(&u))
+            .await
+            .map_err(|e| e.to_string())??;
+        let series = hook_series(&text);
+        if wanted.iter().all(|(k, v)| series.get(k) == Some(v)) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!(
+                "the monitor's hook series never read {wanted:?}: {series:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// The `SliceNotEnforced` Events in the pods' namespace.
 async fn slice_not_enforced(client: &kube::Client) -> Result<Vec<Event>, String> {
     Ok(Api::<Event>::namespaced(client.clone(), "default")
@@ -358,23 +392,7 @@ async fn observe_unhooked(node: &AmdNode, url: &str) -> Result<(), String> {
         (key(HOOK_UNKNOWN, "hooked"), 0.0),
     ];
     let matches = |series: &BTreeMap<_, f64>| wanted.iter().all(|(k, v)| series.get(k) == Some(v));
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        let u = url.to_owned();
-        let text = tokio::task::spawn_blocking(move || metrics_text(&u))
-            .await
-            .map_err(|e| e.to_string())??;
-        let series = hook_series(&text);
-        if matches(&series) {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!(
-                "the monitor never counted the bypass unhooked and the hooked pod 0: {series:?}"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_hook_series(url, &wanted).await?;
 
     // One Event on the bypass pod, naming the process the kernel knows (host pid, in the
     // cgroup runc made for the bypass container).
