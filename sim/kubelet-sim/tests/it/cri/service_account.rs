@@ -5,7 +5,7 @@
 //! read-only at `/var/run/secrets/kubernetes.io/serviceaccount`, where in-cluster clients
 //! read them. Without the ConfigMap the pod waits with kubelet's message, then runs.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
@@ -76,19 +76,12 @@ async fn a_kube_api_access_volume_holds_the_accounts_token_the_root_ca_and_the_n
         .await
         .map_err(|e| format!("cannot create kube-root-ca.crt: {e}"))?;
     node.wait_phase("sa", "Succeeded").await?;
-    // The token is the account's (the embedded API server answers TokenRequests with the
-    // account's token Secret, which authenticates as system:serviceaccount:default:agent).
-    let secret = Api::<Secret>::namespaced(node.client.clone(), "default")
-        .get("agent-token")
-        .await
-        .map_err(|e| format!("no token secret of the account: {e}"))?;
-    let token = secret
-        .data
-        .and_then(|d| d.get("token").cloned())
-        .map(|t| String::from_utf8_lossy(&t.0).into_owned())
-        .unwrap_or_default();
-    assert!(!token.is_empty());
-    assert_eq!(out(&dir, "token"), token);
+    // The token is one the API server issued for the account, bound to this pod.
+    let user = node.server.token_user(&out(&dir, "token"));
+    assert_eq!(
+        user.map(|u| u.name).as_deref(),
+        Some("system:serviceaccount:default:agent")
+    );
     assert_eq!(
         out(&dir, "ca"),
         "-----BEGIN CERTIFICATE-----\nstand-in\n-----END CERTIFICATE-----\n"
