@@ -15,13 +15,16 @@
 //! NVML, the real `libvgpu.so` preloaded through the `/etc/ld.so.preload` its Allocate
 //! answer mounts, over the stand-in CUDA driver. `monitor.rs` runs the node monitor and
 //! `hami status` over a pod in its real container; `podman.rs` has podman (a real CDI
-//! consumer) read the CDI specs the AMD plugin and the DRA driver write.
+//! consumer) read the CDI specs the AMD plugin and the DRA driver write. `node_agents.rs`
+//! runs the chart's DaemonSets themselves (device plugin, monitor, node labeller) from the
+//! node image `scripts/build-images.sh` builds, on in-cluster credentials.
 //!
 //! Needs root and Debian's packages; without root each test says so and returns. A test
 //! takes a few seconds once containerd runs.
 
 mod amd;
 mod monitor;
+mod node_agents;
 mod nvidia;
 mod podman;
 mod restart;
