@@ -253,8 +253,11 @@ fn metrics_text(url: &str) -> Result<String, String> {
     }
 }
 
-/// The hook check's series of a metrics text: (family, pod, container, hook) → value.
-fn hook_series(text: &str) -> BTreeMap<(String, String, String, String), f64> {
+/// A hook series: (family, pod, container, hook).
+type HookSeries = (String, String, String, String);
+
+/// The hook check's series of a metrics text, with their values.
+fn hook_series(text: &str) -> BTreeMap<HookSeries, f64> {
     let label = |labels: &str, key: &str| {
         labels
             .split(&format!("{key}=\""))
@@ -290,10 +293,7 @@ fn hook_series(text: &str) -> BTreeMap<(String, String, String, String), f64> {
 }
 
 /// Waits until each of `wanted` (hook series → value) holds (at most [`TIMEOUT`]).
-async fn wait_hook_series(
-    url: &str,
-    wanted: &[((String, String, String, String), f64)],
-) -> Result<(), String> {
+async fn wait_hook_series(url: &str, wanted: &[(HookSeries, f64)]) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {
         let u = url.to_owned();
