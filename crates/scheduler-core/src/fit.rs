@@ -14,10 +14,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hami_protocol::device_list::{ContainerDevice, ContainerDevices};
 use hami_protocol::names::Vendor;
-use hami_protocol::requests::{ContainerKind, ContainerRequest, DeviceRequest, amd_cu_count};
-use hami_protocol::selection::{DeviceSelector, GpuPolicy, GpuPolicyKind, NodePolicy};
+use hami_protocol::requests::{ContainerKind, ContainerRequest};
+use hami_protocol::selection::{DeviceSelector, GpuPolicy, NodePolicy};
 
-use crate::snapshot::{Gpu, GpuUsage, NodeSnapshot};
+use crate::snapshot::{GpuUsage, NodeSnapshot};
+
+pub use devices::demand;
+use devices::{DeviceScratch, Judge, fit_devices, ratio};
 
 /// Why a GPU was not taken. The names are the reference's, so dashboards and runbooks
 /// keep working.
@@ -126,17 +129,6 @@ pub struct Refusal {
     pub text: String,
 }
 
-/// `"<n>/<m> <Reason>"` per reason, sorted, joined by `", "` (the reference's format).
-fn format_reasons(reasons: &BTreeMap<Reason, usize>, considered: usize) -> String {
-    let mut parts: Vec<(&str, usize)> = reasons.iter().map(|(r, n)| (r.as_str(), *n)).collect();
-    parts.sort();
-    parts
-        .iter()
-        .map(|(reason, n)| format!("{n}/{considered} {reason}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The include/exclude rules of both vendors for one pod.
 #[derive(Debug, Clone, Default)]
 pub struct Selectors {
@@ -243,6 +235,23 @@ const TOP: usize = 5;
 /// Below this many nodes one thread is faster than splitting the work.
 const PARALLEL_FROM: usize = 256;
 
+/// Buffers one thread reuses from node to node: fitting a node allocates nothing unless
+/// it is refused (the refusal's text) or the pod has several GPU containers with binding.
+#[derive(Debug, Default)]
+struct Scratch {
+    devices: DeviceScratch,
+    /// The picks of the last successful fit.
+    picks: Vec<Pick>,
+    /// Several containers: what runs together so far (the node plus sidecars and apps).
+    concurrent: Vec<GpuUsage>,
+    /// Several containers: what an init container runs beside (the node plus sidecars).
+    init_base: Vec<GpuUsage>,
+    /// Several containers: one init container's working copy of `init_base`.
+    working: Vec<GpuUsage>,
+    /// The node with every slice gone, for [`cured_by_eviction`].
+    idle: Vec<GpuUsage>,
+}
+
 /// Fits the pod on every node and picks one by the node policy (ties: smallest name).
 pub fn filter<'a>(
     nodes: impl IntoIterator<Item = &'a NodeSnapshot>,
@@ -250,14 +259,17 @@ pub fn filter<'a>(
 ) -> FilterOutcome {
     let nodes: Vec<&NodeSnapshot> = nodes.into_iter().collect();
     let prepared = prepare(req);
-    // A refusal is classified where it is made, so the re-fit runs on the same threads.
-    type Fitted = Result<(Vec<Pick>, f64), (Refusal, bool)>;
+    // Only the score is kept per node; the chosen node's GPUs are fitted again at the end
+    // (the fit is a pure function: the same picks). A refusal is classified where it is
+    // made, so the re-fit on the idle node runs on the same threads.
+    type Fitted = Result<f64, (Refusal, bool)>;
     let fit_all = |chunk: &[&NodeSnapshot]| -> Vec<Fitted> {
+        let mut scratch = Scratch::default();
         chunk
             .iter()
             .map(|node| {
-                fit_picks(node, req, &prepared).map_err(|refusal| {
-                    let cured = cured_by_eviction(node, &refusal, req, &prepared);
+                fit_picks(node, &node.usage, req, &prepared, &mut scratch).map_err(|refusal| {
+                    let cured = cured_by_eviction(node, &refusal, req, &prepared, &mut scratch);
                     (refusal, cured)
                 })
             })
@@ -285,17 +297,17 @@ pub fn filter<'a>(
         fit_all(&nodes)
     };
     let mut outcome = FilterOutcome::default();
-    let mut best: Option<(usize, Vec<Pick>, f64)> = None;
+    let mut best: Option<(usize, f64)> = None;
     let mut scored: Vec<(usize, f64)> = Vec::new();
     for (i, result) in results.into_iter().enumerate() {
         let name = &nodes[i].devices.name;
         match result {
-            Ok((picks, score)) => {
+            Ok(score) => {
                 outcome.fitting += 1;
                 scored.push((i, score));
                 let better = match &best {
                     None => true,
-                    Some((b, _, best_score)) => {
+                    Some((b, best_score)) => {
                         let order = match req.node_policy {
                             NodePolicy::Binpack => score.total_cmp(best_score),
                             NodePolicy::Spread => best_score.total_cmp(&score),
@@ -305,7 +317,7 @@ pub fn filter<'a>(
                     }
                 };
                 if better {
-                    best = Some((i, picks, score));
+                    best = Some((i, score));
                 }
             }
             Err((refusal, cured)) => {
@@ -338,11 +350,14 @@ pub fn filter<'a>(
         .map(|(i, s)| (nodes[*i].devices.name.clone(), *s))
         .collect();
     // Device lists are written for the chosen node only.
-    outcome.chosen = best.map(|(i, picks, score)| {
-        (
-            nodes[i].devices.name.clone(),
-            placement(nodes[i], req, &prepared, &picks, score),
-        )
+    outcome.chosen = best.and_then(|(i, _)| {
+        let node = nodes[i];
+        let mut scratch = Scratch::default();
+        let score = fit_picks(node, &node.usage, req, &prepared, &mut scratch).ok()?;
+        Some((
+            node.devices.name.clone(),
+            placement(node, req, &prepared, &scratch.picks, score),
+        ))
     });
     outcome
 }
@@ -359,6 +374,7 @@ fn cured_by_eviction(
     refusal: &Refusal,
     req: &FitRequest<'_>,
     prepared: &Prepared,
+    scratch: &mut Scratch,
 ) -> bool {
     let node_level = [
         refusal::NODE_UNREGISTERED,
@@ -374,23 +390,31 @@ fn cured_by_eviction(
     {
         return false;
     }
-    let mut empty = NodeSnapshot::idle(node.devices.clone());
-    empty.held_whole = node.held_whole.clone();
-    fit_picks(&empty, req, prepared).is_ok()
+    let mut idle = std::mem::take(&mut scratch.idle);
+    idle.clear();
+    idle.resize(node.devices.gpus.len(), GpuUsage::default());
+    let cured = fit_picks(node, &idle, req, prepared, scratch).is_ok();
+    scratch.idle = idle;
+    cured
 }
 
 /// Fits the pod on one node.
 pub fn fit_node(node: &NodeSnapshot, req: &FitRequest<'_>) -> Result<Placement, String> {
     let prepared = prepare(req);
-    let (picks, score) = fit_picks(node, req, &prepared).map_err(|r| r.text)?;
-    Ok(placement(node, req, &prepared, &picks, score))
+    let mut scratch = Scratch::default();
+    let score = fit_picks(node, &node.usage, req, &prepared, &mut scratch).map_err(|r| r.text)?;
+    Ok(placement(node, req, &prepared, &scratch.picks, score))
 }
 
+/// Fits the pod on `node` with `usage` taken (the node's own, or none): the score, with
+/// the picks in `scratch.picks`.
 fn fit_picks(
     node: &NodeSnapshot,
+    usage: &[GpuUsage],
     req: &FitRequest<'_>,
     prepared: &Prepared,
-) -> Result<(Vec<Pick>, f64), Refusal> {
+    scratch: &mut Scratch,
+) -> Result<f64, Refusal> {
     let refuse = |label: &'static str, text: String| Refusal {
         labels: vec![label],
         text,
@@ -408,7 +432,21 @@ fn fit_picks(
             });
         }
     }
-    let mut picks = Vec::new();
+    let gpus = &node.devices.gpus;
+    let held = &node.held_whole;
+    let in_container = |container: &ContainerRequest, r: Refusal| Refusal {
+        labels: r.labels,
+        text: format!("container {}: {}", container.name, r.text),
+    };
+    let Scratch {
+        devices,
+        picks,
+        concurrent,
+        init_base,
+        working,
+        ..
+    } = scratch;
+    picks.clear();
     if let [only] = prepared.order[..] {
         // One container (the common pod): it is fitted on the node's usage as it is, so no
         // working copy per node. Its vendors' GPUs are disjoint and one request takes
@@ -418,61 +456,60 @@ fn fit_picks(
             let Some(request) = container.get(*vendor) else {
                 continue;
             };
-            let chosen =
-                fit_devices(node, &node.usage, *vendor, request, req).map_err(|r| Refusal {
-                    labels: r.labels,
-                    text: format!("container {}: {}", container.name, r.text),
-                })?;
-            picks.extend(chosen.into_iter().map(|(gpu, mem, cores, _)| Pick {
+            fit_devices(gpus, usage, held, *vendor, request, req, devices)
+                .map_err(|r| in_container(container, r))?;
+            picks.extend(devices.chosen.iter().map(|e| Pick {
                 container: only,
                 vendor: *vendor,
-                gpu,
-                mem,
-                cores,
+                gpu: e.gpu,
+                mem: e.mem,
+                cores: e.cores,
             }));
         }
-        let score = placement_score(node, req, &picks);
-        return Ok((picks, score));
+        return Ok(placement_score(node, usage, req, picks));
     }
-    let mut concurrent = node.usage.clone();
-    let mut init_base: Option<Vec<GpuUsage>> = None;
+    concurrent.clear();
+    concurrent.extend_from_slice(usage);
+    // Fresh copy of what runs beside the init containers: the node plus the sidecars
+    // (fitted first), taken when the first init container comes.
+    let mut init_base_taken = false;
     for &i in &prepared.order {
         let container = &req.containers[i];
-        let mut working = if container.kind == ContainerKind::Init {
-            // Fresh copy of what runs beside it: the node plus the sidecars.
-            init_base.get_or_insert_with(|| concurrent.clone()).clone()
+        let is_init = container.kind == ContainerKind::Init;
+        let working: &mut Vec<GpuUsage> = if is_init {
+            if !init_base_taken {
+                init_base.clear();
+                init_base.extend_from_slice(concurrent);
+                init_base_taken = true;
+            }
+            working.clear();
+            working.extend_from_slice(init_base);
+            working
         } else {
-            std::mem::take(&mut concurrent)
+            concurrent
         };
         for vendor in &prepared.vendors {
             let Some(request) = container.get(*vendor) else {
                 continue;
             };
-            let chosen =
-                fit_devices(node, &working, *vendor, request, req).map_err(|r| Refusal {
-                    labels: r.labels,
-                    text: format!("container {}: {}", container.name, r.text),
-                })?;
-            for (gpu, mem, cores, _) in chosen {
-                let u = &mut working[gpu];
+            fit_devices(gpus, working, held, *vendor, request, req, devices)
+                .map_err(|r| in_container(container, r))?;
+            for e in &devices.chosen {
+                let u = &mut working[e.gpu];
                 u.used = u.used.saturating_add(1);
-                u.mem_mib = u.mem_mib.saturating_add(mem);
-                u.cores = u.cores.saturating_add(cores);
+                u.mem_mib = u.mem_mib.saturating_add(e.mem);
+                u.cores = u.cores.saturating_add(e.cores);
                 picks.push(Pick {
                     container: i,
                     vendor: *vendor,
-                    gpu,
-                    mem,
-                    cores,
+                    gpu: e.gpu,
+                    mem: e.mem,
+                    cores: e.cores,
                 });
             }
         }
-        if container.kind != ContainerKind::Init {
-            concurrent = working;
-        }
     }
-    let score = placement_score(node, req, &picks);
-    Ok((picks, score))
+    Ok(placement_score(node, usage, req, picks))
 }
 
 fn placement(
@@ -505,13 +542,17 @@ fn placement(
     Placement { runs, score }
 }
 
-/// The node score with the pod's picks charged as [`crate::usage::collapse`] would charge them:
-/// init
-/// containers at their peak, the others summed.
-fn placement_score(node: &NodeSnapshot, req: &FitRequest<'_>, picks: &[Pick]) -> f64 {
+/// The node score with the pod's picks charged as [`crate::usage::collapse`] would charge
+/// them: init containers at their peak, the others summed.
+fn placement_score(
+    node: &NodeSnapshot,
+    usage: &[GpuUsage],
+    req: &FitRequest<'_>,
+    picks: &[Pick],
+) -> f64 {
     let (mut used, mut count, mut cores, mut total_cores, mut mem, mut total_mem) =
         (0f64, 0f64, 0f64, 0f64, 0f64, 0f64);
-    for (gpu, u) in node.devices.gpus.iter().zip(&node.usage) {
+    for (gpu, u) in node.devices.gpus.iter().zip(usage) {
         used += f64::from(u.used);
         count += f64::from(gpu.info.count);
         cores += u.cores as f64;
@@ -554,236 +595,8 @@ fn placement_score(node: &NodeSnapshot, req: &FitRequest<'_>, picks: &[Pick]) ->
     10.0 * (ratio(used, count) + ratio(cores, total_cores) + ratio(mem, total_mem))
 }
 
-fn ratio(part: f64, total: f64) -> f64 {
-    if total > 0.0 { part / total } else { 0.0 }
-}
-
-/// Memory (MiB) and cores (AMD: CUs, NVIDIA: percent) a request takes on `gpu`.
-pub fn demand(gpu: &Gpu, request: &DeviceRequest) -> (u64, u64) {
-    let mem = request.memory.resolve(gpu.info.devmem);
-    let cores = match gpu.vendor {
-        // On RDNA whole WGPs, rounded up: what the plugin's CU choice gives.
-        Vendor::Amd => u64::from(amd_cu_count(
-            request.cores_percent,
-            gpu.info.devcore,
-            gpu.info.custom_info.cu_per_wgp.unwrap_or(1),
-        )),
-        Vendor::Nvidia => u64::from(request.cores_percent),
-    };
-    (mem, cores)
-}
-
-fn check(
-    gpu: &Gpu,
-    u: &GpuUsage,
-    held_whole: bool,
-    request: &DeviceRequest,
-    selector: &DeviceSelector,
-    mutex: bool,
-) -> Result<(u64, u64), Reason> {
-    let info = &gpu.info;
-    if !info.health {
-        return Err(Reason::CardNotHealth);
-    }
-    if !selector.type_allowed(&info.device_type) {
-        return Err(Reason::CardTypeMismatch);
-    }
-    if !selector.uuid_allowed(&info.id) {
-        return Err(Reason::CardUuidMismatch);
-    }
-    // Before the share count: a held card is also "full", but the user needs to know why.
-    if held_whole {
-        return Err(Reason::CardHeldWhole);
-    }
-    if u.used >= info.count {
-        return Err(Reason::CardTimeSlicingExhausted);
-    }
-    if mutex && u.used > 0 {
-        return Err(Reason::ExclusiveDeviceAllocateConflict);
-    }
-    let (mem, cores) = demand(gpu, request);
-    if info.devmem.saturating_sub(u.mem_mib) < mem || mem == 0 && info.devmem == 0 {
-        return Err(Reason::CardInsufficientMemory);
-    }
-    match gpu.vendor {
-        Vendor::Amd => {
-            // 0 CUs: the GPU has none (or no whole WGP) to give.
-            if cores == 0 || u64::from(info.devcore).saturating_sub(u.cores) < cores {
-                return Err(Reason::CardInsufficientCore);
-            }
-        }
-        Vendor::Nvidia => {
-            let total = u64::from(info.devcore);
-            if cores >= 100 && u.used > 0 {
-                return Err(Reason::ExclusiveDeviceAllocateConflict);
-            }
-            if cores == 0 && u.cores >= total {
-                return Err(Reason::CardComputeUnitsExhausted);
-            }
-            if total.saturating_sub(u.cores) < cores {
-                return Err(Reason::CardInsufficientCore);
-            }
-        }
-    }
-    Ok((mem, cores))
-}
-
-/// Ordering key of a GPU under the policy: the device score with the request included.
-fn device_score(gpu: &Gpu, u: &GpuUsage, mem: u64, cores: u64) -> f64 {
-    let info = &gpu.info;
-    10.0 * (ratio(f64::from(u.used) + 1.0, f64::from(info.count))
-        + ratio((u.cores + cores) as f64, f64::from(info.devcore))
-        + ratio((u.mem_mib + mem) as f64, info.devmem as f64))
-}
-
-/// Chooses `request.count` GPUs of `vendor` for one container.
-fn fit_devices(
-    node: &NodeSnapshot,
-    usage: &[GpuUsage],
-    vendor: Vendor,
-    request: &DeviceRequest,
-    req: &FitRequest<'_>,
-) -> Result<Vec<(usize, u64, u64, f64)>, Refusal> {
-    let gpus = &node.devices.gpus;
-    let candidates = gpus.iter().filter(|g| g.vendor == vendor).count();
-    let want = request.count as usize;
-    if want > candidates {
-        return Err(Refusal {
-            labels: vec![refusal::NODE_INSUFFICIENT_DEVICE],
-            text: refusal::NODE_INSUFFICIENT_DEVICE.to_owned(),
-        });
-    }
-    let selector = req.selectors.get(vendor);
-    let mutex = req.gpu_policy.kind == GpuPolicyKind::Mutex;
-    let mut reasons: BTreeMap<Reason, usize> = BTreeMap::new();
-    // (gpu index, mem, cores, score)
-    let mut eligible: Vec<(usize, u64, u64, f64)> = Vec::with_capacity(candidates);
-    for i in (0..gpus.len()).filter(|i| gpus[*i].vendor == vendor) {
-        let held = node.held_whole.get(i).copied().unwrap_or(false);
-        match check(&gpus[i], &usage[i], held, request, selector, mutex) {
-            Ok((mem, cores)) => {
-                eligible.push((i, mem, cores, device_score(&gpus[i], &usage[i], mem, cores)))
-            }
-            Err(reason) => *reasons.entry(reason).or_default() += 1,
-        }
-    }
-    let numa = |i: usize| gpus[i].info.numa;
-    let policy_order = |a: &(usize, u64, u64, f64), b: &(usize, u64, u64, f64)| {
-        let by_score = match req.gpu_policy.kind {
-            GpuPolicyKind::Binpack => b.3.total_cmp(&a.3),
-            GpuPolicyKind::Spread | GpuPolicyKind::Mutex => a.3.total_cmp(&b.3),
-        };
-        by_score.then(numa(a.0).cmp(&numa(b.0))).then(a.0.cmp(&b.0))
-    };
-    let link = selector.link_bind && want > 1;
-    let unbound = !link && !selector.numa_bind && !req.gpu_policy.numa;
-    // One GPU, no binding (the common request): the first in policy order, unsorted (the
-    // order is total: the GPU index breaks every tie).
-    if unbound
-        && want == 1
-        && let Some(best) = eligible.iter().copied().min_by(policy_order)
-    {
-        return Ok(vec![best]);
-    }
-    eligible.sort_by(policy_order);
-    if unbound && eligible.len() >= want {
-        // No binding: the first `want` in policy order (no further allocation).
-        eligible.truncate(want);
-        return Ok(eligible);
-    }
-    let order: Vec<usize> = eligible.iter().map(|e| e.0).collect();
-    let binding_reason = if link {
-        Reason::XgmiLinkNotFit
-    } else {
-        Reason::NumaNotFit
-    };
-    let chosen = if selector.numa_bind {
-        pick_in_numa_groups(gpus, &order, want, link)
-    } else if req.gpu_policy.numa {
-        // `numa` in the policy is a preference: fall back to any GPUs.
-        pick_in_numa_groups(gpus, &order, want, link).or_else(|| pick(gpus, &order, want, link))
-    } else {
-        pick(gpus, &order, want, link)
-    };
-    match chosen {
-        Some(chosen) => Ok(chosen
-            .into_iter()
-            .filter_map(|i| eligible.iter().find(|e| e.0 == i).copied())
-            .collect()),
-        None => {
-            if order.len() >= want {
-                // Enough GPUs fit on their own; the binding constraint ruled them out.
-                *reasons.entry(binding_reason).or_default() += order.len();
-            }
-            Err(Refusal {
-                labels: reasons.keys().map(|r| r.as_str()).collect(),
-                text: format_reasons(&reasons, candidates),
-            })
-        }
-    }
-}
-
-/// The first `want` GPUs of `order`, or with `link`, the first `want` that are pairwise
-/// XGMI peers, trying each start in order.
-fn pick(gpus: &[Gpu], order: &[usize], want: usize, link: bool) -> Option<Vec<usize>> {
-    if order.len() < want {
-        return None;
-    }
-    if !link {
-        return Some(order[..want].to_vec());
-    }
-    for (s, &start) in order.iter().enumerate() {
-        let mut chosen = vec![start];
-        for &next in &order[s + 1..] {
-            if chosen.iter().all(|&c| xgmi_peers(&gpus[c], &gpus[next])) {
-                chosen.push(next);
-                if chosen.len() == want {
-                    return Some(chosen);
-                }
-            }
-        }
-    }
-    None
-}
-
-/// All GPUs on one NUMA node: groups are tried in the order of their best GPU.
-fn pick_in_numa_groups(
-    gpus: &[Gpu],
-    order: &[usize],
-    want: usize,
-    link: bool,
-) -> Option<Vec<usize>> {
-    let mut tried = Vec::new();
-    for &first in order {
-        let numa = gpus[first].info.numa;
-        if tried.contains(&numa) {
-            continue;
-        }
-        tried.push(numa);
-        let group: Vec<usize> = order
-            .iter()
-            .copied()
-            .filter(|i| gpus[*i].info.numa == numa)
-            .collect();
-        if let Some(chosen) = pick(gpus, &group, want, link) {
-            return Some(chosen);
-        }
-    }
-    None
-}
-
-fn xgmi_peers(a: &Gpu, b: &Gpu) -> bool {
-    let listed = |x: &Gpu, y: &Gpu| match &y.info.custom_info.pci_bdf {
-        Some(bdf) => x
-            .info
-            .custom_info
-            .xgmi_peers
-            .iter()
-            .any(|p| p.eq_ignore_ascii_case(bdf)),
-        None => false,
-    };
-    listed(a, b) || listed(b, a)
-}
+#[path = "fit_devices.rs"]
+mod devices;
 
 #[path = "fit_quick.rs"]
 pub mod quick;
@@ -791,3 +604,11 @@ pub mod quick;
 #[cfg(test)]
 #[path = "fit_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "fit_reference.rs"]
+mod reference;
+
+#[cfg(test)]
+#[path = "fit_equivalence_tests.rs"]
+mod equivalence_tests;

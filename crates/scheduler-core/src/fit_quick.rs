@@ -4,20 +4,20 @@
 //! allocation.
 //!
 //! It is [`super::fit_node`]'s answer by construction, not a second rule: each GPU is
-//! judged by the same `check`, and the shortcut is taken only where the answer cannot
+//! judged by the same `Judge::check`, and the shortcut is taken only where the answer cannot
 //! depend on which GPUs `fit_node` would pick. That holds when at most one container asks
 //! for GPUs (nothing is fitted after its picks, and one vendor's picks never touch another
 //! vendor's GPUs) and binding plays no part (no NUMA or XGMI binding, or exactly one GPU
 //! asked: any one eligible GPU is a NUMA group and an XGMI set of its own). Then `fit_node`
 //! succeeds exactly when every requested vendor is offered, the node has at least as many
-//! of its GPUs as asked, and at least that many pass `check`. Any other pod is judged by
+//! of its GPUs as asked, and at least that many pass `Judge::check`. Any other pod is judged by
 //! `fit_node` itself. Test: `agrees_with_fit_node` (property).
 
 use hami_protocol::names::Vendor;
 use hami_protocol::requests::DeviceRequest;
 use hami_protocol::selection::GpuPolicyKind;
 
-use super::{FitRequest, check, fit_node};
+use super::{FitRequest, Judge, fit_node};
 use crate::snapshot::NodeSnapshot;
 
 /// A pod prepared for many yes/no fits against nodes whose usage changes.
@@ -58,7 +58,7 @@ impl<'a> QuickFit<'a> {
     }
 
     /// Whether the answer can only turn from no to yes as usage drops, for certain: where
-    /// the shortcut holds (each GPU's `check` only gets easier). Elsewhere one
+    /// the shortcut holds (each GPU's `Judge::check` only gets easier). Elsewhere one
     /// container's picks steer the next one's, and no such promise is made.
     pub fn monotone(&self) -> bool {
         self.shortcut.is_some()
@@ -71,7 +71,7 @@ impl<'a> QuickFit<'a> {
         };
         let mutex = self.req.gpu_policy.kind == GpuPolicyKind::Mutex;
         asks.iter().all(|&(vendor, request)| {
-            let selector = self.req.selectors.get(vendor);
+            let mut judge = Judge::new(request, self.req.selectors.get(vendor), mutex);
             let want = request.count as usize;
             let (mut candidates, mut eligible) = (0usize, 0usize);
             for (i, gpu) in node.devices.gpus.iter().enumerate() {
@@ -80,7 +80,7 @@ impl<'a> QuickFit<'a> {
                 }
                 candidates += 1;
                 let held = node.held_whole.get(i).copied().unwrap_or(false);
-                if check(gpu, &node.usage[i], held, request, selector, mutex).is_ok() {
+                if judge.check(gpu, &node.usage[i], held).is_ok() {
                     eligible += 1;
                 }
                 // Enough found: the rest cannot change the answer (eligible ≤ candidates).

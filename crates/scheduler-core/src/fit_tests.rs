@@ -1,13 +1,13 @@
 use std::sync::Arc;
 
 use hami_protocol::node_register::{CustomInfo, DeviceInfo, DeviceMode};
-use hami_protocol::requests::{RequestDefaults, pod_requests};
+use hami_protocol::requests::{RequestDefaults, amd_cu_count, pod_requests};
 use k8s_openapi::api::core::v1::Pod;
 use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::snapshot::NodeDevices;
+use crate::snapshot::{Gpu, NodeDevices};
 use crate::usage::collapse;
 
 fn amd(id: &str, devcore: u32, devmem: u64, numa: i32) -> Gpu {
