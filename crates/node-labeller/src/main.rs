@@ -54,8 +54,20 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let client = kube::Client::try_default().await?;
     let nodes: Api<Node> = Api::all(client);
+    // kubelet stops the pod with SIGTERM, and pid 1 of a container has no default action
+    // for it: without a handler the labeller ran until SIGKILL ended the grace period.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = label(&nodes, &args) => r,
+        r = tokio::signal::ctrl_c() => Ok(r?),
+        _ = term.recv() => Ok(()),
+    }
+}
+
+/// Labels the node every `--interval` (once with `--once`).
+async fn label(nodes: &Api<Node>, args: &Args) -> anyhow::Result<()> {
     loop {
-        if let Err(e) = refresh(&nodes, &args).await {
+        if let Err(e) = refresh(nodes, args).await {
             if args.once {
                 return Err(e);
             }

@@ -331,6 +331,79 @@ impl AgentNode {
         Ok(())
     }
 
+    /// Sends `signal` (`kill -<signal>`) to the process of container `container` of pod
+    /// `pod` (its pid 1), as kubelet's runtime or the kernel would; waits (bounded) for
+    /// kubelet-sim to know that pid.
+    async fn signal(&self, pod: &str, container: &str, signal: &str) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let pid = loop {
+            let pid = self
+                .sim()?
+                .containers()
+                .into_iter()
+                .find(|c| c.pod == pod && c.container == container)
+                .and_then(|c| c.init_pid);
+            if let Some(pid) = pid {
+                break pid;
+            }
+            if tokio::time::Instant::now() > deadline {
+                let status = self
+                    .server
+                    .get_object("v1", "pods", &self.settings.namespace, pod)
+                    .map(|p| p["status"].clone());
+                return Err(format!(
+                    "no running container {container} of {pod}: {status:#?}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .map_err(|e| e.to_string())?;
+        if !sent.success() {
+            return Err(format!("kill -{signal} {pid} failed"));
+        }
+        Ok(())
+    }
+
+    /// kubelet stops a container with SIGTERM and kills it only after the pod's grace
+    /// period (30 s by default): the agent's container must end on SIGTERM alone, with
+    /// exit code 0, well within it. (As pid 1 of its PID namespace a program without a
+    /// handler does not even see SIGTERM.) kubelet-sim then starts it again.
+    async fn stops_on_sigterm(&self, ns: &str, pod: &str, container: &str) -> Result<(), String> {
+        const LIMIT: Duration = Duration::from_secs(20);
+        self.signal(pod, container, "TERM").await?;
+        let deadline = tokio::time::Instant::now() + LIMIT;
+        loop {
+            let p = self
+                .server
+                .get_object("v1", "pods", ns, pod)
+                .unwrap_or_default();
+            let status = p["status"]["containerStatuses"]
+                .as_array()
+                .and_then(|s| s.iter().find(|c| c["name"] == container))
+                .cloned()
+                .unwrap_or_default();
+            let ended = &status["lastState"]["terminated"];
+            if ended.is_object() {
+                if ended["exitCode"] != 0 {
+                    return Err(format!(
+                        "{container} of {pod} did not shut down cleanly on SIGTERM: {status:#}"
+                    ));
+                }
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!(
+                    "{container} of {pod} still runs {LIMIT:?} after SIGTERM (kubelet would \
+                     SIGKILL it after the grace period): {status:#}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     async fn stop(mut self) {
         if let Some(sim) = self.sim.take() {
             sim.shutdown().await;
@@ -487,21 +560,13 @@ async fn device_plugin(node: &AgentNode) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    node.stops_on_sigterm(&ns, &labeller, "node-labeller")
+        .await?;
 
     // The plugin's container killed as the kernel kills it (SIGKILL: no goodbye to
     // kubelet, its socket left behind); kubelet-sim starts it again.
     let registered = sim.registrations();
-    let pid = sim
-        .containers()
-        .into_iter()
-        .find(|c| c.pod == name && c.container == "device-plugin")
-        .and_then(|c| c.init_pid)
-        .ok_or_else(|| format!("no running device-plugin container of {name}"))?;
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .map_err(|e| e.to_string())?;
-    assert!(killed.success(), "kill -KILL {pid}");
+    node.signal(&name, "device-plugin", "KILL").await?;
     let restarted = |p: &Value| {
         let c = &p["status"]["containerStatuses"][0];
         c["restartCount"] == 1 && c["state"]["running"].is_object()
