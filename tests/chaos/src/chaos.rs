@@ -97,6 +97,9 @@ pub struct ChaosReport {
     pub dra_prepared_max: (u64, u64),
     /// Time from settling until nothing was left of gone DRA pods.
     pub dra_released_after: Option<Duration>,
+    /// Distinct pods whose processes a monitor checked for the hook, per hook
+    /// (`libvgpu.so`, `libamvgpu.so`).
+    pub hook_checked_pods: BTreeMap<String, u64>,
     /// Timestamped log of injected faults and notable events, for diagnosing a failure.
     pub history: Vec<String>,
 }
@@ -121,6 +124,11 @@ impl ChaosReport {
             self.kills,
             self.kills_holding_memory,
             self.slowest_release
+        );
+        let _ = writeln!(
+            s,
+            "pods checked for their hook: {:?}",
+            self.hook_checked_pods
         );
         let _ = writeln!(
             s,
@@ -382,13 +390,16 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
             read_monitors(&monitors_final).await
         };
         let mut s = lock(&shared);
-        if let Some(live) = &live {
-            found.extend(usage_pass(live, &pods.items, &mut s, &log));
+        if let Some(readings) = &live {
+            found.extend(usage_pass(&readings.live, &pods.items, &mut s, &log));
+            found.extend(hook_pass(readings, &mut s));
         }
         for (ns, pod) in std::mem::take(&mut s.killed).into_keys() {
             found.push(Violation::NotReleased {
                 pod: format!("{ns}/{pod}"),
-                used: live.as_ref().map_or(0, |l| ledger::memory_of(l, &ns, &pod)),
+                used: live
+                    .as_ref()
+                    .map_or(0, |l| ledger::memory_of(&l.live, &ns, &pod)),
                 after_ms: RELEASE_LIMIT.as_millis() as u64,
             });
         }
@@ -406,6 +417,23 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
         for line in dra_state_lines(&stack.client, files).await {
             log.push(line);
         }
+    }
+    // What the monitors told of processes without their hook (the pid, what ld.so did).
+    for e in Api::<k8s_openapi::api::core::v1::Event>::namespaced(stack.client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(hami_monitor::hook_presence::REASON_SLICE_NOT_ENFORCED)
+        })
+    {
+        log.push(format!(
+            "SliceNotEnforced on {:?}: {}",
+            e.involved_object.name.as_deref(),
+            e.message.clone().unwrap_or_default()
+        ));
     }
     if report.settled_after.is_none() {
         // What kube-scheduler and the scheduler last said about each stranded pod.
@@ -462,6 +490,11 @@ pub async fn run(config: ChaosConfig) -> anyhow::Result<ChaosReport> {
         report.dra_checks = s.dra_checks;
         report.dra_pods_placed = s.dra_placed.len() as u64;
         report.dra_prepared_max = s.dra_prepared_max;
+        report.hook_checked_pods = s
+            .hook_checked
+            .iter()
+            .map(|(hook, pods)| (hook.clone(), pods.len() as u64))
+            .collect();
     }
     report.history = log.lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
     stack.shutdown().await;

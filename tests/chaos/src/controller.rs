@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     /// (a pod listed Running between two checkpoint reads that went away meanwhile is no
     /// finding).
     pub(crate) dra_suspects: BTreeSet<String>,
+    /// Per hook, the pods (`ns/name`) a monitor checked for it.
+    pub(crate) hook_checked: BTreeMap<String, BTreeSet<String>>,
 }
 
 pub(crate) fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {

@@ -221,6 +221,18 @@ pub enum Violation {
         /// Milliseconds from the kill to this reading.
         after_ms: u64,
     },
+    /// A monitor counted a workload process without its slice's hook (every process of
+    /// the run starts under it): its memory limit is not enforced.
+    Unhooked {
+        /// The pod.
+        pod: String,
+        /// Its container.
+        container: String,
+        /// The hook missing.
+        hook: String,
+        /// Processes counted without it.
+        processes: u64,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -290,6 +302,15 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "pod {pod}: {used} B of device memory still counted {after_ms} ms after its process was killed"
+            ),
+            Violation::Unhooked {
+                pod,
+                container,
+                hook,
+                processes,
+            } => write!(
+                f,
+                "pod {pod} container {container}: {processes} processes without {hook} (its slice is not enforced)"
             ),
         }
     }

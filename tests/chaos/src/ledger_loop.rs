@@ -16,6 +16,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use crate::dra_node::DraFiles;
 use crate::ledger::{self, Violation};
 use crate::ledger_dra;
+use crate::ledger_hooks::{self, HookCount, HookKey};
 
 use crate::chaos::*;
 use crate::controller::*;
@@ -45,20 +46,39 @@ pub(crate) async fn provoke_one(client: &Client, pick: impl Fn(&Pod) -> bool) {
     }
 }
 
+/// What the monitors publish that the ledger checks: usage per container and device, and
+/// the hook check's counts.
+#[derive(Default)]
+pub(crate) struct MonitorReadings {
+    pub(crate) live: hami_demo::Live,
+    pub(crate) hooks: BTreeMap<HookKey, HookCount>,
+}
+
 /// Every monitor's readings, or None if one did not answer (a partial view would make a
 /// killed pod's memory look released).
-pub(crate) async fn read_monitors(monitors: &[SocketAddr]) -> Option<hami_demo::Live> {
+pub(crate) async fn read_monitors(monitors: &[SocketAddr]) -> Option<MonitorReadings> {
     let monitors = monitors.to_vec();
     tokio::task::spawn_blocking(move || {
-        let mut all = hami_demo::Live::default();
+        let mut all = MonitorReadings::default();
         for m in monitors {
-            all.extend(hami_demo::live::fetch(&format!("http://{m}/metrics")).ok()?);
+            let (status, body, _) = crate::soak::get_answer(m, "/metrics")?;
+            if !status.starts_with("HTTP/1.1 200") {
+                return None;
+            }
+            all.live.extend(hami_demo::Live::from_body(&body));
+            ledger_hooks::read_hook_series(&body, &mut all.hooks);
         }
         Some(all)
     })
     .await
     .ok()
     .flatten()
+}
+
+/// The hook check: no workload process unhooked; which pods each hook was checked in.
+pub(crate) fn hook_pass(readings: &MonitorReadings, s: &mut Shared) -> Vec<Violation> {
+    ledger_hooks::note_checked(&readings.hooks, &mut s.hook_checked);
+    ledger_hooks::check_hooks(&readings.hooks)
 }
 
 /// Real usage within limits, and killed containers' memory released in time.
@@ -234,8 +254,9 @@ pub(crate) async fn ledger_loop(
             found.extend(ledger::check_agreement(&pods.items));
             let mut s = lock(&shared);
             s.checks += 1;
-            if let Some(live) = &live {
-                found.extend(usage_pass(live, &pods.items, &mut s, &log));
+            if let Some(readings) = &live {
+                found.extend(usage_pass(&readings.live, &pods.items, &mut s, &log));
+                found.extend(hook_pass(readings, &mut s));
             }
             if let (Some(before), Some(snap)) = (&driver_before, &snap) {
                 found.extend(dra_findings(&pods.items, before, snap, &mut s, true));

@@ -8,6 +8,7 @@ pub mod dra_node;
 mod injector;
 pub mod ledger;
 pub mod ledger_dra;
+pub mod ledger_hooks;
 mod ledger_loop;
 pub mod proxy;
 pub mod rng;

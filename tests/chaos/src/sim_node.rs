@@ -166,9 +166,14 @@ impl Stack {
         std::fs::create_dir_all(&sockets)?;
         std::fs::create_dir_all(hook.join("vgpu/containers"))?;
         // Stub hooks where a node's init container installs the real ones (copied over them
-        // when there are images): the plugins refuse to mount a hook that is missing.
+        // when there are images): the plugins refuse to mount a hook that is missing. Only
+        // where none is yet: a restarted kubelet-sim (the DRA node's restart fault) must not
+        // put a stub over the installed hook, which ld.so would then skip in every later pod.
         for library in ["libamvgpu.so", "libvgpu.so"] {
-            std::fs::write(hook.join("vgpu").join(library), "stub hook")?;
+            let path = hook.join("vgpu").join(library);
+            if !path.exists() {
+                std::fs::write(path, "stub hook")?;
+            }
         }
         let args = hami_kubelet_sim::Args {
             socket_dir: sockets.clone(),
@@ -387,20 +392,23 @@ impl Stack {
             ];
             (env, tree.dev_root())
         });
-        // With processes, the host's /proc: the monitor resolves the pods' host pids from it.
-        let proc_root = if containers.is_some() {
-            PathBuf::from("/proc")
-        } else {
-            node_dir.join("proc")
-        };
+        // The monitor reads the driver model's proc-shaped tree (cuda_driver.rs): kubelet-sim's
+        // own runtime makes no pod cgroups, so only the tree says which container a host pid
+        // is in (the host's /proc matched no process to a pod: no hook check, issue 29).
+        let proc_root = node_dir.join("proc");
         let (sockets, hook, kubelet) = self.kubelet(name, containers, Default::default()).await?;
-        let (monitor_addr, monitor) = self.monitor(name, &hook, tree.sysfs_root(), proc_root)?;
+        let (monitor_addr, monitor) =
+            self.monitor(name, &hook, tree.sysfs_root(), proc_root.clone())?;
         let driver = match &self.images {
             Some(images) => {
                 hami_demo::install_hook(&images.nvidia_hook, &hook, "libvgpu.so")?;
-                Some(NodeDriver::Cuda(hami_demo::cuda_driver::CudaDriver::start(
-                    &socket,
-                )?))
+                Some(NodeDriver::Cuda(
+                    hami_demo::cuda_driver::CudaDriver::start_with_tree(
+                        &socket,
+                        &proc_root,
+                        kubelet.containers_handle(),
+                    )?,
+                ))
             }
             None => None,
         };

@@ -118,6 +118,11 @@ fn fds_by_type() -> BTreeMap<String, u64> {
 
 /// One plain-HTTP GET; the body and the time it took.
 fn get(addr: SocketAddr, path: &str) -> Option<(String, f64)> {
+    get_answer(addr, path).map(|(_, body, ms)| (body, ms))
+}
+
+/// `GET path` from `addr` (HTTP/1.1): (status line, body, milliseconds taken).
+pub(crate) fn get_answer(addr: SocketAddr, path: &str) -> Option<(String, String, f64)> {
     let started = Instant::now();
     let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
@@ -129,8 +134,9 @@ fn get(addr: SocketAddr, path: &str) -> Option<(String, f64)> {
     let mut text = String::new();
     stream.read_to_string(&mut text).ok()?;
     let ms = started.elapsed().as_secs_f64() * 1000.0;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
-    Some((body, ms))
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.lines().next().unwrap_or_default().to_owned();
+    Some((status, body.to_owned(), ms))
 }
 
 fn sum_of(body: &str, name: &str) -> f64 {

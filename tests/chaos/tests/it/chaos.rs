@@ -2,7 +2,8 @@
 //! whole stack, the ledger checking throughout, zero violations, and every pod Running
 //! with `bind-phase=success` within 45 s after the faults stop. The pods run `hami-workload`
 //! processes under the hooks: the ledger also holds every container's real device memory to
-//! its limit, and a killed process's memory must be released within `RELEASE_LIMIT`.
+//! its limit, a killed process's memory must be released within `RELEASE_LIMIT`, and no
+//! monitor may count a process without its slice's hook (both hooks checked in some pod).
 //!
 //! `HAMI_CHAOS_SEED=<u64>` replays a seed's schedule; `HAMI_CHAOS_SECONDS=<n>` runs longer
 //! (the faults then 2.5 s apart, or closer where every kind needs it; BENCHMARKS.md has a
@@ -63,6 +64,15 @@ async fn whole_stack_under_faults_keeps_every_invariant() {
         "the usage ledger never read the monitors or nothing was killed\n{}",
         report.render()
     );
+    // The monitors matched the workload processes of both vendors to their pods and checked
+    // them for their hook (issue 29); none was unhooked (a violation above).
+    for hook in ["libvgpu.so", "libamvgpu.so"] {
+        assert!(
+            report.hook_checked_pods.get(hook).is_some_and(|n| *n > 0),
+            "no monitor checked a pod's processes for {hook}\n{}",
+            report.render()
+        );
+    }
     assert!(
         report.dra_checks > 10
             && report.dra_pods_placed > 6
