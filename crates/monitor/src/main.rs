@@ -84,8 +84,14 @@ async fn main() -> anyhow::Result<()> {
         scheduler_name: args.scheduler_name,
         refresh_interval: Duration::from_secs(args.refresh_seconds.max(1)),
     };
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
+    // kubelet stops the pod with SIGTERM: without a handler its default action killed the
+    // monitor mid-request (exit 143) and the graceful shutdown below never ran.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
     };
     serve(config, client, shutdown).await
 }

@@ -544,7 +544,7 @@ async fn device_plugin(node: &AgentNode) -> Result<(), String> {
         .wait_pod("default", "survivor", "Running", survivor_running)
         .await?;
 
-    monitor(node, &card.id).await?;
+    let monitor_pod = monitor(node, &card.id).await?;
     let labelled = |n: &Value| n["metadata"]["labels"]["amd.com/gpu.cu-count"] == "96";
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     while !node
@@ -562,6 +562,7 @@ async fn device_plugin(node: &AgentNode) -> Result<(), String> {
     }
     node.stops_on_sigterm(&ns, &labeller, "node-labeller")
         .await?;
+    node.stops_on_sigterm(&ns, &monitor_pod, "monitor").await?;
 
     // The plugin's container killed as the kernel kills it (SIGKILL: no goodbye to
     // kubelet, its socket left behind); kubelet-sim starts it again.
@@ -620,7 +621,7 @@ async fn device_plugin(node: &AgentNode) -> Result<(), String> {
 /// The monitor's DaemonSet (host PID namespace, the host's `/sys` at `/host/sys`, the hook
 /// directory): it reports the survivor's device memory from the region the hook keeps
 /// there, and its limit, on the chart's metrics port.
-async fn monitor(node: &AgentNode, card: &str) -> Result<(), String> {
+async fn monitor(node: &AgentNode, card: &str) -> Result<String, String> {
     let ns = node.settings.namespace.clone();
     let name = node
         .run_daemon_set(objects::monitor_daemon_set(&node.settings))
@@ -664,7 +665,7 @@ async fn monitor(node: &AgentNode, card: &str) -> Result<(), String> {
     let made = requests_of(&log, &service_account_user(&ns, names::MONITOR));
     assert!(!made.is_empty(), "the monitor never reached the API server");
     assert_eq!(refused(&made), Vec::<String>::new());
-    Ok(())
+    Ok(name)
 }
 
 /// The card the plugin reports, as its own discovery finds it on the capture with the
