@@ -26,9 +26,10 @@
 //! sliced pod of the workload image as uid 1000 is allocated by the containerized plugin
 //! and stops at its limit under the hook the init container installed; the monitor
 //! (host PID namespace, SYS_PTRACE only) reports its device memory and limit on the
-//! chart's port, the labeller labels the node; then the plugin's container is killed
-//! (SIGKILL of its process): kubelet-sim restarts it as kubelet does, the sliced pod keeps
-//! running untouched, the plugin registers again and the next pod gets the other CUs
+//! chart's port, the labeller labels the node; the labeller's and the monitor's containers
+//! end with exit 0 on SIGTERM alone, as kubelet stops them; then the plugin's container is
+//! killed (SIGKILL of its process): kubelet-sim restarts it as kubelet does, the sliced pod
+//! keeps running untouched, the plugin registers again and the next pod gets the other CUs
 //! (nothing allocated twice).
 
 mod daemon_pod;
