@@ -512,42 +512,6 @@ fn fit_picks(
     Ok(placement_score(node, usage, req, picks))
 }
 
-/// The node's usage and capacity summed over its GPUs, as `f64`s: (used, count, cores,
-/// total cores, MiB, total MiB). Summed as integers where every sum stays below 2^53:
-/// then each `f64` partial sum would be exact too, so the result is the `f64` sum's bit
-/// for bit; otherwise summed as `f64`s in GPU order.
-fn node_sums(node: &NodeSnapshot, usage: &[GpuUsage]) -> (f64, f64, f64, f64, f64, f64) {
-    const EXACT: u64 = 1 << 53;
-    let mut sums = [0u64; 6];
-    for (gpu, u) in node.devices.gpus.iter().zip(usage) {
-        let terms = [
-            u64::from(u.used),
-            u64::from(gpu.info.count),
-            u.cores,
-            u64::from(gpu.info.devcore),
-            u.mem_mib,
-            gpu.info.devmem,
-        ];
-        for (sum, term) in sums.iter_mut().zip(terms) {
-            *sum = sum.saturating_add(term);
-        }
-    }
-    if sums.iter().all(|s| *s < EXACT) {
-        let f = sums.map(|s| s as f64);
-        return (f[0], f[1], f[2], f[3], f[4], f[5]);
-    }
-    let mut f = [0f64; 6];
-    for (gpu, u) in node.devices.gpus.iter().zip(usage) {
-        f[0] += f64::from(u.used);
-        f[1] += f64::from(gpu.info.count);
-        f[2] += u.cores as f64;
-        f[3] += f64::from(gpu.info.devcore);
-        f[4] += u.mem_mib as f64;
-        f[5] += gpu.info.devmem as f64;
-    }
-    (f[0], f[1], f[2], f[3], f[4], f[5])
-}
-
 fn placement(
     node: &NodeSnapshot,
     req: &FitRequest<'_>,
@@ -586,7 +550,16 @@ fn placement_score(
     req: &FitRequest<'_>,
     picks: &[Pick],
 ) -> f64 {
-    let (mut used, count, mut cores, total_cores, mut mem, total_mem) = node_sums(node, usage);
+    let (mut used, mut count, mut cores, mut total_cores, mut mem, mut total_mem) =
+        (0f64, 0f64, 0f64, 0f64, 0f64, 0f64);
+    for (gpu, u) in node.devices.gpus.iter().zip(usage) {
+        used += f64::from(u.used);
+        count += f64::from(gpu.info.count);
+        cores += u.cores as f64;
+        total_cores += f64::from(gpu.info.devcore);
+        mem += u.mem_mib as f64;
+        total_mem += gpu.info.devmem as f64;
+    }
     let is_init = |p: &Pick| req.containers[p.container].kind == ContainerKind::Init;
     if !picks.iter().any(is_init) {
         // The common case: everything runs together, charges simply add up.
