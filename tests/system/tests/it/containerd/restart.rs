@@ -1,8 +1,9 @@
 //! containerd restarted under a running sliced pod (issue 29 item 4): the pod keeps running
 //! (same container, no restart, the workload process untouched), kubelet-sim speaks to the
 //! new daemon, and the slice is not handed out again; and the AMD device plugin killed and
-//! started again under a running pod (the plugin in a task of the test, not yet in its
-//! image): the pod keeps running, the plugin registers again, nothing is allocated twice.
+//! started again under a running pod (the plugin in a task of the test; `node_agents.rs`
+//! kills it as its DaemonSet's container in the node image): the pod keeps running, the
+//! plugin registers again, nothing is allocated twice.
 
 use std::time::Duration;
 
