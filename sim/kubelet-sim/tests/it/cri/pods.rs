@@ -187,7 +187,8 @@ async fn share_process_namespace_makes_pause_pid_1() -> Result<(), String> {
 }
 
 /// An image containerd does not have: the pod waits with kubelet's `ErrImagePull`, naming
-/// the archive to build and import, while other pods run; once imported, it starts.
+/// the archive to build and import, while other pods run; a corrupt archive is refused by the
+/// import naming it and the pod goes on waiting; once a good one is imported, it starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_image_waits_naming_its_archive() -> Result<(), String> {
     let Some(shared) = containerd() else {
@@ -235,6 +236,21 @@ async fn a_missing_image_waits_naming_its_archive() -> Result<(), String> {
             .as_deref(),
         Some("Pending")
     );
+    // A corrupt archive (truncated, as a build cut short leaves it) is refused by the import,
+    // naming the archive, and changes nothing: the pod still waits, naming it.
+    std::fs::write(&archive, b"not an OCI archive: truncated").map_err(|e| e.to_string())?;
+    let refused = shared.import(&archive).unwrap_err();
+    assert!(
+        refused.contains(&archive.display().to_string()),
+        "{refused}"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let status = node
+        .wait_status("late", "ErrImagePull", |s| {
+            s["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
+        })
+        .await?;
+    assert_eq!(status["phase"], "Pending", "{status:#}");
     // Built and imported as the message says: it starts (retried every 2 s).
     hami_containerd_host::images::BusyboxImage {
         name: image.clone(),
