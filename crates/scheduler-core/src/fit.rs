@@ -235,8 +235,9 @@ const TOP: usize = 5;
 /// Below this many nodes one thread is faster than splitting the work.
 const PARALLEL_FROM: usize = 256;
 
-/// Buffers one thread reuses from node to node: fitting a node allocates nothing unless
-/// it is refused (the refusal's text) or the pod has several GPU containers with binding.
+/// Buffers one thread reuses from node to node: once they have grown, fitting a node
+/// allocates nothing, except for a refusal's text, NUMA or XGMI binding, and the score of
+/// a pod with init containers.
 #[derive(Debug, Default)]
 struct Scratch {
     devices: DeviceScratch,
