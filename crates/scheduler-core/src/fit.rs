@@ -299,13 +299,28 @@ pub fn filter<'a>(
     };
     let mut outcome = FilterOutcome::default();
     let mut best: Option<(usize, f64)> = None;
-    let mut scored: Vec<(usize, f64)> = Vec::new();
+    // Policy order of fitting nodes (ties: smaller name first).
+    let before = |a: &(usize, f64), b: &(usize, f64)| {
+        let by_score = match req.node_policy {
+            NodePolicy::Binpack => b.1.total_cmp(&a.1),
+            NodePolicy::Spread => a.1.total_cmp(&b.1),
+        };
+        by_score.then_with(|| nodes[a.0].devices.name.cmp(&nodes[b.0].devices.name))
+    };
+    // Only the best few are named: kept in order while walking the nodes (most are
+    // dismissed by one comparison with the last), not a selection over every node.
+    let mut top: Vec<(usize, f64)> = Vec::with_capacity(TOP + 1);
     for (i, result) in results.into_iter().enumerate() {
         let name = &nodes[i].devices.name;
         match result {
             Ok(score) => {
                 outcome.fitting += 1;
-                scored.push((i, score));
+                let entry = (i, score);
+                if top.len() < TOP || top.last().is_some_and(|last| before(&entry, last).is_lt()) {
+                    let at = top.partition_point(|t| before(t, &entry).is_le());
+                    top.insert(at, entry);
+                    top.truncate(TOP);
+                }
                 let better = match &best {
                     None => true,
                     Some((b, best_score)) => {
@@ -332,22 +347,8 @@ pub fn filter<'a>(
             }
         }
     }
-    // Only the best few are named: a partial selection, not a sort of every node.
-    let better = |a: &(usize, f64), b: &(usize, f64)| {
-        let by_score = match req.node_policy {
-            NodePolicy::Binpack => b.1.total_cmp(&a.1),
-            NodePolicy::Spread => a.1.total_cmp(&b.1),
-        };
-        by_score.then_with(|| nodes[a.0].devices.name.cmp(&nodes[b.0].devices.name))
-    };
-    if scored.len() > TOP {
-        scored.select_nth_unstable_by(TOP - 1, better);
-        scored.truncate(TOP);
-    }
-    scored.sort_by(better);
-    outcome.top = scored
+    outcome.top = top
         .iter()
-        .take(TOP)
         .map(|(i, s)| (nodes[*i].devices.name.clone(), *s))
         .collect();
     // Device lists are written for the chosen node only.

@@ -321,13 +321,13 @@ proptest! {
     /// and policies: the same answers as the fit before stop 38.
     #[test]
     fn filter_and_fit_node_agree_with_the_reference_fit(
-        specs in proptest::collection::vec(arb_node(), 0..6),
+        specs in proptest::collection::vec(arb_node(), 0..9),
         containers in arb_containers(),
         amd in arb_selector(),
         nvidia in arb_selector(),
         policy in arb_policy(),
         // Names out of order, some repeated (ties broken by name).
-        names in proptest::collection::vec(0u8..4, 6),
+        names in proptest::collection::vec(0u8..4, 9),
     ) {
         let nodes: Vec<NodeSnapshot> = specs
             .iter()
