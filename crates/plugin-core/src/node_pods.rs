@@ -7,7 +7,10 @@
 //! The plugin's own pod patches are kept beside the cache until the watch delivers them
 //! ([`overlay`], pure): the next container's Allocate of the same pod must see its consumed
 //! run, and the watch may lag behind the patch's answer. While the watch is not ready (its
-//! first list pending, or the API server refusing it) every read is a LIST, as before.
+//! first list pending, or the API server refusing it) every read is a LIST, as before; and
+//! while it has not shown a pod this plugin wrote at all (it lags, or is down after the API
+//! server restarted or ended it, its store kept as it last was), the read is a LIST too:
+//! that pod's devices would otherwise look free to the next pod (two pods with the same CUs).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -119,8 +122,16 @@ impl NodePods {
             return self.list().await;
         }
         let cached: Vec<Pod> = self.store.state().iter().map(|p| (**p).clone()).collect();
+        {
+            let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+            if !unseen_writes(&cached, &written) {
+                return Ok(overlay(cached, &mut written));
+            }
+        }
+        // Read fresh: the LIST shows every write of ours (a pod it does not show is gone).
+        let listed = self.list().await?;
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(overlay(cached, &mut written))
+        Ok(overlay_listed(listed, &mut written))
     }
 
     /// The pods bound to the node, LISTed from the API server.
@@ -193,6 +204,29 @@ pub fn caught_up(cached: &Pod, written: &Pod) -> bool {
     }
 }
 
+/// Whether the watched pods lack a pod this plugin wrote (pure): the watch has not delivered
+/// it at all, or delivered its deletion; only a fresh read tells which.
+pub fn unseen_writes(cached: &[Pod], written: &BTreeMap<PodRef, Pod>) -> bool {
+    written
+        .keys()
+        .any(|w| !cached.iter().any(|pod| pod_ref(pod) == *w))
+}
+
+/// A fresh LIST with this plugin's writes it does not hold yet in their place (pure). Writes
+/// of pods the LIST does not show are forgotten (the pods are gone); the others are kept
+/// until the watch shows them, which only the watch can tell (the next read goes on
+/// LISTing until it does).
+pub fn overlay_listed(listed: Vec<Pod>, written: &mut BTreeMap<PodRef, Pod>) -> Vec<Pod> {
+    written.retain(|w, _| listed.iter().any(|pod| pod_ref(pod) == *w));
+    listed
+        .into_iter()
+        .map(|pod| match written.get(&pod_ref(&pod)) {
+            Some(mine) if !caught_up(&pod, mine) => mine.clone(),
+            _ => pod,
+        })
+        .collect()
+}
+
 /// The watched pods with this plugin's writes the watch has not delivered yet in their
 /// place (pure). Writes the watch caught up with, or of pods it no longer shows (deleted,
 /// or not seen yet: such a lock owner is read again), are forgotten.
@@ -241,6 +275,7 @@ mod tests {
         );
         assert_eq!(pods.iter().map(phase).collect::<Vec<_>>(), ["success", "x"]);
         // A pod the watch does not show is forgotten; a's write is kept until caught up.
+        // (The shell reads such a list only from a LIST, never from a lagging watch.)
         assert_eq!(
             written.keys().cloned().collect::<Vec<_>>(),
             [PodRef::new("ns", "a")]
@@ -251,5 +286,30 @@ mod tests {
         // Versions that are not numbers: caught up only when equal.
         assert!(!caught_up(&pod("a", "x1", ""), &pod("a", "x2", "")));
         assert!(caught_up(&pod("a", "x2", ""), &pod("a", "x2", "")));
+    }
+
+    #[test]
+    fn a_write_the_watch_has_not_shown_at_all_asks_for_a_fresh_read() {
+        let mut written = BTreeMap::new();
+        written.insert(PodRef::new("ns", "a"), pod("a", "12", "success"));
+        // Shown (even an older copy): the overlay stands in, no fresh read.
+        assert!(!unseen_writes(&[pod("a", "10", "allocating")], &written));
+        // Not shown: its devices would look free.
+        assert!(unseen_writes(&[pod("b", "11", "x")], &written));
+        assert!(unseen_writes(&[], &written));
+        assert!(!unseen_writes(&[], &BTreeMap::new()));
+        // A LIST that shows the write keeps it (the watch has still not shown it: the next
+        // read lists again); a pod the LIST does not show is gone and forgotten.
+        written.insert(PodRef::new("ns", "gone"), pod("gone", "9", "success"));
+        let pods = overlay_listed(vec![pod("a", "12", "success")], &mut written);
+        assert_eq!(pods.iter().map(phase).collect::<Vec<_>>(), ["success"]);
+        assert_eq!(
+            written.keys().cloned().collect::<Vec<_>>(),
+            [PodRef::new("ns", "a")]
+        );
+        assert!(unseen_writes(&[pod("b", "11", "x")], &written));
+        // A LIST older than the write (a lagging read): the write stands in.
+        let pods = overlay_listed(vec![pod("a", "10", "allocating")], &mut written);
+        assert_eq!(phase(&pods[0]), "success");
     }
 }

@@ -25,6 +25,7 @@ pub mod faults;
 pub mod http;
 pub mod impersonation;
 pub mod kubeconfig;
+pub mod lagging_watch;
 pub mod managed_fields;
 pub mod match_conditions;
 pub mod meta;

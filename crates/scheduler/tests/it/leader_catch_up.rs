@@ -5,9 +5,9 @@
 //! answers "catching up" until they have.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use hami_apiserver::lagging_watch::LaggingPodWatch;
 use hami_scheduler::config::Settings;
 use hami_scheduler::extender::ExtenderFilterResult;
 use hami_scheduler::leader::{ElectionConfig, Leadership};
@@ -16,63 +16,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 use crate::common::{self, filter_args};
-
-/// A TCP proxy in front of the API server that, while `frozen`, holds back every byte the
-/// server sends on a connection that carried a pod watch request (lists, GETs and patches
-/// pass): a replica whose pod watch lags behind the cluster.
-struct LaggingPodWatch {
-    url: String,
-    frozen: Arc<AtomicBool>,
-}
-
-impl LaggingPodWatch {
-    async fn start(upstream: std::net::SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let frozen = Arc::new(AtomicBool::new(false));
-        let freeze = frozen.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = TcpStream::connect(upstream).await else {
-                    continue;
-                };
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut server_read, mut server_write) = server.into_split();
-                let pod_watch = Arc::new(AtomicBool::new(false));
-                let marks = pod_watch.clone();
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 16 * 1024];
-                    while let Ok(n @ 1..) = client_read.read(&mut buf).await {
-                        let text = String::from_utf8_lossy(&buf[..n]);
-                        if text.contains("/api/v1/pods?") && text.contains("watch=true") {
-                            marks.store(true, Ordering::SeqCst);
-                        }
-                        if server_write.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-                let freeze = freeze.clone();
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 16 * 1024];
-                    while let Ok(n @ 1..) = server_read.read(&mut buf).await {
-                        while pod_watch.load(Ordering::SeqCst) && freeze.load(Ordering::SeqCst) {
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                        }
-                        if client_write.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-        });
-        LaggingPodWatch { url, frozen }
-    }
-}
 
 async fn until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
@@ -116,7 +61,7 @@ async fn a_new_leader_whose_pod_watch_lags_does_not_give_the_old_leaders_room_aw
         serde_json::Value::Null,
     )
     .await;
-    let proxy = LaggingPodWatch::start(api.addr()).await;
+    let proxy = LaggingPodWatch::start(api.addr()).await.unwrap();
     let lagging = Client::try_from(kube::Config::new(proxy.url.parse().unwrap())).unwrap();
 
     // Replica a leads; replica b follows, its informers reading through the proxy.
@@ -138,7 +83,7 @@ async fn a_new_leader_whose_pod_watch_lags_does_not_give_the_old_leaders_room_aw
     ));
 
     // b's pod watch stops delivering; a places p1 on the GPU and dies.
-    proxy.frozen.store(true, Ordering::SeqCst);
+    proxy.freeze(true);
     let p1 = create_pod(&direct, "p1").await;
     let placed = a.filter(filter_args(&p1)).await;
     assert_eq!(placed.nodenames, Some(vec!["n".to_string()]), "{placed:?}");
@@ -167,7 +112,7 @@ async fn a_new_leader_whose_pod_watch_lags_does_not_give_the_old_leaders_room_aw
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    proxy.frozen.store(false, Ordering::SeqCst);
+    proxy.freeze(false);
     assert!(
         answer.nodenames.as_ref().is_none_or(Vec::is_empty),
         "the new leader gave p1's room to p2: {answer:?}"

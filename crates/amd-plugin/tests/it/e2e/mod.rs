@@ -8,6 +8,7 @@ use std::time::Duration;
 use hami_amd_plugin::cli::Args;
 use hami_amd_plugin::registration::RegisteredDevice;
 use hami_apiserver::RunningApiServer;
+use hami_apiserver::lagging_watch::LaggingPodWatch;
 use hami_kubelet_sim::KubeletSim;
 use hami_kubelet_sim::records::RECORD_ANNOTATION;
 use hami_plugin_harness::{
@@ -39,6 +40,10 @@ struct Harness {
     cdi: Option<PathBuf>,
     /// `--exporter-socket`.
     exporter: Option<PathBuf>,
+    /// The client the plugin reads and writes with (through `lag` when there is one).
+    plugin_client: kube::Client,
+    /// A proxy between the plugin and the API server that can freeze its pod watch.
+    lag: Option<LaggingPodWatch>,
 }
 
 /// Plugin options of a harness.
@@ -47,6 +52,8 @@ struct Opts {
     slice_partitions: bool,
     cdi: Option<PathBuf>,
     exporter: Option<PathBuf>,
+    /// The plugin talks to the API server through a [`LaggingPodWatch`].
+    lagging_watch: bool,
 }
 
 impl Harness {
@@ -59,8 +66,19 @@ impl Harness {
             slice_partitions,
             cdi,
             exporter,
+            lagging_watch,
         } = opts;
         let (server, client) = api_with_node(NODE).await;
+        let lag = match lagging_watch {
+            true => Some(LaggingPodWatch::start(server.addr()).await.unwrap()),
+            false => None,
+        };
+        let plugin_client = match &lag {
+            Some(lag) => {
+                kube::Client::try_from(kube::Config::new(lag.url.parse().unwrap())).unwrap()
+            }
+            None => client.clone(),
+        };
         let sockets = tree.sysfs_root().parent().unwrap().join("device-plugins");
         let devices = hami_amd_plugin::discover_report::build_report(
             &tree.sysfs_root(),
@@ -85,6 +103,8 @@ impl Harness {
             slice_partitions,
             cdi,
             exporter,
+            plugin_client,
+            lag,
         };
         h.start_plugin();
         let shares: usize = h.devices.iter().map(|d| d.info.count as usize).sum();
@@ -136,7 +156,7 @@ impl Harness {
         }
         let settings = args.registration_settings().unwrap();
         let (tx, rx) = watch::channel(false);
-        let client = self.client.clone();
+        let client = self.plugin_client.clone();
         let task = tokio::spawn(hami_amd_plugin::plugin::serve(args, settings, client, rx));
         self.plugin = Some((tx, task));
     }
@@ -203,4 +223,5 @@ mod dmem_delegation;
 mod exporter_health;
 mod node_events;
 mod restarts_and_failures;
+mod watch_lag;
 mod whole_card_holdings;
