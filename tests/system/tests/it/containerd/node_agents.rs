@@ -471,10 +471,10 @@ async fn device_plugin(node: &AgentNode) -> Result<(), String> {
     assert_eq!(init["name"], "install-hook", "{plugin_pod:#}");
     assert_eq!(init["state"]["terminated"]["exitCode"], 0, "{plugin_pod:#}");
     let hook = node.dir.join("hook/vgpu/libamvgpu.so");
-    let built = images::dev_bin_dir()?.join("libamvgpu.so");
+    let built = images::dev_build_file("libamvgpu.so")?;
     let installed = std::fs::read(&hook).map_err(|e| format!("{}: {e}", hook.display()))?;
     assert!(
-        installed == std::fs::read(&built).map_err(|e| e.to_string())?,
+        installed == std::fs::read(&built).map_err(|e| format!("{}: {e}", built.display()))?,
         "{} is not the node image's hook",
         hook.display()
     );

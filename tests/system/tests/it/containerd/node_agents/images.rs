@@ -26,6 +26,24 @@ pub(super) fn dev_bin_dir() -> Result<PathBuf, String> {
         .ok_or_else(|| format!("{} has no target directory", exe.display()))
 }
 
+/// A file of the dev build as `scripts/build-images.sh --bin-dir` picks it: the newer of
+/// `target/debug/<name>` and `target/debug/deps/<name>` (a cdylib only tests built, as in CI's
+/// `cargo test --workspace`, is only in `deps/`).
+pub(super) fn dev_build_file(name: &str) -> Result<PathBuf, String> {
+    let dir = dev_bin_dir()?;
+    [dir.join(name), dir.join("deps").join(name)]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(modified, _)| *modified)
+        .map(|(_, p)| p)
+        .ok_or_else(|| {
+            format!(
+                "{name} is not built in {} (nor in its deps/)",
+                dir.display()
+            )
+        })
+}
+
 static IMAGES: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
 /// The directory holding `node.oci.tar` and `workload.oci.tar`, both imported into
