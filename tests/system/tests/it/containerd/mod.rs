@@ -326,24 +326,9 @@ impl AmdNode {
         }
     }
 
-    /// `out/<file>` once it holds a line containing `needle` (what a running container
-    /// writes), at most [`TIMEOUT`].
+    /// `out/<file>` once it holds `needle` (what a running container writes).
     async fn wait_out(&self, file: &str, needle: &str) -> Result<String, String> {
-        let path = self.dir.join("out").join(file);
-        let deadline = tokio::time::Instant::now() + TIMEOUT;
-        loop {
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            if text.contains(needle) {
-                return Ok(text);
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(format!(
-                    "{} never said {needle:?}: {text:?}",
-                    path.display()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_out(&self.dir, file, needle).await
     }
 
     async fn stop(mut self) {
@@ -459,4 +444,24 @@ fn merge(into: &mut Value, from: Value) {
 /// The shared containerd, or `None` (said why) when not root.
 fn containerd() -> Option<&'static Shared> {
     hami_containerd_host::shared::containerd()
+}
+
+/// `<dir>/out/<file>` once it holds `needle` (what a running container writes into its
+/// `out` hostPath), at most [`TIMEOUT`].
+pub(super) async fn wait_out(dir: &Path, file: &str, needle: &str) -> Result<String, String> {
+    let path = dir.join("out").join(file);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if text.contains(needle) {
+            return Ok(text);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!(
+                "{} never said {needle:?}: {text:?}",
+                path.display()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -148,14 +148,7 @@ async fn observe(
     let util = live.util[&key];
     assert!(util <= 100.0, "{live:?}");
     // Its process, another user's, checked for the hook (issue 29): hooked, not unknown.
-    let mon = |family: &str| {
-        (
-            family.to_owned(),
-            "mon".to_owned(),
-            "main".to_owned(),
-            "libamvgpu.so".to_owned(),
-        )
-    };
+    let mon = |family: &str| hook_key(family, "mon", "libamvgpu.so");
     wait_hook_series(url, &[(mon(UNHOOKED), 0.0), (mon(HOOK_UNKNOWN), 0.0)]).await?;
 
     // `hami status`, against the same API server and monitor.
@@ -222,8 +215,8 @@ async fn observe(
     Ok(())
 }
 
-const UNHOOKED: &str = "hami_container_unhooked_processes";
-const HOOK_UNKNOWN: &str = "hami_container_hook_unknown_processes";
+pub(super) const UNHOOKED: &str = "hami_container_unhooked_processes";
+pub(super) const HOOK_UNKNOWN: &str = "hami_container_hook_unknown_processes";
 
 /// The monitor's `/metrics` text at `url` (`http://host:port/metrics`).
 fn metrics_text(url: &str) -> Result<String, String> {
@@ -254,46 +247,45 @@ fn metrics_text(url: &str) -> Result<String, String> {
 }
 
 /// A hook series: (family, pod, container, hook).
-type HookSeries = (String, String, String, String);
+pub(super) type HookSeries = (String, String, String, String);
 
-/// The hook check's series of a metrics text, with their values.
+/// The hook series of `family` for `pod`'s container `main` and `hook`.
+pub(super) fn hook_key(family: &str, pod: &str, hook: &str) -> HookSeries {
+    (
+        family.to_owned(),
+        pod.to_owned(),
+        "main".to_owned(),
+        hook.to_owned(),
+    )
+}
+
+/// The hook check's series of a metrics text, with their values (read by the protocol
+/// crate's exposition reader, as `hami status` reads the monitor).
 fn hook_series(text: &str) -> BTreeMap<HookSeries, f64> {
-    let label = |labels: &str, key: &str| {
-        labels
-            .split(&format!("{key}=\""))
-            .nth(1)
-            .and_then(|v| v.split('"').next())
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let mut out = BTreeMap::new();
-    for line in text.lines() {
-        for family in [UNHOOKED, HOOK_UNKNOWN] {
-            let Some((labels, value)) = line
-                .strip_prefix(&format!("{family}{{"))
-                .and_then(|rest| rest.rsplit_once("} "))
-            else {
-                continue;
-            };
-            if let Ok(value) = value.trim().parse() {
-                let key = (family.to_owned(), label(labels, "pod"));
-                out.insert(
-                    (
-                        key.0,
-                        key.1,
-                        label(labels, "container"),
-                        label(labels, "hook"),
-                    ),
-                    value,
-                );
-            }
-        }
-    }
-    out
+    hami_protocol::scrape::parse_samples(text)
+        .0
+        .into_iter()
+        .filter(|s| s.name == UNHOOKED || s.name == HOOK_UNKNOWN)
+        .map(|s| {
+            let label = |key: &str| s.label(key).unwrap_or_default().to_owned();
+            (
+                (
+                    s.name.clone(),
+                    label("pod"),
+                    label("container"),
+                    label("hook"),
+                ),
+                s.value,
+            )
+        })
+        .collect()
 }
 
 /// Waits until each of `wanted` (hook series → value) holds (at most [`TIMEOUT`]).
-async fn wait_hook_series(url: &str, wanted: &[(HookSeries, f64)]) -> Result<(), String> {
+pub(super) async fn wait_hook_series(
+    url: &str,
+    wanted: &[(HookSeries, f64)],
+) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {
         let u = url.to_owned();
@@ -377,14 +369,7 @@ async fn observe_unhooked(node: &AmdNode, url: &str) -> Result<(), String> {
     );
 
     // Both containers checked: the bypass counted unhooked, the hooked one not.
-    let key = |family: &str, pod: &str| {
-        (
-            family.to_owned(),
-            pod.to_owned(),
-            "main".to_owned(),
-            "libamvgpu.so".to_owned(),
-        )
-    };
+    let key = |family: &str, pod: &str| hook_key(family, pod, "libamvgpu.so");
     let wanted = [
         (key(UNHOOKED, "bypass"), 1.0),
         (key(HOOK_UNKNOWN, "bypass"), 0.0),

@@ -278,24 +278,9 @@ impl AgentNode {
         }
     }
 
-    /// `out/<file>` once it holds `needle` (what a running container writes), at most
-    /// [`TIMEOUT`].
+    /// `out/<file>` once it holds `needle` (what a running container writes).
     async fn wait_out(&self, file: &str, needle: &str) -> Result<String, String> {
-        let path = self.dir.join("out").join(file);
-        let deadline = tokio::time::Instant::now() + TIMEOUT;
-        loop {
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            if text.contains(needle) {
-                return Ok(text);
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(format!(
-                    "{} never said {needle:?}: {text:?}",
-                    path.display()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        super::wait_out(&self.dir, file, needle).await
     }
 
     /// Writes a pod as the HAMi scheduler leaves it at bind (node lock naming it, device

@@ -5,6 +5,7 @@
 //! `/opt/app/lib` under their sonames), the hook preloaded through the `/etc/ld.so.preload`
 //! the plugin's Allocate answer mounts.
 
+use super::monitor::{HOOK_UNKNOWN, UNHOOKED, hook_key, wait_hook_series};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -315,55 +316,6 @@ async fn monitor_resolves_host_pids(
     }
     // The process, another user's, checked for its hook (issue 29): libvgpu.so mapped, its
     // environment read (from its memory: the monitor cannot open uid 1000's environ).
-    let deadline = tokio::time::Instant::now() + super::TIMEOUT;
-    loop {
-        let counts = hook_counts(addr).await;
-        if counts == Ok((Some(0.0), Some(0.0))) {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!(
-                "the monitor's libvgpu.so series of cuda/main never read 0 unhooked, 0 unknown: {counts:?}"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// The monitor's hook-check series of pod `cuda`'s container `main` for `libvgpu.so`:
-/// (`hami_container_unhooked_processes`, `hami_container_hook_unknown_processes`).
-async fn hook_counts(addr: std::net::SocketAddr) -> Result<(Option<f64>, Option<f64>), String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("{addr}: {e}"))?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .map_err(|e| format!("{addr}: {e}"))?;
-    let mut raw = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut raw))
-        .await
-        .map_err(|_| format!("{addr}: no answer in 10 s"))?
-        .map_err(|e| format!("{addr}: {e}"))?;
-    let body = match raw.split_once("\r\n\r\n") {
-        Some((head, body)) if head.starts_with("HTTP/1.1 200") => body,
-        _ => return Err(format!("{addr}: not a 200 answer: {raw}")),
-    };
-    let samples = hami_protocol::scrape::parse_samples(body).0;
-    let value = |family: &str| {
-        samples
-            .iter()
-            .find(|s| {
-                s.name == family
-                    && s.label("pod") == Some("cuda")
-                    && s.label("container") == Some("main")
-                    && s.label("hook") == Some("libvgpu.so")
-            })
-            .map(|s| s.value)
-    };
-    Ok((
-        value("hami_container_unhooked_processes"),
-        value("hami_container_hook_unknown_processes"),
-    ))
+    let cuda = |family: &str| hook_key(family, "cuda", "libvgpu.so");
+    wait_hook_series(&url, &[(cuda(UNHOOKED), 0.0), (cuda(HOOK_UNKNOWN), 0.0)]).await
 }
