@@ -20,14 +20,9 @@ use std::io;
 const MAX_ENVIRON: u64 = 8 << 20;
 
 /// `(env_start, env_end)`, fields 50 and 51 of a `/proc/<pid>/stat` text; `None` when
-/// absent, zero (the reader may not see them, or a kernel thread) or not a range. The
-/// command name (field 2) may hold spaces and parentheses: fields are counted after the
-/// last `)`.
+/// absent, zero (the reader may not see them, or a kernel thread) or not a range.
 pub fn env_range(stat: &str) -> Option<(u64, u64)> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    // `rest` starts at field 3 (state).
-    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    let field = crate::hooked_processes::stat_fields(stat)?;
     let (start, end) = (field(50)?, field(51)?);
     (start != 0 && start < end && end - start <= MAX_ENVIRON).then_some((start, end))
 }

@@ -34,13 +34,19 @@ pub struct ProcessIdentity {
     pub start_stack: u64,
 }
 
-/// Reads `/proc/<pid>/stat`; `None` when it is not one. The command name (field 2, in
+/// The numeric fields of a `/proc/<pid>/stat` text, as `field(n)` with the kernel's 1-based
+/// numbering (`proc(5)`); `None` when it is not one. The command name (field 2, in
 /// parentheses) may hold spaces and parentheses: fields are counted after the last `)`.
-pub fn process_identity(pid: i32, stat: &str) -> Option<ProcessIdentity> {
+pub fn stat_fields(stat: &str) -> Option<impl Fn(usize) -> Option<u64> + '_> {
     let (_, rest) = stat.rsplit_once(')')?;
     // `rest` starts at field 3 (state).
     let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    Some(move |n: usize| fields.get(n.checked_sub(3)?)?.parse::<u64>().ok())
+}
+
+/// Reads `/proc/<pid>/stat`; `None` when it is not one.
+pub fn process_identity(pid: i32, stat: &str) -> Option<ProcessIdentity> {
+    let field = stat_fields(stat)?;
     Some(ProcessIdentity {
         pid,
         start_time: field(22)?,
