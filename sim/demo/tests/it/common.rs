@@ -94,36 +94,18 @@ pub(crate) fn get_metrics(addr: SocketAddr, accept: &str) -> (String, String) {
 const UNHOOKED: &str = "hami_container_unhooked_processes";
 const HOOK_UNKNOWN: &str = "hami_container_hook_unknown_processes";
 
-/// The hook check's series of a metrics text: (family, pod, hook) → value.
+/// The hook check's series of a metrics text: (family, pod, hook) → value (read by the
+/// protocol crate's exposition reader, as `hami status` reads the monitors).
 fn hook_series(text: &str) -> BTreeMap<(String, String, String), f64> {
-    let label = |labels: &str, key: &str| {
-        labels
-            .split(&format!("{key}=\""))
-            .nth(1)
-            .and_then(|v| v.split('"').next())
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let mut out = BTreeMap::new();
-    for line in text.lines() {
-        for family in [UNHOOKED, HOOK_UNKNOWN] {
-            let Some((labels, value)) = line
-                .strip_prefix(&format!("{family}{{"))
-                .and_then(|rest| rest.rsplit_once("} "))
-            else {
-                continue;
-            };
-            out.insert(
-                (
-                    family.to_owned(),
-                    label(labels, "pod"),
-                    label(labels, "hook"),
-                ),
-                value.trim().parse().unwrap(),
-            );
-        }
-    }
-    out
+    hami_protocol::scrape::parse_samples(text)
+        .0
+        .into_iter()
+        .filter(|s| s.name == UNHOOKED || s.name == HOOK_UNKNOWN)
+        .map(|s| {
+            let label = |key: &str| s.label(key).unwrap_or_default().to_owned();
+            ((s.name.clone(), label("pod"), label("hook")), s.value)
+        })
+        .collect()
 }
 
 /// Waits (bounded) until the monitors at `monitors` have checked every process of `pods`,
