@@ -156,31 +156,7 @@ impl AmdNode {
 
         let (server, client) = api_with_node(NODE).await;
         let sockets = dir.join("device-plugins");
-        let sim = KubeletSim::start(
-            Args {
-                socket_dir: sockets.clone(),
-                node_name: NODE.into(),
-                record_dir: None,
-                run_containers: true,
-                runtime: RuntimeArgs {
-                    dev_root: dir.join("dev"),
-                    state_dir: Some(dir.join("state")),
-                    cri: CriArgs {
-                        kind: RuntimeKind::Containerd,
-                        containerd_socket: socket.to_owned(),
-                        pause_image: TEST_PAUSE.into(),
-                        image_archive_dir: Some(archives.to_owned()),
-                        cni_config: None,
-                        kubernetes_service: None,
-                    },
-                    ..Default::default()
-                },
-                sync_interval_ms: 50,
-            },
-            client.clone(),
-        )
-        .await
-        .map_err(|e| format!("cannot start kubelet-sim on containerd: {e}"))?;
+        let sim = start_kubelet_sim(&dir, socket, archives, None, client.clone()).await?;
 
         use clap::Parser;
         let mut args = PluginArgs::parse_from(["k8s-device-plugin"]);
@@ -464,4 +440,41 @@ pub(super) async fn wait_out(dir: &Path, file: &str, needle: &str) -> Result<Str
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// kubelet-sim for node [`NODE`] running pods on containerd at `socket` (images from
+/// `archives`, its plugin sockets, `/dev` and state under `dir`), pods' API server address
+/// `kubernetes_service` when they need one.
+pub(super) async fn start_kubelet_sim(
+    dir: &Path,
+    socket: &Path,
+    archives: &Path,
+    kubernetes_service: Option<String>,
+    client: kube::Client,
+) -> Result<KubeletSim, String> {
+    KubeletSim::start(
+        Args {
+            socket_dir: dir.join("device-plugins"),
+            node_name: NODE.into(),
+            record_dir: None,
+            run_containers: true,
+            runtime: RuntimeArgs {
+                dev_root: dir.join("dev"),
+                state_dir: Some(dir.join("state")),
+                cri: CriArgs {
+                    kind: RuntimeKind::Containerd,
+                    containerd_socket: socket.to_owned(),
+                    pause_image: TEST_PAUSE.into(),
+                    image_archive_dir: Some(archives.to_owned()),
+                    cni_config: None,
+                    kubernetes_service,
+                },
+                ..Default::default()
+            },
+            sync_interval_ms: 50,
+        },
+        client,
+    )
+    .await
+    .map_err(|e| format!("cannot start kubelet-sim on containerd: {e}"))
 }

@@ -40,10 +40,8 @@ use std::time::Duration;
 
 use hami_apiserver::authn::AuthConfig;
 use hami_apiserver::{ApiServer, Config, RunningApiServer};
-use hami_containerd_host::shared::{Shared, TEST_PAUSE};
-use hami_kubelet_sim::container_runtime::RuntimeArgs;
-use hami_kubelet_sim::cri_args::{CriArgs, RuntimeKind};
-use hami_kubelet_sim::{Args, KubeletSim};
+use hami_containerd_host::shared::Shared;
+use hami_kubelet_sim::KubeletSim;
 use hami_manifests::{Object, Settings, names, objects};
 use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
 use hami_protocol::names::{AMD, pod as pod_keys};
@@ -169,31 +167,14 @@ impl AgentNode {
         let admin = hami_system_tests::admin_client(&server).await;
         let kubelet = client_for(&server, "kube-system", SIM_KUBELET).await;
 
-        let sim = KubeletSim::start(
-            Args {
-                socket_dir: dir.join("device-plugins"),
-                node_name: NODE.into(),
-                record_dir: None,
-                run_containers: true,
-                runtime: RuntimeArgs {
-                    dev_root: dir.join("dev"),
-                    state_dir: Some(dir.join("state")),
-                    cri: CriArgs {
-                        kind: RuntimeKind::Containerd,
-                        containerd_socket: shared.socket.clone(),
-                        pause_image: TEST_PAUSE.into(),
-                        image_archive_dir: Some(shared.archives.join("node-agents")),
-                        cni_config: None,
-                        kubernetes_service: Some(server.url()),
-                    },
-                    ..Default::default()
-                },
-                sync_interval_ms: 50,
-            },
+        let sim = super::start_kubelet_sim(
+            &dir,
+            &shared.socket,
+            &shared.archives.join("node-agents"),
+            Some(server.url()),
             kubelet,
         )
-        .await
-        .map_err(|e| format!("cannot start kubelet-sim on containerd: {e}"))?;
+        .await?;
         Ok(Self {
             server,
             admin,

@@ -10,10 +10,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hami_apiserver::RunningApiServer;
-use hami_containerd_host::shared::{TEST_BUSYBOX, TEST_PAUSE};
-use hami_kubelet_sim::container_runtime::RuntimeArgs;
-use hami_kubelet_sim::cri_args::{CriArgs, RuntimeKind};
-use hami_kubelet_sim::{Args, KubeletSim};
+use hami_containerd_host::shared::TEST_BUSYBOX;
+use hami_kubelet_sim::KubeletSim;
 use hami_plugin_harness::api_with_node;
 use hami_protocol::device_list::{ContainerDevice, encode_pod_devices};
 use hami_protocol::names::{NVIDIA, pod as pod_keys};
@@ -54,31 +52,9 @@ async fn a_sliced_nvidia_pod_as_uid_1000_stops_at_its_limit_under_the_real_hook(
 
     let (server, client) = api_with_node(NODE).await;
     let sockets = dir.join("device-plugins");
-    let sim = KubeletSim::start(
-        Args {
-            socket_dir: sockets.clone(),
-            node_name: NODE.into(),
-            record_dir: None,
-            run_containers: true,
-            runtime: RuntimeArgs {
-                dev_root: dir.join("dev"),
-                state_dir: Some(dir.join("state")),
-                cri: CriArgs {
-                    kind: RuntimeKind::Containerd,
-                    containerd_socket: shared.socket.clone(),
-                    pause_image: TEST_PAUSE.into(),
-                    image_archive_dir: Some(shared.archives.clone()),
-                    cni_config: None,
-                    kubernetes_service: None,
-                },
-                ..Default::default()
-            },
-            sync_interval_ms: 50,
-        },
-        client.clone(),
-    )
-    .await
-    .map_err(|e| format!("cannot start kubelet-sim on containerd: {e}"))?;
+    let sim =
+        super::start_kubelet_sim(&dir, &shared.socket, &shared.archives, None, client.clone())
+            .await?;
 
     use clap::Parser;
     let mut args = hami_nvidia_plugin::cli::Args::parse_from(["nvidia-device-plugin"]);
